@@ -1,0 +1,97 @@
+"""Multi-head scaled dot-product attention, with one `attend()` and two interchangeable paths.
+
+Shapes: B batch, T query length, S key length (cached + new), C n_embd, H heads, D head_dim.
+
+    attention(Q, K, V) = softmax(Q K^T / sqrt(D) + bias, masked) V
+
+Why divide by sqrt(D): if the entries of q and k are independent with unit variance, q.k is a sum of D such
+products, so its variance is D. Without the divisor the scores grow like sqrt(D), the softmax saturates towards a
+one-hot vector and its gradient vanishes; dividing by sqrt(D) keeps the scores at unit variance whatever D is.
+
+- 'sdpa': torch's fused scaled_dot_product_attention. On a GPU it runs the FlashAttention kernel: it never
+  materialises the T x S score matrix, so memory is O(T) instead of O(T*S). On this CPU it uses a flash-style
+  kernel too.
+- 'math': the textbook formula, written out; it is the reference the fused path is tested against and the one
+  that can return the attention weights for plots.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_p=0.0, return_weights=False):
+    """q: (B, H, T, D); k, v: (B, H, S, D); mask: (B|1, 1, T, S) bool, True = may attend; bias: (1|B, H, T, S)
+    float added to the scores (ALiBi). is_causal=True stands for a plain causal mask with T == S (no other mask).
+    Returns out (B, H, T, D), and the weights (B, H, T, S) when return_weights (math path only)."""
+    T, S = q.size(-2), k.size(-2)
+    if is_causal:
+        assert mask is None and T == S, "is_causal is only exact for T == S and no other mask"
+    empty = None
+    if mask is not None:
+        # A query whose every key is masked (a padding position) would softmax over all -inf: NaN. Let such rows
+        # attend everywhere (finite numbers, finite gradients), then zero their output below.
+        empty = ~mask.any(dim=-1, keepdim=True)  # (B|1, 1, T, 1)
+        mask = mask | empty
+
+    if impl == "sdpa" and not return_weights:
+        attn_mask = mask
+        if bias is not None:  # fold the bool mask into the float bias: -inf where not allowed
+            attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+            attn_mask = attn_mask.to(q.dtype)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+        weights = None
+    else:
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, S)
+        if bias is not None:
+            scores = scores + bias
+        if is_causal:
+            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        # softmax subtracts each row's max before exp(), so large scores cannot overflow; float32 for accuracy
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, H, T, S), rows sum to 1
+        if dropout_p > 0.0:
+            weights = F.dropout(weights, p=dropout_p)
+        out = weights @ v  # (B, H, T, D)
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
+    if empty is not None:
+        out = out.masked_fill(empty, 0.0)
+    return (out, weights) if return_weights else out
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention: queries, keys and values all come from x. (Cross-attention is the same `attend()` with
+    k, v projected from another sequence, so S != T; this decoder-only model has no use for it.)"""
+
+    def __init__(self, config):
+        super().__init__()
+        C, self.n_head, self.head_dim = config.n_embd, config.n_head, config.head_dim
+        self.qkv = nn.Linear(C, 3 * C, bias=config.bias)  # Q, K and V projections in one matmul
+        self.proj = nn.Linear(C, C, bias=config.bias)  # mixes the concatenated heads back into C
+        self.proj.residual_scale = True  # GPT-2 init: scaled down by depth (see GPT._init_weights)
+        self.impl = config.attn_impl
+        self.dropout = config.dropout
+
+    def forward(self, x, ctx, layer: int, weights_out: list | None = None):
+        """x: (B, T, C); ctx: the per-forward AttentionContext (positions, mask, cache) built by GPT."""
+        B, T, C = x.shape
+        H, D = self.n_head, self.head_dim
+        q, k, v = self.qkv(x).split(C, dim=2)  # each (B, T, C)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        if ctx.rope is not None:
+            q, k = ctx.rope.rotate(q), ctx.rope.rotate(k)  # RoPE: rotate by position before caching k
+        if ctx.cache is not None:
+            k, v = ctx.cache.update(layer, k, v)  # (B, H, S, D): all keys/values so far
+        want = weights_out is not None
+        y = attend(q, k, v, mask=ctx.mask, bias=ctx.bias, impl="math" if want else self.impl,
+                   is_causal=ctx.is_causal, dropout_p=self.dropout if self.training else 0.0, return_weights=want)
+        if want:
+            y, w = y
+            weights_out.append(w)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H*D): concatenate the heads
+        return self.proj(y)

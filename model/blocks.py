@@ -1,0 +1,36 @@
+"""The pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)).
+
+Pre-norm (GPT-2 onwards) keeps an untouched residual path from the embeddings to the head, which is what lets
+deep stacks train without warm-up tricks. Shapes: B batch, T length, C n_embd.
+"""
+import torch.nn as nn
+
+from .attention import MultiHeadAttention
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.up = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)  # (C -> 4C)
+        self.act = nn.GELU(approximate="tanh")  # GPT-2's GELU
+        self.down = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)  # (4C -> C)
+        self.down.residual_scale = True  # GPT-2 init: scaled down by depth
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x):  # (B, T, C) -> (B, T, C)
+        return self.drop(self.down(self.act(self.up(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = MultiHeadAttention(config)
+        self.drop = nn.Dropout(config.dropout)  # residual dropout on the attention branch
+        self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, ctx, layer: int, weights_out=None):  # (B, T, C) -> (B, T, C)
+        x = x + self.drop(self.attn(self.norm1(x), ctx, layer, weights_out))
+        x = x + self.mlp(self.norm2(x))
+        return x

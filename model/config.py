@@ -1,0 +1,67 @@
+"""The model's configuration: one dataclass that checks itself, plus named presets.
+
+Every field can be set from the command line (`--n_layer=4`); `train.py` builds the flags from these fields.
+Derived quantities (`head_dim`) are properties, never stored, so they can't drift out of sync.
+"""
+from dataclasses import asdict, dataclass, fields
+
+POS_EMBS = ("rope", "sinusoidal", "learned", "alibi", "none")
+ATTN_IMPLS = ("sdpa", "math")
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65  # set from the data's tokenizer by train.py
+    block_size: int = 256  # the longest context the model is trained on (and the KV cache holds)
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    dropout: float = 0.0  # residual, attention and embedding dropout
+    bias: bool = False  # biases in Linear and LayerNorm (GPT-2 had them; without is a little faster and as good)
+    pos_emb: str = "rope"  # one of POS_EMBS
+    rope_base: float = 10000.0  # RoPE's theta: wavelength of the slowest-rotating pair
+    attn_impl: str = "sdpa"  # 'sdpa' = fused kernel (FlashAttention on GPU), 'math' = textbook reference
+    causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
+    window: int | None = None  # sliding-window attention: each query sees at most `window` keys
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(msg)
+
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and value > 0, f"{name}={value!r} must be a positive integer")
+        need(self.n_embd % self.n_head == 0,
+             f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; pick n_embd as a multiple of n_head")
+        need(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
+        need(self.pos_emb in POS_EMBS, f"pos_emb={self.pos_emb!r} is not one of {', '.join(POS_EMBS)}")
+        need(self.attn_impl in ATTN_IMPLS, f"attn_impl={self.attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
+        need(self.rope_base > 1.0, f"rope_base={self.rope_base} must be > 1")
+        if self.pos_emb == "rope":
+            need(self.head_dim % 2 == 0, f"pos_emb='rope' needs an even head_dim, got {self.head_dim} "
+                 f"(n_embd={self.n_embd} / n_head={self.n_head})")
+        need(self.window is None or (isinstance(self.window, int) and self.window > 0),
+             f"window={self.window!r} must be a positive integer or None (full attention)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GPTConfig":
+        """Build from a dict (e.g. a checkpoint's), ignoring keys that are not model fields."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# Model-size presets: plain dicts of overrides (train.py's presets add training settings on top).
+MODEL_PRESETS = {
+    "tiny": dict(n_layer=2, n_head=2, n_embd=32, block_size=16),  # tests
+    "nanogpt-cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, pos_emb="learned"),
+    "nanogpt-char": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, pos_emb="learned"),
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, pos_emb="learned", bias=True),
+}

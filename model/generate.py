@@ -1,0 +1,128 @@
+"""Sampling: pure functions that turn logits into a token, and the generation loop (cached and uncached).
+
+The uncached loop re-runs the whole context for each token; it is the reference the KV-cached loop must match
+token for token. Both follow the same context-window schedule, so they see exactly the same tokens:
+the model conditions on at most block_size tokens; when the context is full it drops the oldest quarter and
+carries on (the cached loop then re-prefills its cache with the kept three quarters, so a re-prefill costs one
+batched forward every block_size/4 tokens instead of one per token).
+"""
+import torch
+
+
+def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
+    if not temperature >= 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k={top_k} must be a positive integer or None")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p={top_p} must be in (0, 1]")
+    if min_p is not None and not 0.0 <= min_p <= 1.0:
+        raise ValueError(f"min_p={min_p} must be in [0, 1]")
+
+
+def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
+    """logits: (B, V) -> probabilities (B, V) after temperature and the top-k / top-p / min-p filters."""
+    logits = logits.float() / temperature  # T < 1 sharpens, T > 1 flattens the softmax
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    if min_p is not None and min_p > 0:
+        probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
+    if top_p is not None and top_p < 1.0:
+        # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (B, V)
+        mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the tokens ranked above each one
+        drop_sorted = mass_before >= top_p  # already reached p without this token (the top one is always kept)
+        probs = probs.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), 0.0)
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, generator=None):
+    """logits: (B, V) -> (B,) token ids. temperature 0 is greedy (argmax), whatever the filters."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = next_token_probs(logits, temperature, top_k, top_p, min_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+
+
+def left_pad(prompts, device):
+    """A (B, T) / (T,) tensor, or a list of token-id sequences of different lengths -> idx (B, T), pad_mask (B, T)
+    (True at real tokens; None when no row is padded). Left padding lines up every row's last token."""
+    if isinstance(prompts, torch.Tensor):
+        idx = prompts.to(device)
+        idx = idx.unsqueeze(0) if idx.dim() == 1 else idx
+        if idx.size(1) == 0:
+            raise ValueError("the prompt is empty: give at least one token")
+        return idx, None
+    lengths = [len(p) for p in prompts]
+    if not lengths or min(lengths) == 0:
+        raise ValueError("every prompt needs at least one token")
+    B, T = len(prompts), max(lengths)
+    idx = torch.zeros(B, T, dtype=torch.long, device=device)  # padding id 0: never attended to
+    pad = torch.zeros(B, T, dtype=torch.bool, device=device)
+    for row, p in enumerate(prompts):
+        idx[row, T - len(p):] = torch.as_tensor(p, dtype=torch.long, device=device)
+        pad[row, T - len(p):] = True
+    return idx, (None if min(lengths) == T else pad)
+
+
+@torch.no_grad()
+def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, min_p=None,
+                    stop_tokens=None, use_cache=True, generator=None):
+    """Yields the next token of every row, (B,), as soon as it is sampled. A row that produced one of stop_tokens
+    keeps repeating it; the loop ends when every row has stopped."""
+    check_sampling(temperature, top_k, top_p, min_p)
+    if use_cache and not model.config.causal:
+        raise ValueError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
+                         "pass use_cache=False")
+    idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
+    B, block = idx.size(0), model.config.block_size
+    keep = block - max(1, block // 4)  # context kept when the window slides
+    stop = torch.tensor(sorted(stop_tokens or []), dtype=torch.long, device=idx.device)
+    done = torch.zeros(B, dtype=torch.bool, device=idx.device)
+    start = max(0, idx.size(1) - block)  # first column of the context window
+    cache = None
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            if idx.size(1) - start > block:  # window full: slide it (the cache must be rebuilt)
+                start, cache = idx.size(1) - keep, None
+            window_pad = pad[:, start:] if pad is not None else None
+            if not use_cache:
+                logits, _ = model(idx[:, start:], pad_mask=window_pad, last_only=True)
+            elif cache is None:  # prefill: the whole window in one forward
+                cache = model.new_cache(B)
+                logits, _ = model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)
+            else:  # one new token: only its own row of attention
+                logits, _ = model(idx[:, -1:], cache=cache, last_only=True)
+            nxt = sample_next(logits[:, -1], temperature, top_k, top_p, min_p, generator)  # (B,)
+            nxt = torch.where(done, idx[:, -1], nxt)  # stopped rows repeat their stop token
+            idx = torch.cat([idx, nxt.unsqueeze(1)], dim=1)
+            if pad is not None:
+                pad = torch.cat([pad, torch.ones(B, 1, dtype=torch.bool, device=pad.device)], dim=1)
+            yield nxt
+            if len(stop):
+                done |= torch.isin(nxt, stop)
+                if bool(done.all()):
+                    return
+    finally:
+        model.train(was_training)
+
+
+def generate(model, prompts, max_new_tokens, **kwargs):
+    """Tensor prompts (B, T) -> tensor (B, T + new). A list of prompts of different lengths -> a list of lists,
+    each its prompt plus its new tokens up to and including its stop token. kwargs: as generate_stream."""
+    steps = list(generate_stream(model, prompts, max_new_tokens, **kwargs))
+    if isinstance(prompts, torch.Tensor):
+        idx = prompts.unsqueeze(0) if prompts.dim() == 1 else prompts
+        new = torch.stack(steps, dim=1) if steps else idx.new_zeros(idx.size(0), 0)
+        return torch.cat([idx, new.to(idx.device)], dim=1)
+    stop = set(kwargs.get("stop_tokens") or [])
+    out = []
+    for row, prompt in enumerate(prompts):
+        tokens = [int(s[row]) for s in steps]
+        cut = next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))
+        out.append(list(prompt) + tokens[:cut])
+    return out

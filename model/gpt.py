@@ -1,0 +1,132 @@
+"""The model: token embedding -> (positions) -> n_layer pre-norm blocks -> final norm -> tied output head.
+
+One class serves both variants (the x-transformers idea): `causal=True` is the GPT decoder trained on next-token
+prediction; `causal=False` is a bidirectional (BERT-style) encoder with the very same weights and shapes.
+
+Shapes: B batch, T new tokens, t0 tokens already cached, S = t0 + T keys, C n_embd, V vocab_size.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .blocks import Block
+from .config import GPTConfig
+from .generate import generate, generate_stream
+from .kv_cache import KVCache
+from .masks import build_mask, positions_from_valid
+from .positional import Rotation, build_positional
+
+
+@dataclass
+class AttentionContext:
+    """Everything a forward pass's attention layers share, computed once per forward instead of per layer."""
+    mask: torch.Tensor | None  # (B|1, 1, T, S) bool, True = may attend; None = attend everywhere
+    bias: torch.Tensor | None  # (1, H, T, S) ALiBi score bias
+    rope: Rotation | None  # RoPE rotation for the T new positions
+    is_causal: bool  # the plain causal case the fused kernel handles without a mask
+    cache: KVCache | None
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding (V, C)
+        self.pos = build_positional(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
+        self.norm = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.head.weight = self.wte.weight  # tied: the same matrix reads tokens in and scores them out
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        # GPT-2: N(0, 0.02) everywhere; the projections that write into the residual stream are scaled by
+        # 1/sqrt(2 * n_layer) so the stream's variance does not grow with depth (two writes per block).
+        if isinstance(module, nn.Linear):
+            std = 0.02 / math.sqrt(2 * self.config.n_layer) if getattr(module, "residual_scale", False) else 0.02
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets=None, *, cache: KVCache | None = None, pad_mask=None, last_only=False,
+                weights_out: list | None = None):
+        """idx: (B, T) token ids; targets: (B, T) ids, -1 = no loss here; pad_mask: (B, T) bool, False at left
+        padding. last_only: compute logits for the last position only (sampling). weights_out: a list that
+        receives each layer's attention weights (B, H, T, S) (forces the math path).
+        Returns (logits (B, T or 1, V), loss or None)."""
+        B, T = idx.shape
+        t0 = cache.pos if cache is not None else 0
+        S = t0 + T
+        if self.pos.max_len is not None and S > self.pos.max_len:
+            raise ValueError(f"sequence of {S} tokens is longer than block_size={self.pos.max_len}, the most "
+                             f"pos_emb='{self.config.pos_emb}' can encode; crop the input to the last "
+                             f"{self.pos.max_len} tokens")
+        key_valid = cache.reserve(T, pad_mask, idx.device) if cache is not None else pad_mask  # (B, S) or None
+        if key_valid is not None:
+            pos = positions_from_valid(key_valid, t0)  # (B, T): each row counts only its real tokens
+        else:
+            pos = torch.arange(t0, S, device=idx.device).unsqueeze(0)  # (1, T)
+        ctx = self._attention_context(t0, T, key_valid, pos, cache, idx.device)
+
+        x = self.drop(self.pos.embed(self.wte(idx), pos))  # (B, T, C)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, ctx, layer, weights_out)  # (B, T, C)
+        if cache is not None:
+            cache.advance(T)
+        x = self.norm(x)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, C): sampling needs only the next-token distribution
+        logits = self.head(x)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def _attention_context(self, t0, T, key_valid, pos, cache, device) -> AttentionContext:
+        cfg = self.config
+        S = t0 + T
+        bias = self.pos.bias(t0, T, S)  # (1, H, T, S) or None
+        plain = cfg.window is None and key_valid is None  # no band and no padding to hide
+        needs_causal = cfg.causal and T > 1  # a single new query may see every cached key anyway
+        mask, is_causal = None, False
+        if plain and needs_causal and t0 == 0 and bias is None:
+            is_causal = True  # exactly SDPA's top-left-aligned causal mask: let the kernel do it
+        elif not (plain and not needs_causal):
+            mask = build_mask(t0, T, cfg.causal, cfg.window, key_valid, device=device)
+        return AttentionContext(mask=mask, bias=bias, rope=self.pos.rotation(pos), is_causal=is_causal, cache=cache)
+
+    # ---- helpers ----------------------------------------------------------------------------------------------
+    def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
+        cfg = self.config
+        return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len or cfg.block_size, cfg.head_dim)
+
+    @torch.no_grad()
+    def attention_maps(self, idx, pad_mask=None) -> torch.Tensor:
+        """The attention weights of every layer and head for idx (B, T): (n_layer, B, H, T, T), rows sum to 1."""
+        weights = []
+        self(idx, pad_mask=pad_mask, weights_out=weights)
+        return torch.stack(weights)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters, counting the tied embedding/head once. non_embedding leaves out the position table (its
+        size depends on block_size, not on the model's capacity), as GPT-2 / nanoGPT report."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and hasattr(self.pos, "table"):
+            n -= self.pos.table.weight.numel()
+        return n
+
+    def flops_per_token(self, T: int | None = None) -> int:
+        """Training FLOPs per token (forward + backward), the PaLM appendix B estimate: 6 per parameter for the
+        matmuls plus 12 * n_layer * T * C for attention's QK^T and AV (full T x T; causal does half of it)."""
+        cfg = self.config
+        T = T or cfg.block_size
+        return 6 * self.num_params() + 12 * cfg.n_layer * T * cfg.n_embd
+
+    generate = generate
+    generate_stream = generate_stream

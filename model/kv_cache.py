@@ -1,0 +1,50 @@
+"""A preallocated key/value cache for fast sampling.
+
+Without a cache, each new token re-runs the whole context: O(T) work per layer for the token's own row, but
+O(T^2) to recompute everyone else's keys and values again. With it, the prompt is run once (prefill) and each
+new token computes only its own q, k, v and attends to the stored keys: the cost per token is one row.
+
+Buffers are allocated once for `max_len` positions (no torch.cat per step, so no reallocation) and written at
+position `pos`. Shapes: B batch, H heads, L = max_len, D head_dim, T new tokens, S = pos + T.
+"""
+import torch
+
+
+class KVCache:
+    def __init__(self, n_layer: int, batch_size: int, n_head: int, max_len: int, head_dim: int):
+        self.n_layer, self.B, self.H, self.max_len, self.D = n_layer, batch_size, n_head, max_len, head_dim
+        self.k = self.v = None  # (n_layer, B, H, L, D) each, allocated at the first write (its dtype/device)
+        self.valid = None  # (B, L) bool: False at left-padding columns; None while the batch has no padding
+        self.pos = 0  # columns filled so far, same for every row (rows are left-padded to line up)
+
+    def reserve(self, T: int, pad_mask: torch.Tensor | None, device) -> torch.Tensor | None:
+        """Called once per forward before the layers run: checks room for T more columns and records which of
+        them are padding. pad_mask: (B, T) bool, True at real tokens. Returns key validity (B, S) or None."""
+        if self.pos + T > self.max_len:
+            raise ValueError(f"KV cache overflow: {self.pos} cached + {T} new tokens > max_len={self.max_len}; "
+                             f"start a new cache (generate() does this by sliding its window)")
+        if pad_mask is not None and self.valid is None:
+            self.valid = torch.ones(self.B, self.max_len, dtype=torch.bool, device=device)
+        if self.valid is None:
+            return None
+        if pad_mask is not None:
+            self.valid[:, self.pos:self.pos + T] = pad_mask
+        else:
+            self.valid[:, self.pos:self.pos + T] = True
+        return self.valid[:, :self.pos + T]  # (B, S)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """k, v: (B, H, T, D) for the new tokens. Writes them at pos; returns all keys/values (B, H, S, D)."""
+        if self.k is None:
+            shape = (self.n_layer, self.B, self.H, self.max_len, self.D)
+            self.k = torch.zeros(shape, dtype=k.dtype, device=k.device)
+            self.v = torch.zeros(shape, dtype=v.dtype, device=v.device)
+        T = k.size(2)
+        end = self.pos + T
+        self.k[layer, :, :, self.pos:end] = k  # (B, H, T, D) written in place
+        self.v[layer, :, :, self.pos:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, H, S, D) views, no copy
+
+    def advance(self, T: int):
+        """Called once per forward after every layer has written its T new columns."""
+        self.pos += T

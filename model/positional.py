@@ -1,0 +1,119 @@
+"""Positional encodings, chosen once by name when the model is built.
+
+Attention by itself is permutation-invariant: without positions, "dog bites man" and "man bites dog" look alike
+(a causal mask leaks some order, which is why NoPE decoders can still work). The options:
+
+- learned:    a trained vector per absolute position, added to the token embedding (GPT-2). Cannot go past
+              block_size.
+- sinusoidal: a fixed sin/cos vector per position, added to the token embedding (Vaswani et al. 2017).
+- rope:       rotates each (i, i + D/2) pair of q and k by angle pos * base^(-2i/D), so q.k depends only on
+              the distance between positions (Su et al. 2021). Nothing is added to the embeddings.
+- alibi:      no embedding at all; each head adds -slope * distance to its scores, slopes a geometric sequence
+              (Press et al. 2022).
+- none:       no positional information (NoPE).
+
+Each class answers three questions; the base class answers "nothing" to all of them:
+  embed(x, pos)          -> x with absolute positions added      x: (B, T, C), pos: (B|1, T)
+  rotation(pos)          -> a Rotation for q and k, or None
+  bias(t0, T, S)         -> (1, H, T, S) additive score bias, or None
+"""
+import math
+
+import torch
+import torch.nn as nn
+
+
+class NoPositions(nn.Module):
+    max_len = None  # the longest sequence these positions can describe (None: any)
+
+    def embed(self, x, pos):
+        return x
+
+    def rotation(self, pos):
+        return None
+
+    def bias(self, t0: int, T: int, S: int):
+        return None
+
+
+class LearnedPositions(NoPositions):
+    def __init__(self, config):
+        super().__init__()
+        self.max_len = config.block_size  # GPT.forward refuses longer inputs with a clear error
+        self.table = nn.Embedding(config.block_size, config.n_embd)  # (block_size, C)
+
+    def embed(self, x, pos):
+        return x + self.table(pos)  # (B, T, C)
+
+
+def sinusoid(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """pos: (...,) -> (..., dim) with [2i] = sin(pos / base^(2i/dim)), [2i+1] = cos(pos / base^(2i/dim))."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)  # (dim/2,)
+    angles = pos.float().unsqueeze(-1) * inv_freq  # (..., dim/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # (..., dim): sin, cos interleaved
+
+
+class SinusoidalPositions(NoPositions):
+    def __init__(self, config):
+        super().__init__()
+        self.dim = config.n_embd
+
+    def embed(self, x, pos):
+        return x + sinusoid(pos, self.dim).to(x.dtype)  # computed, not looked up: works at any position
+
+
+class Rotation:
+    """The RoPE rotation for one forward's positions. cos, sin: (B|1, 1, T, D/2)."""
+
+    def __init__(self, cos, sin):
+        self.cos, self.sin = cos, sin
+
+    def rotate(self, x):  # x: (B, H, T, D) -> same; pairs (i, i + D/2) rotate by their angle
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, D/2) each
+        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class RotaryPositions(NoPositions):
+    def __init__(self, config):
+        super().__init__()
+        D = config.head_dim
+        inv_freq = config.rope_base ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)  # (D/2,) theta_i
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def rotation(self, pos):
+        angles = pos.float().unsqueeze(-1) * self.inv_freq  # (B|1, T, D/2)
+        angles = angles.unsqueeze(1)  # (B|1, 1, T, D/2): same for every head
+        return Rotation(angles.cos(), angles.sin())
+
+
+def alibi_slopes(n_head: int) -> torch.Tensor:
+    """Head h gets 2^(-8(h+1)/n): a geometric sequence. For n not a power of two, the paper takes the slopes of the
+    nearest lower power of two and fills in with every other slope of the next power of two."""
+    def geometric(n):
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    m = 2 ** math.floor(math.log2(n_head))
+    slopes = geometric(m) + geometric(2 * m)[0::2][: n_head - m]
+    return torch.tensor(slopes)  # (H,)
+
+
+class ALiBiPositions(NoPositions):
+    def __init__(self, config):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(config.n_head), persistent=False)  # (H,)
+
+    def bias(self, t0: int, T: int, S: int):
+        q_idx = torch.arange(t0, t0 + T, device=self.slopes.device).view(T, 1)
+        k_idx = torch.arange(S, device=self.slopes.device).view(1, S)
+        dist = (q_idx - k_idx).abs().float()  # (T, S); a causal mask hides the k > q half anyway
+        return -self.slopes.view(1, -1, 1, 1) * dist  # (1, H, T, S)
+
+
+POSITIONAL = {"none": NoPositions, "learned": LearnedPositions, "sinusoidal": SinusoidalPositions,
+              "rope": RotaryPositions, "alibi": ALiBiPositions}
+
+
+def build_positional(config) -> nn.Module:
+    cls = POSITIONAL[config.pos_emb]
+    return cls() if cls is NoPositions else cls(config)

@@ -1,0 +1,160 @@
+"""attend(): the fused path against the math path and against an independent reference written here."""
+import math
+
+import pytest
+import torch
+
+from model.attention import attend
+from model.masks import build_mask
+from model.positional import alibi_slopes
+
+
+def reference_attention(q, k, v, allowed, bias=None):
+    """Written from the formula with no shared code: softmax(qk^T/sqrt(d) + bias) v over allowed keys only,
+    zero for a query with no allowed key. allowed: (B|1, 1|H, T, S) bool."""
+    d = q.size(-1)
+    scores = torch.einsum("bhtd,bhsd->bhts", q.double(), k.double()) / math.sqrt(d)
+    if bias is not None:
+        scores = scores + bias.double()
+    allowed = allowed.expand_as(scores)
+    exp = torch.where(allowed, torch.exp(scores - scores.max(dim=-1, keepdim=True).values), 0.0)
+    total = exp.sum(-1, keepdim=True)
+    weights = torch.where(total > 0, exp / total.clamp_min(1e-300), 0.0)
+    return torch.einsum("bhts,bhsd->bhtd", weights, v.double()).to(q.dtype)
+
+
+def loop_mask(t0, T, causal, window, key_valid):
+    """build_mask() written as the obvious Python loops, to check the tensor version."""
+    B = 1 if key_valid is None else key_valid.size(0)
+    S = t0 + T
+    m = torch.zeros(B, 1, T, S, dtype=torch.bool)
+    for b in range(B):
+        for i in range(T):
+            qi = t0 + i
+            for s in range(S):
+                ok = True
+                if causal and s > qi:
+                    ok = False
+                if window is not None and abs(qi - s) >= window:
+                    ok = False
+                if key_valid is not None and not key_valid[b, s]:
+                    ok = False
+                m[b, 0, i, s] = ok
+    return m
+
+
+def qkv(B=2, H=3, T=7, S=None, D=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    S = S or T
+    return [torch.randn(B, H, n, D, generator=g, requires_grad=True) for n in (T, S, S)]
+
+
+@pytest.mark.parametrize("t0", [0, 3])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("padded", [False, True])
+def test_build_mask_matches_loops(t0, causal, window, padded):
+    T = 5
+    key_valid = None
+    if padded:
+        key_valid = torch.ones(2, t0 + T, dtype=torch.bool)
+        key_valid[1, :2] = False
+    got = build_mask(t0, T, causal, window, key_valid)
+    want = loop_mask(t0, T, causal, window, key_valid)
+    if got is None:
+        assert want.all()
+    else:
+        assert torch.equal(got.expand_as(want), want)
+
+
+CASES = {
+    "causal": dict(causal=True),
+    "bidirectional": dict(causal=False),
+    "causal+padding": dict(causal=True, padded=True),
+    "bidirectional+padding": dict(causal=False, padded=True),
+    "causal+window": dict(causal=True, window=3),
+    "bidirectional+window": dict(causal=False, window=2),
+    "causal+window+padding+alibi": dict(causal=True, window=4, padded=True, alibi=True),
+    "bidirectional+alibi": dict(causal=False, alibi=True),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_sdpa_and_math_match_reference(name):
+    case = CASES[name]
+    B, H, T = 2, 3, 7
+    key_valid = None
+    if case.get("padded"):
+        key_valid = torch.ones(B, T, dtype=torch.bool)
+        key_valid[1, :3] = False  # row 1 is left-padded by 3: its first 3 queries see no real key when causal
+    mask = build_mask(0, T, case["causal"], case.get("window"), key_valid)
+    bias = None
+    if case.get("alibi"):
+        dist = (torch.arange(T).view(T, 1) - torch.arange(T).view(1, T)).abs().float()
+        bias = -alibi_slopes(H).view(1, H, 1, 1) * dist
+    allowed = mask if mask is not None else torch.ones(1, 1, T, T, dtype=torch.bool)
+
+    results = {}
+    for impl in ("sdpa", "math"):
+        q, k, v = qkv(B, H, T)
+        out = attend(q, k, v, mask=mask, bias=bias, impl=impl)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        assert torch.isfinite(out).all() and all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        results[impl] = (out.detach(), [t.grad for t in (q, k, v)])
+    q, k, v = qkv(B, H, T)
+    ref = reference_attention(q.detach(), k.detach(), v.detach(), allowed, bias)
+    for impl, (out, grads) in results.items():
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4, msg=f"{impl} output")
+    for g_sdpa, g_math in zip(results["sdpa"][1], results["math"][1]):
+        torch.testing.assert_close(g_sdpa, g_math, atol=1e-5, rtol=1e-4)
+
+
+def test_is_causal_equals_explicit_causal_mask():
+    q, k, v = qkv()
+    mask = build_mask(0, q.size(2), causal=True)
+    for impl in ("sdpa", "math"):
+        torch.testing.assert_close(attend(q, k, v, impl=impl, is_causal=True), attend(q, k, v, mask=mask, impl=impl))
+
+
+def test_cross_attention_shapes_T_differs_from_S():
+    # the same attend() serves cross-attention: 4 queries over 9 keys from "another sequence"
+    q, k, v = qkv(T=4, S=9)
+    out, w = attend(q, k, v, impl="math", return_weights=True)
+    assert out.shape == (2, 3, 4, 8) and w.shape == (2, 3, 4, 9)
+    torch.testing.assert_close(attend(q, k, v, impl="sdpa"), out)
+
+
+def test_fully_masked_row_gives_zeros_not_nan():
+    q, k, v = qkv(B=1, T=4)
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    mask[..., 2, :] = False  # query 2 may see nothing
+    for impl in ("sdpa", "math"):
+        out = attend(q, k, v, mask=mask, impl=impl)
+        assert torch.isfinite(out).all()
+        assert (out[:, :, 2] == 0).all()
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    _, w = attend(q, k, v, mask=mask, impl="math", return_weights=True)
+    assert (w[:, :, 2] == 0).all() and torch.allclose(w[:, :, [0, 1, 3]].sum(-1), torch.ones(1))
+
+
+def test_math_weights_rows_sum_to_one_and_are_causal():
+    q, k, v = qkv()
+    _, w = attend(q, k, v, impl="math", is_causal=True, return_weights=True)
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+    assert (w.triu(diagonal=1) == 0).all()
+
+
+def test_scaling_by_sqrt_dk_keeps_softmax_moderate():
+    """With random unit-variance q, k the unscaled scores have std sqrt(d_k): the softmax saturates (max weight
+    towards 1) as d_k grows, while the scaled one stays put."""
+    g = torch.Generator().manual_seed(0)
+    T = 64
+    unscaled, scaled = [], []
+    for d in (4, 64, 512):
+        q, k = torch.randn(256, T, d, generator=g), torch.randn(256, T, d, generator=g)
+        scores = q @ k.transpose(-2, -1)  # (256, T, T)
+        unscaled.append(torch.softmax(scores, -1).amax(-1).mean().item())
+        scaled.append(torch.softmax(scores / math.sqrt(d), -1).amax(-1).mean().item())
+    assert unscaled[0] < unscaled[1] < unscaled[2] and unscaled[2] > 0.9
+    assert max(scaled) < 0.35 and max(scaled) - min(scaled) < 0.1

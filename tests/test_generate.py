@@ -1,0 +1,110 @@
+"""Sampling functions and the generation loop: cached == uncached, greedy, top-k/top-p/min-p."""
+import pytest
+import torch
+
+from conftest import POS_EMBS, tiny_model
+from model.generate import next_token_probs, sample_next
+
+
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+def test_cached_generation_is_token_identical_greedy_and_sampled(pos_emb, impl):
+    model = tiny_model(pos_emb=pos_emb, attn_impl=impl)
+    prompt = torch.randint(0, 37, (2, 5), generator=torch.Generator().manual_seed(0))
+    # 30 new tokens with block_size 16: the context window slides and the cache is re-prefilled
+    for kw in (dict(temperature=0.0), dict(temperature=1.0, top_k=10)):
+        out = {}
+        for use_cache in (True, False):
+            g = torch.Generator().manual_seed(7)
+            out[use_cache] = model.generate(prompt, 30, use_cache=use_cache, generator=g, **kw)
+        assert out[True].shape == (2, 35)
+        assert torch.equal(out[True], out[False]), kw
+
+
+def test_ragged_prompts_match_each_prompt_alone():
+    model = tiny_model()
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
+    batched = model.generate(prompts, 8, temperature=0.0)
+    for prompt, row in zip(prompts, batched):
+        alone = model.generate(torch.tensor([prompt]), 8, temperature=0.0)[0].tolist()
+        assert row == alone
+
+
+def test_greedy_matches_argmax_of_full_forward():
+    model = tiny_model()
+    idx = torch.randint(0, 37, (1, 4))
+    out = model.generate(idx, 6, temperature=0.0)
+    for t in range(4, 10):
+        logits, _ = model(out[:, :t])
+        assert out[0, t] == logits[0, -1].argmax()
+
+
+def test_stop_tokens_end_rows():
+    model = tiny_model()
+    prompt = [[3, 4]]
+    free = model.generate(prompt, 10, temperature=0.0)[0]
+    stop = free[4]  # the third generated token
+    out = model.generate(prompt, 10, temperature=0.0, stop_tokens=[stop])[0]
+    assert out == free[:free.index(stop, 2) + 1]
+
+
+def test_stream_yields_tokens_as_generate_returns_them():
+    model = tiny_model()
+    prompt = torch.tensor([[1, 2]])
+    streamed = [int(t[0]) for t in model.generate_stream(prompt, 5, temperature=0.0)]
+    assert streamed == model.generate(prompt, 5, temperature=0.0)[0, 2:].tolist()
+
+
+def test_seeded_sampling_is_reproducible():
+    model = tiny_model()
+    a = model.generate(torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(3))
+    b = model.generate(torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(3))
+    c = model.generate(torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_top_k_1_equals_greedy():
+    logits = torch.randn(5, 50)
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(sample_next(logits, temperature=1.3, top_k=1, generator=g), logits.argmax(-1))
+    assert torch.equal(sample_next(logits, temperature=0.0), logits.argmax(-1))
+
+
+def test_top_p_keeps_smallest_set_reaching_p():
+    probs = torch.tensor([[0.05, 0.4, 0.1, 0.3, 0.15]])
+    logits = probs.log()
+    kept = next_token_probs(logits, top_p=0.7) > 0  # 0.4 + 0.3 = 0.7 reaches p: two tokens
+    assert kept.tolist() == [[False, True, False, True, False]]
+    kept = next_token_probs(logits, top_p=0.71) > 0  # needs the 0.15 too
+    assert kept.tolist() == [[False, True, False, True, True]]
+    kept = next_token_probs(logits, top_p=0.3) > 0  # the top token alone already reaches p
+    assert kept.tolist() == [[False, True, False, False, False]]
+    torch.testing.assert_close(next_token_probs(logits, top_p=0.7).sum(-1), torch.ones(1))
+
+
+def test_min_p_and_temperature():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    kept = next_token_probs(probs.log(), min_p=0.2) > 0  # threshold 0.2 * 0.5 = 0.1
+    assert kept.tolist() == [[True, True, True, False]]
+    sharp = next_token_probs(probs.log(), temperature=0.5)
+    torch.testing.assert_close(sharp, probs ** 2 / (probs ** 2).sum())
+
+
+@pytest.mark.parametrize("kw, msg", [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"),
+                                     (dict(top_p=0.0), "top_p"), (dict(min_p=1.5), "min_p")])
+def test_bad_sampling_values(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        tiny_model().generate(torch.tensor([[1]]), 2, **kw)
+
+
+def test_encoder_refuses_cache_but_generates_without():
+    model = tiny_model(causal=False)
+    with pytest.raises(ValueError, match="cannot use a KV cache"):
+        model.generate(torch.tensor([[1]]), 2)
+    assert model.generate(torch.tensor([[1]]), 2, use_cache=False).shape == (1, 3)
+
+
+def test_generate_restores_training_mode():
+    model = tiny_model().train()
+    model.generate(torch.tensor([[1]]), 2)
+    assert model.training

@@ -1,0 +1,67 @@
+"""The KV cache: prefill + one-token steps must reproduce a full forward, for every positional option."""
+import pytest
+import torch
+
+from conftest import POS_EMBS, tiny_model
+
+
+def cached_logits(model, idx, prefill, pad_mask=None):
+    """Run idx (B, T) as a prefill of `prefill` tokens and then one token at a time; return all logits."""
+    cache = model.new_cache(idx.size(0))
+    first, _ = model(idx[:, :prefill], cache=cache, pad_mask=None if pad_mask is None else pad_mask[:, :prefill])
+    steps = [first]
+    for t in range(prefill, idx.size(1)):
+        logits, _ = model(idx[:, t:t + 1], cache=cache)
+        steps.append(logits)
+    assert cache.pos == idx.size(1)
+    return torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+@pytest.mark.parametrize("window", [None, 5])
+def test_prefill_then_steps_equal_full_forward(impl, pos_emb, window):
+    model = tiny_model(attn_impl=impl, pos_emb=pos_emb, window=window)
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(0))
+    full, _ = model(idx)
+    for prefill in (1, 7):
+        torch.testing.assert_close(cached_logits(model, idx, prefill), full, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+def test_left_padded_batch_row_equals_row_alone(impl, pos_emb):
+    """Row b of a left-padded batch, cached, must give the logits that row gets when run alone."""
+    model = tiny_model(attn_impl=impl, pos_emb=pos_emb, window=6 if pos_emb == "alibi" else None)
+    g = torch.Generator().manual_seed(1)
+    lengths, T = [12, 5, 9], 12
+    rows = [torch.randint(0, 37, (n,), generator=g) for n in lengths]
+    idx = torch.zeros(3, T, dtype=torch.long)
+    pad = torch.zeros(3, T, dtype=torch.bool)
+    for b, r in enumerate(rows):
+        idx[b, T - len(r):], pad[b, T - len(r):] = r, True
+    extra = torch.randint(0, 37, (3, 4), generator=g)  # 4 decode steps after the prompts
+    batch = cached_logits(model, torch.cat([idx, extra], 1), prefill=T,
+                          pad_mask=torch.cat([pad, torch.ones(3, 4, dtype=torch.bool)], 1))
+    for b, r in enumerate(rows):
+        alone, _ = model(torch.cat([r, extra[b]]).unsqueeze(0))  # (1, n + 4, V)
+        torch.testing.assert_close(batch[b, T - len(r):], alone[0], atol=1e-5, rtol=1e-4)
+
+
+def test_overflow_raises_clear_error():
+    model = tiny_model()
+    cache = model.new_cache(1)
+    model(torch.zeros(1, 16, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="KV cache overflow: 16 cached"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+
+
+def test_cache_buffers_are_preallocated_and_written_in_place():
+    model = tiny_model()
+    cache = model.new_cache(2)
+    model(torch.zeros(2, 3, dtype=torch.long), cache=cache)
+    k_buffer = cache.k
+    assert k_buffer.shape == (2, 2, 2, 16, 16)  # (n_layer, B, H, block_size, head_dim)
+    model(torch.zeros(2, 1, dtype=torch.long), cache=cache)
+    assert cache.k is k_buffer and cache.pos == 4
+    assert (cache.k[:, :, :, 4:] == 0).all()  # untouched beyond pos

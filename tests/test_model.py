@@ -1,0 +1,144 @@
+"""The whole model: both attention paths agree, no causal leak, config validation, it can learn."""
+import pytest
+import torch
+
+from conftest import POS_EMBS, tiny_config, tiny_model
+from model import GPT, GPTConfig
+
+
+def run(model, idx, **kw):
+    logits, _ = model(idx, **kw)
+    return logits
+
+
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+@pytest.mark.parametrize("variant", ["causal", "bidirectional", "causal+window", "causal+padding",
+                                     "bidirectional+padding"])
+def test_sdpa_and_math_models_agree(pos_emb, variant):
+    kw = dict(pos_emb=pos_emb, causal=not variant.startswith("bidirectional"))
+    if "window" in variant:
+        kw["window"] = 5
+    idx = torch.randint(0, 37, (3, 16), generator=torch.Generator().manual_seed(1))
+    pad = None
+    if "padding" in variant:
+        pad = torch.ones(3, 16, dtype=torch.bool)
+        pad[1, :4] = False
+        pad[2, :9] = False
+    outs = {}
+    for impl in ("sdpa", "math"):
+        model = tiny_model(attn_impl=impl, **kw)
+        logits = run(model, idx, pad_mask=pad)
+        (logits * torch.linspace(-1, 1, logits.numel()).view_as(logits)).sum().backward()
+        outs[impl] = (logits.detach(), {n: p.grad for n, p in model.named_parameters()})
+    torch.testing.assert_close(outs["sdpa"][0], outs["math"][0], atol=2e-5, rtol=1e-4)
+    for name, grad in outs["sdpa"][1].items():
+        torch.testing.assert_close(grad, outs["math"][1][name], atol=2e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+@pytest.mark.parametrize("window", [None, 4])
+def test_no_causal_leak(impl, pos_emb, window):
+    """Changing the tokens after position t must not change the logits at positions <= t."""
+    model = tiny_model(attn_impl=impl, pos_emb=pos_emb, window=window)
+    g = torch.Generator().manual_seed(2)
+    idx = torch.randint(0, 37, (2, 16), generator=g)
+    base = run(model, idx)
+    for t in (0, 5, 14):
+        changed = idx.clone()
+        changed[:, t + 1:] = torch.randint(0, 37, changed[:, t + 1:].shape, generator=g)
+        out = run(model, changed)
+        torch.testing.assert_close(out[:, :t + 1], base[:, :t + 1], atol=1e-6, rtol=0)
+        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+def test_encoder_sees_the_future(impl, pos_emb):
+    model = tiny_model(attn_impl=impl, pos_emb=pos_emb, causal=False)
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(3))
+    changed = idx.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % 37
+    assert not torch.allclose(run(model, idx)[:, :10], run(model, changed)[:, :10])
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (dict(n_embd=130, n_head=4), "not divisible by n_head=4"),
+    (dict(pos_emb="rotary"), "pos_emb='rotary' is not one of"),
+    (dict(attn_impl="flash"), "attn_impl='flash' is not one of"),
+    (dict(dropout=1.0), "dropout=1.0"),
+    (dict(n_layer=0), "n_layer=0 must be a positive integer"),
+    (dict(window=0), "window=0"),
+    (dict(n_embd=36, n_head=4, pos_emb="rope"), "even head_dim"),
+])
+def test_config_validation(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        tiny_config(**bad)
+
+
+def test_head_dim_is_derived():
+    assert tiny_config(n_embd=48, n_head=3).head_dim == 16
+
+
+def test_tied_embeddings_and_param_count():
+    model = tiny_model(pos_emb="learned")
+    assert model.head.weight is model.wte.weight
+    cfg = model.config
+    C, V, L = cfg.n_embd, cfg.vocab_size, cfg.n_layer
+    per_block = 2 * C + (3 * C * C) + (C * C) + (4 * C * C) + (4 * C * C)  # 2 norms (no bias), qkv, proj, mlp up/down
+    expected = V * C + L * per_block + C  # + final norm; the position table is left out
+    assert model.num_params() == expected
+    assert model.num_params(non_embedding=False) == expected + cfg.block_size * C
+
+
+def test_residual_projections_are_scaled_at_init():
+    model = GPT(GPTConfig(n_layer=8, n_head=4, n_embd=256, vocab_size=100, block_size=32))
+    std_proj = model.blocks[0].attn.proj.weight.std().item()
+    std_qkv = model.blocks[0].attn.qkv.weight.std().item()
+    assert abs(std_qkv - 0.02) < 0.002 and abs(std_proj - 0.02 / 4) < 0.001  # 1/sqrt(2 * 8) = 1/4
+
+
+def test_learned_positions_refuse_too_long_input():
+    model = tiny_model(pos_emb="learned")
+    with pytest.raises(ValueError, match="longer than block_size=16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    tiny_model(pos_emb="rope")(torch.zeros(1, 17, dtype=torch.long))  # relative positions extrapolate
+
+
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+def test_overfits_one_batch(pos_emb):
+    model = tiny_model(pos_emb=pos_emb).train()
+    idx = torch.randint(0, 37, (4, 16), generator=torch.Generator().manual_seed(4))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = None
+    for _ in range(150):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert first > 3.0 and loss.item() < 0.2
+
+
+def test_ignore_index_excludes_positions_from_loss():
+    model = tiny_model()
+    idx = torch.randint(0, 37, (2, 8))
+    targets = idx.clone()
+    targets[:, :4] = -1
+    logits, loss = model(idx, targets)
+    manual = torch.nn.functional.cross_entropy(logits[:, 4:].reshape(-1, 37), idx[:, 4:].reshape(-1))
+    torch.testing.assert_close(loss, manual)
+
+
+def test_attention_maps_shape_and_rows():
+    model = tiny_model()
+    maps = model.attention_maps(torch.randint(0, 37, (1, 10)))
+    assert maps.shape == (2, 1, 2, 10, 10)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 1, 2, 10))
+    assert (maps.triu(diagonal=1) == 0).all()
+
+
+def test_flops_per_token():
+    model = tiny_model()
+    cfg = model.config
+    assert model.flops_per_token() == 6 * model.num_params() + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
