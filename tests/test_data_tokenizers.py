@@ -1,0 +1,129 @@
+"""Tokenizers: exact round trips, GPT-2 ids checked against GPT-2's own encoder.json, offline use, BPE training."""
+import json
+import socket
+from collections import Counter
+
+import pytest
+import regex
+import tiktoken.load
+
+from data.bpe import N_BYTES, train_bpe
+from data.errors import DataError
+from data.tokenizer import (GPT2_PATTERN, CharTokenizer, _gpt2_folder, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes,
+                            ranks_to_bytes)
+
+TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+        "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"
+        "A literal <|endoftext|> inside the text stays text.\n") * 3
+
+
+def bpe_small(text=TEXT, n_tokens=N_BYTES + 60):
+    return bpe_tokenizer(train_bpe([text], n_tokens - 1, GPT2_PATTERN))
+
+
+@pytest.mark.parametrize("make", [lambda: CharTokenizer(TEXT), gpt2_tokenizer, bpe_small], ids=["char", "gpt2", "bpe"])
+def test_round_trip_is_exact(make):
+    tok = make()
+    ids = tok.encode(TEXT)
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == TEXT
+    assert tok.decode_bytes(ids) == TEXT.encode("utf-8")
+
+
+@pytest.mark.parametrize("make", [gpt2_tokenizer, bpe_small], ids=["gpt2", "bpe"])
+def test_stream_decoder_holds_back_partial_characters(make):
+    tok = make()
+    text = "naïve 中文 🙂🎭 end"
+    decode = tok.stream_decoder()
+    pieces = [decode([i]) for i in tok.encode(text)]  # one token at a time, as sample.py prints them
+    assert "".join(pieces) == text
+    assert "\ufffd" not in "".join(pieces)
+
+
+def test_char_vocabulary_is_sorted_set_and_unknown_character_is_one_line_error():
+    tok = CharTokenizer("hello world")
+    assert tok.chars == " dehlorw" and tok.vocab_size == 8 and tok.eot_id is None
+    assert tok.encode("hold") == [3, 5, 4, 1]  # positions in " dehlorw"
+    with pytest.raises(DataError) as e:
+        tok.encode("hello Zed")
+    msg = str(e.value)
+    assert "'Z' (U+005A)" in msg and "--tokenizer=gpt2" in msg and "\n" not in msg
+
+
+def test_gpt2_known_ids():
+    tok = gpt2_tokenizer()
+    assert tok.encode("hello world") == [31373, 995]
+    assert tok.vocab_size == 50257 and tok.eot_id == 50256
+    # Independent check: strings that are one entry of GPT-2's encoder.json must encode to exactly that id
+    # (GPT-2 writes a leading space as 'Ġ' and a newline as 'Ċ' in that file).
+    encoder = json.loads((_gpt2_folder() / "encoder.json").read_text())
+    for text, key in [(" the", "Ġthe"), ("\n", "Ċ"), ("Hello", "Hello"), (" Shakespeare", "ĠShakespeare")]:
+        assert tok.encode(text) == [encoder[key]]
+    assert tok.encode("<|endoftext|>", allow_eot=True) == [encoder["<|endoftext|>"]] == [50256]
+    assert 50256 not in tok.encode("<|endoftext|>")  # plain text unless asked for
+
+
+def test_gpt2_builds_with_the_network_off(monkeypatch):
+    def no_network(*args, **kwargs):
+        raise OSError("network is off in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    gpt2_tokenizer.cache_clear()
+    try:
+        assert gpt2_tokenizer().encode("hello world") == [31373, 995]
+    finally:
+        gpt2_tokenizer.cache_clear()
+
+
+def naive_bpe(text: str, n_tokens: int) -> dict[bytes, int]:
+    # The textbook algorithm, recounting every pair after every merge; same tie rule (smallest pair of ids).
+    words = Counter(tuple(w.encode()) for w in regex.findall(GPT2_PATTERN, text))
+    vocab = [bytes([b]) for b in range(256)]
+    while len(vocab) < n_tokens:
+        pairs = Counter()
+        for w, f in words.items():
+            for p in zip(w, w[1:]):
+                pairs[p] += f
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        new = len(vocab)
+        vocab.append(vocab[best[0]] + vocab[best[1]])
+        merged = Counter()
+        for w, f in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if w[i:i + 2] == best:
+                    out.append(new)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += f
+        words = merged
+    return {t: i for i, t in enumerate(vocab)}
+
+
+def test_bpe_training_matches_naive_reference():
+    text = TEXT + "the thee then there these theatre other brother " * 5
+    assert train_bpe([text], N_BYTES + 80, GPT2_PATTERN) == naive_bpe(text, N_BYTES + 80)
+
+
+def test_bpe_is_deterministic_sized_and_stored_in_tiktoken_format(tmp_path):
+    ranks = train_bpe([TEXT], 300, GPT2_PATTERN)
+    assert ranks == train_bpe([TEXT], 300, GPT2_PATTERN)
+    assert len(ranks) == 300 and sorted(ranks.values()) == list(range(300))
+    tok = bpe_tokenizer(ranks)
+    assert tok.vocab_size == 301 and tok.eot_id == 300
+    path = tmp_path / "bpe.tiktoken"
+    path.write_bytes(ranks_to_bytes(ranks))
+    assert ranks_from_bytes(path.read_bytes()) == ranks
+    assert tiktoken.load.load_tiktoken_bpe(str(path)) == ranks  # tiktoken's own reader agrees
+    # byte-level: text with characters never seen in training still round-trips
+    assert tok.decode(tok.encode("Ωmega ☃ snow")) == "Ωmega ☃ snow"
+
+
+def test_bpe_stops_when_the_text_runs_out_of_pairs():
+    ranks = train_bpe(["ab ab ab"], 5000, GPT2_PATTERN)
+    assert len(ranks) < 5000 and ranks[b"ab"] == 256
