@@ -1,0 +1,72 @@
+"""Device and precision: chosen once, shared by train.py and sample.py.
+
+'auto' picks cuda > mps > cpu, and bfloat16 autocast wherever the hardware runs bf16 matmuls natively (CUDA with
+bf16 support; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is ~2.5x a float32 one), float32 elsewhere.
+Weights and optimizer state stay float32 (autocast only lowers the matmuls), so no loss scaling is needed for bf16.
+"""
+import contextlib
+import functools
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class SetupError(ValueError):
+    pass
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise SetupError(f"--device={name} is not a torch device; use auto, cpu, cuda, cuda:1 or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SetupError(f"--device={name} but CUDA is not available here; use --device=cpu (or auto)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise SetupError(f"--device={name} but MPS is not available here; use --device=cpu (or auto)")
+    return device
+
+
+@functools.cache
+def cpu_bf16_speedup(n: int = 256, repeats: int = 5) -> float:
+    """How many times faster a bf16 matmul runs than a float32 one on this CPU (best of a few; ~10-100 ms)."""
+    import time
+
+    def best_time(dtype):
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        a @ b  # warm-up: the first call may pick a kernel
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    return best_time(torch.float32) / best_time(torch.bfloat16)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if device.type == "cpu" and cpu_bf16_speedup() > 1.3:
+            return torch.bfloat16
+        return torch.float32
+    dtype = DTYPES[name]
+    if dtype == torch.float16 and device.type == "cpu":
+        raise SetupError("--dtype=float16 is not supported on CPU; use bfloat16 or float32")
+    return dtype
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    """The context that runs matmuls in `dtype`; a no-op for float32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -1,0 +1,121 @@
+"""Command-line flags generated from dataclass fields, nanoGPT style: `--n_layer=4 --compile=false`.
+
+Precedence, lowest first: dataclass defaults < `--preset=NAME` < `--config=FILE.toml` < explicit flags.
+Nothing is executed: a TOML file is parsed as data, and every value is converted to its field's type.
+Every mistake is a FlagError with one line that names the flag and, for a typo, the closest valid name.
+"""
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+
+
+class FlagError(ValueError):
+    pass
+
+
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def field_types(*classes) -> dict:
+    """{field name: (owning class, type)} for every field of the given dataclasses."""
+    out = {}
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            out[f.name] = (cls, hints[f.name])
+    return out
+
+
+def convert(name: str, text, typ):
+    """Convert a flag's text (or a TOML value) to the field's type: int, float, bool, str or `X | None`."""
+    optional = isinstance(typ, types.UnionType) and type(None) in typing.get_args(typ)
+    if optional:
+        if text is None or (isinstance(text, str) and text.lower() in ("none", "null", "")):
+            return None
+        typ = next(t for t in typing.get_args(typ) if t is not type(None))
+    if not isinstance(text, str):  # a TOML value already has a type
+        if typ is float and isinstance(text, int) and not isinstance(text, bool):
+            return float(text)
+        if isinstance(text, typ) and not (typ is int and isinstance(text, bool)):
+            return text
+        text = str(text)
+    try:
+        if typ is bool:
+            if text.lower() in TRUE:
+                return True
+            if text.lower() in FALSE:
+                return False
+            raise ValueError
+        if typ is int:
+            return int(text.replace("_", ""))
+        if typ is float:
+            return float(text)
+        return str(text)
+    except ValueError:
+        kind = "true or false" if typ is bool else f"a {typ.__name__}"
+        raise FlagError(f"--{name}={text} is not {kind}") from None
+
+
+def suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f"; did you mean --{close[0]}?" if close else "; run with --help to list the flags"
+
+
+def split_argv(argv) -> dict:
+    """['--a=1', '--b', '2', '--c'] -> {'a': '1', 'b': '2', 'c': 'true'} (a bare flag means true)."""
+    out, i = {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or arg == "--":
+            raise FlagError(f"unexpected argument {arg!r}; flags look like --name=value")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value, i = argv[i + 1], i + 1
+            else:
+                value = "true"
+        out[key.replace("-", "_")] = value
+        i += 1
+    return out
+
+
+def load_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise FlagError(f"--config={path} does not exist; give the path of a TOML file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise FlagError(f"--config={path} is not valid TOML: {e}") from None
+
+
+def parse(argv, classes, presets: dict) -> dict:
+    """Returns {field name: value} for the fields that the preset, config file or flags set."""
+    known = field_types(*classes)
+    raw = split_argv(argv)
+    values = {}
+    preset = raw.pop("preset", None)
+    if preset is not None:
+        if preset not in presets:
+            raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
+        values.update(presets[preset])
+    config_file = raw.pop("config", None)
+    layers = ([("config file", load_toml(config_file))] if config_file else []) + [("flag", raw)]
+    for _, layer in layers:
+        for key, text in layer.items():
+            if key not in known:
+                raise FlagError(f"unknown flag --{key}{suggest(key, known)}")
+            values[key] = convert(key, text, known[key][1])
+    return values
+
+
+def help_text(classes, presets) -> str:
+    lines = ["flags (--name=value; defaults shown):"]
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            lines.append(f"  --{f.name}={f.default}")
+    lines.append(f"  --preset=NAME   one of: {', '.join(presets)}")
+    lines.append("  --config=FILE.toml   the same fields as a TOML table")
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""Training settings: one dataclass that checks itself, and the presets (plain dicts of overrides).
+
+Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.py accepts both as flags.
+"""
+from dataclasses import asdict, dataclass
+
+TOKENIZERS = ("char", "gpt2", "bpe")
+
+
+@dataclass
+class TrainConfig:
+    # I/O
+    out_dir: str = "out"
+    init_from: str = "scratch"  # 'scratch' or 'resume' (continue from out_dir/ckpt_last.pt)
+    overwrite: bool = False  # allow a scratch run to replace the run already in out_dir
+    # data (see data/README.md)
+    dataset: str = "shakespeare"  # the built-in corpus; ignored when --input is given
+    input: str | None = None  # your own text: a .txt file or a folder of .txt files
+    split: str | None = None  # 'works' (hold out whole works) or 'tail' (last 10%); None: the dataset's default
+    tokenizer: str = "char"  # 'char', 'gpt2' or 'bpe'
+    bpe_vocab_size: int = 2048  # vocabulary of the trained BPE tokenizer
+    # batches and schedule
+    batch_size: int = 32  # sequences per micro-step
+    gradient_accumulation_steps: int = 1
+    max_iters: int = 2000
+    eval_interval: int = 250
+    eval_iters: int = 20  # validation batches per evaluation (a fixed, evenly spaced subset)
+    log_interval: int = 10
+    # AdamW and the learning-rate schedule (linear warmup, cosine decay to min_lr)
+    learning_rate: float = 2e-3
+    min_lr: float = 2e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None  # None: max_iters
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 disables clipping
+    # system
+    device: str = "auto"  # 'auto' (cuda > mps > cpu), or any torch device string
+    dtype: str = "auto"  # 'auto', 'float32', 'bfloat16' or 'float16' (autocast dtype of matmuls)
+    compile: bool = False
+    seed: int = 1337
+    # samples shown at each evaluation and at the end
+    sample_prompt: str = "\n"
+    sample_tokens: int = 200
+    # wandb (offline unless you log in; `wandb sync out/wandb/...` uploads later)
+    wandb_log: bool = False
+    wandb_project: str = "small-gpt"
+    wandb_run_name: str | None = None
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(msg)
+
+        need(self.init_from in ("scratch", "resume"), f"init_from={self.init_from!r} must be 'scratch' or 'resume'")
+        need(self.tokenizer in TOKENIZERS, f"tokenizer={self.tokenizer!r} is not one of {', '.join(TOKENIZERS)}")
+        need(self.split in (None, "works", "tail"), f"split={self.split!r} must be 'works' or 'tail'")
+        for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
+                     "log_interval", "bpe_vocab_size"):
+            need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
+        need(self.warmup_iters >= 0, f"warmup_iters={self.warmup_iters} must be >= 0")
+        need(self.lr_decay_iters is None or self.lr_decay_iters > 0,
+             f"lr_decay_iters={self.lr_decay_iters} must be a positive integer or None")
+        need(self.learning_rate > 0, f"learning_rate={self.learning_rate} must be > 0")
+        need(0 <= self.min_lr <= self.learning_rate, f"min_lr={self.min_lr} must be in [0, learning_rate]")
+        need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"beta1={self.beta1}, beta2={self.beta2} must be in [0, 1)")
+        need(self.weight_decay >= 0 and self.grad_clip >= 0, "weight_decay and grad_clip must be >= 0")
+        need(self.dtype in ("auto", "float32", "bfloat16", "float16"),
+             f"dtype={self.dtype!r} must be auto, float32, bfloat16 or float16")
+        need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Presets: overrides of TrainConfig and GPTConfig fields, applied before --config and flags.
+PRESETS = {
+    # the default: a character-level model of Shakespeare's complete works in a few minutes on 2 CPU cores
+    "shakespeare-char": dict(n_layer=4, n_head=4, n_embd=128, block_size=128, pos_emb="rope", dropout=0.0,
+                             batch_size=32, max_iters=800, eval_interval=200, warmup_iters=50),
+    # GPT-2's BPE on the same corpus (50k vocabulary: slower per step, see README)
+    "shakespeare-gpt2": dict(tokenizer="gpt2", block_size=128, n_layer=4, n_head=4, n_embd=128, batch_size=16,
+                             learning_rate=1e-3, min_lr=1e-4),
+    # a trained 2048-token BPE: a small vocabulary suits a small model
+    "shakespeare-bpe": dict(tokenizer="bpe", bpe_vocab_size=2048, block_size=128),
+    # nanoGPT's CPU recipe (README of karpathy/nanoGPT), for side-by-side comparison on tiny-shakespeare
+    "nanogpt-cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, max_iters=2000,
+                        lr_decay_iters=2000, learning_rate=1e-3, min_lr=1e-4, dropout=0.0, pos_emb="learned",
+                        eval_interval=250, eval_iters=20, warmup_iters=100, beta2=0.99, weight_decay=0.1,
+                        bias=False, split="tail"),
+}

@@ -1,0 +1,98 @@
+"""Sample from a trained checkpoint, streaming tokens to the terminal as they are generated.
+
+    python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=500 --temperature=0.8
+
+`--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
+the uncached reference loop, which gives the same text for the same seed (only slower).
+"""
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from common import flags
+from common.device import autocast, pick_device, pick_dtype
+from common.run_setup import find_checkpoint, load_for_inference, parse_configs
+from data import DataError
+from model.generate import check_sampling
+
+
+@dataclass
+class SampleConfig:
+    out_dir: str = "out"
+    ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
+    start: str = "\n"  # the prompt, or FILE:path to read it from a file
+    num_samples: int = 1
+    max_new_tokens: int = 500
+    temperature: float = 0.8  # 0 = greedy
+    top_k: int | None = 200
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int = 1337
+    kv_cache: bool = True
+    device: str = "auto"
+    dtype: str = "float32"  # 'auto' picks bf16 where it is faster; float32 is the reference
+
+    def __post_init__(self):
+        if self.num_samples < 1 or self.max_new_tokens < 0:
+            raise ValueError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
+                             f"{self.max_new_tokens} >= 0")
+        check_sampling(self.temperature, self.top_k, self.top_p, self.min_p)
+
+
+def read_prompt(start: str) -> str:
+    if start.startswith("FILE:"):
+        path = start[len("FILE:"):]
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"--start=FILE:{path} cannot be read ({type(e).__name__}); give a UTF-8 text file") from None
+    return start
+
+
+def main(argv) -> None:
+    if "--help" in argv or "-h" in argv:
+        print(flags.help_text((SampleConfig,), {}))
+        return
+    per_class, _ = parse_configs(argv, (SampleConfig,), {})
+    sc = SampleConfig(**per_class[SampleConfig])
+    device = pick_device(sc.device)
+    dtype = pick_dtype(sc.dtype, device)
+    model, tokenizer, ckpt = load_for_inference(find_checkpoint(sc.out_dir, sc.ckpt), device)
+    if not model.config.causal:
+        raise ValueError("this checkpoint is a bidirectional encoder; sample.py generates from decoders")
+    text = read_prompt(sc.start)
+    prompt = tokenizer.encode(text) if text else []
+    if not prompt:
+        if tokenizer.eot_id is None:
+            raise ValueError("the prompt is empty and this tokenizer has no start token; pass --start=...")
+        prompt = [tokenizer.eot_id]
+    stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
+
+    generator = torch.Generator(device=device).manual_seed(sc.seed)
+    for i in range(sc.num_samples):
+        print(f"---------- sample {i + 1} (step {ckpt['step']} checkpoint) ----------")
+        decode = tokenizer.stream_decoder()
+        print(decode(prompt), end="", flush=True)
+        t0, n = time.perf_counter(), 0
+        with autocast(device, dtype):
+            for token in model.generate_stream(torch.tensor([prompt], device=device), sc.max_new_tokens,
+                                               temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p,
+                                               min_p=sc.min_p, stop_tokens=stop, use_cache=sc.kv_cache,
+                                               generator=generator):
+                print(decode([int(token[0])]), end="", flush=True)
+                n += 1
+        elapsed = time.perf_counter() - t0
+        print()
+        print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, "
+              f"kv_cache={sc.kv_cache}]", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ValueError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
