@@ -78,7 +78,7 @@ def main(argv) -> None:
 
     # ---- data ----------------------------------------------------------------------------------------------------
     data_dir = prepare(dataset=tc.dataset, input=tc.input, split=tc.split, tokenizer=tc.tokenizer,
-                       vocab_size=tc.bpe_vocab_size)
+                       vocab_size=tc.bpe_vocab_size, root=tc.data_root)
     meta = read_meta(data_dir)
     tokenizer = load_tokenizer(data_dir)
 

@@ -91,8 +91,9 @@ def load_toml(path: str) -> dict:
         raise FlagError(f"--config={path} is not valid TOML: {e}") from None
 
 
-def parse(argv, classes, presets: dict) -> dict:
-    """Returns {field name: value} for the fields that the preset, config file or flags set."""
+def parse(argv, classes, presets: dict) -> tuple[dict, set]:
+    """Returns ({field name: value} for the fields that the preset, config file or flags set,
+    the names that the config file or flags set explicitly: a resumed run honours only those)."""
     known = field_types(*classes)
     raw = split_argv(argv)
     values = {}
@@ -102,13 +103,15 @@ def parse(argv, classes, presets: dict) -> dict:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
         values.update(presets[preset])
     config_file = raw.pop("config", None)
-    layers = ([("config file", load_toml(config_file))] if config_file else []) + [("flag", raw)]
-    for _, layer in layers:
+    layers = ([load_toml(config_file)] if config_file else []) + [raw]
+    explicit = set()
+    for layer in layers:
         for key, text in layer.items():
             if key not in known:
                 raise FlagError(f"unknown flag --{key}{suggest(key, known)}")
             values[key] = convert(key, text, known[key][1])
-    return values
+            explicit.add(key)
+    return values, explicit
 
 
 def help_text(classes, presets) -> str:

@@ -10,15 +10,15 @@ from . import checkpoint, flags
 
 
 def parse_configs(argv, classes, presets, default_preset=None):
-    """Flags -> (one instance per dataclass in classes that can be built without more information,
-    {field: value} of everything that was set explicitly). Raises FlagError/ValueError with one line."""
+    """Flags -> ({dataclass: {field: value}} from the preset, config file and flags,
+    {field: value} of what the config file and flags set explicitly). Raises FlagError with one line."""
     argv = list(argv)
     if default_preset and not any(a.startswith("--preset") for a in argv):
         argv = [f"--preset={default_preset}"] + argv
-    values = flags.parse(argv, classes, presets)
+    values, explicit = flags.parse(argv, classes, presets)
     owners = flags.field_types(*classes)
     per_class = {cls: {k: v for k, v in values.items() if owners[k][0] is cls} for cls in classes}
-    return per_class, values
+    return per_class, {k: values[k] for k in explicit}
 
 
 def model_from_checkpoint(ckpt: dict, device) -> GPT:

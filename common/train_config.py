@@ -19,6 +19,7 @@ class TrainConfig:
     split: str | None = None  # 'works' (hold out whole works) or 'tail' (last 10%); None: the dataset's default
     tokenizer: str = "char"  # 'char', 'gpt2' or 'bpe'
     bpe_vocab_size: int = 2048  # vocabulary of the trained BPE tokenizer
+    data_root: str | None = None  # where downloads and prepared folders go; None: the data/ folder
     # batches and schedule
     batch_size: int = 32  # sequences per micro-step
     gradient_accumulation_steps: int = 1

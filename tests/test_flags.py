@@ -1,0 +1,68 @@
+"""Flags bound to dataclass fields: types, presets, TOML files and one-line errors."""
+import pytest
+
+from common.flags import FlagError, parse
+from common.train_config import PRESETS, TrainConfig
+from model import GPTConfig
+
+CLASSES = (TrainConfig, GPTConfig)
+
+
+def test_types_are_converted_from_the_fields():
+    v, explicit = parse(["--n_layer=3", "--learning_rate=3e-4", "--compile=true", "--wandb_log", "--window=none",
+                         "--lr_decay_iters", "500", "--pos_emb=alibi"], CLASSES, PRESETS)
+    assert v == dict(n_layer=3, learning_rate=3e-4, compile=True, wandb_log=True, window=None,
+                     lr_decay_iters=500, pos_emb="alibi")
+    assert explicit == set(v)
+    assert parse(["--bias=0", "--window=64"], CLASSES, PRESETS)[0] == dict(bias=False, window=64)
+
+
+def test_preset_then_flags_override_it():
+    v, explicit = parse(["--preset=nanogpt-cpu", "--n_layer=2"], CLASSES, PRESETS)
+    assert v["n_layer"] == 2 and v["n_embd"] == 128 and v["batch_size"] == 12
+    assert explicit == {"n_layer"}  # what the preset set is not "explicit": a resume ignores it
+
+
+def test_toml_config_file_between_preset_and_flags(tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text('n_layer = 5\nlearning_rate = 1\ndataset = "shakespeare"\n')
+    v, _ = parse([f"--config={f}", "--n_layer=7"], CLASSES, PRESETS)
+    assert v == dict(n_layer=7, learning_rate=1.0, dataset="shakespeare")
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--n_layers=4"], "unknown flag --n_layers; did you mean --n_layer?"),
+    (["--learning_rat=1"], "did you mean --learning_rate?"),
+    (["--n_layer=four"], "--n_layer=four is not a int"),
+    (["--compile=maybe"], "--compile=maybe is not true or false"),
+    (["--preset=huge"], "--preset=huge is unknown; choose one of"),
+    (["n_layer=4"], "unexpected argument 'n_layer=4'"),
+    (["--config=/nonexistent.toml"], "does not exist"),
+])
+def test_bad_flags_are_one_line_errors(argv, msg):
+    with pytest.raises(FlagError) as e:
+        parse(argv, CLASSES, PRESETS)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_toml_is_an_error(tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_text("n_layer = = 4")
+    with pytest.raises(FlagError, match="not valid TOML"):
+        parse([f"--config={f}"], CLASSES, PRESETS)
+
+
+def test_every_preset_builds_valid_configs():
+    from dataclasses import fields
+    names = {f.name for f in fields(TrainConfig)}
+    for name, preset in PRESETS.items():
+        TrainConfig(**{k: v for k, v in preset.items() if k in names})
+        GPTConfig(**{k: v for k, v in preset.items() if k not in names})
+
+
+@pytest.mark.parametrize("bad, msg", [(dict(init_from="latest"), "init_from"), (dict(tokenizer="word"), "tokenizer"),
+                                      (dict(min_lr=1.0), "min_lr"), (dict(dtype="fp8"), "dtype"),
+                                      (dict(batch_size=0), "batch_size")])
+def test_train_config_validation(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        TrainConfig(**bad)

@@ -1,0 +1,141 @@
+"""End to end on tiny configs: train.py -> checkpoint -> sample.py, exact resume, refusals and errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+from common import checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--eval_iters=2",
+        "--log_interval=1", "--sample_tokens=0", "--split=tail", "--tokenizer=char", "--device=cpu",
+        "--dtype=float32", "--warmup_iters=2"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A small made-up play: enough text for windows of 17 characters in both splits."""
+    folder = tmp_path_factory.mktemp("corpus")
+    names = ["ROMEO", "JULIET", "NURSE", "FRIAR"]
+    words = "love night light sweet death fair dear swear moon star the and of my thy".split()
+    lines = []
+    for i in range(600):
+        speaker = names[i % 4]
+        line = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6))
+        lines.append(f"{speaker}:\n{line.capitalize()}.\n")
+    path = folder / "play.txt"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def tiny_args(corpus, out_dir, *extra):
+    return TINY + [f"--input={corpus}", f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}", *extra]
+
+
+def run_script(script, args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def metrics(out_dir):
+    with open(out_dir / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_train_then_sample_end_to_end(corpus, tmp_path):
+    out = tmp_path / "run"
+    r = run_script("train.py", tiny_args(corpus, out, "--max_iters=20", "--eval_interval=10",
+                                         "--learning_rate=3e-3"))
+    assert r.returncode == 0, r.stderr
+    rows = metrics(out)
+    assert [row["step"] for row in rows] == list(range(1, 21))
+    assert {"step", "train_loss", "lr", "tokens", "elapsed_s", "tok_per_s"} <= set(rows[0])
+    evals = [row for row in rows if "val_loss" in row]
+    assert [row["step"] for row in evals] == [10, 20] and {"val_bpb", "val_ppl"} <= set(evals[0])
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert (out / "ckpt_last.pt").exists() and (out / "ckpt_best.pt").exists()
+    ckpt = checkpoint.load(str(out / "ckpt_last.pt"))
+    assert ckpt["step"] == 20 and not any(k.startswith("_orig_mod") for k in ckpt["model"])
+
+    outputs = {}
+    for kv in ("true", "false"):
+        s = run_script("sample.py", [f"--out_dir={out}", "--start=ROMEO:", "--max_new_tokens=40", "--seed=5",
+                                     "--num_samples=2", f"--kv_cache={kv}"])
+        assert s.returncode == 0, s.stderr
+        outputs[kv] = s.stdout
+    assert outputs["true"] == outputs["false"]  # the cache changes speed, not text
+    assert outputs["true"].count("ROMEO:") >= 2 and len(outputs["true"]) > 80
+
+    bad = run_script("sample.py", [f"--out_dir={out}", "--start=ROMEO\u00e9"])
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not in this char vocabulary" in bad.stderr
+
+
+def test_resume_continues_with_the_same_losses(corpus, tmp_path):
+    common = ["--dropout=0.1", "--lr_decay_iters=8", "--eval_interval=4"]  # dropout: the RNG state matters
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    train.main(tiny_args(corpus, whole, "--max_iters=8", *common))
+    train.main(tiny_args(corpus, part, "--max_iters=4", *common))
+    train.main(tiny_args(corpus, part, "--max_iters=8", "--init_from=resume"))
+    losses = {row["step"]: row["train_loss"] for row in metrics(whole)}
+    resumed = {row["step"]: row["train_loss"] for row in metrics(part)}
+    assert resumed == losses  # steps 1-4 before the stop, 5-8 after it: identical
+    a = checkpoint.load(str(whole / "ckpt_last.pt"))["model"]
+    b = checkpoint.load(str(part / "ckpt_last.pt"))["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_scratch_run_refuses_to_overwrite(corpus, tmp_path):
+    out = tmp_path / "run"
+    train.main(tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2"))
+    before = (out / "ckpt_last.pt").read_bytes()
+    r = run_script("train.py", tiny_args(corpus, out, "--max_iters=2"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "already holds a run" in r.stderr and "--overwrite=true" in r.stderr
+    assert (out / "ckpt_last.pt").read_bytes() == before
+    train.main(tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2", "--overwrite=true", "--seed=2"))
+    assert (out / "ckpt_last.pt").read_bytes() != before
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--n_layers=3"], "did you mean --n_layer?"),
+    (["--n_embd=30", "--n_head=4"], "not divisible by n_head=4"),
+    (["--tokenizer=words"], "tokenizer='words'"),
+    (["--init_from=resume"], "no checkpoint at"),
+    (["--device=cuda:0"] if not torch.cuda.is_available() else ["--device=tpu"], "--device="),
+    (["--block_size=4096"], "too small for block_size=4096"),
+])
+def test_bad_input_is_a_one_line_error(corpus, tmp_path, extra, msg):
+    with pytest.raises(ValueError, match=None) as e:
+        train.main(tiny_args(corpus, tmp_path / "run", "--max_iters=1", *extra))
+    assert msg in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "run" / "ckpt_last.pt").exists()
+
+
+def test_cli_error_exit_code_and_single_line(tmp_path):
+    r = run_script("train.py", ["--n_layers=3", f"--out_dir={tmp_path}"])
+    assert r.returncode == 2 and r.stderr == "error: unknown flag --n_layers; did you mean --n_layer?\n"
+    r = run_script("sample.py", [f"--out_dir={tmp_path}/nothing"])
+    assert r.returncode == 2 and r.stderr.startswith("error: no checkpoint at") and r.stderr.count("\n") == 1
+    r = run_script("sample.py", ["--temperature=-1"])
+    assert r.returncode == 2 and "temperature=-1.0 must be >= 0" in r.stderr
+
+
+def test_checkpoint_loading_never_runs_code(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"model": Payload(), "model_config": {}, "step": 0, "data_meta": {}}, path)
+    with pytest.raises(checkpoint.CheckpointError, match="nothing in it was executed"):
+        checkpoint.load(str(path))
+    assert not marker.exists()
+    (tmp_path / "truncated.pt").write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(checkpoint.CheckpointError, match="not a loadable checkpoint"):
+        checkpoint.load(str(tmp_path / "truncated.pt"))
