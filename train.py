@@ -89,9 +89,9 @@ def main(argv) -> None:
     else:
         model = GPT(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
     cfg = model.config
-    if cfg.vocab_size < tokenizer.vocab_size:
-        raise SetupError(f"the checkpoint's vocab_size={cfg.vocab_size} is smaller than the data's "
-                         f"{tokenizer.vocab_size}; resume with the data it was trained on")
+    if ckpt is not None and ckpt["data_meta"].get("fingerprint") != meta.get("fingerprint"):
+        raise SetupError(f"the data in {data_dir} is not the data this checkpoint was trained on; resume with the "
+                         f"same --dataset/--input/--split/--tokenizer, or start a new --out_dir")
     optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2), device.type)
     start, best_val = 0, math.inf
     if ckpt is not None:
