@@ -11,9 +11,10 @@ import sys
 import time
 
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from common import checkpoint, flags
+from common import checkpoint, distributed, flags, fsdp
 from common.device import SetupError, autocast, pick_device, pick_dtype
 from common.metrics import MetricsLog
 from common.optim import lr_at, make_optimizer
@@ -37,13 +38,15 @@ def configure(argv):
     return tc, model_overrides, explicit
 
 
-def prepare_out_dir(tc: TrainConfig):
-    """Refuse to start a fresh run on top of an existing one unless --overwrite=true: nothing is lost by accident."""
+def prepare_out_dir(tc: TrainConfig, d: distributed.Dist):
+    """Refuse to start a fresh run on top of an existing one unless --overwrite=true: nothing is lost by accident.
+    Every process checks before any of them deletes, so they all agree."""
     existing = [f for f in RUN_FILES if os.path.exists(os.path.join(tc.out_dir, f))]
-    if tc.init_from == "scratch" and existing:
-        if not tc.overwrite:
-            raise SetupError(f"out_dir={tc.out_dir} already holds a run ({existing[0]}); pass --init_from=resume to "
-                             f"continue it, --overwrite=true to replace it, or another --out_dir")
+    if existing and not tc.overwrite:
+        raise SetupError(f"out_dir={tc.out_dir} already holds a run ({existing[0]}); pass --init_from=resume to "
+                         f"continue it, --overwrite=true to replace it, or another --out_dir")
+    distributed.barrier(d)
+    if existing and d.master:
         for f in existing:
             os.remove(os.path.join(tc.out_dir, f))
         shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
@@ -67,23 +70,36 @@ def main(argv) -> None:
         print(flags.help_text((TrainConfig, GPTConfig), PRESETS))
         return
     tc, model_overrides, explicit = configure(argv)
+    d, device_name = distributed.init(tc.device, tc.backend)  # under torchrun: this process's rank and device
+    try:
+        train(tc, model_overrides, explicit, d, device_name)
+    finally:
+        distributed.shutdown(d)
+
+
+def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str) -> None:
     ckpt = None
     if tc.init_from == "resume":
         tc, ckpt = load_resume(tc, model_overrides, explicit)
     else:
-        prepare_out_dir(tc)
-    device = pick_device(tc.device)
+        prepare_out_dir(tc, d)
+    device = pick_device(device_name)
     dtype = pick_dtype(tc.dtype, device)
-    master = True  # rank 0 logs, evaluates, samples and saves (the DDP issue adds the other ranks)
 
     # ---- data ----------------------------------------------------------------------------------------------------
-    data_dir = prepare(dataset=tc.dataset, input=tc.input, split=tc.split, tokenizer=tc.tokenizer,
+    def prepared():
+        return prepare(dataset=tc.dataset, input=tc.input, split=tc.split, tokenizer=tc.tokenizer,
                        vocab_size=tc.bpe_vocab_size, root=tc.data_root)
+    if d.master:
+        data_dir = prepared()  # rank 0 downloads and tokenizes; the others wait, then find it ready
+    distributed.barrier(d)
+    if not d.master:
+        data_dir = prepared()
     meta = read_meta(data_dir)
     tokenizer = load_tokenizer(data_dir)
 
     # ---- model and optimizer -------------------------------------------------------------------------------------
-    torch.manual_seed(tc.seed)
+    torch.manual_seed(tc.seed)  # the same initial weights in every process
     if ckpt is not None:
         model = model_from_checkpoint(ckpt, device)
     else:
@@ -92,30 +108,53 @@ def main(argv) -> None:
     if ckpt is not None and ckpt["data_meta"].get("fingerprint") != meta.get("fingerprint"):
         raise SetupError(f"the data in {data_dir} is not the data this checkpoint was trained on; resume with the "
                          f"same --dataset/--input/--split/--tokenizer, or start a new --out_dir")
+    if tc.fsdp and not d.enabled:
+        raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "
+                         "(torchrun --standalone --nproc_per_node=2 train.py ...)")
+    if ckpt is not None and ckpt["train_config"].get("fsdp", False) != tc.fsdp:
+        raise SetupError(f"this checkpoint was trained with fsdp={not tc.fsdp}; resume with --fsdp={not tc.fsdp}")
+    if tc.fsdp:
+        fsdp.shard(model)  # before the optimizer: it must hold the sharded parameters
     optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2), device.type)
     start, best_val = 0, math.inf
+    if d.enabled:
+        torch.manual_seed(tc.seed + d.rank)  # different dropout masks in different processes
     if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
+        if tc.fsdp:
+            fsdp.load_optimizer(model, optimizer, ckpt["optimizer"])
+        else:
+            optimizer.load_state_dict(ckpt["optimizer"])
         start, best_val = ckpt["step"], ckpt.get("best_val_loss", math.inf)
-        set_rng_state(ckpt["rng"], device)
+        states = ckpt["rng"]
+        set_rng_state(states[d.rank % len(states)], device)  # each process continues its own random stream
     train_model = torch.compile(model) if tc.compile else model
+    if d.enabled and not tc.fsdp:
+        train_model = DDP(train_model, device_ids=[device.index] if device.type == "cuda" else None)
+    # FSDP runs collectives inside every forward, so all processes must run the same forwards: each evaluates the
+    # whole validation set and generates the same samples (only rank 0 prints them).
+    everyone = d.master or tc.fsdp
 
-    train_data = TrainBatches(data_dir, cfg.block_size, tc.batch_size, tc.seed,
-                              grad_accum=tc.gradient_accumulation_steps, device=device)
-    val_set = list(val_batches(data_dir, cfg.block_size, tc.batch_size, max_batches=tc.eval_iters, device=device))
+    accum = tc.accumulation(cfg.block_size, d.world_size)
+    train_data = TrainBatches(data_dir, cfg.block_size, tc.batch_size, tc.seed, rank=d.rank,
+                              world_size=d.world_size, grad_accum=accum, device=device)
+    val_share = (0, 1) if tc.fsdp else (d.rank, d.world_size)
+    val_set = list(val_batches(data_dir, cfg.block_size, tc.batch_size, max_batches=tc.eval_iters, rank=val_share[0],
+                               world_size=val_share[1], device=device))
     val_bytes_per_token = meta["val_bytes"] / meta["val_tokens"]
     decay_iters = tc.lr_decay_iters or tc.max_iters
-    tokens_per_step = tc.batch_size * tc.gradient_accumulation_steps * cfg.block_size
+    tokens_per_step = tc.batch_size * accum * cfg.block_size * d.world_size  # over all processes
 
     @torch.no_grad()
     def evaluate() -> dict:
+        """Mean loss over the fixed validation set; each process takes its share, the sums are added up."""
         model.eval()
-        total, count = 0.0, 0
+        sums = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of token losses, tokens)
         for x, y in val_set:
             with autocast(device, dtype):
-                _, loss = train_model(x, y)
-            total, count = total + loss.item() * y.numel(), count + y.numel()
+                _, loss = model(x, y)  # the plain module: no gradient sync, no recompilation for eval mode
+            sums += torch.tensor([loss.item() * y.numel(), y.numel()], dtype=torch.float64, device=device)
         model.train()
+        total, count = (sums if tc.fsdp else distributed.all_sum(sums, d)).tolist()
         val = total / count
         return {"val_loss": val, "val_bpb": val / math.log(2) / val_bytes_per_token, "val_ppl": math.exp(min(val, 50))}
 
@@ -126,78 +165,99 @@ def main(argv) -> None:
         return tokenizer.decode(out[0].tolist())
 
     def save(step: int, best: bool) -> None:
-        state = {"model": checkpoint.clean_state_dict(model), "optimizer": optimizer.state_dict(),
+        """Called by every process (they all hand in their RNG state); only rank 0 writes."""
+        rng = distributed.gather_objects(rng_state(device), d)
+        if tc.fsdp:
+            weights, optim_state = fsdp.full_state(model, optimizer)  # gathers the shards: every process
+        else:
+            weights, optim_state = checkpoint.clean_state_dict(model), optimizer.state_dict()
+        if not d.master:
+            return
+        state = {"model": weights, "optimizer": optim_state,
                  "model_config": cfg.to_dict(), "train_config": tc.to_dict(), "step": step, "best_val_loss": best_val,
-                 "rng": rng_state(device), "data_dir": os.path.abspath(data_dir), "data_meta": meta, "variant": "decoder"}
-        checkpoint.save_atomic(state, os.path.join(tc.out_dir, CKPT_LAST))
+                 "rng": rng, "data_dir": os.path.abspath(data_dir), "data_meta": meta, "variant": "decoder"}
+        last = os.path.join(tc.out_dir, CKPT_LAST)
+        checkpoint.save_atomic(state, last)
         if best:
-            shutil.copyfile(os.path.join(tc.out_dir, CKPT_LAST), os.path.join(tc.out_dir, CKPT_BEST + ".tmp"))
+            shutil.copyfile(last, os.path.join(tc.out_dir, CKPT_BEST + ".tmp"))
             os.replace(os.path.join(tc.out_dir, CKPT_BEST + ".tmp"), os.path.join(tc.out_dir, CKPT_BEST))
 
-    wandb_cfg = None
-    if tc.wandb_log and master:
-        wandb_cfg = {"project": tc.wandb_project, "name": tc.wandb_run_name or os.path.basename(tc.out_dir),
-                     "config": {**tc.to_dict(), **cfg.to_dict(), "params": model.num_params()}}
-    log = MetricsLog(tc.out_dir, fresh=ckpt is None, wandb_cfg=wandb_cfg)
-    print(f"model: {model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
-          f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl} | "
-          f"data: {data_dir} ({meta['train_tokens']:,} train / {meta['val_tokens']:,} val {tc.tokenizer} tokens) | "
-          f"{device.type} {str(dtype).replace('torch.', '')}, {tokens_per_step:,} tokens/step", flush=True)
+    log = None
+    if d.master:
+        wandb_cfg = None
+        if tc.wandb_log:
+            wandb_cfg = {"project": tc.wandb_project, "name": tc.wandb_run_name or os.path.basename(tc.out_dir),
+                         "config": {**tc.to_dict(), **cfg.to_dict(), "params": model.num_params()}}
+        log = MetricsLog(tc.out_dir, fresh=ckpt is None, wandb_cfg=wandb_cfg)
+        print(f"model: {model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
+              f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl} | data: "
+              f"{data_dir} ({meta['train_tokens']:,} train / {meta['val_tokens']:,} val {tc.tokenizer} tokens) | "
+              f"{device.type} {str(dtype).replace('torch.', '')}, {tokens_per_step:,} tokens/step"
+              + (f" over {d.world_size} processes" if d.enabled else ""), flush=True)
 
     # ---- the training loop ---------------------------------------------------------------------------------------
     model.train()
     t_start, t_last, tokens_seen = time.time(), time.time(), start * tokens_per_step
     bar = tqdm(range(start, tc.max_iters), initial=start, total=tc.max_iters, unit="step", dynamic_ncols=True,
-               mininterval=1.0, disable=not master)
+               mininterval=1.0, disable=not d.master)
     for step in bar:
         lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, decay_iters)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=device)
-        for micro in range(tc.gradient_accumulation_steps):
+        for micro in range(accum):
             x, y = train_data.get(step, micro)
-            with autocast(device, dtype):
-                _, loss = train_model(x, y)
-            loss = loss / tc.gradient_accumulation_steps  # the accumulated gradient is the mean over micro-steps
-            loss.backward()
+            with distributed.no_sync(train_model, skip=micro < accum - 1):  # sync gradients once per step
+                with autocast(device, dtype):
+                    _, loss = train_model(x, y)
+                loss = loss / accum  # the accumulated gradient is the mean over micro-steps
+                loss.backward()
             loss_sum += loss.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+            grad_norm = grad_norm.full_tensor()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         done = step + 1
         tokens_seen += tokens_per_step
 
         is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
-        if master and (done % tc.log_interval == 0 or is_eval):
-            train_loss = loss_sum.item()  # the only host sync: once per log line
-            if not math.isfinite(train_loss):
-                raise SetupError(f"the training loss became {train_loss} at step {done}; the last good checkpoint "
-                                 f"is untouched: lower --learning_rate or --grad_clip and resume")
-            now = time.time()
-            tok_per_s = tokens_per_step * (done - max(start, done - tc.log_interval)) / max(now - t_last, 1e-9)
-            row = {"step": done, "train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item(),
-                   "tokens": tokens_seen, "elapsed_s": round(now - t_start, 3), "tok_per_s": round(tok_per_s, 1)}
-            bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
-            t_last = now
-            if is_eval:
-                row.update(evaluate())
-                best = row["val_loss"] < best_val
-                best_val = min(best_val, row["val_loss"])
-                save(done, best)
-                bar.write(f"step {done}: train {train_loss:.4f}, val {row['val_loss']:.4f} "
-                          f"({row['val_bpb']:.3f} bits/byte, ppl {row['val_ppl']:.2f}), lr {lr:.2e}, "
-                          f"{tok_per_s:,.0f} tok/s" + (" [best]" if best else ""))
-                if tc.wandb_log:
-                    log.log_samples(done, [sample(tc.sample_tokens)])
+        if not (done % tc.log_interval == 0 or is_eval):
+            continue
+        train_loss = distributed.all_mean(loss_sum, d).item()  # the only host sync: once per log line
+        if not math.isfinite(train_loss):
+            raise SetupError(f"the training loss became {train_loss} at step {done}; the last good checkpoint "
+                             f"is untouched: lower --learning_rate or --grad_clip and resume")
+        now = time.time()
+        tok_per_s = tokens_per_step * (done - max(start, done - tc.log_interval)) / max(now - t_last, 1e-9)
+        t_last = now
+        row = {"step": done, "train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item(),
+               "tokens": tokens_seen, "elapsed_s": round(now - t_start, 3), "tok_per_s": round(tok_per_s, 1)}
+        bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
+        if is_eval:
+            row.update(evaluate())
+            best = row["val_loss"] < best_val
+            best_val = min(best_val, row["val_loss"])
+            save(done, best)
+            bar.write(f"step {done}: train {train_loss:.4f}, val {row['val_loss']:.4f} "
+                      f"({row['val_bpb']:.3f} bits/byte, ppl {row['val_ppl']:.2f}), lr {lr:.2e}, "
+                      f"{tok_per_s:,.0f} tok/s" + (" [best]" if best else ""))
+            if tc.wandb_log and everyone:
+                text = sample(tc.sample_tokens)
+                if d.master:
+                    log.log_samples(done, [text])
+        if d.master:
             log.log(row)
     bar.close()
-    elapsed = time.time() - t_start
-    if master:
-        print(f"done: {tc.max_iters} steps in {elapsed:.1f} s, best val loss {best_val:.4f}; checkpoints in "
-              f"{tc.out_dir}/")
-        if tc.sample_tokens:
-            print("---- sample ----\n" + sample(tc.sample_tokens) + "\n----------------")
-    log.close()
+    if d.master:
+        print(f"done: {tc.max_iters} steps in {time.time() - t_start:.1f} s, best val loss {best_val:.4f}; "
+              f"checkpoints in {tc.out_dir}/")
+    if tc.sample_tokens and everyone:
+        text = sample(tc.sample_tokens)
+        if d.master:
+            print("---- sample ----\n" + text + "\n----------------")
+    if d.master:
+        log.close()
 
 
 if __name__ == "__main__":

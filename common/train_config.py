@@ -21,8 +21,9 @@ class TrainConfig:
     bpe_vocab_size: int = 2048  # vocabulary of the trained BPE tokenizer
     data_root: str | None = None  # where downloads and prepared folders go; None: the data/ folder
     # batches and schedule
-    batch_size: int = 32  # sequences per micro-step
-    gradient_accumulation_steps: int = 1
+    batch_size: int = 32  # sequences per micro-step (per process)
+    gradient_accumulation_steps: int = 1  # micro-steps per optimizer step (per process)
+    total_batch_size: int | None = None  # tokens per optimizer step over all processes; sets the accumulation
     max_iters: int = 2000
     eval_interval: int = 250
     eval_iters: int = 20  # validation batches per evaluation (a fixed, evenly spaced subset)
@@ -40,6 +41,8 @@ class TrainConfig:
     device: str = "auto"  # 'auto' (cuda > mps > cpu), or any torch device string
     dtype: str = "auto"  # 'auto', 'float32', 'bfloat16' or 'float16' (autocast dtype of matmuls)
     compile: bool = False
+    backend: str = "auto"  # torch.distributed backend under torchrun: 'auto' (nccl on GPUs, gloo on CPUs)
+    fsdp: bool = False  # under torchrun: shard weights, gradients and optimizer state instead of replicating (DDP)
     seed: int = 1337
     # samples shown at each evaluation and at the end
     sample_prompt: str = "\n"
@@ -60,6 +63,8 @@ class TrainConfig:
         for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
                      "log_interval", "bpe_vocab_size"):
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
+        need(self.total_batch_size is None or self.total_batch_size > 0,
+             f"total_batch_size={self.total_batch_size} must be a positive number of tokens or None")
         need(self.warmup_iters >= 0, f"warmup_iters={self.warmup_iters} must be >= 0")
         need(self.lr_decay_iters is None or self.lr_decay_iters > 0,
              f"lr_decay_iters={self.lr_decay_iters} must be a positive integer or None")
@@ -73,6 +78,17 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def accumulation(self, block_size: int, world_size: int) -> int:
+        """Micro-steps per optimizer step. With total_batch_size the global batch stays the same at any world
+        size: 1 process accumulates what N processes compute side by side."""
+        if self.total_batch_size is None:
+            return self.gradient_accumulation_steps
+        per_micro = self.batch_size * block_size * world_size  # tokens of one micro-step over all processes
+        if self.total_batch_size % per_micro:
+            raise ValueError(f"total_batch_size={self.total_batch_size} is not a multiple of batch_size x block_size "
+                             f"x processes = {self.batch_size} x {block_size} x {world_size} = {per_micro}")
+        return self.total_batch_size // per_micro
 
 
 # Presets: overrides of TrainConfig and GPTConfig fields, applied before --config and flags.

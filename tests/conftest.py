@@ -1,10 +1,13 @@
+import json
 import os
+import subprocess
 import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: model/, data/
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # the repo root: model/, data/, common/, train.py
 
 from model import GPT, GPTConfig  # noqa: E402
 
@@ -30,3 +33,40 @@ def _restore_torch_state():
     yield
     torch.set_num_threads(threads)
     torch.set_grad_enabled(grad)
+
+
+# train.py flags for a model that trains in a fraction of a second (tests add --input, --out_dir, --data_root)
+TINY_TRAIN_FLAGS = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--eval_iters=2",
+                    "--log_interval=1", "--sample_tokens=0", "--split=tail", "--tokenizer=char", "--device=cpu",
+                    "--dtype=float32", "--warmup_iters=2"]
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """A small made-up play: enough text for windows of 17 characters in both splits."""
+    folder = tmp_path_factory.mktemp("corpus")
+    names = ["ROMEO", "JULIET", "NURSE", "FRIAR"]
+    words = "love night light sweet death fair dear swear moon star the and of my thy".split()
+    lines = []
+    for i in range(600):
+        line = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6))
+        lines.append(f"{names[i % 4]}:\n{line.capitalize()}.\n")
+    path = folder / "play.txt"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def tiny_args(corpus, out_dir, *extra):
+    return TINY_TRAIN_FLAGS + [f"--input={corpus}", f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}",
+                               *extra]
+
+
+def run_script(script, args, launcher=()):
+    """Run one of the project's scripts in a fresh Python process (optionally under a launcher such as torchrun)."""
+    return subprocess.run([sys.executable, *launcher, os.path.join(ROOT, script), *args], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+
+
+def metrics(out_dir):
+    with open(out_dir / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]

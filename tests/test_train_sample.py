@@ -1,49 +1,12 @@
 """End to end on tiny configs: train.py -> checkpoint -> sample.py, exact resume, refusals and errors."""
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import train
 from common import checkpoint
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--eval_iters=2",
-        "--log_interval=1", "--sample_tokens=0", "--split=tail", "--tokenizer=char", "--device=cpu",
-        "--dtype=float32", "--warmup_iters=2"]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A small made-up play: enough text for windows of 17 characters in both splits."""
-    folder = tmp_path_factory.mktemp("corpus")
-    names = ["ROMEO", "JULIET", "NURSE", "FRIAR"]
-    words = "love night light sweet death fair dear swear moon star the and of my thy".split()
-    lines = []
-    for i in range(600):
-        speaker = names[i % 4]
-        line = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6))
-        lines.append(f"{speaker}:\n{line.capitalize()}.\n")
-    path = folder / "play.txt"
-    path.write_text("\n".join(lines))
-    return path
-
-
-def tiny_args(corpus, out_dir, *extra):
-    return TINY + [f"--input={corpus}", f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}", *extra]
-
-
-def run_script(script, args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
-
-
-def metrics(out_dir):
-    with open(out_dir / "metrics.jsonl") as f:
-        return [json.loads(line) for line in f]
+from conftest import metrics, run_script, tiny_args
 
 
 def test_train_then_sample_end_to_end(corpus, tmp_path):

@@ -1,0 +1,98 @@
+"""Several processes, one model: torchrun's environment -> process group, device and this process's rank.
+
+`torchrun --standalone --nproc_per_node=N train.py ...` starts N copies of train.py with RANK, LOCAL_RANK and
+WORLD_SIZE set. Each copy trains on its own slice of every step's global batch (data/loader.py), DDP averages the
+gradients across processes during the last backward of a step, and every replica then takes the same optimizer
+step. Without torchrun, world_size is 1 and nothing here does anything.
+"""
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0  # the one process that logs, evaluates the sample, and writes files
+
+
+def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
+    """Joins the process group if torchrun started us. Returns (Dist, device name for this process)."""
+    if "RANK" not in os.environ:
+        return Dist(), device_name
+    d = Dist(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ["WORLD_SIZE"]))
+    use_cuda = device_name.startswith("cuda") or (device_name == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        device_name = f"cuda:{d.local_rank}"  # one GPU per process
+        torch.cuda.set_device(d.local_rank)
+    elif device_name == "auto":
+        device_name = "cpu"
+    if backend == "auto":
+        backend = "nccl" if use_cuda else "gloo"  # nccl for GPUs; gloo runs on CPUs (and anywhere)
+    dist.init_process_group(backend=backend)
+    return d, device_name
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()
+
+
+def all_mean(value: torch.Tensor, d: Dist) -> torch.Tensor:
+    """The mean of a scalar tensor over all processes (every process must call it)."""
+    if d.enabled:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        value /= d.world_size
+    return value
+
+
+def all_sum(value: torch.Tensor, d: Dist) -> torch.Tensor:
+    if d.enabled:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def gather_objects(obj, d: Dist) -> list:
+    """[obj of rank 0, obj of rank 1, ...] on every process."""
+    if not d.enabled:
+        return [obj]
+    out = [None] * d.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+@contextlib.contextmanager
+def no_sync(model, skip: bool):
+    """DDP all-reduces gradients in every backward; skip that for all but the last micro-step of a step. The context
+    must cover the forward too: DDP decides in forward whether the coming backward synchronises. (FSDP's switch
+    is set_requires_gradient_sync.)"""
+    if skip and hasattr(model, "no_sync"):  # DDP
+        with model.no_sync():
+            yield
+    elif skip and hasattr(model, "set_requires_gradient_sync"):  # FSDP
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def shutdown(d: Dist) -> None:
+    if d.enabled and dist.is_initialized():
+        dist.destroy_process_group()

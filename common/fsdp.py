@@ -1,0 +1,33 @@
+"""Fully sharded data parallel (PyTorch's FSDP2, `fully_shard`): for models that do not fit one device.
+
+DDP keeps a full copy of the weights, gradients and optimizer state in every process. FSDP splits each of them
+into world_size shards: a process holds 1/N of everything and gathers a block's full weights just before that
+block runs (forward and backward), then frees them. Memory per process falls by ~N at the price of more
+communication. Each transformer block is one unit of gathering; the root (embeddings, final norm, tied head) is
+another.
+
+Checkpoints are written in the same single-file format as without FSDP: the shards are gathered into a full
+state dict (on the CPU) and rank 0 writes it. The optimizer state is keyed by parameter name rather than by
+position, which is what `torch.distributed.checkpoint.state_dict` produces and consumes.
+"""
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.distributed.fsdp import fully_shard
+
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def shard(model) -> None:
+    """Shards the model in place: its parameters become DTensors, 1/N of each per process."""
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+
+
+def full_state(model, optimizer) -> tuple[dict, dict]:
+    """(model state dict, optimizer state dict), each full and on the CPU. Every process must call it."""
+    return get_model_state_dict(model, options=FULL), get_optimizer_state_dict(model, optimizer, options=FULL)
+
+
+def load_optimizer(model, optimizer, state: dict) -> None:
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
