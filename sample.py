@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from common import flags
+from common import cli, flags
 from common.device import autocast, pick_device, pick_dtype
 from common.run_setup import find_checkpoint, load_for_inference, parse_configs
-from data import DataError
 from model.generate import check_sampling
 
 
@@ -91,8 +90,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli.run(main, sys.argv[1:]))

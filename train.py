@@ -14,18 +14,28 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from common import checkpoint, distributed, flags, fsdp
+from common import checkpoint, cli, distributed, flags, fsdp
 from common.device import SetupError, autocast, pick_device, pick_dtype
 from common.metrics import MetricsLog
+from common.mfu import mfu, peak_matmul_flops
 from common.optim import lr_at, make_optimizer
 from common.run_setup import model_from_checkpoint, parse_configs, rng_state, set_rng_state
 from common.train_config import PRESETS, TrainConfig
-from data import DataError, TrainBatches, load_tokenizer, read_meta, val_batches
+from data import TrainBatches, load_tokenizer, read_meta, val_batches
 from data.prepare import prepare
 from model import GPT, GPTConfig
 
 CKPT_LAST, CKPT_BEST = "ckpt_last.pt", "ckpt_best.pt"
 RUN_FILES = (CKPT_LAST, CKPT_BEST, "metrics.jsonl")
+
+
+def resident_mb() -> float | None:
+    """This process's resident memory (Linux), logged so that a leak over a long run shows up in metrics.jsonl."""
+    try:
+        with open("/proc/self/statm") as f:
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def configure(argv):
@@ -65,6 +75,21 @@ def load_resume(tc: TrainConfig, model_overrides: dict, explicit: dict):
     return TrainConfig(**saved), ckpt
 
 
+def hf_start(folder: str, model_overrides: dict, explicit: dict, tokenizer):
+    """For --init_from=hf:FOLDER: a fresh run (step 0, new optimizer) from a local Hugging Face GPT-2's weights.
+    The folder fixes the architecture; --dropout and --attn_impl are free."""
+    from model.import_hf import check_same_tokenizer, load_hf_gpt2
+
+    model = load_hf_gpt2(folder, **{k: v for k, v in model_overrides.items() if k in ("dropout", "attn_impl")})
+    have = model.config.to_dict()
+    for k, v in model_overrides.items():
+        if k in explicit and have[k] != v:
+            raise SetupError(f"--{k}={v} differs from the Hugging Face model's {k}={have[k]}; the folder fixes the "
+                             f"architecture: drop the flag")
+    check_same_tokenizer(folder, model.config.vocab_size, tokenizer)
+    return model
+
+
 def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
         print(flags.help_text((TrainConfig, GPTConfig), PRESETS))
@@ -83,6 +108,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         tc, ckpt = load_resume(tc, model_overrides, explicit)
     else:
         prepare_out_dir(tc, d)
+    if d.master:
+        checkpoint.remove_stale_temporaries(tc.out_dir)
     device = pick_device(device_name)
     dtype = pick_dtype(tc.dtype, device)
 
@@ -102,6 +129,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     if ckpt is not None:
         model = model_from_checkpoint(ckpt, device)
+    elif tc.init_from.startswith("hf:"):
+        model = hf_start(tc.init_from[len("hf:"):], model_overrides, explicit, tokenizer).to(device)
     else:
         model = GPT(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
     cfg = model.config
@@ -186,9 +215,12 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if d.master:
         wandb_cfg = None
         if tc.wandb_log:
-            wandb_cfg = {"project": tc.wandb_project, "name": tc.wandb_run_name or os.path.basename(tc.out_dir),
+            wandb_cfg = {"project": tc.wandb_project, "name": tc.wandb_run_name,  # None: named from the config
                          "config": {**tc.to_dict(), **cfg.to_dict(), "params": model.num_params()}}
-        log = MetricsLog(tc.out_dir, fresh=ckpt is None, wandb_cfg=wandb_cfg)
+        log = MetricsLog(tc.out_dir, fresh=ckpt is None, wandb_cfg=wandb_cfg, resume_step=start)
+        # MFU's denominator: this device's measured matmul FLOP/s, times the processes sharing tokens_per_step
+        peak_flops = peak_matmul_flops(device, dtype) * d.world_size
+        flops_per_token = model.flops_per_token()
         print(f"model: {model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
               f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl} | data: "
               f"{data_dir} ({meta['train_tokens']:,} train / {meta['val_tokens']:,} val {tc.tokenizer} tokens) | "
@@ -197,7 +229,7 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
 
     # ---- the training loop ---------------------------------------------------------------------------------------
     model.train()
-    t_start, t_last, tokens_seen = time.time(), time.time(), start * tokens_per_step
+    t_start, t_last, tokens_seen, skipped = time.time(), time.time(), start * tokens_per_step, 0
     bar = tqdm(range(start, tc.max_iters), initial=start, total=tc.max_iters, unit="step", dynamic_ncols=True,
                mininterval=1.0, disable=not d.master)
     for step in bar:
@@ -216,23 +248,33 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
         if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
             grad_norm = grad_norm.full_tensor()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
         done = step + 1
+        # A NaN/inf anywhere in the loss or the backward shows up in the gradient norm (the same on every process).
+        # One host sync per step buys never applying a poisoned update.
+        if not math.isfinite(grad_norm.item()):
+            if tc.on_nonfinite == "stop":
+                raise SetupError(f"non-finite loss or gradient at step {done} (loss {loss_sum.item():.4g}); stopped "
+                                 f"before updating, the last checkpoint is untouched: lower --learning_rate, or pass "
+                                 f"--on_nonfinite=skip to skip such steps")
+            skipped += 1
+            bar.write(f"step {done}: non-finite gradient, update skipped ({skipped} so far)")
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         tokens_seen += tokens_per_step
 
         is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
         if not (done % tc.log_interval == 0 or is_eval):
             continue
-        train_loss = distributed.all_mean(loss_sum, d).item()  # the only host sync: once per log line
-        if not math.isfinite(train_loss):
-            raise SetupError(f"the training loss became {train_loss} at step {done}; the last good checkpoint "
-                             f"is untouched: lower --learning_rate or --grad_clip and resume")
+        train_loss = distributed.all_mean(loss_sum, d).item()
         now = time.time()
         tok_per_s = tokens_per_step * (done - max(start, done - tc.log_interval)) / max(now - t_last, 1e-9)
         t_last = now
         row = {"step": done, "train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item(),
-               "tokens": tokens_seen, "elapsed_s": round(now - t_start, 3), "tok_per_s": round(tok_per_s, 1)}
+               "tokens": tokens_seen, "elapsed_s": round(now - t_start, 3), "tok_per_s": round(tok_per_s, 1),
+               "rss_mb": resident_mb(), "skipped_steps": skipped}
+        if d.master:
+            row["mfu"] = round(mfu(flops_per_token, tok_per_s, peak_flops), 5)
         bar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
         if is_eval:
             row.update(evaluate())
@@ -261,12 +303,4 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, DataError) as e:  # FlagError, SetupError, CheckpointError, DataError: one line, exit 2
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted: the last checkpoint in out_dir is complete; continue with --init_from=resume",
-              file=sys.stderr)
-        sys.exit(130)
+    sys.exit(cli.run(main, sys.argv[1:]))

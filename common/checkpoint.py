@@ -50,6 +50,14 @@ def save_atomic(obj: dict, path: str) -> None:
         raise
 
 
+def remove_stale_temporaries(folder: str) -> None:
+    """A process killed in the middle of save_atomic leaves its temporary file behind; nothing else uses it."""
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name.startswith(".tmp-") and name.endswith(".pt"):
+                os.remove(os.path.join(folder, name))
+
+
 def load(path: str, map_location="cpu") -> dict:
     if not os.path.isfile(path):
         raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or "

@@ -2,41 +2,112 @@
 
 wandb runs offline unless the user has logged in and set WANDB_MODE=online: training never needs an account or a
 network, and `wandb sync out_dir/wandb/offline-run-*` uploads a finished run later.
+
+The wandb layout, so that dashboards need no hand-editing:
+- sections: train/ (loss, lr, grad_norm), val/ (loss, bpb, ppl), perf/ (tok_per_s, mfu, elapsed_s), samples;
+  a key not in WANDB_KEYS is logged under its own name;
+- two x axes: `step` (the default) and `tokens` (pick it in a panel to compare runs of different batch sizes);
+- run names, groups and tags for filtering studies: the group is the data and model size, so runs that differ only
+  in the option under study (pos_emb, attn_impl, causal) share a group; tags and the job type name those options.
+metrics.jsonl keeps the flat names train.py gives (train_loss, val_bpb, ...): scripts read them.
 """
 import json
 import math
 import os
 
+# flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
+WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
+              "val_loss": "val/loss", "val_bpb": "val/bpb", "val_ppl": "val/ppl",
+              "skipped_steps": "train/skipped_steps", "tok_per_s": "perf/tok_per_s", "mfu": "perf/mfu",
+              "elapsed_s": "perf/elapsed_s", "rss_mb": "perf/rss_mb"}
+SECTIONS = ("train/*", "val/*", "perf/*")
+BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the best value, not the last
+
+
+def run_layout(config: dict) -> dict:
+    """wandb.init's name, group, job_type and tags from the run's config (train and model fields)."""
+    get = config.get
+    variant = "decoder" if get("causal", True) else "encoder"
+    size = f"{get('n_layer')}x{get('n_head')}x{get('n_embd')}-ctx{get('block_size')}"
+    data = os.path.splitext(os.path.basename(str(get("input")).rstrip("/")))[0] if get("input") else get("dataset")
+    tags = [variant, f"pos_emb:{get('pos_emb')}", f"attn:{get('attn_impl')}", f"tokenizer:{get('tokenizer')}"]
+    if get("window"):
+        tags.append(f"window:{get('window')}")
+    return {"name": f"{variant}-{get('pos_emb')}-{size}-{get('tokenizer')}",
+            "group": get("wandb_group") or f"{data}-{get('tokenizer')}-{size}",
+            "job_type": variant, "tags": tags}
+
+
+def keep_through(path: str, step: int) -> None:
+    """A resumed run restarts after its checkpoint's step; lines a killed run logged past that step would be logged
+    again, so drop them (rewritten atomically, like a checkpoint)."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        lines = [line for line in f if line.strip()]
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                kept.append(line)
+        except json.JSONDecodeError:  # a line cut short by a kill
+            pass
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+
 
 class MetricsLog:
-    def __init__(self, out_dir: str, fresh: bool, wandb_cfg: dict | None = None):
+    def __init__(self, out_dir: str, fresh: bool, wandb_cfg: dict | None = None, resume_step: int = 0):
+        """fresh: start a new file; else append after resume_step. wandb_cfg: {"project", "name" (None: derived
+        from the config), "config"}; None: no wandb."""
         self.path = os.path.join(out_dir, "metrics.jsonl")
         os.makedirs(out_dir, exist_ok=True)
+        if not fresh:
+            keep_through(self.path, resume_step)
         self.file = open(self.path, "w" if fresh else "a", buffering=1)  # line-buffered: each line lands whole
         self.wandb = None
+        self.sample_rows = []  # every sample so far: the table logged at each evaluation holds the whole history
         if wandb_cfg is not None:
             os.environ.setdefault("WANDB_MODE", "offline")
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb  # imported only when asked for: it is slow to import
 
-            self.wandb = wandb.init(project=wandb_cfg["project"], name=wandb_cfg["name"], config=wandb_cfg["config"],
-                                    dir=out_dir, resume="allow" if not fresh else None)
+            layout = run_layout(wandb_cfg["config"])
+            self.wandb = wandb.init(project=wandb_cfg["project"], name=wandb_cfg.get("name") or layout["name"],
+                                    group=layout["group"], job_type=layout["job_type"], tags=layout["tags"],
+                                    config=wandb_cfg["config"], dir=out_dir, resume="allow" if not fresh else None)
+            self._define_layout()
+
+    def _define_layout(self) -> None:
+        run = self.wandb
+        run.define_metric("step")
+        run.define_metric("tokens", step_metric="step")
+        for section in SECTIONS:
+            run.define_metric(section, step_metric="step")
+        for key in BEST_IS_MIN:
+            run.define_metric(key, step_metric="step", summary="min")
 
     def log(self, row: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.file.write(json.dumps(clean) + "\n")
         if self.wandb is not None:
-            self.wandb.log({k: v for k, v in row.items() if v is not None}, step=row.get("step"))
+            self.wandb.log({WANDB_KEYS.get(k, k): v for k, v in row.items() if v is not None}, step=row.get("step"))
 
     def log_samples(self, step: int, samples: list[str]) -> None:
         if self.wandb is not None:
             import wandb
 
-            table = wandb.Table(columns=["step", "sample"], data=[[step, s] for s in samples])
+            self.sample_rows += [[step, s] for s in samples]
+            table = wandb.Table(columns=["step", "sample"], data=list(self.sample_rows))
             self.wandb.log({"samples": table}, step=step)
 
     def close(self) -> None:
         self.file.close()
         if self.wandb is not None:
+            run_dir = os.path.dirname(self.wandb.dir)  # .../wandb/offline-run-DATE-ID (dir is its files/)
+            offline = self.wandb.settings.mode == "offline" if hasattr(self.wandb, "settings") else True
             self.wandb.finish()
-            print(f"wandb run saved offline in {self.wandb.dir}; upload it with: wandb sync {os.path.dirname(self.wandb.dir)}")
+            if offline:
+                print(f"wandb run saved offline in {run_dir}; upload it with: wandb sync {run_dir}")

@@ -11,7 +11,7 @@ TOKENIZERS = ("char", "gpt2", "bpe")
 class TrainConfig:
     # I/O
     out_dir: str = "out"
-    init_from: str = "scratch"  # 'scratch' or 'resume' (continue from out_dir/ckpt_last.pt)
+    init_from: str = "scratch"  # 'scratch', 'resume' (continue out_dir/ckpt_last.pt) or 'hf:FOLDER' (GPT-2 weights)
     overwrite: bool = False  # allow a scratch run to replace the run already in out_dir
     # data (see data/README.md)
     dataset: str = "shakespeare"  # the built-in corpus; ignored when --input is given
@@ -37,6 +37,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
+    on_nonfinite: str = "stop"  # a NaN/inf loss or gradient: 'stop' the run, or 'skip' that step's update
     # system
     device: str = "auto"  # 'auto' (cuda > mps > cpu), or any torch device string
     dtype: str = "auto"  # 'auto', 'float32', 'bfloat16' or 'float16' (autocast dtype of matmuls)
@@ -50,14 +51,16 @@ class TrainConfig:
     # wandb (offline unless you log in; `wandb sync out/wandb/...` uploads later)
     wandb_log: bool = False
     wandb_project: str = "small-gpt"
-    wandb_run_name: str | None = None
+    wandb_run_name: str | None = None  # None: decoder-rope-4x4x128-ctx128-char (from the config)
+    wandb_group: str | None = None  # None: the data and model size, so a study of one option shares a group
 
     def __post_init__(self):
         def need(ok, msg):
             if not ok:
                 raise ValueError(msg)
 
-        need(self.init_from in ("scratch", "resume"), f"init_from={self.init_from!r} must be 'scratch' or 'resume'")
+        need(self.init_from in ("scratch", "resume") or self.init_from.startswith("hf:"),
+             f"init_from={self.init_from!r} must be 'scratch', 'resume' or 'hf:FOLDER' (a local Hugging Face GPT-2)")
         need(self.tokenizer in TOKENIZERS, f"tokenizer={self.tokenizer!r} is not one of {', '.join(TOKENIZERS)}")
         need(self.split in (None, "works", "tail"), f"split={self.split!r} must be 'works' or 'tail'")
         for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
@@ -72,6 +75,7 @@ class TrainConfig:
         need(0 <= self.min_lr <= self.learning_rate, f"min_lr={self.min_lr} must be in [0, learning_rate]")
         need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"beta1={self.beta1}, beta2={self.beta2} must be in [0, 1)")
         need(self.weight_decay >= 0 and self.grad_clip >= 0, "weight_decay and grad_clip must be >= 0")
+        need(self.on_nonfinite in ("stop", "skip"), f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
         need(self.dtype in ("auto", "float32", "bfloat16", "float16"),
              f"dtype={self.dtype!r} must be auto, float32, bfloat16 or float16")
         need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")

@@ -1,0 +1,121 @@
+"""Import a local Hugging Face GPT-2 folder (config.json + model.safetensors or pytorch_model.bin) as our model,
+to sample from it or train it further. Nothing is downloaded: the folder must be on disk.
+
+    python -m model.import_hf --hf_dir=path/to/gpt2 --out_dir=out-gpt2
+    python sample.py --out_dir=out-gpt2 --start="Hello"
+
+The checkpoint written is a step-0 run (ckpt_last.pt and ckpt_best.pt) with its tokenizer: the one a small-gpt
+export left in the folder (small_gpt_tokenizer.json), else GPT-2's own when the vocabulary is GPT-2's 50,257.
+"""
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from common import safetensors_file
+from common.run_setup import parse_configs
+
+from .export import TOKENIZER_META
+from .gpt import GPT
+from .hf_gpt2 import config_from_hf, from_hf_state_dict
+
+GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # HF's names, newest format first
+
+
+@dataclass
+class ImportConfig:
+    hf_dir: str = ""  # the Hugging Face GPT-2 folder (required)
+    out_dir: str = "out-hf"  # where the checkpoint goes
+    dropout: float = 0.0  # for training it further (GPT-2 was trained with 0.1)
+    overwrite: bool = False
+
+
+def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
+    for name in WEIGHT_FILES:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            if name.endswith(".safetensors"):
+                return safetensors_file.load(path)
+            return torch.load(path, map_location="cpu", weights_only=True)  # never runs code from the file
+    if any(f.endswith(".index.json") for f in os.listdir(folder)):
+        raise ValueError(f"{folder} holds a sharded model; re-save it unsharded: "
+                         f"model.save_pretrained(folder, max_shard_size='100GB')")
+    raise ValueError(f"{folder} has none of {', '.join(WEIGHT_FILES)}")
+
+
+def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> GPT:
+    """A local GPT-2 folder -> our GPT (bias=True, learned positions), in eval mode, float32 as stored. dropout and
+    attn_impl are ours to choose: they change how it trains or runs, not what it computes."""
+    config_path = os.path.join(folder, "config.json")
+    if not os.path.isfile(config_path):
+        raise ValueError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
+                         f"so give a local folder")
+    with open(config_path) as f:
+        cfg = config_from_hf(json.load(f), dropout, attn_impl)
+    return from_hf_state_dict(cfg, read_hf_weights(folder)).eval()
+
+
+def tokenizer_meta(folder: str, vocab_size: int) -> dict:
+    """The tokenizer metadata for the checkpoint (the meta.json keys load_tokenizer reads)."""
+    path = os.path.join(folder, TOKENIZER_META)
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    if vocab_size == GPT2_VOCAB:  # OpenAI's GPT-2 and its fine-tunes: our gpt2 tokenizer is the same BPE
+        return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB, "eot_id": GPT2_EOT_ID}
+    raise ValueError(f"{folder} has a {vocab_size}-token vocabulary and no {TOKENIZER_META}: no tokenizer this "
+                     f"project can run; load the weights alone with model.import_hf.load_hf_gpt2(folder)")
+
+
+def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
+    """Refuses (one line) to train the folder's model on data of another tokenizer: same vocabulary size is not
+    enough (two char vocabularies of 65 characters differ), so every id's bytes are compared."""
+    from data.tokenizer import load_tokenizer
+
+    ours = load_tokenizer(tokenizer_meta(folder, vocab_size), folder=folder)
+    same_size = ours.vocab_size == tokenizer.vocab_size
+    differ = [i for i in range(ours.vocab_size) if same_size and ours.decode_bytes([i]) != tokenizer.decode_bytes([i])]
+    if not same_size or differ:
+        what = f"token {differ[0]} is {ours.decode([differ[0]])!r} there" if differ else f"it has {ours.vocab_size} tokens, the data {tokenizer.vocab_size}"
+        raise ValueError(f"{folder} was trained with another tokenizer than the data's {tokenizer.name} tokenizer "
+                         f"({what}); prepare the data with the model's tokenizer (--tokenizer=gpt2 for GPT-2)")
+
+
+def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite: bool = False) -> str:
+    """Writes out_dir/ckpt_last.pt and ckpt_best.pt (identical) for sample.py; returns the ckpt_last path."""
+    from common import checkpoint
+    from common.train_config import TrainConfig
+
+    folder, out_dir = os.path.abspath(folder), os.fspath(out_dir)  # plain strings: weights_only loads no Path
+    model = load_hf_gpt2(folder, dropout)
+    meta = tokenizer_meta(folder, model.config.vocab_size)
+    paths = [os.path.join(out_dir, f"ckpt_{which}.pt") for which in ("last", "best")]
+    if any(os.path.exists(p) for p in paths) and not overwrite:
+        raise ValueError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
+    state = {"model": checkpoint.clean_state_dict(model), "model_config": model.config.to_dict(),
+             "train_config": TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"]).to_dict(), "step": 0,
+             "data_dir": folder,  # a bpe tokenizer's merges file lives next to the weights
+             "data_meta": meta, "variant": "decoder", "source": f"hf:{folder}"}
+    for path in paths:
+        checkpoint.save_atomic(state, path)
+    return paths[0]
+
+
+def main(argv) -> None:
+    per_class, _ = parse_configs(argv, (ImportConfig,), {})
+    ic = ImportConfig(**per_class[ImportConfig])
+    if not ic.hf_dir:
+        raise ValueError("--hf_dir=FOLDER is required: a local Hugging Face GPT-2 folder")
+    path = import_checkpoint(ic.hf_dir, ic.out_dir, ic.dropout, ic.overwrite)
+    print(f"imported {ic.hf_dir} to {path}; sample with: python sample.py --out_dir={ic.out_dir}")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,180 @@
+"""Hugging Face GPT-2 interop, checked against `transformers` itself (a test-only dependency): an independent
+implementation of the same architecture. Exported folders load in GPT2LMHeadModel with the same logits and the
+same greedy tokens; a GPT-2 folder imports into our model and exports back bit for bit. Nothing is downloaded:
+every HF model here is a small random one built and saved locally."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import metrics, tiny_args, tiny_model
+
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from common import safetensors_file  # noqa: E402
+from model.export import TOKENIZER_META, export, main as export_main  # noqa: E402
+from model.import_hf import import_checkpoint, load_hf_gpt2  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ATOL = 1e-4  # float32, logits of size ~1-10 through two blocks: differences come from summation order only
+CHARS = "".join(chr(c) for c in range(ord("!"), ord("!") + 37))  # a 37-character vocabulary, tiny_model's size
+
+
+def perturb(model, scale=0.1, seed=1):
+    """Random weights everywhere, LayerNorm and biases included: ones and zeros would hide a swapped tensor."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
+def as_checkpoint(model, meta=None, data_dir=None) -> dict:
+    meta = meta or {"tokenizer": "char", "vocab_size": len(CHARS), "eot_id": None, "chars": CHARS}
+    return {"model": model.state_dict(), "model_config": model.config.to_dict(), "step": 7, "data_meta": meta,
+            "data_dir": data_dir}
+
+
+def random_hf_gpt2(folder, vocab_size=61, seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=vocab_size, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=None, eos_token_id=None)
+    hf = perturb(transformers.GPT2LMHeadModel(cfg).eval())
+    hf.save_pretrained(folder)
+    return hf
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_exported_folder_loads_in_transformers_with_our_logits_and_greedy_tokens(tmp_path, bias):
+    ours = perturb(tiny_model(pos_emb="learned", bias=bias))
+    export(as_checkpoint(ours), tmp_path / "hf")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    idx = torch.randint(0, 37, (3, 16), generator=torch.Generator().manual_seed(2))  # (B, T): the full context
+    with torch.no_grad():
+        diff = (hf(idx).logits - ours(idx)[0]).abs().max().item()
+    print(f"max |logit difference| ours vs transformers (bias={bias}): {diff:.3g}")
+    assert diff < ATOL
+
+    prompt = idx[:, :4]  # greedy continuation to the end of the context, with each side's own KV cache
+    want = ours.generate(prompt, 12, temperature=0)
+    # an explicit attention mask: otherwise transformers takes every token equal to pad_token_id for padding
+    got = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
+                      pad_token_id=0)
+    assert torch.equal(got, want)
+
+
+def test_gpt2_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path):
+    hf = random_hf_gpt2(tmp_path / "orig")
+    ours = load_hf_gpt2(tmp_path / "orig")
+    assert ours.config.bias and ours.config.pos_emb == "learned" and ours.config.block_size == 16
+    idx = torch.randint(0, 61, (2, 16))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
+
+    chars = "".join(chr(c) for c in range(ord("!"), ord("!") + 61))
+    export(as_checkpoint(ours, {"tokenizer": "char", "vocab_size": 61, "eot_id": None, "chars": chars}),
+           tmp_path / "back")
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "back")
+    a, b = hf.state_dict(), back.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit for bit
+    for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "activation_function"):
+        assert getattr(back.config, key) == getattr(hf.config, key)
+
+
+def test_our_model_round_trips_through_hf_with_its_char_tokenizer(tmp_path, capsys):
+    ours = perturb(tiny_model(pos_emb="learned"))
+    export(as_checkpoint(ours), tmp_path / "hf")
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "Only ids are exported" in card and TOKENIZER_META in card
+    path = import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    ckpt = torch.load(path, weights_only=True)
+    assert ckpt["data_meta"]["chars"] == CHARS and ckpt["step"] == 0
+    back = load_hf_gpt2(tmp_path / "hf")
+    idx = torch.randint(0, 37, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(back(idx)[0], ours(idx)[0])  # zero biases in, zero biases out: the same numbers
+
+    import sample
+    sample.main([f"--out_dir={tmp_path / 'run'}", "--start=!#", "--max_new_tokens=10", "--device=cpu"])
+    text = capsys.readouterr().out.splitlines()[1]
+    assert text.startswith("!#") and len(text) == 12 and set(text) <= set(CHARS)
+
+
+def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
+    from data.tokenizer import gpt2_tokenizer
+
+    ours = tiny_model(pos_emb="learned", vocab_size=50257)
+    meta = {"tokenizer": "gpt2", "vocab_size": 50257, "eot_id": 50256}
+    export(as_checkpoint(ours, meta), tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    text = "Hello world! ROMEO: O, she doth teach the torches to burn bright.\n  ça va?"
+    assert tok(text)["input_ids"] == gpt2_tokenizer().encode(text)
+    assert tok.eos_token_id == 50256
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["eos_token_id"] == 50256 and config["vocab_size"] == 50257
+
+
+@pytest.mark.parametrize("overrides, blame", [
+    (dict(pos_emb="rope"), "pos_emb='rope'"),
+    (dict(pos_emb="alibi"), "pos_emb='alibi'"),
+    (dict(pos_emb="learned", window=4), "window=4"),
+    (dict(pos_emb="learned", causal=False), "causal=false"),
+])
+def test_export_refuses_what_gpt2_cannot_express(tmp_path, overrides, blame):
+    with pytest.raises(ValueError) as e:
+        export(as_checkpoint(tiny_model(**overrides)), tmp_path / "hf")
+    assert blame in str(e.value) and "GPT-2" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "hf").exists()
+
+
+def test_import_refuses_a_gpt2_variant_we_cannot_run(tmp_path):
+    random_hf_gpt2(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
+    with pytest.raises(ValueError, match="activation_function='relu'"):
+        load_hf_gpt2(tmp_path / "hf")
+    with pytest.raises(ValueError, match="no config.json"):
+        load_hf_gpt2(tmp_path)
+
+
+def test_export_cli_from_a_run_and_its_refusal(tmp_path):
+    ours = perturb(tiny_model(pos_emb="learned"))
+    torch.save(as_checkpoint(ours), tmp_path / "ckpt_best.pt")
+    run = [sys.executable, "-m", "model.export", f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}"]
+    r = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert {"config.json", "model.safetensors", TOKENIZER_META} <= set(os.listdir(tmp_path / "hf"))
+    with pytest.raises(ValueError, match="--overwrite=true"):  # the folder exists now (in-process: faster)
+        export_main(run[3:])
+
+
+def test_training_starts_from_an_hf_folder(corpus, tmp_path):
+    """train.py --init_from=hf:FOLDER: a fresh run from the folder's weights (a near-zero learning rate keeps them,
+    so its first validation loss is the exported model's)."""
+    import train
+    from common import checkpoint
+
+    train.main(tiny_args(corpus, tmp_path / "a", "--max_iters=4", "--eval_interval=4", "--pos_emb=learned"))
+    export(checkpoint.load(str(tmp_path / "a" / "ckpt_last.pt")), tmp_path / "hf")
+    train.main(tiny_args(corpus, tmp_path / "b", "--max_iters=2", "--eval_interval=2", f"--init_from=hf:{tmp_path / 'hf'}",
+                         "--learning_rate=1e-9", "--min_lr=0"))
+    before, after = metrics(tmp_path / "a")[-1]["val_loss"], metrics(tmp_path / "b")[-1]["val_loss"]
+    assert abs(after - before) < 1e-4
+    assert checkpoint.load(str(tmp_path / "b" / "ckpt_last.pt"))["model_config"]["bias"]  # GPT-2 has biases
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])
+def test_safetensors_file_agrees_with_the_safetensors_package(tmp_path, dtype):
+    tensors = {"a": (torch.randn(3, 5) * 100).to(dtype), "b.c": torch.arange(7).to(dtype),
+               "empty": torch.zeros(0, 4, dtype=dtype)}
+    safetensors_file.save(tensors, tmp_path / "ours.safetensors", metadata={"format": "pt"})
+    theirs = safetensors_torch.load_file(tmp_path / "ours.safetensors")
+    safetensors_torch.save_file(tensors, tmp_path / "theirs.safetensors")
+    ours = safetensors_file.load(tmp_path / "theirs.safetensors")
+    for loaded in (theirs, ours):
+        assert loaded.keys() == tensors.keys()
+        assert all(loaded[k].dtype == dtype and torch.equal(loaded[k], tensors[k]) for k in tensors)

@@ -1,0 +1,241 @@
+"""Crash safety, exact resume after kill -9, numerical faults, and a table of bad inputs for every command."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import sample
+import train
+from common import checkpoint, cli
+from conftest import ROOT, metrics, tiny_args
+from data import prepare as prepare_module
+
+RUN = ["--max_iters=300", "--eval_interval=25", "--lr_decay_iters=300"]
+
+
+def start_training(corpus, out, *extra, python_prefix=""):
+    """train.py in its own process (python_prefix: code run first, e.g. to slow down fsync)."""
+    args = tiny_args(corpus, out, *RUN, *extra)
+    code = f"{python_prefix}\nimport sys, train\nsys.exit(train.cli.run(train.main, {args!r}))"
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+
+
+def wait_for(predicate, timeout=120):
+    t = time.time()
+    while not predicate():
+        if time.time() - t > timeout:
+            raise TimeoutError
+        time.sleep(0.01)
+
+
+def saved_step(out):
+    return checkpoint.load(str(out / "ckpt_last.pt"))["step"]
+
+
+def test_kill_9_then_resume_gives_bitwise_identical_weights(corpus, tmp_path):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert train.cli.run(train.main, tiny_args(corpus, whole, *RUN)) == 0
+    reference = checkpoint.load(str(whole / "ckpt_last.pt"))["model"]
+
+    # kill -9 at three points: just after the first checkpoint, and twice more after resuming
+    resumes = []
+    for extra in ((), ("--init_from=resume",), ("--init_from=resume",)):
+        before = saved_step(killed) if (killed / "ckpt_last.pt").exists() else 0
+        proc = start_training(corpus, killed, *extra)
+        wait_for(lambda: (killed / "ckpt_last.pt").exists() and saved_step(killed) > before)
+        time.sleep(0.05 * len(resumes))  # land somewhere between checkpoints
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        resumes.append(saved_step(killed))  # the latest complete checkpoint loads
+    assert train.cli.run(train.main, tiny_args(corpus, killed, *RUN, "--init_from=resume")) == 0
+    final = checkpoint.load(str(killed / "ckpt_last.pt"))["model"]
+    assert all(torch.equal(reference[k], final[k]) for k in reference), resumes
+    steps = [row["step"] for row in metrics(killed)]
+    assert steps == sorted(set(steps)) and steps[-1] == 300  # no step logged twice after the kills
+
+
+def test_kill_9_during_a_checkpoint_write_leaves_the_previous_one(corpus, tmp_path):
+    out = tmp_path / "run"
+    slow_fsync = "import os, time\n_fsync = os.fsync\nos.fsync = lambda fd: (time.sleep(0.5), _fsync(fd))[1]"
+    proc = start_training(corpus, out, python_prefix=slow_fsync)
+    wait_for(lambda: (out / "ckpt_last.pt").exists())  # the first checkpoint is complete
+    first = saved_step(out)
+    wait_for(lambda: any(p.name.startswith(".tmp-") for p in out.iterdir()) and saved_step(out) == first)
+    proc.send_signal(signal.SIGKILL)  # in the middle of writing the second one
+    proc.wait()
+    assert saved_step(out) == first  # the old checkpoint, whole
+    assert any(p.name.startswith(".tmp-") for p in out.iterdir())
+    assert train.cli.run(train.main, tiny_args(corpus, out, *RUN, "--max_iters=30", "--init_from=resume")) == 0
+    assert not any(p.name.startswith(".tmp-") for p in out.iterdir())  # the orphan is cleaned up
+
+
+@pytest.fixture
+def nan_at_step(monkeypatch):
+    """Make the loss NaN from the 3rd forward pass in training mode on."""
+    from model import GPT
+    forward, calls = GPT.forward, {"n": 0}
+
+    def poisoned(self, idx, targets=None, **kw):
+        logits, loss = forward(self, idx, targets, **kw)
+        if self.training and targets is not None:
+            calls["n"] += 1
+            if calls["n"] >= 3:
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+
+
+def test_nan_stops_the_run_naming_the_step(corpus, tmp_path, nan_at_step, capsys):
+    out = tmp_path / "run"
+    code = train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=10", "--eval_interval=2"))
+    err = capsys.readouterr().err  # the progress bar shares stderr: find the error line in it
+    errors = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "non-finite loss or gradient at step 3" in errors[0]
+    assert saved_step(out) == 2  # the last good checkpoint, untouched
+    weights = checkpoint.load(str(out / "ckpt_last.pt"))["model"]
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_nan_steps_can_be_skipped(corpus, tmp_path, nan_at_step):
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=6", "--eval_interval=6",
+                                               "--on_nonfinite=skip")) == 0
+    assert metrics(out)[-1]["skipped_steps"] == 4
+    weights = checkpoint.load(str(out / "ckpt_last.pt"))["model"]
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_memory_stays_flat_over_a_long_run(corpus, tmp_path):
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=1500", "--eval_interval=100",
+                                               "--log_interval=50")) == 0
+    rss = [row["rss_mb"] for row in metrics(out)]
+    assert max(rss[5:]) - rss[5] < 15, rss  # after warm-up, no growth over 1,250 steps and 14 checkpoints
+
+
+# ---- bad input: every command answers with one line, exit code 2, and touches nothing ----------------------------
+
+def make_run(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2")) == 0
+    capsys.readouterr()  # forget its output
+    return out
+
+
+TRAIN_CASES = [
+    (["--n_layers=2"], "unknown flag --n_layers; did you mean --n_layer?"),
+    (["--max_iters=ten"], "--max_iters=ten is not a int"),
+    (["--max_iters=-5"], "max_iters=-5 must be a positive integer"),
+    (["--learning_rate=0"], "learning_rate=0.0 must be > 0"),
+    (["--dropout=1.5"], "dropout=1.5"),
+    (["--n_head=3"], "not divisible by n_head=3"),
+    (["--pos_emb=rotary"], "pos_emb='rotary' is not one of"),
+    (["--attn_impl=flash"], "attn_impl='flash' is not one of"),
+    (["--window=0"], "window=0"),
+    (["--dtype=fp8"], "dtype='fp8'"),
+    (["--dtype=float16"], "float16 is not supported on CPU"),
+    (["--device=quantum"], "--device=quantum is not a torch device"),
+    (["--tokenizer=words"], "tokenizer='words'"),
+    (["--split=middle"], "split='middle'"),
+    (["--init_from=latest"], "init_from='latest'"),
+    (["--block_size=100000"], "too small for block_size=100000"),
+    (["--total_batch_size=100"], "total_batch_size=100 is not a multiple"),
+    (["--preset=huge"], "--preset=huge is unknown"),
+    (["--config=missing.toml"], "--config=missing.toml does not exist"),
+    (["--input=/no/such/file.txt"], "does not exist"),
+    (["positional"], "unexpected argument 'positional'"),
+]
+
+
+@pytest.mark.parametrize("extra, msg", TRAIN_CASES, ids=[c[0][0] for c in TRAIN_CASES])
+def test_train_bad_input(corpus, tmp_path, capsys, extra, msg):
+    out = tmp_path / "fresh"
+    code = train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=1", *extra))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and msg in err, err
+    assert not (out / "ckpt_last.pt").exists()
+
+
+def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
+    out = make_run(corpus, tmp_path, capsys)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    cases = [([], "already holds a run"),  # a scratch run into an existing out_dir
+             (["--init_from=resume", "--n_layer=3"], "--n_layer=3 differs from the checkpoint's n_layer=2"),
+             (["--init_from=resume", "--tokenizer=gpt2"], "not the data this checkpoint was trained on"),
+             (["--init_from=resume", "--fsdp=true"], "start it with torchrun")]
+    for extra, msg in cases:
+        assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=4", *extra)) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1, err
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_corrupt_and_truncated_checkpoints(corpus, tmp_path, capsys):
+    out = make_run(corpus, tmp_path, capsys)
+    good = (out / "ckpt_last.pt").read_bytes()
+    for bad, msg in [(good[: len(good) // 2], "not a loadable checkpoint"), (b"", "not a loadable checkpoint"),
+                     (b"garbage" * 100, "not a loadable checkpoint")]:
+        (out / "ckpt_last.pt").write_bytes(bad)
+        for command in (train, sample):
+            args = (tiny_args(corpus, out, "--init_from=resume", "--max_iters=4") if command is train
+                    else [f"--out_dir={out}", "--ckpt=last"])
+            assert command.cli.run(command.main, args) == 2
+            err = capsys.readouterr().err
+            assert msg in err and err.count("\n") == 1, err
+    torch.save({"weights": torch.zeros(2)}, out / "ckpt_last.pt")
+    assert sample.cli.run(sample.main, [f"--out_dir={out}", "--ckpt=last"]) == 2
+    assert "not a checkpoint of this project" in capsys.readouterr().err
+
+
+SAMPLE_CASES = [
+    (["--temperature=-1"], "temperature=-1.0 must be >= 0"),
+    (["--top_k=0"], "top_k=0 must be a positive integer"),
+    (["--top_p=1.5"], "top_p=1.5 must be in (0, 1]"),
+    (["--min_p=-0.1"], "min_p=-0.1 must be in [0, 1]"),
+    (["--num_samples=0"], "num_samples=0 must be >= 1"),
+    (["--max_new_tokens=-1"], "max_new_tokens=-1"),
+    (["--start=\u00e9t\u00e9"], "is not in this char vocabulary"),
+    (["--start=FILE:/no/such/prompt.txt"], "cannot be read"),
+    (["--start="], "the prompt is empty and this tokenizer has no start token"),
+    (["--ckpt=/no/such.pt"], "no checkpoint at /no/such.pt"),
+    (["--kv_cache=perhaps"], "--kv_cache=perhaps is not true or false"),
+    (["--temprature=1"], "did you mean --temperature?"),
+]
+
+
+@pytest.mark.parametrize("extra, msg", SAMPLE_CASES, ids=[c[0][0] for c in SAMPLE_CASES])
+def test_sample_bad_input(corpus, tmp_path, capsys, extra, msg):
+    out = make_run(corpus, tmp_path, capsys)
+    code = sample.cli.run(sample.main, [f"--out_dir={out}", "--max_new_tokens=5", *extra])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.count("\n") == 1 and msg in captured.err, captured.err
+    assert "sample 1" not in captured.out  # failed before printing anything
+
+
+def test_sample_prompt_file_that_is_not_utf8(corpus, tmp_path, capsys):
+    out = make_run(corpus, tmp_path, capsys)
+    (tmp_path / "p.txt").write_bytes(b"\xff\xfe\x00bad")
+    assert sample.cli.run(sample.main, [f"--out_dir={out}", f"--start=FILE:{tmp_path / 'p.txt'}"]) == 2
+    assert "give a UTF-8 text file" in capsys.readouterr().err
+
+
+def test_prepare_bad_input_exit_codes(tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    for argv, msg in [(["--tokenizer=words"], "tokenizer"), ([f"--input={tmp_path / 'empty.txt'}"], "empty"),
+                      (["--vocab_size=10", "--tokenizer=bpe", f"--root={tmp_path}"], "too small for bpe")]:
+        assert prepare_module.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and msg in err, err
+    assert not list(tmp_path.glob("**/meta.json"))
+
+
+def test_debug_env_shows_traceback(monkeypatch):
+    monkeypatch.setenv("SMALLGPT_DEBUG", "1")
+    with pytest.raises(ValueError):
+        cli.run(train.main, ["--n_layers=2"])

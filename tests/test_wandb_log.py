@@ -1,0 +1,106 @@
+"""wandb: a tiny train.py run with WANDB_MODE=offline, then the run's own transaction log (.wandb) is read back to
+check the dashboard layout: the sectioned keys, both x axes, the run's name, group, job type and tags, the config,
+and the samples table."""
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, tiny_args
+
+pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
+
+from common.metrics import run_layout  # noqa: E402
+
+# A .wandb file is a LevelDB-style log: a 7-byte file header, then 32 KiB blocks of chunks, each chunk a 7-byte
+# header (crc32 4, length 2, type 1) and its bytes; a record too long for a block is split FIRST, MIDDLE.., LAST.
+FILE_HEADER, BLOCK, CHUNK_HEADER, FULL, LAST = 7, 32 * 1024, 7, 1, 4
+
+
+def read_records(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b":W&B", "not a wandb transaction log"
+    pos, parts = FILE_HEADER, b""
+    while pos + CHUNK_HEADER <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < CHUNK_HEADER:  # the writer pads a block's tail that cannot hold a chunk header
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + CHUNK_HEADER])
+        parts += data[pos + CHUNK_HEADER:pos + CHUNK_HEADER + length]
+        pos += CHUNK_HEADER + length
+        if kind in (FULL, LAST):
+            record = pb.Record()
+            record.ParseFromString(parts)
+            parts = b""
+            yield record
+
+
+@pytest.fixture(scope="module")
+def offline_run(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("wandb") / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    args = tiny_args(corpus, out, "--max_iters=4", "--eval_interval=2", "--sample_tokens=8", "--pos_emb=learned",
+                     "--wandb_log=true")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = glob.glob(str(out / "wandb" / "offline-run-*"))
+    (log,) = glob.glob(os.path.join(run_dir, "run-*.wandb"))
+    records = {}
+    for record in read_records(log):
+        records.setdefault(record.WhichOneof("record_type"), []).append(record)
+    return r.stdout, run_dir, records
+
+
+def test_offline_run_logs_sectioned_metrics_against_step_and_tokens(offline_run):
+    _, _, records = offline_run
+    # a table is logged as nested keys (samples/_type, samples/path, ...): keep its top-level name
+    rows = [{item.key or item.nested_key[0]: json.loads(item.value_json) for item in r.history.item}
+            for r in records["history"]]
+    assert [row["step"] for row in rows] == [1, 2, 3, 4] and [row["_step"] for row in rows] == [1, 2, 3, 4]
+    every = {"step", "tokens", "train/loss", "train/lr", "train/grad_norm", "perf/tok_per_s", "perf/mfu",
+             "perf/elapsed_s"}
+    evals = {"val/loss", "val/bpb", "val/ppl", "samples"}
+    for row in rows:
+        assert every <= set(row), every - set(row)
+        assert (evals <= set(row)) == (row["step"] in (2, 4))
+    assert rows[-1]["tokens"] == 4 * 4 * 16 and 0 < rows[-1]["perf/mfu"] < 1
+    assert not [k for k in rows[-1] if k not in evals and "/" not in k and k not in ("step", "tokens", "_step",
+                                                                                   "_runtime", "_timestamp")]
+    metrics = {m.metric.name or m.metric.glob_name: m.metric for m in records["metric"]}
+    assert all(metrics[k].step_metric == "step" for k in ("tokens", "train/*", "val/*", "perf/*"))
+    assert metrics["val/loss"].summary.min and metrics["val/bpb"].summary.min
+
+
+def test_offline_run_is_named_grouped_tagged_and_configured(offline_run):
+    stdout, run_dir, records = offline_run
+    (run,) = [r.run for r in records["run"]]
+    assert run.display_name == "decoder-learned-2x2x32-ctx16-char"
+    assert run.run_group == "play-char-2x2x32-ctx16" and run.job_type == "decoder"
+    assert {"decoder", "pos_emb:learned", "attn:sdpa", "tokenizer:char"} <= set(run.tags)
+    config = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert {"pos_emb", "n_layer", "learning_rate", "batch_size", "params"} <= set(config)
+    assert config["pos_emb"] == "learned" and config["n_layer"] == 2
+    assert f"wandb sync {run_dir}" in stdout  # the one-line upload instruction
+
+    tables = sorted(glob.glob(os.path.join(run_dir, "files", "media", "table", "samples_*.table.json")),
+                    key=os.path.getmtime)
+    last = json.loads(open(tables[-1]).read())
+    assert last["columns"] == ["step", "sample"] and [row[0] for row in last["data"]] == [2, 4]  # the history
+
+
+def test_layout_groups_a_study_and_separates_encoders():
+    base = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, tokenizer="char", dataset="shakespeare",
+                attn_impl="sdpa", causal=True)
+    rope, alibi = run_layout({**base, "pos_emb": "rope"}), run_layout({**base, "pos_emb": "alibi"})
+    encoder = run_layout({**base, "pos_emb": "rope", "causal": False})
+    assert rope["group"] == alibi["group"] == encoder["group"] == "shakespeare-char-4x4x128-ctx128"
+    assert rope["name"] != alibi["name"] != encoder["name"]
+    assert (rope["job_type"], encoder["job_type"]) == ("decoder", "encoder") and "encoder" in encoder["tags"]
+    assert run_layout({**base, "pos_emb": "rope", "wandb_group": "pos-study"})["group"] == "pos-study"
