@@ -4,6 +4,10 @@
 
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
 the uncached reference loop, which gives the same text for the same seed (only slower).
+
+Two ways to look inside instead of sampling:
+    python sample.py --start="ROMEO:" --attention=maps.png       # the prompt's attention maps (visualize.py)
+    python sample.py --start="ROMEO:" --temperatures=0.5,1,2     # the next-token distribution at each temperature
 """
 import sys
 import time
@@ -14,7 +18,7 @@ import torch
 from common import cli, flags
 from common.device import autocast, pick_device, pick_dtype
 from common.run_setup import find_checkpoint, load_for_inference, parse_configs
-from model.generate import check_sampling
+from model.generate import check_sampling, next_token_probs
 
 
 @dataclass
@@ -32,12 +36,51 @@ class SampleConfig:
     kv_cache: bool = True
     device: str = "auto"
     dtype: str = "float32"  # 'auto' picks bf16 where it is faster; float32 is the reference
+    attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
+    temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
+    top_tokens: int = 8  # rows of that table
 
     def __post_init__(self):
         if self.num_samples < 1 or self.max_new_tokens < 0:
             raise ValueError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
                              f"{self.max_new_tokens} >= 0")
         check_sampling(self.temperature, self.top_k, self.top_p, self.min_p)
+        if self.top_tokens < 1:
+            raise ValueError(f"top_tokens={self.top_tokens} must be >= 1")
+        for t in parse_temperatures(self.temperatures):
+            check_sampling(t)
+
+
+def parse_temperatures(text: str | None) -> list[float]:
+    if not text:
+        return []
+    try:
+        return [float(t) for t in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--temperatures={text} is not a comma-separated list of numbers (e.g. 0.5,1,2)") from None
+
+
+@torch.no_grad()
+def temperature_table(model, tokenizer, prompt: list[int], temperatures: list[float], top: int) -> str:
+    """The next-token distribution after `prompt` at each temperature: softmax(logits / t). Dividing by t keeps
+    the tokens' order (so one list of the most likely tokens serves every column) and only changes how sharp
+    the distribution is: t -> 0 puts everything on the top token (greedy), t -> inf tends to uniform."""
+    device = next(model.parameters()).device
+    idx = torch.tensor([prompt[-model.config.block_size:]], device=device)  # (1, T)
+    logits, _ = model(idx, last_only=True)
+    logits = logits[:, -1].float()  # (1, V)
+    probs = {t: (torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float() if t == 0
+                 else next_token_probs(logits, t))[0] for t in temperatures}  # t=0: greedy, all mass on the top
+    order = logits[0].argsort(descending=True)[:top].tolist()
+    labels = {i: repr(tokenizer.decode([i])) for i in order}
+    width = max(12, *(len(s) for s in labels.values()))
+    lines = ["next token".ljust(width) + "".join(f"   T={t:<5g}" for t in temperatures)]
+    for i in order:
+        lines.append(labels[i].ljust(width) + "".join(f"   {probs[t][i].item():7.4f}" for t in temperatures))
+    lines.append("(the rest)".ljust(width) + "".join(f"   {1 - probs[t][order].sum().item():7.4f}" for t in temperatures))
+    entropy = [max(0.0, -(p * p.clamp_min(1e-30).log2()).sum().item()) for p in probs.values()]
+    lines.append("entropy bits".ljust(width) + "".join(f"   {h:7.3f}" for h in entropy))
+    return "\n".join(lines)
 
 
 def read_prompt(start: str) -> str:
@@ -60,6 +103,11 @@ def main(argv) -> None:
     device = pick_device(sc.device)
     dtype = pick_dtype(sc.dtype, device)
     model, tokenizer, ckpt = load_for_inference(find_checkpoint(sc.out_dir, sc.ckpt), device)
+    if sc.attention:  # works for encoders too: it draws, it does not generate
+        from visualize import attention_figure, save_figure  # here: matplotlib is slow to import
+
+        print(f"wrote {save_figure(attention_figure(model, tokenizer, read_prompt(sc.start)), sc.attention)}")
+        return
     if not model.config.causal:
         raise ValueError("this checkpoint is a bidirectional encoder; sample.py generates from decoders")
     text = read_prompt(sc.start)
@@ -69,6 +117,9 @@ def main(argv) -> None:
             raise ValueError("the prompt is empty and this tokenizer has no start token; pass --start=...")
         prompt = [tokenizer.eot_id]
     stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
+    if sc.temperatures:
+        print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
+        return
 
     generator = torch.Generator(device=device).manual_seed(sc.seed)
     for i in range(sc.num_samples):

@@ -286,8 +286,15 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                       f"{tok_per_s:,.0f} tok/s" + (" [best]" if best else ""))
             if tc.wandb_log and everyone:
                 text = sample(tc.sample_tokens)
+                maps = None
+                if tc.wandb_attention_probe:  # a fixed probe line's attention maps (under FSDP every process runs it)
+                    from visualize import attention_image  # here: matplotlib is slow to import
+
+                    maps = attention_image(model, tokenizer, tc.wandb_attention_probe)
                 if d.master:
                     log.log_samples(done, [text])
+                    if maps is not None:
+                        log.log_image(done, "attention/maps", maps, caption=tc.wandb_attention_probe)
         if d.master:
             log.log(row)
     bar.close()

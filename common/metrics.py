@@ -103,6 +103,13 @@ class MetricsLog:
             table = wandb.Table(columns=["step", "sample"], data=list(self.sample_rows))
             self.wandb.log({"samples": table}, step=step)
 
+    def log_image(self, step: int, key: str, image, caption: str | None = None) -> None:
+        """image: a PIL image (visualize.attention_image), logged under key, e.g. attention/maps."""
+        if self.wandb is not None:
+            import wandb
+
+            self.wandb.log({key: wandb.Image(image, caption=caption)}, step=step)
+
     def close(self) -> None:
         self.file.close()
         if self.wandb is not None:

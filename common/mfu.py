@@ -30,8 +30,9 @@ def _sync(device: torch.device) -> None:
 def _measure(device_str: str, dtype: torch.dtype) -> float:
     device = torch.device(device_str)
     n = MATMUL_N.get(device.type, CPU_N)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    g = torch.Generator(device=device).manual_seed(0)  # its own: drawing from the global RNG would shift training's
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     a @ b  # warm-up: kernel selection, allocator, thread pool
     _sync(device)
     best, start = float("inf"), time.perf_counter()

@@ -52,6 +52,7 @@ class TrainConfig:
     wandb_log: bool = False
     wandb_project: str = "small-gpt"
     wandb_run_name: str | None = None  # None: decoder-rope-4x4x128-ctx128-char (from the config)
+    wandb_attention_probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"  # '' = no maps
     wandb_group: str | None = None  # None: the data and model size, so a study of one option shares a group
 
     def __post_init__(self):

@@ -1,4 +1,4 @@
-"""Multi-head scaled dot-product attention, with one `attend()` and two interchangeable paths.
+"""Multi-head scaled dot-product attention, with one `attend()` and three interchangeable paths.
 
 Shapes: B batch, T query length, S key length (cached + new), C n_embd, H heads, D head_dim.
 
@@ -12,7 +12,10 @@ one-hot vector and its gradient vanishes; dividing by sqrt(D) keeps the scores a
   materialises the T x S score matrix, so memory is O(T) instead of O(T*S). On this CPU it uses a flash-style
   kernel too.
 - 'math': the textbook formula, written out; it is the reference the fused path is tested against and the one
-  that can return the attention weights for plots.
+  that can return the attention weights for plots. It is also the only path for the learned score functions
+  (attn_score='additive' | 'bilinear', model/scores.py).
+- 'tiled': FlashAttention's algorithm in plain PyTorch (model/tiled_attention.py): tiles of keys, an online
+  softmax, memory linear in T. A teaching path, equal to 'math' to float32 rounding, slower than both others.
 """
 import math
 
@@ -20,10 +23,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .scores import build_score
+from .tiled_attention import tiled_attention
 
-def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_p=0.0, return_weights=False):
+
+def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_p=0.0, return_weights=False,
+           score=None):
     """q: (B, H, T, D); k, v: (B, H, S, D); mask: (B|1, 1, T, S) bool, True = may attend; bias: (1|B, H, T, S)
     float added to the scores (ALiBi). is_causal=True stands for a plain causal mask with T == S (no other mask).
+    score: a module (q, k) -> scores (B, H, T, S) replacing q.k / sqrt(D) (model/scores.py); math path only.
     Returns out (B, H, T, D), and the weights (B, H, T, S) when return_weights (math path only)."""
     T, S = q.size(-2), k.size(-2)
     if is_causal:
@@ -35,7 +43,17 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         empty = ~mask.any(dim=-1, keepdim=True)  # (B|1, 1, T, 1)
         mask = mask | empty
 
-    if impl == "sdpa" and not return_weights:
+    if score is not None and impl != "math":
+        raise ValueError(f"a learned attention score is computed on the math path only, not impl={impl!r}")
+    if impl not in ("sdpa", "math", "tiled"):
+        raise ValueError(f"impl={impl!r} is not one of sdpa, math, tiled")
+
+    if impl == "tiled" and not return_weights:
+        if dropout_p > 0.0:
+            raise ValueError("the tiled path has no attention dropout; use dropout=0 or impl='math'")
+        out = tiled_attention(q, k, v, mask=mask, bias=bias, is_causal=is_causal)  # (B, H, T, D)
+        weights = None
+    elif impl == "sdpa" and not return_weights:
         attn_mask = mask
         if bias is not None:  # fold the bool mask into the float bias: -inf where not allowed
             attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
@@ -43,7 +61,10 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
         weights = None
     else:
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, S)
+        if score is None:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, S)
+        else:
+            scores = score(q, k)  # (B, H, T, S): additive or bilinear
         if bias is not None:
             scores = scores + bias
         if is_causal:
@@ -73,6 +94,8 @@ class MultiHeadAttention(nn.Module):
         self.proj = nn.Linear(C, C, bias=config.bias)  # mixes the concatenated heads back into C
         self.proj.residual_scale = True  # GPT-2 init: scaled down by depth (see GPT._init_weights)
         self.impl = config.attn_impl
+        # additive / bilinear scores add parameters; the default 'dot' adds none, so its checkpoints are unchanged
+        self.score = build_score(config)
         self.dropout = config.dropout
 
     def forward(self, x, ctx, layer: int, weights_out: list | None = None):
@@ -89,7 +112,8 @@ class MultiHeadAttention(nn.Module):
             k, v = ctx.cache.update(layer, k, v)  # (B, H, S, D): all keys/values so far
         want = weights_out is not None
         y = attend(q, k, v, mask=ctx.mask, bias=ctx.bias, impl="math" if want else self.impl,
-                   is_causal=ctx.is_causal, dropout_p=self.dropout if self.training else 0.0, return_weights=want)
+                   is_causal=ctx.is_causal, dropout_p=self.dropout if self.training else 0.0, return_weights=want,
+                   score=self.score)
         if want:
             y, w = y
             weights_out.append(w)

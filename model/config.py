@@ -6,7 +6,8 @@ Derived quantities (`head_dim`) are properties, never stored, so they can't drif
 from dataclasses import asdict, dataclass, fields
 
 POS_EMBS = ("rope", "sinusoidal", "learned", "alibi", "none")
-ATTN_IMPLS = ("sdpa", "math")
+ATTN_IMPLS = ("sdpa", "math", "tiled")
+ATTN_SCORES = ("dot", "additive", "bilinear")  # see model/scores.py
 
 
 @dataclass
@@ -20,7 +21,9 @@ class GPTConfig:
     bias: bool = False  # biases in Linear and LayerNorm (GPT-2 had them; without is a little faster and as good)
     pos_emb: str = "rope"  # one of POS_EMBS
     rope_base: float = 10000.0  # RoPE's theta: wavelength of the slowest-rotating pair
-    attn_impl: str = "sdpa"  # 'sdpa' = fused kernel (FlashAttention on GPU), 'math' = textbook reference
+    attn_impl: str = "sdpa"  # 'sdpa' = fused kernel (FlashAttention on GPU), 'math' = textbook reference,
+    #                          'tiled' = FlashAttention's online softmax in plain PyTorch (teaching, slow)
+    attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k (Luong), 'additive' = v^T tanh(W1 q + W2 k)
     causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
     window: int | None = None  # sliding-window attention: each query sees at most `window` keys
 
@@ -37,6 +40,14 @@ class GPTConfig:
         need(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
         need(self.pos_emb in POS_EMBS, f"pos_emb={self.pos_emb!r} is not one of {', '.join(POS_EMBS)}")
         need(self.attn_impl in ATTN_IMPLS, f"attn_impl={self.attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
+        need(self.attn_score in ATTN_SCORES,
+             f"attn_score={self.attn_score!r} is not one of {', '.join(ATTN_SCORES)}")
+        # Not switched silently: the fused and tiled paths hard-code q.k, so a learned score asks for the math path.
+        need(self.attn_score == "dot" or self.attn_impl == "math",
+             f"attn_score={self.attn_score!r} is computed on the math path only, not attn_impl={self.attn_impl!r}; "
+             f"pass --attn_impl=math")
+        need(self.attn_impl != "tiled" or self.dropout == 0.0,
+             f"attn_impl='tiled' has no attention dropout, but dropout={self.dropout}; use dropout=0 or attn_impl='math'")
         need(self.rope_base > 1.0, f"rope_base={self.rope_base} must be > 1")
         if self.pos_emb == "rope":
             need(self.head_dim % 2 == 0, f"pos_emb='rope' needs an even head_dim, got {self.head_dim} "

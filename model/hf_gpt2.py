@@ -32,6 +32,9 @@ def gpt2_refusal(cfg: GPTConfig) -> str | None:
         return f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-2, which attends to the whole context"
     if not cfg.causal:
         return "causal=false (a bidirectional encoder) cannot be exported to GPT-2, which is a causal decoder"
+    if getattr(cfg, "attn_score", "dot") != "dot":
+        return (f"attn_score='{cfg.attn_score}' cannot be exported to GPT-2, whose attention is the scaled dot "
+                f"product (attn_score='dot')")
     return None
 
 

@@ -53,13 +53,20 @@ def sinusoid(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # (..., dim): sin, cos interleaved
 
 
+EMBED_STD = 0.02  # the token embeddings' initial std (GPT-2 init, model/gpt.py)
+
+
 class SinusoidalPositions(NoPositions):
     def __init__(self, config):
         super().__init__()
         self.dim = config.n_embd
 
     def embed(self, x, pos):
-        return x + sinusoid(pos, self.dim).to(x.dtype)  # computed, not looked up: works at any position
+        # sin/cos entries are ~1 while token embeddings start at std 0.02: added as they are, the positions drown the
+        # tokens and the model barely learns (measured, default preset at context 64, batch 16, 150 steps: val loss
+        # 3.41 unscaled, 2.53 scaled, 2.30 with RoPE). Vaswani et al. scale the token embeddings up by
+        # sqrt(d_model); with a tied head we scale the table down instead.
+        return x + EMBED_STD * sinusoid(pos, self.dim).to(x.dtype)  # computed, not looked up: any position works
 
 
 class Rotation:

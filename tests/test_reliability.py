@@ -239,3 +239,13 @@ def test_debug_env_shows_traceback(monkeypatch):
     monkeypatch.setenv("SMALLGPT_DEBUG", "1")
     with pytest.raises(ValueError):
         cli.run(train.main, ["--n_layers=2"])
+
+
+def test_measuring_the_matmul_peak_leaves_the_global_rng_alone():
+    """Resume is exact only if nothing but training draws from torch's global RNG."""
+    from common.mfu import peak_matmul_flops
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    peak_matmul_flops("cpu", torch.float64)  # a dtype no other test measures: not served from the cache
+    assert torch.equal(torch.rand(3), expected)

@@ -1,0 +1,141 @@
+"""The cost of one attention layer against sequence length T: time and peak memory, log-log.
+
+    python benchmarks/attention_cost.py --out=attention_cost.png            # add --lengths=256,512,1024 to shorten
+
+What is measured: attend() forward (no gradient) for one causal self-attention layer, B=1, H heads of D dims, the
+way GPT calls it: with is_causal=True for the full paths, with an explicit band mask (built inside the timed
+region, as the model builds it) for the sliding window. Peak memory is the highest total of bytes the CPU
+allocator holds during the call (torch.profiler's memory events), so it includes the kernels' own buffers.
+
+    math         softmax(q k^T / sqrt(D)) v, written out: the T x T score matrix exists, O(T^2) time and memory
+    sdpa         torch's fused kernel (flash-style on this CPU, FlashAttention on a GPU): O(T^2) time, O(T) memory
+    tiled        model/tiled_attention.py, the same online softmax in Python loops: O(T^2) time, O(T) memory
+    window+sdpa  the model's sliding window: a T x T mask (masks.py builds int64 distances, then a bool band) to
+                 the fused kernel; still O(T^2) time (it visits masked keys) and O(T^2) memory: the mask's
+    window+tiled the band computed per tile from indices (tiled_attention(window=W)), tiles outside it skipped:
+                 O(T * window) time and O(T) memory, what a windowed kernel buys
+On a log-log plot a cost ~ T^p is a line of slope p: dashed guides of slope 2 and 1 are drawn.
+"""
+import argparse
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])  # the repository root, when run as a script
+from model.attention import attend  # noqa: E402
+from model.masks import build_mask  # noqa: E402
+from model.tiled_attention import tiled_attention  # noqa: E402
+
+LENGTHS = (256, 512, 1024, 2048, 4096)
+HEADS, HEAD_DIM, WINDOW = 4, 32, 128
+
+
+def paths(window: int):
+    """name -> function(q, k, v) running one layer's attention the way GPT does."""
+    def windowed(impl):
+        return lambda q, k, v: attend(q, k, v, mask=build_mask(0, q.size(2), True, window, device=q.device),
+                                      impl=impl)
+    return {
+        "math": lambda q, k, v: attend(q, k, v, impl="math", is_causal=True),
+        "sdpa": lambda q, k, v: attend(q, k, v, impl="sdpa", is_causal=True),
+        "tiled": lambda q, k, v: attend(q, k, v, impl="tiled", is_causal=True),
+        f"window{window} mask+sdpa": windowed("sdpa"),
+        f"window{window} band+tiled": lambda q, k, v: tiled_attention(q, k, v, is_causal=True, window=window),
+    }
+
+
+def peak_bytes(fn) -> int:
+    """The most bytes allocated at once while fn runs, over what was allocated before it (CPU allocator)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    live = peak = 0
+    for e in events:  # +bytes at each allocation, -bytes at each free, in time order
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)  # the least disturbed run: other processes only ever add time
+
+
+@torch.no_grad()
+def measure(lengths=LENGTHS, heads=HEADS, head_dim=HEAD_DIM, window=WINDOW, repeats=3, seed=0) -> list[dict]:
+    rows = []
+    g = torch.Generator().manual_seed(seed)
+    for T in lengths:
+        q, k, v = (torch.randn(1, heads, T, head_dim, generator=g) for _ in range(3))  # (B, H, T, D) each
+        for name, fn in paths(window).items():
+            run = lambda: fn(q, k, v)  # noqa: E731
+            rows.append({"path": name, "T": T, "seconds": seconds(run, repeats), "peak_mb": peak_bytes(run) / 2**20})
+    return rows
+
+
+def table(rows) -> str:
+    names = list(dict.fromkeys(r["path"] for r in rows))
+    lengths = sorted({r["T"] for r in rows})
+    get = {(r["path"], r["T"]): r for r in rows}
+    head = f"{'T':>6} " + " ".join(f"{n:>20}" for n in names)
+    lines = ["time, ms (forward, min of repeats)", head]
+    lines += [f"{T:>6} " + " ".join(f"{get[n, T]['seconds'] * 1e3:>20.2f}" for n in names) for T in lengths]
+    lines += ["", "peak memory, MB", head]
+    lines += [f"{T:>6} " + " ".join(f"{get[n, T]['peak_mb']:>20.2f}" for n in names) for T in lengths]
+    return "\n".join(lines)
+
+
+def plot(rows, path: str, note: str = "") -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["path"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
+    for ax, key, label in ((axes[0], "seconds", "time per forward (s)"), (axes[1], "peak_mb", "peak memory (MB)")):
+        for name in names:
+            pts = [(r["T"], r[key]) for r in rows if r["path"] == name]
+            ax.plot(*zip(*pts), "s--" if "window" in name else "o-", label=name, ms=4)  # dashed: windows
+        # slope guides: T^2 through the math path's first point, T through the first point of the path that should
+        # be linear (the index-band window in time, the fused kernel in memory)
+        lengths = sorted({r["T"] for r in rows})
+        linear = next(n for n in names if n.endswith("+tiled")) if key == "seconds" else "sdpa"
+        for ref, power, style in (("math", 2, "k--"), (linear, 1, "k:")):
+            y0 = next(r[key] for r in rows if r["path"] == ref and r["T"] == lengths[0])
+            ax.plot(lengths, [y0 * (T / lengths[0]) ** power for T in lengths], style, lw=1,
+                    label=f"slope {power} (~T^{power})" if power == 2 else "slope 1 (~T)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(lengths, [str(T) for T in lengths])
+        ax.set_xlabel("sequence length T")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, which="both")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"One causal attention layer, forward: H={HEADS}, D={HEAD_DIM}, B=1, float32 {note}", fontsize=10)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def main(argv) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="attention_cost.png")
+    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    rows = measure([int(t) for t in args.lengths.split(",")], repeats=args.repeats)
+    print(table(rows))
+    print(f"wrote {plot(rows, args.out, note=f'({torch.get_num_threads()} CPU threads)')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

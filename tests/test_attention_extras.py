@@ -1,0 +1,205 @@
+"""The tiled (online-softmax) path and the additive / bilinear score functions, against references written here."""
+import math
+
+import pytest
+import torch
+
+from conftest import POS_EMBS, tiny_config, tiny_model
+from model.attention import attend
+from model.masks import build_mask
+from model.positional import alibi_slopes
+from model.tiled_attention import tiled_attention
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """These tensors are tiny: a second thread only adds synchronisation, and on a shared 2-core machine much
+    more (conftest's fixture restores the thread count afterwards)."""
+    torch.set_num_threads(1)
+
+
+def softmax_attention(q, k, v, allowed, bias=None):
+    """Independent reference in float64: softmax over the allowed keys of q.k/sqrt(d) + bias, times v."""
+    scores = torch.einsum("bhtd,bhsd->bhts", q.double(), k.double()) / math.sqrt(q.size(-1))
+    if bias is not None:
+        scores = scores + bias.double()
+    scores = scores.masked_fill(~allowed.expand_as(scores), float("-inf"))
+    return torch.einsum("bhts,bhsd->bhtd", torch.softmax(scores, -1), v.double()).to(q.dtype)
+
+
+def rand_qkv(B=2, H=3, T=11, S=None, D=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, n, D, generator=g, requires_grad=True) for n in (T, S or T, S or T)]
+
+
+CASES = ["causal", "bidirectional", "causal+padding", "bidirectional+padding", "causal+window+alibi", "cached"]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("block", [3, 64])  # ragged tiles, and one tile holding everything
+def test_tiled_equals_math_and_reference(case, block):
+    B, H, T, t0 = 2, 3, 11, (5 if case == "cached" else 0)
+    S = t0 + T
+    key_valid = None
+    if "padding" in case:
+        key_valid = torch.ones(B, S, dtype=torch.bool)
+        key_valid[1, :4] = False  # row 1 left-padded: with a causal mask its first 4 queries see no real key
+    mask = build_mask(t0, T, "bidirectional" not in case, 3 if "window" in case else None, key_valid)
+    bias = None
+    if "alibi" in case:
+        bias = -alibi_slopes(H).view(1, H, 1, 1) * (torch.arange(T).view(T, 1) - torch.arange(S)).abs().float()
+    is_causal = case == "causal"
+    mask = None if is_causal else mask  # the plain causal case goes through is_causal, as GPT passes it
+    results = {}
+    for impl in ("math", "tiled"):
+        q, k, v = rand_qkv(B, H, T, S)
+        if impl == "tiled":  # call the tiled function directly with this block size, after attend()'s row fix
+            allowed = mask if mask is None else mask | ~mask.any(-1, keepdim=True)
+            out = tiled_attention(q, k, v, mask=allowed, bias=bias, is_causal=is_causal, block=block)
+            if mask is not None:
+                out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        else:
+            out = attend(q, k, v, mask=mask, bias=bias, impl=impl, is_causal=is_causal)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results[impl] = (out.detach(), [t.grad for t in (q, k, v)])
+    torch.testing.assert_close(results["tiled"][0], results["math"][0], atol=1e-5, rtol=1e-5)
+    for g_tiled, g_math, name in zip(results["tiled"][1], results["math"][1], "qkv"):
+        torch.testing.assert_close(g_tiled, g_math, atol=1e-5, rtol=1e-5, msg=f"d{name}")
+    q, k, v = rand_qkv(B, H, T, S)
+    allowed = torch.ones(T, S, dtype=torch.bool).tril(t0) if is_causal else mask
+    allowed = torch.ones(T, S, dtype=torch.bool) if allowed is None else allowed
+    rows = allowed.expand(B, 1, T, S).any(-1, keepdim=True)  # queries with at least one allowed key
+    ref = softmax_attention(q.detach(), k.detach(), v.detach(), allowed | ~rows, bias).masked_fill(~rows, 0.0)
+    torch.testing.assert_close(results["tiled"][0], ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("window", [1, 4, 7])
+def test_tiled_index_band_equals_sliding_window_mask(window):
+    """tiled_attention(window=W) builds its band per tile from indices; it must equal the model's band mask."""
+    q, k, v = rand_qkv(T=23)
+    want = attend(q, k, v, mask=build_mask(0, 23, True, window), impl="math")
+    got = tiled_attention(q, k, v, is_causal=True, window=window, block=4)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    grads = [torch.autograd.grad(o.square().sum(), (q, k, v)) for o in (got, want)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_tiled_keeps_no_T_by_S_tensor_for_backward():
+    """The point of the online softmax: what autograd keeps grows like T*D, never T*S."""
+    T, D = 96, 8
+
+    def biggest_saved(impl):
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            q, k, v = rand_qkv(1, 1, T, D=D)
+            attend(q, k, v, impl=impl, is_causal=True).sum().backward()
+        return max(sizes)
+
+    assert biggest_saved("math") >= T * T
+    assert biggest_saved("tiled") <= T * D
+
+
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_tiled_model_equals_math_model(pos_emb, causal):
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(1))
+    pad = torch.ones(2, 16, dtype=torch.bool)
+    pad[1, :5] = False
+    outs = {}
+    for impl in ("math", "tiled"):
+        model = tiny_model(attn_impl=impl, pos_emb=pos_emb, causal=causal)
+        logits, _ = model(idx, pad_mask=pad)
+        logits.square().mean().backward()
+        outs[impl] = (logits.detach(), {n: p.grad for n, p in model.named_parameters()})
+    torch.testing.assert_close(outs["tiled"][0], outs["math"][0], atol=1e-5, rtol=1e-5)
+    for name, grad in outs["tiled"][1].items():
+        torch.testing.assert_close(grad, outs["math"][1][name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_tiled_kv_cached_generation_equals_uncached():
+    model = tiny_model(attn_impl="tiled", pos_emb="rope")
+    prompt = torch.randint(0, 37, (1, 5), generator=torch.Generator().manual_seed(2))
+    cached = model.generate(prompt, 30, temperature=0.0, use_cache=True)  # 35 tokens: the window slides past 16
+    assert torch.equal(cached, model.generate(prompt, 30, temperature=0.0, use_cache=False))
+
+
+# ---- additive (Bahdanau) and bilinear (Luong) scores -----------------------------------------------------------
+
+@pytest.mark.parametrize("bad, msg", [
+    (dict(attn_score="cosine"), "attn_score='cosine' is not one of dot, additive, bilinear"),
+    (dict(attn_score="additive"), "attn_score='additive' is computed on the math path only.*--attn_impl=math"),
+    (dict(attn_score="bilinear", attn_impl="tiled"), "math path only, not attn_impl='tiled'"),
+    (dict(attn_impl="tiled", dropout=0.1), "attn_impl='tiled' has no attention dropout"),
+])
+def test_config_refuses(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        tiny_config(**bad)
+
+
+def test_dot_adds_no_parameters_and_others_do():
+    keys = set(tiny_model().state_dict())
+    assert not any("score" in k for k in keys)  # default checkpoints are unchanged
+    assert set(tiny_model(attn_impl="math").state_dict()) == keys
+    for score in ("additive", "bilinear"):
+        extra = set(tiny_model(attn_impl="math", attn_score=score).state_dict()) - keys
+        assert extra and all(".attn.score." in k for k in extra)
+
+
+def test_score_functions_match_their_formulas():
+    """Each score written for one (query, key) pair with plain vectors, against the batched module."""
+    torch.manual_seed(0)
+    q, k, _ = rand_qkv(B=1, H=2, T=3, S=4, D=8)
+    additive = tiny_model(attn_impl="math", attn_score="additive", n_embd=16).blocks[0].attn.score
+    bilinear = tiny_model(attn_impl="math", attn_score="bilinear", n_embd=16).blocks[0].attn.score
+    with torch.no_grad():
+        bilinear.delta.normal_()
+        got_a, got_b = additive(q, k), bilinear(q, k)
+    for h, t, s in [(0, 0, 0), (1, 2, 3), (0, 1, 2)]:
+        qv, kv = q[0, h, t].detach(), k[0, h, s].detach()
+        want_a = additive.v[h] @ torch.tanh(additive.w_q[h].T @ qv + additive.w_k[h].T @ kv)
+        w = torch.eye(8) + bilinear.delta[h]
+        want_b = qv @ w @ kv / math.sqrt(8)
+        torch.testing.assert_close(got_a[0, h, t, s], want_a.detach())
+        torch.testing.assert_close(got_b[0, h, t, s], want_b.detach())
+
+
+def test_bilinear_starts_as_scaled_dot_product():
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(3))
+    dot, _ = tiny_model(attn_impl="math")(idx)
+    bilinear_model = tiny_model(attn_impl="math", attn_score="bilinear")
+    bilinear_model.load_state_dict(tiny_model(attn_impl="math").state_dict(), strict=False)  # W = I + 0
+    torch.testing.assert_close(bilinear_model(idx)[0], dot)
+
+
+@pytest.mark.parametrize("score", ["additive", "bilinear"])
+def test_score_functions_train_and_keep_causality(score):
+    model = tiny_model(attn_impl="math", attn_score=score).train()
+    g = torch.Generator().manual_seed(4)
+    idx = torch.randint(0, 37, (4, 16), generator=g)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    model.eval()
+    base, _ = model(idx)
+    changed = idx.clone()
+    changed[:, 9:] = torch.randint(0, 37, changed[:, 9:].shape, generator=g)
+    out, _ = model(changed)
+    torch.testing.assert_close(out[:, :9], base[:, :9], atol=1e-6, rtol=0)
+    assert not torch.allclose(out[:, 9:], base[:, 9:])
+
+
+@pytest.mark.parametrize("score", ["additive", "bilinear"])
+def test_score_functions_kv_cache_equals_full_forward(score):
+    model = tiny_model(attn_impl="math", attn_score=score)
+    idx = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(5))
+    full, _ = model(idx)
+    cache = model.new_cache(2)
+    steps = [model(idx[:, :7], cache=cache)[0]] + [model(idx[:, t:t + 1], cache=cache)[0] for t in range(7, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
