@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import cli, flags
-from common.run_setup import find_checkpoint, load_for_inference, parse_configs
+from common import cli
+from common.run_setup import config_from_argv, find_checkpoint, load_for_inference
 from model.config import ATTN_SCORES, POS_EMBS
 from model.generate import sample_next
 
@@ -190,11 +190,9 @@ def plot(results: dict, T: int, path: str) -> str:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
-        print(flags.help_text((StudyConfig,), {}))
+    sc = config_from_argv(argv, StudyConfig)
+    if sc is None:  # --help
         return
-    per_class, _ = parse_configs(argv, (StudyConfig,), {})
-    sc = StudyConfig(**per_class[StudyConfig])
     os.makedirs(sc.out, exist_ok=True)
     runs = {f"pos-{p}": dict(pos_emb=p) for p in POS_EMBS}
     if sc.scores:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from common import cli, flags
+from common import cli
 from common.device import autocast, pick_device, pick_dtype
-from common.run_setup import find_checkpoint, load_for_inference, parse_configs
+from common.run_setup import config_from_argv, find_checkpoint, load_for_inference
 from model.generate import check_sampling, next_token_probs
 
 
@@ -95,11 +95,9 @@ def read_prompt(start: str) -> str:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
-        print(flags.help_text((SampleConfig,), {}))
+    sc = config_from_argv(argv, SampleConfig)
+    if sc is None:  # --help
         return
-    per_class, _ = parse_configs(argv, (SampleConfig,), {})
-    sc = SampleConfig(**per_class[SampleConfig])
     device = pick_device(sc.device)
     dtype = pick_dtype(sc.dtype, device)
     model, tokenizer, ckpt = load_for_inference(find_checkpoint(sc.out_dir, sc.ckpt), device)

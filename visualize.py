@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.colors import PowerNorm  # noqa: E402
 
-from common import cli, flags  # noqa: E402
-from common.run_setup import find_checkpoint, load_for_inference, parse_configs  # noqa: E402
+from common import cli  # noqa: E402
+from common.run_setup import config_from_argv, find_checkpoint, load_for_inference  # noqa: E402
 
 MAX_TOKENS = 48  # beyond this the token labels no longer fit; longer texts keep their last MAX_TOKENS tokens
 GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
@@ -129,11 +129,9 @@ def save_figure(fig, path, dpi: int = 110):
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
-        print(flags.help_text((VisualizeConfig,), {}))
+    vc = config_from_argv(argv, VisualizeConfig)
+    if vc is None:  # --help
         return
-    per_class, _ = parse_configs(argv, (VisualizeConfig,), {})
-    vc = VisualizeConfig(**per_class[VisualizeConfig])
     model, tokenizer, _ = load_for_inference(find_checkpoint(vc.out_dir, vc.ckpt), torch.device(vc.device))
     print(f"wrote {save_figure(attention_figure(model, tokenizer, vc.text), vc.out)}")
 

@@ -21,6 +21,15 @@ def parse_configs(argv, classes, presets, default_preset=None):
     return per_class, {k: values[k] for k in explicit}
 
 
+def config_from_argv(argv, cls):
+    """For a script whose flags are one dataclass: `--help` prints them and returns None; else the validated config."""
+    if "--help" in argv or "-h" in argv:
+        print(flags.help_text((cls,), {}))
+        return None
+    per_class, _ = parse_configs(argv, (cls,), {})
+    return cls(**per_class[cls])
+
+
 def model_from_checkpoint(ckpt: dict, device) -> GPT:
     model = GPT(GPTConfig.from_dict(ckpt["model_config"]))
     try:

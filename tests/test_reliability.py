@@ -1,5 +1,4 @@
 """Crash safety, exact resume after kill -9, numerical faults, and a table of bad inputs for every command."""
-import os
 import signal
 import subprocess
 import sys
