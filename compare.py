@@ -165,6 +165,8 @@ def plot(results: dict, T: int, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from visualize import save_figure  # visualize.py sets the Agg backend and owns figure saving
+
     fig, ax = plt.subplots(figsize=(8, 4.5))
     smooth = max(1, T // 8)  # a moving average: single positions are noisy over a few dozen windows
     lows, highs = [], []
@@ -184,9 +186,7 @@ def plot(results: dict, T: int, path: str) -> str:
                  fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv) -> None:

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 
 from common import safetensors_file
-from common.run_setup import find_checkpoint, model_from_checkpoint, parse_configs
+from common.run_setup import config_from_argv, find_checkpoint, model_from_checkpoint
 
 from .hf_gpt2 import gpt2_refusal, hf_config, to_hf_state_dict
 
@@ -105,8 +105,9 @@ def export(ckpt: dict, folder: str, overwrite: bool = False) -> None:
 def main(argv) -> None:
     from common import checkpoint
 
-    per_class, _ = parse_configs(argv, (ExportConfig,), {})
-    ec = ExportConfig(**per_class[ExportConfig])
+    ec = config_from_argv(argv, ExportConfig)
+    if ec is None:  # --help
+        return
     if not ec.to:
         raise ValueError("--to=FOLDER is required: where to write the Hugging Face GPT-2 folder")
     path = find_checkpoint(ec.out_dir, ec.ckpt)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from common import safetensors_file
-from common.run_setup import parse_configs
+from common.run_setup import config_from_argv
 
 from .export import TOKENIZER_META
 from .gpt import GPT
@@ -105,8 +105,9 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
 
 
 def main(argv) -> None:
-    per_class, _ = parse_configs(argv, (ImportConfig,), {})
-    ic = ImportConfig(**per_class[ImportConfig])
+    ic = config_from_argv(argv, ImportConfig)
+    if ic is None:  # --help
+        return
     if not ic.hf_dir:
         raise ValueError("--hf_dir=FOLDER is required: a local Hugging Face GPT-2 folder")
     path = import_checkpoint(ic.hf_dir, ic.out_dir, ic.dropout, ic.overwrite)
