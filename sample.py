@@ -5,6 +5,10 @@
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
 the uncached reference loop, which gives the same text for the same seed (only slower).
 
+An encoder checkpoint (train.py --model=encoder) fills masks instead, printing the top candidates of each:
+    python sample.py --out_dir=out-enc --start="But soft, what [MASK]ight through yonder window"
+and, given a prompt without [MASK], generates by appending one [MASK] at a time (no KV cache is possible: slow).
+
 Two ways to look inside instead of sampling:
     python sample.py --start="ROMEO:" --attention=maps.png       # the prompt's attention maps (visualize.py)
     python sample.py --start="ROMEO:" --temperatures=0.5,1,2     # the next-token distribution at each temperature
@@ -18,6 +22,8 @@ import torch
 from common import cli
 from common.device import autocast, pick_device, pick_dtype
 from common.run_setup import config_from_argv, find_checkpoint, load_for_inference
+from data.mask_token import MASK_TEXT
+from model import mlm
 from model.generate import check_sampling, next_token_probs
 
 
@@ -106,9 +112,14 @@ def main(argv) -> None:
 
         print(f"wrote {save_figure(attention_figure(model, tokenizer, read_prompt(sc.start)), sc.attention)}")
         return
-    if not model.config.causal:
-        raise ValueError("this checkpoint is a bidirectional encoder; sample.py generates from decoders")
     text = read_prompt(sc.start)
+    if ckpt.get("variant") == "encoder":
+        encoder_main(sc, model, tokenizer, text, device)
+        return
+    if not model.config.causal:  # the cheater: trained seeing its own next token
+        print("[a bidirectional model trained on next tokens (the cheater): it never learned to predict, expect "
+              "garbage; no KV cache]", file=sys.stderr)
+        sc.kv_cache = False
     prompt = tokenizer.encode(text) if text else []
     if not prompt:
         if tokenizer.eot_id is None:
@@ -136,6 +147,41 @@ def main(argv) -> None:
         print()
         print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, "
               f"kv_cache={sc.kv_cache}]", file=sys.stderr)
+
+
+def encoder_main(sc: SampleConfig, model, tokenizer, text: str, device) -> None:
+    """Fill the prompt's [MASK]s (one forward), or, without any, generate by appending [MASK] (a forward per token)."""
+    if sc.temperatures:
+        raise ValueError("--temperatures shows next-token distributions; an encoder predicts masks: put [MASK] in "
+                         "--start instead")
+    prompt = tokenizer.encode(text)
+    if tokenizer.mask_id in prompt:
+        filled, candidates = mlm.fill_masks(model, prompt, tokenizer.mask_id, top=sc.top_tokens)
+        print(tokenizer.decode(filled))
+        for n, (pos, cands) in enumerate(candidates, 1):
+            shown = ", ".join(f"{tokenizer.decode([i])!r} {p:.3f}" for i, p in cands)
+            print(f"[MASK] {n} (token {pos}): {shown}")
+        return
+    if not prompt:
+        raise ValueError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
+                         f"prompt to continue")
+    print(f"[encoder: no {MASK_TEXT} in the prompt, so it generates by appending one {MASK_TEXT} and predicting it; "
+          f"no KV cache is possible (every token attends to later ones), so each token re-runs the whole window]",
+          file=sys.stderr)
+    generator = torch.Generator(device=device).manual_seed(sc.seed)
+    for i in range(sc.num_samples):
+        print(f"---------- sample {i + 1} ----------")
+        decode = tokenizer.stream_decoder()
+        print(decode(prompt), end="", flush=True)
+        t0, n = time.perf_counter(), 0
+        for token in mlm.generate_stream(model, prompt, sc.max_new_tokens, tokenizer.mask_id, sc.temperature,
+                                         sc.top_k, sc.top_p, sc.min_p, generator):
+            print(decode([token]), end="", flush=True)
+            n += 1
+        elapsed = time.perf_counter() - t0
+        print()
+        print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, encoder: a full forward "
+              f"per token, no cache]", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from common.run_setup import model_from_checkpoint, parse_configs, rng_state, se
 from common.train_config import PRESETS, TrainConfig
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
 from data.prepare import prepare
-from model import GPT, GPTConfig
+from data.mask_token import with_mask_token
+from model import GPT, GPTConfig, mlm
 
 CKPT_LAST, CKPT_BEST = "ckpt_last.pt", "ckpt_best.pt"
 RUN_FILES = (CKPT_LAST, CKPT_BEST, "metrics.jsonl")
@@ -44,6 +45,10 @@ def configure(argv):
     per_class, explicit = parse_configs(argv, (TrainConfig, GPTConfig), PRESETS, default_preset="shakespeare-char")
     tc = TrainConfig(**per_class[TrainConfig])
     model_overrides = per_class[GPTConfig]
+    if "causal" in explicit and explicit["causal"] != tc.causal:
+        raise SetupError(f"--causal={explicit['causal']} contradicts --model={tc.model} (which sets causal="
+                         f"{tc.causal}); drop --causal and choose --model=decoder, encoder or cheater")
+    model_overrides["causal"] = tc.causal
     GPTConfig(**model_overrides)
     return tc, model_overrides, explicit
 
@@ -124,6 +129,12 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         data_dir = prepared()
     meta = read_meta(data_dir)
     tokenizer = load_tokenizer(data_dir)
+    masker = None
+    if tc.masked_lm or tc.mask_token:
+        tokenizer = with_mask_token(tokenizer)  # one more id: [MASK]
+    if tc.masked_lm:
+        masker = mlm.Masker(tokenizer.mask_id, tokenizer.vocab_size, tuple(tokenizer.special_ids), tc.mask_rate,
+                        tc.mask_span)
 
     # ---- model and optimizer -------------------------------------------------------------------------------------
     torch.manual_seed(tc.seed)  # the same initial weights in every process
@@ -169,6 +180,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     val_share = (0, 1) if tc.fsdp else (d.rank, d.world_size)
     val_set = list(val_batches(data_dir, cfg.block_size, tc.batch_size, max_batches=tc.eval_iters, rank=val_share[0],
                                world_size=val_share[1], device=device))
+    if masker is not None:  # the encoder's inputs and targets: one fixed mask, the same in every run
+        val_set = [masker.validation(x, i) for i, (x, _) in enumerate(val_set)]
     val_bytes_per_token = meta["val_bytes"] / meta["val_tokens"]
     decay_iters = tc.lr_decay_iters or tc.max_iters
     tokens_per_step = tc.batch_size * accum * cfg.block_size * d.world_size  # over all processes
@@ -181,7 +194,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         for x, y in val_set:
             with autocast(device, dtype):
                 _, loss = model(x, y)  # the plain module: no gradient sync, no recompilation for eval mode
-            sums += torch.tensor([loss.item() * y.numel(), y.numel()], dtype=torch.float64, device=device)
+            n = int((y >= 0).sum())  # positions with a target (the encoder's are the masked ones)
+            sums += torch.tensor([loss.item() * n, n], dtype=torch.float64, device=device)
         model.train()
         total, count = (sums if tc.fsdp else distributed.all_sum(sums, d)).tolist()
         val = total / count
@@ -190,7 +204,12 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     def sample(n_tokens: int) -> str:
         prompt = tokenizer.encode(tc.sample_prompt) or [0]
         g = torch.Generator(device=device).manual_seed(tc.seed)  # its own generator: training's RNG is untouched
-        out = model.generate(torch.tensor([prompt], device=device), n_tokens, temperature=0.8, top_k=200, generator=g)
+        if masker is not None:  # the encoder appends [MASK] and predicts it, re-running the window each time
+            new = list(mlm.generate_stream(model, prompt, n_tokens, masker.mask_id, temperature=0.8, top_k=200,
+                                           generator=g))
+            return tokenizer.decode(prompt + new)
+        out = model.generate(torch.tensor([prompt], device=device), n_tokens, temperature=0.8, top_k=200,
+                             generator=g, use_cache=cfg.causal)  # the cheater is bidirectional: no cache
         return tokenizer.decode(out[0].tolist())
 
     def save(step: int, best: bool) -> None:
@@ -204,7 +223,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
             return
         state = {"model": weights, "optimizer": optim_state,
                  "model_config": cfg.to_dict(), "train_config": tc.to_dict(), "step": step, "best_val_loss": best_val,
-                 "rng": rng, "data_dir": os.path.abspath(data_dir), "data_meta": meta, "variant": "decoder"}
+                 "rng": rng, "data_dir": os.path.abspath(data_dir), "data_meta": meta, "variant": tc.model,
+                 "mask_id": getattr(tokenizer, "mask_id", None)}
         last = os.path.join(tc.out_dir, CKPT_LAST)
         checkpoint.save_atomic(state, last)
         if best:
@@ -221,8 +241,10 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         # MFU's denominator: this device's measured matmul FLOP/s, times the processes sharing tokens_per_step
         peak_flops = peak_matmul_flops(device, dtype) * d.world_size
         flops_per_token = model.flops_per_token()
-        print(f"model: {model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
-              f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl} | data: "
+        print(f"{tc.model}: {model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
+              f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl}"
+              + (f", masked LM at {tc.mask_rate:.0%}" + (f" in spans of 1-{tc.mask_span}" if tc.mask_span > 1 else "")
+                 if masker else "") + " | data: "
               f"{data_dir} ({meta['train_tokens']:,} train / {meta['val_tokens']:,} val {tc.tokenizer} tokens) | "
               f"{device.type} {str(dtype).replace('torch.', '')}, {tokens_per_step:,} tokens/step"
               + (f" over {d.world_size} processes" if d.enabled else ""), flush=True)
@@ -239,6 +261,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         loss_sum = torch.zeros((), device=device)
         for micro in range(accum):
             x, y = train_data.get(step, micro)
+            if masker is not None:  # masked LM: corrupt the window, targets only at the selected positions
+                x, y = masker(x, (tc.seed, step, micro, d.rank))
             with distributed.no_sync(train_model, skip=micro < accum - 1):  # sync gradients once per step
                 with autocast(device, dtype):
                     _, loss = train_model(x, y)

@@ -90,8 +90,9 @@ def plot_maps(data: torch.Tensor, labels: list[str], title: str):
     return fig
 
 
-def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS):
-    """The attention maps of `text` as a matplotlib Figure (for files and for wandb.Image)."""
+def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, kind: str | None = None):
+    """The attention maps of `text` as a matplotlib Figure (for files and for wandb.Image). kind: the title's name
+    of the model (default: decoder or encoder, from its config)."""
     was_training = model.training
     model.eval()
     try:
@@ -100,7 +101,7 @@ def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS):
     finally:
         model.train(was_training)
     cfg = model.config
-    kind = "decoder (causal)" if cfg.causal else "encoder (bidirectional)"
+    kind = kind or ("decoder (causal)" if cfg.causal else "encoder (bidirectional)")
     title = (f"attention weights: {kind}, {cfg.n_layer} layers x {cfg.n_head} heads, pos_emb={cfg.pos_emb}, "
              f"{idx.size(1)} tokens")
     return plot_maps(data, token_labels(tokenizer, idx[0].tolist()), title)

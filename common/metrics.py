@@ -27,7 +27,7 @@ BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the be
 def run_layout(config: dict) -> dict:
     """wandb.init's name, group, job_type and tags from the run's config (train and model fields)."""
     get = config.get
-    variant = "decoder" if get("causal", True) else "encoder"
+    variant = get("model") or ("decoder" if get("causal", True) else "encoder")
     size = f"{get('n_layer')}x{get('n_head')}x{get('n_embd')}-ctx{get('block_size')}"
     data = os.path.splitext(os.path.basename(str(get("input")).rstrip("/")))[0] if get("input") else get("dataset")
     tags = [variant, f"pos_emb:{get('pos_emb')}", f"attn:{get('attn_impl')}", f"tokenizer:{get('tokenizer')}"]

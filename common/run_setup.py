@@ -64,7 +64,11 @@ def load_for_inference(path: str, device):
     """A checkpoint -> (model in eval mode on device, its tokenizer, the checkpoint dict)."""
     from data.tokenizer import load_tokenizer  # here, not at the top: tests of flags need no data code
 
+    from data.mask_token import with_mask_token
+
     ckpt = checkpoint.load(path)
     model = model_from_checkpoint(ckpt, device).eval()
     tokenizer = load_tokenizer(ckpt["data_meta"], folder=ckpt.get("data_dir"))
+    if ckpt.get("mask_id") is not None:  # an encoder, or a decoder trained beside one: [MASK] is in its vocabulary
+        tokenizer = with_mask_token(tokenizer)
     return model, tokenizer, ckpt

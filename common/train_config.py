@@ -5,6 +5,7 @@ Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.
 from dataclasses import asdict, dataclass
 
 TOKENIZERS = ("char", "gpt2", "bpe")
+MODELS = ("decoder", "encoder", "cheater")  # see the `model` field
 
 
 @dataclass
@@ -13,6 +14,13 @@ class TrainConfig:
     out_dir: str = "out"
     init_from: str = "scratch"  # 'scratch', 'resume' (continue out_dir/ckpt_last.pt) or 'hf:FOLDER' (GPT-2 weights)
     overwrite: bool = False  # allow a scratch run to replace the run already in out_dir
+    # what is trained (see model/mlm.py and compare.py): 'decoder' = causal attention, next-token objective;
+    # 'encoder' = bidirectional attention, masked-LM objective (BERT); 'cheater' = bidirectional attention with
+    # the next-token objective (each position sees its own target: shows what the causal mask prevents)
+    model: str = "decoder"
+    mask_rate: float = 0.15  # encoder: share of positions selected for the loss (80% [MASK], 10% random, 10% kept)
+    mask_span: int = 1  # encoder: selected runs of 1..mask_span positions (span masking; 1 = single positions)
+    mask_token: bool = False  # give a decoder the [MASK] id too (unused), so its parameters equal the encoder's
     # data (see data/README.md)
     dataset: str = "shakespeare"  # the built-in corpus; ignored when --input is given
     input: str | None = None  # your own text: a .txt file or a folder of .txt files
@@ -62,6 +70,11 @@ class TrainConfig:
 
         need(self.init_from in ("scratch", "resume") or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be 'scratch', 'resume' or 'hf:FOLDER' (a local Hugging Face GPT-2)")
+        need(self.model in MODELS, f"model={self.model!r} is not one of {', '.join(MODELS)}")
+        need(0.0 < self.mask_rate < 1.0, f"mask_rate={self.mask_rate} must be in (0, 1); BERT's is 0.15")
+        need(self.mask_span >= 1, f"mask_span={self.mask_span} must be >= 1 (1 = single positions)")
+        need(self.model == "decoder" or not self.init_from.startswith("hf:"),
+             f"init_from={self.init_from} loads a GPT-2 decoder; it cannot start --model={self.model}")
         need(self.tokenizer in TOKENIZERS, f"tokenizer={self.tokenizer!r} is not one of {', '.join(TOKENIZERS)}")
         need(self.split in (None, "works", "tail"), f"split={self.split!r} must be 'works' or 'tail'")
         for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
@@ -83,6 +96,14 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def causal(self) -> bool:
+        return self.model == "decoder"
+
+    @property
+    def masked_lm(self) -> bool:
+        return self.model == "encoder"
 
     def accumulation(self, block_size: int, world_size: int) -> int:
         """Micro-steps per optimizer step. With total_batch_size the global batch stays the same at any world

@@ -37,8 +37,9 @@ def test_train_then_sample_end_to_end(corpus, tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not in this char vocabulary" in bad.stderr
 
 
-def test_resume_continues_with_the_same_losses(corpus, tmp_path):
-    common = ["--dropout=0.1", "--lr_decay_iters=8", "--eval_interval=4"]  # dropout: the RNG state matters
+@pytest.mark.parametrize("variant", ["decoder", "encoder"])  # the encoder's masks are drawn per step too
+def test_resume_continues_with_the_same_losses(corpus, tmp_path, variant):
+    common = ["--dropout=0.1", "--lr_decay_iters=8", "--eval_interval=4", f"--model={variant}"]  # dropout: RNG matters
     whole, part = tmp_path / "whole", tmp_path / "part"
     train.main(tiny_args(corpus, whole, "--max_iters=8", *common))
     train.main(tiny_args(corpus, part, "--max_iters=4", *common))

@@ -1,0 +1,51 @@
+"""What every study needs: train one model with train.py in this process, read its speed back, and take
+validation windows from its data."""
+import json
+import os
+
+import numpy as np
+import torch
+
+SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
+          "eval_iters", "seed")
+
+
+def train_run(sc, name: str, **flags) -> str:
+    """Train one model into sc.out/name with the study's shared settings (the SHARED fields of sc, its data) plus
+    `flags` (which win); returns the run's out_dir. One final evaluation unless flags set eval_interval."""
+    import train  # here: importing the training script is only needed for studies
+
+    out_dir = os.path.join(sc.out, name)
+    shared = {k: getattr(sc, k) for k in SHARED}
+    data = {k: getattr(sc, k) for k in ("input", "split", "data_root") if getattr(sc, k) is not None}
+    args = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
+            "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **flags, "out_dir": out_dir}
+    print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in flags.items()), flush=True)
+    train.main([f"--{k}={v}" for k, v in args.items()])
+    return out_dir
+
+
+def read_metrics(out_dir: str) -> list[dict]:
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def train_speed(out_dir: str) -> tuple[float, float]:
+    """(median training tokens/s over the log lines after the first, training seconds) from metrics.jsonl."""
+    rows = read_metrics(out_dir)
+    speeds = [r["tok_per_s"] for r in rows[1:] if r.get("tok_per_s")] or [rows[-1]["tok_per_s"]]
+    return float(np.median(speeds)), rows[-1]["elapsed_s"]
+
+
+def val_tokens(ckpt: dict) -> np.ndarray:
+    meta = ckpt["data_meta"]
+    return np.fromfile(os.path.join(ckpt["data_dir"], "val.bin"), dtype=np.dtype(meta["dtype"]))
+
+
+def val_windows(ckpt: dict, length: int, count: int) -> torch.Tensor:
+    """count windows of length+1 validation tokens, evenly spaced over the split: (count, length + 1)."""
+    tokens = val_tokens(ckpt)
+    if len(tokens) < length + 1:
+        raise ValueError(f"the validation split has {len(tokens)} tokens, fewer than a window of {length + 1}")
+    starts = np.linspace(0, len(tokens) - length - 1, count).round().astype(np.int64)
+    return torch.from_numpy(np.stack([tokens[s:s + length + 1] for s in starts]).astype(np.int64))
