@@ -46,19 +46,29 @@ def decoder_left(model, windows, left: int, n_real: int, batch: int = 256) -> to
 
 
 @torch.no_grad()
-def decoder_both(model, windows, left: int, n_real: int, rows_per_forward: int = 4) -> torch.Tensor:
-    """Bayes rescoring: log p(c | x<t) + sum_j log p(x_t+j | x<t, c, x_t+1..t+j-1), normalised over c."""
+def decoder_both(model, windows, left: int, n_real: int, rows_per_forward: int = 8) -> torch.Tensor:
+    """Bayes rescoring: log p(c | x<t) + sum_j log p(x_t+j | x<t, c, x_t+1..t+j-1), normalised over c.
+    The left context is the same for every candidate: it is run once per window into a KV cache, which is then
+    copied for the |V| candidates, so each candidate costs only its R + 1 own positions."""
     out = []
-    candidates = torch.arange(n_real)
+    V = n_real
     for rows in windows.split(rows_per_forward):
-        b = rows.size(0)
-        seqs = rows.repeat_interleave(n_real, dim=0)  # (b * V, W): each window once per candidate
-        seqs[:, left] = candidates.repeat(b)  # candidate c in the gap
-        logits, _ = model(seqs[:, :-1])  # (b * V, W - 1, V_model): position i predicts token i + 1
-        logp = _real_log_probs(logits[:, left - 1:], n_real)  # (b * V, R + 1, V): predictions of columns left..
-        targets = seqs[:, left:]  # (b * V, R + 1): the candidate, then the right context
-        score = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).sum(-1)  # (b * V,) log p(c, right | left)
-        out.append(torch.log_softmax(score.view(b, n_real), dim=-1))  # normalised over the candidates
+        b, W = rows.shape
+        cache = model.new_cache(b, max_len=W)
+        logits, _ = model(rows[:, :left], cache=cache, last_only=True)  # (b, 1, V_model): p(c | x<t)
+        score = _real_log_probs(logits[:, -1], V).repeat_interleave(V, dim=0)  # (b * V, V): row = one candidate
+        candidates = torch.arange(V).repeat(b)  # (b * V,)
+        score = score.gather(-1, candidates.unsqueeze(-1)).squeeze(-1)  # (b * V,) log p(c | x<t)
+        if W > left + 1:  # the right context: p(x_t+1..t+R | x<t, c)
+            many = model.new_cache(b * V, max_len=W)
+            many.k, many.v = (cache.k.repeat_interleave(V, dim=1), cache.v.repeat_interleave(V, dim=1))
+            many.pos = cache.pos  # (n_layer, b * V, H, W, D): each window's left context once per candidate
+            seqs = rows.repeat_interleave(V, dim=0)  # (b * V, W)
+            seqs[:, left] = candidates
+            logits, _ = model(seqs[:, left:-1], cache=many)  # (b * V, R, V_model): c, x_t+1.. predict the next
+            logp = _real_log_probs(logits, V)
+            score = score + logp.gather(-1, seqs[:, left + 1:].unsqueeze(-1)).squeeze(-1).sum(-1)
+        out.append(torch.log_softmax(score.view(b, V), dim=-1))  # normalised over the candidates
     return torch.cat(out)  # (N, V)
 
 

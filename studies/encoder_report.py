@@ -111,8 +111,9 @@ def expectations(res) -> list[str]:
              f"the decoder wins left-only prediction: {acc['decoder_left']:.1%} vs the encoder's "
              f"{acc['encoder_left']:.1%}"),
         line(closed >= 0.5, f"Bayes rescoring closes much of the two-sided gap for the decoder (at |V| = "
-                            f"{res['vocab']} times the compute): {fmt(closed * 100, '.0f')}% of the gap between its "
-                            f"left-only accuracy and the encoder's two-sided one"),
+                            f"{res['vocab']} times the compute): it moves the decoder {fmt(closed * 100, '.0f')}% of "
+                            f"the way from its left-only accuracy to the encoder's two-sided one"
+                            + (" (past it)" if closed > 1 else "")),
         line(math.exp(cloze_ce(res, "encoder_both")) < ppl_left and math.exp(cloze_ce(res, "decoder_both")) < ppl_left,
              f"pseudo-perplexity sits far below perplexity for both: encoder {math.exp(cloze_ce(res, 'encoder_both')):.2f}"
              f", decoder (Bayes) {math.exp(cloze_ce(res, 'decoder_both')):.2f}, vs the decoder's perplexity "
