@@ -155,7 +155,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         raise SetupError(f"this checkpoint was trained with fsdp={not tc.fsdp}; resume with --fsdp={not tc.fsdp}")
     if tc.fsdp:
         fsdp.shard(model)  # before the optimizer: it must hold the sharded parameters
-    optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2), device.type)
+    optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2), device.type,
+                               tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps)
     start, best_val = 0, math.inf
     if d.enabled:
         torch.manual_seed(tc.seed + d.rank)  # different dropout masks in different processes

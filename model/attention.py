@@ -94,6 +94,7 @@ class MultiHeadAttention(nn.Module):
         self.proj = nn.Linear(C, C, bias=config.bias)  # mixes the concatenated heads back into C
         self.proj.residual_scale = True  # GPT-2 init: scaled down by depth (see GPT._init_weights)
         self.impl = config.attn_impl
+        self.qk_norm = config.qk_norm
         # additive / bilinear scores add parameters; the default 'dot' adds none, so its checkpoints are unchanged
         self.score = build_score(config)
         self.dropout = config.dropout
@@ -106,6 +107,8 @@ class MultiHeadAttention(nn.Module):
         q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        if self.qk_norm:  # each head's q and k to unit RMS over D (rotation keeps norms: order does not matter)
+            q, k = F.rms_norm(q, (D,)), F.rms_norm(k, (D,))  # (B, H, T, D)
         if ctx.rope is not None:
             q, k = ctx.rope.rotate(q), ctx.rope.rotate(k)  # RoPE: rotate by position before caching k
         if ctx.cache is not None:

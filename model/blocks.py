@@ -3,16 +3,29 @@
 Pre-norm (GPT-2 onwards) keeps an untouched residual path from the embeddings to the head, which is what lets
 deep stacks train without warm-up tricks. Shapes: B batch, T length, C n_embd.
 """
+import functools
+
 import torch.nn as nn
 
 from .attention import MultiHeadAttention
+
+
+class ReLU2(nn.Module):
+    """relu(x)^2 (So et al. 2021, "Primer"): as good as GELU or better for language models, and cheaper."""
+
+    def forward(self, x):
+        return nn.functional.relu(x).square()
+
+
+ACTIVATIONS = {"gelu": functools.partial(nn.GELU, approximate="tanh"),  # GPT-2's GELU
+               "relu2": ReLU2}
 
 
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.up = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)  # (C -> 4C)
-        self.act = nn.GELU(approximate="tanh")  # GPT-2's GELU
+        self.act = ACTIVATIONS[config.mlp_act]()  # parameter-free: checkpoints do not depend on it
         self.down = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)  # (4C -> C)
         self.down.residual_scale = True  # GPT-2 init: scaled down by depth
         self.drop = nn.Dropout(config.dropout)

@@ -1,4 +1,5 @@
-"""The model: token embedding -> (positions) -> n_layer pre-norm blocks -> final norm -> tied output head.
+"""The model: token embedding -> (positions) -> n_layer pre-norm blocks -> final norm -> output head (tied to the
+token embedding unless tie_head=False).
 
 One class serves both variants (the x-transformers idea): `causal=True` is the GPT decoder trained on next-token
 prediction; `causal=False` is a bidirectional (BERT-style) encoder with the very same weights and shapes.
@@ -39,16 +40,25 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.norm = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.head.weight = self.wte.weight  # tied: the same matrix reads tokens in and scores them out
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)  # (C -> V)
+        if config.tie_head:
+            self.head.weight = self.wte.weight  # tied: the same matrix reads tokens in and scores them out
+        else:
+            self.head.zero_init = True  # untied: with zero_init the first logits are uniform (loss = log V)
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
         # GPT-2: N(0, 0.02) everywhere; the projections that write into the residual stream are scaled by
         # 1/sqrt(2 * n_layer) so the stream's variance does not grow with depth (two writes per block).
+        # zero_init: those projections (and an untied head) start at zero instead (modded-nanogpt's choice).
         if isinstance(module, nn.Linear):
+            zeroed = self.config.zero_init and (getattr(module, "residual_scale", False)
+                                                or getattr(module, "zero_init", False))
             std = 0.02 / math.sqrt(2 * self.config.n_layer) if getattr(module, "residual_scale", False) else 0.02
-            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if zeroed:
+                nn.init.zeros_(module.weight)
+            else:
+                nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
@@ -126,7 +136,8 @@ class GPT(nn.Module):
         matmuls plus 12 * n_layer * T * C for attention's QK^T and AV (full T x T; causal does half of it)."""
         cfg = self.config
         T = T or cfg.block_size
-        return 6 * self.num_params() + 12 * cfg.n_layer * T * cfg.n_embd
+        matmul_params = self.num_params() - (0 if cfg.tie_head else self.wte.weight.numel())  # a lookup is no matmul
+        return 6 * matmul_params + 12 * cfg.n_layer * T * cfg.n_embd
 
     generate = generate
     generate_stream = generate_stream

@@ -32,6 +32,14 @@ def gpt2_refusal(cfg: GPTConfig) -> str | None:
         return f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-2, which attends to the whole context"
     if not cfg.causal:
         return "causal=false (a bidirectional encoder) cannot be exported to GPT-2, which is a causal decoder"
+    if getattr(cfg, "qk_norm", False):
+        return "qk_norm=true cannot be exported to GPT-2, which does not normalise q and k; train with qk_norm=false"
+    if getattr(cfg, "mlp_act", "gelu") != "gelu":
+        return (f"mlp_act='{cfg.mlp_act}' cannot be exported to GPT-2, whose MLP uses the tanh GELU; train with "
+                f"mlp_act='gelu'")
+    if not getattr(cfg, "tie_head", True):
+        return ("tie_head=false (an untied output head) cannot be exported to GPT-2, whose head is the token "
+                "embedding; train with tie_head=true")
     if getattr(cfg, "attn_score", "dot") != "dot":
         return (f"attn_score='{cfg.attn_score}' cannot be exported to GPT-2, whose attention is the scaled dot "
                 f"product (attn_score='dot')")

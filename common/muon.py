@@ -1,0 +1,74 @@
+"""Muon: momentum SGD whose update for a weight matrix is orthogonalised (Jordan et al. 2024, "Muon: an optimizer for
+hidden layers in neural networks"; Bernstein & Newhouse, "Old optimizer, new norm").
+
+For a matrix W (m x n) with momentum-averaged gradient G = U S V^T (its SVD), the step is -lr * U V^T: every
+singular direction of the gradient moves by the same amount, so the rare directions that plain SGD/Adam barely
+move get as much update as the dominant one. U V^T is not computed by an SVD (slow) but by a few steps of a
+quintic Newton-Schulz iteration, X <- a X + b (X X^T) X + c (X X^T)^2 X, which pushes every singular value of a
+normalised X towards ~1 (to the interval ~[0.7, 1.2] in 5 steps with the coefficients below, chosen for a steep
+slope at zero; exactly 1 is not needed).
+
+Only for the 2-D matrices inside the transformer blocks; embeddings, the output head and the 1-D gains stay with
+AdamW (common/optim.py composes the two). Everything runs in float32: on CPUs without native bf16 (AVX2 only) a
+bf16 matmul is ~100x slower, which is why this is not torch.optim.Muon (it orthogonalises in bf16).
+
+Learning rate: group["lr"] * group["lr_scale"], so train.py's schedule (which writes one lr into every group) sets
+Muon's lr in proportion; make_optimizer sets lr_scale = muon_lr / learning_rate.
+"""
+import math
+
+import torch
+
+NS_COEFFS = (3.4445, -4.7750, 2.0315)  # (a, b, c) of the quintic, from Keller Jordan's Muon
+NS_STEPS = 5
+
+
+def orthogonalize(G: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7) -> torch.Tensor:
+    """G: (m, n) -> approximately U V^T, same shape, singular values in ~[0.7, 1.2]."""
+    a, b, c = NS_COEFFS
+    X = G.float()
+    wide = X.size(0) <= X.size(1)
+    if not wide:
+        X = X.T  # (n, m): iterate on the small Gram matrix X X^T
+    X = X / (X.norm() + eps)  # Frobenius norm >= spectral norm, so every singular value is now <= 1
+    for _ in range(steps):
+        A = X @ X.T  # (small, small)
+        X = a * X + (b * A + c * A @ A) @ X
+    return X if wide else X.T
+
+
+class Muon(torch.optim.Optimizer):
+    """params: 2-D tensors. lr: the step length of an orthogonal update, scaled by sqrt(max(1, m/n)) so tall
+    matrices (m > n) move as far per entry as square ones. Weight decay is decoupled (AdamW-style). ns_steps: the
+    Newton-Schulz iterations; each costs ~4 m^2 n + 2 m^3 FLOPs per (m <= n) matrix, which at 4L/128 and 1,024
+    tokens per step is ~30% of a training step on a CPU: fewer steps orthogonalise less, but cost less."""
+
+    def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
+                 weight_decay: float = 0.0, lr_scale: float = 1.0, ns_steps: int = NS_STEPS):
+        defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, lr_scale=lr_scale,
+                        ns_steps=ns_steps)
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.dim() != 2:
+                    raise ValueError(f"Muon updates 2-D matrices only, got a parameter of shape {tuple(p.shape)}; "
+                                     f"give vectors and embeddings to AdamW")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            lr, mu = group["lr"] * group["lr_scale"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"]
+                buf.mul_(mu).add_(p.grad)  # (m, n) running sum of gradients
+                g = p.grad.add(buf, alpha=mu) if group["nesterov"] else buf  # look one momentum step ahead
+                update = orthogonalize(g, group["ns_steps"])  # (m, n)
+                p.mul_(1 - lr * group["weight_decay"])
+                p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
+        return loss
