@@ -10,15 +10,20 @@ Checkpoints are written in the same single-file format as without FSDP: the shar
 state dict (on the CPU) and rank 0 writes it. The optimizer state is keyed by parameter name rather than by
 position, which is what `torch.distributed.checkpoint.state_dict` produces and consumes.
 """
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_optimizer_state_dict)
-from torch.distributed.fsdp import fully_shard
+# torch.distributed.checkpoint and .fsdp are imported inside the functions: importing them takes ~1-2 s, which
+# every train.py start paid although only --fsdp=true runs use them (measured on the 2-core CPU, issue 10).
 
-FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+def _full_options():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def shard(model) -> None:
     """Shards the model in place: its parameters become DTensors, 1/N of each per process."""
+    from torch.distributed.fsdp import fully_shard
+
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
@@ -26,8 +31,13 @@ def shard(model) -> None:
 
 def full_state(model, optimizer) -> tuple[dict, dict]:
     """(model state dict, optimizer state dict), each full and on the CPU. Every process must call it."""
-    return get_model_state_dict(model, options=FULL), get_optimizer_state_dict(model, optimizer, options=FULL)
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    full = _full_options()
+    return get_model_state_dict(model, options=full), get_optimizer_state_dict(model, optimizer, options=full)
 
 
 def load_optimizer(model, optimizer, state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
     set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
