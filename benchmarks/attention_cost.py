@@ -70,12 +70,16 @@ def seconds(fn, repeats: int) -> float:
 
 
 @torch.no_grad()
-def measure(lengths=LENGTHS, heads=HEADS, head_dim=HEAD_DIM, window=WINDOW, repeats=3, seed=0) -> list[dict]:
+def measure(lengths=LENGTHS, heads=HEADS, head_dim=HEAD_DIM, window=WINDOW, repeats=3, seed=0,
+            skip=()) -> list[dict]:
+    """skip: path names to leave out (bench.py leaves out 'tiled', whose Python loops take minutes at T=8192)."""
     rows = []
     g = torch.Generator().manual_seed(seed)
     for T in lengths:
         q, k, v = (torch.randn(1, heads, T, head_dim, generator=g) for _ in range(3))  # (B, H, T, D) each
         for name, fn in paths(window).items():
+            if name in skip:
+                continue
             run = lambda: fn(q, k, v)  # noqa: E731
             rows.append({"path": name, "T": T, "seconds": seconds(run, repeats), "peak_mb": peak_bytes(run) / 2**20})
     return rows

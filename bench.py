@@ -1,0 +1,165 @@
+"""Every speed figure of issue 10 in one table, ours side by side with nanoGPT (and Hugging Face for sampling):
+
+    python bench.py --target=all --against-nanogpt=/tmp/nanogpt --input=tinyshakespeare.txt --repeats=3
+    python bench.py --quick                                   # tiny sizes: a smoke test of every row (~15 s)
+
+Targets (--target=NAME, or all):
+    ttq         1. time to quality: wall time of `train.py --preset=fast-cpu` to val loss <= 1.886 vs nanoGPT's CPU
+                   recipe (benchmarks/ttq.py), whole processes, interleaved
+    throughput  2. training tokens/s at 6L/384/256, same math, ours vs nanoGPT's model (benchmarks/throughput.py)
+    mfu         3. MFU of that step against this device's measured float32 and bf16 matmul peaks (common/mfu.py),
+                   and a profile of where the step's time goes
+    sampling    4. ms per new token, 6L/384/256, batch 1: our KV cache vs nanoGPT's uncached generate vs HF
+                   GPT-2's cached generate (benchmarks/sampling.py)
+    memory      5. attention time and peak memory vs T: math vs SDPA vs sliding window, plotted
+                   (benchmarks/attention_cost.py); the SDPA / math peak-memory ratio at T=4096
+Every ratio is of medians over --repeats rounds in which the contenders alternate (the order flips each round).
+--threads=N runs everything (and the training subprocesses) on N threads; compare ratios, not absolute times.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import attention_cost, sampling, throughput, ttq  # noqa: E402
+
+TARGETS = ("ttq", "throughput", "mfu", "sampling", "memory")
+TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
+QUICK = dict(  # tiny sizes: every code path, a few seconds, numbers meaningless
+    shape=dict(n_layer=2, n_head=2, n_embd=32, block_size=32),
+    ttq_flags=["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--max_iters=3",
+               "--eval_interval=3", "--warmup_iters=1", "--log_interval=1", "--compile=false"],
+    nanogpt_flags=["--max_iters=3", "--lr_decay_iters=3", "--eval_interval=3", "--eval_iters=2", "--n_layer=1",
+                   "--n_embd=32", "--n_head=2", "--block_size=16", "--batch_size=4"],  # later flags win in nanoGPT
+    lengths=[64, 128], new_tokens=20, batch_size=2, steps=1)
+
+
+def fmt_ratio(num, den) -> str:
+    return f"{num / den:.2f}x" if num and den else "n/a"
+
+
+def median(rows, who, key):
+    vals = sorted(r[key] for r in rows if r["who"] == who)
+    return vals[len(vals) // 2] if vals else None
+
+
+def run_ttq(args, table):
+    rows = ttq.measure(args.preset, args.input, args.against_nanogpt, args.repeats, args.threads,
+                       QUICK["ttq_flags"] if args.quick else (), QUICK["nanogpt_flags"] if args.quick else ())
+    ours_s, ours_val = median(rows, "ours", "wall_s"), max(r["val_loss"] for r in rows if r["who"] == "ours")
+    ng_s = median(rows, "nanogpt", "wall_s")
+    ng_val = median([r for r in rows if r["val_loss"] is not None], "nanogpt", "val_loss") or float("nan")
+    met = ours_val <= TARGET_LOSS and ng_s is not None and ng_s / ours_s >= 3
+    table.append(("1 time to quality", f"{ours_s:.1f} s (worst val {ours_val:.4f}, full split)",
+                  f"{ng_s:.1f} s (val {ng_val:.4f}, 20 batches)" if ng_s else "n/a (no --against-nanogpt)",
+                  fmt_ratio(ng_s, ours_s), f">= 3x, val <= {TARGET_LOSS}", met))
+    for r in rows:
+        val = "n/a" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
+        print(f"  ttq run {r['repeat']} {r['who']:8s} {r['wall_s']:7.1f} s  val {val}")
+
+
+def run_throughput(args, table, want):
+    shape = QUICK["shape"] if args.quick else throughput.SHAPE
+    bs = QUICK["batch_size"] if args.quick else args.batch_size
+    res = throughput.measure(args.against_nanogpt, bs, args.repeats, QUICK["steps"] if args.quick else args.steps,
+                             shape)
+    o, n = res["ours"], res.get("nanogpt")
+    size = f"{shape['n_layer']}L/{shape['n_embd']}/T{shape['block_size']}, B{bs}"
+    if "throughput" in want:
+        table.append(("2 throughput " + size, f"{o['tok_per_s']:,.0f} tok/s",
+                      f"{n['tok_per_s']:,.0f} tok/s" if n else "n/a (no --against-nanogpt)",
+                      fmt_ratio(o["tok_per_s"], n and n["tok_per_s"]), ">= 2x", bool(n) and
+                      o["tok_per_s"] >= 2 * n["tok_per_s"]))
+    if "mfu" in want:
+        # Training runs in float32 wherever bf16 matmuls are slower (common/device.py); then the bf16 peak is no
+        # ceiling, so the goal is read against the device's best peak, whichever dtype has it.
+        best = max(res["peak_fp32"], res["peak_bf16"])
+        table.append(("3 MFU " + size, f"{o['mfu_fp32']:.0%} of fp32 peak ({res['peak_fp32'] / 1e9:.0f} GFLOP/s)",
+                      f"{o['mfu_bf16']:.0%} of bf16 peak ({res['peak_bf16'] / 1e9:.0f} GFLOP/s)",
+                      f"{o['mfu_fp32'] * res['peak_fp32'] / best:.0%} of best peak", ">= 50% of bf16 peak",
+                      o["mfu_fp32"] * res["peak_fp32"] >= 0.5 * best))
+        print(f"  profile of one training step ({size}, float32), top ops by self CPU time:")
+        for name, ms, share in res["profile"]:
+            print(f"    {name:40s} {ms:9.1f} ms  {share:5.1%}")
+
+
+def run_sampling(args, table):
+    shape = QUICK["shape"] if args.quick else sampling.SHAPE
+    n = QUICK["new_tokens"] if args.quick else args.new_tokens
+    res = sampling.measure(args.against_nanogpt, n, args.repeats, shape=shape, with_hf=not args.no_hf)
+    ours_ms = min(v for k, v in res.items() if k.startswith("ours"))
+    ours_name = min((v, k) for k, v in res.items() if k.startswith("ours"))[1]
+    ng = next((v for k, v in res.items() if k.startswith("nanoGPT")), None)
+    hf = next((v for k, v in res.items() if k.startswith("HF")), None)
+    table.append((f"4 sampling {shape['n_layer']}L/{shape['n_embd']}/ctx{shape['block_size']}, B1, {n} tokens",
+                  f"{ours_ms:.2f} ms/token", f"nanoGPT {ng:.2f}, HF {hf:.2f}" if ng and hf else
+                  (f"HF {hf:.2f}" if hf else "n/a"), f"{fmt_ratio(ng, ours_ms)} vs nanoGPT, {fmt_ratio(hf, ours_ms)} "
+                  f"vs HF", ">= 10x, >= 1x", bool(ng and hf) and ng >= 10 * ours_ms and hf >= ours_ms))
+    for name, ms in res.items():
+        print(f"  sampling {name:32s} {ms:6.2f} ms/token" + ("  <- row" if name == ours_name else ""))
+
+
+def run_memory(args, table):
+    lengths = QUICK["lengths"] if args.quick else [int(t) for t in args.lengths.split(",")]
+    rows = attention_cost.measure(lengths, repeats=1 if args.quick else args.repeats, skip=("tiled",))
+    print(attention_cost.table(rows))
+    if args.plot:
+        print(f"  wrote {attention_cost.plot(rows, args.plot, note=f'({torch.get_num_threads()} CPU threads)')}")
+    T = 4096 if 4096 in lengths else max(lengths)
+    peak = {r["path"]: r["peak_mb"] for r in rows if r["T"] == T}
+    ratio = peak["sdpa"] / peak["math"]
+    table.append((f"5 attention memory T={T}", f"SDPA {peak['sdpa']:.1f} MB", f"math {peak['math']:.1f} MB",
+                  f"{ratio:.3f} (1/{1 / ratio:.0f})", "<= 1/8", ratio <= 1 / 8))
+
+
+def main(argv) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="all", help="all, or a comma-separated subset of " + ", ".join(TARGETS))
+    p.add_argument("--against-nanogpt", "--against_nanogpt", dest="against_nanogpt", default=None,
+                   help="path of a nanoGPT checkout to run side by side")
+    p.add_argument("--input", default="/work/shared/data/tinyshakespeare.txt", help="tiny-shakespeare text (ttq)")
+    p.add_argument("--preset", default="fast-cpu", help="our train.py preset for time to quality")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="torch threads here and in the training subprocesses")
+    p.add_argument("--batch_size", type=int, default=8, help="throughput/MFU batch (nanoGPT's is 64: ~10 s/step)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per round (throughput)")
+    p.add_argument("--new_tokens", type=int, default=500)
+    p.add_argument("--no_hf", action="store_true", help="leave Hugging Face transformers out of sampling")
+    p.add_argument("--lengths", default="256,512,1024,2048,4096,8192")
+    p.add_argument("--plot", default="attention_memory.png", help="'' for no plot")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks every row runs")
+    args = p.parse_args(argv)
+    want = TARGETS if args.target == "all" else tuple(args.target.split(","))
+    bad = [t for t in want if t not in TARGETS]
+    if bad:
+        raise ValueError(f"--target={','.join(bad)} is not one of all, {', '.join(TARGETS)}")
+    if args.quick:
+        args.repeats = 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if "ttq" in want and not os.path.isfile(args.input):
+        raise ValueError(f"--input={args.input} does not exist; give the tiny-shakespeare text file")
+
+    table = []
+    if "ttq" in want:
+        run_ttq(args, table)
+    if "throughput" in want or "mfu" in want:
+        run_throughput(args, table, want)
+    if "sampling" in want:
+        run_sampling(args, table)
+    if "memory" in want:
+        run_memory(args, table)
+    print(f"\n{'target':44s} | {'ours':44s} | {'reference':40s} | {'ratio':26s} | {'goal':22s} | met")
+    for name, ours, ref, ratio, goal, met in table:
+        print(f"{name:44s} | {ours:44s} | {ref:40s} | {ratio:26s} | {goal:22s} | {'yes' if met else 'no'}")
+    print(f"({torch.get_num_threads()} torch threads; repeats={args.repeats}; medians of alternating rounds)")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

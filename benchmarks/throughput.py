@@ -1,0 +1,95 @@
+"""Training throughput (tokens/s of forward + backward + clip + optimizer step) at nanoGPT's shakespeare_char shape,
+6L/6H/384, context 256, ours against nanoGPT's model with the same math (same shape, batch, dropout, no biases,
+AdamW, gradient clipping at 1.0), timed alternately in one process; plus MFU and a profile of where a step's time goes.
+
+The math differs only where the two models differ by design: our GELU is the tanh approximation (GPT-2's), nanoGPT's
+the exact erf one; ours uses the fused CPU AdamW, nanoGPT the foreach one. nanoGPT's batch is 64; on a 2-core CPU
+that is ~10-20 s per step, so --batch_size picks a smaller one (tokens/s barely depends on it at this size: the
+matmuls are already large).
+"""
+import contextlib
+import io
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from common.mfu import peak_matmul_flops
+from common.optim import make_optimizer
+from model import GPT, GPTConfig
+
+from . import nanogpt_ref
+
+SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)  # nanoGPT's config/train_shakespeare_char.py
+VOCAB, DROPOUT, LR, WD, BETAS = 65, 0.2, 1e-3, 0.1, (0.9, 0.99)
+
+
+def ours(shape=SHAPE):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", **shape)).train()
+    return model, make_optimizer(model, LR, WD, BETAS, "cpu")
+
+
+def theirs(path: str, shape=SHAPE):
+    ng = nanogpt_ref.load_model_module(path)
+    torch.manual_seed(0)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter counts
+        model = ng.GPT(ng.GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, **shape)).train()
+        opt = model.configure_optimizers(WD, LR, BETAS, "cpu")
+    return model, opt
+
+
+def train_step(model, opt, x, y):
+    _, loss = model(x, y)  # both models: (logits, loss) when given targets
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def step_seconds(model, opt, batch, steps: int) -> float:
+    x, y = batch
+    train_step(model, opt, x, y)  # warm-up: allocator, kernel choice, optimizer state
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        train_step(model, opt, x, y)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE) -> dict:
+    """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
+    float32 and bf16 matmul peaks of this CPU."""
+    T = shape["block_size"]
+    g = torch.Generator().manual_seed(0)
+    batch = tuple(torch.randint(0, VOCAB, (batch_size, T), generator=g) for _ in range(2))  # x, y: (B, T) each
+    models = {"ours": ours(shape)}
+    if nanogpt:
+        models["nanogpt"] = theirs(nanogpt, shape)
+    per = {who: [] for who in models}
+    for r in range(repeats):
+        for who in (list(models) if r % 2 == 0 else list(reversed(models))):
+            per[who].append(step_seconds(*models[who], batch, steps))
+    flops_per_token = models["ours"][0].flops_per_token(T)
+    out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token,
+           "peak_fp32": peak_matmul_flops("cpu", torch.float32), "peak_bf16": peak_matmul_flops("cpu", torch.bfloat16)}
+    for who, secs in per.items():
+        s = statistics.median(secs)
+        out[who] = {"step_s": s, "tok_per_s": batch_size * T / s, "runs": secs}
+    out["ours"]["mfu_fp32"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_fp32"]
+    out["ours"]["mfu_bf16"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_bf16"]
+    out["profile"] = top_ops(*models["ours"], batch)
+    return out
+
+
+def top_ops(model, opt, batch, n: int = 8) -> list[tuple[str, float, float]]:
+    """Where one training step's time goes: the n ops with the most self CPU time, (name, ms, share of step)."""
+    train_step(model, opt, *batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        train_step(model, opt, *batch)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:n]
+    return [(e.key, e.self_cpu_time_total / 1e3, e.self_cpu_time_total / total) for e in top]

@@ -1,0 +1,25 @@
+"""bench.py --quick runs every target on tiny sizes and prints a table with one row per target. No timing is
+asserted (a unit test is no place for a speed claim): the real figures come from the full run on a quiet machine."""
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_bench_quick_prints_every_target_row(corpus, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--quick", f"--input={corpus}",
+                           f"--plot={tmp_path / 'memory.png'}", "--no_hf"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = proc.stdout.split("\ntarget ", 1)[1]  # the summary table printed last
+    for row in ("1 time to quality", "2 throughput", "3 MFU", "4 sampling", "5 attention memory"):
+        assert row in table, f"no '{row}' row in:\n{table}"
+    assert (tmp_path / "memory.png").is_file()
+
+
+def test_bench_names_an_unknown_target(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--target=speed"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--target=speed is not one of" in proc.stderr
