@@ -73,13 +73,14 @@ def run_throughput(args, table, want):
                       fmt_ratio(o["tok_per_s"], n and n["tok_per_s"]), ">= 2x", bool(n) and
                       o["tok_per_s"] >= 2 * n["tok_per_s"]))
     if "mfu" in want:
-        # Training runs in float32 wherever bf16 matmuls are slower (common/device.py); then the bf16 peak is no
-        # ceiling, so the goal is read against the device's best peak, whichever dtype has it.
-        best = max(res["peak_fp32"], res["peak_bf16"])
+        # Training runs in float32 wherever bf16 matmuls are slower (common/device.py). The goal is stated against
+        # the bf16 peak; where bf16 is slower than float32 (emulated, e.g. on AVX2 CPUs) that goal cannot be met
+        # or missed, and the row says so instead of claiming it against the float32 peak.
+        bf16_real = res["peak_bf16"] >= res["peak_fp32"]
         table.append(("3 MFU " + size, f"{o['mfu_fp32']:.0%} of fp32 peak ({res['peak_fp32'] / 1e9:.0f} GFLOP/s)",
                       f"{o['mfu_bf16']:.0%} of bf16 peak ({res['peak_bf16'] / 1e9:.0f} GFLOP/s)",
-                      f"{o['mfu_fp32'] * res['peak_fp32'] / best:.0%} of best peak", ">= 50% of bf16 peak",
-                      o["mfu_fp32"] * res["peak_fp32"] >= 0.5 * best))
+                      f"{o['mfu_fp32']:.0%} of fp32 peak", ">= 50% of bf16 peak",
+                      o["mfu_bf16"] >= 0.5 if bf16_real else "n/a: bf16 slower than fp32 here"))
         print(f"  profile of one training step ({size}, float32), top ops by self CPU time:")
         for name, ms, share in res["profile"]:
             print(f"    {name:40s} {ms:9.1f} ms  {share:5.1%}")
@@ -153,7 +154,8 @@ def main(argv) -> None:
         run_memory(args, table)
     print(f"\n{'target':44s} | {'ours':44s} | {'reference':40s} | {'ratio':26s} | {'goal':22s} | met")
     for name, ours, ref, ratio, goal, met in table:
-        print(f"{name:44s} | {ours:44s} | {ref:40s} | {ratio:26s} | {goal:22s} | {'yes' if met else 'no'}")
+        print(f"{name:44s} | {ours:44s} | {ref:40s} | {ratio:26s} | {goal:22s} | "
+              f"{met if isinstance(met, str) else 'yes' if met else 'no'}")
     print(f"({torch.get_num_threads()} torch threads; repeats={args.repeats}; medians of alternating rounds)")
 
 

@@ -4,9 +4,9 @@
     python compare.py --study=positions              # every positional encoding, evaluated past its context
     python compare.py --study=encoder --help         # a study's flags (the budget: --max_iters, sizes, ...)
 
---study=encoder (studies/encoder.py) follows ../docs protocol in README.md "Decoder vs encoder": the causal
-decoder, the bidirectional masked-LM encoder and the "cheater" (bidirectional, next-token), then cloze accuracy,
-perplexity vs pseudo-perplexity, samples, attention maps and throughput in one folder with report.md.
+--study=encoder (studies/encoder.py; README.md, "Decoder vs encoder"): the causal decoder, the bidirectional
+masked-LM encoder and the "cheater" (bidirectional, next-token), then cloze accuracy, perplexity vs
+pseudo-perplexity, samples, attention maps and throughput in one folder with report.md.
 --study=positions (studies/positions.py): loss against position up to 4x the trained context, per pos_emb.
 """
 import importlib

@@ -5,7 +5,7 @@
 
 One heatmap per layer (rows) and head (columns), plus the mean over heads (last column): row t is query token t,
 column s is key token s, colour is the softmax weight query t gives key s (each row sums to 1). A decoder's maps
-are lower triangles (nothing attends to the future); an encoder's (--causal=false) are full squares.
+are lower triangles (nothing attends to the future); an encoder's (train.py --model=encoder) are full squares.
 The weights come from the math path (model.attention_maps), whatever attn_impl the model was trained with: the
 paths compute the same function, and only the math path materialises the weights.
 
