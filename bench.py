@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmarks import attention_cost, sampling, throughput, ttq  # noqa: E402
+from common import cli  # noqa: E402
 
 TARGETS = ("ttq", "throughput", "mfu", "sampling", "memory")
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
@@ -160,8 +161,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli.run(main, sys.argv[1:]))

@@ -98,9 +98,7 @@ def table(rows) -> str:
 
 
 def plot(rows, path: str, note: str = "") -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    from visualize import save_figure  # sets matplotlib's Agg backend first
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["path"] for r in rows))
@@ -125,9 +123,7 @@ def plot(rows, path: str, note: str = "") -> str:
         ax.grid(alpha=0.3, which="both")
     axes[1].legend(fontsize=7)
     fig.suptitle(f"One causal attention layer, forward: H={HEADS}, D={HEAD_DIM}, B=1, float32 {note}", fontsize=10)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv) -> None:

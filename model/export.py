@@ -16,7 +16,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from common import safetensors_file
+from common import cli, safetensors_file
 from common.run_setup import config_from_argv, find_checkpoint, model_from_checkpoint
 
 from .hf_gpt2 import gpt2_refusal, hf_config, to_hf_state_dict
@@ -116,8 +116,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ValueError as e:  # CheckpointError, FlagError and refusals: one line, exit 2
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli.run(main, sys.argv[1:]))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common import safetensors_file
+from common import cli, safetensors_file
 from common.run_setup import config_from_argv
 
 from .export import TOKENIZER_META
@@ -115,8 +115,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli.run(main, sys.argv[1:]))
