@@ -130,23 +130,32 @@ def main(argv) -> None:
         print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
         return
 
-    generator = torch.Generator(device=device).manual_seed(sc.seed)
-    for i in range(sc.num_samples):
-        print(f"---------- sample {i + 1} (step {ckpt['step']} checkpoint) ----------")
-        decode = tokenizer.stream_decoder()
-        print(decode(prompt), end="", flush=True)
-        t0, n = time.perf_counter(), 0
+    def stream(generator):
         with autocast(device, dtype):
             for token in model.generate_stream(torch.tensor([prompt], device=device), sc.max_new_tokens,
                                                temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p,
                                                min_p=sc.min_p, stop_tokens=stop, use_cache=sc.kv_cache,
                                                generator=generator):
-                print(decode([int(token[0])]), end="", flush=True)
-                n += 1
+                yield int(token[0])
+    print_samples(sc, tokenizer, prompt, device, stream, f" (step {ckpt['step']} checkpoint)",
+                  f"kv_cache={sc.kv_cache}")
+
+
+def print_samples(sc: SampleConfig, tokenizer, prompt: list[int], device, stream, header: str, note: str) -> None:
+    """sc.num_samples samples, each printed token by token as stream(generator) yields ids, then its speed on
+    stderr. One generator seeded by --seed runs through all of them: the samples differ, the run repeats."""
+    generator = torch.Generator(device=device).manual_seed(sc.seed)
+    for i in range(sc.num_samples):
+        print(f"---------- sample {i + 1}{header} ----------")
+        decode = tokenizer.stream_decoder()
+        print(decode(prompt), end="", flush=True)
+        t0, n = time.perf_counter(), 0
+        for token in stream(generator):
+            print(decode([token]), end="", flush=True)
+            n += 1
         elapsed = time.perf_counter() - t0
         print()
-        print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, "
-              f"kv_cache={sc.kv_cache}]", file=sys.stderr)
+        print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, {note}]", file=sys.stderr)
 
 
 def encoder_main(sc: SampleConfig, model, tokenizer, text: str, device) -> None:
@@ -168,20 +177,10 @@ def encoder_main(sc: SampleConfig, model, tokenizer, text: str, device) -> None:
     print(f"[encoder: no {MASK_TEXT} in the prompt, so it generates by appending one {MASK_TEXT} and predicting it; "
           f"no KV cache is possible (every token attends to later ones), so each token re-runs the whole window]",
           file=sys.stderr)
-    generator = torch.Generator(device=device).manual_seed(sc.seed)
-    for i in range(sc.num_samples):
-        print(f"---------- sample {i + 1} ----------")
-        decode = tokenizer.stream_decoder()
-        print(decode(prompt), end="", flush=True)
-        t0, n = time.perf_counter(), 0
-        for token in mlm.generate_stream(model, prompt, sc.max_new_tokens, tokenizer.mask_id, sc.temperature,
-                                         sc.top_k, sc.top_p, sc.min_p, generator):
-            print(decode([token]), end="", flush=True)
-            n += 1
-        elapsed = time.perf_counter() - t0
-        print()
-        print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, encoder: a full forward "
-              f"per token, no cache]", file=sys.stderr)
+    print_samples(sc, tokenizer, prompt, device,
+                  lambda generator: mlm.generate_stream(model, prompt, sc.max_new_tokens, tokenizer.mask_id,
+                                                        sc.temperature, sc.top_k, sc.top_p, sc.min_p, generator),
+                  "", "encoder: a full forward per token, no cache")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from common import checkpoint, cli, distributed, flags, fsdp
 from common.device import SetupError, autocast, pick_device, pick_dtype
-from common.metrics import MetricsLog
+from common.metrics import METRICS_FILE, MetricsLog
 from common.mfu import mfu, peak_matmul_flops
 from common.optim import lr_at, make_optimizer
 from common.run_setup import model_from_checkpoint, parse_configs, rng_state, set_rng_state
@@ -27,7 +27,7 @@ from data.mask_token import with_mask_token
 from model import GPT, GPTConfig, mlm
 
 CKPT_LAST, CKPT_BEST = "ckpt_last.pt", "ckpt_best.pt"
-RUN_FILES = (CKPT_LAST, CKPT_BEST, "metrics.jsonl")
+RUN_FILES = (CKPT_LAST, CKPT_BEST, METRICS_FILE)
 
 
 def resident_mb() -> float | None:

@@ -23,6 +23,7 @@ from matplotlib.colors import PowerNorm  # noqa: E402
 
 from common import cli  # noqa: E402
 from common.run_setup import config_from_argv, find_checkpoint, load_for_inference  # noqa: E402
+from data.tokenizer import drop_unknown  # noqa: E402
 
 MAX_TOKENS = 48  # beyond this the token labels no longer fit; longer texts keep their last MAX_TOKENS tokens
 GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
@@ -114,9 +115,7 @@ def attention_image(model, tokenizer, text: str, dpi: int = 80):
 
     from PIL import Image
 
-    if hasattr(tokenizer, "chars"):
-        text = "".join(c for c in text if c in tokenizer.chars) or tokenizer.chars[0]
-
+    text = drop_unknown(tokenizer, text)
     buf = io.BytesIO()
     save_figure(attention_figure(model, tokenizer, text), buf, dpi=dpi)
     buf.seek(0)

@@ -6,12 +6,13 @@ Ours is `train.py --preset=PRESET` with the validation run once, at the end, ove
 nanoGPT's own number is its 20-batch estimate (its recipe's full-split loss is ~0.01 higher: a conservative
 comparison for us). The data is prepared (tokenised) before any timing, for both.
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+
+from common.metrics import read_metrics
 
 from . import nanogpt_ref
 
@@ -35,9 +36,7 @@ def timed(cmd, cwd, env) -> tuple[float, str]:
 
 
 def last_val_loss(out_dir: str) -> float:
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        vals = [row["val_loss"] for row in map(json.loads, f) if "val_loss" in row]
-    return vals[-1]
+    return [row["val_loss"] for row in read_metrics(out_dir) if "val_loss" in row][-1]
 
 
 def measure(preset: str, input_path: str, nanogpt: str | None, repeats: int, threads: int | None,

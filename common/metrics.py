@@ -22,6 +22,13 @@ WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/
               "elapsed_s": "perf/elapsed_s", "rss_mb": "perf/rss_mb"}
 SECTIONS = ("train/*", "val/*", "perf/*")
 BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the best value, not the last
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(out_dir) -> list[dict]:
+    """Every row of out_dir/metrics.jsonl, in order (what studies, benchmarks and tests read back)."""
+    with open(os.path.join(out_dir, METRICS_FILE)) as f:
+        return [json.loads(line) for line in f]
 
 
 def run_layout(config: dict) -> dict:
@@ -62,7 +69,7 @@ class MetricsLog:
     def __init__(self, out_dir: str, fresh: bool, wandb_cfg: dict | None = None, resume_step: int = 0):
         """fresh: start a new file; else append after resume_step. wandb_cfg: {"project", "name" (None: derived
         from the config), "config"}; None: no wandb."""
-        self.path = os.path.join(out_dir, "metrics.jsonl")
+        self.path = os.path.join(out_dir, METRICS_FILE)
         os.makedirs(out_dir, exist_ok=True)
         if not fresh:
             keep_through(self.path, resume_step)

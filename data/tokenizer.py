@@ -161,6 +161,14 @@ def ranks_from_bytes(data: bytes) -> dict[bytes, int]:
     return ranks
 
 
+def drop_unknown(tokenizer: Tokenizer, text: str) -> str:
+    """text without the characters a char vocabulary lacks (other tokenizers encode anything: text unchanged), for
+    probes and prompts that must not stop a run; never empty."""
+    if not hasattr(tokenizer, "chars"):
+        return text
+    return "".join(c for c in text if c in tokenizer.chars) or tokenizer.chars[0]
+
+
 def read_meta(folder_or_meta_json) -> dict:
     path = Path(folder_or_meta_json)
     path = path / "meta.json" if path.is_dir() else path

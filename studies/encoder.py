@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from common.run_setup import config_from_argv, find_checkpoint, load_for_inference
+from data.tokenizer import drop_unknown
 from model import mlm
 from model.config import POS_EMBS
 from studies import cloze
@@ -106,11 +107,6 @@ def timed_generation(tokens) -> tuple[list[int], list[float]]:
     return out, stamps
 
 
-def in_vocabulary(tokenizer, text: str) -> str:
-    """text without the characters a char vocabulary lacks (a study must not stop at its last step for a prompt)."""
-    return "".join(c for c in text if c in tokenizer.chars) or tokenizer.chars[-1]
-
-
 def generations(sc, models, tokenizer) -> tuple[dict, dict]:
     """Samples from the same prompts and seed, and seconds-per-token curves (first prompt) of the ways to generate:
     decoder with its KV cache, decoder without, encoder by appending [MASK] (no cache possible)."""
@@ -119,7 +115,7 @@ def generations(sc, models, tokenizer) -> tuple[dict, dict]:
     for variant, model in models.items():
         samples[variant] = []
         for p, text in enumerate(sc.prompts.split("|")):
-            text = in_vocabulary(tokenizer, text)
+            text = drop_unknown(tokenizer, text)  # a study must not stop at its last step for a prompt
             prompt = tokenizer.encode(text)
             g = torch.Generator().manual_seed(sc.seed)
             kw = dict(temperature=sc.temperature, top_k=sc.top_k, generator=g)
@@ -131,7 +127,7 @@ def generations(sc, models, tokenizer) -> tuple[dict, dict]:
             samples[variant].append({"prompt": text, "text": tokenizer.decode(prompt + new)})
             if p == 0 and variant != "cheater":
                 timing[f"{variant} ({'KV cache' if variant == 'decoder' else 'no cache possible'})"] = stamps
-    prompt = tokenizer.encode(in_vocabulary(tokenizer, sc.prompts.split("|")[0]))
+    prompt = tokenizer.encode(drop_unknown(tokenizer, sc.prompts.split("|")[0]))
     it = models["decoder"].generate_stream(torch.tensor([prompt]), sc.gen_tokens, use_cache=False,
                                            temperature=sc.temperature, top_k=sc.top_k,
                                            generator=torch.Generator().manual_seed(sc.seed))
@@ -139,7 +135,8 @@ def generations(sc, models, tokenizer) -> tuple[dict, dict]:
     return samples, timing
 
 
-def measure(sc: EncoderStudyConfig, out_dirs: dict) -> dict:
+def measure(sc: EncoderStudyConfig, out_dirs: dict) -> tuple[dict, dict, object]:
+    """-> (results, {variant: model}, tokenizer)."""
     loaded = {v: load_for_inference(find_checkpoint(d, "last"), torch.device("cpu")) for v, d in out_dirs.items()}
     models = {v: m for v, (m, _, _) in loaded.items()}
     _, tokenizer, ckpt = loaded["decoder"]
@@ -179,7 +176,7 @@ def measure(sc: EncoderStudyConfig, out_dirs: dict) -> dict:
                     for s, lp in logp.items()}
     res["samples"], res["gen_seconds"] = generations(sc, models, tokenizer)
     res["eval_s"] = time.time() - t0
-    res["probe"] = in_vocabulary(tokenizer, sc.probe)
+    res["probe"] = drop_unknown(tokenizer, sc.probe)
     return res, models, tokenizer
 
 

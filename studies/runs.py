@@ -1,10 +1,11 @@
 """What every study needs: train one model with train.py in this process, read its speed back, and take
 validation windows from its data."""
-import json
 import os
 
 import numpy as np
 import torch
+
+from common.metrics import read_metrics
 
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
           "eval_iters", "seed")
@@ -23,11 +24,6 @@ def train_run(sc, name: str, **flags) -> str:
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in flags.items()), flush=True)
     train.main([f"--{k}={v}" for k, v in args.items()])
     return out_dir
-
-
-def read_metrics(out_dir: str) -> list[dict]:
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def train_speed(out_dir: str) -> tuple[float, float]:
