@@ -45,6 +45,17 @@ class KVCache:
         self.v[layer, :, :, self.pos:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, H, S, D) views, no copy
 
+    def repeat_rows(self, n: int) -> "KVCache":
+        """A new cache of B * n rows: each row's cached columns n times over, rows i*n .. i*n+n-1 copying row i (to
+        continue one shared prefix n different ways, e.g. one per candidate token)."""
+        out = KVCache(self.n_layer, self.B * n, self.H, self.max_len, self.D)
+        if self.k is not None:
+            out.k, out.v = self.k.repeat_interleave(n, dim=1), self.v.repeat_interleave(n, dim=1)
+        if self.valid is not None:
+            out.valid = self.valid.repeat_interleave(n, dim=0)
+        out.pos = self.pos
+        return out
+
     def advance(self, T: int):
         """Called once per forward after every layer has written its T new columns."""
         self.pos += T

@@ -65,3 +65,20 @@ def test_cache_buffers_are_preallocated_and_written_in_place():
     model(torch.zeros(2, 1, dtype=torch.long), cache=cache)
     assert cache.k is k_buffer and cache.pos == 4
     assert (cache.k[:, :, :, 4:] == 0).all()  # untouched beyond pos
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_repeat_rows_continues_a_prefix_like_a_cache_filled_with_the_repeated_rows(padded):
+    model = tiny_model(pos_emb="rope")
+    idx = torch.randint(0, 37, (2, 6), generator=torch.Generator().manual_seed(1))
+    pad = torch.tensor([[True] * 6, [False, False] + [True] * 4]) if padded else None
+    nxt = torch.arange(6).view(6, 1)  # three different next tokens for each of the 2 rows
+    with torch.no_grad():
+        cache = model.new_cache(2)
+        model(idx, cache=cache, pad_mask=pad)
+        got, _ = model(nxt, cache=cache.repeat_rows(3))  # (6, 1, V)
+        ref_cache = model.new_cache(6)  # the reference: prefill the repeated rows themselves
+        model(idx.repeat_interleave(3, 0), cache=ref_cache,
+              pad_mask=None if pad is None else pad.repeat_interleave(3, 0))
+        want, _ = model(nxt, cache=ref_cache)
+    assert torch.allclose(got, want, atol=1e-5)
