@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmarks import attention_cost, sampling, throughput, ttq  # noqa: E402
 from common import cli  # noqa: E402
+from common.errors import FlagError
 
 TARGETS = ("ttq", "throughput", "mfu", "sampling", "memory")
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
@@ -136,13 +137,13 @@ def main(argv) -> None:
     want = TARGETS if args.target == "all" else tuple(args.target.split(","))
     bad = [t for t in want if t not in TARGETS]
     if bad:
-        raise ValueError(f"--target={','.join(bad)} is not one of all, {', '.join(TARGETS)}")
+        raise FlagError(f"--target={','.join(bad)} is not one of all, {', '.join(TARGETS)}")
     if args.quick:
         args.repeats = 1
     if args.threads:
         torch.set_num_threads(args.threads)
     if "ttq" in want and not os.path.isfile(args.input):
-        raise ValueError(f"--input={args.input} does not exist; give the tiny-shakespeare text file")
+        raise FlagError(f"--input={args.input} does not exist; give the tiny-shakespeare text file")
 
     table = []
     if "ttq" in want:

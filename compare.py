@@ -13,6 +13,7 @@ import importlib
 import sys
 
 from common import cli
+from common.errors import FlagError
 
 STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions"}
 
@@ -26,7 +27,7 @@ def main(argv) -> None:
         else:
             rest.append(arg)
     if study not in STUDIES:
-        raise ValueError(f"--study={study} is not one of {', '.join(STUDIES)}")
+        raise FlagError(f"--study={study} is not one of {', '.join(STUDIES)}")
     if "--help" in rest or "-h" in rest:
         print(f"--study: one of {', '.join(STUDIES)} (default encoder); the flags of --study={study}:")
     importlib.import_module(STUDIES[study]).main(rest)

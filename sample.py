@@ -25,6 +25,7 @@ from common.run_setup import config_from_argv, find_checkpoint, load_for_inferen
 from data.mask_token import MASK_TEXT
 from model import mlm
 from model.generate import check_sampling, next_token_probs
+from common.errors import ConfigError, UserError
 
 
 @dataclass
@@ -48,11 +49,11 @@ class SampleConfig:
 
     def __post_init__(self):
         if self.num_samples < 1 or self.max_new_tokens < 0:
-            raise ValueError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
+            raise ConfigError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
                              f"{self.max_new_tokens} >= 0")
         check_sampling(self.temperature, self.top_k, self.top_p, self.min_p)
         if self.top_tokens < 1:
-            raise ValueError(f"top_tokens={self.top_tokens} must be >= 1")
+            raise ConfigError(f"top_tokens={self.top_tokens} must be >= 1")
         for t in parse_temperatures(self.temperatures):
             check_sampling(t)
 
@@ -63,7 +64,7 @@ def parse_temperatures(text: str | None) -> list[float]:
     try:
         return [float(t) for t in text.split(",")]
     except ValueError:
-        raise ValueError(f"--temperatures={text} is not a comma-separated list of numbers (e.g. 0.5,1,2)") from None
+        raise ConfigError(f"--temperatures={text} is not a comma-separated list of numbers (e.g. 0.5,1,2)") from None
 
 
 @torch.no_grad()
@@ -96,7 +97,7 @@ def read_prompt(start: str) -> str:
             with open(path, encoding="utf-8") as f:
                 return f.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"--start=FILE:{path} cannot be read ({type(e).__name__}); give a UTF-8 text file") from None
+            raise UserError(f"--start=FILE:{path} cannot be read ({type(e).__name__}); give a UTF-8 text file") from None
     return start
 
 
@@ -123,7 +124,7 @@ def main(argv) -> None:
     prompt = tokenizer.encode(text) if text else []
     if not prompt:
         if tokenizer.eot_id is None:
-            raise ValueError("the prompt is empty and this tokenizer has no start token; pass --start=...")
+            raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")
         prompt = [tokenizer.eot_id]
     stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
     if sc.temperatures:
@@ -161,7 +162,7 @@ def print_samples(sc: SampleConfig, tokenizer, prompt: list[int], device, stream
 def encoder_main(sc: SampleConfig, model, tokenizer, text: str, device) -> None:
     """Fill the prompt's [MASK]s (one forward), or, without any, generate by appending [MASK] (a forward per token)."""
     if sc.temperatures:
-        raise ValueError("--temperatures shows next-token distributions; an encoder predicts masks: put [MASK] in "
+        raise UserError("--temperatures shows next-token distributions; an encoder predicts masks: put [MASK] in "
                          "--start instead")
     prompt = tokenizer.encode(text)
     if tokenizer.mask_id in prompt:
@@ -172,7 +173,7 @@ def encoder_main(sc: SampleConfig, model, tokenizer, text: str, device) -> None:
             print(f"[MASK] {n} (token {pos}): {shown}")
         return
     if not prompt:
-        raise ValueError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
+        raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
                          f"prompt to continue")
     print(f"[encoder: no {MASK_TEXT} in the prompt, so it generates by appending one {MASK_TEXT} and predicting it; "
           f"no KV cache is possible (every token attends to later ones), so each token re-runs the whole window]",

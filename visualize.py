@@ -24,6 +24,7 @@ from matplotlib.colors import PowerNorm  # noqa: E402
 from common import cli  # noqa: E402
 from common.run_setup import config_from_argv, find_checkpoint, load_for_inference  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
+from common.errors import UserError
 
 MAX_TOKENS = 48  # beyond this the token labels no longer fit; longer texts keep their last MAX_TOKENS tokens
 GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
@@ -50,7 +51,7 @@ def token_labels(tokenizer, ids) -> list[str]:
 def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> torch.Tensor:
     ids = tokenizer.encode(text)
     if not ids:
-        raise ValueError("the text to visualise is empty; pass some text (--text=... or --start=...)")
+        raise UserError("the text to visualise is empty; pass some text (--text=... or --start=...)")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further
     device = next(model.parameters()).device
     return torch.tensor([ids[-limit:]], device=device)  # (1, T)

@@ -8,6 +8,7 @@ this repository) is imported or run from its own folder at benchmark time.
 import importlib.util
 import os
 import sys
+from common.errors import SetupError
 
 # nanoGPT's README CPU recipe on tiny-shakespeare (char): 4L/4H/128, context 64, batch 12, 2000 iterations
 CPU_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
@@ -18,7 +19,7 @@ CPU_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=Fal
 def check_checkout(path: str) -> str:
     path = os.path.abspath(path)
     if not os.path.isfile(os.path.join(path, "model.py")) or not os.path.isfile(os.path.join(path, "train.py")):
-        raise ValueError(f"--against-nanogpt={path} is not a nanoGPT checkout (no model.py / train.py there); "
+        raise SetupError(f"--against-nanogpt={path} is not a nanoGPT checkout (no model.py / train.py there); "
                          f"git clone https://github.com/karpathy/nanoGPT {path}")
     return path
 
@@ -38,7 +39,7 @@ def train_command(path: str, python: str, out_dir: str, extra=()) -> list[str]:
     path = check_checkout(path)
     data = os.path.join(path, "data", "shakespeare_char")
     if not os.path.isfile(os.path.join(data, "val.bin")):
-        raise ValueError(f"nanoGPT's shakespeare_char data is not prepared in {data}; put tinyshakespeare.txt there "
+        raise SetupError(f"nanoGPT's shakespeare_char data is not prepared in {data}; put tinyshakespeare.txt there "
                          f"as input.txt and run (cd {path} && python data/shakespeare_char/prepare.py)")
     return [python, "train.py", *CPU_RECIPE, f"--out_dir={out_dir}", *extra]
 

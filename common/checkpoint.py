@@ -12,9 +12,9 @@ import tempfile
 
 import torch
 
+from common.errors import CheckpointError
 
-class CheckpointError(ValueError):
-    pass
+
 
 
 def clean_state_dict(model) -> dict:

@@ -1,23 +1,28 @@
 """How every command ends: 0 on success; on a mistake the user can fix, one line `error: ...` and exit code 2.
 
-Mistakes are raised as ValueError subclasses (FlagError, SetupError, CheckpointError, DataError) with a message
-that names the problem and the fix. Set SMALLGPT_DEBUG=1 to see the full traceback instead.
+Only UserError (common/errors.py) is a user mistake. Any other exception is a bug, ours or a library's, and keeps
+its full traceback (exit 1): it must never be dressed up as the user's fault. Set SMALLGPT_DEBUG=1 to see the
+traceback of a UserError too.
 """
 import os
 import sys
+
+from common.errors import UserError
 
 
 def run(main, argv) -> int:
     try:
         main(argv)
         return 0
-    except ValueError as e:
+    except UserError as e:
         if os.environ.get("SMALLGPT_DEBUG"):
             raise
         message = " ".join(str(e).split())  # one line, whatever the message held
         print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: the last checkpoint in out_dir is complete; continue with --init_from=resume",
-              file=sys.stderr)
+        print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `train.py --help | head`: the reader left; nothing to say, nowhere to say it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 1

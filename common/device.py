@@ -9,11 +9,11 @@ import functools
 
 import torch
 
+from common.errors import SetupError
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class SetupError(ValueError):
-    pass
 
 
 def pick_device(name: str = "auto") -> torch.device:

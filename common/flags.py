@@ -10,9 +10,9 @@ import tomllib
 import types
 import typing
 
+from common.errors import FlagError
 
-class FlagError(ValueError):
-    pass
+
 
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")

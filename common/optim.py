@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from common.errors import CheckpointError, ConfigError
+
 
 OPTIMIZERS = ("adamw", "muon")
 
@@ -45,7 +47,7 @@ class Combined:
 
     def load_state_dict(self, state: dict) -> None:
         if set(state) != set(self.parts):
-            raise ValueError(f"the checkpoint's optimizer state is not a {'+'.join(self.parts)} state; resume with "
+            raise CheckpointError(f"the checkpoint's optimizer state is not a {'+'.join(self.parts)} state; resume with "
                              f"the --optimizer it was trained with")
         for name, opt in self.parts.items():
             opt.load_state_dict(state[name])
@@ -57,7 +59,7 @@ def make_optimizer(model, lr, weight_decay, betas, device_type, optimizer="adamw
     matrices inside the transformer blocks, at muon_lr (following the same schedule as lr); AdamW at lr on the
     rest (embeddings, the head, gains, biases)."""
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        raise ConfigError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
     if optimizer == "adamw":
         params = [p for p in model.parameters() if p.requires_grad]  # the tied embedding/head appears once
         return _adamw(params, lr, weight_decay, betas, device_type)

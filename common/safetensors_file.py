@@ -9,6 +9,7 @@ import json
 import struct
 
 import torch
+from common.errors import UserError
 
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
@@ -39,18 +40,18 @@ def load(path: str) -> dict[str, torch.Tensor]:
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < 8:
-        raise ValueError(f"{path} is not a safetensors file (only {len(data)} bytes)")
+        raise UserError(f"{path} is not a safetensors file (only {len(data)} bytes)")
     (n,) = struct.unpack("<Q", data[:8])
     try:
         header = json.loads(data[8:8 + n])
     except (ValueError, UnicodeDecodeError):
-        raise ValueError(f"{path} is not a safetensors file (its header is not JSON)") from None
+        raise UserError(f"{path} is not a safetensors file (its header is not JSON)") from None
     header.pop("__metadata__", None)
     body = memoryview(data)[8 + n:]
     out = {}
     for name, info in header.items():
         if info["dtype"] not in DTYPES:
-            raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, which this reader does not know")
+            raise UserError(f"{path}: tensor {name} has dtype {info['dtype']}, which this reader does not know")
         start, end = info["data_offsets"]
         dtype = DTYPES[info["dtype"]]
         if end == start:

@@ -4,6 +4,8 @@ Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.
 """
 from dataclasses import asdict, dataclass
 
+from common.errors import ConfigError, need
+
 TOKENIZERS = ("char", "gpt2", "bpe")
 MODELS = ("decoder", "encoder", "cheater")  # see the `model` field
 
@@ -72,10 +74,6 @@ class TrainConfig:
     wandb_group: str | None = None  # None: the data and model size, so a study of one option shares a group
 
     def __post_init__(self):
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(msg)
-
         need(self.init_from in ("scratch", "resume") or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be 'scratch', 'resume' or 'hf:FOLDER' (a local Hugging Face GPT-2)")
         need(self.model in MODELS, f"model={self.model!r} is not one of {', '.join(MODELS)}")
@@ -127,7 +125,7 @@ class TrainConfig:
             return self.gradient_accumulation_steps
         per_micro = self.batch_size * block_size * world_size  # tokens of one micro-step over all processes
         if self.total_batch_size % per_micro:
-            raise ValueError(f"total_batch_size={self.total_batch_size} is not a multiple of batch_size x block_size "
+            raise ConfigError(f"total_batch_size={self.total_batch_size} is not a multiple of batch_size x block_size "
                              f"x processes = {self.batch_size} x {block_size} x {world_size} = {per_micro}")
         return self.total_batch_size // per_micro
 

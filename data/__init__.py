@@ -9,7 +9,7 @@ by the module (and would make `python -m data.prepare` import itself twice). The
 """
 import importlib
 
-from data.errors import DataError
+from common.errors import DataError
 from data.tokenizer import load_tokenizer, read_meta
 
 _LAZY = {"TrainBatches": "data.loader", "val_batches": "data.loader"}

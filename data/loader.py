@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from data.errors import DataError
+from common.errors import DataError
 from data.tokenizer import read_meta
 
 

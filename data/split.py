@@ -7,7 +7,7 @@ reproduce nanoGPT's `shakespeare_char` split exactly (first int(0.9 * n) charact
 import hashlib
 from dataclasses import dataclass
 
-from data.errors import DataError
+from common.errors import DataError
 from data.sources import Document
 
 TRAIN_FRACTION = 0.9  # written as nanoGPT does (int(n * 0.9)) so `tail` reproduces its counts exactly

@@ -16,7 +16,7 @@ import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 from tiktoken_ext.openai_public import r50k_pat_str as GPT2_PATTERN
 
-from data.errors import DataError
+from common.errors import DataError
 
 TOKENIZERS = ("char", "gpt2", "bpe")
 EOT = "<|endoftext|>"

@@ -5,6 +5,8 @@ Derived quantities (`head_dim`) are properties, never stored, so they can't drif
 """
 from dataclasses import asdict, dataclass, fields
 
+from common.errors import need
+
 POS_EMBS = ("rope", "sinusoidal", "learned", "alibi", "none")
 ATTN_IMPLS = ("sdpa", "math", "tiled")
 ATTN_SCORES = ("dot", "additive", "bilinear")  # see model/scores.py
@@ -41,10 +43,6 @@ class GPTConfig:
     #                          head): each block starts as the identity. Measured: worse (1.888 vs 1.869, min_lr=0)
 
     def __post_init__(self):
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(msg)
-
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
             need(isinstance(value, int) and value > 0, f"{name}={value!r} must be a positive integer")

@@ -20,6 +20,7 @@ from common import cli, safetensors_file
 from common.run_setup import config_from_argv, find_checkpoint, model_from_checkpoint
 
 from .hf_gpt2 import gpt2_refusal, hf_config, to_hf_state_dict
+from common.errors import UserError
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more
@@ -62,7 +63,7 @@ def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: i
                 f"Its merges are in `{meta['bpe_file']}` (tiktoken's format, GPT-2's split pattern, "
                 f"`{EOT}` = id {meta['eot_id']}); `data.load_tokenizer('{TOKENIZER_META}')` from small-gpt "
                 f"encodes and decodes with it.")
-    raise ValueError(f"unknown tokenizer {kind!r} in the checkpoint")
+    raise UserError(f"unknown tokenizer {kind!r} in the checkpoint")
 
 
 def model_card(ckpt: dict, tokenizing: str) -> str:
@@ -79,10 +80,10 @@ def export(ckpt: dict, folder: str, overwrite: bool = False) -> None:
     model = model_from_checkpoint(ckpt, "cpu")
     refusal = gpt2_refusal(model.config)
     if refusal:
-        raise ValueError(refusal)
+        raise UserError(refusal)
     folder = os.path.abspath(folder)
     if os.path.exists(folder) and os.listdir(folder) and not overwrite:
-        raise ValueError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
+        raise UserError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
@@ -109,7 +110,7 @@ def main(argv) -> None:
     if ec is None:  # --help
         return
     if not ec.to:
-        raise ValueError("--to=FOLDER is required: where to write the Hugging Face GPT-2 folder")
+        raise UserError("--to=FOLDER is required: where to write the Hugging Face GPT-2 folder")
     path = find_checkpoint(ec.out_dir, ec.ckpt)
     export(checkpoint.load(path), ec.to, ec.overwrite)
     print(f"exported {path} to {os.path.abspath(ec.to)}: GPT2LMHeadModel.from_pretrained('{ec.to}') loads it")

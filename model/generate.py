@@ -8,16 +8,18 @@ batched forward every block_size/4 tokens instead of one per token).
 """
 import torch
 
+from common.errors import ConfigError, UserError
+
 
 def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
     if not temperature >= 0:
-        raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+        raise ConfigError(f"temperature={temperature} must be >= 0 (0 = greedy)")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k={top_k} must be a positive integer or None")
+        raise ConfigError(f"top_k={top_k} must be a positive integer or None")
     if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p={top_p} must be in (0, 1]")
+        raise ConfigError(f"top_p={top_p} must be in (0, 1]")
     if min_p is not None and not 0.0 <= min_p <= 1.0:
-        raise ValueError(f"min_p={min_p} must be in [0, 1]")
+        raise ConfigError(f"min_p={min_p} must be in [0, 1]")
 
 
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
@@ -53,11 +55,11 @@ def left_pad(prompts, device):
         idx = prompts.to(device)
         idx = idx.unsqueeze(0) if idx.dim() == 1 else idx
         if idx.size(1) == 0:
-            raise ValueError("the prompt is empty: give at least one token")
+            raise UserError("the prompt is empty: give at least one token")
         return idx, None
     lengths = [len(p) for p in prompts]
     if not lengths or min(lengths) == 0:
-        raise ValueError("every prompt needs at least one token")
+        raise UserError("every prompt needs at least one token")
     B, T = len(prompts), max(lengths)
     idx = torch.zeros(B, T, dtype=torch.long, device=device)  # padding id 0: never attended to
     pad = torch.zeros(B, T, dtype=torch.bool, device=device)

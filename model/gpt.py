@@ -20,6 +20,8 @@ from .kv_cache import KVCache
 from .masks import build_mask, positions_from_valid
 from .positional import Rotation, build_positional
 
+from common.errors import UserError
+
 
 @dataclass
 class AttentionContext:
@@ -74,7 +76,7 @@ class GPT(nn.Module):
         t0 = cache.pos if cache is not None else 0
         S = t0 + T
         if self.pos.max_len is not None and S > self.pos.max_len:
-            raise ValueError(f"sequence of {S} tokens is longer than block_size={self.pos.max_len}, the most "
+            raise UserError(f"sequence of {S} tokens is longer than block_size={self.pos.max_len}, the most "
                              f"pos_emb='{self.config.pos_emb}' can encode; crop the input to the last "
                              f"{self.pos.max_len} tokens")
         key_valid = cache.reserve(T, pad_mask, idx.device) if cache is not None else pad_mask  # (B, S) or None

@@ -15,6 +15,7 @@ import torch
 
 from .config import GPTConfig
 from .gpt import GPT
+from common.errors import UserError
 
 HF_PREFIX = "transformer."  # GPT2LMHeadModel's body; the original OpenAI upload has no prefix (import takes both)
 # HF buffers that are not weights: the causal mask older transformers versions saved. Ignored on import.
@@ -78,7 +79,7 @@ def to_hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     cfg = model.config
     refusal = gpt2_refusal(cfg)
     if refusal:
-        raise ValueError(refusal)
+        raise UserError(refusal)
     ours = {k: v.detach() for k, v in model.state_dict().items()}
     out = {HF_PREFIX + "wte.weight": ours["wte.weight"],  # (V, C)
            HF_PREFIX + "wpe.weight": ours["pos.table.weight"]}  # (P, C)
@@ -95,7 +96,7 @@ def config_from_hf(hf: dict, dropout: float = 0.0, attn_impl: str = "sdpa") -> G
     """A GPT-2 config.json -> our GPTConfig; refuses (one line) a GPT-2 variant our model cannot run exactly."""
     def need(ok, msg):
         if not ok:
-            raise ValueError(f"this Hugging Face model cannot be imported: {msg}")
+            raise UserError(f"this Hugging Face model cannot be imported: {msg}")
 
     need(hf.get("model_type") == "gpt2", f"model_type={hf.get('model_type')!r}, only 'gpt2' is supported")
     need(hf.get("activation_function", "gelu_new") in GELU_TANH,
@@ -123,7 +124,7 @@ def from_hf_state_dict(cfg: GPTConfig, hf_state: dict[str, torch.Tensor]) -> GPT
 
     def take(name):
         if name not in state:
-            raise ValueError(f"this Hugging Face model has no weight {name}, which GPT-2 with n_layer={cfg.n_layer} has")
+            raise UserError(f"this Hugging Face model has no weight {name}, which GPT-2 with n_layer={cfg.n_layer} has")
         return state.pop(name)
 
     ours = {"wte.weight": take("wte.weight"), "pos.table.weight": take("wpe.weight")}
@@ -132,7 +133,7 @@ def from_hf_state_dict(cfg: GPTConfig, hf_state: dict[str, torch.Tensor]) -> GPT
         ours[our_name + ".weight"] = w.t() if transposed else w  # Conv1D (in, out) -> Linear (out, in)
         ours[our_name + ".bias"] = take(hf_name + ".bias")
     if state:
-        raise ValueError(f"this Hugging Face model has weights GPT-2's layout does not: {', '.join(sorted(state)[:5])}")
+        raise UserError(f"this Hugging Face model has weights GPT-2's layout does not: {', '.join(sorted(state)[:5])}")
     model = GPT(cfg)
     model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=False)
     missing = set(model.state_dict()) - set(ours) - {"head.weight"}  # the head is wte: tied, not loaded

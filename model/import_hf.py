@@ -20,6 +20,7 @@ from common.run_setup import config_from_argv
 from .export import TOKENIZER_META
 from .gpt import GPT
 from .hf_gpt2 import config_from_hf, from_hf_state_dict
+from common.errors import UserError
 
 GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # HF's names, newest format first
@@ -41,9 +42,9 @@ def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
                 return safetensors_file.load(path)
             return torch.load(path, map_location="cpu", weights_only=True)  # never runs code from the file
     if any(f.endswith(".index.json") for f in os.listdir(folder)):
-        raise ValueError(f"{folder} holds a sharded model; re-save it unsharded: "
+        raise UserError(f"{folder} holds a sharded model; re-save it unsharded: "
                          f"model.save_pretrained(folder, max_shard_size='100GB')")
-    raise ValueError(f"{folder} has none of {', '.join(WEIGHT_FILES)}")
+    raise UserError(f"{folder} has none of {', '.join(WEIGHT_FILES)}")
 
 
 def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> GPT:
@@ -51,7 +52,7 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> 
     attn_impl are ours to choose: they change how it trains or runs, not what it computes."""
     config_path = os.path.join(folder, "config.json")
     if not os.path.isfile(config_path):
-        raise ValueError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
+        raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
                          f"so give a local folder")
     with open(config_path) as f:
         cfg = config_from_hf(json.load(f), dropout, attn_impl)
@@ -66,7 +67,7 @@ def tokenizer_meta(folder: str, vocab_size: int) -> dict:
             return json.load(f)
     if vocab_size == GPT2_VOCAB:  # OpenAI's GPT-2 and its fine-tunes: our gpt2 tokenizer is the same BPE
         return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB, "eot_id": GPT2_EOT_ID}
-    raise ValueError(f"{folder} has a {vocab_size}-token vocabulary and no {TOKENIZER_META}: no tokenizer this "
+    raise UserError(f"{folder} has a {vocab_size}-token vocabulary and no {TOKENIZER_META}: no tokenizer this "
                      f"project can run; load the weights alone with model.import_hf.load_hf_gpt2(folder)")
 
 
@@ -80,7 +81,7 @@ def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
     differ = [i for i in range(ours.vocab_size) if same_size and ours.decode_bytes([i]) != tokenizer.decode_bytes([i])]
     if not same_size or differ:
         what = f"token {differ[0]} is {ours.decode([differ[0]])!r} there" if differ else f"it has {ours.vocab_size} tokens, the data {tokenizer.vocab_size}"
-        raise ValueError(f"{folder} was trained with another tokenizer than the data's {tokenizer.name} tokenizer "
+        raise UserError(f"{folder} was trained with another tokenizer than the data's {tokenizer.name} tokenizer "
                          f"({what}); prepare the data with the model's tokenizer (--tokenizer=gpt2 for GPT-2)")
 
 
@@ -94,7 +95,7 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
     meta = tokenizer_meta(folder, model.config.vocab_size)
     paths = [os.path.join(out_dir, f"ckpt_{which}.pt") for which in ("last", "best")]
     if any(os.path.exists(p) for p in paths) and not overwrite:
-        raise ValueError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
+        raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
     state = {"model": checkpoint.clean_state_dict(model), "model_config": model.config.to_dict(),
              "train_config": TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"]).to_dict(), "step": 0,
              "data_dir": folder,  # a bpe tokenizer's merges file lives next to the weights
@@ -109,7 +110,7 @@ def main(argv) -> None:
     if ic is None:  # --help
         return
     if not ic.hf_dir:
-        raise ValueError("--hf_dir=FOLDER is required: a local Hugging Face GPT-2 folder")
+        raise UserError("--hf_dir=FOLDER is required: a local Hugging Face GPT-2 folder")
     path = import_checkpoint(ic.hf_dir, ic.out_dir, ic.dropout, ic.overwrite)
     print(f"imported {ic.hf_dir} to {path}; sample with: python sample.py --out_dir={ic.out_dir}")
 

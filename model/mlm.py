@@ -19,6 +19,8 @@ import torch
 
 from .generate import check_sampling, sample_next
 
+from common.errors import ConfigError, UserError
+
 MASKED, RANDOM = 0.8, 0.1  # of the selected positions; the remaining 0.1 stay unchanged
 VAL_RATE, VAL_SEED = 0.15, 15  # the validation mask: always 15%, uniform, one fixed pattern
 
@@ -79,9 +81,9 @@ class Masker:
 
     def __post_init__(self):
         if not 0.0 < self.rate < 1.0:
-            raise ValueError(f"mask_rate={self.rate} must be in (0, 1); BERT uses 0.15, 0.3-0.4 are the usual ablations")
+            raise ConfigError(f"mask_rate={self.rate} must be in (0, 1); BERT uses 0.15, 0.3-0.4 are the usual ablations")
         if not (isinstance(self.span, int) and self.span >= 1):
-            raise ValueError(f"mask_span={self.span} must be a positive integer (1 = single positions)")
+            raise ConfigError(f"mask_span={self.span} must be a positive integer (1 = single positions)")
         banned = set(self.special_ids) | {self.mask_id}
         self.replacements = torch.tensor([i for i in range(self.vocab_size) if i not in banned])
 
@@ -104,7 +106,7 @@ def fill_masks(model, ids: list[int], mask_id: int, top: int = 5):
     """One forward over ids (with [MASK]s in it) -> (ids with every mask replaced by its most likely token,
     [(position, [(token id, probability), ...top]) for each mask]). [MASK] itself is never a candidate."""
     if len(ids) > model.config.block_size:
-        raise ValueError(f"the text is {len(ids)} tokens, longer than the encoder's block_size="
+        raise UserError(f"the text is {len(ids)} tokens, longer than the encoder's block_size="
                          f"{model.config.block_size}; shorten it")
     device = next(model.parameters()).device
     logits, _ = model(torch.tensor([ids], device=device))  # (1, T, V)
@@ -126,7 +128,7 @@ def generate_stream(model, prompt: list[int], max_new_tokens: int, mask_id: int,
     the mask's prediction is sampled and appended. No cache is possible, so each token costs a whole forward."""
     check_sampling(temperature, top_k, top_p, min_p)
     if not prompt:
-        raise ValueError("the prompt is empty: give at least one token")
+        raise UserError("the prompt is empty: give at least one token")
     device = next(model.parameters()).device
     ids = list(prompt)
     was_training = model.training

@@ -16,6 +16,7 @@ Shapes: N windows, V real tokens, W = L + 1 + R.
 """
 import numpy as np
 import torch
+from common.errors import DataError
 
 SCORERS = ("decoder_left", "decoder_both", "encoder_left", "encoder_both")
 
@@ -24,7 +25,7 @@ def cloze_windows(tokens: np.ndarray, count: int, left: int, right: int, seed: i
     """count windows (count, left + 1 + right) around fixed random positions of tokens (the same for every model)."""
     width = left + 1 + right
     if len(tokens) < width + count:
-        raise ValueError(f"the validation split has {len(tokens)} tokens, too few for {count} cloze windows of "
+        raise DataError(f"the validation split has {len(tokens)} tokens, too few for {count} cloze windows of "
                          f"{width}; lower --cloze_positions or --cloze_left/--cloze_right")
     rng = np.random.default_rng(seed)
     starts = np.sort(rng.choice(len(tokens) - width + 1, size=count, replace=False))

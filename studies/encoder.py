@@ -26,6 +26,7 @@ from model import mlm
 from model.config import POS_EMBS
 from studies import cloze
 from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows
+from common.errors import ConfigError, UserError
 
 VARIANTS = ("decoder", "encoder", "cheater")
 
@@ -68,13 +69,13 @@ class EncoderStudyConfig:
 
     def __post_init__(self):
         if self.pos_emb not in POS_EMBS:
-            raise ValueError(f"pos_emb={self.pos_emb!r} is not one of {', '.join(POS_EMBS)}")
+            raise ConfigError(f"pos_emb={self.pos_emb!r} is not one of {', '.join(POS_EMBS)}")
         if self.cloze_left < 1 or self.cloze_right < 0 or self.cloze_left + 1 + self.cloze_right > self.block_size:
-            raise ValueError(f"cloze_left={self.cloze_left} + 1 + cloze_right={self.cloze_right} must fit in "
+            raise ConfigError(f"cloze_left={self.cloze_left} + 1 + cloze_right={self.cloze_right} must fit in "
                              f"block_size={self.block_size} (and cloze_left >= 1)")
         for name in ("evals", "cloze_positions", "nll_windows", "pppl_windows", "gen_tokens"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
 
 
 def train_all(sc: EncoderStudyConfig) -> dict:
@@ -141,7 +142,7 @@ def measure(sc: EncoderStudyConfig, out_dirs: dict) -> tuple[dict, dict, object]
     models = {v: m for v, (m, _, _) in loaded.items()}
     _, tokenizer, ckpt = loaded["decoder"]
     if tokenizer.name != "char":
-        raise ValueError("the encoder study is character-level (its cloze rescoring runs |V| forwards per position)")
+        raise ConfigError("the encoder study is character-level (its cloze rescoring runs |V| forwards per position)")
     params = {v: m.num_params() for v, m in models.items()}
     if len(set(params.values())) != 1:
         raise RuntimeError(f"parameter counts differ: {params}; the variants must be the same model")

@@ -23,6 +23,7 @@ from common.run_setup import config_from_argv, find_checkpoint, load_for_inferen
 from model.config import ATTN_SCORES, POS_EMBS
 from model.generate import sample_next
 from studies.runs import train_run, train_speed, val_windows
+from common.errors import ConfigError, UserError
 
 EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the training context T
 
@@ -52,7 +53,7 @@ class PositionsConfig:
 
     def __post_init__(self):
         if self.eval_windows < 1:
-            raise ValueError(f"eval_windows={self.eval_windows} must be >= 1")
+            raise ConfigError(f"eval_windows={self.eval_windows} must be >= 1")
 
 
 @torch.no_grad()

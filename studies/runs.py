@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from common.metrics import read_metrics
+from common.errors import DataError
 
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
           "eval_iters", "seed")
@@ -42,6 +43,6 @@ def val_windows(ckpt: dict, length: int, count: int) -> torch.Tensor:
     """count windows of length+1 validation tokens, evenly spaced over the split: (count, length + 1)."""
     tokens = val_tokens(ckpt)
     if len(tokens) < length + 1:
-        raise ValueError(f"the validation split has {len(tokens)} tokens, fewer than a window of {length + 1}")
+        raise DataError(f"the validation split has {len(tokens)} tokens, fewer than a window of {length + 1}")
     starts = np.linspace(0, len(tokens) - length - 1, count).round().astype(np.int64)
     return torch.from_numpy(np.stack([tokens[s:s + length + 1] for s in starts]).astype(np.int64))

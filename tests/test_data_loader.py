@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.errors import DataError
+from common.errors import DataError
 from data.loader import TrainBatches, val_batches
 
 T, B = 16, 4

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import data.prepare as prep
-from data.errors import DataError
+from common.errors import DataError
 from data.prepare import prepare
 from data.tokenizer import load_tokenizer, read_meta
 

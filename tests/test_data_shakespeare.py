@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data.errors import DataError
+from common.errors import DataError
 from data.prepare import prepare
 from data.sources import SHAKESPEARE_FILE, read_shakespeare
 from data.split import SHAKESPEARE_VAL_WORKS

@@ -8,7 +8,7 @@ import regex
 import tiktoken.load
 
 from data.bpe import N_BYTES, train_bpe
-from data.errors import DataError
+from common.errors import DataError
 from data.tokenizer import (GPT2_PATTERN, CharTokenizer, _gpt2_folder, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes,
                             ranks_to_bytes)
 

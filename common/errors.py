@@ -1,0 +1,39 @@
+"""The errors a user can fix, and nothing else.
+
+Every mistake a user can make (a bad flag, a missing file, a corpus too small, a checkpoint from elsewhere) is
+raised as a UserError subclass whose message is one line naming the problem and the fix; `common/cli.run` prints
+it as `error: ...` and exits 2. Anything else (a bug in our code, in torch or numpy) is not a UserError and keeps
+its traceback: it must never look like the user's fault.
+
+UserError derives from ValueError, so code that validates values (a config's __post_init__) stays idiomatic.
+"""
+
+
+class UserError(ValueError):
+    """A mistake the user can fix; the message is one line that says how."""
+
+
+class FlagError(UserError):
+    """A flag that cannot be parsed: unknown name, wrong type, bad preset or config file."""
+
+
+class ConfigError(UserError):
+    """A flag's value that a config dataclass refuses (n_embd not divisible by n_head, ...)."""
+
+
+class SetupError(UserError):
+    """A run that cannot start as asked: device, dtype, out_dir, resume mismatches."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, corrupt, unsafe or not ours."""
+
+
+class DataError(UserError):
+    """A corpus, prepared folder or tokenizer problem."""
+
+
+def need(ok: bool, message: str, error: type[UserError] = ConfigError) -> None:
+    """Validation in one line: `need(n > 0, f"n={n} must be > 0")`."""
+    if not ok:
+        raise error(message)

@@ -1,0 +1,45 @@
+"""Only a user's mistake ends as one line and exit 2; a bug keeps its traceback (issue 14)."""
+import subprocess
+import sys
+
+import pytest
+
+from common import cli, errors
+from conftest import ROOT
+
+
+def run_main(body: str) -> subprocess.CompletedProcess:
+    """A command whose main() runs `body`, ended through cli.run in a fresh process."""
+    code = f"import sys\nfrom common import cli, errors\ndef main(argv):\n    {body}\nsys.exit(cli.run(main, []))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_a_user_error_is_one_line_and_exit_2():
+    r = run_main("raise errors.SetupError('--device=tpu is not a torch device;\\n use cpu')")
+    assert r.returncode == 2
+    assert r.stderr == "error: --device=tpu is not a torch device; use cpu\n"
+
+
+def test_a_bug_is_not_dressed_up_as_a_user_error():
+    r = run_main("import numpy as np; np.zeros(3).reshape(2, 2)")  # a ValueError from numpy: our bug, not theirs
+    assert r.returncode == 1
+    assert "Traceback" in r.stderr and "ValueError" in r.stderr and "error: " not in r.stderr.splitlines()[-1][:7]
+
+
+@pytest.mark.parametrize("cls", [errors.FlagError, errors.ConfigError, errors.SetupError, errors.CheckpointError,
+                                 errors.DataError])
+def test_every_error_class_is_a_user_error(cls):
+    assert issubclass(cls, errors.UserError) and cls is not errors.UserError
+    assert cli.run(lambda argv: (_ for _ in ()).throw(cls("x")), []) == 2
+
+
+def test_config_validation_is_a_user_error():
+    from model import GPTConfig
+    with pytest.raises(errors.UserError, match="not divisible by n_head"):
+        GPTConfig(n_embd=130, n_head=4)
+
+
+def test_help_piped_into_head_ends_quietly():
+    r = subprocess.run(f"{sys.executable} train.py --help | head -1", shell=True, capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
