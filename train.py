@@ -18,7 +18,7 @@ from common import checkpoint, cli, distributed, flags, fsdp
 from common.device import SetupError, autocast, pick_device, pick_dtype
 from common.metrics import METRICS_FILE, MetricsLog
 from common.mfu import mfu, peak_matmul_flops
-from common.optim import lr_at, make_optimizer
+from common.optim import load_state, lr_at, make_optimizer
 from common.run_setup import model_from_checkpoint, parse_configs, rng_state, set_rng_state
 from common.train_config import PRESETS, TrainConfig
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
@@ -161,10 +161,8 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if d.enabled:
         torch.manual_seed(tc.seed + d.rank)  # different dropout masks in different processes
     if ckpt is not None:
-        if tc.fsdp:
-            fsdp.load_optimizer(model, optimizer, ckpt["optimizer"])
-        else:
-            optimizer.load_state_dict(ckpt["optimizer"])
+        load_state(optimizer, ckpt["optimizer"],
+                   (lambda state: fsdp.load_optimizer(model, optimizer, state)) if tc.fsdp else None)
         start, best_val = ckpt["step"], ckpt.get("best_val_loss", math.inf)
         states = ckpt["rng"]
         set_rng_state(states[d.rank % len(states)], device)  # each process continues its own random stream
@@ -182,7 +180,9 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     val_set = list(val_batches(data_dir, cfg.block_size, tc.batch_size, max_batches=tc.eval_iters, rank=val_share[0],
                                world_size=val_share[1], device=device))
     if masker is not None:  # the encoder's inputs and targets: one fixed mask, the same in every run
-        val_set = [masker.validation(x, i) for i, (x, _) in enumerate(val_set)]
+        # seeded by the batch's global index (this rank holds batches rank, rank + world, ...), so 1 and N processes
+        # mask the same positions and their validation losses compare
+        val_set = [masker.validation(x, val_share[0] + i * val_share[1]) for i, (x, _) in enumerate(val_set)]
     val_bytes_per_token = meta["val_bytes"] / meta["val_tokens"]
     decay_iters = tc.lr_decay_iters or tc.max_iters
     tokens_per_step = tc.batch_size * accum * cfg.block_size * d.world_size  # over all processes
@@ -263,7 +263,9 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         for micro in range(accum):
             x, y = train_data.get(step, micro)
             if masker is not None:  # masked LM: corrupt the window, targets only at the selected positions
-                x, y = masker(x, (tc.seed, step, micro, d.rank))
+                # seeded by the micro-batch's global index (the loader's row order), so 1 process accumulating 2
+                # micro-steps masks exactly what 2 processes do; the trailing 0 keeps single-process masks as they were
+                x, y = masker(x, (tc.seed, step, micro * d.world_size + d.rank, 0))
             with distributed.no_sync(train_model, skip=micro < accum - 1):  # sync gradients once per step
                 with autocast(device, dtype):
                     _, loss = train_model(x, y)

@@ -1,7 +1,9 @@
-"""AdamW with weight decay on matrices only (or Muon for the blocks' matrices + AdamW), and the learning-rate schedule.
+"""AdamW with weight decay on weight matrices only (or Muon for the blocks' matrices + AdamW), and the lr schedule.
 
-Decay pulls weights towards zero; it helps on matrices (linear layers, embeddings) and only hurts biases and
-norm gains, which set scale and offset. So: 2-D parameters decay, 1-D ones do not.
+Decay pulls weights towards zero; it helps on weight matrices (linear layers, embeddings, the learned attention
+scores' projections) and only hurts biases and norm gains, which set scale and offset. Parameters are sorted by
+the role of the module that owns them, not by their number of dimensions: an (H, A) tensor of H separate score
+vectors is not a matrix for Muon to orthogonalise.
 """
 import inspect
 import math
@@ -14,10 +16,34 @@ from common.errors import CheckpointError, ConfigError
 OPTIMIZERS = ("adamw", "muon")
 
 
-def _adamw(params, lr, weight_decay, betas, device_type):
+def roles(model) -> dict[str, list]:
+    """Every trainable parameter once (a tied tensor under its first name), by role:
+    'matrix' = the weight of a Linear layer inside a transformer block (Muon's share),
+    'weight' = every other weight matrix (embeddings, an untied head, the learned score functions' projections),
+    'gain' = biases and norm gains (never decayed); 'all' = every parameter, in the model's order."""
+    from model.scores import AdditiveScore, BilinearScore  # the learned scores' parameters are all projections
+
+    out, seen = {"matrix": [], "weight": [], "gain": [], "all": []}, set()
+    for module_name, module in model.named_modules():
+        for name, p in module.named_parameters(recurse=False):
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            if isinstance(module, torch.nn.Linear) and name == "weight":
+                role = "matrix" if module_name.startswith("blocks.") else "weight"
+            elif isinstance(module, (torch.nn.Embedding, AdditiveScore, BilinearScore)):
+                role = "weight"
+            else:
+                role = "gain"
+            out[role].append(p)
+            out["all"].append(p)
+    return out
+
+
+def _adamw(decayed, rest, lr, weight_decay, betas, device_type):
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": decayed, "weight_decay": weight_decay, "role": "decayed"},
+        {"params": rest, "weight_decay": 0.0, "role": "not decayed"},
     ]
     groups = [g for g in groups if g["params"]]
     # the fused kernel does the whole update in one pass; torch has it for CUDA and CPU
@@ -27,12 +53,15 @@ def _adamw(params, lr, weight_decay, betas, device_type):
 
 class Combined:
     """Several optimizers over disjoint parameters, driven as one: train.py sets every group's lr, steps, zeroes
-    and checkpoints it like a single torch optimizer. param_groups are the parts' own group dicts, so writing
-    group["lr"] reaches them."""
+    and checkpoints it like a single torch optimizer. param_groups is read from the parts each time: a part's
+    load_state_dict replaces its group dicts, and a list kept from before would send the lr schedule to dead copies."""
 
     def __init__(self, **parts):
         self.parts = parts  # name -> torch.optim.Optimizer
-        self.param_groups = [g for opt in parts.values() for g in opt.param_groups]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for opt in self.parts.values() for g in opt.param_groups]
 
     def step(self):
         for opt in self.parts.values():
@@ -53,28 +82,34 @@ class Combined:
             opt.load_state_dict(state[name])
 
 
+def load_state(optimizer, state: dict, load=None) -> None:
+    """Restore a checkpoint's optimizer state (moments, momentum buffers, step counts) but keep the hyperparameters
+    this run was configured with: load_state_dict would bring back the checkpoint's weight_decay, betas, Muon
+    momentum and lr_scale, silently ignoring the flags a resumed run was given. `load`: how to load (FSDP's)."""
+    configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    (load or optimizer.load_state_dict)(state)
+    for group, settings in zip(optimizer.param_groups, configured, strict=True):
+        group.update(settings)
+
+
 def make_optimizer(model, lr, weight_decay, betas, device_type, optimizer="adamw", muon_lr=0.02, muon_momentum=0.95,
                    muon_ns_steps=5):
-    """optimizer='adamw': AdamW on everything (decay on matrices). 'muon': Muon (common/muon.py) on the 2-D
-    matrices inside the transformer blocks, at muon_lr (following the same schedule as lr); AdamW at lr on the
+    """optimizer='adamw': AdamW on everything (decay on weight matrices). 'muon': Muon (common/muon.py) on the
+    Linear weights inside the transformer blocks, at muon_lr (following the same schedule as lr); AdamW at lr on the
     rest (embeddings, the head, gains, biases)."""
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+    by_role = roles(model)
     if optimizer == "adamw":
-        params = [p for p in model.parameters() if p.requires_grad]  # the tied embedding/head appears once
-        return _adamw(params, lr, weight_decay, betas, device_type)
+        matrices = {id(p) for p in by_role["matrix"] + by_role["weight"]}  # in the model's order, as checkpoints expect
+        decayed = [p for p in by_role["all"] if id(p) in matrices]
+        return _adamw(decayed, by_role["gain"], lr, weight_decay, betas, device_type)
     from .muon import Muon
 
     # group["lr"] holds the schedule's lr in every group; Muon steps by lr * lr_scale = muon_lr at the peak
-    hidden, rest, seen = [], [], set()
-    for name, p in model.named_parameters():  # named_parameters lists a tied tensor once, under its first name
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (hidden if name.startswith("blocks.") and p.dim() == 2 else rest).append(p)
-    muon = Muon(hidden, lr=lr, momentum=muon_momentum, weight_decay=weight_decay, lr_scale=muon_lr / lr,
+    muon = Muon(by_role["matrix"], lr=lr, momentum=muon_momentum, weight_decay=weight_decay, lr_scale=muon_lr / lr,
                 ns_steps=muon_ns_steps)
-    return Combined(adamw=_adamw(rest, lr, weight_decay, betas, device_type), muon=muon)
+    return Combined(adamw=_adamw(by_role["weight"], by_role["gain"], lr, weight_decay, betas, device_type), muon=muon)
 
 
 def lr_at(step: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:

@@ -8,6 +8,9 @@ batched forward every block_size/4 tokens instead of one per token).
 """
 import torch
 
+# Below this temperature sampling is greedy: logits / 1e-39 overflow float32 to inf, and softmax(inf) is NaN.
+MIN_TEMPERATURE = 1e-5
+
 from common.errors import ConfigError, UserError
 
 
@@ -24,7 +27,9 @@ def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
 
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
     """logits: (B, V) -> probabilities (B, V) after temperature and the top-k / top-p / min-p filters."""
-    logits = logits.float() / temperature  # T < 1 sharpens, T > 1 flattens the softmax
+    logits = logits.float()
+    # T < 1 sharpens, T > 1 flattens the softmax; subtracting the max first keeps every value <= 0, so no overflow
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / max(temperature, MIN_TEMPERATURE)
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -41,8 +46,9 @@ def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, generator=None):
-    """logits: (B, V) -> (B,) token ids. temperature 0 is greedy (argmax), whatever the filters."""
-    if temperature == 0:
+    """logits: (B, V) -> (B,) token ids. temperature 0 (or below MIN_TEMPERATURE) is greedy (argmax), whatever the
+    filters."""
+    if temperature < MIN_TEMPERATURE:
         return logits.argmax(dim=-1)
     probs = next_token_probs(logits, temperature, top_k, top_p, min_p)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
@@ -80,7 +86,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
                          "pass use_cache=False")
     idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
     B, block = idx.size(0), model.config.block_size
-    keep = block - max(1, block // 4)  # context kept when the window slides
+    keep = max(1, block - max(1, block // 4))  # context kept when the window slides: at least the last token
     stop = torch.tensor(sorted(stop_tokens or []), dtype=torch.long, device=idx.device)
     done = torch.zeros(B, dtype=torch.bool, device=idx.device)
     start = max(0, idx.size(1) - block)  # first column of the context window

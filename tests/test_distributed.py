@@ -85,3 +85,15 @@ def test_fsdp_trains_like_one_process_and_resumes(runs, corpus, tmp_path):
 def test_fsdp_needs_torchrun(corpus, tmp_path):
     r = run_script("train.py", tiny_args(corpus, tmp_path / "x", "--fsdp=true", "--max_iters=1"))
     assert r.returncode == 2 and "start it with torchrun" in r.stderr
+
+
+def test_the_encoders_validation_mask_is_the_same_for_one_and_two_processes(corpus, tmp_path):
+    """The fixed validation mask is seeded by each batch's global index, not its index within a rank's share."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    flags = ("--max_iters=2", "--model=encoder", "--eval_iters=4")
+    train_run(corpus, one, *flags)
+    train_run(corpus, two, *flags, processes=2)
+    val = [[row["val_loss"] for row in metrics(out) if "val_loss" in row] for out in (one, two)]
+    losses = [[row["train_loss"] for row in metrics(out)] for out in (one, two)]
+    assert all(abs(a - b) < 1e-5 for a, b in zip(*losses)), losses  # the training masks agree too
+    assert len(val[0]) == 1 and abs(val[0][0] - val[1][0]) < 1e-5, val

@@ -108,3 +108,27 @@ def test_generate_restores_training_mode():
     model = tiny_model().train()
     model.generate(torch.tensor([[1]]), 2)
     assert model.training
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 3])
+def test_tiny_context_windows_generate_cached_and_uncached_alike(block_size):
+    """The window schedule keeps at least one token: block_size=1 used to slide to an empty window."""
+    model = tiny_model(block_size=block_size)
+    prompt = torch.tensor([[3, 1, 4]])
+    out = {c: model.generate(prompt, 6, temperature=0.0, use_cache=c) for c in (True, False)}
+    assert out[True].shape == (1, 9) and torch.equal(out[True], out[False])
+    for t in range(3, 9):  # each new token is the argmax given the last block_size tokens
+        logits, _ = model(out[True][:, max(0, t - block_size):t])
+        assert out[True][0, t] == logits[0, -1].argmax()
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 1e-30, 1e-8])
+def test_a_tiny_temperature_is_greedy_not_nan(temperature):
+    logits = torch.tensor([[2.0, 5.0, -1.0, 4.999]])
+    assert sample_next(logits, temperature).item() == 1
+    probs = next_token_probs(logits, temperature)
+    assert torch.isfinite(probs).all() and probs[0, 1] > 0.99
+    model = tiny_model()
+    prompt = torch.tensor([[1, 2, 3]])
+    assert torch.equal(model.generate(prompt, 5, temperature=temperature, generator=torch.Generator().manual_seed(0)),
+                       model.generate(prompt, 5, temperature=0.0))
