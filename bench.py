@@ -16,16 +16,16 @@ Targets (--target=NAME, or all):
 Every ratio is of medians over --repeats rounds in which the contenders alternate (the order flips each round).
 --threads=N runs everything (and the training subprocesses) on N threads; compare ratios, not absolute times.
 """
-import argparse
 import os
 import sys
+from dataclasses import dataclass
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmarks import attention_cost, sampling, throughput, ttq  # noqa: E402
 from common import cli  # noqa: E402
-from common.errors import FlagError
+from common.errors import FlagError  # noqa: E402
+from common.flags import config_from_argv  # noqa: E402
 
 TARGETS = ("ttq", "throughput", "mfu", "sampling", "memory")
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
@@ -117,23 +117,27 @@ def run_memory(args, table):
                   f"{ratio:.3f} (1/{1 / ratio:.0f})", "<= 1/8", ratio <= 1 / 8))
 
 
+@dataclass
+class BenchConfig:
+    target: str = "all"  # all, or a comma-separated subset of the TARGETS
+    against_nanogpt: str | None = None  # path of a nanoGPT checkout to run side by side
+    input: str = "/work/shared/data/tinyshakespeare.txt"  # tiny-shakespeare text (ttq)
+    preset: str = "fast-cpu"  # our train.py preset for time to quality
+    repeats: int = 3
+    threads: int | None = None  # torch threads here and in the training subprocesses
+    batch_size: int = 8  # throughput/MFU batch (nanoGPT's is 64: ~10 s/step)
+    steps: int = 3  # timed steps per round (throughput)
+    new_tokens: int = 500
+    no_hf: bool = False  # leave Hugging Face transformers out of sampling
+    lengths: str = "256,512,1024,2048,4096,8192"
+    plot: str = "attention_memory.png"  # '' for no plot
+    quick: bool = False  # tiny sizes, one round: checks every row runs
+
+
 def main(argv) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="all", help="all, or a comma-separated subset of " + ", ".join(TARGETS))
-    p.add_argument("--against-nanogpt", "--against_nanogpt", dest="against_nanogpt", default=None,
-                   help="path of a nanoGPT checkout to run side by side")
-    p.add_argument("--input", default="/work/shared/data/tinyshakespeare.txt", help="tiny-shakespeare text (ttq)")
-    p.add_argument("--preset", default="fast-cpu", help="our train.py preset for time to quality")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=None, help="torch threads here and in the training subprocesses")
-    p.add_argument("--batch_size", type=int, default=8, help="throughput/MFU batch (nanoGPT's is 64: ~10 s/step)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per round (throughput)")
-    p.add_argument("--new_tokens", type=int, default=500)
-    p.add_argument("--no_hf", action="store_true", help="leave Hugging Face transformers out of sampling")
-    p.add_argument("--lengths", default="256,512,1024,2048,4096,8192")
-    p.add_argument("--plot", default="attention_memory.png", help="'' for no plot")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks every row runs")
-    args = p.parse_args(argv)
+    args = config_from_argv(argv, BenchConfig)
+    if args is None:  # --help
+        return
     want = TARGETS if args.target == "all" else tuple(args.target.split(","))
     bad = [t for t in want if t not in TARGETS]
     if bad:
@@ -161,5 +165,10 @@ def main(argv) -> None:
     print(f"({torch.get_num_threads()} torch threads; repeats={args.repeats}; medians of alternating rounds)")
 
 
+def entry() -> int:
+    """The `small-gpt-bench` console command."""
+    return cli.run(main, sys.argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run(main, sys.argv[1:]))
+    sys.exit(entry())

@@ -12,26 +12,28 @@ pseudo-perplexity, samples, attention maps and throughput in one folder with rep
 import importlib
 import sys
 
-from common import cli
+from common import cli, flags
 from common.errors import FlagError
 
 STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions"}
 
 
 def main(argv) -> None:
-    study = "encoder"
-    rest = []
-    for arg in argv:
-        if arg.startswith("--study="):
-            study = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
+    raw = flags.split_argv(argv)  # the one flag parser: --study picks the study, the rest are the study's flags
+    study = raw.pop("study", "encoder")
     if study not in STUDIES:
         raise FlagError(f"--study={study} is not one of {', '.join(STUDIES)}")
-    if "--help" in rest or "-h" in rest:
+    rest = [f"--{k}={v}" for k, v in raw.items()]
+    if "help" in raw or "h" in raw:
         print(f"--study: one of {', '.join(STUDIES)} (default encoder); the flags of --study={study}:")
+        rest = ["--help"]
     importlib.import_module(STUDIES[study]).main(rest)
 
 
+def entry() -> int:
+    """The `small-gpt-compare` console command."""
+    return cli.run(main, sys.argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run(main, sys.argv[1:]))
+    sys.exit(entry())

@@ -21,11 +21,12 @@ import torch
 
 from common import cli
 from common.device import autocast, pick_device, pick_dtype
-from common.run_setup import config_from_argv, find_checkpoint, load_for_inference
-from data.mask_token import MASK_TEXT
-from model import mlm
-from model.generate import check_sampling, next_token_probs
 from common.errors import ConfigError, UserError
+from common.flags import config_from_argv
+from data.mask_token import MASK_TEXT
+from model.generate import check_sampling, next_token_probs
+from training import objectives
+from training.checkpoint import load_for_inference, path_in
 
 
 @dataclass
@@ -107,39 +108,55 @@ def main(argv) -> None:
         return
     device = pick_device(sc.device)
     dtype = pick_dtype(sc.dtype, device)
-    model, tokenizer, ckpt = load_for_inference(find_checkpoint(sc.out_dir, sc.ckpt), device)
-    if sc.attention:  # works for encoders too: it draws, it does not generate
-        from visualize import attention_figure, save_figure  # here: matplotlib is slow to import
-
-        print(f"wrote {save_figure(attention_figure(model, tokenizer, read_prompt(sc.start)), sc.attention)}")
-        return
+    model, tokenizer, ckpt = load_for_inference(path_in(sc.out_dir, sc.ckpt), device)
     text = read_prompt(sc.start)
-    if ckpt.get("variant") == "encoder":
-        encoder_main(sc, model, tokenizer, text, device)
+    if sc.attention:  # works for encoders too: it draws, it does not generate
+        from insight.attention_figures import attention_figure, save_figure  # here: matplotlib is slow to import
+
+        print(f"wrote {save_figure(attention_figure(model, tokenizer, text), sc.attention)}")
         return
-    if not model.config.causal:  # the cheater: trained seeing its own next token
-        print("[a bidirectional model trained on next tokens (the cheater): it never learned to predict, expect "
-              "garbage; no KV cache]", file=sys.stderr)
-        sc.kv_cache = False
-    prompt = tokenizer.encode(text) if text else []
-    if not prompt:
-        if tokenizer.eot_id is None:
-            raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")
-        prompt = [tokenizer.eot_id]
+    objective = objectives.from_checkpoint(ckpt, tokenizer)
+    if objective.name == "encoder":
+        prompt = tokenizer.encode(text)
+        if sc.temperatures:
+            raise UserError("--temperatures shows next-token distributions; an encoder predicts masks: put [MASK] "
+                            "in --start instead")
+        if objective.mask_id in prompt:
+            print_filled(objective, model, tokenizer, prompt, sc.top_tokens)
+            return
+        if not prompt:
+            raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
+                            f"prompt to continue")
+    else:
+        prompt = tokenizer.encode(text) if text else []
+        if not prompt:
+            if tokenizer.eot_id is None:
+                raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")
+            prompt = [tokenizer.eot_id]
+        if sc.temperatures:
+            print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
+            return
+    objectives.print_note(objective)
+    use_cache = sc.kv_cache and objective.causal
     stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
-    if sc.temperatures:
-        print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
-        return
 
     def stream(generator):
         with autocast(device, dtype):
-            for token in model.generate_stream(torch.tensor([prompt], device=device), sc.max_new_tokens,
-                                               temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p,
-                                               min_p=sc.min_p, stop_tokens=stop, use_cache=sc.kv_cache,
-                                               generator=generator):
-                yield int(token[0])
-    print_samples(sc, tokenizer, prompt, device, stream, f" (step {ckpt['step']} checkpoint)",
-                  f"kv_cache={sc.kv_cache}")
+            yield from objective.stream(model, prompt, sc.max_new_tokens, generator=generator,
+                                        temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p,
+                                        stop_tokens=stop, use_cache=use_cache)
+    note = ("encoder: a full forward per token, no cache" if objective.name == "encoder"
+            else f"kv_cache={use_cache}")
+    print_samples(sc, tokenizer, prompt, device, stream, f" (step {ckpt.step} checkpoint)", note)
+
+
+def print_filled(objective, model, tokenizer, prompt: list[int], top: int) -> None:
+    """An encoder's answer to a prompt with [MASK]s: the filled text, then each mask's top candidates."""
+    filled, candidates = objective.fill(model, prompt, top)
+    print(tokenizer.decode(filled))
+    for n, (pos, cands) in enumerate(candidates, 1):
+        shown = ", ".join(f"{tokenizer.decode([i])!r} {p:.3f}" for i, p in cands)
+        print(f"[MASK] {n} (token {pos}): {shown}")
 
 
 def print_samples(sc: SampleConfig, tokenizer, prompt: list[int], device, stream, header: str, note: str) -> None:
@@ -159,30 +176,10 @@ def print_samples(sc: SampleConfig, tokenizer, prompt: list[int], device, stream
         print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, {note}]", file=sys.stderr)
 
 
-def encoder_main(sc: SampleConfig, model, tokenizer, text: str, device) -> None:
-    """Fill the prompt's [MASK]s (one forward), or, without any, generate by appending [MASK] (a forward per token)."""
-    if sc.temperatures:
-        raise UserError("--temperatures shows next-token distributions; an encoder predicts masks: put [MASK] in "
-                         "--start instead")
-    prompt = tokenizer.encode(text)
-    if tokenizer.mask_id in prompt:
-        filled, candidates = mlm.fill_masks(model, prompt, tokenizer.mask_id, top=sc.top_tokens)
-        print(tokenizer.decode(filled))
-        for n, (pos, cands) in enumerate(candidates, 1):
-            shown = ", ".join(f"{tokenizer.decode([i])!r} {p:.3f}" for i, p in cands)
-            print(f"[MASK] {n} (token {pos}): {shown}")
-        return
-    if not prompt:
-        raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
-                         f"prompt to continue")
-    print(f"[encoder: no {MASK_TEXT} in the prompt, so it generates by appending one {MASK_TEXT} and predicting it; "
-          f"no KV cache is possible (every token attends to later ones), so each token re-runs the whole window]",
-          file=sys.stderr)
-    print_samples(sc, tokenizer, prompt, device,
-                  lambda generator: mlm.generate_stream(model, prompt, sc.max_new_tokens, tokenizer.mask_id,
-                                                        sc.temperature, sc.top_k, sc.top_p, sc.min_p, generator),
-                  "", "encoder: a full forward per token, no cache")
+def entry() -> int:
+    """The `small-gpt-sample` console command."""
+    return cli.run(main, sys.argv[1:])
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run(main, sys.argv[1:]))
+    sys.exit(entry())

@@ -3,31 +3,17 @@
     python visualize.py --out_dir=out --text="ROMEO: But soft, what light" --out=maps.png
     python sample.py --out_dir=out --start="ROMEO: But soft" --attention=maps.png      # the same picture
 
-One heatmap per layer (rows) and head (columns), plus the mean over heads (last column): row t is query token t,
-column s is key token s, colour is the softmax weight query t gives key s (each row sums to 1). A decoder's maps
-are lower triangles (nothing attends to the future); an encoder's (train.py --model=encoder) are full squares.
-The weights come from the math path (model.attention_maps), whatever attn_impl the model was trained with: the
-paths compute the same function, and only the math path materialises the weights.
-
-What the maps do and do not explain: README.md, "Seeing attention".
+The pictures are drawn by insight/attention_figures.py; what they show and do not explain: README.md,
+"Seeing attention".
 """
 import sys
 from dataclasses import dataclass
 
-import matplotlib
+import torch
 
-matplotlib.use("Agg")  # files only, no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.colors import PowerNorm  # noqa: E402
-
-from common import cli  # noqa: E402
-from common.run_setup import config_from_argv, find_checkpoint, load_for_inference  # noqa: E402
-from data.tokenizer import drop_unknown  # noqa: E402
-from common.errors import UserError
-
-MAX_TOKENS = 48  # beyond this the token labels no longer fit; longer texts keep their last MAX_TOKENS tokens
-GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
+from common import cli
+from common.flags import config_from_argv
+from training.checkpoint import load_for_inference, path_in
 
 
 @dataclass
@@ -39,103 +25,20 @@ class VisualizeConfig:
     device: str = "cpu"
 
 
-def token_labels(tokenizer, ids) -> list[str]:
-    """Printable labels: whitespace made visible, long BPE pieces shortened."""
-    labels = []
-    for i in ids:
-        s = tokenizer.decode([i]).replace(" ", "\u2423").replace("\n", "\\n").replace("\t", "\\t")
-        labels.append(s if len(s) <= 8 else s[:7] + "\u2026")
-    return labels
-
-
-def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> torch.Tensor:
-    ids = tokenizer.encode(text)
-    if not ids:
-        raise UserError("the text to visualise is empty; pass some text (--text=... or --start=...)")
-    limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further
-    device = next(model.parameters()).device
-    return torch.tensor([ids[-limit:]], device=device)  # (1, T)
-
-
-def attention_data(model, idx: torch.Tensor) -> torch.Tensor:
-    """(1, T) ids -> weights (n_layer, H + 1, T, T): every head, and the mean over heads as the last 'head'."""
-    maps = model.attention_maps(idx)[:, 0].float().cpu()  # (n_layer, H, T, T)
-    return torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)  # (n_layer, H + 1, T, T)
-
-
-def plot_maps(data: torch.Tensor, labels: list[str], title: str):
-    """data: (n_layer, H + 1, T, T) -> a matplotlib Figure, one panel per layer and head."""
-    L, P, T, _ = data.shape
-    cell = max(1.6, 0.11 * T)  # inches per panel: room for T token labels
-    fig, axes = plt.subplots(L, P, figsize=(cell * P + 1.0, cell * L + 0.6), squeeze=False, layout="constrained")
-    font = max(5.0, min(8.0, 300.0 / (T + 1)))
-    image = None
-    for layer in range(L):
-        for p in range(P):
-            ax = axes[layer, p]
-            image = ax.imshow(data[layer, p].numpy(), cmap="magma", norm=PowerNorm(GAMMA, vmin=0.0, vmax=1.0),
-                              interpolation="nearest")
-            head = "mean of heads" if p == P - 1 else f"head {p}"
-            ax.set_title(f"layer {layer}, {head}", fontsize=9)
-            ax.set_xticks(range(T))
-            ax.set_yticks(range(T))
-            # keys along x on the bottom row, queries along y in the first column: every panel shares them
-            ax.set_xticklabels(labels if layer == L - 1 else [], rotation=90, fontsize=font)
-            ax.set_yticklabels(labels if p == 0 else [], fontsize=font)
-            ax.tick_params(length=0)
-    for ax in axes[-1]:
-        ax.set_xlabel("key (attended to)", fontsize=7)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("query (attending)", fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (colour ~ sqrt)")
-    return fig
-
-
-def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, kind: str | None = None):
-    """The attention maps of `text` as a matplotlib Figure (for files and for wandb.Image). kind: the title's name
-    of the model (default: decoder or encoder, from its config)."""
-    was_training = model.training
-    model.eval()
-    try:
-        idx = encode_probe(model, tokenizer, text, max_tokens)
-        data = attention_data(model, idx)
-    finally:
-        model.train(was_training)
-    cfg = model.config
-    kind = kind or ("decoder (causal)" if cfg.causal else "encoder (bidirectional)")
-    title = (f"attention weights: {kind}, {cfg.n_layer} layers x {cfg.n_head} heads, pos_emb={cfg.pos_emb}, "
-             f"{idx.size(1)} tokens")
-    return plot_maps(data, token_labels(tokenizer, idx[0].tolist()), title)
-
-
-def attention_image(model, tokenizer, text: str, dpi: int = 80):
-    """The attention maps as a PIL image (what train.py logs to wandb at each evaluation); closes the figure.
-    A logging hook must not stop a run: characters a char vocabulary lacks are dropped from the probe."""
-    import io
-
-    from PIL import Image
-
-    text = drop_unknown(tokenizer, text)
-    buf = io.BytesIO()
-    save_figure(attention_figure(model, tokenizer, text), buf, dpi=dpi)
-    buf.seek(0)
-    return Image.open(buf).convert("RGB")
-
-
-def save_figure(fig, path, dpi: int = 110):
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
 def main(argv) -> None:
     vc = config_from_argv(argv, VisualizeConfig)
     if vc is None:  # --help
         return
-    model, tokenizer, _ = load_for_inference(find_checkpoint(vc.out_dir, vc.ckpt), torch.device(vc.device))
+    from insight.attention_figures import attention_figure, save_figure  # matplotlib: once the flags are good
+
+    model, tokenizer, _ = load_for_inference(path_in(vc.out_dir, vc.ckpt), torch.device(vc.device))
     print(f"wrote {save_figure(attention_figure(model, tokenizer, vc.text), vc.out)}")
 
 
+def entry() -> int:
+    """The `small-gpt-visualize` console command."""
+    return cli.run(main, sys.argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run(main, sys.argv[1:]))
+    sys.exit(entry())

@@ -1,6 +1,6 @@
 """The cost of one attention layer against sequence length T: time and peak memory, log-log.
 
-    python benchmarks/attention_cost.py --out=attention_cost.png            # add --lengths=256,512,1024 to shorten
+    python -m benchmarks.attention_cost --out=attention_cost.png            # add --lengths=256,512,1024 to shorten
 
 What is measured: attend() forward (no gradient) for one causal self-attention layer, B=1, H heads of D dims, the
 way GPT calls it: with is_causal=True for the full paths, with an explicit band mask (built inside the timed
@@ -16,17 +16,18 @@ allocator holds during the call (torch.profiler's memory events), so it includes
                  O(T * window) time and O(T) memory, what a windowed kernel buys
 On a log-log plot a cost ~ T^p is a line of slope p: dashed guides of slope 2 and 1 are drawn.
 """
-import argparse
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])  # the repository root, when run as a script
-from model.attention import attend  # noqa: E402
-from model.masks import build_mask  # noqa: E402
-from model.tiled_attention import tiled_attention  # noqa: E402
+from common import cli
+from common.flags import config_from_argv
+from model.attention import attend
+from model.masks import build_mask
+from model.tiled_attention import tiled_attention
 
 LENGTHS = (256, 512, 1024, 2048, 4096)
 HEADS, HEAD_DIM, WINDOW = 4, 32, 128
@@ -98,7 +99,7 @@ def table(rows) -> str:
 
 
 def plot(rows, path: str, note: str = "") -> str:
-    from visualize import save_figure  # sets matplotlib's Agg backend first
+    from insight.attention_figures import save_figure  # sets matplotlib's Agg backend first
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["path"] for r in rows))
@@ -126,16 +127,21 @@ def plot(rows, path: str, note: str = "") -> str:
     return save_figure(fig, path)
 
 
+@dataclass
+class CostConfig:
+    out: str = "attention_cost.png"
+    lengths: str = ",".join(map(str, LENGTHS))  # sequence lengths, comma-separated
+    repeats: int = 3
+
+
 def main(argv) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="attention_cost.png")
-    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = config_from_argv(argv, CostConfig)
+    if args is None:  # --help
+        return
     rows = measure([int(t) for t in args.lengths.split(",")], repeats=args.repeats)
     print(table(rows))
     print(f"wrote {plot(rows, args.out, note=f'({torch.get_num_threads()} CPU threads)')}")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(cli.run(main, sys.argv[1:]))

@@ -1,6 +1,6 @@
 """Why attention divides by sqrt(d_k): the largest softmax weight of random queries and keys, scaled and unscaled.
 
-    python benchmarks/sqrt_dk.py --out=sqrt_dk.png
+    python -m benchmarks.sqrt_dk --out=sqrt_dk.png
 
 q and k have independent N(0, 1) entries, so q.k is a sum of d_k products of unit variance: its standard deviation
 is sqrt(d_k). Unscaled, the scores of one query spread further apart as d_k grows, the softmax puts nearly all
@@ -8,11 +8,14 @@ its mass on one key (its largest weight tends to 1) and its gradient, p (1 - p),
 the scores have unit variance whatever d_k is, and the largest weight stays where it is.
 Printed and plotted: the mean over queries of the largest weight, with S keys per query.
 """
-import argparse
 import math
 import sys
+from dataclasses import dataclass
 
 import torch
+
+from common import cli
+from common.flags import config_from_argv
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 KEYS = 64  # keys each query attends over (a uniform softmax would give each 1/64 = 0.016)
@@ -64,15 +67,20 @@ def plot(rows, path: str, keys: int = KEYS) -> str:
     return path
 
 
+@dataclass
+class SqrtDkConfig:
+    out: str = "sqrt_dk.png"
+    keys: int = KEYS  # keys each query attends over
+
+
 def main(argv) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="sqrt_dk.png")
-    parser.add_argument("--keys", type=int, default=KEYS)
-    args = parser.parse_args(argv)
+    args = config_from_argv(argv, SqrtDkConfig)
+    if args is None:  # --help
+        return
     rows = max_weights(keys=args.keys)
     print(table(rows))
     print(f"wrote {plot(rows, args.out, args.keys)}")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(cli.run(main, sys.argv[1:]))

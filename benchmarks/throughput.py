@@ -15,8 +15,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from common.mfu import peak_matmul_flops
-from common.optim import make_optimizer
+from training.mfu import peak_matmul_flops
+from training.optim import make_optimizer
 from model import GPT, GPTConfig
 
 from . import nanogpt_ref

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from common.metrics import read_metrics
+from training.metrics import read_metrics
 
 from . import nanogpt_ref
 

@@ -1,1 +1,5 @@
-"""Setup shared by train.py and sample.py: flags, device and dtype, checkpoints, optimizer, metrics."""
+"""The bottom layer: what every command needs and nothing of ours below it.
+
+errors.py (the UserError classes and need()), cli.py (how a command ends), flags.py (dataclass fields as
+`--name=value` flags, presets, TOML), device.py (device, dtype, autocast, threads). Imports nothing of the project.
+"""

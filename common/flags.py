@@ -119,6 +119,29 @@ def help_text(classes, presets) -> str:
     for cls in classes:
         for f in dataclasses.fields(cls):
             lines.append(f"  --{f.name}={f.default}")
-    lines.append(f"  --preset=NAME   one of: {', '.join(presets)}")
+    if presets:
+        lines.append(f"  --preset=NAME   one of: {', '.join(presets)}")
     lines.append("  --config=FILE.toml   the same fields as a TOML table")
     return "\n".join(lines)
+
+
+def parse_configs(argv, classes, presets, default_preset=None):
+    """Flags -> ({dataclass: {field: value}} from the preset, config file and flags,
+    {field: value} of what the config file and flags set explicitly). Raises FlagError with one line."""
+    argv = list(argv)
+    if default_preset and not any(a.startswith("--preset") for a in argv):
+        argv = [f"--preset={default_preset}"] + argv
+    values, explicit = parse(argv, classes, presets)
+    owners = field_types(*classes)
+    per_class = {cls: {k: v for k, v in values.items() if owners[k][0] is cls} for cls in classes}
+    return per_class, {k: values[k] for k in explicit}
+
+
+def config_from_argv(argv, cls):
+    """For a command whose flags are one dataclass: `--help` prints them and returns None; else the validated
+    config."""
+    if "--help" in argv or "-h" in argv:
+        print(help_text((cls,), {}))
+        return None
+    per_class, _ = parse_configs(argv, (cls,), {})
+    return cls(**per_class[cls])

@@ -115,7 +115,7 @@ class TiktokenTokenizer(Tokenizer):
         return self.encoding.decode_bytes(_int_list(ids))
 
 
-def _gpt2_folder() -> Path:
+def gpt2_files_folder() -> Path:
     # find_spec locates the package without running its __init__ (we only want its data files).
     spec = importlib.util.find_spec(GPT2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -126,7 +126,7 @@ def _gpt2_folder() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def gpt2_tokenizer() -> TiktokenTokenizer:
-    folder = _gpt2_folder()
+    folder = gpt2_files_folder()
     try:
         ranks = data_gym_to_mergeable_bpe_ranks(
             vocab_bpe_file=str(folder / "vocab.bpe"), encoder_json_file=str(folder / "encoder.json"),

@@ -5,7 +5,7 @@
 
 Three runs of one model class with identical sizes, data order, seeds, optimizer and schedule (train.py):
 - decoder: causal attention, next-token loss at every position;
-- encoder: bidirectional attention, masked-LM loss at the ~15% selected positions (model/mlm.py);
+- encoder: bidirectional attention, masked-LM loss at the ~15% selected positions (training/masked_lm.py);
 - cheater: bidirectional attention, next-token loss: position t sees token t+1, its own target.
 All three have the [MASK] id in their vocabulary, so their parameter counts are equal.
 Then, on fixed validation positions: each model's own loss, the decoder's perplexity, the encoder's
@@ -20,11 +20,12 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from common.run_setup import config_from_argv, find_checkpoint, load_for_inference
+from common.flags import config_from_argv
+from training.checkpoint import load_for_inference, path_in
 from data.tokenizer import drop_unknown
-from model import mlm
 from model.config import POS_EMBS
 from studies import cloze
+from training.masked_lm import generate_stream as mask_append_stream
 from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows
 from common.errors import ConfigError, UserError
 
@@ -121,7 +122,7 @@ def generations(sc, models, tokenizer) -> tuple[dict, dict]:
             g = torch.Generator().manual_seed(sc.seed)
             kw = dict(temperature=sc.temperature, top_k=sc.top_k, generator=g)
             if variant == "encoder":
-                it = mlm.generate_stream(model, prompt, sc.gen_tokens, mask_id, **kw)
+                it = mask_append_stream(model, prompt, sc.gen_tokens, mask_id, **kw)
             else:
                 it = model.generate_stream(torch.tensor([prompt]), sc.gen_tokens, use_cache=model.config.causal, **kw)
             new, stamps = timed_generation(it)
@@ -138,7 +139,7 @@ def generations(sc, models, tokenizer) -> tuple[dict, dict]:
 
 def measure(sc: EncoderStudyConfig, out_dirs: dict) -> tuple[dict, dict, object]:
     """-> (results, {variant: model}, tokenizer)."""
-    loaded = {v: load_for_inference(find_checkpoint(d, "last"), torch.device("cpu")) for v, d in out_dirs.items()}
+    loaded = {v: load_for_inference(path_in(d, "last"), torch.device("cpu")) for v, d in out_dirs.items()}
     models = {v: m for v, (m, _, _) in loaded.items()}
     _, tokenizer, ckpt = loaded["decoder"]
     if tokenizer.name != "char":

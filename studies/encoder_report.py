@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from visualize import attention_figure, save_figure  # noqa: E402
+from insight.attention_figures import attention_figure, save_figure  # noqa: E402
 
 SCORER_NAMES = {"decoder_left": "decoder, left only", "decoder_both": "decoder, both sides (Bayes)",
                 "encoder_left": "encoder, left only", "encoder_both": "encoder, both sides"}

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common.run_setup import config_from_argv, find_checkpoint, load_for_inference
+from common.flags import config_from_argv
+from training.checkpoint import load_for_inference, path_in
 from model.config import ATTN_SCORES, POS_EMBS
 from model.generate import sample_next
 from studies.runs import train_run, train_speed, val_windows
@@ -87,14 +88,14 @@ def cached_sample(model, tokenizer, prompt: str, n: int, seed: int) -> str:
 
 
 def evaluate(sc: PositionsConfig, out_dir: str, sample: bool) -> dict:
-    model, tokenizer, ckpt = load_for_inference(find_checkpoint(out_dir, "last"), torch.device("cpu"))
+    model, tokenizer, ckpt = load_for_inference(path_in(out_dir, "last"), torch.device("cpu"))
     T = model.config.block_size
     longest = T if model.pos.max_len is not None else max(EXTRAPOLATION) * T  # learned: nothing past T
     curve = loss_by_position(model, val_windows(ckpt, longest, sc.eval_windows))
     losses = {f"{m}T": (curve[:m * T].mean().item() if m * T <= longest else None) for m in EXTRAPOLATION}
     speed, seconds = train_speed(out_dir)
     result = {"loss": losses, "curve": curve.tolist(), "tok_per_s": speed, "train_s": seconds,
-              "params": model.num_params(), "val_loss_train_eval": ckpt.get("best_val_loss")}
+              "params": model.num_params(), "val_loss_train_eval": ckpt.best_val_loss}
     if sample:
         result["sample"] = (cached_sample(model, tokenizer, sc.sample_prompt, max(EXTRAPOLATION) * T, sc.seed)
                             if model.pos.max_len is None else None)
@@ -129,7 +130,7 @@ def plot(results: dict, T: int, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from visualize import save_figure  # visualize.py sets the Agg backend and owns figure saving
+    from insight.attention_figures import save_figure  # visualize.py sets the Agg backend and owns figure saving
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     smooth = max(1, T // 8)  # a moving average: single positions are noisy over a few dozen windows

@@ -1,29 +1,36 @@
-"""What every study needs: train one model with train.py in this process, read its speed back, and take
+"""What every study needs: train one model with the training engine in this process, read its speed back, and take
 validation windows from its data."""
 import os
 
 import numpy as np
 import torch
 
-from common.metrics import read_metrics
 from common.errors import DataError
+from model import GPTConfig
+from training.metrics import read_metrics
 
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
           "eval_iters", "seed")
 
 
-def train_run(sc, name: str, **flags) -> str:
+def train_run(sc, name: str, **settings) -> str:
     """Train one model into sc.out/name with the study's shared settings (the SHARED fields of sc, its data) plus
-    `flags` (which win); returns the run's out_dir. One final evaluation unless flags set eval_interval."""
-    import train  # here: importing the training script is only needed for studies
+    `settings` (which win; TrainConfig and GPTConfig fields alike); returns the run's out_dir. One final evaluation
+    unless settings set eval_interval."""
+    from dataclasses import fields
+
+    from training import run
+    from training.config import TrainConfig
 
     out_dir = os.path.join(sc.out, name)
     shared = {k: getattr(sc, k) for k in SHARED}
     data = {k: getattr(sc, k) for k in ("input", "split", "data_root") if getattr(sc, k) is not None}
-    args = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
-            "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **flags, "out_dir": out_dir}
-    print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in flags.items()), flush=True)
-    train.main([f"--{k}={v}" for k, v in args.items()])
+    values = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
+              "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **settings, "out_dir": out_dir}
+    print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
+    train_fields = {f.name for f in fields(TrainConfig)}
+    run(TrainConfig(**{k: v for k, v in values.items() if k in train_fields}),
+        {k: v for k, v in values.items() if k not in train_fields})
     return out_dir
 
 
@@ -34,12 +41,12 @@ def train_speed(out_dir: str) -> tuple[float, float]:
     return float(np.median(speeds)), rows[-1]["elapsed_s"]
 
 
-def val_tokens(ckpt: dict) -> np.ndarray:
-    meta = ckpt["data_meta"]
-    return np.fromfile(os.path.join(ckpt["data_dir"], "val.bin"), dtype=np.dtype(meta["dtype"]))
+def val_tokens(ckpt) -> np.ndarray:
+    """The checkpoint's whole validation split as token ids."""
+    return np.fromfile(os.path.join(ckpt.data_dir, "val.bin"), dtype=np.dtype(ckpt.data_meta["dtype"]))
 
 
-def val_windows(ckpt: dict, length: int, count: int) -> torch.Tensor:
+def val_windows(ckpt, length: int, count: int) -> torch.Tensor:
     """count windows of length+1 validation tokens, evenly spaced over the split: (count, length + 1)."""
     tokens = val_tokens(ckpt)
     if len(tokens) < length + 1:

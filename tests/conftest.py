@@ -8,7 +8,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the repo root: model/, data/, common/, train.py
 
-from common.metrics import read_metrics  # noqa: E402
+from training.metrics import read_metrics  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 POS_EMBS = ["rope", "sinusoidal", "learned", "alibi", "none"]

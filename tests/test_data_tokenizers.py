@@ -9,7 +9,7 @@ import tiktoken.load
 
 from data.bpe import N_BYTES, train_bpe
 from common.errors import DataError
-from data.tokenizer import (GPT2_PATTERN, CharTokenizer, _gpt2_folder, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes,
+from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes,
                             ranks_to_bytes)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -56,7 +56,7 @@ def test_gpt2_known_ids():
     assert tok.vocab_size == 50257 and tok.eot_id == 50256
     # Independent check: strings that are one entry of GPT-2's encoder.json must encode to exactly that id
     # (GPT-2 writes a leading space as 'Ġ' and a newline as 'Ċ' in that file).
-    encoder = json.loads((_gpt2_folder() / "encoder.json").read_text())
+    encoder = json.loads((gpt2_files_folder() / "encoder.json").read_text())
     for text, key in [(" the", "Ġthe"), ("\n", "Ċ"), ("Hello", "Hello"), (" Shakespeare", "ĠShakespeare")]:
         assert tok.encode(text) == [encoder[key]]
     assert tok.encode("<|endoftext|>", allow_eot=True) == [encoder["<|endoftext|>"]] == [50256]

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from common import checkpoint
+from training import checkpoint
+from training.checkpoint import Checkpoint
 from conftest import metrics, run_script, tiny_args
 
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
@@ -39,8 +40,8 @@ def test_two_processes_train_like_one(runs):
     val_one = [row["val_loss"] for row in metrics(out["one"]) if "val_loss" in row]
     val_two = [row["val_loss"] for row in metrics(out["two"]) if "val_loss" in row]
     assert len(val_one) == 2 and all(abs(a - b) < 1e-5 for a, b in zip(val_one, val_two))
-    a = checkpoint.load(str(out["one"] / "ckpt_last.pt"))["model"]
-    b = checkpoint.load(str(out["two"] / "ckpt_last.pt"))["model"]
+    a = Checkpoint.load(str(out["one"] / "ckpt_last.pt")).weights
+    b = Checkpoint.load(str(out["two"] / "ckpt_last.pt")).weights
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
 
@@ -49,8 +50,8 @@ def test_only_rank_zero_writes(runs):
     out, _ = runs
     assert sorted(p.name for p in out["two"].iterdir()) == ["ckpt_best.pt", "ckpt_last.pt", "metrics.jsonl"]
     assert len(metrics(out["two"])) == 10  # one line per step, not one per process
-    ckpt = checkpoint.load(str(out["two"] / "ckpt_last.pt"))
-    assert len(ckpt["rng"]) == 2  # both processes' random states, for resume
+    ckpt = Checkpoint.load(str(out["two"] / "ckpt_last.pt"))
+    assert len(ckpt.rng) == 2  # both processes' random states, for resume
 
 
 def test_resumed_two_process_run_continues_identically(runs):
@@ -72,8 +73,8 @@ def test_fsdp_trains_like_one_process_and_resumes(runs, corpus, tmp_path):
     one = {row["step"]: row["train_loss"] for row in metrics(out["one"])}
     sharded = {row["step"]: row["train_loss"] for row in metrics(whole)}
     assert list(sharded) == list(one) and all(abs(one[s] - sharded[s]) < 1e-5 for s in one)
-    a = checkpoint.load(str(out["one"] / "ckpt_last.pt"))["model"]
-    b = checkpoint.load(str(whole / "ckpt_last.pt"))["model"]  # gathered from the shards: a plain full state dict
+    a = Checkpoint.load(str(out["one"] / "ckpt_last.pt")).weights
+    b = Checkpoint.load(str(whole / "ckpt_last.pt")).weights  # gathered from the shards: a plain full state dict
     assert set(a) == set(b)
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)

@@ -2,7 +2,7 @@
 import pytest
 
 from common.flags import FlagError, parse
-from common.train_config import PRESETS, TrainConfig
+from training.config import PRESETS, TrainConfig
 from model import GPTConfig
 
 CLASSES = (TrainConfig, GPTConfig)

@@ -15,9 +15,10 @@ from conftest import metrics, tiny_args, tiny_model
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-from common import safetensors_file  # noqa: E402
-from model.export import TOKENIZER_META, export, main as export_main  # noqa: E402
-from model.import_hf import import_checkpoint, load_hf_gpt2  # noqa: E402
+from interop import safetensors_file  # noqa: E402
+from interop.export import TOKENIZER_META, export, main as export_main  # noqa: E402
+from interop.import_hf import import_checkpoint, load_hf_gpt2  # noqa: E402
+from training.checkpoint import Checkpoint  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ATOL = 1e-4  # float32, logits of size ~1-10 through two blocks: differences come from summation order only
@@ -33,10 +34,9 @@ def perturb(model, scale=0.1, seed=1):
     return model
 
 
-def as_checkpoint(model, meta=None, data_dir=None) -> dict:
+def as_checkpoint(model, meta=None, data_dir=None) -> Checkpoint:
     meta = meta or {"tokenizer": "char", "vocab_size": len(CHARS), "eot_id": None, "chars": CHARS}
-    return {"model": model.state_dict(), "model_config": model.config.to_dict(), "step": 7, "data_meta": meta,
-            "data_dir": data_dir}
+    return Checkpoint(weights=model.state_dict(), model_config=model.config, step=7, data_meta=meta, data_dir=data_dir)
 
 
 def random_hf_gpt2(folder, vocab_size=61, seed=0):
@@ -91,8 +91,8 @@ def test_our_model_round_trips_through_hf_with_its_char_tokenizer(tmp_path, caps
     card = (tmp_path / "hf" / "README.md").read_text()
     assert "Only ids are exported" in card and TOKENIZER_META in card
     path = import_checkpoint(tmp_path / "hf", tmp_path / "run")
-    ckpt = torch.load(path, weights_only=True)
-    assert ckpt["data_meta"]["chars"] == CHARS and ckpt["step"] == 0
+    ckpt = Checkpoint.load(path)
+    assert ckpt.data_meta["chars"] == CHARS and ckpt.step == 0
     back = load_hf_gpt2(tmp_path / "hf")
     idx = torch.randint(0, 37, (2, 16))
     with torch.no_grad():
@@ -144,7 +144,7 @@ def test_import_refuses_a_gpt2_variant_we_cannot_run(tmp_path):
 def test_export_cli_from_a_run_and_its_refusal(tmp_path):
     ours = perturb(tiny_model(pos_emb="learned"))
     torch.save(as_checkpoint(ours), tmp_path / "ckpt_best.pt")
-    run = [sys.executable, "-m", "model.export", f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}"]
+    run = [sys.executable, "-m", "interop.export", f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}"]
     r = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert {"config.json", "model.safetensors", TOKENIZER_META} <= set(os.listdir(tmp_path / "hf"))
@@ -156,15 +156,14 @@ def test_training_starts_from_an_hf_folder(corpus, tmp_path):
     """train.py --init_from=hf:FOLDER: a fresh run from the folder's weights (a near-zero learning rate keeps them,
     so its first validation loss is the exported model's)."""
     import train
-    from common import checkpoint
 
     train.main(tiny_args(corpus, tmp_path / "a", "--max_iters=4", "--eval_interval=4", "--pos_emb=learned"))
-    export(checkpoint.load(str(tmp_path / "a" / "ckpt_last.pt")), tmp_path / "hf")
+    export(Checkpoint.load(str(tmp_path / "a" / "ckpt_last.pt")), tmp_path / "hf")
     train.main(tiny_args(corpus, tmp_path / "b", "--max_iters=2", "--eval_interval=2", f"--init_from=hf:{tmp_path / 'hf'}",
                          "--learning_rate=1e-9", "--min_lr=0"))
     before, after = metrics(tmp_path / "a")[-1]["val_loss"], metrics(tmp_path / "b")[-1]["val_loss"]
     assert abs(after - before) < 1e-4
-    assert checkpoint.load(str(tmp_path / "b" / "ckpt_last.pt"))["model_config"]["bias"]  # GPT-2 has biases
+    assert Checkpoint.load(str(tmp_path / "b" / "ckpt_last.pt")).model_config.bias  # GPT-2 has biases
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])

@@ -5,12 +5,13 @@ import torch
 import torch.nn.functional as F
 
 import train
-from common import checkpoint
-from common.run_setup import load_for_inference
+from training import checkpoint
+from training.checkpoint import Checkpoint
+from training.checkpoint import load_for_inference
 from conftest import metrics, run_script, tiny_args, tiny_model
 from data.mask_token import MASK_TEXT, with_mask_token
 from data.tokenizer import CharTokenizer
-from model import mlm
+from training import masked_lm as mlm
 
 V, EOT, MASK = 50, 48, 49  # a vocabulary of 50: 48 text tokens, a separator and [MASK]
 
@@ -122,7 +123,7 @@ def test_three_variants_have_equal_parameters_and_the_cheater_cheats(corpus, tmp
         train.main(tiny_args(corpus, out, f"--model={variant}", "--max_iters=200", "--eval_interval=200",
                              "--learning_rate=1e-2", "--batch_size=8", *extra))
         model, tok, ckpt = load_for_inference(str(out / "ckpt_last.pt"), torch.device("cpu"))
-        assert ckpt["variant"] == variant and ckpt["mask_id"] == tok.mask_id == tok.vocab_size - 1
+        assert ckpt.objective == variant and ckpt.mask_id == tok.mask_id == tok.vocab_size - 1
         runs[variant] = (model, metrics(out)[-1])
     assert len({m.num_params() for m, _ in runs.values()}) == 1
     assert runs["encoder"][0].config.causal is False and runs["decoder"][0].config.causal is True
@@ -130,8 +131,8 @@ def test_three_variants_have_equal_parameters_and_the_cheater_cheats(corpus, tmp
     assert cheater_loss < 0.5 * decoder_loss
     # the same validation windows, next-token loss, both behind a causal mask
     from data import val_batches
-    ckpt = checkpoint.load(str(tmp_path / "decoder" / "ckpt_last.pt"))
-    x, y = next(iter(val_batches(ckpt["data_dir"], 16, 64)))
+    ckpt = Checkpoint.load(str(tmp_path / "decoder" / "ckpt_last.pt"))
+    x, y = next(iter(val_batches(ckpt.data_dir, 16, 64)))
     cheater = runs["cheater"][0]
     with torch.no_grad():
         bidirectional = cheater(x, y)[1].item()

@@ -9,7 +9,9 @@ import torch
 
 import sample
 import train
-from common import checkpoint, cli
+from common import cli
+from training import checkpoint
+from training.checkpoint import Checkpoint
 from conftest import ROOT, metrics, tiny_args
 from data import prepare as prepare_module
 
@@ -33,13 +35,13 @@ def wait_for(predicate, timeout=120):
 
 
 def saved_step(out):
-    return checkpoint.load(str(out / "ckpt_last.pt"))["step"]
+    return Checkpoint.load(str(out / "ckpt_last.pt")).step
 
 
 def test_kill_9_then_resume_gives_bitwise_identical_weights(corpus, tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert train.cli.run(train.main, tiny_args(corpus, whole, *RUN)) == 0
-    reference = checkpoint.load(str(whole / "ckpt_last.pt"))["model"]
+    reference = Checkpoint.load(str(whole / "ckpt_last.pt")).weights
 
     # kill -9 at three points: just after the first checkpoint, and twice more after resuming
     resumes = []
@@ -52,7 +54,7 @@ def test_kill_9_then_resume_gives_bitwise_identical_weights(corpus, tmp_path):
         proc.wait()
         resumes.append(saved_step(killed))  # the latest complete checkpoint loads
     assert train.cli.run(train.main, tiny_args(corpus, killed, *RUN, "--init_from=resume")) == 0
-    final = checkpoint.load(str(killed / "ckpt_last.pt"))["model"]
+    final = Checkpoint.load(str(killed / "ckpt_last.pt")).weights
     assert all(torch.equal(reference[k], final[k]) for k in reference), resumes
     steps = [row["step"] for row in metrics(killed)]
     assert steps == sorted(set(steps)) and steps[-1] == 300  # no step logged twice after the kills
@@ -97,7 +99,7 @@ def test_nan_stops_the_run_naming_the_step(corpus, tmp_path, nan_at_step, capsys
     errors = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "non-finite loss or gradient at step 3" in errors[0]
     assert saved_step(out) == 2  # the last good checkpoint, untouched
-    weights = checkpoint.load(str(out / "ckpt_last.pt"))["model"]
+    weights = Checkpoint.load(str(out / "ckpt_last.pt")).weights
     assert all(torch.isfinite(w).all() for w in weights.values())
 
 
@@ -106,7 +108,7 @@ def test_nan_steps_can_be_skipped(corpus, tmp_path, nan_at_step):
     assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=6", "--eval_interval=6",
                                                "--on_nonfinite=skip")) == 0
     assert metrics(out)[-1]["skipped_steps"] == 4
-    weights = checkpoint.load(str(out / "ckpt_last.pt"))["model"]
+    weights = Checkpoint.load(str(out / "ckpt_last.pt")).weights
     assert all(torch.isfinite(w).all() for w in weights.values())
 
 
@@ -242,7 +244,7 @@ def test_debug_env_shows_traceback(monkeypatch):
 
 def test_measuring_the_matmul_peak_leaves_the_global_rng_alone():
     """Resume is exact only if nothing but training draws from torch's global RNG."""
-    from common.mfu import peak_matmul_flops
+    from training.mfu import peak_matmul_flops
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)

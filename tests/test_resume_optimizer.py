@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import train
-from common import checkpoint
-from common.optim import make_optimizer
+from training import checkpoint
+from training.checkpoint import Checkpoint
+from training.optim import make_optimizer
 from conftest import metrics, tiny_args, tiny_model
 
 DECAYING = ["--lr_decay_iters=8", "--warmup_iters=2", "--eval_interval=4", "--learning_rate=3e-3", "--min_lr=1e-4"]
@@ -13,7 +14,7 @@ DECAYING = ["--lr_decay_iters=8", "--warmup_iters=2", "--eval_interval=4", "--le
 
 def run(corpus, out, *extra):
     assert train.cli.run(train.main, tiny_args(corpus, out, *DECAYING, *extra)) == 0
-    return checkpoint.load(str(out / "ckpt_last.pt"))
+    return Checkpoint.load(str(out / "ckpt_last.pt"))
 
 
 def group_lrs(optimizer_state: dict) -> list[float]:
@@ -26,13 +27,13 @@ def test_resume_with_a_decaying_schedule_is_bitwise_the_uninterrupted_run(corpus
     whole = run(corpus, tmp_path / "whole", "--max_iters=8", f"--optimizer={optimizer}")
     run(corpus, tmp_path / "part", "--max_iters=4", f"--optimizer={optimizer}")
     resumed = run(corpus, tmp_path / "part", "--max_iters=8", "--init_from=resume", f"--optimizer={optimizer}")
-    for k, v in whole["model"].items():
-        assert torch.equal(v, resumed["model"][k]), k
+    for k, v in whole.weights.items():
+        assert torch.equal(v, resumed.weights[k]), k
     rows_whole, rows_resumed = metrics(tmp_path / "whole"), metrics(tmp_path / "part")
     assert [r["train_loss"] for r in rows_whole] == [r["train_loss"] for r in rows_resumed]
     logged = rows_resumed[-1]["lr"]  # the lr of the last step, as logged
     assert logged < 3e-3 / 2  # the schedule really decays, so a stuck lr would show
-    assert group_lrs(resumed["optimizer"]) == pytest.approx([logged] * len(group_lrs(resumed["optimizer"])))
+    assert group_lrs(resumed.optimizer) == pytest.approx([logged] * len(group_lrs(resumed.optimizer)))
 
 
 def test_resume_applies_the_optimizer_flags_it_is_given(corpus, tmp_path):
@@ -40,7 +41,7 @@ def test_resume_applies_the_optimizer_flags_it_is_given(corpus, tmp_path):
     run(corpus, out, "--max_iters=4", "--optimizer=muon")
     ckpt = run(corpus, out, "--max_iters=6", "--init_from=resume", "--optimizer=muon", "--weight_decay=0.3",
                "--beta2=0.95", "--muon_momentum=0.9", "--muon_lr=0.01")
-    adamw, muon = ckpt["optimizer"]["adamw"]["param_groups"], ckpt["optimizer"]["muon"]["param_groups"]
+    adamw, muon = ckpt.optimizer["adamw"]["param_groups"], ckpt.optimizer["muon"]["param_groups"]
     assert [g["weight_decay"] for g in adamw] == [0.3, 0.0]
     assert all(g["betas"][1] == 0.95 for g in adamw)
     assert muon[0]["momentum"] == 0.9 and muon[0]["weight_decay"] == 0.3

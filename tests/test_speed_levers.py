@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.muon import Muon, orthogonalize
-from common.optim import Combined, make_optimizer
-from common.train_config import TrainConfig
+from training.muon import Muon, orthogonalize
+from training.optim import Combined, make_optimizer
+from training.config import TrainConfig
 from model import GPT, GPTConfig
-from model.hf_gpt2 import gpt2_refusal
+from interop.hf_gpt2 import gpt2_refusal
 
 from conftest import tiny_config, tiny_model
 
@@ -48,7 +48,7 @@ def test_train_config_checks_the_optimizer():
 
 
 def test_fast_cpu_preset_builds_the_levers_it_names():
-    from common.train_config import PRESETS
+    from training.config import PRESETS
 
     preset = PRESETS["fast-cpu"]
     model_fields = {k: v for k, v in preset.items() if k in GPTConfig.__dataclass_fields__}

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import train
-from common import checkpoint
+from training import checkpoint
+from common.errors import CheckpointError
+from training.checkpoint import Checkpoint
 from conftest import metrics, run_script, tiny_args
 
 
@@ -21,8 +23,8 @@ def test_train_then_sample_end_to_end(corpus, tmp_path):
     assert [row["step"] for row in evals] == [10, 20] and {"val_bpb", "val_ppl"} <= set(evals[0])
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
     assert (out / "ckpt_last.pt").exists() and (out / "ckpt_best.pt").exists()
-    ckpt = checkpoint.load(str(out / "ckpt_last.pt"))
-    assert ckpt["step"] == 20 and not any(k.startswith("_orig_mod") for k in ckpt["model"])
+    ckpt = Checkpoint.load(str(out / "ckpt_last.pt"))
+    assert ckpt.step == 20 and not any(k.startswith("_orig_mod") for k in ckpt.weights)
 
     outputs = {}
     for kv in ("true", "false"):
@@ -47,8 +49,8 @@ def test_resume_continues_with_the_same_losses(corpus, tmp_path, variant):
     losses = {row["step"]: row["train_loss"] for row in metrics(whole)}
     resumed = {row["step"]: row["train_loss"] for row in metrics(part)}
     assert resumed == losses  # steps 1-4 before the stop, 5-8 after it: identical
-    a = checkpoint.load(str(whole / "ckpt_last.pt"))["model"]
-    b = checkpoint.load(str(part / "ckpt_last.pt"))["model"]
+    a = Checkpoint.load(str(whole / "ckpt_last.pt")).weights
+    b = Checkpoint.load(str(part / "ckpt_last.pt")).weights
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -97,9 +99,9 @@ def test_checkpoint_loading_never_runs_code(tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({"model": Payload(), "model_config": {}, "step": 0, "data_meta": {}}, path)
-    with pytest.raises(checkpoint.CheckpointError, match="nothing in it was executed"):
-        checkpoint.load(str(path))
+    with pytest.raises(CheckpointError, match="nothing in it was executed"):
+        Checkpoint.load(str(path))
     assert not marker.exists()
     (tmp_path / "truncated.pt").write_bytes(b"PK\x03\x04 not really")
-    with pytest.raises(checkpoint.CheckpointError, match="not a loadable checkpoint"):
-        checkpoint.load(str(tmp_path / "truncated.pt"))
+    with pytest.raises(CheckpointError, match="not a loadable checkpoint"):
+        Checkpoint.load(str(tmp_path / "truncated.pt"))

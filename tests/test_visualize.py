@@ -36,13 +36,13 @@ def checkpoints(corpus, tmp_path_factory):
 
 
 def load(out_dir):
-    from common.run_setup import find_checkpoint, load_for_inference
+    from training.checkpoint import load_for_inference, path_in as find_checkpoint
 
     return load_for_inference(find_checkpoint(str(out_dir), "best"), torch.device("cpu"))[:2]
 
 
 def test_heatmap_data_decoder_lower_triangular_encoder_full(checkpoints):
-    from visualize import attention_data, encode_probe
+    from insight.attention_figures import attention_data, encode_probe
 
     for out_dir, causal in zip(checkpoints, (True, False)):
         model, tokenizer = load(out_dir)
@@ -72,7 +72,7 @@ def test_visualize_py_draws_an_encoder(checkpoints, tmp_path):
 
 def test_attention_figure_for_wandb_keeps_training_mode():
     from data.tokenizer import CharTokenizer
-    from visualize import attention_figure
+    from insight.attention_figures import attention_figure
 
     model = tiny_model().train()
     tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))

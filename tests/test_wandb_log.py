@@ -14,7 +14,7 @@ from conftest import ROOT, tiny_args
 
 pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
 
-from common.metrics import run_layout  # noqa: E402
+from training.metrics import run_layout  # noqa: E402
 
 # A .wandb file is a LevelDB-style log: a 7-byte file header, then 32 KiB blocks of chunks, each chunk a 7-byte
 # header (crc32 4, length 2, type 1) and its bytes; a record too long for a block is split FIRST, MIDDLE.., LAST.

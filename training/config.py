@@ -1,13 +1,17 @@
-"""Training settings: one dataclass that checks itself, and the presets (plain dicts of overrides).
+"""Training settings: one dataclass that checks itself, the presets (plain dicts of overrides), and `configure`,
+which turns train.py's flags into the two configs.
 
 Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.py accepts both as flags.
 """
 from dataclasses import asdict, dataclass
 
-from common.errors import ConfigError, need
-
-TOKENIZERS = ("char", "gpt2", "bpe")
-MODELS = ("decoder", "encoder", "cheater")  # see the `model` field
+from common.device import DTYPES
+from common.errors import ConfigError, SetupError, need
+from common.flags import parse_configs
+from data.tokenizer import TOKENIZERS
+from model import GPTConfig
+from training.objectives import OBJECTIVES, objective_class
+from training.optim import OPTIMIZERS
 
 
 @dataclass
@@ -16,7 +20,7 @@ class TrainConfig:
     out_dir: str = "out"
     init_from: str = "scratch"  # 'scratch', 'resume' (continue out_dir/ckpt_last.pt) or 'hf:FOLDER' (GPT-2 weights)
     overwrite: bool = False  # allow a scratch run to replace the run already in out_dir
-    # what is trained (see model/mlm.py and compare.py): 'decoder' = causal attention, next-token objective;
+    # what is trained (training/objectives.py, compare.py): 'decoder' = causal attention, next-token objective;
     # 'encoder' = bidirectional attention, masked-LM objective (BERT); 'cheater' = bidirectional attention with
     # the next-token objective (each position sees its own target: shows what the causal mask prevents)
     model: str = "decoder"
@@ -76,7 +80,7 @@ class TrainConfig:
     def __post_init__(self):
         need(self.init_from in ("scratch", "resume") or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be 'scratch', 'resume' or 'hf:FOLDER' (a local Hugging Face GPT-2)")
-        need(self.model in MODELS, f"model={self.model!r} is not one of {', '.join(MODELS)}")
+        need(self.model in OBJECTIVES, f"model={self.model!r} is not one of {', '.join(OBJECTIVES)}")
         need(0.0 < self.mask_rate < 1.0, f"mask_rate={self.mask_rate} must be in (0, 1); BERT's is 0.15")
         need(self.mask_span >= 1, f"mask_span={self.mask_span} must be >= 1 (1 = single positions)")
         need(self.model == "decoder" or not self.init_from.startswith("hf:"),
@@ -95,7 +99,7 @@ class TrainConfig:
         need(0 <= self.min_lr <= self.learning_rate, f"min_lr={self.min_lr} must be in [0, learning_rate]")
         need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"beta1={self.beta1}, beta2={self.beta2} must be in [0, 1)")
         need(self.weight_decay >= 0 and self.grad_clip >= 0, "weight_decay and grad_clip must be >= 0")
-        need(self.optimizer in ("adamw", "muon"), f"optimizer={self.optimizer!r} must be 'adamw' or 'muon'")
+        need(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         need(self.muon_lr > 0 and 0 <= self.muon_momentum < 1,
              f"muon_lr={self.muon_lr} must be > 0 and muon_momentum={self.muon_momentum} in [0, 1)")
         need(1 <= self.muon_ns_steps <= 20, f"muon_ns_steps={self.muon_ns_steps} must be in 1..20 (5 is usual)")
@@ -103,20 +107,11 @@ class TrainConfig:
              "optimizer='muon' is not supported with --fsdp=true (it orthogonalises whole matrices, FSDP shards "
              "them); use --optimizer=adamw")
         need(self.on_nonfinite in ("stop", "skip"), f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
-        need(self.dtype in ("auto", "float32", "bfloat16", "float16"),
-             f"dtype={self.dtype!r} must be auto, float32, bfloat16 or float16")
+        need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
         need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    @property
-    def causal(self) -> bool:
-        return self.model == "decoder"
-
-    @property
-    def masked_lm(self) -> bool:
-        return self.model == "encoder"
 
     def accumulation(self, block_size: int, world_size: int) -> int:
         """Micro-steps per optimizer step. With total_batch_size the global batch stays the same at any world
@@ -152,3 +147,19 @@ PRESETS = {
                      qk_norm=True, mlp_act="relu2", optimizer="muon", muon_lr=0.02, learning_rate=3e-3, min_lr=3e-4,
                      batch_size=16, max_iters=350, warmup_iters=10, eval_interval=350, split="tail"),
 }
+
+
+def configure(argv) -> tuple[TrainConfig, dict, dict]:
+    """Flags -> (TrainConfig, GPTConfig overrides, the values the flags and config file set explicitly). Model
+    fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is prepared.
+    The attention direction follows the objective (--model); a --causal that contradicts it is refused."""
+    per_class, explicit = parse_configs(argv, (TrainConfig, GPTConfig), PRESETS, default_preset="shakespeare-char")
+    tc = TrainConfig(**per_class[TrainConfig])
+    model_overrides = per_class[GPTConfig]
+    causal = objective_class(tc.model).causal
+    if "causal" in explicit and explicit["causal"] != causal:
+        raise SetupError(f"--causal={explicit['causal']} contradicts --model={tc.model} (which sets causal={causal}); "
+                         f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
+    model_overrides["causal"] = causal
+    GPTConfig(**model_overrides)
+    return tc, model_overrides, explicit

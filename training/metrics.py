@@ -9,7 +9,7 @@ The wandb layout, so that dashboards need no hand-editing:
 - two x axes: `step` (the default) and `tokens` (pick it in a panel to compare runs of different batch sizes);
 - run names, groups and tags for filtering studies: the group is the data and model size, so runs that differ only
   in the option under study (pos_emb, attn_impl, causal) share a group; tags and the job type name those options.
-metrics.jsonl keeps the flat names train.py gives (train_loss, val_bpb, ...): scripts read them.
+metrics.jsonl keeps the flat names training/loop.py gives (train_loss, val_bpb, ...): scripts read them.
 """
 import json
 import math
@@ -19,7 +19,8 @@ import os
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
               "val_loss": "val/loss", "val_bpb": "val/bpb", "val_ppl": "val/ppl",
               "skipped_steps": "train/skipped_steps", "tok_per_s": "perf/tok_per_s", "mfu": "perf/mfu",
-              "elapsed_s": "perf/elapsed_s", "rss_mb": "perf/rss_mb"}
+              "elapsed_s": "perf/elapsed_s", "train_s": "perf/train_s", "eval_s": "perf/eval_s",
+              "rss_mb": "perf/rss_mb"}
 SECTIONS = ("train/*", "val/*", "perf/*")
 BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the best value, not the last
 METRICS_FILE = "metrics.jsonl"

@@ -1,6 +1,6 @@
 """Export a checkpoint to a Hugging Face GPT-2 folder that `GPT2LMHeadModel.from_pretrained(folder)` loads:
 
-    python -m model.export --out_dir=out --ckpt=best --to=hf_out
+    python -m interop.export --out_dir=out --ckpt=best --to=hf_out
 
 The folder holds config.json, model.safetensors, README.md (how to tokenize) and the tokenizer:
 - gpt2: vocab.json + merges.txt + tokenizer_config.json, so `AutoTokenizer.from_pretrained(folder)` works;
@@ -16,11 +16,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from common import cli, safetensors_file
-from common.run_setup import config_from_argv, find_checkpoint, model_from_checkpoint
-
-from .hf_gpt2 import gpt2_refusal, hf_config, to_hf_state_dict
-from common.errors import UserError
+from common import cli
+from common.errors import CheckpointError, UserError
+from common.flags import config_from_argv
+from data.tokenizer import gpt2_files_folder
+from interop import safetensors_file
+from interop.hf_gpt2 import gpt2_refusal, hf_config, to_hf_state_dict
+from training.checkpoint import Checkpoint, path_in
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more
@@ -43,10 +45,8 @@ def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: i
     with open(os.path.join(folder, TOKENIZER_META), "w") as f:
         json.dump(meta, f, indent=1)
     if kind == "gpt2":
-        from data.tokenizer import _gpt2_folder  # GPT-2's published vocabulary and merges
-
-        for ours, hf in GPT2_SOURCE_FILES.items():
-            shutil.copyfile(_gpt2_folder() / ours, os.path.join(folder, hf))
+        for ours, hf in GPT2_SOURCE_FILES.items():  # GPT-2's published vocabulary and merges
+            shutil.copyfile(gpt2_files_folder() / ours, os.path.join(folder, hf))
         with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
             json.dump({"tokenizer_class": "GPT2Tokenizer", "model_max_length": block_size, "bos_token": EOT,
                        "eos_token": EOT, "unk_token": EOT, "add_prefix_space": False}, f, indent=1)
@@ -63,21 +63,21 @@ def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: i
                 f"Its merges are in `{meta['bpe_file']}` (tiktoken's format, GPT-2's split pattern, "
                 f"`{EOT}` = id {meta['eot_id']}); `data.load_tokenizer('{TOKENIZER_META}')` from small-gpt "
                 f"encodes and decodes with it.")
-    raise UserError(f"unknown tokenizer {kind!r} in the checkpoint")
+    raise CheckpointError(f"unknown tokenizer {kind!r} in the checkpoint")
 
 
-def model_card(ckpt: dict, tokenizing: str) -> str:
-    cfg = ckpt["model_config"]
+def model_card(ckpt: Checkpoint, tokenizing: str) -> str:
+    cfg = ckpt.model_config
     return (f"# small-gpt export\n\nA GPT-2 (`GPT2LMHeadModel`) exported from a small-gpt checkpoint at step "
-            f"{ckpt['step']}: {cfg['n_layer']} layers x {cfg['n_head']} heads x {cfg['n_embd']} wide, context "
-            f"{cfg['block_size']}, vocabulary {cfg['vocab_size']}.\n\n"
+            f"{ckpt.step}: {cfg.n_layer} layers x {cfg.n_head} heads x {cfg.n_embd} wide, context "
+            f"{cfg.block_size}, vocabulary {cfg.vocab_size}.\n\n"
             f"```python\nfrom transformers import GPT2LMHeadModel\nmodel = GPT2LMHeadModel.from_pretrained(folder)\n```\n\n"
             f"## Tokenizing\n\n{tokenizing}\n")
 
 
-def export(ckpt: dict, folder: str, overwrite: bool = False) -> None:
+def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
     """Writes the checkpoint as a GPT-2 folder: in a temporary folder first, renamed into place when complete."""
-    model = model_from_checkpoint(ckpt, "cpu")
+    model = ckpt.build_model("cpu")
     refusal = gpt2_refusal(model.config)
     if refusal:
         raise UserError(refusal)
@@ -88,12 +88,12 @@ def export(ckpt: dict, folder: str, overwrite: bool = False) -> None:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
     try:
-        meta = ckpt["data_meta"]
+        meta = ckpt.data_meta
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(hf_config(model.config, meta.get("eot_id")), f, indent=1)
         safetensors_file.save(to_hf_state_dict(model), os.path.join(tmp, "model.safetensors"),
                               metadata={"format": "pt"})  # transformers checks that the weights are PyTorch's
-        tokenizing = write_tokenizer(meta, ckpt.get("data_dir"), tmp, model.config.block_size)
+        tokenizing = write_tokenizer(meta, ckpt.data_dir, tmp, model.config.block_size)
         with open(os.path.join(tmp, "README.md"), "w") as f:
             f.write(model_card(ckpt, tokenizing))
         if os.path.exists(folder):
@@ -104,17 +104,20 @@ def export(ckpt: dict, folder: str, overwrite: bool = False) -> None:
 
 
 def main(argv) -> None:
-    from common import checkpoint
-
     ec = config_from_argv(argv, ExportConfig)
     if ec is None:  # --help
         return
     if not ec.to:
         raise UserError("--to=FOLDER is required: where to write the Hugging Face GPT-2 folder")
-    path = find_checkpoint(ec.out_dir, ec.ckpt)
-    export(checkpoint.load(path), ec.to, ec.overwrite)
+    path = path_in(ec.out_dir, ec.ckpt)
+    export(Checkpoint.load(path), ec.to, ec.overwrite)
     print(f"exported {path} to {os.path.abspath(ec.to)}: GPT2LMHeadModel.from_pretrained('{ec.to}') loads it")
 
 
+def entry() -> int:
+    """The `small-gpt-export` console command."""
+    return cli.run(main, sys.argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run(main, sys.argv[1:]))
+    sys.exit(entry())

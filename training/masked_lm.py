@@ -1,14 +1,17 @@
-"""The masked-LM objective (BERT, Devlin et al. 2019) and what a bidirectional encoder can do with it.
+"""The encoder: the masked-LM objective (BERT, Devlin et al. 2019) and what a bidirectional model can do with it.
 
 Training: select ~15% of the positions (`rate`), corrupt them (80% -> [MASK], 10% -> a random real token,
 10% left unchanged) and compute the loss at the selected positions only: the model restores the original token
 from both sides. The random and unchanged 10%s keep it from learning that only [MASK] positions matter: at
 inference it reads real text everywhere else. Span masking (span > 1) selects runs of 1..span positions: at
 character level a lone masked letter is often given away by its neighbours ("th[MASK] king"), a run is not.
+Validation uses one fixed mask (15%, single positions, its own seed) whatever the training rate, so runs compare.
 
 Inference: `fill_masks` (one forward; the top candidates at every [MASK]) and `generate_stream` (append a [MASK],
 predict it, repeat). An encoder has no KV cache: each token attends to later ones, so one new token changes
 every earlier position's representation and the whole window is re-run for every generated token.
+
+The [MASK] token itself is data/mask_token.py (one id past the tokenizer's vocabulary).
 
 Shapes: B batch, T positions, V vocabulary (including [MASK]).
 """
@@ -17,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .generate import check_sampling, sample_next
-
 from common.errors import ConfigError, UserError
+from model.generate import check_sampling, sample_next
+from training.objectives import Objective
 
 MASKED, RANDOM = 0.8, 0.1  # of the selected positions; the remaining 0.1 stay unchanged
 VAL_RATE, VAL_SEED = 0.15, 15  # the validation mask: always 15%, uniform, one fixed pattern
@@ -145,3 +148,35 @@ def generate_stream(model, prompt: list[int], max_new_tokens: int, mask_id: int,
             yield token
     finally:
         model.train(was_training)
+
+
+class MaskedLM(Objective):
+    """The encoder's objective: bidirectional attention, loss at the selected positions only."""
+    name = "encoder"
+    causal = False
+    val_is_next_token = False  # a masked-token loss: its bits/byte would not compare with a decoder's
+    needs_mask_token = True
+
+    def __init__(self, tokenizer, rate: float = 0.15, span: int = 1):
+        super().__init__(tokenizer.mask_id)
+        self.masker = Masker(tokenizer.mask_id, tokenizer.vocab_size, tuple(tokenizer.special_ids), rate, span)
+
+    def train_batch(self, x, y, seed):
+        return self.masker(x, seed)  # targets only at the selected positions
+
+    def val_batch(self, x, y, index):
+        return self.masker.validation(x, index)
+
+    def describe(self) -> str:
+        m = self.masker
+        return f", masked LM at {m.rate:.0%}" + (f" in spans of 1-{m.span}" if m.span > 1 else "")
+
+    def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=False, stop_tokens=None, **sampling):
+        yield from generate_stream(model, prompt, max_new_tokens, self.mask_id, generator=generator, **sampling)
+
+    def sampling_note(self) -> str:
+        return ("[encoder: no [MASK] in the prompt, so it generates by appending one [MASK] and predicting it; no KV "
+                "cache is possible (every token attends to later ones), so each token re-runs the whole window]")
+
+    def fill(self, model, ids: list[int], top: int = 5):
+        return fill_masks(model, ids, self.mask_id, top)

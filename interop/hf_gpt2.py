@@ -1,5 +1,5 @@
 """Our GPT <-> Hugging Face's GPT-2 (`GPT2LMHeadModel`): the config and the weights, name by name. No files here
-(model/export.py and model/import_hf.py read and write folders) and no `transformers` import: the mapping is
+(interop/export.py and interop/import_hf.py read and write folders) and no `transformers` import: the mapping is
 plain tensors, and the tests hold it against transformers' own implementation.
 
 GPT-2 is our model with one setting of each option: learned absolute positions, pre-norm LayerNorm (eps 1e-5),
@@ -13,9 +13,8 @@ Shapes: C n_embd, V vocab_size, P block_size (n_positions).
 """
 import torch
 
-from .config import GPTConfig
-from .gpt import GPT
 from common.errors import UserError
+from model import GPT, GPTConfig
 
 HF_PREFIX = "transformer."  # GPT2LMHeadModel's body; the original OpenAI upload has no prefix (import takes both)
 # HF buffers that are not weights: the causal mask older transformers versions saved. Ignored on import.

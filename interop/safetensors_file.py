@@ -9,6 +9,7 @@ import json
 import struct
 
 import torch
+
 from common.errors import UserError
 
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,

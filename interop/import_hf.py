@@ -1,7 +1,7 @@
 """Import a local Hugging Face GPT-2 folder (config.json + model.safetensors or pytorch_model.bin) as our model,
 to sample from it or train it further. Nothing is downloaded: the folder must be on disk.
 
-    python -m model.import_hf --hf_dir=path/to/gpt2 --out_dir=out-gpt2
+    python -m interop.import_hf --hf_dir=path/to/gpt2 --out_dir=out-gpt2
     python sample.py --out_dir=out-gpt2 --start="Hello"
 
 The checkpoint written is a step-0 run (ckpt_last.pt and ckpt_best.pt) with its tokenizer: the one a small-gpt
@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import torch
 
-from common import cli, safetensors_file
-from common.run_setup import config_from_argv
-
-from .export import TOKENIZER_META
-from .gpt import GPT
-from .hf_gpt2 import config_from_hf, from_hf_state_dict
-from common.errors import UserError
+from common import cli
+from common.errors import SetupError, UserError
+from common.flags import config_from_argv
+from interop import safetensors_file
+from interop.export import TOKENIZER_META
+from interop.hf_gpt2 import config_from_hf, from_hf_state_dict
+from model import GPT
+from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict
 
 GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # HF's names, newest format first
@@ -87,22 +88,36 @@ def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
 
 def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite: bool = False) -> str:
     """Writes out_dir/ckpt_last.pt and ckpt_best.pt (identical) for sample.py; returns the ckpt_last path."""
-    from common import checkpoint
-    from common.train_config import TrainConfig
+    from training.config import TrainConfig
 
     folder, out_dir = os.path.abspath(folder), os.fspath(out_dir)  # plain strings: weights_only loads no Path
     model = load_hf_gpt2(folder, dropout)
     meta = tokenizer_meta(folder, model.config.vocab_size)
-    paths = [os.path.join(out_dir, f"ckpt_{which}.pt") for which in ("last", "best")]
+    paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
     if any(os.path.exists(p) for p in paths) and not overwrite:
         raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
-    state = {"model": checkpoint.clean_state_dict(model), "model_config": model.config.to_dict(),
-             "train_config": TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"]).to_dict(), "step": 0,
-             "data_dir": folder,  # a bpe tokenizer's merges file lives next to the weights
-             "data_meta": meta, "variant": "decoder", "source": f"hf:{folder}"}
+    ckpt = Checkpoint(weights=clean_state_dict(model), model_config=model.config, step=0, data_meta=meta,
+                      data_dir=folder,  # a bpe tokenizer's merges file lives next to the weights
+                      train_config=TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"]).to_dict(),
+                      source=f"hf:{folder}")
     for path in paths:
-        checkpoint.save_atomic(state, path)
+        ckpt.save(path)
     return paths[0]
+
+
+def initializer(folder: str, model_overrides: dict, explicit: dict):
+    """For train.py --init_from=hf:FOLDER: a function tokenizer -> our GPT with the folder's weights, for a fresh
+    run (step 0, new optimizer). The folder fixes the architecture; --dropout and --attn_impl are free."""
+    def init(tokenizer) -> GPT:
+        model = load_hf_gpt2(folder, **{k: v for k, v in model_overrides.items() if k in ("dropout", "attn_impl")})
+        have = model.config.to_dict()
+        for k, v in model_overrides.items():
+            if k in explicit and have[k] != v:
+                raise SetupError(f"--{k}={v} differs from the Hugging Face model's {k}={have[k]}; the folder fixes "
+                                 f"the architecture: drop the flag")
+        check_same_tokenizer(folder, model.config.vocab_size, tokenizer)
+        return model
+    return init
 
 
 def main(argv) -> None:
@@ -115,5 +130,10 @@ def main(argv) -> None:
     print(f"imported {ic.hf_dir} to {path}; sample with: python sample.py --out_dir={ic.out_dir}")
 
 
+def entry() -> int:
+    """The `small-gpt-import` console command."""
+    return cli.run(main, sys.argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run(main, sys.argv[1:]))
+    sys.exit(entry())

@@ -1,0 +1,201 @@
+"""The checkpoint format: one type that owns what is saved, its version, the checks on load, and the only code that
+reads its keys. Everything else uses the Checkpoint's attributes.
+
+On disk a checkpoint is a plain dict of tensors, numbers, strings, lists and dicts saved with torch.save and read
+back with `torch.load(weights_only=True)`, which refuses anything that would need code to rebuild (a pickled class,
+a function): a shared checkpoint cannot run its author's code on your machine.
+
+Atomic: the dict is written to a temporary file in the same folder, flushed to disk (fsync), renamed over the old
+file, and the folder is fsynced so the rename itself is durable. A crash or kill at any moment leaves either the
+old checkpoint or the new one, never half of one.
+
+Versions: 1 (no "format_version" key, written before the format had an owner) and 2 (adds the version and the
+float16 loss scaler's state). Both load.
+"""
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import torch
+
+from common.errors import CheckpointError
+from model import GPT, GPTConfig
+
+FORMAT_VERSION = 2
+LAST, BEST = "ckpt_last.pt", "ckpt_best.pt"
+TMP_PREFIX, TMP_SUFFIX = ".tmp-", ".pt"
+REQUIRED = ("model", "model_config", "step", "data_meta")  # every version has these
+
+
+@dataclass
+class Checkpoint:
+    weights: dict  # the model's state dict, without compile/DDP prefixes
+    model_config: GPTConfig
+    step: int  # optimizer steps done
+    data_meta: dict  # the prepared data's meta.json (tokenizer, fingerprint, ...): data/ owns its keys
+    data_dir: str | None = None  # the prepared folder (a bpe tokenizer's merges live there)
+    train_config: dict = field(default_factory=dict)  # training.config.TrainConfig as a dict
+    objective: str = "decoder"  # 'decoder', 'encoder' or 'cheater' (training/objectives.py)
+    mask_id: int | None = None  # the [MASK] id when the vocabulary has one (encoder, or a decoder beside one)
+    best_val_loss: float = math.inf
+    optimizer: dict | None = None  # the optimizer's state dict (training/optim.py)
+    scaler: dict | None = None  # float16's GradScaler state
+    rng: list | None = None  # every process's RNG state, by rank
+    source: str | None = None  # where the weights came from when not trained here (hf:FOLDER)
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format_version": FORMAT_VERSION, "model": self.weights, "model_config": self.model_config.to_dict(),
+                "step": self.step, "data_meta": self.data_meta, "data_dir": self.data_dir,
+                "train_config": self.train_config, "variant": self.objective, "mask_id": self.mask_id,
+                "best_val_loss": self.best_val_loss, "optimizer": self.optimizer, "scaler": self.scaler,
+                "rng": self.rng, "source": self.source}
+
+    def save(self, path: str) -> None:
+        save_atomic(self.to_dict(), path)
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str, map_location="cpu") -> "Checkpoint":
+        if not os.path.isfile(path):
+            raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or "
+                                  f"pass the right --out_dir")
+        try:
+            raw = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as e:  # truncated file, not a checkpoint, or a pickle that would run code
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"{path} is not a loadable checkpoint ({first[:200]}); it is corrupt, truncated "
+                                  f"or unsafe, and nothing in it was executed") from None
+        return cls.from_dict(raw, path)
+
+    @classmethod
+    def from_dict(cls, raw, path: str = "the checkpoint") -> "Checkpoint":
+        missing = [k for k in REQUIRED if k not in raw] if isinstance(raw, dict) else ["everything"]
+        if missing:
+            raise CheckpointError(f"{path} is not a checkpoint of this project (missing {', '.join(missing)})")
+        version = raw.get("format_version", 1)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise CheckpointError(f"{path} has format_version={version!r}, newer than this code's {FORMAT_VERSION}; "
+                                  f"update small-gpt to read it")
+        if not isinstance(raw["model"], dict) or not isinstance(raw["model_config"], dict):
+            raise CheckpointError(f"{path} is not a checkpoint of this project (its weights or config are not dicts)")
+        try:
+            config = GPTConfig.from_dict(raw["model_config"])
+        except (ValueError, TypeError) as e:
+            raise CheckpointError(f"{path} holds a model config this code refuses: {e}") from None
+        return cls(weights=raw["model"], model_config=config, step=int(raw["step"]), data_meta=raw["data_meta"],
+                   data_dir=raw.get("data_dir"), train_config=raw.get("train_config") or {},
+                   objective=raw.get("variant") or "decoder", mask_id=raw.get("mask_id"),
+                   best_val_loss=raw.get("best_val_loss", math.inf), optimizer=raw.get("optimizer"),
+                   scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"))
+
+    def build_model(self, device="cpu") -> GPT:
+        model = GPT(self.model_config)
+        try:
+            model.load_state_dict(self.weights)
+        except RuntimeError as e:
+            raise CheckpointError(f"checkpoint weights do not fit its own config: "
+                                  f"{str(e).splitlines()[0][:200]}") from None
+        return model.to(device)
+
+    def tokenizer(self):
+        """The tokenizer the model was trained with ([MASK] included when the vocabulary has it)."""
+        from data.mask_token import with_mask_token
+        from data.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(self.data_meta, folder=self.data_dir)
+        return with_mask_token(tokenizer) if self.mask_id is not None else tokenizer
+
+
+def path_in(out_dir: str, which: str = "last") -> str:
+    """`which` is 'last', 'best' or a path to a .pt file."""
+    if which in ("last", "best"):
+        return os.path.join(out_dir, LAST if which == "last" else BEST)
+    return which
+
+
+def load_for_inference(path: str, device):
+    """A checkpoint -> (model in eval mode on device, its tokenizer, the Checkpoint)."""
+    ckpt = Checkpoint.load(path)
+    return ckpt.build_model(device).eval(), ckpt.tokenizer(), ckpt
+
+
+# ---- atomic files ------------------------------------------------------------------------------------------------
+def clean_state_dict(model) -> dict:
+    """The model's weights without torch.compile's `_orig_mod.` or DDP's `module.` prefixes."""
+    out = {}
+    for k, v in model.state_dict().items():
+        for prefix in ("_orig_mod.", "module."):
+            while k.startswith(prefix):
+                k = k[len(prefix):]
+        out[k] = v
+    return out
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def fsync_dir(folder: str) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make a rename in this folder durable
+    finally:
+        os.close(dir_fd)
+
+
+def save_atomic(obj: dict, path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 would keep teammates out of a shared run
+        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
+        fsync_dir(folder)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def copy_atomic(src: str, dst: str) -> None:
+    """dst becomes a copy of src, all at once (ckpt_best.pt from ckpt_last.pt)."""
+    import shutil
+
+    tmp = dst + ".tmp"
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+        fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def remove_stale_temporaries(folder: str) -> None:
+    """A process killed in the middle of save_atomic leaves its temporary file behind; nothing else uses it."""
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if (name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX)) or name == BEST + ".tmp":
+                os.remove(os.path.join(folder, name))
+
+
+# ---- random state --------------------------------------------------------------------------------------------
+def rng_state(device) -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)

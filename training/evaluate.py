@@ -1,0 +1,52 @@
+"""Evaluation and the samples shown during training: run beside the loop, never inside a training step.
+
+The validation loss is the mean over every target of the fixed validation set (the same windows at every
+evaluation and in every run); each process scores its share and the sums are added up. Evaluation runs the plain
+module in eval mode: no dropout, no gradient sync, no recompilation.
+"""
+import math
+
+import torch
+
+from common.device import autocast
+from training import distributed
+
+
+@torch.no_grad()
+def evaluate(run) -> dict:
+    """{'val_loss', and for a next-token objective 'val_bpb' (bits per byte of text) and 'val_ppl'}."""
+    model = run.model
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(2, dtype=torch.float64, device=run.device)  # (sum of token losses, tokens)
+    try:
+        for x, y in run.val_set:
+            with autocast(run.device, run.dtype):
+                _, loss = model(x, y)
+            n = int((y >= 0).sum())  # positions with a target (the encoder's are the masked ones)
+            sums += torch.tensor([loss.item() * n, n], dtype=torch.float64, device=run.device)
+    finally:
+        model.train(was_training)
+    total, count = (sums if run.tc.fsdp else distributed.all_sum(sums, run.dist)).tolist()
+    val = total / count
+    out = {"val_loss": val}
+    if run.objective.val_is_next_token:  # a masked-token loss has no bits/byte or perplexity to compare
+        bytes_per_token = run.data_meta["val_bytes"] / run.data_meta["val_tokens"]
+        out.update(val_bpb=val / math.log(2) / bytes_per_token, val_ppl=math.exp(min(val, 50)))
+    return out
+
+
+def describe(row: dict) -> str:
+    """'val 1.7400 (2.511 bits/byte, ppl 5.70)', or for an encoder 'val 1.6300 (masked-token loss)'."""
+    if "val_bpb" in row:
+        return f"val {row['val_loss']:.4f} ({row['val_bpb']:.3f} bits/byte, ppl {row['val_ppl']:.2f})"
+    return f"val {row['val_loss']:.4f} (masked-token loss, not comparable to a decoder's)"
+
+
+def sample_text(run, n_tokens: int) -> str:
+    """A sample from the run's prompt, with its own generator (training's random stream is untouched)."""
+    tokenizer = run.tokenizer
+    prompt = tokenizer.encode(run.tc.sample_prompt) or [0]
+    g = torch.Generator(device=run.device).manual_seed(run.tc.seed)
+    new = list(run.objective.stream(run.model, prompt, n_tokens, generator=g, temperature=0.8, top_k=200))
+    return tokenizer.decode(prompt + new)

@@ -1,0 +1,225 @@
+"""The training loop. Read `train` top to bottom: each step sets the learning rate, runs `train_step` (forward and
+backward over the micro-steps, clip, optimizer step), and every log_interval steps writes a metrics row; every
+eval_interval steps it also evaluates, checkpoints and samples. What those do lives beside the loop:
+training/evaluate.py, `save` below (the format: training/checkpoint.py), training/metrics.py.
+
+Throughput is counted, not assumed: tokens/s and MFU divide the tokens of the steps really run since the last
+row by the time spent in those steps alone; evaluation, checkpointing and sampling are timed apart (eval_s).
+"""
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from common.device import autocast
+from common.errors import SetupError
+from training import distributed, fsdp
+from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
+from training.evaluate import describe, evaluate, sample_text
+from training.metrics import MetricsLog
+from training.mfu import mfu, peak_matmul_flops
+from training.optim import lr_at
+
+
+def resident_mb() -> float | None:
+    """This process's resident memory (Linux), logged so that a leak over a long run shows up in metrics.jsonl."""
+    try:
+        with open("/proc/self/statm") as f:
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class StepResult:
+    loss: torch.Tensor  # the step's mean training loss (this process), a 0-d tensor: no host sync until logged
+    grad_norm: float  # before clipping, after unscaling; the same on every process
+    updated: bool  # False when the step was skipped (non-finite gradient, or the float16 scaler's overflow)
+
+
+def train_step(run, step: int, lr: float) -> StepResult:
+    """One optimizer step: accum micro-steps of forward and backward (gradients averaged), clip, update."""
+    tc, optimizer, scaler = run.tc, run.optimizer, run.scaler
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=run.device)
+    for micro in range(run.accum):
+        x, y = run.train_data.get(step, micro)
+        # the micro-batch's global index (the loader's row order): 1 process accumulating 2 micro-steps draws what
+        # 2 processes do; the trailing 0 keeps single-process runs' random masks as they always were
+        x, y = run.objective.train_batch(x, y, (tc.seed, step, micro * run.dist.world_size + run.dist.rank, 0))
+        with distributed.no_sync(run.train_model, skip=micro < run.accum - 1):  # sync gradients once per step
+            with autocast(run.device, run.dtype):
+                _, loss = run.train_model(x, y)
+            loss = loss / run.accum  # the accumulated gradient is the mean over micro-steps
+            scaler.scale(loss).backward()  # float16: the loss times the scale; otherwise unchanged
+        loss_sum += loss.detach()
+    scaler.unscale_(optimizer)  # true gradients before clipping (a no-op unless float16)
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
+    if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+        grad_norm = grad_norm.full_tensor()
+    grad_norm = grad_norm.item()  # one host sync per step buys never applying a poisoned update
+    updated = True
+    if scaler.is_enabled():  # an overflow is the scaler's business: it skips the step and lowers the scale
+        scale = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        updated = scaler.get_scale() >= scale
+    elif math.isfinite(grad_norm):
+        optimizer.step()
+    elif tc.on_nonfinite == "stop":  # a NaN/inf anywhere in the loss or the backward shows in the norm
+        raise SetupError(f"non-finite loss or gradient at step {step + 1} (loss {loss_sum.item():.4g}); stopped "
+                         f"before updating: lower --learning_rate, or pass --on_nonfinite=skip to skip such steps"
+                         + checkpoint_note(run))
+    else:
+        updated = False
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(loss_sum, grad_norm, updated)
+
+
+def checkpoint_note(run) -> str:
+    """What is on disk now, for a message that stops the run."""
+    if os.path.exists(os.path.join(run.tc.out_dir, LAST)):
+        return f"; the last checkpoint in {run.tc.out_dir} is intact (continue with --init_from=resume)"
+    return (f"; no checkpoint was written yet, so start again with --overwrite=true (the run in {run.tc.out_dir} "
+            f"has only its metrics)")
+
+
+def save(run, step: int, best: bool) -> None:
+    """Called by every process (they all hand in their RNG state; FSDP gathers its shards); only rank 0 writes."""
+    rng = distributed.gather_objects(rng_state(run.device), run.dist)
+    if run.tc.fsdp:
+        weights, optim_state = fsdp.full_state(run.model, run.optimizer)
+    else:
+        weights, optim_state = clean_state_dict(run.model), run.optimizer.state_dict()
+    if not run.dist.master:
+        return
+    ckpt = Checkpoint(weights=weights, model_config=run.config, step=step, data_meta=run.data_meta,
+                      data_dir=os.path.abspath(run.data_dir), train_config=run.tc.to_dict(),
+                      objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,
+                      optimizer=optim_state, scaler=run.scaler.state_dict() if run.scaler.is_enabled() else None,
+                      rng=rng)
+    last = os.path.join(run.tc.out_dir, LAST)
+    ckpt.save(last)
+    if best:
+        copy_atomic(last, os.path.join(run.tc.out_dir, BEST))
+
+
+class Throughput:
+    """Tokens/s over the training steps since the last row: counted steps, training time only."""
+
+    def __init__(self, tokens_per_step: int):
+        self.tokens_per_step, self.steps, self.seconds = tokens_per_step, 0, 0.0
+
+    def add(self, seconds: float) -> None:
+        self.steps, self.seconds = self.steps + 1, self.seconds + seconds
+
+    def take(self) -> float:
+        rate = self.tokens_per_step * self.steps / max(self.seconds, 1e-9)
+        self.steps, self.seconds = 0, 0.0
+        return rate
+
+
+def open_log(run) -> MetricsLog | None:
+    if not run.dist.master:
+        return None
+    tc, cfg = run.tc, run.config
+    wandb_cfg = None
+    if tc.wandb_log:
+        wandb_cfg = {"project": tc.wandb_project, "name": tc.wandb_run_name,  # None: named from the config
+                     "config": {**tc.to_dict(), **cfg.to_dict(), "params": run.model.num_params()}}
+    return MetricsLog(tc.out_dir, fresh=run.start_step == 0, wandb_cfg=wandb_cfg, resume_step=run.start_step)
+
+
+def announce(run) -> None:
+    tc, cfg, meta = run.tc, run.config, run.data_meta
+    print(f"{tc.model}: {run.model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
+          f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl}"
+          f"{run.objective.describe()} | data: {run.data_dir} ({meta['train_tokens']:,} train / "
+          f"{meta['val_tokens']:,} val {tc.tokenizer} tokens) | {run.device.type} "
+          f"{str(run.dtype).replace('torch.', '')}, {run.tokens_per_step:,} tokens/step"
+          + (f" over {run.dist.world_size} processes" if run.dist.enabled else ""), flush=True)
+    if run.start_step:
+        print(f"resumed from step {run.start_step} of {tc.max_iters}", flush=True)
+
+
+def log_extras(run, log, step: int) -> None:
+    """What wandb shows at an evaluation besides numbers: a sample, and attention maps of a fixed probe line."""
+    if not (run.tc.wandb_log and run.everyone):
+        return
+    text = sample_text(run, run.tc.sample_tokens)
+    maps = None
+    if run.tc.wandb_attention_probe:  # under FSDP every process runs it
+        from insight.attention_figures import attention_image  # here: matplotlib is slow to import
+
+        maps = attention_image(run.model, run.tokenizer, run.tc.wandb_attention_probe)
+    if log is not None:
+        log.log_samples(step, [text])
+        if maps is not None:
+            log.log_image(step, "attention/maps", maps, caption=run.tc.wandb_attention_probe)
+
+
+def train(run) -> dict:
+    """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}."""
+    tc, d = run.tc, run.dist
+    log = open_log(run)
+    if d.master:
+        announce(run)
+    peak = peak_matmul_flops(run.device, run.dtype) * d.world_size  # MFU's denominator, measured once
+    flops_per_token = run.model.flops_per_token()
+    throughput, skipped, t_start, train_s = Throughput(run.tokens_per_step), 0, time.time(), 0.0
+    run.model.train()
+    bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
+               dynamic_ncols=True, mininterval=1.0, disable=not d.master)
+    for step in bar:
+        t0 = time.perf_counter()
+        lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
+        result = train_step(run, step, lr)
+        seconds = time.perf_counter() - t0
+        throughput.add(seconds)
+        train_s += seconds
+        if not result.updated:
+            skipped += 1
+            bar.write(f"step {step + 1}: gradient {'overflow (float16 scaler)' if run.scaler.is_enabled() else 'not finite'}"
+                      f", update skipped ({skipped} so far)")
+        done = step + 1
+        is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
+        if not (done % tc.log_interval == 0 or is_eval):
+            continue
+        tok_per_s = throughput.take()
+        peak = max(peak, flops_per_token * tok_per_s)  # the machine has shown at least this (see training/mfu.py)
+        row = {"step": done, "train_loss": distributed.all_mean(result.loss, d).item(), "lr": lr,
+               "grad_norm": result.grad_norm, "tokens": done * run.tokens_per_step,
+               "elapsed_s": round(time.time() - t_start, 3), "train_s": round(train_s, 3),
+               "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(flops_per_token, tok_per_s, peak), 5),
+               "rss_mb": resident_mb(), "skipped_steps": skipped}
+        bar.set_postfix(loss=f"{row['train_loss']:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
+        if is_eval:
+            t_eval = time.perf_counter()
+            bar.set_description("evaluating")
+            row.update(evaluate(run))
+            best = row["val_loss"] < run.best_val
+            run.best_val = min(run.best_val, row["val_loss"])
+            save(run, done, best)
+            log_extras(run, log, done)
+            bar.set_description("")
+            row["eval_s"] = round(time.perf_counter() - t_eval, 3)
+            bar.write(f"step {done}: train {row['train_loss']:.4f}, {describe(row)}, lr {lr:.2e}, "
+                      f"{tok_per_s:,.0f} tok/s" + (" [best]" if best else ""))
+        if log is not None:
+            log.log(row)
+    bar.close()
+    steps_run = max(0, tc.max_iters - run.start_step)
+    if d.master:
+        print(f"done: {steps_run} steps in {time.time() - t_start:.1f} s ({train_s:.1f} s training), best val loss "
+              f"{run.best_val:.4f}; checkpoints in {tc.out_dir}/")
+    if tc.sample_tokens and run.everyone:
+        text = sample_text(run, tc.sample_tokens)
+        if d.master:
+            print("---- sample ----\n" + text + "\n----------------")
+    if log is not None:
+        log.close()
+    return {"steps_run": steps_run, "train_s": train_s, "best_val_loss": run.best_val}

@@ -1,0 +1,99 @@
+"""What a model is trained to predict. The objective owns the training batch transform, the validation transform,
+how its model generates text, and what a checkpoint records about it; the attention direction follows from it.
+
+    decoder  causal attention, next-token loss at every position (GPT)
+    encoder  bidirectional attention, masked-LM loss at ~15% selected positions (BERT; training/masked_lm.py)
+    cheater  bidirectional attention with the next-token loss: position t sees token t+1, its own target. It shows
+             what the causal mask prevents: its training loss collapses and it never learns to predict.
+
+Adding an objective: subclass Objective, register it in OBJECTIVES, and test it; train.py, sample.py and the
+checkpoint pick it up by name (`--model=NAME`).
+
+Shapes: B batch, T positions.
+"""
+import sys
+
+import torch
+
+from data.mask_token import with_mask_token
+
+
+class Objective:
+    name = "decoder"
+    causal = True  # the model's attention direction (GPTConfig.causal follows it)
+    val_is_next_token = True  # its validation loss is a next-token loss: bits/byte and perplexity mean something
+    needs_mask_token = False  # its inputs contain [MASK]
+
+    def __init__(self, mask_id: int | None = None):
+        self.mask_id = mask_id  # the [MASK] id when the vocabulary has one (an encoder, or a decoder beside one)
+
+    def train_batch(self, x: torch.Tensor, y: torch.Tensor, seed: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) inputs and next-token targets -> what the model trains on; seed makes any randomness repeatable."""
+        return x, y
+
+    def val_batch(self, x: torch.Tensor, y: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same for validation batch `index` (its global index: the same in every run and process count)."""
+        return x, y
+
+    def describe(self) -> str:
+        return ""
+
+    def stream(self, model, prompt: list[int], max_new_tokens: int, generator=None, use_cache: bool = True,
+               **sampling):
+        """Yields new token ids one at a time (sampling: temperature, top_k, top_p, min_p, stop_tokens). The KV
+        cache is used where the model is causal (it is the same text, faster)."""
+        idx = torch.tensor([prompt], device=next(model.parameters()).device)
+        for token in model.generate_stream(idx, max_new_tokens, use_cache=use_cache and self.causal,
+                                           generator=generator, **sampling):
+            yield int(token[0])
+
+    def sampling_note(self) -> str | None:
+        """A line for stderr before sampling, when the samples need explaining."""
+        return None
+
+
+class Cheater(Objective):
+    name = "cheater"
+    causal = False
+
+    def sampling_note(self) -> str:
+        return ("[a bidirectional model trained on next tokens (the cheater): it never learned to predict, expect "
+                "garbage; no KV cache]")
+
+
+OBJECTIVES = ("decoder", "encoder", "cheater")  # --model=NAME
+
+
+def objective_class(name: str) -> type[Objective]:
+    from training.masked_lm import MaskedLM  # here: masked_lm imports this module
+
+    return {"decoder": Objective, "encoder": MaskedLM, "cheater": Cheater}[name]
+
+
+def build(name: str, tokenizer, mask_token: bool = False, mask_rate: float = 0.15, mask_span: int = 1):
+    """-> (objective, tokenizer). An encoder (or mask_token=True, to give a decoder the same vocabulary and so the
+    same parameter count) adds the [MASK] id to the tokenizer's vocabulary."""
+    cls = objective_class(name)
+    if cls.needs_mask_token or mask_token:
+        tokenizer = with_mask_token(tokenizer)
+    mask_id = getattr(tokenizer, "mask_id", None)
+    if name == "encoder":
+        return cls(tokenizer, mask_rate, mask_span), tokenizer
+    return cls(mask_id), tokenizer
+
+
+def from_checkpoint(ckpt, tokenizer) -> Objective:
+    """The objective a checkpoint was trained with, for sampling and evaluation (its training mask rate kept)."""
+    cfg = ckpt.train_config
+    if ckpt.objective == "encoder":
+        from training.masked_lm import MaskedLM
+
+        return MaskedLM(tokenizer, cfg.get("mask_rate", 0.15), cfg.get("mask_span", 1))
+    return objective_class(ckpt.objective)(ckpt.mask_id)
+
+
+def print_note(objective: Objective) -> None:
+    note = objective.sampling_note()
+    if note:
+        print(note, file=sys.stderr)
+

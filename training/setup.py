@@ -1,0 +1,171 @@
+"""Everything a training run needs, built once before the loop: the out_dir, the data, the objective, the model
+(fresh, resumed, or from weights handed in), the optimizer and its loss scaler, and the distributed wrappers.
+
+`build` returns a Run; training/loop.py trains it. Nothing here runs a training step.
+"""
+import math
+import os
+import shutil
+from dataclasses import dataclass
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.device import pick_device, pick_dtype
+from common.errors import SetupError
+from data import TrainBatches, load_tokenizer, read_meta, val_batches
+from data.prepare import prepare
+from model import GPT, GPTConfig
+from training import distributed, fsdp, objectives
+from training.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries, set_rng_state
+from training.config import TrainConfig
+from training.metrics import METRICS_FILE
+from training.optim import load_state, make_optimizer
+
+RUN_FILES = (LAST, BEST, METRICS_FILE)
+
+
+@dataclass
+class Run:
+    tc: TrainConfig
+    dist: distributed.Dist
+    device: torch.device
+    dtype: torch.dtype
+    model: GPT  # the plain module: evaluation, sampling and checkpoints use it
+    train_model: torch.nn.Module  # what a training step calls: the model, compiled and/or wrapped by DDP
+    optimizer: object  # a torch optimizer, or training.optim.Combined
+    scaler: torch.amp.GradScaler  # float16's loss scaling; disabled (a no-op) for bfloat16 and float32
+    objective: objectives.Objective
+    tokenizer: object
+    data_dir: str
+    data_meta: dict
+    train_data: TrainBatches
+    val_set: list  # [(x, y)] this process's share of the fixed validation batches, objective applied
+    accum: int  # micro-steps per optimizer step in this process
+    start_step: int = 0
+    best_val: float = math.inf
+
+    @property
+    def config(self) -> GPTConfig:
+        return self.model.config
+
+    @property
+    def tokens_per_step(self) -> int:  # over all processes
+        return self.tc.batch_size * self.accum * self.config.block_size * self.dist.world_size
+
+    @property
+    def everyone(self) -> bool:
+        """Whether every process runs evaluation forwards and samples: FSDP runs collectives inside each forward,
+        so all processes must run the same ones (only rank 0 prints and writes)."""
+        return self.dist.master or self.tc.fsdp
+
+
+def prepare_out_dir(tc: TrainConfig, d: distributed.Dist) -> None:
+    """Refuse to start a fresh run on top of an existing one unless --overwrite=true: nothing is lost by accident.
+    Every process checks before any of them deletes, so they all agree."""
+    existing = [f for f in RUN_FILES if os.path.exists(os.path.join(tc.out_dir, f))]
+    if existing and not tc.overwrite:
+        has_ckpt = any(f in existing for f in (LAST, BEST))
+        how = "pass --init_from=resume to continue it, " if has_ckpt else "it has no checkpoint to resume; "
+        raise SetupError(f"out_dir={tc.out_dir} already holds a run ({existing[0]}); {how}--overwrite=true to "
+                         f"replace it, or another --out_dir")
+    distributed.barrier(d)
+    if existing and d.master:
+        for f in existing:
+            os.remove(os.path.join(tc.out_dir, f))
+        shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
+
+
+def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tuple[TrainConfig, Checkpoint]:
+    """For --init_from=resume: the checkpoint's configs, with explicitly given training flags (e.g. a larger
+    --max_iters) applied on top. The model's shape cannot change under a checkpoint."""
+    ckpt = Checkpoint.load(os.path.join(tc.out_dir, LAST))
+    saved_model = ckpt.model_config.to_dict()
+    for k, v in model_overrides.items():
+        if k in explicit and saved_model.get(k) != v:
+            raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={saved_model.get(k)}; a resumed run "
+                             f"keeps its model: drop the flag or start a new --out_dir")
+    saved = dict(ckpt.train_config)
+    saved.update({k: v for k, v in explicit.items() if k in saved})
+    return TrainConfig(**saved), ckpt
+
+
+def load_data(tc: TrainConfig, d: distributed.Dist):
+    """(prepared folder, its meta.json, its tokenizer). Rank 0 downloads and tokenizes; the others wait, then find
+    it ready."""
+    def prepared():
+        return prepare(dataset=tc.dataset, input=tc.input, split=tc.split, tokenizer=tc.tokenizer,
+                       vocab_size=tc.bpe_vocab_size, root=tc.data_root)
+    if d.master:
+        data_dir = prepared()
+    distributed.barrier(d)
+    if not d.master:
+        data_dir = prepared()
+    return data_dir, read_meta(data_dir), load_tokenizer(data_dir)
+
+
+def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
+          init_model=None) -> Run:
+    """init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
+    (train.py's --init_from=hf:FOLDER)."""
+    ckpt = None
+    if tc.init_from == "resume":
+        tc, ckpt = resumed_config(tc, model_overrides, explicit)
+    else:
+        prepare_out_dir(tc, d)
+    if d.master:
+        remove_stale_temporaries(tc.out_dir)
+    device = pick_device(device_name)
+    dtype = pick_dtype(tc.dtype, device)
+    if tc.fsdp and not d.enabled:
+        raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "
+                         "(torchrun --standalone --nproc_per_node=2 train.py ...)")
+
+    data_dir, meta, tokenizer = load_data(tc, d)
+    if ckpt is not None and ckpt.data_meta.get("fingerprint") != meta.get("fingerprint"):
+        raise SetupError(f"the data in {data_dir} is not the data this checkpoint was trained on; resume with the "
+                         f"same --dataset/--input/--split/--tokenizer, or start a new --out_dir")
+    objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
+
+    torch.manual_seed(tc.seed)  # the same initial weights in every process
+    if ckpt is not None:
+        if ckpt.train_config.get("fsdp", False) != tc.fsdp:
+            raise SetupError(f"this checkpoint was trained with fsdp={not tc.fsdp}; resume with --fsdp={not tc.fsdp}")
+        model = ckpt.build_model(device)
+    elif init_model is not None:
+        model = init_model(tokenizer).to(device)
+    else:
+        model = GPT(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
+    if tc.fsdp:
+        fsdp.shard(model)  # before the optimizer: it must hold the sharded parameters
+    optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2), device.type,
+                               tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps)
+    # float16 needs loss scaling: its smallest normal number is 6e-5, and with a large vocabulary most of the
+    # logits' gradients are smaller. The scaler multiplies the loss before backward, unscales before clipping, and
+    # skips (and halves the scale) on an overflow. bfloat16 has float32's range and needs none.
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    if d.enabled:
+        torch.manual_seed(tc.seed + d.rank)  # different dropout masks in different processes
+    start, best_val = 0, math.inf
+    if ckpt is not None:
+        load_state(optimizer, ckpt.optimizer,
+                   (lambda state: fsdp.load_optimizer(model, optimizer, state)) if tc.fsdp else None)
+        if ckpt.scaler and scaler.is_enabled():
+            scaler.load_state_dict(ckpt.scaler)
+        start, best_val = ckpt.step, ckpt.best_val_loss
+        set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)  # each process continues its own random stream
+
+    train_model = torch.compile(model) if tc.compile else model
+    if d.enabled and not tc.fsdp:
+        train_model = DDP(train_model, device_ids=[device.index] if device.type == "cuda" else None)
+    accum = tc.accumulation(model.config.block_size, d.world_size)
+    train_data = TrainBatches(data_dir, model.config.block_size, tc.batch_size, tc.seed, rank=d.rank,
+                              world_size=d.world_size, grad_accum=accum, device=device)
+    rank, world = (0, 1) if tc.fsdp else (d.rank, d.world_size)  # FSDP: every process evaluates everything
+    val = val_batches(data_dir, model.config.block_size, tc.batch_size, max_batches=tc.eval_iters, rank=rank,
+                      world_size=world, device=device)
+    # this process holds the validation batches rank, rank + world, ...: the objective sees their global index
+    val_set = [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
+    return Run(tc=tc, dist=d, device=device, dtype=dtype, model=model, train_model=train_model, optimizer=optimizer,
+               scaler=scaler, objective=objective, tokenizer=tokenizer, data_dir=str(data_dir), data_meta=meta,
+               train_data=train_data, val_set=val_set, accum=accum, start_step=start, best_val=best_val)
