@@ -7,7 +7,7 @@ Targets (--target=NAME, or all):
     ttq         1. time to quality: wall time of `train.py --preset=fast-cpu` to val loss <= 1.886 vs nanoGPT's CPU
                    recipe (benchmarks/ttq.py), whole processes, interleaved
     throughput  2. training tokens/s at 6L/384/256, same math, ours vs nanoGPT's model (benchmarks/throughput.py)
-    mfu         3. MFU of that step against this device's measured float32 and bf16 matmul peaks (common/mfu.py),
+    mfu         3. MFU of that step against this device's measured float32 and bf16 matmul peaks (training/mfu.py),
                    and a profile of where the step's time goes
     sampling    4. ms per new token, 6L/384/256, batch 1: our KV cache vs nanoGPT's uncached generate vs HF
                    GPT-2's cached generate (benchmarks/sampling.py)

@@ -2,7 +2,8 @@
 
 'auto' picks cuda > mps > cpu, and bfloat16 autocast wherever the hardware runs bf16 matmuls natively (CUDA with
 bf16 support; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is ~2.5x a float32 one), float32 elsewhere.
-Weights and optimizer state stay float32 (autocast only lowers the matmuls), so no loss scaling is needed for bf16.
+Weights and optimizer state stay float32 (autocast only lowers the matmuls), so no loss scaling is needed for bf16;
+float16 (GPUs without bf16) gets a GradScaler in training/setup.py.
 """
 import contextlib
 import functools
@@ -59,10 +60,7 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
         if device.type == "cpu" and cpu_bf16_speedup() > 1.3:
             return torch.bfloat16
         return torch.float32
-    dtype = DTYPES[name]
-    if dtype == torch.float16 and device.type == "cpu":
-        raise SetupError("--dtype=float16 is not supported on CPU; use bfloat16 or float32")
-    return dtype
+    return DTYPES[name]  # float16 runs on a CPU too (slowly): training/setup.py gives it a loss scaler
 
 
 def autocast(device: torch.device, dtype: torch.dtype):

@@ -29,18 +29,15 @@ class GPTConfig:
     attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k (Luong), 'additive' = v^T tanh(W1 q + W2 k)
     causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
     window: int | None = None  # sliding-window attention: each query sees at most `window` keys
-    # Speed levers (issue 10). The defaults are the architecture every earlier checkpoint has, so old checkpoints
-    # (which lack these keys) load unchanged. "Measured": full-split val loss of train.py --preset=fast-cpu on
-    # tiny-shakespeare (1.862 as shipped) with that one option flipped.
+    # Speed levers. The defaults are the architecture every earlier checkpoint has, so old checkpoints (which lack
+    # these keys) load unchanged. What each one does to the loss and the step time: README.md, "Speed".
     qk_norm: bool = False  # RMS-normalise each head's q and k (no gain) before RoPE and the scores: logits bounded
-    #                        by sqrt(head_dim), so high learning rates cannot blow the softmax up. Measured: 1.869 on,
-    #                        1.964 off (with min_lr=0)
-    mlp_act: str = "gelu"  # one of MLP_ACTS: 'gelu' (GPT-2's tanh GELU) or 'relu2' (relu(x)^2, So et al. 2021).
-    #                        Measured: the same loss (1.869 both), relu2's op ~2x cheaper than tanh GELU on a CPU
-    tie_head: bool = True  # False: a separate output head instead of reusing the token embedding. Measured: worse
-    #                        (1.898 untied vs 1.862)
+    #                        by sqrt(head_dim), so high learning rates cannot blow the softmax up
+    mlp_act: str = "gelu"  # one of MLP_ACTS: 'gelu' (GPT-2's tanh GELU) or 'relu2' (relu(x)^2, So et al. 2021,
+    #                        a cheaper op on a CPU)
+    tie_head: bool = True  # False: a separate output head instead of reusing the token embedding
     zero_init: bool = False  # zero-initialise the projections that write into the residual stream (and an untied
-    #                          head): each block starts as the identity. Measured: worse (1.888 vs 1.869, min_lr=0)
+    #                          head): each block starts as the identity
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):

@@ -10,8 +10,9 @@ sys.path.insert(0, ROOT)  # the repo root: model/, data/, common/, train.py
 
 from training.metrics import read_metrics  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from model import config as model_config  # noqa: E402
 
-POS_EMBS = ["rope", "sinusoidal", "learned", "alibi", "none"]
+POS_EMBS = list(model_config.POS_EMBS)
 
 
 def tiny_config(**overrides) -> GPTConfig:

@@ -140,7 +140,6 @@ TRAIN_CASES = [
     (["--attn_impl=flash"], "attn_impl='flash' is not one of"),
     (["--window=0"], "window=0"),
     (["--dtype=fp8"], "dtype='fp8'"),
-    (["--dtype=float16"], "float16 is not supported on CPU"),
     (["--device=quantum"], "--device=quantum is not a torch device"),
     (["--tokenizer=words"], "tokenizer='words'"),
     (["--split=middle"], "split='middle'"),

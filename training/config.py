@@ -51,14 +51,13 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
-    # 'adamw' (everything), or 'muon': Muon (common/muon.py, orthogonalised momentum) on the transformer blocks'
-    # matrices at muon_lr, AdamW at learning_rate on embeddings, head and gains; both follow the same schedule.
-    # Measured (--preset=fast-cpu, full-split val): 1.869 with muon, 1.983 with adamw at the same 350 steps; a muon
-    # step costs ~30% more on a CPU (Newton-Schulz), far outweighed by the steps it saves
+    # 'adamw' (everything), or 'muon': Muon (training/muon.py, orthogonalised momentum) on the transformer blocks'
+    # Linear weights at muon_lr, AdamW at learning_rate on embeddings, head and gains; both follow the same
+    # schedule. A Muon step costs more on a CPU (Newton-Schulz) and saves many steps: README.md, "Speed"
     optimizer: str = "adamw"
-    muon_lr: float = 0.02  # Muon's peak learning rate (Keller Jordan's default; 0.03: same loss, 0.04: worse)
+    muon_lr: float = 0.02  # Muon's peak learning rate (Keller Jordan's default)
     muon_momentum: float = 0.95  # Muon's (Nesterov) momentum
-    muon_ns_steps: int = 5  # Newton-Schulz iterations per update; 3 is ~10% cheaper per step but worse (1.884 vs 1.862)
+    muon_ns_steps: int = 5  # Newton-Schulz iterations per update: fewer are cheaper and orthogonalise less
     on_nonfinite: str = "stop"  # a NaN/inf loss or gradient: 'stop' the run, or 'skip' that step's update
     # system
     device: str = "auto"  # 'auto' (cuda > mps > cpu), or any torch device string

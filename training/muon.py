@@ -9,10 +9,10 @@ normalised X towards ~1 (to the interval ~[0.7, 1.2] in 5 steps with the coeffic
 slope at zero; exactly 1 is not needed).
 
 Only for the 2-D matrices inside the transformer blocks; embeddings, the output head and the 1-D gains stay with
-AdamW (common/optim.py composes the two). Everything runs in float32: on CPUs without native bf16 (AVX2 only) a
+AdamW (training/optim.py composes the two). Everything runs in float32: on CPUs without native bf16 (AVX2 only) a
 bf16 matmul is ~100x slower, which is why this is not torch.optim.Muon (it orthogonalises in bf16).
 
-Learning rate: group["lr"] * group["lr_scale"], so train.py's schedule (which writes one lr into every group) sets
+Learning rate: group["lr"] * group["lr_scale"], so the loop's schedule (which writes one lr into every group) sets
 Muon's lr in proportion; make_optimizer sets lr_scale = muon_lr / learning_rate.
 """
 import math

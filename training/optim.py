@@ -94,7 +94,7 @@ def load_state(optimizer, state: dict, load=None) -> None:
 
 def make_optimizer(model, lr, weight_decay, betas, device_type, optimizer="adamw", muon_lr=0.02, muon_momentum=0.95,
                    muon_ns_steps=5):
-    """optimizer='adamw': AdamW on everything (decay on weight matrices). 'muon': Muon (common/muon.py) on the
+    """optimizer='adamw': AdamW on everything (decay on weight matrices). 'muon': Muon (training/muon.py) on the
     Linear weights inside the transformer blocks, at muon_lr (following the same schedule as lr); AdamW at lr on the
     rest (embeddings, the head, gains, biases)."""
     if optimizer not in OPTIMIZERS:
