@@ -4,19 +4,20 @@ in a few minutes; every setting is a flag (`--n_layer=4`), see `python train.py 
 What happens, in order (each step in the module named): the flags become a TrainConfig and a GPTConfig
 (training/config.py); the run is built: out_dir, data, objective, model, optimizer, or all of them from a
 checkpoint (training/setup.py); the loop trains, evaluating, checkpointing and sampling every eval_interval steps
-(training/loop.py).
+(training/loop.py). Ctrl-C or SIGTERM saves a checkpoint after the current step and says how to resume.
 """
 import sys
 
-from common import cli, flags
-from model import GPTConfig
+from common import cli
 from training import run
-from training.config import PRESETS, TrainConfig, configure
+from training.config import configure, help_text
+from training.loop import on_disk
+from training.stopping import Stopped
 
 
 def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
-        print(flags.help_text((TrainConfig, GPTConfig), PRESETS))
+        print(help_text(argv))
         return
     tc, model_overrides, explicit = configure(argv)
     init_model = None
@@ -24,7 +25,13 @@ def main(argv) -> None:
         from interop.import_hf import initializer
 
         init_model = initializer(tc.init_from[len("hf:"):], model_overrides, explicit)
-    run(tc, model_overrides, explicit, init_model)
+    try:
+        run(tc, model_overrides, explicit, init_model)
+    except Stopped as stopped:  # a graceful stop: the checkpoint is saved and the resume command printed
+        raise SystemExit(stopped.code) from None
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before the loop began
+        print(f"interrupted: {on_disk(tc.out_dir)}", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def entry() -> int:

@@ -23,6 +23,7 @@ class VisualizeConfig:
     text: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
     out: str = "attention.png"
     device: str = "cpu"
+    max_tokens: int = 64  # the longest text a figure shows (token labels stop fitting beyond); longer is refused
 
 
 def main(argv) -> None:
@@ -32,7 +33,7 @@ def main(argv) -> None:
     from insight.attention_figures import attention_figure, save_figure  # matplotlib: once the flags are good
 
     model, tokenizer, _ = load_for_inference(path_in(vc.out_dir, vc.ckpt), torch.device(vc.device))
-    print(f"wrote {save_figure(attention_figure(model, tokenizer, vc.text), vc.out)}")
+    print(f"wrote {save_figure(attention_figure(model, tokenizer, vc.text, vc.max_tokens), vc.out)}")
 
 
 def entry() -> int:

@@ -1,5 +1,8 @@
 """How every command ends: 0 on success; on a mistake the user can fix, one line `error: ...` and exit code 2.
 
+Under torchrun every process meets the same mistake; only rank 0 prints it (torchrun then adds its own summary
+of the failed processes: the line to read is the one starting with `error:`).
+
 Only UserError (common/errors.py) is a user mistake. Any other exception is a bug, ours or a library's, and keeps
 its full traceback (exit 1): it must never be dressed up as the user's fault. Set SMALLGPT_DEBUG=1 to see the
 traceback of a UserError too.
@@ -18,7 +21,8 @@ def run(main, argv) -> int:
         if os.environ.get("SMALLGPT_DEBUG"):
             raise
         message = " ".join(str(e).split())  # one line, whatever the message held
-        print(f"error: {message}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every process fails alike: rank 0 says it once
+            print(f"error: {message}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

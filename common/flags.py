@@ -19,13 +19,19 @@ TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def field_types(*classes) -> dict:
-    """{field name: (owning class, type)} for every field of the given dataclasses."""
+    """{field name: (owning class, type)} for every field of the given dataclasses that is a flag (a class lists
+    the fields a user cannot set in NOT_FLAGS: {name: why})."""
     out = {}
     for cls in classes:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            out[f.name] = (cls, hints[f.name])
+            if f.name not in getattr(cls, "NOT_FLAGS", {}):
+                out[f.name] = (cls, hints[f.name])
     return out
+
+
+def not_flags(*classes) -> dict:
+    return {name: why for cls in classes for name, why in getattr(cls, "NOT_FLAGS", {}).items()}
 
 
 def convert(name: str, text, typ):
@@ -107,6 +113,8 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     explicit = set()
     for layer in layers:
         for key, text in layer.items():
+            if key in not_flags(*classes):
+                raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
                 raise FlagError(f"unknown flag --{key}{suggest(key, known)}")
             values[key] = convert(key, text, known[key][1])
@@ -114,13 +122,55 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     return values, explicit
 
 
-def help_text(classes, presets) -> str:
-    lines = ["flags (--name=value; defaults shown):"]
+def field_docs(cls) -> dict:
+    """{field name: (group, description)} from the class's source: the comment after each field (and the comment
+    lines under it), and the section comment above a run of fields (a line that is only a comment) as its group."""
+    import inspect
+
+    try:
+        source = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    docs, group, last = {}, cls.__name__, None
+    for line in source[1:]:
+        text = line.strip()
+        if text.startswith("def ") or text.startswith("@"):
+            break
+        name = text.split(":", 1)[0].strip()
+        if name in names and ":" in text:
+            comment = text.split("  # ", 1)[1].strip() if "  # " in text else ""
+            docs[name], last = [group, comment], name
+        elif text.startswith("#"):
+            if last is not None and text.startswith("#  "):  # a continuation, aligned under the field's comment
+                docs[last][1] += " " + text.lstrip("# ").strip()
+            else:
+                group, last = text.lstrip("# ").strip(), None
+        else:
+            last = None
+    return {k: tuple(v) for k, v in docs.items()}
+
+
+def help_text(classes, presets, values: dict | None = None, preset: str | None = None) -> str:
+    """Every flag with its value for this run (values: the preset's and the command line's, over the defaults),
+    grouped as the classes' section comments group them, with the field's comment as its description."""
+    values = values or {}
+    head = "flags (--name=value); the values shown are " + (f"those of --preset={preset} and the flags given"
+                                                              if preset else "the defaults")
+    lines = [head]
     for cls in classes:
+        docs, group = field_docs(cls), None
         for f in dataclasses.fields(cls):
-            lines.append(f"  --{f.name}={f.default}")
+            if f.name in getattr(cls, "NOT_FLAGS", {}):
+                continue
+            g, doc = docs.get(f.name, (cls.__name__, ""))
+            if g != group:
+                lines.append(f"\n{g}:")
+                group = g
+            value = values.get(f.name, f.default)
+            lines.append(f"  --{f.name}={value}" + (f"   {doc}" if doc else ""))
     if presets:
-        lines.append(f"  --preset=NAME   one of: {', '.join(presets)}")
+        lines.append(f"\n  --preset=NAME   one of: {', '.join(presets)}")
     lines.append("  --config=FILE.toml   the same fields as a TOML table")
     return "\n".join(lines)
 

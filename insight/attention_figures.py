@@ -18,7 +18,7 @@ from matplotlib.colors import PowerNorm  # noqa: E402
 from common.errors import UserError  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
 
-MAX_TOKENS = 48  # beyond this the token labels no longer fit; longer texts keep their last MAX_TOKENS tokens
+MAX_TOKENS = 64  # beyond this the token labels no longer fit
 GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
 
 
@@ -31,11 +31,18 @@ def token_labels(tokenizer, ids) -> list[str]:
     return labels
 
 
-def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> torch.Tensor:
+def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut: bool = False) -> torch.Tensor:
+    """(1, T) ids of text. Longer than max_tokens or the model's context: refused, or with cut=True (a logging
+    hook, which must not stop a run) its last tokens, kept."""
     ids = tokenizer.encode(text)
     if not ids:
         raise UserError("the text to visualise is empty; pass some text (--text=... or --start=...)")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further
+    if len(ids) > limit and not cut:
+        why = (f"this model's context is {model.config.block_size}" if limit == model.config.block_size
+               else f"a figure shows at most --max_tokens={max_tokens}")
+        raise UserError(f"the text is {len(ids)} tokens and {why}; shorten the text"
+                        + ("" if limit == model.config.block_size else " or raise --max_tokens"))
     device = next(model.parameters()).device
     return torch.tensor([ids[-limit:]], device=device)  # (1, T)
 
@@ -75,13 +82,14 @@ def plot_maps(data: torch.Tensor, labels: list[str], title: str):
     return fig
 
 
-def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, kind: str | None = None):
+def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, kind: str | None = None,
+                     cut: bool = False):
     """The attention maps of `text` as a matplotlib Figure (for files and for wandb.Image). kind: the title's name
     of the model (default: decoder or encoder, from its config)."""
     was_training = model.training
     model.eval()
     try:
-        idx = encode_probe(model, tokenizer, text, max_tokens)
+        idx = encode_probe(model, tokenizer, text, max_tokens, cut)
         data = attention_data(model, idx)
     finally:
         model.train(was_training)
@@ -101,7 +109,7 @@ def attention_image(model, tokenizer, text: str, dpi: int = 80):
 
     text = drop_unknown(tokenizer, text)
     buf = io.BytesIO()
-    save_figure(attention_figure(model, tokenizer, text), buf, dpi=dpi)
+    save_figure(attention_figure(model, tokenizer, text, cut=True), buf, dpi=dpi)
     buf.seek(0)
     return Image.open(buf).convert("RGB")
 

@@ -22,7 +22,7 @@ from common.flags import config_from_argv
 from data.tokenizer import gpt2_files_folder
 from interop import safetensors_file
 from interop.hf_gpt2 import gpt2_refusal, hf_config, to_hf_state_dict
-from training.checkpoint import Checkpoint, path_in
+from training.checkpoint import Checkpoint, current_umask, path_in
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more
@@ -87,6 +87,7 @@ def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would keep teammates out of the folder
     try:
         meta = ckpt.data_meta
         with open(os.path.join(tmp, "config.json"), "w") as f:

@@ -15,7 +15,9 @@ MLP_ACTS = ("gelu", "relu2")  # see model/blocks.py
 
 @dataclass
 class GPTConfig:
-    vocab_size: int = 65  # set from the data's tokenizer by train.py
+    NOT_FLAGS = {"vocab_size": "the tokenizer sets it; --bpe_vocab_size sizes a trained BPE (--tokenizer=bpe)"}
+    # model
+    vocab_size: int = 65  # set from the data's tokenizer by the training setup
     block_size: int = 256  # the longest context the model is trained on (and the KV cache holds)
     n_layer: int = 6
     n_head: int = 6

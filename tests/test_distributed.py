@@ -48,7 +48,7 @@ def test_two_processes_train_like_one(runs):
 
 def test_only_rank_zero_writes(runs):
     out, _ = runs
-    assert sorted(p.name for p in out["two"].iterdir()) == ["ckpt_best.pt", "ckpt_last.pt", "metrics.jsonl"]
+    assert sorted(p.name for p in out["two"].iterdir()) == [".lock", "ckpt_best.pt", "ckpt_last.pt", "metrics.jsonl"]
     assert len(metrics(out["two"])) == 10  # one line per step, not one per process
     ckpt = Checkpoint.load(str(out["two"] / "ckpt_last.pt"))
     assert len(ckpt.rng) == 2  # both processes' random states, for resume

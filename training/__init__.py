@@ -18,15 +18,23 @@ def run(tc, model_overrides: dict | None = None, explicit: dict | None = None, i
     by hand (a resumed run honours only those). Joins torchrun's process group when started under torchrun.
     Returns the loop's summary (steps_run, train_s, best_val_loss)."""
     from model import GPTConfig
-    from training import distributed, loop, setup
+    from training import distributed, loop, setup, stopping
     from training.objectives import objective_class
 
+    import torch
+
     overrides = {**(model_overrides or {}), "causal": objective_class(tc.model).causal}
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
     GPTConfig(**overrides)  # a bad model flag fails before any data is prepared
     d, device_name = distributed.init(tc.device, tc.backend)  # under torchrun: this process's rank and device
+    lock = None
     try:
+        lock = stopping.lock_out_dir(tc.out_dir, d)  # one training process per out_dir
         return loop.train(setup.build(tc, overrides, explicit or {}, d, device_name, init_model))
     finally:
+        if lock is not None:
+            lock.close()
         distributed.shutdown(d)
 
 

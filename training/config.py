@@ -3,10 +3,12 @@ which turns train.py's flags into the two configs.
 
 Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.py accepts both as flags.
 """
+import sys
 from dataclasses import asdict, dataclass
 
 from common.device import DTYPES
 from common.errors import ConfigError, SetupError, need
+from common import flags
 from common.flags import parse_configs
 from data.tokenizer import TOKENIZERS
 from model import GPTConfig
@@ -20,10 +22,10 @@ class TrainConfig:
     out_dir: str = "out"
     init_from: str = "scratch"  # 'scratch', 'resume' (continue out_dir/ckpt_last.pt) or 'hf:FOLDER' (GPT-2 weights)
     overwrite: bool = False  # allow a scratch run to replace the run already in out_dir
-    # what is trained (training/objectives.py, compare.py): 'decoder' = causal attention, next-token objective;
-    # 'encoder' = bidirectional attention, masked-LM objective (BERT); 'cheater' = bidirectional attention with
-    # the next-token objective (each position sees its own target: shows what the causal mask prevents)
-    model: str = "decoder"
+    # what is trained (training/objectives.py, compare.py)
+    model: str = "decoder"  # 'decoder' = causal attention, next-token objective; 'encoder' = bidirectional
+    #                         attention, masked-LM objective (BERT); 'cheater' = bidirectional attention with the
+    #                         next-token objective (each position sees its own target: what the causal mask prevents)
     mask_rate: float = 0.15  # encoder: share of positions selected for the loss (80% [MASK], 10% random, 10% kept)
     mask_span: int = 1  # encoder: selected runs of 1..mask_span positions (span masking; 1 = single positions)
     mask_token: bool = False  # give a decoder the [MASK] id too (unused), so its parameters equal the encoder's
@@ -51,10 +53,9 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
-    # 'adamw' (everything), or 'muon': Muon (training/muon.py, orthogonalised momentum) on the transformer blocks'
-    # Linear weights at muon_lr, AdamW at learning_rate on embeddings, head and gains; both follow the same
-    # schedule. A Muon step costs more on a CPU (Newton-Schulz) and saves many steps: README.md, "Speed"
-    optimizer: str = "adamw"
+    optimizer: str = "adamw"  # 'adamw' (everything), or 'muon': Muon (training/muon.py, orthogonalised momentum)
+    #                           on the blocks' Linear weights at muon_lr, AdamW at learning_rate on embeddings, head
+    #                           and gains; both follow the schedule. A Muon step costs more on a CPU and saves steps
     muon_lr: float = 0.02  # Muon's peak learning rate (Keller Jordan's default)
     muon_momentum: float = 0.95  # Muon's (Nesterov) momentum
     muon_ns_steps: int = 5  # Newton-Schulz iterations per update: fewer are cheaper and orthogonalise less
@@ -62,7 +63,9 @@ class TrainConfig:
     # system
     device: str = "auto"  # 'auto' (cuda > mps > cpu), or any torch device string
     dtype: str = "auto"  # 'auto', 'float32', 'bfloat16' or 'float16' (autocast dtype of matmuls)
-    compile: bool = False
+    compile: bool = False  # torch.compile the model: the first step compiles for a minute, then steps are faster
+    threads: int | None = None  # CPU threads for torch (None: torch's choice, OMP_NUM_THREADS); on a busy machine
+    #                             fewer threads than cores can be much faster
     backend: str = "auto"  # torch.distributed backend under torchrun: 'auto' (nccl on GPUs, gloo on CPUs)
     fsdp: bool = False  # under torchrun: shard weights, gradients and optimizer state instead of replicating (DDP)
     seed: int = 1337
@@ -108,6 +111,7 @@ class TrainConfig:
         need(self.on_nonfinite in ("stop", "skip"), f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
         need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
         need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")
+        need(self.threads is None or self.threads > 0, f"threads={self.threads} must be a positive integer or None")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -125,6 +129,13 @@ class TrainConfig:
 
 
 # Presets: overrides of TrainConfig and GPTConfig fields, applied before --config and flags.
+PRESET_NOTES = {  # shown by --help and README: what a preset is for, and what it costs on which machine
+    "shakespeare-char": "the default: 0.8M parameters, 800 steps, minutes on 2 CPU cores",
+    "shakespeare-gpt2": "GPT-2's 50k BPE: 7.2M parameters (mostly the embedding), hours on 2 CPU cores; meant for a GPU",
+    "shakespeare-bpe": "a trained 2048-token BPE, 6x6x384: 11.4M parameters, 8-10 h on 2 CPU cores; meant for a GPU",
+    "nanogpt-cpu": "nanoGPT's CPU recipe (tiny-shakespeare), for side-by-side comparison: a few minutes",
+    "fast-cpu": "nanoGPT's CPU quality in a fraction of its time: 2 layers, Muon, 350 steps, under a minute",
+}
 PRESETS = {
     # the default: a character-level model of Shakespeare's complete works in a few minutes on 2 CPU cores
     "shakespeare-char": dict(n_layer=4, n_head=4, n_embd=128, block_size=128, pos_emb="rope", dropout=0.0,
@@ -161,4 +172,25 @@ def configure(argv) -> tuple[TrainConfig, dict, dict]:
                          f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
     model_overrides["causal"] = causal
     GPTConfig(**model_overrides)
+    if tc.warmup_iters > tc.max_iters // 4:  # e.g. the default 50 warmup steps in a --max_iters=100 run
+        if "warmup_iters" in explicit:
+            print(f"note: warmup_iters={tc.warmup_iters} is more than a quarter of max_iters={tc.max_iters}",
+                  file=sys.stderr)
+        else:
+            short = max(1, tc.max_iters // 10)
+            print(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
+                  f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)",
+                  file=sys.stderr)
+            tc.warmup_iters = short
     return tc, model_overrides, explicit
+
+
+def help_text(argv) -> str:
+    """train.py --help: every flag with the value this run would use (--preset=NAME --help shows that preset's)."""
+    args = [a for a in argv if a not in ("--help", "-h")]
+    per_class, _ = parse_configs(args, (TrainConfig, GPTConfig), PRESETS, default_preset="shakespeare-char")
+    values = {**per_class[TrainConfig], **per_class[GPTConfig]}
+    preset = next((a.split("=", 1)[1] for a in args if a.startswith("--preset=")), "shakespeare-char")
+    presets = "\n".join(f"  {name:18s} {PRESET_NOTES[name]}" for name in PRESETS)
+    return (flags.help_text((TrainConfig, GPTConfig), PRESETS, values, preset)
+            + f"\n\npresets (--preset=NAME; what each costs):\n{presets}")

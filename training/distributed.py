@@ -66,6 +66,13 @@ def all_sum(value: torch.Tensor, d: Dist) -> torch.Tensor:
     return value
 
 
+def all_max(value: torch.Tensor, d: Dist) -> torch.Tensor:
+    if d.enabled:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value
+
+
 def gather_objects(obj, d: Dist) -> list:
     """[obj of rank 0, obj of rank 1, ...] on every process."""
     if not d.enabled:

@@ -8,6 +8,7 @@ row by the time spent in those steps alone; evaluation, checkpointing and sampli
 """
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -19,9 +20,10 @@ from common.errors import SetupError
 from training import distributed, fsdp
 from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
 from training.evaluate import describe, evaluate, sample_text
-from training.metrics import MetricsLog
+from training.metrics import METRICS_FILE, MetricsLog
 from training.mfu import mfu, peak_matmul_flops
 from training.optim import lr_at
+from training.stopping import StopRequests, Stopped
 
 
 def resident_mb() -> float | None:
@@ -80,12 +82,20 @@ def train_step(run, step: int, lr: float) -> StepResult:
     return StepResult(loss_sum, grad_norm, updated)
 
 
+def on_disk(out_dir: str) -> str:
+    """What out_dir holds now, and the way forward, for a message that ends a run."""
+    path = os.path.join(out_dir, LAST)
+    if os.path.exists(path):
+        return (f"the last complete checkpoint ({path}, step {Checkpoint.load(path).step}) is intact: continue with "
+                f"--init_from=resume")
+    if os.path.exists(os.path.join(out_dir, METRICS_FILE)):
+        return (f"no checkpoint was written yet (the first comes at eval_interval), so {out_dir} holds only metrics: "
+                f"start again with --overwrite=true")
+    return f"nothing was written to {out_dir}"
+
+
 def checkpoint_note(run) -> str:
-    """What is on disk now, for a message that stops the run."""
-    if os.path.exists(os.path.join(run.tc.out_dir, LAST)):
-        return f"; the last checkpoint in {run.tc.out_dir} is intact (continue with --init_from=resume)"
-    return (f"; no checkpoint was written yet, so start again with --overwrite=true (the run in {run.tc.out_dir} "
-            f"has only its metrics)")
+    return "; " + on_disk(run.tc.out_dir)
 
 
 def save(run, step: int, best: bool) -> None:
@@ -140,10 +150,15 @@ def announce(run) -> None:
           f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl}"
           f"{run.objective.describe()} | data: {run.data_dir} ({meta['train_tokens']:,} train / "
           f"{meta['val_tokens']:,} val {tc.tokenizer} tokens) | {run.device.type} "
-          f"{str(run.dtype).replace('torch.', '')}, {run.tokens_per_step:,} tokens/step"
+          f"{str(run.dtype).replace('torch.', '')}"
+          + (f" ({torch.get_num_threads()} threads)" if run.device.type == "cpu" else "")
+          + f", {run.tokens_per_step:,} tokens/step"
           + (f" over {run.dist.world_size} processes" if run.dist.enabled else ""), flush=True)
     if run.start_step:
-        print(f"resumed from step {run.start_step} of {tc.max_iters}", flush=True)
+        horizon = tc.lr_decay_iters or tc.max_iters
+        lr = lr_at(run.start_step, tc.learning_rate, tc.min_lr, tc.warmup_iters, horizon)
+        print(f"resumed from step {run.start_step}: {tc.max_iters - run.start_step} steps to go to {tc.max_iters}, "
+              f"lr {lr:.2e} (warmup {tc.warmup_iters}, cosine to {tc.min_lr:.1e} at step {horizon})", flush=True)
 
 
 def log_extras(run, log, step: int) -> None:
@@ -162,6 +177,21 @@ def log_extras(run, log, step: int) -> None:
             log.log_image(step, "attention/maps", maps, caption=run.tc.wandb_attention_probe)
 
 
+def evaluate_and_save(run, row: dict, log, bar) -> None:
+    """At an evaluation: the validation loss into row, a checkpoint, wandb's extras, one line on the terminal."""
+    t_eval = time.perf_counter()
+    bar.set_description("evaluating")
+    row.update(evaluate(run))
+    best = row["val_loss"] < run.best_val
+    run.best_val = min(run.best_val, row["val_loss"])
+    save(run, row["step"], best)
+    log_extras(run, log, row["step"])
+    bar.set_description("")
+    row["eval_s"] = round(time.perf_counter() - t_eval, 3)
+    bar.write(f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
+              f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
+
+
 def train(run) -> dict:
     """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}."""
     tc, d = run.tc, run.dist
@@ -174,43 +204,44 @@ def train(run) -> dict:
     run.model.train()
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
                dynamic_ncols=True, mininterval=1.0, disable=not d.master)
-    for step in bar:
-        t0 = time.perf_counter()
-        lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
-        result = train_step(run, step, lr)
-        seconds = time.perf_counter() - t0
-        throughput.add(seconds)
-        train_s += seconds
-        if not result.updated:
-            skipped += 1
-            bar.write(f"step {step + 1}: gradient {'overflow (float16 scaler)' if run.scaler.is_enabled() else 'not finite'}"
-                      f", update skipped ({skipped} so far)")
-        done = step + 1
-        is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
-        if not (done % tc.log_interval == 0 or is_eval):
-            continue
-        tok_per_s = throughput.take()
-        peak = max(peak, flops_per_token * tok_per_s)  # the machine has shown at least this (see training/mfu.py)
-        row = {"step": done, "train_loss": distributed.all_mean(result.loss, d).item(), "lr": lr,
-               "grad_norm": result.grad_norm, "tokens": done * run.tokens_per_step,
-               "elapsed_s": round(time.time() - t_start, 3), "train_s": round(train_s, 3),
-               "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(flops_per_token, tok_per_s, peak), 5),
-               "rss_mb": resident_mb(), "skipped_steps": skipped}
-        bar.set_postfix(loss=f"{row['train_loss']:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
-        if is_eval:
-            t_eval = time.perf_counter()
-            bar.set_description("evaluating")
-            row.update(evaluate(run))
-            best = row["val_loss"] < run.best_val
-            run.best_val = min(run.best_val, row["val_loss"])
-            save(run, done, best)
-            log_extras(run, log, done)
-            bar.set_description("")
-            row["eval_s"] = round(time.perf_counter() - t_eval, 3)
-            bar.write(f"step {done}: train {row['train_loss']:.4f}, {describe(row)}, lr {lr:.2e}, "
-                      f"{tok_per_s:,.0f} tok/s" + (" [best]" if best else ""))
-        if log is not None:
-            log.log(row)
+    with StopRequests() as stop:
+        for step in bar:
+            t0 = time.perf_counter()
+            lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
+            result = train_step(run, step, lr)
+            seconds = time.perf_counter() - t0
+            throughput.add(seconds)
+            train_s += seconds
+            if not result.updated:
+                skipped += 1
+                why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
+                bar.write(f"step {step + 1}: gradient {why}, update skipped ({skipped} so far)")
+            done = step + 1
+            signum = stop.agreed(d, run.device)  # every process stops at the same step
+            is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
+            if done % tc.log_interval == 0 or is_eval or signum:
+                tok_per_s = throughput.take()
+                peak = max(peak, flops_per_token * tok_per_s)  # the machine has shown at least this (training/mfu.py)
+                row = {"step": done, "train_loss": distributed.all_mean(result.loss, d).item(), "lr": lr,
+                       "grad_norm": result.grad_norm, "tokens": done * run.tokens_per_step,
+                       "elapsed_s": round(time.time() - t_start, 3), "train_s": round(train_s, 3),
+                       "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(flops_per_token, tok_per_s, peak), 5),
+                       "rss_mb": resident_mb(), "skipped_steps": skipped}
+                bar.set_postfix(loss=f"{row['train_loss']:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
+                if is_eval:
+                    evaluate_and_save(run, row, log, bar)
+                if log is not None:
+                    log.log(row)
+            if signum:
+                if not is_eval:
+                    save(run, done, best=False)
+                bar.close()
+                if log is not None:
+                    log.close()
+                if d.master:
+                    print(f"stopped after step {done}: checkpoint saved in {tc.out_dir}; continue with "
+                          f"python train.py --out_dir={tc.out_dir} --init_from=resume", file=sys.stderr, flush=True)
+                raise Stopped(128 + signum)
     bar.close()
     steps_run = max(0, tc.max_iters - run.start_step)
     if d.master:

@@ -86,6 +86,10 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
             raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={saved_model.get(k)}; a resumed run "
                              f"keeps its model: drop the flag or start a new --out_dir")
     saved = dict(ckpt.train_config)
+    if "max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None:
+        # a longer (or shorter) run keeps the schedule it started with: the cosine still ends where it was
+        # planned to, then min_lr; --lr_decay_iters sets another horizon
+        saved["lr_decay_iters"] = saved["max_iters"]
     saved.update({k: v for k, v in explicit.items() if k in saved})
     return TrainConfig(**saved), ckpt
 

@@ -1,0 +1,106 @@
+"""What a new user meets in the first hour (issue 22): messages that say what is on disk, a resume that keeps its
+schedule, flags that act or refuse, honest help, honest numbers, readable files."""
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import train
+from common import cli
+from conftest import ROOT, metrics, run_script, tiny_args
+from training.config import configure
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_go_on(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=6", "--eval_interval=100",
+                                         "--learning_rate=1e6", "--min_lr=0")) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint was written yet" in err and "--overwrite=true" in err and "intact" not in err
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 2  # a fresh run on top is refused ...
+    err = capsys.readouterr().err
+    assert "has no checkpoint to resume" in err and "--overwrite=true" in err and "--init_from=resume" not in err
+
+
+def test_ctrl_c_outside_training_says_only_that(capsys):
+    def main(argv):
+        raise KeyboardInterrupt
+    assert cli.run(main, []) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_resuming_with_more_steps_keeps_the_schedule_and_counts_what_ran(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=10", "--eval_interval=10")) == 0
+    capsys.readouterr()
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=15", "--eval_interval=5",
+                                         "--init_from=resume")) == 0
+    printed = capsys.readouterr().out
+    assert "resumed from step 10" in printed and "done: 5 steps" in printed
+    lrs = {r["step"]: r["lr"] for r in metrics(out)}
+    assert lrs[10] < 3e-4 and all(lrs[s] == pytest.approx(2e-4) for s in range(11, 16))  # min_lr, no new warmup
+
+
+def test_flags_a_command_cannot_honour_are_refused(capsys):
+    assert cli.run(train.main, ["--vocab_size=100"]) == 2
+    assert "--bpe_vocab_size" in capsys.readouterr().err
+
+
+def test_warmup_longer_than_the_run_is_shortened_and_said(capsys):
+    tc, _, _ = configure(["--max_iters=100"])
+    assert tc.warmup_iters == 10 and "using warmup_iters=10" in capsys.readouterr().err
+    tc, _, _ = configure(["--max_iters=100", "--warmup_iters=60"])  # given by hand: kept, with a note
+    assert tc.warmup_iters == 60 and "more than a quarter" in capsys.readouterr().err
+
+
+def test_help_shows_the_values_of_the_chosen_preset_with_descriptions(capsys):
+    train.main(["--preset=fast-cpu", "--help"])
+    text = capsys.readouterr().out
+    assert "--optimizer=muon" in text and "--n_layer=2" in text and "--max_iters=350" in text
+    assert "--vocab_size" not in text and "sequences per micro-step" in text
+    assert "meant for a GPU" in text  # the presets' cost
+
+
+def test_mfu_cannot_exceed_one_even_when_the_peak_probe_is_low(corpus, tmp_path, monkeypatch):
+    import training.loop
+    monkeypatch.setattr(training.loop, "peak_matmul_flops", lambda device, dtype: 1.0)  # a disturbed probe
+    assert cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=4")) == 0
+    assert all(0 < r["mfu"] <= 1.0 for r in metrics(tmp_path / "run"))
+
+
+def test_an_encoder_does_not_print_bits_per_byte(corpus, tmp_path, capsys):
+    assert cli.run(train.main, tiny_args(corpus, tmp_path / "enc", "--model=encoder", "--max_iters=2")) == 0
+    text = capsys.readouterr().out
+    assert "masked-token loss" in text and "bits/byte" not in text
+    assert "val_bpb" not in metrics(tmp_path / "enc")[-1]
+
+
+def test_a_user_error_under_torchrun_is_one_line(corpus, tmp_path):
+    r = run_script("train.py", tiny_args(corpus, tmp_path / "x", "--n_head=3"),
+                   launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"))
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode != 0 and len(lines) == 1 and "not divisible by n_head=3" in lines[0]
+
+
+def test_written_files_and_folders_get_the_users_permissions(corpus, tmp_path):
+    from interop.export import export
+    from training.checkpoint import Checkpoint
+
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--pos_emb=learned")) == 0
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for name in ("ckpt_last.pt", "ckpt_best.pt", "metrics.jsonl"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~mask, name
+    export(Checkpoint.load(str(out / "ckpt_last.pt")), tmp_path / "hf")
+    assert stat.S_IMODE((tmp_path / "hf").stat().st_mode) == 0o777 & ~mask
+
+
+def test_visualize_refuses_a_text_it_would_cut(corpus, tmp_path, capsys):
+    import visualize
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 0
+    assert cli.run(visualize.main, [f"--out_dir={out}", "--text=" + "love " * 20, f"--out={tmp_path / 'a.png'}"]) == 2
+    assert "the text is 100 tokens and this model's context is 16" in capsys.readouterr().err

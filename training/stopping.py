@@ -1,0 +1,87 @@
+"""Ending a run on purpose: Ctrl-C (SIGINT) or SIGTERM (what `kill` and a cluster scheduler send before
+preempting a job) finish the current optimizer step, write ckpt_last.pt, flush the metrics and exit with
+128 + the signal's number (130, 143) after printing the command that resumes. A second signal stops at once; the
+last complete checkpoint stays intact (checkpoints are written atomically).
+
+Under torchrun every process must stop at the same step (they save together), so the request is agreed on with
+one all-reduce per step: a signal that reaches only some processes stops them all.
+
+And one run per out_dir: a training process holds an advisory lock on out_dir/.lock for its whole life (the kernel
+releases it when the process dies, also on kill -9), so a second writer is refused with one line.
+"""
+import fcntl
+import os
+import signal
+import sys
+
+import torch
+
+from common.errors import SetupError
+from training import distributed
+
+LOCK_FILE = ".lock"
+
+
+class Stopped(Exception):
+    """Raised by the loop after a graceful stop; its code is the process's exit status."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+class StopRequests:
+    """Catches SIGINT/SIGTERM while installed: the first asks the loop to stop after the step, a second stops now."""
+
+    def __init__(self):
+        self.signum = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave the default behaviour
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:  # the second signal: stop at once
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
+              f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def agreed(self, d: distributed.Dist, device) -> int | None:
+        """The signal number if any process was asked to stop (every process must call this each step)."""
+        if not d.enabled:
+            return self.signum
+        flag = torch.tensor([self.signum or 0], device=device)
+        return int(distributed.all_max(flag, d).item()) or None
+
+
+def lock_out_dir(out_dir: str, d: distributed.Dist):
+    """Rank 0 takes out_dir/.lock for the life of the process; returns the open file (keep it referenced)."""
+    if not d.master:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, LOCK_FILE)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise SetupError(f"out_dir={out_dir} is in use by a training process (pid {holder}); wait for it to end, "
+                         f"stop it, or choose another --out_dir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
