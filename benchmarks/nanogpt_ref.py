@@ -8,6 +8,7 @@ this repository) is imported or run from its own folder at benchmark time.
 import importlib.util
 import os
 import sys
+
 from common.errors import SetupError
 
 # nanoGPT's README CPU recipe on tiny-shakespeare (char): 4L/4H/128, context 64, batch 12, 2000 iterations

@@ -1,7 +1,8 @@
 """Device and precision: chosen once, shared by train.py and sample.py.
 
 'auto' picks cuda > mps > cpu, and bfloat16 autocast wherever the hardware runs bf16 matmuls natively (CUDA with
-bf16 support; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is ~2.5x a float32 one), float32 elsewhere.
+bf16 support; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is ~2.5x a float32 one: read from the CPU's flags,
+so the choice never depends on how busy the machine is), float32 elsewhere.
 Weights and optimizer state stay float32 (autocast only lowers the matmuls), so no loss scaling is needed for bf16;
 float16 (GPUs without bf16) gets a GradScaler in training/setup.py.
 """
@@ -36,6 +37,21 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 @functools.cache
+def cpu_native_bf16() -> bool | None:
+    """Whether this CPU multiplies bf16 natively (AVX-512 BF16 or AMX), from its flags; None where they cannot be
+    read (not Linux). A flag is stable, unlike a timing probe on a busy machine, so 'auto' picks the same dtype
+    every time on the same machine (and a resumed run keeps its numerics)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@functools.cache
 def cpu_bf16_speedup(n: int = 256, repeats: int = 5) -> float:
     """How many times faster a bf16 matmul runs than a float32 one on this CPU (best of a few; ~10-100 ms)."""
     import time
@@ -57,8 +73,12 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device.type == "cpu" and cpu_bf16_speedup() > 1.3:
-            return torch.bfloat16
+        if device.type == "cpu":
+            native = cpu_native_bf16()
+            if native is None:  # flags unknown: time it
+                native = cpu_bf16_speedup() > 1.3
+            if native:
+                return torch.bfloat16
         return torch.float32
     return DTYPES[name]  # float16 runs on a CPU too (slowly): training/setup.py gives it a loss scaler
 

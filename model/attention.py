@@ -46,7 +46,7 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
     if score is not None and impl != "math":
         raise ValueError(f"a learned attention score is computed on the math path only, not impl={impl!r}")
     if impl not in ("sdpa", "math", "tiled"):
-        raise ValueError(f"impl={impl!r} is not one of sdpa, math, tiled")
+        raise ValueError(f"impl={impl!r} is not one of {', '.join(ATTN_IMPLS)}")
 
     if impl == "tiled" and not return_weights:
         if dropout_p > 0.0:

@@ -13,14 +13,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.errors import UserError
+
 from .blocks import Block
 from .config import GPTConfig
 from .generate import generate, generate_stream
 from .kv_cache import KVCache
 from .masks import build_mask, positions_from_valid
 from .positional import Rotation, build_positional
-
-from common.errors import UserError
 
 
 @dataclass

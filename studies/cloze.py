@@ -16,6 +16,7 @@ Shapes: N windows, V real tokens, W = L + 1 + R.
 """
 import numpy as np
 import torch
+
 from common.errors import DataError
 
 SCORERS = ("decoder_left", "decoder_both", "encoder_left", "encoder_both")

@@ -20,14 +20,14 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from common.errors import ConfigError, UserError
 from common.flags import config_from_argv
-from training.checkpoint import load_for_inference, path_in
 from data.tokenizer import drop_unknown
 from model.config import POS_EMBS
 from studies import cloze
-from training.masked_lm import generate_stream as mask_append_stream
 from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows
-from common.errors import ConfigError, UserError
+from training.checkpoint import load_for_inference, path_in
+from training.masked_lm import generate_stream as mask_append_stream
 
 VARIANTS = ("decoder", "encoder", "cheater")
 

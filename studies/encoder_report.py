@@ -179,7 +179,7 @@ def figures(sc, res, models, tokenizer) -> dict:
     kinds = {"decoder": "decoder (causal)", "encoder": "encoder (bidirectional, masked LM)",
              "cheater": "cheater (bidirectional, next token)"}
     for v, m in models.items():
-        out[f"attention_{v}"] = save_figure(attention_figure(m, tokenizer, res["probe"], kind=kinds[v]),
+        out[f"attention_{v}"] = save_figure(attention_figure(m, tokenizer, res["probe"], kind=kinds[v], cut=True),
                                             os.path.join(sc.out, f"attention_{v}.png"), dpi=70)
     return out
 

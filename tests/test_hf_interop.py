@@ -143,7 +143,7 @@ def test_import_refuses_a_gpt2_variant_we_cannot_run(tmp_path):
 
 def test_export_cli_from_a_run_and_its_refusal(tmp_path):
     ours = perturb(tiny_model(pos_emb="learned"))
-    torch.save(as_checkpoint(ours), tmp_path / "ckpt_best.pt")
+    as_checkpoint(ours).save(str(tmp_path / "ckpt_best.pt"))
     run = [sys.executable, "-m", "interop.export", f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}"]
     r = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -46,7 +46,7 @@ def test_heatmap_data_decoder_lower_triangular_encoder_full(checkpoints):
 
     for out_dir, causal in zip(checkpoints, (True, False)):
         model, tokenizer = load(out_dir)
-        idx = encode_probe(model, tokenizer, "ROMEO:\nLove night")  # 16 tokens: cropped to block_size
+        idx = encode_probe(model, tokenizer, "ROMEO:\nLove night", cut=True)  # 17 tokens: the last 16 kept
         data = attention_data(model, idx)  # (n_layer, H + 1, T, T), the last 'head' is the mean
         assert data.shape == (2, 3, 16, 16)
         torch.testing.assert_close(data.sum(-1), torch.ones(2, 3, 16))

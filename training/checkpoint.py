@@ -26,6 +26,7 @@ FORMAT_VERSION = 2
 LAST, BEST = "ckpt_last.pt", "ckpt_best.pt"
 TMP_PREFIX, TMP_SUFFIX = ".tmp-", ".pt"
 REQUIRED = ("model", "model_config", "step", "data_meta")  # every version has these
+PREFIXES = ("_orig_mod.", "module.")  # what torch.compile and DDP put before the model's own parameter names
 
 
 @dataclass
@@ -126,9 +127,8 @@ def clean_state_dict(model) -> dict:
     """The model's weights without torch.compile's `_orig_mod.` or DDP's `module.` prefixes."""
     out = {}
     for k, v in model.state_dict().items():
-        for prefix in ("_orig_mod.", "module."):
-            while k.startswith(prefix):
-                k = k[len(prefix):]
+        while k.startswith(PREFIXES):  # any order: DDP(compile(m)) gives module._orig_mod.
+            k = k[len(next(p for p in PREFIXES if k.startswith(p))):]
         out[k] = v
     return out
 

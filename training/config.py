@@ -172,16 +172,12 @@ def configure(argv) -> tuple[TrainConfig, dict, dict]:
                          f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
     model_overrides["causal"] = causal
     GPTConfig(**model_overrides)
-    if tc.warmup_iters > tc.max_iters // 4:  # e.g. the default 50 warmup steps in a --max_iters=100 run
-        if "warmup_iters" in explicit:
-            print(f"note: warmup_iters={tc.warmup_iters} is more than a quarter of max_iters={tc.max_iters}",
-                  file=sys.stderr)
-        else:
-            short = max(1, tc.max_iters // 10)
-            print(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
-                  f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)",
-                  file=sys.stderr)
-            tc.warmup_iters = short
+    if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
+        short = max(1, tc.max_iters // 10)
+        print(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
+              f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)",
+              file=sys.stderr)
+        tc.warmup_iters = short
     return tc, model_overrides, explicit
 
 

@@ -18,22 +18,33 @@ def evaluate(run) -> dict:
     model = run.model
     was_training = model.training
     model.eval()
-    sums = torch.zeros(2, dtype=torch.float64, device=run.device)  # (sum of token losses, tokens)
+    sums = torch.zeros(3, dtype=torch.float64, device=run.device)  # (sum of token losses, tokens, their bytes)
+    token_bytes = run.token_bytes.to(run.device)
     try:
         for x, y in run.val_set:
             with autocast(run.device, run.dtype):
                 _, loss = model(x, y)
-            n = int((y >= 0).sum())  # positions with a target (the encoder's are the masked ones)
-            sums += torch.tensor([loss.item() * n, n], dtype=torch.float64, device=run.device)
+            scored = y[y >= 0]  # positions with a target (the encoder's are the masked ones)
+            n = scored.numel()
+            sums += torch.tensor([loss.item() * n, n, token_bytes[scored].sum().item()], dtype=torch.float64,
+                                 device=run.device)
     finally:
         model.train(was_training)
-    total, count = (sums if run.tc.fsdp else distributed.all_sum(sums, run.dist)).tolist()
+    total, count, n_bytes = (sums if run.tc.fsdp else distributed.all_sum(sums, run.dist)).tolist()
     val = total / count
     out = {"val_loss": val}
     if run.objective.val_is_next_token:  # a masked-token loss has no bits/byte or perplexity to compare
-        bytes_per_token = run.data_meta["val_bytes"] / run.data_meta["val_tokens"]
-        out.update(val_bpb=val / math.log(2) / bytes_per_token, val_ppl=math.exp(min(val, 50)))
+        # bits per byte of the text actually scored: counted from the targets, not the split's average
+        out.update(val_bpb=total / math.log(2) / max(n_bytes, 1), val_ppl=math.exp(min(val, 50)))
     return out
+
+
+def token_byte_lengths(tokenizer) -> torch.Tensor:
+    """(V,) the UTF-8 bytes of text each token id stands for; 0 for ids that stand for none (<|endoftext|>,
+    [MASK]): bits per byte divides by the bytes of the text scored."""
+    special = {getattr(tokenizer, "eot_id", None), getattr(tokenizer, "mask_id", None)}
+    return torch.tensor([0 if i in special else len(tokenizer.decode_bytes([i])) for i in range(tokenizer.vocab_size)],
+                        dtype=torch.float64)
 
 
 def describe(row: dict) -> str:

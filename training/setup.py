@@ -19,6 +19,7 @@ from model import GPT, GPTConfig
 from training import distributed, fsdp, objectives
 from training.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries, set_rng_state
 from training.config import TrainConfig
+from training.evaluate import token_byte_lengths
 from training.metrics import METRICS_FILE
 from training.optim import load_state, make_optimizer
 
@@ -42,6 +43,7 @@ class Run:
     train_data: TrainBatches
     val_set: list  # [(x, y)] this process's share of the fixed validation batches, objective applied
     accum: int  # micro-steps per optimizer step in this process
+    token_bytes: torch.Tensor  # (V,) bytes of text per token id, for bits per byte
     start_step: int = 0
     best_val: float = math.inf
 
@@ -172,4 +174,5 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     val_set = [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
     return Run(tc=tc, dist=d, device=device, dtype=dtype, model=model, train_model=train_model, optimizer=optimizer,
                scaler=scaler, objective=objective, tokenizer=tokenizer, data_dir=str(data_dir), data_meta=meta,
-               train_data=train_data, val_set=val_set, accum=accum, start_step=start, best_val=best_val)
+               train_data=train_data, val_set=val_set, accum=accum, token_bytes=token_byte_lengths(tokenizer),
+               start_step=start, best_val=best_val)
