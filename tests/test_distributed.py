@@ -1,7 +1,10 @@
 """torchrun with 2 CPU processes (gloo) against 1 process with the same global batch: the same training."""
+import math
+
 import pytest
 import torch
 
+import train
 from common import checkpoint
 from conftest import metrics, run_script, tiny_args
 
@@ -39,8 +42,39 @@ def test_two_processes_train_like_one(runs):
     val_one = [row["val_loss"] for row in metrics(out["one"]) if "val_loss" in row]
     val_two = [row["val_loss"] for row in metrics(out["two"]) if "val_loss" in row]
     assert len(val_one) == 2 and all(abs(a - b) < 1e-5 for a, b in zip(val_one, val_two))
+    # the gradient itself, before clipping: 1 process x 2 micro-steps must average, as DDP averages 2 processes
+    # (Adam and clipping hide a gradient scaled by 2 from the losses and the weights)
+    assert_same_grad_norms(metrics(out["one"]), metrics(out["two"]))
     a = checkpoint.load(str(out["one"] / "ckpt_last.pt"))["model"]
     b = checkpoint.load(str(out["two"] / "ckpt_last.pt"))["model"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def assert_same_grad_norms(rows_a, rows_b):
+    a = {row["step"]: row["grad_norm"] for row in rows_a}
+    b = {row["step"]: row["grad_norm"] for row in rows_b}
+    assert list(a) == list(b) and all(n > 0 for n in a.values())
+    for step in a:
+        assert math.isclose(a[step], b[step], rel_tol=1e-4), (step, a[step], b[step])
+
+
+def test_accumulation_equals_one_larger_batch(corpus, tmp_path):
+    """One process: 2 micro-steps of 4 sequences train exactly like 1 step of 8 (the same windows): the same
+    losses, gradient norms and weights."""
+    runs = {}
+    for name, batch, accum in (("big", 8, 1), ("accum", 4, 2)):
+        runs[name] = tmp_path / name
+        assert train.cli.run(train.main, tiny_args(corpus, runs[name], "--max_iters=4", "--eval_interval=4",
+                                                   f"--batch_size={batch}", f"--gradient_accumulation_steps={accum}",
+                                                   "--learning_rate=3e-3")) == 0
+    big, accum = metrics(runs["big"]), metrics(runs["accum"])
+    assert [r["tokens"] for r in big] == [r["tokens"] for r in accum] == [128 * s for s in range(1, 5)]
+    for a, b in zip(big, accum):
+        assert math.isclose(a["train_loss"], b["train_loss"], rel_tol=1e-5), (a, b)
+    assert_same_grad_norms(big, accum)
+    a = checkpoint.load(str(runs["big"] / "ckpt_last.pt"))["model"]
+    b = checkpoint.load(str(runs["accum"] / "ckpt_last.pt"))["model"]
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
 
@@ -72,6 +106,7 @@ def test_fsdp_trains_like_one_process_and_resumes(runs, corpus, tmp_path):
     one = {row["step"]: row["train_loss"] for row in metrics(out["one"])}
     sharded = {row["step"]: row["train_loss"] for row in metrics(whole)}
     assert list(sharded) == list(one) and all(abs(one[s] - sharded[s]) < 1e-5 for s in one)
+    assert_same_grad_norms(metrics(out["one"]), metrics(whole))
     a = checkpoint.load(str(out["one"] / "ckpt_last.pt"))["model"]
     b = checkpoint.load(str(whole / "ckpt_last.pt"))["model"]  # gathered from the shards: a plain full state dict
     assert set(a) == set(b)
