@@ -1,8 +1,10 @@
 """torchrun with 2 CPU processes (gloo) against 1 process with the same global batch: the same training."""
+import math
+
 import pytest
 import torch
 
-from training import checkpoint
+import train
 from training.checkpoint import Checkpoint
 from conftest import metrics, run_script, tiny_args
 
@@ -40,8 +42,39 @@ def test_two_processes_train_like_one(runs):
     val_one = [row["val_loss"] for row in metrics(out["one"]) if "val_loss" in row]
     val_two = [row["val_loss"] for row in metrics(out["two"]) if "val_loss" in row]
     assert len(val_one) == 2 and all(abs(a - b) < 1e-5 for a, b in zip(val_one, val_two))
+    # the gradient itself, before clipping: 1 process x 2 micro-steps must average, as DDP averages 2 processes
+    # (Adam and clipping hide a gradient scaled by 2 from the losses and the weights)
+    assert_same_grad_norms(metrics(out["one"]), metrics(out["two"]))
     a = Checkpoint.load(str(out["one"] / "ckpt_last.pt")).weights
     b = Checkpoint.load(str(out["two"] / "ckpt_last.pt")).weights
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def assert_same_grad_norms(rows_a, rows_b):
+    a = {row["step"]: row["grad_norm"] for row in rows_a}
+    b = {row["step"]: row["grad_norm"] for row in rows_b}
+    assert list(a) == list(b) and all(n > 0 for n in a.values())
+    for step in a:
+        assert math.isclose(a[step], b[step], rel_tol=1e-4), (step, a[step], b[step])
+
+
+def test_accumulation_equals_one_larger_batch(corpus, tmp_path):
+    """One process: 2 micro-steps of 4 sequences train exactly like 1 step of 8 (the same windows): the same
+    losses, gradient norms and weights."""
+    runs = {}
+    for name, batch, accum in (("big", 8, 1), ("accum", 4, 2)):
+        runs[name] = tmp_path / name
+        assert train.cli.run(train.main, tiny_args(corpus, runs[name], "--max_iters=4", "--eval_interval=4",
+                                                   f"--batch_size={batch}", f"--gradient_accumulation_steps={accum}",
+                                                   "--learning_rate=3e-3")) == 0
+    big, accum = metrics(runs["big"]), metrics(runs["accum"])
+    assert [r["tokens"] for r in big] == [r["tokens"] for r in accum] == [128 * s for s in range(1, 5)]
+    for a, b in zip(big, accum):
+        assert math.isclose(a["train_loss"], b["train_loss"], rel_tol=1e-5), (a, b)
+    assert_same_grad_norms(big, accum)
+    a = Checkpoint.load(str(runs["big"] / "ckpt_last.pt")).weights
+    b = Checkpoint.load(str(runs["accum"] / "ckpt_last.pt")).weights
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
 
@@ -54,11 +87,29 @@ def test_only_rank_zero_writes(runs):
     assert len(ckpt.rng) == 2  # both processes' random states, for resume
 
 
+TIMING = ("elapsed_s", "train_s", "eval_s", "tok_per_s", "rss_mb", "mfu")  # the only logged values that may differ between runs
+
+
 def test_resumed_two_process_run_continues_identically(runs):
     out, _ = runs
-    whole = {row["step"]: row["train_loss"] for row in metrics(out["two"])}
-    resumed = {row["step"]: row["train_loss"] for row in metrics(out["two_part"])}
-    assert resumed == whole
+    whole = [{k: v for k, v in row.items() if k not in TIMING} for row in metrics(out["two"])]
+    resumed = [{k: v for k, v in row.items() if k not in TIMING} for row in metrics(out["two_part"])]
+    assert resumed == whole  # losses, lr, gradient norms, tokens seen, evaluations
+
+
+def test_tokens_count_every_process(runs):
+    out, _ = runs
+    for name in ("one", "two"):
+        assert [row["tokens"] for row in metrics(out[name])] == [128 * s for s in range(1, 11)], name
+
+
+def test_each_process_keeps_its_own_random_stream(runs):
+    """Dropout masks must differ between processes (seeded by rank), and a resume must give each process back its
+    own state: the two states saved in a checkpoint differ, also after a resume."""
+    out, _ = runs
+    for name in ("two", "two_part"):
+        rng = Checkpoint.load(str(out[name] / "ckpt_last.pt")).rng
+        assert len(rng) == 2 and not torch.equal(rng[0]["torch"], rng[1]["torch"]), name
 
 
 def test_total_batch_size_must_divide(corpus, tmp_path):
@@ -73,6 +124,7 @@ def test_fsdp_trains_like_one_process_and_resumes(runs, corpus, tmp_path):
     one = {row["step"]: row["train_loss"] for row in metrics(out["one"])}
     sharded = {row["step"]: row["train_loss"] for row in metrics(whole)}
     assert list(sharded) == list(one) and all(abs(one[s] - sharded[s]) < 1e-5 for s in one)
+    assert_same_grad_norms(metrics(out["one"]), metrics(whole))
     a = Checkpoint.load(str(out["one"] / "ckpt_last.pt")).weights
     b = Checkpoint.load(str(whole / "ckpt_last.pt")).weights  # gathered from the shards: a plain full state dict
     assert set(a) == set(b)
@@ -89,7 +141,8 @@ def test_fsdp_needs_torchrun(corpus, tmp_path):
 
 
 def test_the_encoders_validation_mask_is_the_same_for_one_and_two_processes(corpus, tmp_path):
-    """The fixed validation mask is seeded by each batch's global index, not its index within a rank's share."""
+    """The encoder's masks are seeded by each batch's global index, not its index within a rank's share: the
+    fixed validation mask and the training masks of 1 process x 2 micro-steps and 2 processes agree."""
     one, two = tmp_path / "one", tmp_path / "two"
     flags = ("--max_iters=2", "--model=encoder", "--eval_iters=4")
     train_run(corpus, one, *flags)

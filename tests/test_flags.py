@@ -1,7 +1,8 @@
 """Flags bound to dataclass fields: types, presets, TOML files and one-line errors."""
 import pytest
 
-from common.flags import FlagError, parse
+from common.flags import FlagError, parse, parse_configs
+from training.optim import lr_at
 from training.config import PRESETS, TrainConfig
 from model import GPTConfig
 
@@ -52,12 +53,27 @@ def test_bad_toml_is_an_error(tmp_path):
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
-def test_every_preset_builds_valid_configs():
-    from dataclasses import fields
-    names = {f.name for f in fields(TrainConfig)}
-    for name, preset in PRESETS.items():
-        TrainConfig(**{k: v for k, v in preset.items() if k in names})
-        GPTConfig(**{k: v for k, v in preset.items() if k not in names})
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_builds_valid_configs(name):
+    """Each preset, parsed as train.py parses it, gives configs holding every value it names (none lost or sent to
+    the wrong class), none of them explicit, and a schedule that warms up before it decays."""
+    per_class, explicit = parse_configs([f"--preset={name}"], CLASSES, PRESETS)
+    tc, mc = TrainConfig(**per_class[TrainConfig]), GPTConfig(**per_class[GPTConfig])
+    assert explicit == {}
+    for key, value in PRESETS[name].items():
+        assert getattr(tc if key in per_class[TrainConfig] else mc, key) == value, key
+        assert (key in per_class[TrainConfig]) != (key in per_class[GPTConfig]), key
+    assert tc.warmup_iters < (tc.lr_decay_iters or tc.max_iters) <= tc.max_iters
+    assert lr_at(tc.warmup_iters, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.max_iters) == tc.learning_rate
+    assert tc.accumulation(mc.block_size, 1) >= 1
+
+
+def test_no_preset_flag_means_the_default_preset():
+    per_class, _ = parse_configs([], CLASSES, PRESETS, default_preset="shakespeare-char")
+    assert per_class[GPTConfig]["n_embd"] == PRESETS["shakespeare-char"]["n_embd"]
+    assert per_class[TrainConfig]["max_iters"] == PRESETS["shakespeare-char"]["max_iters"]
+    per_class, _ = parse_configs(["--preset=nanogpt-cpu"], CLASSES, PRESETS, default_preset="shakespeare-char")
+    assert per_class[TrainConfig]["max_iters"] == PRESETS["nanogpt-cpu"]["max_iters"]
 
 
 @pytest.mark.parametrize("bad, msg", [(dict(init_from="latest"), "init_from"), (dict(tokenizer="word"), "tokenizer"),

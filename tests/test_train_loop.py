@@ -1,0 +1,68 @@
+"""The training loop's bookkeeping, seen from outside: the gradient the optimizer steps on is clipped to --grad_clip,
+and ckpt_best.pt holds the evaluation with the lowest validation loss, also across a resume."""
+import math
+
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+import train
+from training.checkpoint import Checkpoint
+from conftest import metrics, tiny_args
+
+
+@pytest.mark.parametrize("clip", [0.05, 0.0])
+def test_the_optimizer_steps_on_the_clipped_gradient(corpus, tmp_path, clip):
+    """--grad_clip=0.05: every step's gradient norm, as the optimizer sees it, is min(logged grad_norm, 0.05);
+    --grad_clip=0: no clipping, it is the logged grad_norm."""
+    seen = []
+
+    def record(opt, args, kwargs):
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        seen.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
+
+    handle = register_optimizer_step_pre_hook(record)
+    try:
+        assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=4", "--eval_interval=4",
+                                                   "--learning_rate=1e-2", f"--grad_clip={clip}")) == 0
+    finally:
+        handle.remove()
+    logged = [row["grad_norm"] for row in metrics(tmp_path / "run")]
+    assert len(seen) == len(logged) == 4
+    if clip:
+        assert all(n > clip for n in logged)  # every step clips: the check below can fail
+    for step, (got, norm) in enumerate(zip(seen, logged)):
+        assert math.isclose(got, min(norm, clip) if clip else norm, rel_tol=1e-4), (step, got, norm)
+
+
+# lr 0.3, constant: validation loss falls, jumps and falls again, so the lowest is not always the latest
+BEST_RUN = ["--eval_interval=1", "--learning_rate=0.3", "--min_lr=0.3", "--warmup_iters=0"]
+
+
+def best_step(out):
+    evals = {row["step"]: row["val_loss"] for row in metrics(out) if "val_loss" in row}
+    return min(evals, key=evals.get), evals
+
+
+def test_best_checkpoint_is_the_lowest_validation_loss(corpus, tmp_path):
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=12", *BEST_RUN)) == 0
+    step, evals = best_step(out)
+    later = [v for s, v in evals.items() if s > step]
+    assert any(a > b for a, b in zip(later, later[1:])), evals  # a later eval improves on the one before it, yet
+    best, last = Checkpoint.load(str(out / "ckpt_best.pt")), Checkpoint.load(str(out / "ckpt_last.pt"))  # not the best
+    assert best.step == step and last.step == 12
+    assert best.best_val_loss == pytest.approx(evals[step]) == last.best_val_loss
+
+
+def test_resume_keeps_the_best_validation_loss(corpus, tmp_path):
+    """A run resumed after its best evaluation must not take a worse one for the best."""
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert train.cli.run(train.main, tiny_args(corpus, whole, "--max_iters=12", *BEST_RUN)) == 0
+    step, evals = best_step(whole)
+    assert step < 12
+    assert train.cli.run(train.main, tiny_args(corpus, part, f"--max_iters={step}", *BEST_RUN)) == 0
+    assert train.cli.run(train.main, tiny_args(corpus, part, "--max_iters=12", "--init_from=resume")) == 0
+    assert Checkpoint.load(str(part / "ckpt_best.pt")).step == step
+    a, b = Checkpoint.load(str(whole / "ckpt_best.pt")).weights, Checkpoint.load(str(part / "ckpt_best.pt")).weights
+    assert all(torch.equal(a[k], b[k]) for k in a)
