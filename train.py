@@ -121,7 +121,7 @@ def train(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     # ---- data ----------------------------------------------------------------------------------------------------
     def prepared():
         return prepare(dataset=tc.dataset, input=tc.input, split=tc.split, tokenizer=tc.tokenizer,
-                       vocab_size=tc.bpe_vocab_size, root=tc.data_root)
+                       bpe_vocab_size=tc.bpe_vocab_size, data_root=tc.data_root)
     if d.master:
         data_dir = prepared()  # rank 0 downloads and tokenizes; the others wait, then find it ready
     distributed.barrier(d)
