@@ -144,7 +144,8 @@ class Build:
         bad.count, bad.examples = st.get("bad", [0, []])
         items = itertools.islice(self.items(bad), done, None)
         want_hash = (lambda i: i.first) if self.split == "docs" else (lambda i: False)
-        for batch, results in encode_stream(items, spec, dtype.name, self.cfg.n_workers, want_hash):
+        self.peak = {}
+        for batch, results in encode_stream(items, spec, dtype.name, self.cfg.n_workers, want_hash, self.peak):
             n_shards = sum(len(w.shards) for w in writers.values())
             for item, (tokens, n_bytes, val_hash) in zip(batch, results):
                 if item.first:

@@ -41,13 +41,24 @@ def _encode_one(tok, text: str, dtype) -> np.ndarray:
     return np.array(tok.encoding.encode_ordinary(text), dtype=dtype)
 
 
-def encode_batch(texts: list[str], dtype: str, with_hash: list[bool]) -> list[tuple]:
-    """[(tokens, UTF-8 bytes, is_val_hash or None)] for each text."""
+def peak_rss_mb() -> int:
+    """This process's peak resident memory (VmHWM). Not ru_maxrss: Linux keeps that across fork and exec, so a
+    process started by a big one would report its parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):  # not Linux
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+def encode_batch(texts: list[str], dtype: str, with_hash: list[bool]) -> tuple[list[tuple], int]:
+    """([(tokens, UTF-8 bytes, is_val_hash or None)] for each text, this worker's peak RSS in MB)."""
     return [(_encode_one(_TOKENIZER, t, dtype), len(t.encode("utf-8", "surrogatepass")),
-             is_val_hash(t) if h else None) for t, h in zip(texts, with_hash)]
+             is_val_hash(t) if h else None) for t, h in zip(texts, with_hash)], peak_rss_mb()
 
 
-def _batches(items, want_hash):
+def _batches(items):
     batch, size = [], 0
     for item in items:
         batch.append(item)
@@ -59,9 +70,16 @@ def _batches(items, want_hash):
         yield batch
 
 
-def encode_stream(items, spec: tuple, dtype: str, workers: int, want_hash):
-    """Yields (batch of items, their encode_batch results) in input order. want_hash(item) -> bool."""
-    batches = _batches(items, want_hash)
+def encode_stream(items, spec: tuple, dtype: str, workers: int, want_hash, peak: dict):
+    """Yields (batch of items, their encode_batch results) in input order. want_hash(item) -> bool; peak["worker"]
+    is kept at the largest worker's peak RSS in MB."""
+    for batch, (results, rss) in _ordered(items, spec, dtype, workers, want_hash):
+        peak["worker"] = max(peak.get("worker", 0), rss)
+        yield batch, results
+
+
+def _ordered(items, spec, dtype, workers, want_hash):
+    batches = _batches(items)
     if workers <= 1:
         _init(spec)
         for batch in batches:

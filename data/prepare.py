@@ -11,7 +11,6 @@ is written last, so a folder without meta.json is simply "not prepared"; a kille
 """
 import json
 import math
-import resource
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 
 from common import cli, flags
 from common.errors import DataError
-from data.encode import make_tokenizer
+from data.encode import make_tokenizer, peak_rss_mb
 from data.build import BPE_FILE, PROGRESS, Build, check_result, write_atomic
 from data.config import PrepareConfig
 from data.readers import Source, stat_fingerprint
@@ -52,12 +51,6 @@ def _bar(enabled: bool):
         return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr,
                     mininterval=1.0, leave=False, disable=None)  # None: only on a terminal
     return make
-
-
-def _peak_rss_mb() -> dict:
-    # ru_maxrss is in KiB on Linux; RUSAGE_CHILDREN is the largest of the finished worker processes
-    own, kids = (resource.getrusage(w).ru_maxrss / 1024 for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return {"main": round(own), "worker": round(kids)}
 
 
 def prepare(**settings) -> Path:
@@ -104,7 +97,8 @@ def prepare(**settings) -> Path:
     meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad)
     meta["timing"] = {"prepare_s": round(time.time() - t0, 2), "encode_s": round(t_enc, 2),
                       "encode_mb_per_s": round(source.total_bytes / 1e6 / max(t_enc, 1e-9), 2),
-                      "workers": cfg.n_workers, "resumed": resumed, "peak_rss_mb": _peak_rss_mb()}
+                      "workers": cfg.n_workers, "resumed": resumed,
+                      "peak_rss_mb": {"main": peak_rss_mb(), "worker": build.peak.get("worker", 0) if cfg.n_workers > 1 else 0}}
     write_atomic(out / "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
     (out / PROGRESS).unlink(missing_ok=True)
     return out
