@@ -133,7 +133,8 @@ class Build:
             writers = {s: ShardWriter(self.out, s, dtype, self.cfg.shard_tokens, None if fresh else st["writers"][s])
                        for s in ("train", "val")}
         except StateMismatch:  # the files do not match the saved progress: start this pass over
-            st.pop("writers", None)
+            for key in ("writers", "items_done", "current", "bad", "counters"):
+                st.pop(key, None)
             return self.encode(spec, dtype)
         counters = {s: Counters(**st.get("counters", {}).get(s, {})) for s in writers}
         done, current = st.get("items_done", 0), st.get("current")

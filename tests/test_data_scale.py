@@ -205,3 +205,15 @@ def test_killed_prepare_resumes_to_the_same_bytes(tmp_path, method, after):
     assert folder_bytes(resumed) == folder_bytes(clean)
     assert read_meta(resumed)["timing"]["resumed"]  # it continued from the saved progress
     assert not list(resumed.glob(".*")) and not (resumed / "progress.json").exists()
+
+
+def test_progress_that_does_not_match_the_files_starts_over(tmp_path):
+    src = write_jsonl(tmp_path / "c.jsonl", documents(600))
+    kw = dict(input=src, tokenizer="gpt2", shard_tokens=2048, workers=1, progress=False)
+    clean = prepare(**kw, data_root=tmp_path / "clean")
+    root = tmp_path / "killed"
+    code = KILLER.format(repo=str(REPO), method="_finish_shard", after=6, src=str(src), root=str(root))
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode == -signal.SIGKILL
+    (root / "prepared" / clean.name / "train.bin").unlink()  # a complete shard the progress counts on is gone
+    again = prepare(**kw, data_root=root)
+    assert folder_bytes(again) == folder_bytes(clean)
