@@ -6,7 +6,8 @@
 
 Corpora are documents of Shakespeare's text (1-40 consecutive paragraphs of a random work, seeded), written under
 --tmp and deleted afterwards, like the prepared folders. Each prepare runs as its own process; its wall time,
-MB/s, token counts and peak RSS (ru_maxrss of the main process and of the largest worker) are printed.
+MB/s, token counts, peak RSS (VmHWM of the main process and of the largest worker) and CPU seconds (all processes,
+and the main process alone: the serial part) are printed.
 """
 import argparse
 import json
@@ -76,14 +77,16 @@ def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
 def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path) -> dict:
     cmd = [sys.executable, str(ROOT / "data" / "prepare.py"), f"--input={corpus}", f"--tokenizer={tokenizer}",
            f"--workers={workers}", f"--data_root={root}", "--progress=false"]
-    t0 = time.perf_counter()
+    import resource
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - t0
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # prepare and its workers
     if proc.returncode:
         raise SystemExit(proc.stderr)
     out = Path(proc.stdout.split(" (")[0])
     meta = read_meta(out)
-    return {"out": out, "wall": wall, "meta": meta}
+    return {"out": out, "wall": wall, "meta": meta, "cpu": cpu}
 
 
 def tiktoken_speeds(corpus_text: str) -> dict:
@@ -99,19 +102,31 @@ def tiktoken_speeds(corpus_text: str) -> dict:
     return {"single_thread": one, f"batch_{os.cpu_count()}_threads": threads}
 
 
+def diverse(doc: str, rng: random.Random) -> str:
+    """Half the words get one random letter inserted: web-like numbers of distinct words (170k in 10 MB vs ~30k)."""
+    def mutate(w):
+        if w.isalpha() and rng.random() < 0.5:
+            i = rng.randrange(len(w))
+            return w[:i] + rng.choice("abcdefghijklmnopqrstuvwxyz") + w[i:]
+        return w
+    return " ".join(mutate(w) for w in doc.split(" "))
+
+
 def bpe_compare(paras, sizes_mb, vocab: int = 2048):
     from data.bpe import train_bpe
     from data.bpe_fast import train_bpe_fast
     from data.tokenizer import GPT2_PATTERN
-    for size in sizes_mb:
-        text = "\n\n".join(documents(paras, size * MB, seed=1))
+    for size, kind in [(s, k) for s in sizes_mb for k in ("shakespeare", "diverse")]:
+        rng = random.Random(0)
+        docs = documents(paras, size * MB, seed=1)
+        text = "\n\n".join(diverse(d, rng) if kind == "diverse" else d for d in docs)
         t0 = time.perf_counter()
         train_bpe_fast([text[i:i + MB] for i in range(0, len(text), MB)], vocab - 1)
         fast = time.perf_counter() - t0
         t0 = time.perf_counter()
         train_bpe([text], vocab - 1, GPT2_PATTERN)
         ours = time.perf_counter() - t0
-        print(f"bpe {vocab} on {size} MB: ours (data/bpe.py) {ours:.1f} s, Hugging Face tokenizers {fast:.1f} s "
+        print(f"bpe {vocab} on {size} MB ({kind} words): ours (data/bpe.py) {ours:.1f} s, Hugging Face tokenizers {fast:.1f} s "
               f"({ours / fast:.1f}x)", flush=True)
 
 
@@ -164,7 +179,7 @@ def main(argv):
     if a.bpe:
         bpe_compare(paras, [int(s) for s in a.bpe.split(",")])
     print(f"{'corpus':>22} {'tok':>5} {'workers':>7} {'wall s':>8} {'MB/s':>7} {'tokens':>14} {'shards':>6} "
-          f"{'RSS main MB':>11} {'RSS worker MB':>13}", flush=True)
+          f"{'RSS main MB':>11} {'RSS worker MB':>13} {'CPU s':>7} {'main CPU s':>10}", flush=True)
     for size in map(int, a.sizes.split(",")):
         for fmt in a.formats.split(","):
             corpus = write_corpus(paras, fmt, size, tmp)
@@ -176,7 +191,8 @@ def main(argv):
                     mbs = corpus.stat().st_size / MB / r["wall"]
                     print(f"{corpus.name:>22} {tok:>5} {t['workers']:>7} {r['wall']:>8.1f} {mbs:>7.1f} "
                           f"{m['train_tokens'] + m['val_tokens']:>14,} {len(m['shards']['train']):>6} "
-                          f"{t['peak_rss_mb']['main']:>11} {t['peak_rss_mb']['worker']:>13}", flush=True)
+                          f"{t['peak_rss_mb']['main']:>11} {t['peak_rss_mb']['worker']:>13} {r['cpu']:>7.1f} "
+                          f"{t['main_cpu_s']:>10.1f}", flush=True)
                     keep_for_training = a.train == "true" and fmt == "jsonl" and tok == "gpt2"
                     if not keep_for_training:
                         shutil.rmtree(r["out"])

@@ -53,6 +53,13 @@ def _bar(enabled: bool):
     return make
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process alone (reading, splitting, writing: the part the workers do not share)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def prepare(**settings) -> Path:
     """The prepared folder, built if missing. Keyword arguments are PrepareConfig's fields (data/config.py)."""
     t0 = time.time()
@@ -97,7 +104,7 @@ def prepare(**settings) -> Path:
     meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad)
     meta["timing"] = {"prepare_s": round(time.time() - t0, 2), "encode_s": round(t_enc, 2),
                       "encode_mb_per_s": round(source.total_bytes / 1e6 / max(t_enc, 1e-9), 2),
-                      "workers": cfg.n_workers, "resumed": resumed,
+                      "workers": cfg.n_workers, "resumed": resumed, "main_cpu_s": round(_cpu_s(), 2),
                       "peak_rss_mb": {"main": peak_rss_mb(), "worker": build.peak.get("worker", 0) if cfg.n_workers > 1 else 0}}
     write_atomic(out / "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
     (out / PROGRESS).unlink(missing_ok=True)

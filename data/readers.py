@@ -21,6 +21,7 @@ from common.errors import DataError
 
 PIECE_CHARS = 1 << 20  # ~1 MB of text per piece: large enough to amortise the hand-off to a worker
 READ_BYTES = 1 << 20
+PARQUET_ROWS = 1024  # rows per record batch read from a parquet file
 KINDS = {".txt": "txt", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".parquet": "parquet"}
 EXAMPLES = 3  # locations of bad documents kept for the report
 
@@ -194,16 +195,17 @@ def _parquet_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, 
     names = pf.schema_arrow.names
     if text_field not in names:
         raise DataError(f"{where} has no column {text_field!r} (columns: {', '.join(names)}); set --text_field")
-    size, row, n_groups = path.stat().st_size, 0, pf.num_row_groups
-    for g in range(n_groups):
-        for text in pf.read_row_group(g, columns=[text_field]).column(0).to_pylist():
+    size, rows, row = path.stat().st_size, max(pf.metadata.num_rows, 1), 0
+    # Record batches, not whole row groups: a row group can hold gigabytes of text
+    for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=[text_field]):
+        for text in batch.column(0).to_pylist():
             loc = f"{where}:row {row}"
             if not isinstance(text, str) or not text.strip():
                 bad.report(loc, "the document is empty" if isinstance(text, str) or text is None else "not a string")
             else:
                 yield Piece(text, True, loc)
             row += 1
-        on_bytes(size * (g + 1) // n_groups - size * g // n_groups)  # row groups as a share of the file
+        on_bytes(size * row // rows - size * (row - batch.num_rows) // rows)  # rows read, as a share of the file
 
 
 @dataclass

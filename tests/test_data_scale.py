@@ -108,7 +108,8 @@ def test_folder_of_mixed_inputs_recursively(tmp_path):
     assert sorted(got) == sorted(docs) and meta["train_docs"] + meta["val_docs"] == 30
 
 
-def test_parquet_row_groups_with_a_named_column(tmp_path):
+def test_parquet_row_groups_with_a_named_column(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "PARQUET_ROWS", 7)  # several record batches per row group
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     docs = documents(120)
