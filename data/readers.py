@@ -197,7 +197,7 @@ def _parquet_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, 
         raise DataError(f"{where} has no column {text_field!r} (columns: {', '.join(names)}); set --text_field")
     size, rows, row = path.stat().st_size, max(pf.metadata.num_rows, 1), 0
     # Record batches, not whole row groups: a row group can hold gigabytes of text
-    for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=[text_field]):
+    for batch in _checked(pf.iter_batches(batch_size=PARQUET_ROWS, columns=[text_field]), where):
         for text in batch.column(0).to_pylist():
             loc = f"{where}:row {row}"
             if not isinstance(text, str) or not text.strip():
@@ -206,6 +206,19 @@ def _parquet_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, 
                 yield Piece(text, True, loc)
             row += 1
         on_bytes(size * row // rows - size * (row - batch.num_rows) // rows)  # rows read, as a share of the file
+
+
+def _checked(batches, where: str):
+    """pyarrow's own error for a corrupt page, as a one-line DataError."""
+    from pyarrow.lib import ArrowException
+    while True:
+        try:
+            yield next(batches)
+        except StopIteration:
+            return
+        except ArrowException as e:
+            raise DataError(f"{where}: a damaged part cannot be read ({str(e).splitlines()[0]}); check the file "
+                            f"or leave it out") from None
 
 
 @dataclass
