@@ -52,7 +52,7 @@ def measure(preset: str, input_path: str, nanogpt: str | None, repeats: int, thr
     sys.path.insert(0, ROOT)
     from data.prepare import prepare  # noqa: E402
 
-    prepare(input=input_path, split="tail", tokenizer="char", root=data_root)  # tokenise once, outside the timing
+    prepare(input=input_path, split="tail", tokenizer="char", data_root=data_root)  # tokenise once, untimed
     runners = {"ours": lambda out: (timed(our_command(preset, input_path, out, data_root, extra), ROOT, env)[0],
                                     last_val_loss(out))}
     if nanogpt:

@@ -4,7 +4,9 @@ Standard BPE on GPT-2's pre-tokenisation: split the text into chunks with GPT-2'
 word boundary), count each distinct chunk once, then repeatedly merge the most frequent adjacent pair. Written
 here rather than pulled in as a dependency because it is short: with incremental pair counts (only the chunks that
 contain the merged pair are touched) and a lazy max-heap, 1,791 merges over Shakespeare take a few seconds.
-Ties break towards the smaller pair of ids, so the result is a pure function of the text and the vocabulary size.
+Ties break towards the smaller pair, with the single bytes ordered by GPT-2's printable stand-in characters (the
+order Hugging Face's trainer gives them), so the result is a pure function of the text and the vocabulary size and
+equals data/bpe_fast.py's, which prepare() uses on large text.
 """
 import heapq
 from collections import Counter, defaultdict
@@ -12,6 +14,23 @@ from collections import Counter, defaultdict
 import regex
 
 N_BYTES = 256
+
+
+def byte_stand_ins() -> dict[int, str]:
+    """GPT-2's printable character for each byte (Hugging Face's ByteLevel alphabet): printable bytes stand for
+    themselves, the others (space, control bytes, ...) for chr(256 + k) in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(N_BYTES) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(N_BYTES + k) for k, b in enumerate(others)}}
+
+
+_STAND_IN = byte_stand_ins()
+BYTE_TIE_ORDER = {b: i for i, b in enumerate(sorted(range(N_BYTES), key=_STAND_IN.get))}  # byte id -> tie rank
+
+
+def tie_key(pair: tuple[int, int]) -> tuple[int, int]:
+    """Among pairs of equal count the smaller key merges first; merged tokens (ids >= 256) keep their id."""
+    return tuple(BYTE_TIE_ORDER.get(i, i) for i in pair)
 
 
 def _pairs(word: list[int]):
@@ -45,13 +64,13 @@ def train_bpe(texts: list[str], n_tokens: int, pattern: str) -> dict[bytes, int]
         for pair in _pairs(word):
             counts[pair] += f
             where[pair].add(w)
-    heap = [(-c, pair) for pair, c in counts.items()]
+    heap = [(-c, tie_key(pair), pair) for pair, c in counts.items()]
     heapq.heapify(heap)
 
     token_bytes = [bytes([b]) for b in range(N_BYTES)]
     ranks = {t: i for i, t in enumerate(token_bytes)}
     while len(ranks) < n_tokens and heap:
-        neg_count, pair = heapq.heappop(heap)
+        neg_count, _, pair = heapq.heappop(heap)
         if -neg_count != counts.get(pair, 0) or neg_count == 0:
             continue  # a stale heap entry: the pair's count changed after it was pushed
         merged = token_bytes[pair[0]] + token_bytes[pair[1]]
@@ -76,6 +95,6 @@ def train_bpe(texts: list[str], n_tokens: int, pattern: str) -> dict[bytes, int]
             words[w] = new_word
         for p in touched:
             if counts[p] > 0:
-                heapq.heappush(heap, (-counts[p], p))
+                heapq.heappush(heap, (-counts[p], tie_key(p), p))
         counts.pop(pair, None)
     return ranks

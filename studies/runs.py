@@ -42,8 +42,16 @@ def train_speed(out_dir: str) -> tuple[float, float]:
 
 
 def val_tokens(ckpt) -> np.ndarray:
-    """The checkpoint's whole validation split as token ids."""
-    return np.fromfile(os.path.join(ckpt.data_dir, "val.bin"), dtype=np.dtype(ckpt.data_meta["dtype"]))
+    """The checkpoint's whole validation split as token ids (over all its shards)."""
+    from data.shards import TokenShards
+
+    shards = TokenShards(ckpt.data_dir, "val")
+    try:
+        out = np.empty(shards.n_tokens, dtype=shards.dtype)
+        shards.read(0, out)
+    finally:
+        shards.close()
+    return out
 
 
 def val_windows(ckpt, length: int, count: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args, root, env=None):
-    cmd = [sys.executable, str(REPO / "data" / "prepare.py"), f"--root={root}", *args]
+    cmd = [sys.executable, str(REPO / "data" / "prepare.py"), f"--data_root={root}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
 
 
@@ -29,7 +29,7 @@ def test_prepare_runs_as_a_script_and_as_a_module(tmp_path):
     proc = run_cli(f"--input={tmp_path / 't.txt'}", "--tokenizer=char", root=tmp_path / "r")
     assert proc.returncode == 0, proc.stderr
     assert "built" in proc.stdout and "1,935 chars" in proc.stdout  # int(0.9 * 43 * 50) and "vocab" in proc.stdout
-    cmd = [sys.executable, "-m", "data.prepare", f"--input={tmp_path / 't.txt'}", f"--root={tmp_path / 'r'}"]
+    cmd = [sys.executable, "-m", "data.prepare", f"--input={tmp_path / 't.txt'}", f"--data_root={tmp_path / 'r'}"]
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert again.returncode == 0 and "already prepared" in again.stdout
 
@@ -68,9 +68,15 @@ def test_unknown_tokenizer_suggests_the_closest(tmp_path):
                           "unknown --tokenizer=gtp2", "did you mean --tokenizer=gpt2")
 
 
-def test_unknown_flag_suggests_the_closest(tmp_path):
-    assert_one_line_error(run_cli("--vocab_sise=512", root=tmp_path), tmp_path, "--vocab_sise",
-                          "did you mean --vocab_size")
+@pytest.mark.parametrize("old,new", [("vocab_size", "bpe_vocab_size"), ("root", "data_root")])
+def test_old_flag_names_are_unknown_and_suggest_the_new_ones(tmp_path, old, new):
+    # one name per setting, the same as train.py's
+    assert_one_line_error(run_cli(f"--{old}=512", root=tmp_path), tmp_path, f"--{old}", f"did you mean --{new}")
+
+
+def test_help_lists_the_config_fields(tmp_path):
+    proc = run_cli("--help", root=tmp_path)
+    assert proc.returncode == 0 and "--text_field=text" in proc.stdout and "--shard_tokens=" in proc.stdout
 
 
 def test_failed_download_names_the_package_and_the_way_out(tmp_path):

@@ -75,11 +75,13 @@ def test_validation_windows_cover_the_split_in_order(folder):
     batches = list(val_batches(folder, T, B))
     xs = torch.cat([x for x, _ in batches])
     ys = torch.cat([y for _, y in batches])
-    n_windows = (1000 - 1) // T
-    assert len(batches) == -(-n_windows // B) and xs.shape == (n_windows, T)
-    assert torch.equal(xs.flatten(), torch.arange(n_windows * T))  # stride T from 0: consecutive, no overlap
-    assert torch.equal(ys, xs + 1)
-    assert batches[-1][0].shape[0] == n_windows - (len(batches) - 1) * B  # a shorter last batch
+    n_windows = (1000 - 1) // T  # stride T from 0 reaches target 992; one more window ends at token 999
+    assert len(batches) == -(-(n_windows + 1) // B) and xs.shape == (n_windows + 1, T)
+    assert torch.equal(xs[:-1].flatten(), torch.arange(n_windows * T))  # consecutive, no overlap
+    assert torch.equal(ys[:-1], xs[:-1] + 1)
+    assert torch.equal(xs[-1], torch.arange(1000 - T - 1, 999))  # the overlapping last window ...
+    assert ys[-1].tolist() == [-1] * (T - 7) + list(range(993, 1000))  # ... scores only the 7 tail targets
+    assert batches[-1][0].shape[0] == n_windows + 1 - (len(batches) - 1) * B  # a shorter last batch
 
 
 def test_validation_subset_and_ranks_are_fixed(folder):
@@ -90,3 +92,20 @@ def test_validation_subset_and_ranks_are_fixed(folder):
     assert firsts == [int(x[0, 0]) for x, _ in sub]  # the same on every pass
     per_rank = [[int(x[0, 0]) for x, _ in val_batches(folder, T, B, rank=r, world_size=3)] for r in range(3)]
     assert sorted(sum(per_rank, [])) == [int(x[0, 0]) for x in full]
+
+
+@pytest.mark.parametrize("block", [16, 49])
+def test_validation_scores_every_target_of_a_100_token_split_exactly_once(tmp_path, block):
+    # Issue 14, item 5: the stride-T windows stop short of the end; up to T-1 final targets were never scored.
+    np.arange(1_000, dtype=np.uint16).tofile(tmp_path / "train.bin")
+    np.arange(100, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16"}))
+    for world in (1, 2):
+        scored = []
+        for r in range(world):
+            for x, y in val_batches(tmp_path, block, 3, rank=r, world_size=world):
+                assert x.shape == y.shape and x.shape[1] == block
+                keep = y >= 0
+                assert torch.equal(y[keep], x[keep] + 1)  # a kept target is still the token after its input
+                scored += y[keep].tolist()
+        assert sorted(scored) == list(range(1, 100))  # token 0 has no context; every other one scored once

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import data.prepare as prep
-from common.errors import DataError
+from common.errors import ConfigError
 from data.prepare import prepare
 from data.tokenizer import load_tokenizer, read_meta
 
@@ -40,11 +40,11 @@ def test_tail_split_reproduces_nanogpt_counts(tmp_path):
     text = synthetic_text(1_115_394)
     src = tmp_path / "tiny.txt"
     src.write_text(text)
-    out = prepare(input=src, tokenizer="char", root=tmp_path)
+    out = prepare(input=src, tokenizer="char", data_root=tmp_path)
     meta = read_meta(out)
     assert (meta["split"], meta["train_tokens"], meta["val_tokens"]) == ("tail", 1_003_854, 111_540)
     assert meta["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
-    assert out.name == f"tiny-char-tail-{meta['source_sha256'][:8]}"
+    assert out.name == f"tiny-char-tail-{meta['source_fingerprint'][:8]}"  # names, sizes, mtimes: no read
     tok = load_tokenizer(out)
     assert tok.vocab_size == len(set(text)) and tok.chars == "".join(sorted(set(text)))
     assert tok.decode(tokens(out, "train")) + tok.decode(tokens(out, "val")) == text
@@ -55,7 +55,7 @@ def test_tail_split_reproduces_nanogpt_counts(tmp_path):
 def test_byte_level_tokenizers_round_trip_prepared_splits(tmp_path, tokenizer):
     text = synthetic_text(20_000) + "Ünïcödé 中文 🙂\n"
     (tmp_path / "t.txt").write_text(text)
-    out = prepare(input=tmp_path / "t.txt", tokenizer=tokenizer, vocab_size=300, root=tmp_path)
+    out = prepare(input=tmp_path / "t.txt", tokenizer=tokenizer, bpe_vocab_size=300, data_root=tmp_path)
     meta, tok = read_meta(out), load_tokenizer(out)
     n_train = int(len(text) * 0.9)
     assert tok.decode(tokens(out, "train")) == text[:n_train]
@@ -68,7 +68,7 @@ def test_byte_level_tokenizers_round_trip_prepared_splits(tmp_path, tokenizer):
 
 def test_folder_of_many_files_splits_by_whole_files(tmp_path):
     texts = make_folder(tmp_path / "works", 12)
-    out = prepare(input=tmp_path / "works", tokenizer="gpt2", root=tmp_path / "root")
+    out = prepare(input=tmp_path / "works", tokenizer="gpt2", data_root=tmp_path / "root")
     meta, tok = read_meta(out), load_tokenizer(out)
     assert meta["split"] == "works" and 1 <= len(meta["val_works"]) < 12
     val_chars = sum(len(texts[n]) for n in meta["val_works"])
@@ -81,80 +81,52 @@ def test_folder_of_many_files_splits_by_whole_files(tmp_path):
     for name in meta["val_works"]:
         assert texts[name][:200] not in tok.decode(train_ids)
     # the same folder always gives the same split
-    again = prepare(input=tmp_path / "works", tokenizer="gpt2", root=tmp_path / "root2")
+    again = prepare(input=tmp_path / "works", tokenizer="gpt2", data_root=tmp_path / "root2")
     assert read_meta(again)["val_works"] == meta["val_works"]
     assert (tokens(again, "val") == val_ids).all()
 
 
 def test_folder_of_few_files_defaults_to_tail(tmp_path):
     make_folder(tmp_path / "few", 3)
-    assert read_meta(prepare(input=tmp_path / "few", root=tmp_path))["split"] == "tail"
+    assert read_meta(prepare(input=tmp_path / "few", data_root=tmp_path))["split"] == "tail"
 
 
 def test_second_run_is_a_no_op_and_a_changed_input_is_a_new_folder(tmp_path):
     src = tmp_path / "t.txt"
     src.write_text(synthetic_text(5000))
-    out = prepare(input=src, root=tmp_path)
+    out = prepare(input=src, data_root=tmp_path)
     stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    assert prepare(input=src, root=tmp_path) == out
+    assert prepare(input=src, data_root=tmp_path) == out
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
     src.write_text(synthetic_text(5000, seed=1))
-    assert prepare(input=src, root=tmp_path) != out
+    assert prepare(input=src, data_root=tmp_path) != out
 
 
 def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
     src = tmp_path / "t.txt"
     src.write_text(synthetic_text(5000))
-    out = prepare(input=src, root=tmp_path)
+    out = prepare(input=src, data_root=tmp_path)
     good = (out / "train.bin").read_bytes()
     (out / "meta.json").unlink()
     (out / "train.bin").write_bytes(b"half written")
-    prepare(input=src, root=tmp_path)
+    prepare(input=src, data_root=tmp_path)
     assert (out / "train.bin").read_bytes() == good
     meta = read_meta(out)
     meta["fingerprint"]["format_version"] = -1
     (out / "meta.json").write_text(json.dumps(meta))
-    prepare(input=src, root=tmp_path)
+    prepare(input=src, data_root=tmp_path)
     assert read_meta(out)["fingerprint"]["format_version"] == prep.FORMAT_VERSION
-
-
-def test_interrupted_write_leaves_no_meta_and_no_new_folder(tmp_path, monkeypatch):
-    src = tmp_path / "t.txt"
-    src.write_text(synthetic_text(5000))
-    real_write, calls = prep._fsync_write, []
-
-    def crash_on_second_file(path, data):
-        calls.append(path.name)
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # like Ctrl-C in the middle of writing
-        real_write(path, data)
-
-    monkeypatch.setattr(prep, "_fsync_write", crash_on_second_file)
-    with pytest.raises(KeyboardInterrupt):
-        prepare(input=src, root=tmp_path)
-    assert not (tmp_path / "prepared").exists() or not any((tmp_path / "prepared").iterdir())
-    # an existing folder being rebuilt loses its meta.json first, so it reads as "not prepared" after a crash
-    monkeypatch.setattr(prep, "_fsync_write", real_write)
-    out = prepare(input=src, root=tmp_path)
-    meta = read_meta(out)
-    meta["fingerprint"]["format_version"] = -1
-    (out / "meta.json").write_text(json.dumps(meta))
-    calls.clear()
-    monkeypatch.setattr(prep, "_fsync_write", crash_on_second_file)
-    with pytest.raises(KeyboardInterrupt):
-        prepare(input=src, root=tmp_path)
-    assert not (out / "meta.json").exists() and not list(out.glob(".*tmp"))
 
 
 def test_huge_vocabulary_is_stored_as_uint32(tmp_path):
     text = "".join(chr(0x10000 + i) for i in range(70_000)) * 2  # 70,000 distinct characters > 65,536
     (tmp_path / "wide.txt").write_text(text)
-    out = prepare(input=tmp_path / "wide.txt", root=tmp_path)
+    out = prepare(input=tmp_path / "wide.txt", data_root=tmp_path)
     assert read_meta(out)["dtype"] == "uint32"
     assert load_tokenizer(out).decode(tokens(out, "val")) == text[int(len(text) * 0.9):]
 
 
 def test_bpe_vocab_too_small_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text(synthetic_text(1000))
-    with pytest.raises(DataError, match="at least 257"):
-        prepare(input=tmp_path / "t.txt", tokenizer="bpe", vocab_size=100, root=tmp_path)
+    with pytest.raises(ConfigError, match="at least 257"):
+        prepare(input=tmp_path / "t.txt", tokenizer="bpe", bpe_vocab_size=100, data_root=tmp_path)

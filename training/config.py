@@ -10,14 +10,16 @@ from common.device import DTYPES
 from common.errors import ConfigError, SetupError, need
 from common import flags
 from common.flags import parse_configs
-from data.tokenizer import TOKENIZERS
+from data.config import PrepareConfig
 from model import GPTConfig
 from training.objectives import OBJECTIVES, objective_class
 from training.optim import OPTIMIZERS
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(PrepareConfig):
+    """The training settings; the data settings (dataset, input, split, tokenizer, ...) are PrepareConfig's, the
+    fields it inherits: declared once, the same flags for train.py and data/prepare.py."""
     # I/O
     out_dir: str = "out"
     init_from: str = "scratch"  # 'scratch', 'resume' (continue out_dir/ckpt_last.pt) or 'hf:FOLDER' (GPT-2 weights)
@@ -29,13 +31,6 @@ class TrainConfig:
     mask_rate: float = 0.15  # encoder: share of positions selected for the loss (80% [MASK], 10% random, 10% kept)
     mask_span: int = 1  # encoder: selected runs of 1..mask_span positions (span masking; 1 = single positions)
     mask_token: bool = False  # give a decoder the [MASK] id too (unused), so its parameters equal the encoder's
-    # data (see data/README.md)
-    dataset: str = "shakespeare"  # the built-in corpus; ignored when --input is given
-    input: str | None = None  # your own text: a .txt file or a folder of .txt files
-    split: str | None = None  # 'works' (hold out whole works) or 'tail' (last 10%); None: the dataset's default
-    tokenizer: str = "char"  # 'char', 'gpt2' or 'bpe'
-    bpe_vocab_size: int = 2048  # vocabulary of the trained BPE tokenizer
-    data_root: str | None = None  # where downloads and prepared folders go; None: the data/ folder
     # batches and schedule
     batch_size: int = 32  # sequences per micro-step (per process)
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step (per process)
@@ -80,6 +75,7 @@ class TrainConfig:
     wandb_group: str | None = None  # None: the data and model size, so a study of one option shares a group
 
     def __post_init__(self):
+        super().__post_init__()  # the data settings
         need(self.init_from in ("scratch", "resume") or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be 'scratch', 'resume' or 'hf:FOLDER' (a local Hugging Face GPT-2)")
         need(self.model in OBJECTIVES, f"model={self.model!r} is not one of {', '.join(OBJECTIVES)}")
@@ -87,10 +83,8 @@ class TrainConfig:
         need(self.mask_span >= 1, f"mask_span={self.mask_span} must be >= 1 (1 = single positions)")
         need(self.model == "decoder" or not self.init_from.startswith("hf:"),
              f"init_from={self.init_from} loads a GPT-2 decoder; it cannot start --model={self.model}")
-        need(self.tokenizer in TOKENIZERS, f"tokenizer={self.tokenizer!r} is not one of {', '.join(TOKENIZERS)}")
-        need(self.split in (None, "works", "tail"), f"split={self.split!r} must be 'works' or 'tail'")
         for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
-                     "log_interval", "bpe_vocab_size"):
+                     "log_interval"):
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
         need(self.total_batch_size is None or self.total_batch_size > 0,
              f"total_batch_size={self.total_batch_size} must be a positive number of tokens or None")

@@ -6,7 +6,7 @@
 import math
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common.device import pick_device, pick_dtype
 from common.errors import SetupError
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
+from data.config import PrepareConfig
 from data.prepare import prepare
 from model import GPT, GPTConfig
 from training import distributed, fsdp, objectives
@@ -99,9 +100,8 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
 def load_data(tc: TrainConfig, d: distributed.Dist):
     """(prepared folder, its meta.json, its tokenizer). Rank 0 downloads and tokenizes; the others wait, then find
     it ready."""
-    def prepared():
-        return prepare(dataset=tc.dataset, input=tc.input, split=tc.split, tokenizer=tc.tokenizer,
-                       vocab_size=tc.bpe_vocab_size, root=tc.data_root)
+    def prepared():  # the data settings are the PrepareConfig fields TrainConfig inherits
+        return prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
     if d.master:
         data_dir = prepared()
     distributed.barrier(d)

