@@ -38,7 +38,7 @@ def train_speed(out_dir: str) -> tuple[float, float]:
     """(median training tokens/s over the log lines after the first, training seconds) from metrics.jsonl."""
     rows = read_metrics(out_dir)
     speeds = [r["tok_per_s"] for r in rows[1:] if r.get("tok_per_s")] or [rows[-1]["tok_per_s"]]
-    return float(np.median(speeds)), rows[-1]["elapsed_s"]
+    return float(np.median(speeds)), rows[-1].get("train_s", rows[-1]["elapsed_s"])  # seconds spent training
 
 
 def val_tokens(ckpt) -> np.ndarray:

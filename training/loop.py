@@ -154,6 +154,9 @@ def announce(run) -> None:
           + (f" ({torch.get_num_threads()} threads)" if run.device.type == "cpu" else "")
           + f", {run.tokens_per_step:,} tokens/step"
           + (f" over {run.dist.world_size} processes" if run.dist.enabled else ""), flush=True)
+    if tc.compile:
+        print("torch.compile: the first step compiles the model (a minute or more on a CPU); the ETA settles after it",
+              flush=True)
     if run.start_step:
         horizon = tc.lr_decay_iters or tc.max_iters
         lr = lr_at(run.start_step, tc.learning_rate, tc.min_lr, tc.warmup_iters, horizon)
