@@ -12,6 +12,7 @@ Skipped items are still read (the input is a stream), but not encoded.
 import itertools
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +110,9 @@ class Build:
             return ("gpt2",)
         path = self.out / BPE_FILE
         if not self.state.get("bpe_trained"):
+            if self.cfg.progress:  # seconds to minutes with no bar of its own: say what is happening
+                print(f"training a {self.cfg.bpe_vocab_size}-token BPE on the training text ...", file=sys.stderr,
+                      flush=True)
             ranks = train_bpe_fast(self._bpe_sample(), self.cfg.bpe_vocab_size - 1)  # the last id is <|endoftext|>
             write_atomic(path, ranks_to_bytes(ranks))
             self.state["bpe_trained"] = True
