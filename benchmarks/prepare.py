@@ -9,7 +9,6 @@ Corpora are documents of Shakespeare's text (1-40 consecutive paragraphs of a ra
 MB/s, token counts, peak RSS (VmHWM of the main process and of the largest worker) and CPU seconds (all processes,
 and the main process alone: the serial part) are printed.
 """
-import argparse
 import json
 import os
 import random
@@ -17,13 +16,15 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import cli
+from common.flags import config_from_argv
+from data.sources import ShakespeareSource, shakespeare_archive
+from data.tokenizer import gpt2_tokenizer, read_meta
 
-from data.sources import ShakespeareSource, shakespeare_archive  # noqa: E402
-from data.tokenizer import gpt2_tokenizer, read_meta  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 MB = 1_000_000
 
@@ -159,17 +160,22 @@ def train_startup(corpus: Path, root: Path, tokenizer: str):
               f"peak RSS logged {rss:.0f} MB", flush=True)
 
 
+@dataclass
+class PrepareBenchConfig:
+    sizes: str = "100,1000"  # corpus sizes in MB
+    formats: str = "txt,jsonl,parquet"
+    tokenizers: str = "char,gpt2"
+    workers: str = "1,0"  # 0: one per core
+    tmp: str = "/tmp/prepare-bench"
+    bpe: str = ""  # also compare BPE trainers on these sizes in MB, e.g. 10,100
+    train: bool = False  # train.py 200 steps on the largest jsonl corpus
+    keep: bool = False  # keep the corpora and prepared folders
+
+
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="100,1000", help="corpus sizes in MB")
-    p.add_argument("--formats", default="txt,jsonl,parquet")
-    p.add_argument("--tokenizers", default="char,gpt2")
-    p.add_argument("--workers", default="1,0", help="0: one per core")
-    p.add_argument("--tmp", default="/tmp/prepare-bench")
-    p.add_argument("--bpe", default="", help="also compare BPE trainers on these sizes in MB, e.g. 10,100")
-    p.add_argument("--train", default="false", help="true: train.py 200 steps on the largest jsonl corpus")
-    p.add_argument("--keep", default="false", help="true: keep the corpora and prepared folders")
-    a = p.parse_args(argv)
+    a = config_from_argv(argv, PrepareBenchConfig)
+    if a is None:  # --help
+        return
     tmp = Path(a.tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     paras = paragraphs()
@@ -193,16 +199,16 @@ def main(argv):
                           f"{m['train_tokens'] + m['val_tokens']:>14,} {len(m['shards']['train']):>6} "
                           f"{t['peak_rss_mb']['main']:>11} {t['peak_rss_mb']['worker']:>13} {r['cpu']:>7.1f} "
                           f"{t['main_cpu_s']:>10.1f}", flush=True)
-                    keep_for_training = a.train == "true" and fmt == "jsonl" and tok == "gpt2"
+                    keep_for_training = a.train and fmt == "jsonl" and tok == "gpt2"
                     if not keep_for_training:
                         shutil.rmtree(r["out"])
-            if a.train == "true" and fmt == "jsonl":
+            if a.train and fmt == "jsonl":
                 train_startup(corpus, tmp / "root", "gpt2")
-            if a.keep != "true":
+            if not a.keep:
                 corpus.unlink()
-    if a.keep != "true":
+    if not a.keep:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(cli.run(main, sys.argv[1:]))
