@@ -79,6 +79,26 @@ def prepare_out_dir(tc: TrainConfig, d: distributed.Dist) -> None:
         shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
 
 
+def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
+    """'resume' or 'fresh'. --init_from=auto resumes when out_dir holds ckpt_last.pt and starts fresh when it holds
+    no checkpoint (replacing the metrics of a run that died before its first one: nothing there to resume). Rank 0
+    decides for every process (other nodes may not see out_dir)."""
+    if tc.init_from != "auto":
+        return "resume" if tc.init_from == "resume" else "fresh"
+    mode = None
+    if d.master:
+        has = {f: os.path.exists(os.path.join(tc.out_dir, f)) for f in RUN_FILES}
+        if has[BEST] and not has[LAST]:
+            raise SetupError(f"out_dir={tc.out_dir} holds {BEST} without {LAST}: not a run --init_from=auto can "
+                             f"continue; pass --init_from=resume --out_dir=... with the checkpoint you mean, or another "
+                             f"--out_dir")
+        mode = "resume" if has[LAST] else "fresh"
+    mode = distributed.gather_objects(mode, d)[0]
+    if mode == "fresh":
+        tc.overwrite = True  # only metrics.jsonl can be there (checked above): the restart replaces it
+    return mode
+
+
 def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tuple[TrainConfig, Checkpoint]:
     """For --init_from=resume: the checkpoint's configs, with explicitly given training flags (e.g. a larger
     --max_iters) applied on top. The model's shape cannot change under a checkpoint."""
@@ -115,7 +135,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     """init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
     (train.py's --init_from=hf:FOLDER)."""
     ckpt = None
-    if tc.init_from == "resume":
+    if start_mode(tc, d) == "resume":
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
     else:
         prepare_out_dir(tc, d)
