@@ -1,9 +1,11 @@
-"""What a cluster needs (issue 21): --init_from=auto, and two torchrun "nodes" on loopback against the
-single-machine runs. (An elastic restart after a killed worker is not yet tested: see the closing note.)"""
+"""What a cluster needs (issue 21): --init_from=auto, two torchrun "nodes" on loopback, and an elastic restart
+after a worker is killed, each against the single-machine runs."""
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -68,3 +70,47 @@ def test_two_nodes_on_loopback_train_like_one_machine(corpus, tmp_path):
     assert sorted(p.name for p in runs["nodes"].iterdir()) == [".lock", "ckpt_best.pt", "ckpt_last.pt",
                                                                 "metrics.jsonl"]
     assert len(metrics(runs["nodes"])) == 6  # one line per step: one writer
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is pid (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def test_an_elastic_restart_resumes_by_itself_and_ends_bitwise_equal(corpus, tmp_path):
+    """torchrun --max-restarts=2 with --init_from=auto: one worker is killed with SIGKILL mid-run, torchrun restarts
+    the group, every process resumes from the last checkpoint, and the run ends with the uninterrupted weights."""
+    whole, elastic = tmp_path / "whole", tmp_path / "elastic"
+    run = [*SAME, "--max_iters=600", "--lr_decay_iters=600", "--eval_interval=50", "--init_from=auto"]
+    r = subprocess.run(torchrun("--standalone", "--nproc_per_node=2", args=tiny_args(corpus, whole, *run)),
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    agent = subprocess.Popen(torchrun("--standalone", "--nproc_per_node=2", "--max-restarts=2",
+                                      args=tiny_args(corpus, elastic, *run)),
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t = time.time()
+        while not ((elastic / "ckpt_last.pt").exists() and Checkpoint.load(str(elastic / "ckpt_last.pt")).step >= 50):
+            assert time.time() - t < 120 and agent.poll() is None, "the run ended before a worker could be killed"
+            time.sleep(0.05)
+        workers = children(agent.pid)
+        assert len(workers) == 2
+        os.kill(workers[1], signal.SIGKILL)  # a worker dies (out of memory, a node reboots)
+        out, err = agent.communicate(timeout=300)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, err[-3000:]
+    assert "resumed from step" in out  # the restarted group found the checkpoint by itself
+    a, b = weights(whole), weights(elastic)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [row["step"] for row in metrics(elastic)] == list(range(1, 601))  # lost steps run again, logged once

@@ -41,7 +41,14 @@ def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
         device_name = "cpu"
     if backend == "auto":
         backend = "nccl" if use_cuda else "gloo"  # nccl for GPUs; gloo runs on CPUs (and anywhere)
-    dist.init_process_group(backend=backend)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart == 0:
+        dist.init_process_group(backend=backend)
+    else:  # an elastic restart: torchrun's store still holds the last group's addresses; start under a new prefix
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), d.world_size,
+                              is_master=False)
+        dist.init_process_group(backend=backend, store=dist.PrefixStore(f"restart{restart}", store), rank=d.rank,
+                                world_size=d.world_size)
     return d, device_name
 
 
