@@ -11,18 +11,18 @@ Skipped items are still read (the input is a stream), but not encoded.
 """
 import itertools
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from common import files
 from common.errors import DataError
 from data.bpe_fast import train_bpe_fast
 from data.encode import encode_stream, make_tokenizer
 from data.readers import BadDocuments
-from data.shard_writer import ShardWriter, StateMismatch, fsync_dir
+from data.shard_writer import ShardWriter, StateMismatch
 from data.split import assign_docs, assign_tail, assign_works, is_val_hash, joined
 from data.tokenizer import CHAR_SEPARATOR, ranks_to_bytes
 
@@ -33,16 +33,7 @@ MAX_CODEPOINT = 0x110000
 
 
 def write_atomic(path: Path, data: bytes):
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+    files.write_atomic(path, lambda f: f.write(data), prefix=f".{path.name}.")
 
 
 @dataclass

@@ -22,14 +22,6 @@ def partial_name(split: str, index: int) -> str:
     return f".{split}_{index:05d}.partial"
 
 
-def fsync_dir(folder: Path):
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # makes renames durable
-    finally:
-        os.close(fd)
-
-
 class ShardWriter:
     def __init__(self, folder: Path, split: str, dtype, shard_tokens: int, state: dict | None = None):
         self.folder, self.split, self.dtype = Path(folder), split, np.dtype(dtype)

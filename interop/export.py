@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 from common import cli
 from common.errors import CheckpointError, UserError
+from common.files import current_umask
 from common.flags import config_from_argv
 from data.tokenizer import gpt2_files_folder
 from interop import safetensors_file
 from interop.hf_gpt2 import gpt2_refusal, hf_config, to_hf_state_dict
-from training.checkpoint import Checkpoint, current_umask, path_in
+from training.checkpoint import Checkpoint, path_in
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more

@@ -50,6 +50,17 @@ def events(monkeypatch):
     return log
 
 
+def test_the_best_copy_takes_the_same_durable_steps(tmp_path, events):
+    """ckpt_best.pt is a copy of ckpt_last.pt: its bytes too are fsynced before the rename (a bare copyfile + rename
+    could leave an empty ckpt_best.pt after a power cut)."""
+    last, best = tmp_path / "last.pt", tmp_path / "ckpt.pt"
+    save_atomic(state(1), str(last))
+    events.clear()
+    checkpoint.copy_atomic(str(last), str(best))
+    assert [e[0] for e in events] == ["fsync_file", "replace", "fsync_dir"], events
+    assert events[0][1] == os.stat(best).st_ino and load(str(best))["step"] == 1 and leftovers(tmp_path) == ["last.pt"]
+
+
 def test_durable_steps_in_order(tmp_path, events):
     path = tmp_path / "ckpt.pt"
     save_atomic(state(1), str(path))

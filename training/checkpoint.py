@@ -5,21 +5,22 @@ On disk a checkpoint is a plain dict of tensors, numbers, strings, lists and dic
 back with `torch.load(weights_only=True)`, which refuses anything that would need code to rebuild (a pickled class,
 a function): a shared checkpoint cannot run its author's code on your machine.
 
-Atomic: the dict is written to a temporary file in the same folder, flushed to disk (fsync), renamed over the old
-file, and the folder is fsynced so the rename itself is durable. A crash or kill at any moment leaves either the
-old checkpoint or the new one, never half of one.
+Atomic (common/files.py): the dict is written to a temporary file in the same folder, flushed to disk (fsync),
+renamed over the old file, and the folder is fsynced so the rename itself is durable. A crash or kill at any
+moment leaves either the old checkpoint or the new one, never half of one.
 
 Versions: 1 (no "format_version" key, written before the format had an owner) and 2 (adds the version and the
 float16 loss scaler's state). Both load.
 """
 import math
 import os
-import tempfile
+import shutil
 from dataclasses import dataclass, field
 
 import torch
 
 from common.errors import CheckpointError
+from common.files import write_atomic
 from model import GPT, GPTConfig
 
 FORMAT_VERSION = 2
@@ -133,57 +134,23 @@ def clean_state_dict(model) -> dict:
     return out
 
 
-def current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def fsync_dir(folder: str) -> None:
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make a rename in this folder durable
-    finally:
-        os.close(dir_fd)
-
-
 def save_atomic(obj: dict, path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 would keep teammates out of a shared run
-        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
-        fsync_dir(folder)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    write_atomic(path, lambda f: torch.save(obj, f), TMP_PREFIX, TMP_SUFFIX)
 
 
 def copy_atomic(src: str, dst: str) -> None:
     """dst becomes a copy of src, all at once (ckpt_best.pt from ckpt_last.pt)."""
-    import shutil
-
-    tmp = dst + ".tmp"
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-        fsync_dir(os.path.dirname(os.path.abspath(dst)))
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    def copy(f):
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, f)
+    write_atomic(dst, copy, TMP_PREFIX, TMP_SUFFIX)
 
 
 def remove_stale_temporaries(folder: str) -> None:
     """A process killed in the middle of save_atomic leaves its temporary file behind; nothing else uses it."""
     if os.path.isdir(folder):
         for name in os.listdir(folder):
-            if (name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX)) or name == BEST + ".tmp":
+            if name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX):
                 os.remove(os.path.join(folder, name))
 
 
