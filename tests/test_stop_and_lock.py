@@ -1,4 +1,5 @@
 """Graceful stops (Ctrl-C, SIGTERM) save the run and resume bitwise; one training process per out_dir."""
+import os
 import signal
 import subprocess
 import sys
@@ -61,3 +62,63 @@ def test_a_second_writer_is_refused_naming_the_holder(corpus, tmp_path):
         proc.wait()
     # kill -9 leaves no stale lock: the kernel released it with the process
     assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--overwrite=true")) == 0
+
+
+# 2 processes under torchrun: 4 sequences x 16 tokens each, 128 tokens a step
+DDP = ["--total_batch_size=128", "--max_iters=300", "--lr_decay_iters=300", "--eval_interval=1000"]
+
+
+def torchrun(corpus, out, *extra):
+    args = tiny_args(corpus, out, *DDP, *extra)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            str(ROOT) + "/train.py", *args]
+
+
+def workers_of(pid: int) -> list[int]:
+    """The worker processes torchrun started (its children), lowest pid (rank 0) first."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def whole_ddp(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp") / "whole"
+    r = subprocess.run(torchrun(corpus, out), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return Checkpoint.load(str(out / "ckpt_last.pt")).weights
+
+
+@pytest.mark.parametrize("target, sig", [("torchrun", signal.SIGTERM), ("rank 1", signal.SIGINT)])
+def test_under_torchrun_every_process_stops_at_one_step_and_resumes_bitwise(corpus, tmp_path, whole_ddp, target, sig):
+    """SIGTERM to torchrun (what a scheduler sends; torchrun passes it to every worker), or Ctrl-C reaching one
+    worker only: the processes agree on the step (one all-reduce a step), save it, and the resumed run ends equal."""
+    out = tmp_path / "stopped"
+    agent = subprocess.Popen(torchrun(corpus, out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        wait_for_rows(out, 10)
+        workers = workers_of(agent.pid)
+        assert len(workers) == 2
+        os.kill(agent.pid if target == "torchrun" else workers[1], sig)
+        _, err = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode != 0  # torchrun reports the stop as its workers' exit status
+    step = Checkpoint.load(str(out / "ckpt_last.pt")).step
+    assert 10 <= step < 300 and metrics(out)[-1]["step"] == step, err[-2000:]
+    assert f"stopped after step {step}" in err and "--init_from=resume" in err
+    r = subprocess.run(torchrun(corpus, out, "--init_from=resume"), cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    resumed = Checkpoint.load(str(out / "ckpt_last.pt")).weights
+    assert all(torch.equal(whole_ddp[k], resumed[k]) for k in whole_ddp)
+    assert [row["step"] for row in metrics(out)] == list(range(1, 301))
