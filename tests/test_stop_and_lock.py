@@ -29,10 +29,17 @@ def wait_for_rows(out, n, timeout=120):
         time.sleep(0.02)
 
 
+@pytest.fixture(scope="module")
+def whole(corpus, tmp_path_factory):
+    """The uninterrupted run's final weights."""
+    out = tmp_path_factory.mktemp("one") / "whole"
+    assert train.cli.run(train.main, tiny_args(corpus, out, *RUN)) == 0
+    return Checkpoint.load(str(out / "ckpt_last.pt")).weights
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_saves_the_step_and_the_run_resumes_bitwise(corpus, tmp_path, sig, code):
-    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    assert train.cli.run(train.main, tiny_args(corpus, whole, *RUN)) == 0
+def test_a_signal_saves_the_step_and_the_run_resumes_bitwise(corpus, tmp_path, whole, sig, code):
+    stopped = tmp_path / "stopped"
     proc = start(corpus, stopped)
     wait_for_rows(stopped, 10)
     proc.send_signal(sig)
@@ -42,9 +49,33 @@ def test_a_signal_saves_the_step_and_the_run_resumes_bitwise(corpus, tmp_path, s
     assert 10 <= step < 150 and metrics(stopped)[-1]["step"] == step  # no step lost: the last one run is saved
     assert f"--out_dir={stopped} --init_from=resume" in err
     assert train.cli.run(train.main, tiny_args(corpus, stopped, *RUN, "--init_from=resume")) == 0
-    a, b = Checkpoint.load(str(whole / "ckpt_last.pt")).weights, Checkpoint.load(str(stopped / "ckpt_last.pt")).weights
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    b = Checkpoint.load(str(stopped / "ckpt_last.pt")).weights
+    assert all(torch.equal(whole[k], b[k]) for k in whole)
     assert [r["step"] for r in metrics(stopped)] == list(range(1, 151))
+
+
+def test_timed_checkpoints_bound_what_a_crash_loses(corpus, tmp_path, whole):
+    """--checkpoint_every_s writes ckpt_last.pt between evaluations (here there is none before the end): after a
+    kill -9 the run resumes from the last timed checkpoint and ends bitwise equal to the uninterrupted run."""
+    out = tmp_path / "crashed"
+    proc = start(corpus, out, "--checkpoint_every_s=0.2")
+    try:
+        t = time.time()
+        while not (out / "ckpt_last.pt").exists():
+            assert time.time() - t < 120 and proc.poll() is None, "no timed checkpoint was written"
+            time.sleep(0.01)
+        wait_for_rows(out, Checkpoint.load(str(out / "ckpt_last.pt")).step + 5)
+        proc.send_signal(signal.SIGKILL)  # a crash: nothing runs after it
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    step = Checkpoint.load(str(out / "ckpt_last.pt")).step
+    assert 0 < step < 150  # saved between evaluations (eval_interval is 1000)
+    assert train.cli.run(train.main, tiny_args(corpus, out, *RUN, "--init_from=resume")) == 0
+    b = Checkpoint.load(str(out / "ckpt_last.pt")).weights
+    assert all(torch.equal(whole[k], b[k]) for k in whole)
+    assert [r["step"] for r in metrics(out)] == list(range(1, 151))
 
 
 def test_a_second_writer_is_refused_naming_the_holder(corpus, tmp_path):

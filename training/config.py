@@ -41,6 +41,8 @@ class TrainConfig(PrepareConfig):
     eval_interval: int = 250
     eval_iters: int = 20  # validation batches per evaluation (a fixed, evenly spaced subset)
     log_interval: int = 10
+    checkpoint_every_s: float = 0.0  # also write ckpt_last.pt when this many seconds passed since the last one
+    #                                  (long runs: a crash or a preemption loses at most this much); 0 = off
     # AdamW and the learning-rate schedule (linear warmup, cosine decay to min_lr)
     learning_rate: float = 2e-3
     min_lr: float = 2e-4
@@ -107,6 +109,7 @@ class TrainConfig(PrepareConfig):
              "them); use --optimizer=adamw")
         need(self.on_nonfinite in ("stop", "skip"), f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
         need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
+        need(self.checkpoint_every_s >= 0, f"checkpoint_every_s={self.checkpoint_every_s} must be >= 0 (0 = off)")
         need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")
         need(self.threads is None or self.threads > 0, f"threads={self.threads} must be a positive integer or None")
 

@@ -204,6 +204,7 @@ def train(run) -> dict:
     peak = peak_matmul_flops(run.device, run.dtype) * d.world_size  # MFU's denominator, measured once
     flops_per_token = run.model.flops_per_token()
     throughput, skipped, t_start, train_s = Throughput(run.tokens_per_step), 0, time.time(), 0.0
+    last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
     run.model.train()
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
                dynamic_ncols=True, mininterval=1.0, disable=not d.master)
@@ -220,7 +221,8 @@ def train(run) -> dict:
                 why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
                 bar.write(f"step {step + 1}: gradient {why}, update skipped ({skipped} so far)")
             done = step + 1
-            signum = stop.agreed(d, run.device)  # every process stops at the same step
+            timed = tc.checkpoint_every_s > 0 and time.monotonic() - last_save >= tc.checkpoint_every_s
+            signum, timed = stop.agreed(d, run.device, timed)  # every process stops (or saves) at the same step
             is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
             if done % tc.log_interval == 0 or is_eval or signum:
                 tok_per_s = throughput.take()
@@ -235,9 +237,11 @@ def train(run) -> dict:
                     evaluate_and_save(run, row, log, bar)
                 if log is not None:
                     log.log(row)
+            if (signum or timed) and not is_eval:  # an evaluation has just saved
+                save(run, done, best=False)
+            if is_eval or signum or timed:
+                last_save = time.monotonic()
             if signum:
-                if not is_eval:
-                    save(run, done, best=False)
                 bar.close()
                 if log is not None:
                     log.close()

@@ -4,7 +4,8 @@ preempting a job) finish the current optimizer step, write ckpt_last.pt, flush t
 last complete checkpoint stays intact (checkpoints are written atomically).
 
 Under torchrun every process must stop at the same step (they save together), so the request is agreed on with
-one all-reduce per step: a signal that reaches only some processes stops them all.
+one all-reduce per step: a signal that reaches only some processes stops them all. The same all-reduce carries
+--checkpoint_every_s's "a checkpoint is due" (each process's clock differs; any one saying so is enough).
 
 And one run per out_dir: a training process holds an advisory lock on out_dir/.lock for its whole life (the kernel
 releases it when the process dies, also on kill -9), so a second writer is refused with one line.
@@ -57,12 +58,16 @@ class StopRequests:
         print(f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
               f"(send it again to stop at once)", file=sys.stderr, flush=True)
 
-    def agreed(self, d: distributed.Dist, device) -> int | None:
-        """The signal number if any process was asked to stop (every process must call this each step)."""
+    def agreed(self, d: distributed.Dist, device, save_due: bool = False) -> tuple[int | None, bool]:
+        """(the signal number if any process was asked to stop, whether any process says a timed checkpoint is due).
+
+        Every process must call this each step: one all-reduce carries both, so all processes act at the same step.
+        """
         if not d.enabled:
-            return self.signum
-        flag = torch.tensor([self.signum or 0], device=device)
-        return int(distributed.all_max(flag, d).item()) or None
+            return self.signum, save_due
+        flags = torch.tensor([self.signum or 0, int(save_due)], device=device)
+        signum, due = distributed.all_max(flags, d).tolist()
+        return signum or None, bool(due)
 
 
 def lock_out_dir(out_dir: str, d: distributed.Dist):
