@@ -33,6 +33,10 @@ class DataError(UserError):
     """A corpus, prepared folder or tokenizer problem."""
 
 
+class DiskError(UserError):
+    """A write that failed for lack of space, a quota or a failing disk (common/files.py says which file, how much)."""
+
+
 def need(ok: bool, message: str, error: type[UserError] = ConfigError) -> None:
     """Validation in one line: `need(n > 0, f"n={n} must be > 0")`."""
     if not ok:

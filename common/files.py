@@ -4,9 +4,56 @@ The bytes go to a temporary file in the target's folder, are flushed to disk (fs
 permissions (mkstemp's 0600 would keep teammates out of a shared run), and are renamed over the target; then the
 folder is fsynced, so the rename itself survives a power cut. Checkpoints (training/checkpoint.py) and prepared
 data (data/build.py) are written this way.
+
+A write that fails because the disk is full (ENOSPC), a quota is reached (EDQUOT), the disk fails (EIO) or the file
+is too large for the filesystem (EFBIG) becomes one line, `disk_errors`: which file, how much it needed, how much is
+free; the previous complete file is intact and no temporary file remains.
 """
+import contextlib
+import errno
 import os
+import shutil
 import tempfile
+
+from common.errors import DiskError
+
+DISK_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+               errno.EIO: "input/output error (a failing disk or network filesystem)",
+               errno.EFBIG: "file too large for this filesystem"}
+
+
+def human(n: float) -> str:
+    """A byte count for a person: 512 B, 3.1 MB, 2.0 GB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+
+
+def free_bytes(path) -> int | None:
+    folder = os.path.dirname(os.path.abspath(path))
+    while folder and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def disk_errors(path, needed: int | None = None):
+    """Inside: a write into path (about `needed` bytes) that fails for the disk's sake raises DiskError, one line."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
+        free = free_bytes(path)
+        size = f"it needed about {human(needed)}" if needed is not None else "its size is unknown"
+        room = f", {human(free)} free there" if free is not None else ""
+        kept = " (the previous complete file is intact)" if os.path.exists(path) else ""
+        raise DiskError(f"could not write {path}: {DISK_ERRNOS[e.errno]} ({size}{room}){kept}; free some space or "
+                        f"write to another folder") from None
 
 
 def current_umask() -> int:
@@ -23,21 +70,60 @@ def fsync_dir(folder) -> None:
         os.close(fd)
 
 
-def write_atomic(path, write, prefix: str = ".tmp-", suffix: str = ".tmp") -> None:
+def write_all(f, data) -> int:
+    """Writes every byte of data to the unbuffered binary file f, or raises. On a filling disk one write() may take
+    only part of the bytes (the next one then fails with ENOSPC): a buffered file hides that from Python but not
+    from torch.save's bookkeeping, which then fails with its own error instead of the disk's."""
+    view = memoryview(data).cast("B")
+    while view:
+        n = f.write(view)
+        if not n:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[n:]
+    return len(data)
+
+
+class WholeWrites:
+    """A binary file object for write(f) callbacks: every write lands whole or raises (see write_all). It keeps the
+    first OSError it raised: torch.save catches it and fails later with "unexpected pos", which would hide the
+    disk's error from the user."""
+
+    def __init__(self, raw):
+        self.raw, self.error = raw, None
+
+    def write(self, data) -> int:
+        try:
+            return write_all(self.raw, data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        pass  # unbuffered: nothing waits in memory
+
+
+def write_atomic(path, write, prefix: str = ".tmp-", suffix: str = ".tmp", needed: int | None = None) -> None:
     """write(f) fills a binary file object; path then holds exactly what it wrote. A temporary file left by a kill
-    is named prefix...suffix in path's folder."""
+    is named prefix...suffix in path's folder. needed: about how many bytes write() writes (for a full disk's
+    message)."""
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
-        fsync_dir(folder)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with disk_errors(path, needed):
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
+        try:
+            with os.fdopen(fd, "wb", buffering=0) as f:
+                target = WholeWrites(f)
+                try:
+                    write(target)
+                except Exception as e:
+                    if target.error is not None and e is not target.error:
+                        raise target.error from e  # the disk's error, not what a library made of it
+                    raise
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~current_umask())
+            os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
+            fsync_dir(folder)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise

@@ -33,7 +33,7 @@ MAX_CODEPOINT = 0x110000
 
 
 def write_atomic(path: Path, data: bytes):
-    files.write_atomic(path, lambda f: f.write(data), prefix=f".{path.name}.")
+    files.write_atomic(path, lambda f: f.write(data), prefix=f".{path.name}.", needed=len(data))
 
 
 @dataclass

@@ -22,7 +22,7 @@ if __name__ == "__main__" and not __package__:
 
 import numpy as np
 
-from common import cli, flags
+from common import cli, files, flags
 from common.errors import DataError
 from data.encode import make_tokenizer, peak_rss_mb
 from data.build import BPE_FILE, PROGRESS, Build, check_result, write_atomic
@@ -98,7 +98,8 @@ def prepare(**settings) -> Path:
     tok = make_tokenizer(spec)
     dtype = np.dtype(np.uint16 if tok.vocab_size <= 2 ** 16 else np.uint32)
     t_enc = time.time()
-    result = build.encode(spec, dtype)
+    with files.disk_errors(out, needed=source.total_bytes * dtype.itemsize):  # at most a token per byte
+        result = build.encode(spec, dtype)
     t_enc = time.time() - t_enc
     check_result(result, f"--input={cfg.input}" if cfg.input else "shakespeare")
     meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad)

@@ -6,6 +6,7 @@ and returns what a resumed run needs (the complete shards, the partial file's le
 against that state, cuts the partial file back to it (a killed run may have written past it) and removes anything
 beyond. meta.json, written last by prepare(), is the only thing that makes the folder "prepared".
 """
+import contextlib
 import os
 from pathlib import Path
 
@@ -66,11 +67,12 @@ class ShardWriter:
         tokens = tokens.astype(self.dtype, copy=False)
         while len(tokens):
             n = min(len(tokens), self.shard_tokens - self.n_partial)
-            self._file.write(tokens[:n].tobytes())
-            self.n_partial += n
-            tokens = tokens[n:]
-            if self.n_partial == self.shard_tokens:
-                self._finish_shard()
+            with self._whole_tokens():
+                self._file.write(tokens[:n].tobytes())
+                self.n_partial += n
+                tokens = tokens[n:]
+                if self.n_partial == self.shard_tokens:
+                    self._finish_shard()
 
     def _finish_shard(self):
         self._file.flush()
@@ -81,9 +83,26 @@ class ShardWriter:
         self.n_partial = 0
         self._file = open(self._partial_path(), "wb")
 
+    @contextlib.contextmanager
+    def _whole_tokens(self):
+        """A write that fails (a full disk) may leave half a token on disk: cut the partial file back to whole tokens
+        and close it, then let the error go on. The saved progress is untouched, so a rerun continues from it."""
+        try:
+            yield
+        except OSError:
+            try:
+                self._file.close()
+            except OSError:
+                pass  # closing flushes the buffer, which fails the same way
+            path, item = self._partial_path(), self.dtype.itemsize
+            if path.exists():
+                os.truncate(path, path.stat().st_size // item * item)
+            raise
+
     def state(self) -> dict:
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with self._whole_tokens():
+            self._file.flush()
+            os.fsync(self._file.fileno())
         return {"shards": list(self.shards), "partial": self.n_partial, "docs": self.n_docs}
 
     @property
@@ -93,7 +112,8 @@ class ShardWriter:
     def finish(self) -> list[dict]:
         """The last (shorter) shard gets its name; the manifest entries of this split."""
         if self.n_partial or not self.shards:  # an empty split still gets its (empty) first shard
-            self._finish_shard()
+            with self._whole_tokens():
+                self._finish_shard()
         self._file.close()
         self._partial_path().unlink(missing_ok=True)
         return [{"file": shard_name(self.split, i), "tokens": n} for i, n in enumerate(self.shards)]

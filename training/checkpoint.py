@@ -134,8 +134,19 @@ def clean_state_dict(model) -> dict:
     return out
 
 
+def tensor_bytes(obj) -> int:
+    """The bytes of every tensor in a nest of dicts and lists: about the size of its checkpoint file."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
 def save_atomic(obj: dict, path: str) -> None:
-    write_atomic(path, lambda f: torch.save(obj, f), TMP_PREFIX, TMP_SUFFIX)
+    write_atomic(path, lambda f: torch.save(obj, f), TMP_PREFIX, TMP_SUFFIX, needed=tensor_bytes(obj))
 
 
 def copy_atomic(src: str, dst: str) -> None:
@@ -143,7 +154,7 @@ def copy_atomic(src: str, dst: str) -> None:
     def copy(f):
         with open(src, "rb") as source:
             shutil.copyfileobj(source, f)
-    write_atomic(dst, copy, TMP_PREFIX, TMP_SUFFIX)
+    write_atomic(dst, copy, TMP_PREFIX, TMP_SUFFIX, needed=os.path.getsize(src))
 
 
 def remove_stale_temporaries(folder: str) -> None:

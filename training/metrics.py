@@ -15,6 +15,8 @@ import json
 import math
 import os
 
+from common.files import disk_errors, write_all
+
 # flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
               "val_loss": "val/loss", "val_bpb": "val/bpb", "val_ppl": "val/ppl",
@@ -74,7 +76,7 @@ class MetricsLog:
         os.makedirs(out_dir, exist_ok=True)
         if not fresh:
             keep_through(self.path, resume_step)
-        self.file = open(self.path, "w" if fresh else "a", buffering=1)  # line-buffered: each line lands whole
+        self.file = open(self.path, "wb" if fresh else "ab", buffering=0)  # unbuffered: each line lands whole
         self.wandb = None
         self.sample_rows = []  # every sample so far: the table logged at each evaluation holds the whole history
         if wandb_cfg is not None:
@@ -99,9 +101,19 @@ class MetricsLog:
 
     def log(self, row: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-        self.file.write(json.dumps(clean) + "\n")
+        self._append((json.dumps(clean) + "\n").encode())
         if self.wandb is not None:
             self.wandb.log({WANDB_KEYS.get(k, k): v for k, v in row.items() if v is not None}, step=row.get("step"))
+
+    def _append(self, line: bytes) -> None:
+        """One whole line or none: a write that fails (a full disk) is cut back off, then reported in one line."""
+        start = self.file.tell()
+        with disk_errors(self.path, len(line)):
+            try:
+                write_all(self.file, line)
+            except OSError:
+                self.file.truncate(start)
+                raise
 
     def log_samples(self, step: int, samples: list[str]) -> None:
         if self.wandb is not None:
