@@ -60,7 +60,7 @@ def convert(name: str, text, typ):
             return float(text)
         return str(text)
     except ValueError:
-        kind = "true or false" if typ is bool else f"a {typ.__name__}"
+        kind = {bool: "true or false", int: "an integer", float: "a number"}.get(typ, f"a {typ.__name__}")
         raise FlagError(f"--{name}={text} is not {kind}") from None
 
 
@@ -95,6 +95,10 @@ def load_toml(path: str) -> dict:
         raise FlagError(f"--config={path} does not exist; give the path of a TOML file") from None
     except tomllib.TOMLDecodeError as e:
         raise FlagError(f"--config={path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise FlagError(f"--config={path} is not UTF-8 text; save it as UTF-8 (TOML files are)") from None
+    except OSError as e:  # a folder, no permission
+        raise FlagError(f"--config={path} cannot be read ({e.strerror}); give the path of a TOML file") from None
 
 
 def parse(argv, classes, presets: dict) -> tuple[dict, set]:

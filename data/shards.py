@@ -52,6 +52,7 @@ class TokenShards:
         folder = path if path.is_dir() else path.parent
         meta = read_meta(folder)
         self.dtype = np.dtype(meta["dtype"])
+        self.vocab_size = meta["vocab_size"]  # every token read is checked against it: a corrupt shard says so
         if path.is_dir():
             shards = split_shards(folder, meta, split)
         else:  # one .bin file given directly
@@ -84,6 +85,9 @@ class TokenShards:
             piece = out[done:done + n]
             if f.readinto(memoryview(piece).cast("B")) != piece.nbytes:
                 raise DataError(f"{f.name} is shorter than its meta.json says; prepare the data again")
+            if n and piece.max() >= self.vocab_size:  # one pass over a batch's tokens: nothing next to a step
+                raise DataError(f"{f.name} holds token id {int(piece.max())}, but the vocabulary has "
+                                f"{self.vocab_size}: the file is corrupt; delete its folder and prepare the data again")
             done, pos = done + n, pos + n
 
     def close(self):

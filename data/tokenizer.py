@@ -169,12 +169,60 @@ def drop_unknown(tokenizer: Tokenizer, text: str) -> str:
     return "".join(c for c in text if c in tokenizer.chars) or tokenizer.chars[0]
 
 
+def meta_problem(meta) -> str | None:
+    """What is wrong with a prepared folder's meta.json (or a checkpoint's copy of it), or None. Every field that
+    code reads is checked for its type and range: the file may come from anywhere."""
+    def count(x, lowest=0):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= lowest
+
+    def plain_name(x):  # a file in the same folder: no path, no way out of it
+        return isinstance(x, str) and x not in ("", ".", "..") and os.path.basename(x) == x and "\0" not in x
+
+    if not isinstance(meta, dict):
+        return "it is not a JSON object"
+    if meta.get("tokenizer") not in TOKENIZERS:
+        return f"tokenizer={meta.get('tokenizer')!r} is not one of {', '.join(TOKENIZERS)}"
+    if not count(meta.get("vocab_size"), 1):
+        return f"vocab_size={meta.get('vocab_size')!r} is not a positive integer"
+    eot = meta.get("eot_id")
+    if eot is not None and not (count(eot) and eot < meta["vocab_size"]):
+        return f"eot_id={eot!r} is not an id below vocab_size"
+    if meta["tokenizer"] == "char" and not (isinstance(meta.get("chars"), str) and meta["chars"]):
+        return "chars (the character vocabulary) is missing or not a string"
+    if meta["tokenizer"] == "bpe" and not plain_name(meta.get("bpe_file")):
+        return f"bpe_file={meta.get('bpe_file')!r} is not a file name"
+    if "dtype" in meta and meta["dtype"] not in ("uint16", "uint32"):
+        return f"dtype={meta['dtype']!r} is not uint16 or uint32"
+    for key in ("train_tokens", "val_tokens"):
+        if key in meta and not count(meta[key]):
+            return f"{key}={meta[key]!r} is not a token count"
+    shards = meta.get("shards")
+    if shards is not None:
+        if not isinstance(shards, dict) or not all(isinstance(v, list) for v in shards.values()):
+            return "shards is not a table of lists"
+        for split, entries in shards.items():
+            for e in entries:
+                if not (isinstance(e, dict) and plain_name(e.get("file")) and count(e.get("tokens"))):
+                    return f"a {split} shard entry ({str(e)[:60]}) has no file name or token count"
+    return None
+
+
 def read_meta(folder_or_meta_json) -> dict:
     path = Path(folder_or_meta_json)
     path = path / "meta.json" if path.is_dir() else path
     if not path.is_file():
         raise DataError(f"{path} does not exist; prepare the data first: python data/prepare.py")
-    return json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON
+        raise DataError(f"{path} cannot be read ({type(e).__name__}); delete its folder and prepare the data "
+                        f"again") from None
+    problem = meta_problem(meta)
+    missing = [k for k in ("dtype", "train_tokens", "val_tokens") if not isinstance(meta, dict) or k not in meta]
+    if problem or missing:
+        raise DataError(f"{path} is corrupt: {problem or 'it has no ' + ', '.join(missing)}; delete its folder and "
+                        f"prepare the data again")
+    return meta
 
 
 def load_tokenizer(folder_or_meta, folder=None) -> Tokenizer:

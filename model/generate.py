@@ -14,6 +14,10 @@ MIN_TEMPERATURE = 1e-5
 from common.errors import ConfigError, UserError
 
 
+class NonFiniteLogits(UserError):
+    """A model whose output is NaN or inf cannot be sampled from."""
+
+
 def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
     if not temperature >= 0:
         raise ConfigError(f"temperature={temperature} must be >= 0 (0 = greedy)")
@@ -51,7 +55,13 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, gen
     if temperature < MIN_TEMPERATURE:
         return logits.argmax(dim=-1)
     probs = next_token_probs(logits, temperature, top_k, top_p, min_p)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    try:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    except RuntimeError as e:  # NaN/inf: checked here, where it costs nothing, rather than each step
+        if torch.isfinite(probs).all():
+            raise
+        raise NonFiniteLogits("the model's next-token probabilities are not finite (NaN or inf): its weights are "
+                              "corrupt or its training diverged") from None
 
 
 def left_pad(prompts, device):

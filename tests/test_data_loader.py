@@ -11,11 +11,17 @@ from data.loader import TrainBatches, val_batches
 T, B = 16, 4
 
 
+def meta(dtype: str, train_tokens: int, val_tokens: int) -> dict:
+    """The fields of meta.json that reading the tokens needs (the GPT-2 vocabulary holds every id used here)."""
+    return {"dtype": dtype, "tokenizer": "gpt2", "vocab_size": 50_257, "train_tokens": train_tokens,
+            "val_tokens": val_tokens}
+
+
 @pytest.fixture
 def folder(tmp_path):
     np.arange(50_000, dtype=np.uint32).tofile(tmp_path / "train.bin")
     np.arange(1_000, dtype=np.uint32).tofile(tmp_path / "val.bin")
-    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint32"}))
+    (tmp_path / "meta.json").write_text(json.dumps(meta("uint32", 50_000, 1_000)))
     return tmp_path
 
 
@@ -99,7 +105,7 @@ def test_validation_scores_every_target_of_a_100_token_split_exactly_once(tmp_pa
     # Issue 14, item 5: the stride-T windows stop short of the end; up to T-1 final targets were never scored.
     np.arange(1_000, dtype=np.uint16).tofile(tmp_path / "train.bin")
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "val.bin")
-    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16"}))
+    (tmp_path / "meta.json").write_text(json.dumps(meta("uint16", 1_000, 100)))
     for world in (1, 2):
         scored = []
         for r in range(world):

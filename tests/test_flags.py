@@ -34,7 +34,7 @@ def test_toml_config_file_between_preset_and_flags(tmp_path):
 @pytest.mark.parametrize("argv, msg", [
     (["--n_layers=4"], "unknown flag --n_layers; did you mean --n_layer?"),
     (["--learning_rat=1"], "did you mean --learning_rate?"),
-    (["--n_layer=four"], "--n_layer=four is not a int"),
+    (["--n_layer=four"], "--n_layer=four is not an integer"),
     (["--compile=maybe"], "--compile=maybe is not true or false"),
     (["--preset=huge"], "--preset=huge is unknown; choose one of"),
     (["n_layer=4"], "unexpected argument 'n_layer=4'"),

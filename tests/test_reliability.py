@@ -131,7 +131,7 @@ def make_run(corpus, tmp_path, capsys):
 
 TRAIN_CASES = [
     (["--n_layers=2"], "unknown flag --n_layers; did you mean --n_layer?"),
-    (["--max_iters=ten"], "--max_iters=ten is not a int"),
+    (["--max_iters=ten"], "--max_iters=ten is not an integer"),
     (["--max_iters=-5"], "max_iters=-5 must be a positive integer"),
     (["--learning_rate=0"], "learning_rate=0.0 must be > 0"),
     (["--dropout=1.5"], "dropout=1.5"),

@@ -86,13 +86,27 @@ class Checkpoint:
             config = GPTConfig.from_dict(raw["model_config"])
         except (ValueError, TypeError) as e:
             raise CheckpointError(f"{path} holds a model config this code refuses: {e}") from None
-        return cls(weights=raw["model"], model_config=config, step=int(raw["step"]), data_meta=raw["data_meta"],
+        problem = field_problem(raw, config.vocab_size)
+        if problem:
+            raise CheckpointError(f"{path} is corrupt or not ours: {problem}")
+        return cls(weights=raw["model"], model_config=config, step=raw["step"], data_meta=raw["data_meta"],
                    data_dir=raw.get("data_dir"), train_config=raw.get("train_config") or {},
                    objective=raw.get("variant") or "decoder", mask_id=raw.get("mask_id"),
                    best_val_loss=raw.get("best_val_loss", math.inf), optimizer=raw.get("optimizer"),
                    scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"))
 
     def build_model(self, device="cpu") -> GPT:
+        with torch.device("meta"):  # shapes only, no memory: a config the weights do not back allocates nothing
+            expected = {k: tuple(v.shape) for k, v in GPT(self.model_config).state_dict().items()}
+        found = {k: tuple(v.shape) for k, v in self.weights.items() if isinstance(v, torch.Tensor)}
+        if expected != found:
+            wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
+            raise CheckpointError(f"checkpoint weights do not fit its own config ({len(wrong)} tensor(s) missing, "
+                                  f"extra or of another shape, e.g. {wrong[0]}); the file is corrupt or not ours")
+        bad = next((k for k, v in self.weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+        if bad is not None:
+            raise CheckpointError(f"checkpoint weight {bad} holds NaN or inf: the file is corrupt (a run of this "
+                                  f"project never saves a non-finite update)")
         model = GPT(self.model_config)
         try:
             model.load_state_dict(self.weights)
@@ -107,7 +121,36 @@ class Checkpoint:
         from data.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(self.data_meta, folder=self.data_dir)
+        if tokenizer.vocab_size > self.model_config.vocab_size:
+            raise CheckpointError(f"the checkpoint's tokenizer has {tokenizer.vocab_size} tokens but its model only "
+                                  f"{self.model_config.vocab_size}: the file is corrupt or not ours")
         return with_mask_token(tokenizer) if self.mask_id is not None else tokenizer
+
+
+def field_problem(raw: dict, vocab_size: int) -> str | None:
+    """What is wrong with a checkpoint dict's fields besides the model config (checked first), or None."""
+    from data.tokenizer import meta_problem
+
+    def number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    step, mask_id = raw["step"], raw.get("mask_id")
+    if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0):
+        return f"step={step!r} is not a step count"
+    if not all(isinstance(k, str) for k in raw["model"]):
+        return "a weight's name is not a string"
+    if not all(isinstance(v, torch.Tensor) for v in raw["model"].values()):
+        return "a weight is not a tensor"
+    if raw.get("variant") not in (None, "decoder", "encoder", "cheater"):
+        return f"variant={raw.get('variant')!r} is not decoder, encoder or cheater"
+    if mask_id is not None and not (isinstance(mask_id, int) and 0 <= mask_id < vocab_size):
+        return f"mask_id={mask_id!r} is not an id of its vocabulary"
+    if not number(raw.get("best_val_loss", 0.0)):
+        return f"best_val_loss={raw.get('best_val_loss')!r} is not a number"
+    if not isinstance(raw.get("data_dir") or "", str) or not isinstance(raw.get("train_config") or {}, dict):
+        return "data_dir or train_config has the wrong type"
+    problem = meta_problem(raw["data_meta"])
+    return f"its data_meta is not valid: {problem}" if problem else None
 
 
 def path_in(out_dir: str, which: str = "last") -> str:
