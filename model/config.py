@@ -13,6 +13,9 @@ ATTN_SCORES = ("dot", "additive", "bilinear")  # see model/scores.py
 MLP_ACTS = ("gelu", "relu2")  # see model/blocks.py
 
 
+MAX_SIZE = 2**31  # sizes and windows are indices: torch's int32 kernels and index math stay below this
+
+
 @dataclass
 class GPTConfig:
     NOT_FLAGS = {"vocab_size": "the tokenizer sets it; --bpe_vocab_size sizes a trained BPE (--tokenizer=bpe)"}
@@ -44,7 +47,8 @@ class GPTConfig:
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
-            need(isinstance(value, int) and value > 0, f"{name}={value!r} must be a positive integer")
+            need(isinstance(value, int) and 0 < value < MAX_SIZE, f"{name}={value!r} must be a positive integer "
+                 f"below 2**31")
         need(self.n_embd % self.n_head == 0,
              f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; pick n_embd as a multiple of n_head")
         need(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
@@ -63,8 +67,8 @@ class GPTConfig:
         if self.pos_emb == "rope":
             need(self.head_dim % 2 == 0, f"pos_emb='rope' needs an even head_dim, got {self.head_dim} "
                  f"(n_embd={self.n_embd} / n_head={self.n_head})")
-        need(self.window is None or (isinstance(self.window, int) and self.window > 0),
-             f"window={self.window!r} must be a positive integer or None (full attention)")
+        need(self.window is None or (isinstance(self.window, int) and 0 < self.window < MAX_SIZE),
+             f"window={self.window!r} must be a positive integer below 2**31, or None (full attention)")
 
     @property
     def head_dim(self) -> int:

@@ -208,9 +208,10 @@ def saved_with(made, tmp_path, change) -> str:
     ("data_meta without a tokenizer", lambda r: r["data_meta"].pop("tokenizer"), "is not one of char"),
     ("a NaN weight", lambda r: r["model"]["norm.weight"].fill_(math.nan), "holds NaN or inf"),
     ("a step that is text", lambda r: r.__setitem__("step", "x"), "is not a step count"),
-    # 2**31 tokens x 32 wide would allocate 256 GB before load_state_dict could say the weights do not fit
-    ("a vocabulary the weights do not back", lambda r: r["model_config"].__setitem__("vocab_size", 2**31),
+    # 2**30 tokens x 32 wide would allocate 128 GB before load_state_dict could say the weights do not fit
+    ("a vocabulary the weights do not back", lambda r: r["model_config"].__setitem__("vocab_size", 2**30),
      "do not fit its own config"),
+    ("a window of 2**64", lambda r: r["model_config"].__setitem__("window", 2**64), "below 2\\*\\*31"),
 ])
 def test_a_corrupt_checkpoint_field_is_refused_in_one_line(made, tmp_path, name, change, message):
     path = saved_with(made, tmp_path, change)
