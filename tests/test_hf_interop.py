@@ -89,7 +89,8 @@ def test_our_model_round_trips_through_hf_with_its_char_tokenizer(tmp_path, caps
     ours = perturb(tiny_model(pos_emb="learned"))
     export(as_checkpoint(ours), tmp_path / "hf")
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert "Only ids are exported" in card and TOKENIZER_META in card
+    assert "GPT2LMHeadModel" in card and "AutoTokenizer" in card
+    assert {"tokenizer.json", TOKENIZER_META} <= set(os.listdir(tmp_path / "hf"))
     path = import_checkpoint(tmp_path / "hf", tmp_path / "run")
     ckpt = Checkpoint.load(path)
     assert ckpt.data_meta["chars"] == CHARS and ckpt.step == 0
@@ -119,7 +120,6 @@ def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, blame", [
-    (dict(pos_emb="rope"), "pos_emb='rope'"),
     (dict(pos_emb="alibi"), "pos_emb='alibi'"),
     (dict(pos_emb="learned", window=4), "window=4"),
     (dict(pos_emb="learned", causal=False), "causal=false"),
