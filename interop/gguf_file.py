@@ -14,9 +14,10 @@ embedding when tied): llama.cpp's gptneox graph requires it.
 
 The tokenizer: gpt2 and our trained bpe become llama.cpp's byte-level BPE ("gpt2" model, GPT-2's split pattern),
 from the same vocabulary and merges as tokenizer.json (interop/hf_tokenizer.py). A char vocabulary is refused:
-llama.cpp's tokenizers are byte-level BPE, SentencePiece, WordPiece and Unigram, and none maps each character to
-one id as ours does (byte-level BPE would need every byte of a non-ASCII character in the vocabulary;
-SentencePiece rewrites spaces to U+2581 and splits unknown characters into bytes).
+llama.cpp's byte-level BPE needs every single byte as a token (a non-ASCII character is several bytes), and its
+SentencePiece tokenizer, which could keep whole characters, needs the 256 byte tokens <0x00>..<0xFF> (it looks up
+the newline as <0x0A> when loading) and takes ids 0, 1, 2 as unknown, start and end tokens whatever the file says:
+rows the model does not have, and characters that would stop generation.
 
 Shapes: GGUF lists dimensions innermost first; the writer takes torch's (out, in) arrays and reverses them.
 """
@@ -45,8 +46,8 @@ def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:
         return (f"mlp_act='{cfg.mlp_act}' cannot be exported to GGUF: llama.cpp's gpt2 and gptneox graphs use "
                 f"the tanh GELU (mlp_act='gelu')")
     if tokenizer_name == "char":
-        return ("the char tokenizer cannot be exported to GGUF: llama.cpp's tokenizers are byte-level BPE, "
-                "SentencePiece, WordPiece and Unigram, none of which gives one id per character; train with "
+        return ("the char tokenizer cannot be exported to GGUF: llama.cpp's tokenizers need byte tokens (and "
+                "SentencePiece fixed special ids) that a char vocabulary does not have; train with "
                 "--tokenizer=bpe or --tokenizer=gpt2")
     if dtype not in DTYPES:
         return f"gguf_dtype={dtype!r} is not one of {', '.join(DTYPES)}"

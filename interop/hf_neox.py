@@ -151,18 +151,15 @@ def from_hf_state_dict(cfg: GPTConfig, hf_state: dict[str, torch.Tensor]) -> GPT
         if our_name.endswith("attn.qkv"):
             w, b = qkv_from_neox(w, cfg.n_head), qkv_from_neox(b, cfg.n_head)
         ours[our_name + ".weight"], ours[our_name + ".bias"] = w, b
-    heads = [n for n in HEAD_NAMES if n in state]
+    heads = [state.pop(n) for n in HEAD_NAMES if n in state]  # a tied head saved anyway is embed_in: dropped
     if not cfg.tie_head:
         if not heads:
             raise UserError("this Hugging Face model has tie_word_embeddings=false but no embed_out.weight")
-        ours["head.weight"] = state.pop(heads[0])
-    for name in heads[1:] if not cfg.tie_head else heads:
-        state.pop(name)  # a tied head saved anyway: it is embed_in
+        ours["head.weight"] = heads[0]
     if state:
         raise UserError(f"this Hugging Face model has weights GPT-NeoX's layout does not: {', '.join(sorted(state)[:5])}")
     model = GPT(cfg)
-    model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=cfg.tie_head is False)
-    if cfg.tie_head:
-        missing = set(model.state_dict()) - set(ours) - {"head.weight"}  # the head is wte: tied, not loaded
-        assert not missing, f"weights not set on import: {sorted(missing)}"
+    model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=False)
+    missing = set(model.state_dict()) - set(ours) - ({"head.weight"} if cfg.tie_head else set())  # tied: it is wte
+    assert not missing, f"weights not set on import: {sorted(missing)}"
     return model

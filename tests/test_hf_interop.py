@@ -85,11 +85,12 @@ def test_gpt2_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path):
         assert getattr(back.config, key) == getattr(hf.config, key)
 
 
-def test_our_model_round_trips_through_hf_with_its_char_tokenizer(tmp_path, capsys):
-    ours = perturb(tiny_model(pos_emb="learned"))
+@pytest.mark.parametrize("pos_emb, arch", [("learned", "GPT2LMHeadModel"), ("rope", "GPTNeoXForCausalLM")])
+def test_our_model_round_trips_through_hf_with_its_char_tokenizer(tmp_path, capsys, pos_emb, arch):
+    ours = perturb(tiny_model(pos_emb=pos_emb))
     export(as_checkpoint(ours), tmp_path / "hf")
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert "GPT2LMHeadModel" in card and "AutoTokenizer" in card
+    assert arch in card and "AutoTokenizer" in card
     assert {"tokenizer.json", TOKENIZER_META} <= set(os.listdir(tmp_path / "hf"))
     path = import_checkpoint(tmp_path / "hf", tmp_path / "run")
     ckpt = Checkpoint.load(path)
