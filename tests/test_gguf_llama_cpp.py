@@ -93,3 +93,47 @@ def test_llama_cpp_runs_our_gguf_with_our_tokens_logits_and_greedy_text(tmp_path
         if len(got) == new:
             break
     assert got == want
+
+
+FP16_RTOL = 2.0 ** -8  # f16 file: every weight and every matmul input rounded to float16 (2^-11 each), 2 layers
+
+
+def test_llama_cpp_runs_an_f16_gguf_within_float16_rounding(tmp_path):
+    tok = small_bpe()
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, block_size=32), scale=0.3)
+    write_gguf(model, tok, tmp_path / "m.gguf", dtype="f16")
+    llm = load_in_llama_cpp(tmp_path / "m.gguf", n_ctx=32)
+    ids = tok.encode(TEXT)
+    llm.eval(ids)
+    theirs = torch.from_numpy(np.array(llm.scores[:len(ids)]))
+    with torch.no_grad():
+        ours = model(torch.tensor([ids]))[0][0]
+    diff = (theirs - ours).abs().max().item()
+    print(f"f16 GGUF: max |logit difference| {diff:.3g}, logits up to {ours.abs().max().item():.3g}")
+    assert diff < FP16_RTOL * ours.abs().max().item()
+
+
+def test_a_trained_bpe_run_exported_by_the_cli_completes_as_sample_py(tmp_path, capsys):
+    """The whole path a user takes: train.py, python -m interop.export --to_gguf, llama.cpp's completion API at
+    temperature 0, against sample.py --temperature=0."""
+    import sample
+    import train
+    from conftest import TINY_TRAIN_FLAGS
+    from interop.export import main as export_main
+
+    corpus = tmp_path / "play.txt"
+    corpus.write_text("\n".join(f"ROMEO:\n{TEXT} love {i % 7} night\n" for i in range(300)), encoding="utf-8")
+    train.main(TINY_TRAIN_FLAGS + [f"--input={corpus}", f"--out_dir={tmp_path / 'run'}", f"--data_root={tmp_path}",
+                                   "--tokenizer=bpe", "--bpe_vocab_size=300", "--max_iters=100",
+                                   "--eval_interval=100", "--learning_rate=1e-2"])
+    export_main([f"--out_dir={tmp_path / 'run'}", "--ckpt=last", f"--to_gguf={tmp_path / 'm.gguf'}"])
+    prompt, new = "ROMEO:\n", 10
+    capsys.readouterr()
+    sample.main([f"--out_dir={tmp_path / 'run'}", "--ckpt=last", f"--start={prompt}", "--temperature=0",
+                 f"--max_new_tokens={new}", "--device=cpu"])
+    ours = capsys.readouterr().out.split("----------\n", 1)[1].removesuffix("\n")
+    ours = ours.split("<|endoftext|>")[0]  # llama.cpp stops at the end-of-text token without printing it
+    llm = load_in_llama_cpp(tmp_path / "m.gguf", n_ctx=16)
+    theirs = llm(prompt, max_tokens=new, temperature=0.0, top_k=1, repeat_penalty=1.0)["choices"][0]["text"]
+    print(f"sample.py: {ours!r}; llama.cpp: {prompt + theirs!r}")
+    assert prompt + theirs == ours and len(ours) > len(prompt)
