@@ -22,12 +22,13 @@ rows the model does not have, and characters that would stop generation.
 Shapes: GGUF lists dimensions innermost first; the writer takes torch's (out, in) arrays and reverses them.
 """
 import os
+import shutil
 import tempfile
 
 import numpy as np
 
 from common.errors import UserError
-from common.files import current_umask, fsync_dir
+from common.files import write_atomic
 from data.tokenizer import load_tokenizer
 from interop.export import hf_target
 from interop.hf_tokenizer import bpe_vocab_and_merges
@@ -100,13 +101,12 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
     if refusal:
         raise UserError(refusal)
     arch = ARCHS[cfg.pos_emb]
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
+    folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".gguf")  # renamed into place when complete
-    os.close(fd)
-    try:
-        writer = gguf.GGUFWriter(tmp, arch)
+    # GGUFWriter writes to a path of its own; the file then goes into place through the project's one atomic writer
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".tmp-gguf-") as scratch:
+        draft = os.path.join(scratch, "draft.gguf")
+        writer = gguf.GGUFWriter(draft, arch)
         writer.add_name(name)
         writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
         writer.add_context_length(cfg.block_size)
@@ -129,14 +129,8 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-        fsync_dir(folder)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        with open(draft, "rb") as src:
+            write_atomic(path, lambda f: shutil.copyfileobj(src, f), suffix=".gguf")
 
 
 def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:

@@ -35,7 +35,8 @@ def neox_refusal(cfg: GPTConfig) -> str | None:
     if cfg.pos_emb != "rope":
         return f"pos_emb='{cfg.pos_emb}' cannot be exported to GPT-NeoX, whose positions are RoPE (pos_emb='rope')"
     if cfg.window is not None:
-        return f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-NeoX, which attends to the whole context"
+        return (f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-NeoX, which attends to "
+                f"the whole context")
     if not cfg.causal:
         return "causal=false (a bidirectional encoder) cannot be exported to GPT-NeoX, which is a causal decoder"
     if cfg.qk_norm:
@@ -124,7 +125,8 @@ def config_from_hf(hf: dict, dropout: float = 0.0, attn_impl: str = "sdpa") -> G
          f"hidden_act={hf.get('hidden_act', 'gelu')!r}; ours is one of {', '.join(ACTS_BACK)}")
     need(hf.get("intermediate_size") == 4 * hf["hidden_size"],
          f"intermediate_size={hf.get('intermediate_size')}; our MLP is 4 * hidden_size wide")
-    need(abs(hf.get("layer_norm_eps", LN_EPS) - LN_EPS) < 1e-12, f"layer_norm_eps={hf.get('layer_norm_eps')}; ours is {LN_EPS}")
+    need(abs(hf.get("layer_norm_eps", LN_EPS) - LN_EPS) < 1e-12,
+         f"layer_norm_eps={hf.get('layer_norm_eps')}; ours is {LN_EPS}")
     return GPTConfig(vocab_size=hf["vocab_size"], block_size=hf["max_position_embeddings"],
                      n_layer=hf["num_hidden_layers"], n_head=hf["num_attention_heads"], n_embd=hf["hidden_size"],
                      dropout=dropout, bias=True, pos_emb="rope",
@@ -141,7 +143,8 @@ def from_hf_state_dict(cfg: GPTConfig, hf_state: dict[str, torch.Tensor]) -> GPT
         if name not in state:
             if default is not None:
                 return default
-            raise UserError(f"this Hugging Face model has no weight {name}, which GPT-NeoX with n_layer={cfg.n_layer} has")
+            raise UserError(f"this Hugging Face model has no weight {name}, which GPT-NeoX with "
+                            f"n_layer={cfg.n_layer} has")
         return state.pop(name)
 
     ours = {"wte.weight": take(PREFIX + "embed_in.weight")}
@@ -157,7 +160,8 @@ def from_hf_state_dict(cfg: GPTConfig, hf_state: dict[str, torch.Tensor]) -> GPT
             raise UserError("this Hugging Face model has tie_word_embeddings=false but no embed_out.weight")
         ours["head.weight"] = heads[0]
     if state:
-        raise UserError(f"this Hugging Face model has weights GPT-NeoX's layout does not: {', '.join(sorted(state)[:5])}")
+        raise UserError(f"this Hugging Face model has weights GPT-NeoX's layout does not: "
+                        f"{', '.join(sorted(state)[:5])}")
     model = GPT(cfg)
     model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=False)
     missing = set(model.state_dict()) - set(ours) - ({"head.weight"} if cfg.tie_head else set())  # tied: it is wte
