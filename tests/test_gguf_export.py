@@ -1,9 +1,6 @@
 """GGUF export, the fast half: the file read back with the gguf package's own reader holds our weights under
 llama.cpp's names and our tokenizer; refusals are one line. llama.cpp itself runs the file in
 tests/test_gguf_llama_cpp.py (marked slow: it needs llama-cpp-python, built from source)."""
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -14,7 +11,7 @@ gguf = pytest.importorskip("gguf")
 
 from data.tokenizer import GPT2_PATTERN, bpe_tokenizer, ranks_to_bytes  # noqa: E402
 from interop.gguf_file import export_gguf, write_gguf  # noqa: E402
-from test_hf_interop import ROOT, as_checkpoint, perturb  # noqa: E402
+from test_hf_interop import as_checkpoint, perturb  # noqa: E402
 
 
 def small_bpe():
@@ -80,16 +77,20 @@ def test_gguf_refusals_are_one_line(tmp_path, overrides, meta, blame):
     assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file
 
 
-def test_export_cli_needs_a_target_and_writes_gguf(tmp_path):
+def test_export_cli_needs_a_target_and_writes_gguf(tmp_path, capsys):
+    from common import cli
+    from interop.export import main as export_main
+
     tok = small_bpe()
     (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
     meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
     as_checkpoint(perturb(tiny_model(vocab_size=tok.vocab_size)), meta, data_dir=str(tmp_path)).save(
         str(tmp_path / "ckpt_best.pt"))
-    run = [sys.executable, "-m", "interop.export", f"--out_dir={tmp_path}"]
-    r = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 2 and "--to_gguf" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = subprocess.run(run + [f"--to_gguf={tmp_path / 'm.gguf'}"], capture_output=True, text=True, cwd=ROOT,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
+    argv = [f"--out_dir={tmp_path}"]
+    assert cli.run(export_main, argv) == 2  # in-process: the command line's exit status and message
+    err = capsys.readouterr().err
+    assert "--to_gguf" in err and len(err.strip().splitlines()) == 1
+    assert cli.run(export_main, argv + [f"--to_gguf={tmp_path / 'm.gguf'}"]) == 0
     assert read(tmp_path / "m.gguf")[0]["general.architecture"] == "gptneox"
+    assert cli.run(export_main, argv + [f"--to_gguf={tmp_path / 'm.gguf'}"]) == 2  # exists: --overwrite=true
+    assert "--overwrite=true" in capsys.readouterr().err
