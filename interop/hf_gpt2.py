@@ -21,6 +21,7 @@ HF_PREFIX = "transformer."  # GPT2LMHeadModel's body; the original OpenAI upload
 HF_BUFFERS = (".attn.bias", ".attn.masked_bias")
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))
 LN_EPS = 1e-5  # nn.LayerNorm's default, which our model uses
+ARCH = "GPT2LMHeadModel"
 
 
 def gpt2_refusal(cfg: GPTConfig) -> str | None:
@@ -44,6 +45,9 @@ def gpt2_refusal(cfg: GPTConfig) -> str | None:
         return (f"attn_score='{cfg.attn_score}' cannot be exported to GPT-2, whose attention is the scaled dot "
                 f"product (attn_score='dot')")
     return None
+
+
+refusal = gpt2_refusal  # the name interop/export.py calls every target's check by
 
 
 def hf_config(cfg: GPTConfig, eot_id: int | None) -> dict:

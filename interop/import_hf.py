@@ -1,5 +1,6 @@
-"""Import a local Hugging Face GPT-2 folder (config.json + model.safetensors or pytorch_model.bin) as our model,
-to sample from it or train it further. Nothing is downloaded: the folder must be on disk.
+"""Import a local Hugging Face GPT-2 or GPT-NeoX folder (config.json + model.safetensors or pytorch_model.bin) as
+our model, to sample from it or train it further. Nothing is downloaded: the folder must be on disk. GPT-2 gives
+learned positions (interop/hf_gpt2.py), GPT-NeoX with sequential residuals and full rotary RoPE (interop/hf_neox.py).
 
     python -m interop.import_hf --hf_dir=path/to/gpt2 --out_dir=out-gpt2
     python sample.py --out_dir=out-gpt2 --start="Hello"
@@ -19,17 +20,18 @@ from common.errors import SetupError, UserError
 from common.flags import config_from_argv
 from interop import safetensors_file
 from interop.export import TOKENIZER_META
-from interop.hf_gpt2 import config_from_hf, from_hf_state_dict
+from interop import hf_gpt2, hf_neox
 from model import GPT
 from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict
 
 GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
+MAPPINGS = {"gpt2": hf_gpt2, "gpt_neox": hf_neox}  # config.json's model_type -> the module that maps its weights
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # HF's names, newest format first
 
 
 @dataclass
 class ImportConfig:
-    hf_dir: str = ""  # the Hugging Face GPT-2 folder (required)
+    hf_dir: str = ""  # the Hugging Face GPT-2 or GPT-NeoX folder (required)
     out_dir: str = "out-hf"  # where the checkpoint goes
     dropout: float = 0.0  # for training it further (GPT-2 was trained with 0.1)
     overwrite: bool = False
@@ -49,15 +51,24 @@ def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
 
 
 def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> GPT:
-    """A local GPT-2 folder -> our GPT (bias=True, learned positions), in eval mode, float32 as stored. dropout and
-    attn_impl are ours to choose: they change how it trains or runs, not what it computes."""
+    """A local GPT-2 or GPT-NeoX folder -> our GPT (bias=True), in eval mode, float32 as stored. dropout and
+    attn_impl are ours to choose: they change how it trains or runs, not what it computes. (The name is older
+    than the GPT-NeoX mapping; load_hf is the same function.)"""
     config_path = os.path.join(folder, "config.json")
     if not os.path.isfile(config_path):
         raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
                          f"so give a local folder")
     with open(config_path) as f:
-        cfg = config_from_hf(json.load(f), dropout, attn_impl)
-    return from_hf_state_dict(cfg, read_hf_weights(folder)).eval()
+        hf = json.load(f)
+    mapping = MAPPINGS.get(hf.get("model_type"))
+    if mapping is None:
+        raise UserError(f"this Hugging Face model cannot be imported: model_type={hf.get('model_type')!r}, only "
+                        f"{' and '.join(repr(k) for k in MAPPINGS)} are supported")
+    cfg = mapping.config_from_hf(hf, dropout, attn_impl)
+    return mapping.from_hf_state_dict(cfg, read_hf_weights(folder)).eval()
+
+
+load_hf = load_hf_gpt2
 
 
 def tokenizer_meta(folder: str, vocab_size: int) -> dict:
@@ -125,7 +136,7 @@ def main(argv) -> None:
     if ic is None:  # --help
         return
     if not ic.hf_dir:
-        raise UserError("--hf_dir=FOLDER is required: a local Hugging Face GPT-2 folder")
+        raise UserError("--hf_dir=FOLDER is required: a local Hugging Face GPT-2 or GPT-NeoX folder")
     path = import_checkpoint(ic.hf_dir, ic.out_dir, ic.dropout, ic.overwrite)
     print(f"imported {ic.hf_dir} to {path}; sample with: python sample.py --out_dir={ic.out_dir}")
 

@@ -13,7 +13,7 @@ import torch
 from conftest import metrics, tiny_args, tiny_model
 
 transformers = pytest.importorskip("transformers")
-safetensors_torch = pytest.importorskip("safetensors.torch")
+import safetensors.torch as safetensors_torch  # noqa: E402  (a run-time dependency now)
 
 from interop import safetensors_file  # noqa: E402
 from interop.export import TOKENIZER_META, export, main as export_main  # noqa: E402
@@ -85,11 +85,13 @@ def test_gpt2_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path):
         assert getattr(back.config, key) == getattr(hf.config, key)
 
 
-def test_our_model_round_trips_through_hf_with_its_char_tokenizer(tmp_path, capsys):
-    ours = perturb(tiny_model(pos_emb="learned"))
+@pytest.mark.parametrize("pos_emb, arch", [("learned", "GPT2LMHeadModel"), ("rope", "GPTNeoXForCausalLM")])
+def test_our_model_round_trips_through_hf_with_its_char_tokenizer(tmp_path, capsys, pos_emb, arch):
+    ours = perturb(tiny_model(pos_emb=pos_emb))
     export(as_checkpoint(ours), tmp_path / "hf")
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert "Only ids are exported" in card and TOKENIZER_META in card
+    assert arch in card and "AutoTokenizer" in card
+    assert {"tokenizer.json", TOKENIZER_META} <= set(os.listdir(tmp_path / "hf"))
     path = import_checkpoint(tmp_path / "hf", tmp_path / "run")
     ckpt = Checkpoint.load(path)
     assert ckpt.data_meta["chars"] == CHARS and ckpt.step == 0
@@ -119,7 +121,6 @@ def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, blame", [
-    (dict(pos_emb="rope"), "pos_emb='rope'"),
     (dict(pos_emb="alibi"), "pos_emb='alibi'"),
     (dict(pos_emb="learned", window=4), "window=4"),
     (dict(pos_emb="learned", causal=False), "causal=false"),
@@ -169,11 +170,22 @@ def test_training_starts_from_an_hf_folder(corpus, tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])
 def test_safetensors_file_agrees_with_the_safetensors_package(tmp_path, dtype):
     tensors = {"a": (torch.randn(3, 5) * 100).to(dtype), "b.c": torch.arange(7).to(dtype),
-               "empty": torch.zeros(0, 4, dtype=dtype)}
+               "empty": torch.zeros(0, 4, dtype=dtype), "t": torch.randn(4, 3).to(dtype).t()}  # t: not contiguous
     safetensors_file.save(tensors, tmp_path / "ours.safetensors", metadata={"format": "pt"})
     theirs = safetensors_torch.load_file(tmp_path / "ours.safetensors")
-    safetensors_torch.save_file(tensors, tmp_path / "theirs.safetensors")
+    safetensors_torch.save_file({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "theirs.safetensors")
     ours = safetensors_file.load(tmp_path / "theirs.safetensors")
     for loaded in (theirs, ours):
         assert loaded.keys() == tensors.keys()
         assert all(loaded[k].dtype == dtype and torch.equal(loaded[k], tensors[k]) for k in tensors)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]  # the atomic write left nothing behind
+
+
+@pytest.mark.parametrize("content", [b"", b"abc", b"\x10\0\0\0\0\0\0\0{not json at all", None])
+def test_an_unreadable_safetensors_file_is_one_line_naming_it(tmp_path, content):
+    path = tmp_path / "model.safetensors"
+    if content is not None:  # None: the file is missing
+        path.write_bytes(content)
+    with pytest.raises(ValueError) as e:
+        safetensors_file.load(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value) and "safetensors" in str(e.value)

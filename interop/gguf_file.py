@@ -1,0 +1,145 @@
+"""Export a checkpoint to one GGUF file, the format of llama.cpp (and of the tools built on it), written with the
+`gguf` package that llama.cpp publishes on PyPI (an optional dependency: `pip install gguf`).
+
+    python -m interop.export --out_dir=out --to_gguf=model.gguf [--gguf_dtype=f16]
+
+llama.cpp has a graph for each architecture; two of them are our model with one setting of each lever:
+- "gpt2": learned positions, pre-norm LayerNorm, GELU, biases (zeros when ours has none), head tied or not;
+- "gptneox" with use_parallel_residual=false and RoPE over the whole head: our RoPE model. llama.cpp's NeoX rope
+  rotates pairs (i, i + D/2), ours too, and it splits the fused qkv weight as [q; k; v] blocks, our layout (so,
+  unlike the Hugging Face folder, no regrouping per head).
+Both graphs hard-code the tanh GELU, so mlp_act='relu2' is refused, as is every lever Hugging Face's classes
+cannot express either (interop/export.py's refusals). The head is always written as output.weight (a copy of the
+embedding when tied): llama.cpp's gptneox graph requires it.
+
+The tokenizer: gpt2 and our trained bpe become llama.cpp's byte-level BPE ("gpt2" model, GPT-2's split pattern),
+from the same vocabulary and merges as tokenizer.json (interop/hf_tokenizer.py). A char vocabulary is refused:
+llama.cpp's byte-level BPE needs every single byte as a token (a non-ASCII character is several bytes), and its
+SentencePiece tokenizer, which could keep whole characters, needs the 256 byte tokens <0x00>..<0xFF> (it looks up
+the newline as <0x0A> when loading) and takes ids 0, 1, 2 as unknown, start and end tokens whatever the file says:
+rows the model does not have, and characters that would stop generation.
+
+Shapes: GGUF lists dimensions innermost first; the writer takes torch's (out, in) arrays and reverses them.
+"""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from common.errors import UserError
+from common.files import write_atomic
+from data.tokenizer import load_tokenizer
+from interop.export import hf_target
+from interop.hf_tokenizer import bpe_vocab_and_merges
+from training.checkpoint import Checkpoint
+
+ARCHS = {"learned": "gpt2", "rope": "gptneox"}  # pos_emb -> llama.cpp's architecture
+DTYPES = ("f32", "f16")
+LN_EPS = 1e-5  # nn.LayerNorm's default, which our model uses
+TOKEN_NORMAL, TOKEN_CONTROL = 1, 3  # llama.cpp's token types: an ordinary token, a special one (<|endoftext|>)
+
+
+def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:
+    """Why llama.cpp cannot run this model exactly (one line), or None. (interop.export.hf_target refuses the
+    levers Hugging Face cannot express first: positions, window, causal, qk_norm, attn_score.)"""
+    if cfg.mlp_act != "gelu":
+        return (f"mlp_act='{cfg.mlp_act}' cannot be exported to GGUF: llama.cpp's gpt2 and gptneox graphs use "
+                f"the tanh GELU (mlp_act='gelu')")
+    if tokenizer_name == "char":
+        return ("the char tokenizer cannot be exported to GGUF: llama.cpp's tokenizers need byte tokens (and "
+                "SentencePiece fixed special ids) that a char vocabulary does not have; train with "
+                "--tokenizer=bpe or --tokenizer=gpt2")
+    if dtype not in DTYPES:
+        return f"gguf_dtype={dtype!r} is not one of {', '.join(DTYPES)}"
+    return None
+
+
+def _tensors(model) -> dict[str, np.ndarray]:
+    """Our weights under llama.cpp's names, torch layout ((out, in) for Linear), float32; zeros for no biases."""
+    cfg = model.config
+    ours = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    out = {"token_embd.weight": ours["wte.weight"], "output.weight": ours["head.weight"]}  # (V, C) both
+    if cfg.pos_emb == "learned":
+        out["position_embd.weight"] = ours["pos.table.weight"]  # (P, C)
+    names = {"norm1": "attn_norm", "attn.qkv": "attn_qkv", "attn.proj": "attn_output", "norm2": "ffn_norm",
+             "mlp.up": "ffn_up", "mlp.down": "ffn_down"}
+    pairs = [(f"blocks.{i}.{a}", f"blk.{i}.{b}") for i in range(cfg.n_layer) for a, b in names.items()]
+    for our_name, name in pairs + [("norm", "output_norm")]:
+        w = ours[our_name + ".weight"]
+        out[name + ".weight"] = w
+        out[name + ".bias"] = ours.get(our_name + ".bias", np.zeros(w.shape[0], dtype=np.float32))
+    return {k: np.ascontiguousarray(np.asarray(v, dtype=np.float32)) for k, v in out.items()}
+
+
+def _add_tokenizer(writer, tokenizer) -> None:
+    vocab, merges = bpe_vocab_and_merges(tokenizer.encoding._mergeable_ranks)  # as in tokenizer.json
+    tokens = [""] * tokenizer.vocab_size
+    for text, i in vocab.items():
+        tokens[i] = text
+    tokens[tokenizer.eot_id] = "<|endoftext|>"
+    types = [TOKEN_NORMAL] * tokenizer.vocab_size
+    types[tokenizer.eot_id] = TOKEN_CONTROL
+    writer.add_tokenizer_model("gpt2")  # llama.cpp's byte-level BPE
+    writer.add_tokenizer_pre("gpt-2")  # GPT-2's split pattern, the one tiktoken uses for both of ours
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges([f"{left} {right}" for left, right in merges])  # stand-in characters: no spaces
+    writer.add_bos_token_id(tokenizer.eot_id)
+    writer.add_eos_token_id(tokenizer.eot_id)
+    writer.add_add_bos_token(False)  # our prompts start with what the user typed
+
+
+def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "small-gpt") -> None:
+    try:
+        import gguf
+    except ImportError:
+        raise UserError("GGUF export needs the gguf package: pip install gguf") from None
+    cfg = model.config
+    hf_target(cfg)  # the levers no class expresses: the same one-line refusals as the Hugging Face export
+    refusal = gguf_refusal(cfg, tokenizer.name, dtype)
+    if refusal:
+        raise UserError(refusal)
+    arch = ARCHS[cfg.pos_emb]
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    # GGUFWriter writes to a path of its own; the file then goes into place through the project's one atomic writer
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".tmp-gguf-") as scratch:
+        draft = os.path.join(scratch, "draft.gguf")
+        writer = gguf.GGUFWriter(draft, arch)
+        writer.add_name(name)
+        writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
+        writer.add_context_length(cfg.block_size)
+        writer.add_embedding_length(cfg.n_embd)
+        writer.add_feed_forward_length(4 * cfg.n_embd)
+        writer.add_block_count(cfg.n_layer)
+        writer.add_head_count(cfg.n_head)
+        writer.add_head_count_kv(cfg.n_head)
+        writer.add_layer_norm_eps(LN_EPS)
+        if arch == "gptneox":
+            writer.add_rope_dimension_count(cfg.head_dim)  # every pair of the head rotates
+            writer.add_rope_freq_base(cfg.rope_base)
+            writer.add_parallel_residual(False)  # x + attn(ln1(x)), then x + mlp(ln2(x)): ours
+        _add_tokenizer(writer, tokenizer)
+        for tensor_name, array in _tensors(model).items():
+            if dtype == "f16" and array.ndim == 2:
+                array = array.astype(np.float16)  # matrices only; norms and biases stay f32, as llama.cpp's own do
+            writer.add_tensor(tensor_name, array)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with open(draft, "rb") as src:
+            write_atomic(path, lambda f: shutil.copyfileobj(src, f), suffix=".gguf")
+
+
+def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:
+    """The checkpoint's model and tokenizer as one GGUF file at path."""
+    if os.path.exists(path) and not overwrite:
+        raise UserError(f"{path} already exists; pass --overwrite=true or another --to_gguf")
+    model = ckpt.build_model("cpu").eval()
+    hf_target(model.config)
+    refusal = gguf_refusal(model.config, ckpt.data_meta.get("tokenizer"), dtype)
+    if refusal:  # before loading the tokenizer: a char vocabulary is refused, not loaded
+        raise UserError(refusal)
+    write_gguf(model, load_tokenizer(ckpt.data_meta, folder=ckpt.data_dir), path, dtype)

@@ -1,0 +1,96 @@
+"""GGUF export, the fast half: the file read back with the gguf package's own reader holds our weights under
+llama.cpp's names and our tokenizer; refusals are one line. llama.cpp itself runs the file in
+tests/test_gguf_llama_cpp.py (marked slow: it needs llama-cpp-python, built from source)."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+
+gguf = pytest.importorskip("gguf")
+
+from data.tokenizer import GPT2_PATTERN, bpe_tokenizer, ranks_to_bytes  # noqa: E402
+from interop.gguf_file import export_gguf, write_gguf  # noqa: E402
+from test_hf_interop import as_checkpoint, perturb  # noqa: E402
+
+
+def small_bpe():
+    from data.bpe import train_bpe
+
+    return bpe_tokenizer(train_bpe(["the night the light, ça va? thy love " * 30], 300, GPT2_PATTERN))
+
+
+def read(path):
+    reader = gguf.GGUFReader(str(path))
+    fields = {name: f.contents() for name, f in reader.fields.items()}
+    tensors = {t.name: np.array(t.data).reshape(tuple(reversed(t.shape.tolist()))) for t in reader.tensors}
+    return fields, tensors
+
+
+@pytest.mark.parametrize("overrides, arch", [(dict(), "gptneox"), (dict(pos_emb="learned", bias=True), "gpt2"),
+                                              (dict(tie_head=False), "gptneox")])
+def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
+    tok = small_bpe()
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, **overrides))
+    write_gguf(model, tok, tmp_path / "m.gguf")
+    fields, tensors = read(tmp_path / "m.gguf")
+    assert fields["general.architecture"] == arch and fields[f"{arch}.block_count"] == 2
+    assert fields[f"{arch}.context_length"] == 16 and fields[f"{arch}.embedding_length"] == 32
+    if arch == "gptneox":
+        assert fields["gptneox.rope.dimension_count"] == 16 and fields["gptneox.use_parallel_residual"] is False
+    sd = model.state_dict()
+    assert np.array_equal(tensors["token_embd.weight"], sd["wte.weight"].numpy())
+    assert np.array_equal(tensors["output.weight"], sd["head.weight"].numpy())
+    assert np.array_equal(tensors["blk.1.attn_qkv.weight"], sd["blocks.1.attn.qkv.weight"].numpy())  # (3C, C)
+    assert np.array_equal(tensors["blk.0.ffn_down.weight"], sd["blocks.0.mlp.down.weight"].numpy())
+    bias = sd.get("blocks.0.attn.qkv.bias", torch.zeros(96)).numpy()
+    assert np.array_equal(tensors["blk.0.attn_qkv.bias"], bias)
+    tokens = fields["tokenizer.ggml.tokens"]
+    assert len(tokens) == tok.vocab_size and tokens[tok.eot_id] == "<|endoftext|>"
+    assert fields["tokenizer.ggml.eos_token_id"] == tok.eot_id and fields["tokenizer.ggml.model"] == "gpt2"
+
+
+def test_gguf_f16_halves_the_matrices_only(tmp_path):
+    tok = small_bpe()
+    model = perturb(tiny_model(vocab_size=tok.vocab_size))
+    write_gguf(model, tok, tmp_path / "m.gguf", dtype="f16")
+    _, tensors = read(tmp_path / "m.gguf")
+    w = model.state_dict()["blocks.0.mlp.up.weight"].numpy()
+    assert tensors["blk.0.ffn_up.weight"].dtype == np.float16 and tensors["blk.0.ffn_norm.weight"].dtype == np.float32
+    assert np.array_equal(tensors["blk.0.ffn_up.weight"], w.astype(np.float16))
+
+
+@pytest.mark.parametrize("overrides, meta, blame", [
+    (dict(mlp_act="relu2"), None, "mlp_act='relu2'"),
+    (dict(qk_norm=True), None, "qk_norm=true"),
+    (dict(pos_emb="alibi"), None, "pos_emb='alibi'"),
+    (dict(), "char", "char tokenizer"),
+])
+def test_gguf_refusals_are_one_line(tmp_path, overrides, meta, blame):
+    tok = small_bpe()
+    model = tiny_model(vocab_size=37 if meta == "char" else tok.vocab_size, **overrides)
+    ckpt = as_checkpoint(model) if meta == "char" else as_checkpoint(
+        model, {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "x"})
+    with pytest.raises(ValueError) as e:
+        export_gguf(ckpt, tmp_path / "m.gguf")
+    assert blame in str(e.value) and "\n" not in str(e.value)
+    assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file
+
+
+def test_export_cli_needs_a_target_and_writes_gguf(tmp_path, capsys):
+    from common import cli
+    from interop.export import main as export_main
+
+    tok = small_bpe()
+    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
+    as_checkpoint(perturb(tiny_model(vocab_size=tok.vocab_size)), meta, data_dir=str(tmp_path)).save(
+        str(tmp_path / "ckpt_best.pt"))
+    argv = [f"--out_dir={tmp_path}"]
+    assert cli.run(export_main, argv) == 2  # in-process: the command line's exit status and message
+    err = capsys.readouterr().err
+    assert "--to_gguf" in err and len(err.strip().splitlines()) == 1
+    assert cli.run(export_main, argv + [f"--to_gguf={tmp_path / 'm.gguf'}"]) == 0
+    assert read(tmp_path / "m.gguf")[0]["general.architecture"] == "gptneox"
+    assert cli.run(export_main, argv + [f"--to_gguf={tmp_path / 'm.gguf'}"]) == 2  # exists: --overwrite=true
+    assert "--overwrite=true" in capsys.readouterr().err

@@ -1,0 +1,129 @@
+"""Hugging Face export of our RoPE decoders as GPT-NeoX, checked against `transformers` itself (GPTNeoXForCausalLM,
+an independent implementation): the same logits on random weights and on a trained checkpoint, the same greedy
+tokens, a NeoX folder in and out bit for bit, and a one-line refusal naming the flag for what NeoX cannot express."""
+import json
+
+import pytest
+import torch
+
+from conftest import tiny_args, tiny_model
+
+transformers = pytest.importorskip("transformers")
+
+from interop.export import export  # noqa: E402
+from interop.import_hf import load_hf  # noqa: E402
+from test_hf_interop import as_checkpoint, perturb  # noqa: E402
+from training.checkpoint import Checkpoint  # noqa: E402
+
+ATOL = 1e-4  # float32, two blocks: the two sides differ by summation order only (measured: under 1e-6)
+
+
+def greedy_both(ours, hf, prompt, n):
+    want = ours.generate(prompt, n, temperature=0)
+    # an explicit attention mask: otherwise transformers takes every token equal to pad_token_id for padding
+    got = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, do_sample=False,
+                      pad_token_id=0)
+    return want, got
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(),  # the default model: no biases, tanh GELU, tied head
+    dict(bias=True),
+    dict(mlp_act="relu2", tie_head=False),
+    dict(rope_base=500.0, n_head=4),
+])
+def test_rope_model_loads_in_gpt_neox_with_our_logits_and_greedy_tokens(tmp_path, overrides):
+    ours = perturb(tiny_model(**overrides))
+    assert ours.config.pos_emb == "rope"
+    export(as_checkpoint(ours), tmp_path / "hf")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert type(hf).__name__ == "GPTNeoXForCausalLM"
+    idx = torch.randint(0, 37, (3, 16), generator=torch.Generator().manual_seed(2))  # (B, T): the full context
+    with torch.no_grad():
+        diff = (hf(idx).logits - ours(idx)[0]).abs().max().item()
+    print(f"max |logit difference| ours vs GPT-NeoX {overrides}: {diff:.3g}")
+    assert diff < ATOL
+    want, got = greedy_both(ours, hf, idx[:, :4], 12)  # to the end of the context, each side with its KV cache
+    assert torch.equal(got, want)
+
+
+def test_trained_rope_checkpoint_matches_gpt_neox(corpus, tmp_path):
+    import train
+
+    train.main(tiny_args(corpus, tmp_path / "run", "--max_iters=12", "--eval_interval=12", "--learning_rate=1e-2"))
+    ckpt = Checkpoint.load(str(tmp_path / "run" / "ckpt_last.pt"))
+    ours = ckpt.build_model("cpu").eval()
+    assert ours.config.pos_emb == "rope" and ckpt.step == 12
+    export(ckpt, tmp_path / "hf")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    text = corpus.read_text()[:64]
+    from data.tokenizer import load_tokenizer
+
+    ids = torch.tensor([load_tokenizer(ckpt.data_meta).encode(text)]).view(4, 16)  # (B, T)
+    with torch.no_grad():
+        diff = (hf(ids).logits - ours(ids)[0]).abs().max().item()
+    print(f"trained checkpoint: max |logit difference| {diff:.3g}")
+    assert diff < ATOL
+    want, got = greedy_both(ours, hf, ids[:, :3], 13)
+    assert torch.equal(got, want)
+
+
+def random_hf_neox(folder, tie, seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.GPTNeoXConfig(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=128, max_position_embeddings=16, use_parallel_residual=False,
+                                     rotary_pct=1.0, rotary_emb_base=10000.0, hidden_act="gelu_pytorch_tanh",
+                                     tie_word_embeddings=tie, bos_token_id=None, eos_token_id=None)
+    hf = perturb(transformers.GPTNeoXForCausalLM(cfg).eval())
+    hf.save_pretrained(folder)
+    return hf
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_gpt_neox_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path, tie):
+    hf = random_hf_neox(tmp_path / "orig", tie)
+    ours = load_hf(tmp_path / "orig")
+    assert ours.config.pos_emb == "rope" and ours.config.bias and ours.config.tie_head == tie
+    idx = torch.randint(0, 61, (2, 16))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
+
+    chars = "".join(chr(c) for c in range(ord("!"), ord("!") + 61))
+    export(as_checkpoint(ours, {"tokenizer": "char", "vocab_size": 61, "eot_id": None, "chars": chars}),
+           tmp_path / "back")
+    back = transformers.GPTNeoXForCausalLM.from_pretrained(tmp_path / "back")
+    a, b = hf.state_dict(), back.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit for bit
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "hidden_act", "use_parallel_residual", "tie_word_embeddings", "max_position_embeddings"):
+        assert getattr(back.config, key) == getattr(hf.config, key), key
+    assert back.config.rope_parameters["partial_rotary_factor"] == 1.0
+
+
+@pytest.mark.parametrize("overrides, blame", [
+    (dict(qk_norm=True), "qk_norm=true"),
+    (dict(window=4), "window=4"),
+    (dict(causal=False), "causal=false"),
+    (dict(attn_score="bilinear", attn_impl="math"), "attn_score='bilinear'"),
+    (dict(pos_emb="alibi"), "pos_emb='alibi'"),
+    (dict(pos_emb="sinusoidal"), "pos_emb='sinusoidal'"),
+])
+def test_export_refuses_what_no_hf_class_expresses(tmp_path, overrides, blame):
+    with pytest.raises(ValueError) as e:
+        export(as_checkpoint(tiny_model(**overrides)), tmp_path / "hf")
+    assert blame in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("change, blame", [
+    ({"use_parallel_residual": True}, "use_parallel_residual=true"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}},
+     "partial_rotary_factor=0.25"),
+    ({"hidden_act": "silu"}, "hidden_act='silu'"),
+])
+def test_import_refuses_a_gpt_neox_variant_we_cannot_run(tmp_path, change, blame):
+    random_hf_neox(tmp_path, tie=True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ValueError, match=blame):
+        load_hf(tmp_path)
