@@ -40,20 +40,29 @@ def free_bytes(path) -> int | None:
         return None
 
 
+def disk_error(path, needed: int | None, reason: str) -> DiskError:
+    free = free_bytes(path)
+    size = f"it needed about {human(needed)}" if needed is not None else "its size is unknown"
+    room = f", {human(free)} free there" if free is not None else ""
+    kept = " (the previous complete file is intact)" if os.path.exists(path) else ""
+    error = DiskError(f"could not write {path}: {reason} ({size}{room}){kept}; free some space or write to another "
+                      f"folder")
+    error.reason = reason
+    return error
+
+
 @contextlib.contextmanager
 def disk_errors(path, needed: int | None = None):
-    """Inside: a write into path (about `needed` bytes) that fails for the disk's sake raises DiskError, one line."""
+    """Inside: a write into path (about `needed` bytes) that fails for the disk's sake raises DiskError, one line.
+    Nested, the outermost names the file: an export's folder rather than a temporary file inside it."""
     try:
         yield
+    except DiskError as e:
+        raise disk_error(path, needed, e.reason) from None
     except OSError as e:
         if e.errno not in DISK_ERRNOS:
             raise
-        free = free_bytes(path)
-        size = f"it needed about {human(needed)}" if needed is not None else "its size is unknown"
-        room = f", {human(free)} free there" if free is not None else ""
-        kept = " (the previous complete file is intact)" if os.path.exists(path) else ""
-        raise DiskError(f"could not write {path}: {DISK_ERRNOS[e.errno]} ({size}{room}){kept}; free some space or "
-                        f"write to another folder") from None
+        raise disk_error(path, needed, DISK_ERRNOS[e.errno]) from None
 
 
 def current_umask() -> int:

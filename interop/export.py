@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from common import cli
 from common.errors import CheckpointError, UserError
-from common.files import current_umask
+from common.files import current_umask, disk_errors
 from common.flags import config_from_argv
 from data.tokenizer import load_tokenizer
 from interop import hf_gpt2, hf_neox, safetensors_file
 from interop.hf_tokenizer import write_hf_tokenizer
-from training.checkpoint import Checkpoint, path_in
+from training.checkpoint import Checkpoint, path_in, tensor_bytes
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more
@@ -84,6 +84,11 @@ def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
     folder = os.path.abspath(folder)
     if os.path.exists(folder) and os.listdir(folder) and not overwrite:
         raise UserError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
+    with disk_errors(folder, needed=tensor_bytes(model.state_dict())):  # a full disk: one line, no partial folder
+        write_folder(ckpt, model, target, folder)
+
+
+def write_folder(ckpt: Checkpoint, model, target, folder: str) -> None:
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")

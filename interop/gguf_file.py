@@ -28,11 +28,11 @@ import tempfile
 import numpy as np
 
 from common.errors import UserError
-from common.files import write_atomic
+from common.files import disk_errors, write_atomic
 from data.tokenizer import load_tokenizer
 from interop.export import hf_target
 from interop.hf_tokenizer import bpe_vocab_and_merges
-from training.checkpoint import Checkpoint
+from training.checkpoint import Checkpoint, tensor_bytes
 
 ARCHS = {"learned": "gpt2", "rope": "gptneox"}  # pos_emb -> llama.cpp's architecture
 DTYPES = ("f32", "f16")
@@ -142,4 +142,5 @@ def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool
     refusal = gguf_refusal(model.config, ckpt.data_meta.get("tokenizer"), dtype)
     if refusal:  # before loading the tokenizer: a char vocabulary is refused, not loaded
         raise UserError(refusal)
-    write_gguf(model, load_tokenizer(ckpt.data_meta, folder=ckpt.data_dir), path, dtype)
+    with disk_errors(path, needed=2 * tensor_bytes(model.state_dict())):  # the draft, then the file beside it
+        write_gguf(model, load_tokenizer(ckpt.data_meta, folder=ckpt.data_dir), path, dtype)

@@ -21,6 +21,7 @@ from common.flags import config_from_argv
 from interop import safetensors_file
 from interop.export import TOKENIZER_META
 from interop import hf_gpt2, hf_neox
+from data.tokenizer import meta_problem
 from model import GPT
 from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict
 
@@ -35,6 +36,18 @@ class ImportConfig:
     out_dir: str = "out-hf"  # where the checkpoint goes
     dropout: float = 0.0  # for training it further (GPT-2 was trained with 0.1)
     overwrite: bool = False
+
+
+def read_json(path: str, what: str) -> dict:
+    """A JSON object from a file someone handed us, or a one-line UserError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON
+        raise UserError(f"{path} is not readable JSON ({type(e).__name__}); it should hold {what}") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path} holds a JSON {type(obj).__name__}, not {what}")
+    return obj
 
 
 def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
@@ -58,14 +71,32 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> 
     if not os.path.isfile(config_path):
         raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
                          f"so give a local folder")
-    with open(config_path) as f:
-        hf = json.load(f)
-    mapping = MAPPINGS.get(hf.get("model_type"))
+    hf = read_json(config_path, "a model config")
+    mapping = MAPPINGS.get(hf.get("model_type")) if isinstance(hf.get("model_type"), str) else None
     if mapping is None:
         raise UserError(f"this Hugging Face model cannot be imported: model_type={hf.get('model_type')!r}, only "
                         f"{' and '.join(repr(k) for k in MAPPINGS)} are supported")
-    cfg = mapping.config_from_hf(hf, dropout, attn_impl)
-    return mapping.from_hf_state_dict(cfg, read_hf_weights(folder)).eval()
+    try:
+        cfg = mapping.config_from_hf(hf, dropout, attn_impl)
+    except UserError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a field missing or of the wrong type
+        raise UserError(f"{config_path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
+                        f"{str(e)[:100]})") from None
+    weights = read_hf_weights(folder)
+    with torch.device("meta"):  # the size config.json asks for, before allocating it
+        wanted = sum(p.numel() for p in GPT(cfg).parameters())
+    held = sum(t.numel() for t in weights.values())
+    if wanted > 2 * held:  # (a tied head may be stored once or twice; nothing else is shared)
+        raise UserError(f"{config_path} describes {wanted:,} parameters but the weights hold {held:,}: the folder's "
+                        f"files do not belong together")
+    try:
+        return mapping.from_hf_state_dict(cfg, weights).eval()
+    except UserError:
+        raise
+    except (KeyError, RuntimeError, ValueError) as e:  # a tensor missing or of another shape
+        raise UserError(f"the weights in {folder} do not fit its config.json ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:100] if str(e) else ''})") from None
 
 
 load_hf = load_hf_gpt2
@@ -75,8 +106,11 @@ def tokenizer_meta(folder: str, vocab_size: int) -> dict:
     """The tokenizer metadata for the checkpoint (the meta.json keys load_tokenizer reads)."""
     path = os.path.join(folder, TOKENIZER_META)
     if os.path.isfile(path):
-        with open(path) as f:
-            return json.load(f)
+        meta = read_json(path, "small-gpt's tokenizer metadata")
+        problem = meta_problem(meta)
+        if problem:
+            raise UserError(f"{path} is not valid tokenizer metadata: {problem}")
+        return meta
     if vocab_size == GPT2_VOCAB:  # OpenAI's GPT-2 and its fine-tunes: our gpt2 tokenizer is the same BPE
         return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB, "eot_id": GPT2_EOT_ID}
     raise UserError(f"{folder} has a {vocab_size}-token vocabulary and no {TOKENIZER_META}: no tokenizer this "

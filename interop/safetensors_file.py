@@ -20,7 +20,7 @@ def save(tensors: dict[str, torch.Tensor], path, metadata: dict[str, str] | None
     # the package refuses non-contiguous tensors and tensors sharing memory (a tied head): give it plain copies
     plain = {name: t.detach().to("cpu").contiguous().clone() for name, t in tensors.items()}
     data = safetensors.torch.save(plain, metadata=metadata)
-    write_atomic(path, lambda f: f.write(data))
+    write_atomic(path, lambda f: f.write(data), needed=len(data))
 
 
 def load(path) -> dict[str, torch.Tensor]:

@@ -111,12 +111,21 @@ def no_temporaries(folder) -> bool:
     return not [p for p in os.listdir(folder) if p.startswith(".tmp") or p.endswith(".tmp")]
 
 
+def trained_run(corpus, base, *extra):
+    r = train(corpus, base / "run", base / "data", *RUN, "--max_iters=10", "--eval_interval=10", *extra)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return base / "run"
+
+
 @pytest.fixture(scope="module")
 def checkpoint_size(corpus, tmp_path_factory):
-    base = tmp_path_factory.mktemp("size")
-    r = train(corpus, base / "run", base / "data", "--max_iters=10")
-    assert r.returncode == 0, r.stderr[-2000:]
-    return os.path.getsize(base / "run" / "ckpt_last.pt")
+    return os.path.getsize(trained_run(corpus, tmp_path_factory.mktemp("char")) / "ckpt_last.pt")
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """A gpt2-tokenizer model: what both export targets accept (GGUF refuses the char vocabulary)."""
+    return trained_run(corpus, tmp_path_factory.mktemp("gpt2"), "--tokenizer=gpt2", "--max_iters=2")
 
 
 def check_second_checkpoint_refused(r, out, size):
@@ -174,3 +183,24 @@ def test_a_full_disk_stops_prepare_with_one_line(corpus, tmp_path, small_disk, f
     assert no_temporaries(folder)
     item = 2  # uint16 tokens: every shard and partial file holds whole tokens
     assert all(p.stat().st_size % item == 0 for p in folder.iterdir() if p.suffix in (".bin", ".partial"))
+
+
+@pytest.mark.parametrize("to", ["--to", "--to_gguf"])
+@pytest.mark.parametrize("disk", ["tmpfs", "write()"])
+def test_a_full_disk_stops_an_export_with_one_line(trained, tmp_path, small_disk, fail_writes, disk, to):
+    """A Hugging Face folder or a GGUF file that does not fit: one line, no folder or file, no temporary left."""
+    if to == "--to_gguf":
+        pytest.importorskip("gguf")
+    if disk == "tmpfs":
+        where, env = small_disk(64 * 1024), {}  # the gpt2 model's 50257-token embedding alone is 6 MB
+    else:
+        where = tmp_path / "exports"
+        where.mkdir()
+        env = {"LD_PRELOAD": fail_writes, "FAIL_PREFIX": str(where), "FAIL_BUDGET": "100000"}
+    target = where / ("hf" if to == "--to" else "model.gguf")
+    r = subprocess.run([sys.executable, "-m", "interop.export", f"--out_dir={trained}", "--ckpt=last",
+                        f"{to}={target}"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, **env})
+    line = error_line(r)
+    assert f"could not write {where}/" in line and "no space left" in line and "needed about" in line, line
+    assert os.listdir(where) == []  # nothing half-written, no temporary folder or file

@@ -249,9 +249,81 @@ def test_a_corrupt_meta_json_is_rebuilt(made, corpus, tmp_path, name, change):
         "timing": read_meta(prepared_folder(root))["timing"]}
 
 
+def test_a_vocabulary_that_disagrees_with_meta_json_is_refused_in_one_line(made, corpus, tmp_path):
+    """Found by the fuzzer: chars cut to one character kept vocab_size=35 (the fingerprint still matched), so the
+    model got a 1-token vocabulary and the shards' ids ran past it (an IndexError traceback)."""
+    def corrupt(folder):
+        meta = json.loads((folder / "meta.json").read_text())
+        (folder / "meta.json").write_text(json.dumps({**meta, "chars": "\x00"}))
+    root = corrupt_prepared(made, tmp_path, corrupt)
+    with pytest.raises(UserError, match="vocab_size=35 but its tokenizer has 1 tokens"):
+        train.main(tiny_args(corpus, tmp_path / "out", *TRAIN, f"--data_root={root}"))
+
+
 def test_a_token_id_beyond_the_vocabulary_is_refused_in_one_line(made, corpus, tmp_path):
     def corrupt(folder):
         (folder / "train.bin").write_bytes(b"\xff\xff" * ((folder / "train.bin").stat().st_size // 2))
     root = corrupt_prepared(made, tmp_path, corrupt)
     with pytest.raises(UserError, match="holds token id 65535, but the vocabulary has"):
         train.main(tiny_args(corpus, tmp_path / "out", *TRAIN, f"--data_root={root}"))
+
+
+@pytest.fixture(scope="module")
+def hf_folders(made, corpus, tmp_path_factory):
+    """A GPT-NeoX folder (our RoPE model) and a GPT-2 folder (learned positions), exported by interop/export.py."""
+    from interop.export import export
+    from training.checkpoint import Checkpoint
+
+    base = tmp_path_factory.mktemp("hf")
+    assert train.cli.run(train.main, tiny_args(corpus, base / "learned", *TRAIN, "--pos_emb=learned")) == 0
+    folders = {"gpt_neox": base / "neox", "gpt2": base / "gpt2"}
+    export(Checkpoint.load(str(made / "run" / "ckpt_last.pt")), str(folders["gpt_neox"]))
+    export(Checkpoint.load(str(base / "learned" / "ckpt_last.pt")), str(folders["gpt2"]))
+    return folders
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox", "gpt2"])
+@pytest.mark.parametrize("target", ["model.safetensors", "config.json", "small_gpt_tokenizer.json"])
+def test_mutated_hugging_face_folders(hf_folders, tmp_path, tally, arch, target):
+    """What `python -m interop.import_hf --hf_dir=...` (and --init_from=hf:...) reads: the weights through the
+    safetensors package, and config.json."""
+    import interop.import_hf as import_hf
+
+    valid = hf_folders[arch]
+
+    def case(rng):
+        folder = tmp_path / "case"
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(valid, folder)
+        if target.endswith(".json") and rng.random() < 0.7:
+            tree, what = mutate_tree(json.loads((valid / target).read_text()), rng)
+            data = json.dumps(tree).encode()
+        else:
+            data, what = mutate_bytes((valid / target).read_bytes(), rng)
+        (folder / target).write_bytes(data)
+        return import_hf.main, [f"--hf_dir={folder}", f"--out_dir={tmp_path / 'out'}", "--overwrite=true"], \
+            len(data), what
+
+    fuzz(f"{arch} {target}", CASES, SEED, case, tally)
+    report(tally, f"{arch} {target}")
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("config.json that is not JSON", lambda f: (f / "config.json").write_bytes(b'{"model_type": "gpt2",\xff'),
+     "is not readable JSON"),
+    ("config.json without n_embd", lambda f: (f / "config.json").write_text(json.dumps(
+        {k: v for k, v in json.loads((f / "config.json").read_text()).items() if k != "n_embd"})), "KeyError"),
+    ("a model_type that is a list", lambda f: (f / "config.json").write_text(json.dumps(
+        {**json.loads((f / "config.json").read_text()), "model_type": [1]})), "cannot be imported"),
+    ("a config 10x the weights", lambda f: (f / "config.json").write_text(json.dumps(
+        {**json.loads((f / "config.json").read_text()), "n_layer": 40})), "do not belong together"),
+])
+def test_a_corrupt_hugging_face_folder_is_refused_in_one_line(hf_folders, tmp_path, name, change, message):
+    """Found by the fuzzer (each gave a traceback before its fix)."""
+    import interop.import_hf as import_hf
+
+    folder = tmp_path / "gpt2"
+    shutil.copytree(hf_folders["gpt2"], folder)
+    change(folder)
+    with pytest.raises(UserError, match=message):
+        import_hf.main([f"--hf_dir={folder}", f"--out_dir={tmp_path / 'out'}"])

@@ -12,7 +12,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.device import pick_device, pick_dtype
-from common.errors import SetupError
+from common.errors import DataError, SetupError
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
 from data.config import PrepareConfig
 from data.prepare import prepare
@@ -127,7 +127,11 @@ def load_data(tc: TrainConfig, d: distributed.Dist):
     distributed.barrier(d)
     if not d.master:
         data_dir = prepared()
-    return data_dir, read_meta(data_dir), load_tokenizer(data_dir)
+    meta, tokenizer = read_meta(data_dir), load_tokenizer(data_dir)
+    if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
+        raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
+                        f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data again")
+    return data_dir, meta, tokenizer
 
 
 def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
