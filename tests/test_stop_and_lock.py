@@ -153,3 +153,29 @@ def test_under_torchrun_every_process_stops_at_one_step_and_resumes_bitwise(corp
     resumed = Checkpoint.load(str(out / "ckpt_last.pt")).weights
     assert all(torch.equal(whole_ddp[k], resumed[k]) for k in whole_ddp)
     assert [row["step"] for row in metrics(out)] == list(range(1, 301))
+
+
+def test_readers_see_only_complete_checkpoints_while_a_run_writes(corpus, tmp_path):
+    """sample.py and the export read out_dir while a run holds its lock and rewrites ckpt_last.pt every 5 steps:
+    every read finds a whole checkpoint (the writer renames complete files into place), and none is refused."""
+    import sample
+    from interop.export import export
+
+    out = tmp_path / "run"
+    proc = start(corpus, out, "--max_iters=1000000", "--lr_decay_iters=1000000", "--eval_interval=5")
+    try:
+        t = time.time()
+        while not (out / "ckpt_last.pt").exists():
+            assert time.time() - t < 120 and proc.poll() is None
+            time.sleep(0.01)
+        steps = set()
+        for i in range(12):
+            args = [f"--out_dir={out}", "--ckpt=last", "--max_new_tokens=2", "--device=cpu", "--start=ROMEO"]
+            assert train.cli.run(sample.main, args) == 0
+            steps.add(Checkpoint.load(str(out / "ckpt_last.pt")).step)
+            if i % 4 == 0:
+                export(Checkpoint.load(str(out / "ckpt_last.pt")), str(tmp_path / f"hf{i}"))
+        assert proc.poll() is None and len(steps) > 1  # the run went on writing while we read
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
