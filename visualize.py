@@ -4,6 +4,7 @@
     python sample.py --out_dir=out --start="ROMEO: But soft" --attention=maps.png      # the same picture
     python visualize.py --out_dir=out --html=attention.html --text="..."   # the interactive explorer, one file
     python visualize.py --out_dir=out --induction=induction.png            # induction scores, layer x head
+    python visualize.py --out_dir=out --induction_curve=curve.png          # the logged score against the loss
 
 --html (insight/explorer_html.py) writes one self-contained page, up to 512 tokens; with --wandb_log=true it is
 also logged to wandb as an HTML panel. --induction (insight/induction.py) draws each head's prefix-matching and
@@ -35,6 +36,7 @@ class VisualizeConfig:
     html: str = ""  # write the interactive explorer page here ('' = none); up to html_max_tokens tokens
     html_max_tokens: int = 512
     induction: str = ""  # draw the heads' induction scores (a layer x head heatmap) here ('' = none)
+    induction_curve: str = ""  # draw the run's logged induction score against its loss here ('' = none)
     wandb_log: bool = False  # log the --html page to wandb (offline unless you log in)
     wandb_project: str = "small-gpt"
 
@@ -45,6 +47,10 @@ def main(argv) -> None:
         return
     from insight.attention_figures import attention_figure, save_figure  # matplotlib: once the flags are good
 
+    if vc.induction_curve:
+        write_induction_curve(vc)
+        if not (vc.html or vc.induction):
+            return
     model, tokenizer, _ = load_for_inference(path_in(vc.out_dir, vc.ckpt), torch.device(vc.device))
     if vc.html:
         write_html(vc, model, tokenizer)
@@ -68,7 +74,24 @@ def write_html(vc: VisualizeConfig, model, tokenizer) -> None:
         run = wandb.init(project=vc.wandb_project, job_type="visualize", dir=vc.out_dir,
                          config={"ckpt": vc.ckpt, "text": vc.text, **model.config.to_dict()})
         run.log({"attention/explorer": wandb.Html(page, inject=False)})
+        where = os.path.dirname(run.dir)
         run.finish()
+        print(f"logged the page to wandb as attention/explorer ({where})")
+
+
+def write_induction_curve(vc: VisualizeConfig) -> None:
+    from common.errors import UserError
+    from insight.attention_figures import induction_curve_figure, save_figure
+    from training.metrics import read_metrics
+
+    try:
+        rows = read_metrics(vc.out_dir)
+    except FileNotFoundError:
+        raise UserError(f"{vc.out_dir} has no metrics.jsonl; give the folder of a training run (--out_dir)") from None
+    if not any(r.get("induction_score") is not None for r in rows):
+        raise UserError(f"the run in {vc.out_dir} logged no induction score; train with --log_induction=true")
+    title = f"{vc.out_dir}: the best head's induction score at each evaluation, and the loss"
+    print(f"wrote {save_figure(induction_curve_figure(rows, title), vc.induction_curve)}")
 
 
 def write_induction(vc: VisualizeConfig, model, tokenizer) -> None:

@@ -142,3 +142,25 @@ def induction_figure(prefix: torch.Tensor, copy: torch.Tensor, title: str):
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(title, fontsize=9)
     return fig
+
+
+def induction_curve_figure(rows: list[dict], title: str):
+    """The best head's prefix-matching score at each evaluation next to the training and validation loss (rows:
+    metrics.jsonl of a run trained with --log_induction=true)."""
+    evals = [r for r in rows if r.get("induction_score") is not None]
+    fig, loss_ax = plt.subplots(figsize=(7.0, 3.4), layout="constrained")
+    train = [r for r in rows if r.get("train_loss") is not None]
+    loss_ax.plot([r["step"] for r in train], [r["train_loss"] for r in train], color="0.6", lw=1, label="train loss")
+    loss_ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], color="black", lw=1.5, label="val loss")
+    loss_ax.set_xlabel("step")
+    loss_ax.set_ylabel("loss")
+    score_ax = loss_ax.twinx()
+    score_ax.plot([r["step"] for r in evals], [r["induction_score"] for r in evals], color="tab:red", marker=".",
+                  label="best head's prefix-matching score")
+    score_ax.set_ylabel("induction (prefix-matching) score", color="tab:red")
+    score_ax.set_ylim(0, 1)
+    lines = loss_ax.get_legend_handles_labels()
+    more = score_ax.get_legend_handles_labels()
+    loss_ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="center right")
+    fig.suptitle(title, fontsize=9)
+    return fig

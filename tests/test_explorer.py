@@ -154,9 +154,42 @@ def test_copying_score_equals_a_written_out_ablation():
     assert scores.copy.abs().max() > 1e-2  # the check above is not 0 == 0
 
 
-def test_visualize_draws_the_induction_heatmap(decoder_run, tmp_path):
+def test_visualize_draws_the_induction_heatmap_and_curve(decoder_run, tmp_path):
     import visualize
 
-    out = tmp_path / "ind.png"
-    visualize.main([f"--out_dir={decoder_run}", f"--induction={out}"])
-    assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 1000
+    out, curve = tmp_path / "ind.png", tmp_path / "curve.png"
+    visualize.main([f"--out_dir={decoder_run}", f"--induction={out}", f"--induction_curve={curve}"])
+    for png in (out, curve):
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 1000
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match="no metrics.jsonl"):
+        visualize.main([f"--out_dir={tmp_path}", f"--induction_curve={curve}"])
+
+
+def test_wandb_gets_the_page_as_an_html_panel(decoder_run, tmp_path, monkeypatch):
+    """A stand-in wandb module records what visualize.py logs (the real one is tested in tests/test_wandb_log.py)."""
+    import sys
+    import types
+
+    import visualize
+
+    logged = {}
+
+    class Run:
+        dir = str(tmp_path / "wandb" / "run" / "files")
+
+        def log(self, row):
+            logged.update(row)
+
+        def finish(self):
+            logged["finished"] = True
+
+    fake = types.SimpleNamespace(init=lambda **kw: logged.update(init=kw) or Run(),
+                                 Html=lambda page, inject=True: ("html", page, inject))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    out = tmp_path / "a.html"
+    visualize.main([f"--out_dir={decoder_run}", "--text=Love night", f"--html={out}", "--wandb_log=true"])
+    kind, page, inject = logged["attention/explorer"]
+    assert kind == "html" and page == out.read_text() and not inject and logged["finished"]
+    assert logged["init"]["job_type"] == "visualize"
