@@ -2,12 +2,15 @@
 
     python compare.py                                # decoder vs encoder vs cheater (~12 min on 2 CPU cores)
     python compare.py --study=positions              # every positional encoding, evaluated past its context
+    python compare.py --study=attention --ckpt_dir=out   # attention weight vs ablation effect (a minute)
     python compare.py --study=encoder --help         # a study's flags (the budget: --max_iters, sizes, ...)
 
 --study=encoder (studies/encoder.py; README.md, "Decoder vs encoder"): the causal decoder, the bidirectional
 masked-LM encoder and the "cheater" (bidirectional, next-token), then cloze accuracy, perplexity vs
 pseudo-perplexity, samples, attention maps and throughput in one folder with report.md.
 --study=positions (studies/positions.py): loss against position up to 4x the trained context, per pos_emb.
+--study=attention (studies/attention_limits.py): attention weight vs the effect of ablating the key, per head, on a
+probe task and on a trained Shakespeare checkpoint (--ckpt_dir).
 """
 import importlib
 import sys
@@ -15,7 +18,7 @@ import sys
 from common import cli, flags
 from common.errors import FlagError
 
-STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions"}
+STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions", "attention": "studies.attention_limits"}
 
 
 def main(argv) -> None:

@@ -118,3 +118,49 @@ def save_figure(fig, path, dpi: int = 110):
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def induction_figure(prefix: torch.Tensor, copy: torch.Tensor, title: str):
+    """Two layer x head heatmaps: prefix-matching scores (0..1) and copying scores (logits, centred at 0), each
+    cell labelled with its value (insight/induction.py computes them)."""
+    L, H = prefix.shape
+    fig, axes = plt.subplots(1, 2, figsize=(2.2 + 0.7 * H * 2, 1.2 + 0.55 * L), layout="constrained")
+    limit = max(float(copy.abs().max()), 1e-6)
+    panels = ((prefix, "prefix-matching score", "viridis", 0.0, 1.0),
+              (copy, "copying score (logits)", "RdBu_r", -limit, limit))
+    for ax, (data, name, cmap, lo, hi) in zip(axes, panels):
+        image = ax.imshow(data.numpy(), cmap=cmap, vmin=lo, vmax=hi, aspect="auto")
+        for layer in range(L):
+            for head in range(H):
+                v = float(data[layer, head])
+                dark = (v - lo) / (hi - lo) < 0.5 if cmap == "viridis" else abs(v) > 0.6 * limit
+                ax.text(head, layer, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
+        ax.set_xticks(range(H), [f"h{h}" for h in range(H)], fontsize=7)
+        ax.set_yticks(range(L), [f"layer {layer}" for layer in range(L)], fontsize=7)
+        ax.set_title(name, fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def induction_curve_figure(rows: list[dict], title: str):
+    """The best head's prefix-matching score at each evaluation next to the training and validation loss (rows:
+    metrics.jsonl of a run trained with --log_induction=true)."""
+    evals = [r for r in rows if r.get("induction_score") is not None]
+    fig, loss_ax = plt.subplots(figsize=(7.0, 3.4), layout="constrained")
+    train = [r for r in rows if r.get("train_loss") is not None]
+    loss_ax.plot([r["step"] for r in train], [r["train_loss"] for r in train], color="0.6", lw=1, label="train loss")
+    loss_ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], color="black", lw=1.5, label="val loss")
+    loss_ax.set_xlabel("step")
+    loss_ax.set_ylabel("loss")
+    score_ax = loss_ax.twinx()
+    score_ax.plot([r["step"] for r in evals], [r["induction_score"] for r in evals], color="tab:red", marker=".",
+                  label="best head's prefix-matching score")
+    score_ax.set_ylabel("induction (prefix-matching) score", color="tab:red")
+    score_ax.set_ylim(0, 1)
+    lines = loss_ax.get_legend_handles_labels()
+    more = score_ax.get_legend_handles_labels()
+    loss_ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="center right")
+    fig.suptitle(title, fontsize=9)
+    return fig

@@ -1,7 +1,7 @@
 """The layers import only downward (README, "Layout"): a newcomer can read any package knowing only the ones below it.
 
     common (errors, cli, flags, device)  <-  model, data  <-  insight  <-  training  <-  interop, studies, benchmarks
-    <-  the scripts (train.py, sample.py, compare.py, bench.py, visualize.py)
+    <-  the scripts (train.py, sample.py, compare.py, bench.py, visualize.py, probe.py)
 
 Every import statement counts, also one inside a function.
 """
@@ -11,7 +11,8 @@ import os
 from conftest import ROOT
 
 LAYERS = {"common": 0, "model": 1, "data": 1, "insight": 2, "training": 3, "interop": 4, "studies": 4,
-          "benchmarks": 4, "train": 5, "sample": 5, "compare": 5, "bench": 5, "visualize": 5}
+          "benchmarks": 4, "train": 5, "sample": 5, "compare": 5, "bench": 5, "visualize": 5,
+          "probe": 5}
 
 
 def project_modules():

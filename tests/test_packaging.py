@@ -34,7 +34,7 @@ def command(site, name, *args, cwd):
 
 
 @pytest.mark.parametrize("name", ["small-gpt-train", "small-gpt-sample", "small-gpt-compare", "small-gpt-bench",
-                                  "small-gpt-visualize", "small-gpt-export", "small-gpt-import",
+                                  "small-gpt-visualize", "small-gpt-probe", "small-gpt-export", "small-gpt-import",
                                   "small-gpt-prepare"])
 def test_every_console_command_starts(installed, tmp_path, name):
     r = command(installed, name, "--help", cwd=tmp_path)

@@ -71,6 +71,10 @@ class TrainConfig(PrepareConfig):
     # samples shown at each evaluation and at the end
     sample_prompt: str = "\n"
     sample_tokens: int = 200
+    # what attention learns
+    log_induction: bool = True  # at each evaluation, the best head's induction (prefix-matching) score and which
+    #                             head (metrics.jsonl induction_score, induction_head; insight/induction.py): one
+    #                             forward of 64 tokens
     # wandb (offline unless you log in; `wandb sync out/wandb/...` uploads later)
     wandb_log: bool = False
     wandb_project: str = "small-gpt"

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from common.device import autocast
 from common.errors import SetupError
+from insight.induction import training_row
 from training import distributed, fsdp
 from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
 from training.evaluate import describe, evaluate, sample_text
@@ -185,6 +186,8 @@ def evaluate_and_save(run, row: dict, log, bar) -> None:
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
     row.update(evaluate(run))
+    if run.tc.log_induction:  # the best head's induction score: insight/induction.py
+        row.update(training_row(run.model, run.tokenizer))
     best = row["val_loss"] < run.best_val
     run.best_val = min(run.best_val, row["val_loss"])
     save(run, row["step"], best)

@@ -22,8 +22,9 @@ WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/
               "val_loss": "val/loss", "val_bpb": "val/bpb", "val_ppl": "val/ppl",
               "skipped_steps": "train/skipped_steps", "tok_per_s": "perf/tok_per_s", "mfu": "perf/mfu",
               "elapsed_s": "perf/elapsed_s", "train_s": "perf/train_s", "eval_s": "perf/eval_s",
-              "rss_mb": "perf/rss_mb"}
-SECTIONS = ("train/*", "val/*", "perf/*")
+              "rss_mb": "perf/rss_mb", "induction_score": "insight/induction_score",
+              "induction_head": "insight/induction_head"}
+SECTIONS = ("train/*", "val/*", "perf/*", "insight/*")
 BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the best value, not the last
 METRICS_FILE = "metrics.jsonl"
 

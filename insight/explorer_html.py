@@ -1,0 +1,96 @@
+"""The attention explorer: one self-contained HTML page (inline JS and CSS, no network) for a text and a checkpoint.
+
+    python visualize.py --out_dir=out --html=attention.html --text="ROMEO: ..."
+
+The page shows the tokens as text; hovering a token (or clicking it, which pins it) shades every token by the
+attention weight the chosen layer and head (or their mean) gives it; a layer x head grid of thumbnails picks the
+map, each captioned with the head's induction scores (insight/induction.py).
+
+Storage: the weights are quantised to 16 bits (w -> round(w * 65535), error <= 7.7e-6) and, for a decoder, only
+the lower triangle is kept (row t has t + 1 keys): 512 tokens x 16 heads is 4.2 MB before base64. The page decodes
+them once into a Uint16Array; shading a row then reads T numbers.
+Each shaded token carries its weight in data-weight (6 decimals) so that a browser test can read it back.
+Shapes: L layers, H heads, T tokens.
+"""
+import base64
+import html
+import json
+
+import torch
+
+from common.errors import UserError
+
+from .explorer_page import PAGE
+from .induction import induction_scores, special_ids
+
+MAX_TOKENS = 512  # the page stays fast up to here (and far beyond the PNG grid's 64)
+SCALE = 65535  # 16-bit quantisation of weights in [0, 1]
+
+
+def quantise(maps: torch.Tensor, causal: bool) -> bytes:
+    """maps (L, H, T, T) -> little-endian uint16 bytes, per head the rows one after another (a decoder's row t
+    holds keys 0..t only)."""
+    q = (maps.double().clamp(0, 1) * SCALE).round().to(torch.int32)  # (L, H, T, T)
+    T = maps.size(-1)
+    if causal:
+        rows, cols = torch.tril_indices(T, T)  # row-major: (0,0), (1,0), (1,1), (2,0), ...
+        q = q[..., rows, cols]  # (L, H, T(T+1)/2)
+    return q.to(torch.int32).numpy().astype("<u2").tobytes()
+
+
+def dequantise(blob: bytes, L: int, H: int, T: int, causal: bool) -> torch.Tensor:
+    """The inverse of quantise, for tests and tools: (L, H, T, T) float32."""
+    import numpy as np
+
+    flat = torch.from_numpy(np.frombuffer(blob, dtype="<u2").astype("float32") / SCALE)
+    maps = torch.zeros(L, H, T, T)
+    if causal:
+        rows, cols = torch.tril_indices(T, T)
+        maps[..., rows, cols] = flat.view(L, H, -1)
+    else:
+        maps[:] = flat.view(L, H, T, T)
+    return maps
+
+
+def shown(text: str) -> str:
+    """A token as the page prints it: newlines and tabs visible (the page adds a line break after a newline)."""
+    return text.replace("\n", "\u21b5").replace("\t", "\u21e5")
+
+
+def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict:
+    """Everything the page needs, as JSON-able values plus the quantised weights (base64)."""
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise UserError("the text to explore is empty; pass some text with --text=...")
+    limit = min(max_tokens, model.config.block_size)
+    if len(ids) > limit:
+        why = (f"this model's context is {model.config.block_size}" if limit == model.config.block_size
+               else f"the page shows at most --max_tokens={max_tokens}")
+        raise UserError(f"the text is {len(ids)} tokens and {why}; shorten the text")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        maps = model.attention_maps(torch.tensor([ids], device=device))[:, 0].float().cpu()  # (L, H, T, T)
+    finally:
+        model.train(was_training)
+    scores = induction_scores(model, avoid=special_ids(tokenizer))
+    cfg = model.config
+    return {"tokens": [shown(tokenizer.decode([i])) for i in ids],
+            "newline": ["\n" in tokenizer.decode([i]) for i in ids],
+            "layers": cfg.n_layer, "heads": cfg.n_head, "causal": cfg.causal,
+            "title": (f"{'decoder (causal)' if cfg.causal else 'encoder (bidirectional)'}, {cfg.n_layer} layers x "
+                      f"{cfg.n_head} heads, pos_emb={cfg.pos_emb}, {len(ids)} tokens"),
+            "prefix": [[round(float(v), 3) for v in row] for row in scores.prefix],
+            "copy": [[round(float(v), 3) for v in row] for row in scores.copy],
+            "weights": base64.b64encode(quantise(maps, cfg.causal)).decode("ascii")}
+
+
+def explorer_html(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> str:
+    """The page as one string."""
+    data = page_data(model, tokenizer, text, max_tokens)
+    weights = data.pop("weights")
+    meta = json.dumps(data).replace("</", "<\\/")  # no '</script>' inside the script
+    return (PAGE.replace("__TITLE__", html.escape(data["title"]))
+            .replace("__META__", meta)
+            .replace("__WEIGHTS__", weights))

@@ -1,0 +1,86 @@
+"""Train a tiny model on one probe task (insight/probe_tasks.py) and score it at several lengths.
+
+A probe model is small (a few layers, width 64) and trained from fresh batches at every step (the generator
+never repeats itself, so there is nothing to overfit): seconds to a minute on a CPU. Accuracy is the share of
+answer tokens whose most likely prediction is right, on held-out batches drawn from another seed.
+Shapes: B batch, T length, V vocabulary.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from model import GPT, GPTConfig
+
+from .probe_tasks import VOCAB_SIZE, length, make_batch, model_io
+
+EVAL_SEED_OFFSET = 10_000  # held-out batches come from seed + this: never the training stream
+
+
+@dataclass
+class ProbeModel:
+    """The size of a probe model and how it is trained."""
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    steps: int = 600
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.0
+
+
+def build(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int) -> GPT:
+    """A fresh model whose context is exactly the trained length (so learned positions stop there)."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=VOCAB_SIZE, block_size=length(task, n, causal), n_layer=pm.n_layer,
+                    n_head=pm.n_head, n_embd=pm.n_embd, pos_emb=pos_emb, causal=causal, attn_impl="math")
+    return GPT(cfg)
+
+
+def fit(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int = 0, on_step=None) -> GPT:
+    """Train a probe model on task at size n; on_step(step, loss) is called every 50 steps (wandb, progress)."""
+    model = build(task, n, pos_emb, causal, pm, seed).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=pm.learning_rate, weight_decay=pm.weight_decay,
+                            betas=(0.9, 0.98))
+    g = torch.Generator().manual_seed(seed)
+    warmup = max(1, pm.steps // 20)
+    for step in range(pm.steps):
+        lr_scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * step / pm.steps))  # warmup, cosine
+        for group in opt.param_groups:
+            group["lr"] = pm.learning_rate * lr_scale
+        x, y = model_io(*make_batch(task, pm.batch_size, n, g), causal)  # (B, T) each
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if on_step is not None and (step + 1) % 50 == 0:
+            on_step(step + 1, loss.item())
+    return model.eval()
+
+
+@torch.no_grad()
+def accuracy(model: GPT, task: str, n: int, batches: int = 4, batch_size: int = 128, seed: int = 0) -> float | None:
+    """The share of answer tokens predicted right at size n; None when the model cannot read that length
+    (learned positions end at the trained length)."""
+    causal = model.config.causal
+    if model.pos.max_len is not None and length(task, n, causal) > model.pos.max_len:
+        return None
+    g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET)
+    right = total = 0
+    for _ in range(batches):
+        x, y = model_io(*make_batch(task, batch_size, n, g), causal)  # (B, T) each
+        logits, _ = model(x)  # (B, T, V)
+        scored = y >= 0
+        right += (logits.argmax(-1)[scored] == y[scored]).sum().item()
+        total += scored.sum().item()
+    return right / total
+
+
+@torch.no_grad()
+def answer_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(B, T) per-position cross-entropy at scored positions, 0 elsewhere."""
+    logits, _ = model(x)  # (B, T, V)
+    loss = F.cross_entropy(logits.transpose(1, 2), y.clamp(min=0), reduction="none")  # (B, T)
+    return loss * (y >= 0)

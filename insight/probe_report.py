@@ -1,0 +1,92 @@
+"""The probe grid: every task x positional encoding x (decoder, encoder), trained at size n and scored at n, 2n, 4n;
+then one markdown table and one figure. probe.py runs it from the command line.
+
+A result is a dict: {"task", "pos_emb", "model" ('decoder' | 'encoder'), "n", "acc": {"1x", "2x", "4x"} (None
+where the model cannot read the length: learned positions end at the trained length), "chance", "seconds"}.
+"""
+import time
+
+from .probe_fit import ProbeModel, accuracy, fit
+from .probe_tasks import CHANCE, ENCODER_TASKS, MAX_N
+
+SCALES = (1, 2, 4)  # test lengths, in multiples of the trained size
+
+
+def cells(tasks, pos_embs, models):
+    """The (task, pos_emb, model) runs of the grid, skipping the encoder where a task has no encoder form."""
+    for task in tasks:
+        for model in models:
+            if model == "encoder" and task not in ENCODER_TASKS:
+                continue
+            for pos_emb in pos_embs:
+                yield task, pos_emb, model
+
+
+def run_cell(task: str, pos_emb: str, model: str, n: int, pm: ProbeModel, seed: int = 0, eval_batches: int = 4,
+             on_step=None) -> dict:
+    t0 = time.perf_counter()
+    m = fit(task, n, pos_emb, model == "decoder", pm, seed, on_step)
+    acc = {}
+    for k in SCALES:
+        size = k * n
+        acc[f"{k}x"] = accuracy(m, task, size, batches=eval_batches, seed=seed) if size <= MAX_N.get(task, size) \
+            else None
+    return {"task": task, "pos_emb": pos_emb, "model": model, "n": n, "acc": acc, "chance": CHANCE[task],
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def fmt(value, pos_emb: str) -> str:
+    if value is None:
+        return "n/a (learned)" if pos_emb == "learned" else "n/a"
+    return f"{value:.2f}"
+
+
+def table(results: list[dict]) -> str:
+    """One markdown table: a row per task, model and pos_emb; accuracy at 1x, 2x and 4x the trained size."""
+    lines = ["| task | model | pos_emb | n (trained) | acc 1x | acc 2x | acc 4x | chance |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        a = r["acc"]
+        lines.append(f"| {r['task']} | {r['model']} | {r['pos_emb']} | {r['n']} | {fmt(a['1x'], r['pos_emb'])} | "
+                     f"{fmt(a['2x'], r['pos_emb'])} | {fmt(a['4x'], r['pos_emb'])} | {r['chance']:.2f} |")
+    note = ("\nn/a (learned): learned positions end at the trained length, so the model cannot read a longer input "
+            "(it refuses it). n/a: the task has no room for that size (distinct symbols or keys run out).\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def figure(results: list[dict]):
+    """One panel per task and model: accuracy against test length, a line per pos_emb, chance dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(dict.fromkeys((r["task"], r["model"]) for r in results))
+    cols = min(4, len(panels))
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.5 * rows), squeeze=False, layout="constrained")
+    for ax, (task, model) in zip(axes.flat, panels):
+        for r in (r for r in results if (r["task"], r["model"]) == (task, model)):
+            xs = [k for k in SCALES if r["acc"][f"{k}x"] is not None]
+            ax.plot(xs, [r["acc"][f"{k}x"] for k in xs], marker="o", label=r["pos_emb"])
+            chance = r["chance"]
+        ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(SCALES, [f"{k}x" for k in SCALES])
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"{task}, {model}", fontsize=9)
+        ax.set_xlabel("test length / trained length", fontsize=7)
+        ax.set_ylabel("answer accuracy", fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("probe tasks: accuracy at the trained length and beyond (dashed: chance)", fontsize=10)
+    return fig
+
+
+def save_png(fig, file, dpi: int = 100) -> None:
+    """Write fig as PNG to a path or an open binary file (common/files.write_atomic hands one), then close it."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(file, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,122 @@
+"""Synthetic probe tasks: which positional encoding and which attention direction solve copy, induction,
+associative recall and Dyck-1, at the trained length and at 2x and 4x (README.md, "What attention learns").
+
+    python probe.py --out=probes                                   # the whole grid (~15 min on 2 CPU cores)
+    python probe.py --tasks=copy --pos_embs=rope,alibi --steps=200 # a part of it
+
+Tasks are generated on the fly from the seed (insight/probe_tasks.py); each model trains in seconds
+(insight/probe_fit.py). Writes to --out: table.md, results.json and probes.png; with --wandb_log=true each run's
+loss and the table go to wandb too.
+"""
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+
+from common import cli
+from common.errors import ConfigError, need
+from common.files import write_atomic
+from common.flags import config_from_argv
+
+
+@dataclass
+class ProbeConfig:
+    out: str = "probes"  # table.md, results.json, probes.png
+    tasks: str = "copy,induction,recall,dyck"  # comma-separated, from insight/probe_tasks.py TASKS
+    pos_embs: str = "rope,alibi,sinusoidal,learned,none"
+    models: str = "decoder,encoder"  # the encoder sees the answers masked (not for induction)
+    # trained sizes (tested at 1x, 2x, 4x): items to copy, tokens to repeat, key-value pairs, brackets
+    copy_n: int = 8
+    induction_n: int = 8
+    recall_n: int = 4
+    dyck_n: int = 8
+    # each probe model
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    steps: int = 500
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    eval_batches: int = 4  # held-out batches of 128 per length
+    seed: int = 0
+    threads: int | None = None  # CPU threads (None: torch's choice)
+    # wandb (offline unless you log in)
+    wandb_log: bool = False
+    wandb_project: str = "small-gpt"
+
+    def __post_init__(self):
+        from insight.probe_tasks import TASKS
+        from model.config import POS_EMBS
+
+        for name, allowed in (("tasks", TASKS), ("pos_embs", POS_EMBS), ("models", ("decoder", "encoder"))):
+            bad = [v for v in self.items(name) if v not in allowed]
+            need(not bad and self.items(name), f"{name}={getattr(self, name)!r}: each must be one of "
+                 f"{', '.join(allowed)}", ConfigError)
+        need(self.dyck_n % 2 == 0, f"dyck_n={self.dyck_n} must be even (balanced strings have an even length)")
+        for name in ("copy_n", "induction_n", "recall_n", "dyck_n", "steps", "batch_size", "eval_batches"):
+            need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
+
+    def items(self, name: str) -> list[str]:
+        return [v.strip() for v in getattr(self, name).split(",") if v.strip()]
+
+
+def write_text(path: str, text: str) -> None:
+    write_atomic(path, lambda f: f.write(text.encode()))
+
+
+def main(argv) -> None:
+    pc = config_from_argv(argv, ProbeConfig)
+    if pc is None:  # --help
+        return
+    import torch
+
+    from insight.probe_fit import ProbeModel
+    from insight.probe_report import cells, figure, run_cell, save_png, table
+
+    if pc.threads:
+        torch.set_num_threads(pc.threads)
+    pm = ProbeModel(n_layer=pc.n_layer, n_head=pc.n_head, n_embd=pc.n_embd, steps=pc.steps,
+                    batch_size=pc.batch_size, learning_rate=pc.learning_rate)
+    wandb_run = None
+    if pc.wandb_log:
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb
+
+        os.makedirs(pc.out, exist_ok=True)
+        wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=asdict(pc),
+                               dir=pc.out)
+    results = []
+    for task, pos_emb, model in cells(pc.items("tasks"), pc.items("pos_embs"), pc.items("models")):
+        name = f"{task}/{model}/{pos_emb}"
+        on_step = (lambda step, loss, name=name: wandb_run.log({f"probe_loss/{name}": loss})) if wandb_run else None
+        r = run_cell(task, pos_emb, model, getattr(pc, f"{task}_n"), pm, pc.seed, pc.eval_batches, on_step)
+        results.append(r)
+        print(f"{name}: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in r["acc"].items())
+              + f" ({r['seconds']} s)", flush=True)
+    os.makedirs(pc.out, exist_ok=True)
+    md = table(results)
+    write_text(os.path.join(pc.out, "table.md"), md)
+    write_text(os.path.join(pc.out, "results.json"), json.dumps({"config": asdict(pc), "results": results},
+                                                                indent=1))
+    png = os.path.join(pc.out, "probes.png")
+    write_atomic(png, lambda f: save_png(figure(results), f))
+    print(md + f"wrote {pc.out}/table.md, results.json, probes.png")
+    if wandb_run is not None:
+        import wandb
+
+        rows = [[r["task"], r["model"], r["pos_emb"], r["n"], *(r["acc"][f"{k}x"] for k in (1, 2, 4))]
+                for r in results]
+        wandb_run.log({"probes/table": wandb.Table(columns=["task", "model", "pos_emb", "n", "acc_1x", "acc_2x",
+                                                            "acc_4x"], data=rows),
+                       "probes/figure": wandb.Image(png)})
+        wandb_run.finish()
+
+
+def entry() -> int:
+    """The `small-gpt-probe` console command."""
+    return cli.run(main, sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

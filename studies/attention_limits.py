@@ -1,0 +1,142 @@
+"""How far an attention map explains a prediction: attention weight vs the effect of ablating the key, per head,
+on a probe task and on Shakespeare (insight/ablation.py has the method; README.md, "Attention maps and their limits").
+
+    python compare.py --study=attention --ckpt_dir=out          # out: a trained Shakespeare run (train.py)
+
+The probe model is trained here (insight/probe_fit.py, seconds); the Shakespeare model is the checkpoint in
+--ckpt_dir, read on windows of its validation split. Writes to --out: table.md (Spearman's rho and top-1
+agreement per layer), results.json (per head) and agreement.png (weight against effect, every pair).
+"""
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+from common.errors import ConfigError
+from common.files import write_atomic
+from common.flags import config_from_argv
+from insight.ablation import agreement, key_effects
+from studies.runs import val_windows
+from training.checkpoint import Checkpoint, load_for_inference, path_in
+
+
+@dataclass
+class AttentionLimitsConfig:
+    out: str = "attention_limits"
+    ckpt_dir: str = "out"  # a trained Shakespeare run
+    ckpt: str = "best"
+    windows: int = 2  # validation windows of block_size tokens
+    query_every: int = 4  # queries: every this many positions of a window (each with every key it sees)
+    probe_task: str = "induction"
+    probe_n: int = 8
+    probe_pos_emb: str = "rope"
+    probe_steps: int = 400
+    probe_sequences: int = 4  # probe sequences scored; their answer positions are the queries
+    seed: int = 0
+
+    def __post_init__(self):
+        from insight.probe_tasks import TASKS
+
+        if self.probe_task not in TASKS:
+            raise ConfigError(f"probe_task={self.probe_task!r} is not one of {', '.join(TASKS)}")
+        for name in ("windows", "query_every", "probe_sequences"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+
+
+def merged(parts: list[list[dict]]) -> list[dict]:
+    """key_effects of several sequences -> one list per (layer, head), queries numbered apart."""
+    out = []
+    for i, r in enumerate(parts[0]):
+        rows = [p[i] for p in parts]
+        offset = torch.cat([torch.full_like(r2["t"], k * 100_000) for k, r2 in enumerate(rows)])
+        out.append({"layer": r["layer"], "head": r["head"], "t": torch.cat([r2["t"] for r2 in rows]) + offset,
+                    "s": torch.cat([r2["s"] for r2 in rows]),
+                    "weight": torch.cat([r2["weight"] for r2 in rows]),
+                    "effect": torch.cat([r2["effect"] for r2 in rows])})
+    return out
+
+
+def probe_effects(ac: AttentionLimitsConfig):
+    from insight.probe_fit import ProbeModel, accuracy, fit
+    from insight.probe_tasks import make_batch, model_io
+
+    model = fit(ac.probe_task, ac.probe_n, ac.probe_pos_emb, True, ProbeModel(steps=ac.probe_steps), ac.seed)
+    acc = accuracy(model, ac.probe_task, ac.probe_n)
+    g = torch.Generator().manual_seed(ac.seed + 1)
+    x, y = model_io(*make_batch(ac.probe_task, ac.probe_sequences, ac.probe_n, g), causal=True)  # (N, T) each
+    parts = [key_effects(model, x[i:i + 1], y[i].clamp(min=0), (y[i] >= 0).nonzero().flatten().tolist())
+             for i in range(x.size(0))]
+    name = f"probe: {ac.probe_task} (n={ac.probe_n}, {ac.probe_pos_emb}, answer accuracy {acc:.2f})"
+    return name, merged(parts), model.config
+
+
+def shakespeare_effects(ac: AttentionLimitsConfig):
+    path = path_in(ac.ckpt_dir, ac.ckpt)
+    model, _, _ = load_for_inference(path, torch.device("cpu"))
+    T = model.config.block_size
+    windows = val_windows(Checkpoint.load(path), T, ac.windows)  # (N, T + 1)
+    queries = list(range(ac.query_every - 1, T, ac.query_every))
+    parts = [key_effects(model, w[:-1].unsqueeze(0), w[1:], queries) for w in windows]
+    cfg = model.config
+    name = f"Shakespeare: {cfg.n_layer}x{cfg.n_head}x{cfg.n_embd} {cfg.pos_emb} model, validation text ({T} tokens)"
+    return name, merged(parts), cfg
+
+
+def table(sources: dict) -> str:
+    lines = ["| text | layer | Spearman rho (mean over heads) | rho, lowest..highest head | top-1 agreement |",
+             "|---|---|---|---|---|"]
+    for name, stats in sources.items():
+        for layer, v in stats["layers"].items():
+            rhos = [h["rho"] for (lyr, _), h in stats["heads"].items() if lyr == layer]
+            lines.append(f"| {name} | {layer} | {v['rho']:.2f} | {min(rhos):.2f}..{max(rhos):.2f} | {v['top1']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(effects: dict):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(effects), figsize=(5.2 * len(effects), 4.2), squeeze=False, layout="constrained")
+    for ax, (name, (results, stats)) in zip(axes[0], effects.items()):
+        for layer in sorted({r["layer"] for r in results}):
+            w = torch.cat([r["weight"] for r in results if r["layer"] == layer]).clamp(min=1e-6)
+            e = torch.cat([r["effect"] for r in results if r["layer"] == layer]).clamp(min=1e-6)
+            ax.scatter(w.numpy(), e.numpy(), s=3, alpha=0.35,
+                       label=f"layer {layer}: rho {stats['layers'][layer]['rho']:.2f}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("attention weight a[t, s]", fontsize=8)
+        ax.set_ylabel("|change in the right token's logit| when key s is ablated", fontsize=8)
+        ax.set_title(name, fontsize=8)
+        ax.legend(fontsize=7, markerscale=3)
+    fig.suptitle("attention weight vs ablation effect, every (head, query, key); rho: Spearman, mean over heads",
+                 fontsize=9)
+    return fig
+
+
+def main(argv) -> None:
+    ac = config_from_argv(argv, AttentionLimitsConfig)
+    if ac is None:
+        return
+    from insight.probe_report import save_png
+
+    torch.manual_seed(ac.seed)
+    effects = {}
+    for source in (probe_effects, shakespeare_effects):
+        name, results, _ = source(ac)
+        effects[name] = (results, agreement(results))
+        print(f"{name}: " + ", ".join(f"layer {k} rho {v['rho']:.2f}" for k, v in effects[name][1]["layers"].items()),
+              flush=True)
+    os.makedirs(ac.out, exist_ok=True)
+    md = table({name: stats for name, (_, stats) in effects.items()})
+    write_atomic(os.path.join(ac.out, "table.md"), lambda f: f.write(md.encode()))
+    per_head = {name: {f"{lyr}.{h}": v for (lyr, h), v in stats["heads"].items()}
+                for name, (_, stats) in effects.items()}
+    write_atomic(os.path.join(ac.out, "results.json"),
+                 lambda f: f.write(json.dumps({"config": asdict(ac), "heads": per_head}, indent=1).encode()))
+    write_atomic(os.path.join(ac.out, "agreement.png"), lambda f: save_png(figure(effects), f))
+    print(md + f"wrote table.md, results.json, agreement.png in {ac.out}")

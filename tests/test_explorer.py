@@ -1,0 +1,195 @@
+"""The attention explorer page and the induction scores, without a browser (tests/test_explorer_browser.py drives
+the page in headless Chromium): the stored weights decode to the model's maps, the page needs no network, the
+scores equal references written here, and train.py logs the best head's score at each evaluation."""
+import base64
+import json
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import metrics, tiny_args, tiny_model
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def decoder_run(corpus, tmp_path_factory):
+    """A tiny decoder trained by train.py, evaluated twice (induction score logged at steps 2 and 4)."""
+    import train
+
+    out = tmp_path_factory.mktemp("explorer") / "dec"
+    train.main(tiny_args(corpus, out, "--max_iters=4", "--eval_interval=2"))  # in this process: no second start-up
+    return out
+
+
+def load(out_dir):
+    from training.checkpoint import load_for_inference, path_in
+
+    return load_for_inference(path_in(str(out_dir), "best"), torch.device("cpu"))[:2]
+
+
+def page_parts(page: str):
+    meta = json.loads(re.search(r'<script type="application/json" id="meta">(.*?)</script>', page, re.S).group(1))
+    blob = base64.b64decode(re.search(r'<script type="text/plain" id="weights">(.*?)</script>', page, re.S).group(1))
+    return meta, blob
+
+
+def test_training_logs_the_best_heads_induction_score(decoder_run):
+    rows = metrics(decoder_run)
+    evals = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    for r in evals:
+        assert 0.0 <= r["induction_score"] <= 1.0 and re.fullmatch(r"[01]\.[01]", r["induction_head"])
+    assert not any("induction_score" in r for r in rows if "val_loss" not in r)
+
+
+def test_page_weights_decode_to_the_models_maps(decoder_run, tmp_path):
+    import visualize
+    from insight.explorer_html import dequantise
+
+    text = "ROMEO:\nLove night"
+    out = tmp_path / "a.html"
+    visualize.main([f"--out_dir={decoder_run}", f"--text={text[-16:]}", f"--html={out}"])
+    page = out.read_text()
+    assert not re.search(r"(src|href)\s*=|https?://|@import|fetch\(", page)  # nothing to fetch: works offline
+    meta, blob = page_parts(page)
+    model, tokenizer = load(decoder_run)
+    ids = tokenizer.encode(text[-16:])
+    T = len(ids)
+    assert len(meta["tokens"]) == T and meta["causal"] and len(blob) == 2 * 2 * 2 * T * (T + 1) // 2
+    # an independent decoder of the stored rows: for each layer and head, row t has t + 1 little-endian uint16s
+    values = [int.from_bytes(blob[i:i + 2], "little") / 65535 for i in range(0, len(blob), 2)]
+    maps = model.attention_maps(torch.tensor([ids]))[:, 0]  # (L, H, T, T)
+    k = 0
+    for layer in range(2):
+        for head in range(2):
+            for t in range(T):
+                row = torch.tensor(values[k:k + t + 1])
+                k += t + 1
+                torch.testing.assert_close(row, maps[layer, head, t, :t + 1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(dequantise(blob, 2, 2, T, True), maps, atol=1e-5, rtol=0)
+    assert not (tmp_path / "attention.png").exists()  # --html alone draws no PNG grid
+
+
+def test_encoder_page_stores_full_rows():
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import dequantise, explorer_html
+
+    model = tiny_model(causal=False)
+    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
+    meta, blob = page_parts(explorer_html(model, tokenizer, "abcdefg"))
+    assert not meta["causal"] and len(blob) == 2 * 2 * 2 * 7 * 7
+    maps = model.attention_maps(torch.tensor([tokenizer.encode("abcdefg")]))[:, 0]
+    torch.testing.assert_close(dequantise(blob, 2, 2, 7, False), maps, atol=1e-5, rtol=0)
+    assert (maps[..., 0, 1:] > 0).all()  # an encoder's first token sees the future: the page must store it
+
+
+def test_too_long_a_text_is_refused_with_one_line():
+    from common.errors import UserError
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import explorer_html
+
+    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
+    with pytest.raises(UserError, match="context is 16"):
+        explorer_html(tiny_model(), tokenizer, "a" * 17)
+
+
+def test_prefix_matching_score_reads_the_token_after_the_previous_occurrence():
+    from insight.induction import prefix_matching, repeated_tokens
+
+    idx = repeated_tokens(37, 5, seed=1, avoid=(3,))
+    first = idx[0, :5].tolist()
+    assert idx[0, 5:].tolist() == first and len(set(first)) == 5 and 3 not in first
+    maps = torch.rand(2, 3, 10, 10).softmax(-1)
+    want = torch.zeros(2, 3)
+    for t in range(5, 10):  # the previous occurrence of idx[t] is t - 5; the token after it is at t - 4
+        prev = [s for s in range(t) if idx[0, s] == idx[0, t]][-1]
+        want += maps[..., t, prev + 1] / 5
+    torch.testing.assert_close(prefix_matching(maps, 5), want)
+
+
+def reference_logits(model, idx, drop=None):
+    """The tiny model's forward written out (learned positions, pre-norm, tied head), with head `drop` = (layer,
+    head) zeroed before the output projection: an independent check of insight/induction.HeadRemoved."""
+    cfg = model.config
+    B, T = idx.shape
+    H, D = cfg.n_head, cfg.head_dim
+    x = model.wte(idx) + model.pos.table(torch.arange(T))
+    for layer, block in enumerate(model.blocks):
+        h = block.norm1(x)
+        q, k, v = block.attn.qkv(h).split(cfg.n_embd, dim=2)
+        q, k, v = (z.view(B, T, H, D).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / D ** 0.5
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        y = scores.softmax(-1) @ v  # (B, H, T, D)
+        if drop is not None and drop[0] == layer:
+            y[:, drop[1]] = 0.0
+        x = x + block.attn.proj(y.transpose(1, 2).reshape(B, T, cfg.n_embd))
+        x = x + block.mlp(block.norm2(x))
+    return F.linear(model.norm(x), model.wte.weight)
+
+
+@torch.no_grad()
+def test_copying_score_equals_a_written_out_ablation():
+    from insight.induction import induction_scores, repeated_tokens
+
+    model = tiny_model(seed=3, pos_emb="learned")
+    for p in model.parameters():  # larger weights than the init: heads with visible effects
+        p.data.mul_(5.0)
+    scores = induction_scores(model, half=8, seed=2)
+    idx = repeated_tokens(37, 8, seed=2)
+    full = reference_logits(model, idx)[0]
+    maps = model.attention_maps(idx)[:, 0]
+    for layer in range(2):
+        for head in range(2):
+            d = full - reference_logits(model, idx, (layer, head))[0]  # (T, V)
+            d = d - d.mean(-1, keepdim=True)
+            want = sum(sum(maps[layer, head, t, s] * d[t, idx[0, s]] for s in range(t + 1)) for t in range(8, 16)) / 8
+            assert abs(float(scores.copy[layer, head]) - float(want)) < 1e-4
+    assert scores.copy.abs().max() > 1e-2  # the check above is not 0 == 0
+
+
+def test_visualize_draws_the_induction_heatmap_and_curve(decoder_run, tmp_path):
+    import visualize
+
+    out, curve = tmp_path / "ind.png", tmp_path / "curve.png"
+    visualize.main([f"--out_dir={decoder_run}", f"--induction={out}", f"--induction_curve={curve}"])
+    for png in (out, curve):
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 1000
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match="no metrics.jsonl"):
+        visualize.main([f"--out_dir={tmp_path}", f"--induction_curve={curve}"])
+
+
+def test_wandb_gets_the_page_as_an_html_panel(decoder_run, tmp_path, monkeypatch):
+    """A stand-in wandb module records what visualize.py logs (the real one is tested in tests/test_wandb_log.py)."""
+    import sys
+    import types
+
+    import visualize
+
+    logged = {}
+
+    class Run:
+        dir = str(tmp_path / "wandb" / "run" / "files")
+
+        def log(self, row):
+            logged.update(row)
+
+        def finish(self):
+            logged["finished"] = True
+
+    fake = types.SimpleNamespace(init=lambda **kw: logged.update(init=kw) or Run(),
+                                 Html=lambda page, inject=True: ("html", page, inject))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    out = tmp_path / "a.html"
+    visualize.main([f"--out_dir={decoder_run}", "--text=Love night", f"--html={out}", "--wandb_log=true"])
+    kind, page, inject = logged["attention/explorer"]
+    assert kind == "html" and page == out.read_text() and not inject and logged["finished"]
+    assert logged["init"]["job_type"] == "visualize"

@@ -1,0 +1,126 @@
+"""Probe tasks: every generator's answers are right by construction (checked by rules written here, not by the
+generator), a tiny model beats chance on each task, and probe.py writes its table and figure."""
+import json
+
+import pytest
+import torch
+
+from insight import probe_tasks as pt
+from insight.probe_fit import ProbeModel, accuracy, fit
+
+TINY = ProbeModel(n_layer=2, n_head=2, n_embd=32, steps=100, batch_size=32, learning_rate=1e-2)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)  # tiny tensors; conftest restores the thread count
+
+
+def batch(task, n, B=64, seed=0):
+    return pt.make_batch(task, B, n, torch.Generator().manual_seed(seed))
+
+
+def test_copy_answers_are_the_first_half():
+    tokens, answer = batch("copy", 5)
+    assert tokens.shape == (64, 11) and (tokens[:, 5] == pt.SEP).all()
+    for row, mask in zip(tokens.tolist(), answer.tolist()):
+        assert row[6:] == row[:5] and mask == [False] * 6 + [True] * 5
+        assert all(0 <= t < pt.N_SYMBOLS for t in row[:5])
+
+
+def test_induction_repeats_distinct_tokens_and_scores_the_predictable_part():
+    tokens, answer = batch("induction", 6)
+    for row, mask in zip(tokens.tolist(), answer.tolist()):
+        first = row[:6]
+        assert len(set(first)) == 6 and row[6:] == first
+        assert mask == [False] * 7 + [True] * 5  # the second copy's first token cannot be foreseen
+
+
+def test_recall_answer_is_the_queried_keys_value():
+    tokens, answer = batch("recall", 4)
+    assert (answer[:, -1]).all() and answer.sum() == 64
+    for row in tokens.tolist():
+        pairs = dict(zip(row[0:8:2], row[1:8:2]))
+        assert len(pairs) == 4 and all(k < pt.N_KEYS <= v < pt.N_SYMBOLS for k, v in pairs.items())
+        assert row[8] == pt.QUERY and row[10] == pairs[row[9]]
+
+
+def balanced(brackets) -> bool:
+    depth = 0
+    for b in brackets:
+        depth += 1 if b == pt.OPEN else -1
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def test_dyck_label_is_whether_the_brackets_balance():
+    tokens, answer = batch("dyck", 10, B=400)
+    kinds = set()
+    for row in tokens.tolist():
+        brackets, eq, label = row[:10], row[10], row[11]
+        assert eq == pt.EQ and set(brackets) <= {pt.OPEN, pt.CLOSE}
+        assert label == (pt.YES if balanced(brackets) else pt.NO)
+        kinds.add((label, brackets.count(pt.OPEN) == 5))
+    # balanced, unbalanced by count, and unbalanced with equal counts (a prefix closes too much) all occur
+    assert kinds == {(pt.YES, True), (pt.NO, False), (pt.NO, True)}
+    labels = tokens[:, -1]
+    assert 0.4 < (labels == pt.YES).float().mean() < 0.6
+
+
+def test_model_io_decoder_shifts_encoder_masks():
+    tokens, answer = batch("recall", 3, B=4)
+    x, y = pt.model_io(tokens, answer, causal=True)
+    assert torch.equal(x, tokens[:, :-1]) and torch.equal(y[:, -1], tokens[:, -1]) and (y[:, :-1] == -1).all()
+    x, y = pt.model_io(tokens, answer, causal=False)
+    assert (x[:, -1] == pt.MASK).all() and torch.equal(x[:, :-1], tokens[:, :-1])
+    assert torch.equal(y[:, -1], tokens[:, -1]) and (y[:, :-1] == -1).all()
+
+
+def test_generators_are_seeded():
+    for task in pt.TASKS:
+        assert torch.equal(batch(task, 4, seed=3)[0], batch(task, 4, seed=3)[0])
+        assert not torch.equal(batch(task, 4, seed=3)[0], batch(task, 4, seed=4)[0])
+
+
+# (task, causal, size, at least): a few times chance after 100 steps of a 2x32 model (seconds)
+BEATS_CHANCE = [("copy", True, 4, 4 * pt.CHANCE["copy"]), ("copy", False, 4, 4 * pt.CHANCE["copy"]),
+                ("induction", True, 4, 4 * pt.CHANCE["induction"]), ("recall", True, 2, 2 * pt.CHANCE["recall"]),
+                ("dyck", True, 6, 0.65)]
+
+
+@pytest.mark.parametrize("task,causal,n,floor", BEATS_CHANCE)
+def test_a_tiny_model_beats_chance(task, causal, n, floor):
+    untrained = fit(task, n, "rope", causal, ProbeModel(steps=0))
+    model = fit(task, n, "rope", causal, TINY)
+    acc = accuracy(model, task, n, batches=1)
+    assert acc > floor, (task, acc, pt.CHANCE[task])
+    assert acc > accuracy(untrained, task, n, batches=1)
+
+
+def test_learned_positions_report_no_accuracy_past_the_trained_length():
+    model = fit("copy", 3, "learned", True, ProbeModel(steps=0))
+    assert accuracy(model, "copy", 3, batches=1) is not None and accuracy(model, "copy", 6, batches=1) is None
+
+
+def test_probe_py_writes_table_results_and_figure(tmp_path):
+    import probe
+
+    out = tmp_path / "p"
+    probe.main([f"--out={out}", "--tasks=recall,induction", "--pos_embs=learned,alibi", "--steps=2",
+                "--n_embd=16", "--n_head=2", "--eval_batches=1", "--recall_n=2", "--induction_n=3"])
+    results = json.loads((out / "results.json").read_text())["results"]
+    cells = {(r["task"], r["model"], r["pos_emb"]) for r in results}
+    assert cells == {("recall", m, p) for m in ("decoder", "encoder") for p in ("learned", "alibi")} | {
+        ("induction", "decoder", p) for p in ("learned", "alibi")}  # no encoder form of induction
+    learned = next(r for r in results if r["pos_emb"] == "learned")
+    assert learned["acc"]["2x"] is None and learned["acc"]["1x"] is not None
+    assert "| recall | encoder | alibi | 2 |" in (out / "table.md").read_text()
+    assert (out / "probes.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_probe_py_refuses_an_unknown_task(tmp_path):
+    import probe
+
+    with pytest.raises(ValueError, match="tasks='copy,sort'"):
+        probe.main([f"--out={tmp_path}", "--tasks=copy,sort"])
