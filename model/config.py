@@ -47,7 +47,7 @@ class GPTConfig:
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
-            need(isinstance(value, int) and 0 < value < MAX_SIZE, f"{name}={value!r} must be a positive integer "
+            need(type(value) is int and 0 < value < MAX_SIZE, f"{name}={value!r} must be a positive integer "
                  f"below 2**31")
         need(self.n_embd % self.n_head == 0,
              f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; pick n_embd as a multiple of n_head")
@@ -67,7 +67,7 @@ class GPTConfig:
         if self.pos_emb == "rope":
             need(self.head_dim % 2 == 0, f"pos_emb='rope' needs an even head_dim, got {self.head_dim} "
                  f"(n_embd={self.n_embd} / n_head={self.n_head})")
-        need(self.window is None or (isinstance(self.window, int) and 0 < self.window < MAX_SIZE),
+        need(self.window is None or (type(self.window) is int and 0 < self.window < MAX_SIZE),
              f"window={self.window!r} must be a positive integer below 2**31, or None (full attention)")
 
     @property

@@ -313,6 +313,8 @@ def test_mutated_hugging_face_folders(hf_folders, tmp_path, tally, arch, target)
      "is not readable JSON"),
     ("config.json without n_embd", lambda f: (f / "config.json").write_text(json.dumps(
         {k: v for k, v in json.loads((f / "config.json").read_text()).items() if k != "n_embd"})), "KeyError"),
+    ("n_positions = true (a bool is an int in Python)", lambda f: (f / "config.json").write_text(json.dumps(
+        {**json.loads((f / "config.json").read_text()), "n_positions": True})), "must be a positive integer"),
     ("a model_type that is a list", lambda f: (f / "config.json").write_text(json.dumps(
         {**json.loads((f / "config.json").read_text()), "model_type": [1]})), "cannot be imported"),
     ("a config 10x the weights", lambda f: (f / "config.json").write_text(json.dumps(
