@@ -11,7 +11,7 @@ import torch
 
 import train
 from common import cli
-from conftest import ROOT, metrics, tiny_args
+from conftest import ROOT, children, metrics, tiny_args
 from training.checkpoint import Checkpoint
 
 SAME = ["--total_batch_size=128", "--lr_decay_iters=12", "--learning_rate=3e-3"]  # 128 tokens a step at any count
@@ -70,20 +70,6 @@ def test_two_nodes_on_loopback_train_like_one_machine(corpus, tmp_path):
     assert sorted(p.name for p in runs["nodes"].iterdir()) == [".lock", "ckpt_best.pt", "ckpt_last.pt",
                                                                 "metrics.jsonl"]
     assert len(metrics(runs["nodes"])) == 6  # one line per step: one writer
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is pid (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
 
 
 def test_an_elastic_restart_resumes_by_itself_and_ends_bitwise_equal(corpus, tmp_path):

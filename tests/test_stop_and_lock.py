@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import train
-from conftest import ROOT, metrics, tiny_args
+from conftest import ROOT, children, metrics, tiny_args
 from training.checkpoint import Checkpoint
 
 RUN = ["--max_iters=150", "--eval_interval=1000", "--lr_decay_iters=150"]  # no checkpoint before the stop
@@ -105,20 +105,6 @@ def torchrun(corpus, out, *extra):
             str(ROOT) + "/train.py", *args]
 
 
-def workers_of(pid: int) -> list[int]:
-    """The worker processes torchrun started (its children), lowest pid (rank 0) first."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return sorted(found)
-
-
 @pytest.fixture(scope="module")
 def whole_ddp(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp") / "whole"
@@ -136,7 +122,7 @@ def test_under_torchrun_every_process_stops_at_one_step_and_resumes_bitwise(corp
                              text=True)
     try:
         wait_for_rows(out, 10)
-        workers = workers_of(agent.pid)
+        workers = sorted(children(agent.pid))  # lowest pid (rank 0) first
         assert len(workers) == 2
         os.kill(agent.pid if target == "torchrun" else workers[1], sig)
         _, err = agent.communicate(timeout=120)
