@@ -120,3 +120,22 @@ def test_int8_costs_under_a_hundredth_of_a_nat_on_a_trained_model(corpus):
     assert abs(after - before) < 0.01, f"float32 {before:.4f}, int8 {after:.4f}"
     # the greedy choice at each position: equal except where the float model's top two are nearly tied
     assert (top1(model, val_ids) == top1_before).float().mean() > 0.97
+
+
+def test_sample_py_quantize_int8_end_to_end(corpus, tmp_path, capsys):
+    import sample
+    import train
+    from common import cli
+    from conftest import tiny_args
+
+    run = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, run, "--max_iters=2", "--eval_interval=2",
+                                               "--lr_decay_iters=2")) == 0
+    args = [f"--out_dir={run}", "--ckpt=last", "--max_new_tokens=5", "--device=cpu", "--start=ROMEO",
+            "--temperature=0"]
+    capsys.readouterr()
+    sample.main(args + ["--quantize=int8"])
+    out = capsys.readouterr().out
+    assert "ROMEO" in out and "sample 1" in out
+    assert cli.run(sample.main, args + ["--quantize=int4"]) == 2
+    assert "quantize=int4" in capsys.readouterr().err
