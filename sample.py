@@ -2,6 +2,7 @@
 
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=500 --temperature=0.8
 
+`--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost is in README).
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
 the uncached reference loop, which gives the same text for the same seed (only slower).
 
@@ -25,6 +26,7 @@ from common.errors import ConfigError, UserError
 from common.flags import config_from_argv
 from data.mask_token import MASK_TEXT
 from model.generate import check_sampling, next_token_probs
+from model.quantize import QUANTIZE_CHOICES, quantize
 from training import objectives
 from training.checkpoint import load_for_inference, path_in
 
@@ -44,6 +46,7 @@ class SampleConfig:
     kv_cache: bool = True
     device: str = "auto"
     dtype: str = "float32"  # 'auto' picks bf16 where it is faster; float32 is the reference
+    quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (model/quantize.py)
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
     top_tokens: int = 8  # rows of that table
@@ -53,6 +56,9 @@ class SampleConfig:
             raise ConfigError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
                              f"{self.max_new_tokens} >= 0")
         check_sampling(self.temperature, self.top_k, self.top_p, self.min_p)
+        if self.quantize is not None and self.quantize not in QUANTIZE_CHOICES:
+            raise ConfigError(f"quantize={self.quantize} is not one of {', '.join(QUANTIZE_CHOICES)} (or leave it "
+                              f"out for the float weights)")
         if self.top_tokens < 1:
             raise ConfigError(f"top_tokens={self.top_tokens} must be >= 1")
         for t in parse_temperatures(self.temperatures):
@@ -109,6 +115,7 @@ def main(argv) -> None:
     device = pick_device(sc.device)
     dtype = pick_dtype(sc.dtype, device)
     model, tokenizer, ckpt = load_for_inference(path_in(sc.out_dir, sc.ckpt), device)
+    quantize(model, sc.quantize)
     text = read_prompt(sc.start)
     if sc.attention:  # works for encoders too: it draws, it does not generate
         from insight.attention_figures import attention_figure, save_figure  # here: matplotlib is slow to import

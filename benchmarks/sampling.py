@@ -2,7 +2,9 @@
 prompt, randomly initialised weights (speed does not depend on them), greedy decoding, all in one process, alternated:
 
     ours      model.generate with the KV cache (when the context is full the window slides by a quarter and the
-              cache is re-filled in one batched forward: model/generate.py)
+              cache is re-filled in one batched forward: model/generate.py); float32 weights, and the same model
+              with int8 weight-only block linears (sample.py --quantize=int8, model/quantize.py) and with all
+              weights in bfloat16 (a bf16 cache too)
     nanoGPT   its GPT.generate: no cache, re-runs the whole (cropped) context for every token; top_k=1 is its greedy
     HF        transformers' GPT2LMHeadModel.generate with its cache, same shape (its position table is made as long
               as prompt + N, since GPT-2 cannot slide a window; it attends to up to N keys where we attend to <= 256)
@@ -15,6 +17,7 @@ import time
 import torch
 
 from model import GPT, GPTConfig
+from model.quantize import quantize
 
 from . import nanogpt_ref
 
@@ -22,9 +25,14 @@ SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)
 VOCAB = 65
 
 
-def ours(pos_emb: str, shape=SHAPE):
+def ours(pos_emb: str, shape=SHAPE, weights: str = "float32"):
+    """weights: 'float32', 'int8' (block linears quantized, the rest float32) or 'bfloat16' (every weight)."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, pos_emb=pos_emb, **shape)).eval()
+    if weights == "int8":
+        quantize(model, "int8")
+    elif weights == "bfloat16":
+        model = model.to(torch.bfloat16)
     return lambda prompt, n: model.generate(prompt, n, temperature=0.0)
 
 
@@ -58,9 +66,12 @@ def hf(n_new: int, shape=SHAPE):
 
 
 def measure(nanogpt_path: str | None, n_new: int, repeats: int, pos_embs=("learned", "rope"), shape=SHAPE,
-            with_hf: bool = True) -> dict:
-    """Median milliseconds per new token for each generator over `repeats` alternating rounds."""
+            with_hf: bool = True, weights=("int8", "bfloat16")) -> dict:
+    """Median milliseconds per new token for each generator over `repeats` alternating rounds. weights: the
+    other weight formats to time (with pos_embs[0]) beside the float32 ones."""
     runners = {f"ours ({p}, KV cache)": ours(p, shape) for p in pos_embs}
+    for w in weights:
+        runners[f"ours ({pos_embs[0]}, KV cache, {w} weights)"] = ours(pos_embs[0], shape, w)
     if nanogpt_path:
         runners["nanoGPT generate (no cache)"] = nanogpt(nanogpt_path, shape)
     if with_hf:

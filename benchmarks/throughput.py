@@ -25,9 +25,10 @@ SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)  # nanoGPT's confi
 VOCAB, DROPOUT, LR, WD, BETAS = 65, 0.2, 1e-3, 0.1, (0.9, 0.99)
 
 
-def ours(shape=SHAPE):
+def ours(shape=SHAPE, dropout_impl="bernoulli"):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", **shape)).train()
+    model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", dropout_impl=dropout_impl,
+                          **shape)).train()
     return model, make_optimizer(model, LR, WD, BETAS, "cpu")
 
 
@@ -59,13 +60,16 @@ def step_seconds(model, opt, batch, steps: int) -> float:
     return statistics.median(times)
 
 
-def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE) -> dict:
+def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE, ablate_dropout=False) -> dict:
     """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
-    float32 and bf16 matmul peaks of this CPU."""
+    float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=rand
+    (masks from a uniform draw, model/dropout.py) as 'ours-rand'."""
     T = shape["block_size"]
     g = torch.Generator().manual_seed(0)
     batch = tuple(torch.randint(0, VOCAB, (batch_size, T), generator=g) for _ in range(2))  # x, y: (B, T) each
     models = {"ours": ours(shape)}
+    if ablate_dropout:
+        models["ours-rand"] = ours(shape, "rand")
     if nanogpt:
         models["nanogpt"] = theirs(nanogpt, shape)
     per = {who: [] for who in models}

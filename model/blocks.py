@@ -8,6 +8,7 @@ import functools
 import torch.nn as nn
 
 from .attention import MultiHeadAttention
+from .dropout import build_dropout
 
 
 class ReLU2(nn.Module):
@@ -28,7 +29,7 @@ class MLP(nn.Module):
         self.act = ACTIVATIONS[config.mlp_act]()  # parameter-free: checkpoints do not depend on it
         self.down = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)  # (4C -> C)
         self.down.residual_scale = True  # GPT-2 init: scaled down by depth
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = build_dropout(config)
 
     def forward(self, x):  # (B, T, C) -> (B, T, C)
         return self.drop(self.down(self.act(self.up(x))))
@@ -39,7 +40,7 @@ class Block(nn.Module):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = MultiHeadAttention(config)
-        self.drop = nn.Dropout(config.dropout)  # residual dropout on the attention branch
+        self.drop = build_dropout(config)  # residual dropout on the attention branch
         self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 

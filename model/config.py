@@ -11,6 +11,7 @@ POS_EMBS = ("rope", "sinusoidal", "learned", "alibi", "none")
 ATTN_IMPLS = ("sdpa", "math", "tiled")
 ATTN_SCORES = ("dot", "additive", "bilinear")  # see model/scores.py
 MLP_ACTS = ("gelu", "relu2")  # see model/blocks.py
+DROPOUT_IMPLS = ("rand", "bernoulli")  # see model/dropout.py
 
 
 MAX_SIZE = 2**31  # sizes and windows are indices: torch's int32 kernels and index math stay below this
@@ -43,6 +44,9 @@ class GPTConfig:
     tie_head: bool = True  # False: a separate output head instead of reusing the token embedding
     zero_init: bool = False  # zero-initialise the projections that write into the residual stream (and an untied
     #                          head): each block starts as the identity
+    dropout_impl: str = "bernoulli"  # one of DROPOUT_IMPLS: how the residual / MLP / embedding masks are drawn, the
+    #                             same distribution either way: 'bernoulli' (nn.Dropout) or 'rand' (torch.rand < 1-p:
+    #                             the op 1.6x faster on one CPU thread, no faster on two); attention dropout is SDPA's
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -62,6 +66,8 @@ class GPTConfig:
              f"pass --attn_impl=math")
         need(self.attn_impl != "tiled" or self.dropout == 0.0,
              f"attn_impl='tiled' has no attention dropout, but dropout={self.dropout}; use dropout=0 or attn_impl='math'")
+        need(self.dropout_impl in DROPOUT_IMPLS,
+             f"dropout_impl={self.dropout_impl!r} is not one of {', '.join(DROPOUT_IMPLS)}")
         need(self.mlp_act in MLP_ACTS, f"mlp_act={self.mlp_act!r} is not one of {', '.join(MLP_ACTS)}")
         need(self.rope_base > 1.0, f"rope_base={self.rope_base} must be > 1")
         if self.pos_emb == "rope":

@@ -17,6 +17,7 @@ from common.errors import UserError
 
 from .blocks import Block
 from .config import GPTConfig
+from .dropout import build_dropout
 from .generate import generate, generate_stream
 from .kv_cache import KVCache
 from .masks import build_mask, positions_from_valid
@@ -39,7 +40,7 @@ class GPT(nn.Module):
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding (V, C)
         self.pos = build_positional(config)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = build_dropout(config)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.norm = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)  # (C -> V)

@@ -1,0 +1,86 @@
+"""Int8 weight-only quantization for decoding: a transform of a built model, which itself knows nothing about it.
+
+Decoding one token at a time multiplies a single row of activations by every weight matrix: the work is a
+matrix-vector product, bound by reading the weights from memory, not by arithmetic. Storing each weight as one
+signed byte instead of four float32 bytes cuts that traffic by 4x. Activations stay in floating point.
+
+    scale[n] = max_k |W[n, k]| / 127                      one scale per output channel (row of W)
+    Wq[n, k] = round(W[n, k] / scale[n])  in [-127, 127]   so W ~= Wq * scale, error <= scale[n] / 2 per weight
+    y = x @ (Wq * scale)^T + b
+
+On CPU torch has a kernel for exactly this product (aten._weight_int8pack_mm); it is fast with bfloat16
+activations (float32 ones take a slow path), so the input row is rounded to bf16 on the way in and the result
+returned in the caller's dtype. Where the kernel is missing (other devices, other builds) the weights are
+dequantised and multiplied in the input's dtype: same numbers, no speed-up.
+
+Only the linear layers inside the blocks are quantized: the output head shares its matrix with the token
+embedding (a lookup, not a product) and is small next to them; quantizing it would cost quality for little.
+Shapes: N out_features, K in_features, M rows of activations (batch x tokens).
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+QMAX = 127  # symmetric: -128 is never used, so Wq and -Wq are both representable
+QUANTIZE_CHOICES = ("int8",)
+
+
+def has_int8_kernel(device) -> bool:
+    return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w: (N, K) float -> (Wq (N, K) int8, scale (N,) float32), symmetric per output channel."""
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1).clamp_min(1e-12) / QMAX  # (N,): an all-zero row keeps a finite scale
+    wq = torch.round(w / scale[:, None]).clamp(-QMAX, QMAX).to(torch.int8)  # (N, K)
+    return wq, scale
+
+
+class Int8Linear(nn.Module):
+    """A frozen nn.Linear with int8 weights and per-output-channel scales (inference only: no gradients)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        wq, scale = quantize_weight(linear.weight)
+        self.register_buffer("weight_int8", wq)  # (N, K)
+        self.register_buffer("scale", scale)  # (N,) float32
+        self.register_buffer("scale_bf16", scale.to(torch.bfloat16))  # (N,) what the CPU kernel takes
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())  # (N,)
+        self.fast = has_int8_kernel(linear.weight.device)
+
+    def forward(self, x):  # (..., K) -> (..., N)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)  # (M, K)
+        if self.fast:
+            y = torch.ops.aten._weight_int8pack_mm(x2.to(torch.bfloat16), self.weight_int8, self.scale_bf16)
+            y = y.to(x.dtype)  # (M, N)
+        else:
+            y = F.linear(x2, self.weight_int8.to(x.dtype) * self.scale[:, None].to(x.dtype))  # (M, N)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weight-only"
+
+
+def quantize_int8(model: nn.Module) -> int:
+    """Replaces every nn.Linear inside model.blocks by an Int8Linear, in place. Returns how many were replaced."""
+    count = 0
+    for parent in model.blocks.modules():
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, Int8Linear(child))
+                count += 1
+    return count
+
+
+def quantize(model: nn.Module, how: str | None) -> int:
+    """how: None (leave the model as it is) or one of QUANTIZE_CHOICES. Returns the layers changed."""
+    if how is None:
+        return 0
+    if how not in QUANTIZE_CHOICES:
+        raise ValueError(f"quantize={how!r} is not one of {', '.join(QUANTIZE_CHOICES)}")
+    return quantize_int8(model)

@@ -1,0 +1,65 @@
+"""The uniform-draw dropout (model/dropout.py) against the closed form of Bernoulli(1 - p) dropout: the kept
+fraction, the survivors' scale, mean and variance, independence of neighbours, gradients, dtypes, and no dropout in
+eval mode. n = 2^20 elements: the kept fraction's standard deviation is sqrt(p (1-p) / n) ~ 4e-4, so a 6-sigma band
+is tight and a wrong p (even 0.2 vs 0.21) fails."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import tiny_model
+from model.dropout import UniformDropout
+
+N = 1 << 20
+
+
+@pytest.mark.parametrize("p", [0.1, 0.2, 0.5])
+def test_kept_fraction_scale_mean_and_variance_match_bernoulli(p):
+    torch.manual_seed(0)
+    keep = 1 - p
+    x = torch.ones(N)
+    y = UniformDropout(p).train()(x)
+    kept = y != 0
+    sigma = math.sqrt(p * keep / N)
+    assert abs(kept.float().mean().item() - keep) < 6 * sigma
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / keep))  # survivors scaled by exactly 1/(1-p)
+    # E[y] = x = 1, Var[y] = keep * (1/keep)^2 - 1 = p / keep; the sample estimates' sd is ~ sqrt(var / N)
+    assert abs(y.mean().item() - 1.0) < 6 * math.sqrt(p / keep / N)
+    assert abs(y.var().item() - p / keep) < 0.02 * p / keep
+    # independent elements: a neighbouring pair is kept together with probability keep^2
+    both = (kept[0::2] & kept[1::2]).float().mean().item()
+    assert abs(both - keep ** 2) < 6 * math.sqrt(keep ** 2 * (1 - keep ** 2) / (N // 2))
+
+
+def test_gradient_is_the_same_mask_and_eval_or_p0_is_the_identity():
+    torch.manual_seed(0)
+    x = torch.randn(64, 256, requires_grad=True)
+    drop = UniformDropout(0.2).train()
+    y = drop(x)
+    y.sum().backward()
+    mask = (y != 0).float()
+    assert torch.allclose(x.grad, mask / 0.8)
+    assert torch.allclose(y, x.detach() * mask / 0.8)
+    assert drop.eval()(x) is x
+    assert UniformDropout(0.0).train()(x) is x
+
+
+def test_bf16_input_keeps_its_dtype_and_the_exact_probability():
+    # a uniform drawn in bf16 keeps with probability 205/256 = 0.80078 instead of 0.8: 8 sigma off at n = 2^24
+    n = 1 << 24
+    torch.manual_seed(0)
+    y = UniformDropout(0.2).train()(torch.ones(n, dtype=torch.bfloat16))
+    assert y.dtype == torch.bfloat16
+    assert abs((y != 0).float().mean().item() - 0.8) < 5 * math.sqrt(0.16 / n)
+
+
+def test_model_uses_it_and_eval_mode_has_no_dropout():
+    torch.set_num_threads(1)  # tiny models: one thread is faster (restored by conftest)
+    for impl, cls in (("rand", UniformDropout), ("bernoulli", nn.Dropout)):
+        model = tiny_model(dropout=0.3, dropout_impl=impl)
+        assert sum(isinstance(m, cls) for m in model.modules()) == 1 + 2 * model.config.n_layer
+        idx = torch.randint(0, 37, (2, 16))
+        plain = tiny_model(dropout=0.0)  # same seed, same weights
+        assert torch.allclose(model.eval()(idx)[0], plain(idx)[0])
+        assert not torch.allclose(model.train()(idx)[0], plain(idx)[0])
