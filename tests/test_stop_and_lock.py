@@ -15,11 +15,11 @@ from training.checkpoint import Checkpoint
 RUN = ["--max_iters=150", "--eval_interval=1000", "--lr_decay_iters=150"]  # no checkpoint before the stop
 
 
-def start(corpus, out, *extra):
+def start(corpus, out, *extra, output=subprocess.PIPE):
+    """train.py in its own process; output=DEVNULL for a long run nobody reads (a full pipe would stall it)."""
     args = tiny_args(corpus, out, *RUN, *extra)
     code = f"import sys, train\nsys.exit(train.entry())"
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=output, stderr=output, text=True)
 
 
 def wait_for_rows(out, n, timeout=120):
@@ -148,7 +148,8 @@ def test_readers_see_only_complete_checkpoints_while_a_run_writes(corpus, tmp_pa
     from interop.export import export
 
     out = tmp_path / "run"
-    proc = start(corpus, out, "--max_iters=1000000", "--lr_decay_iters=1000000", "--eval_interval=5")
+    proc = start(corpus, out, "--max_iters=1000000", "--lr_decay_iters=1000000", "--eval_interval=5",
+                 output=subprocess.DEVNULL)
     try:
         t = time.time()
         while not (out / "ckpt_last.pt").exists():
