@@ -65,9 +65,9 @@ class ShardWriter:
 
     def write(self, tokens: np.ndarray):
         tokens = tokens.astype(self.dtype, copy=False)
-        while len(tokens):
-            n = min(len(tokens), self.shard_tokens - self.n_partial)
-            with self._whole_tokens():
+        with self._whole_tokens():
+            while len(tokens):
+                n = min(len(tokens), self.shard_tokens - self.n_partial)
                 self._file.write(tokens[:n].tobytes())
                 self.n_partial += n
                 tokens = tokens[n:]
