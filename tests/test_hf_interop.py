@@ -67,22 +67,29 @@ def test_exported_folder_loads_in_transformers_with_our_logits_and_greedy_tokens
     assert torch.equal(got, want)
 
 
-def test_gpt2_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path):
-    hf = random_hf_gpt2(tmp_path / "orig")
-    ours = load_hf_gpt2(tmp_path / "orig")
-    assert ours.config.bias and ours.config.pos_emb == "learned" and ours.config.block_size == 16
+def assert_round_trip(hf, ours, folder, hf_class, config_keys):
+    """ours, loaded from hf (61 tokens, context 16), gives hf's logits; exported to folder and read back by
+    hf_class, it is hf again: every weight bit for bit, and each of config_keys. Returns the model read back."""
     idx = torch.randint(0, 61, (2, 16))
     with torch.no_grad():
         assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
 
     chars = "".join(chr(c) for c in range(ord("!"), ord("!") + 61))
-    export(as_checkpoint(ours, {"tokenizer": "char", "vocab_size": 61, "eot_id": None, "chars": chars}),
-           tmp_path / "back")
-    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "back")
+    export(as_checkpoint(ours, {"tokenizer": "char", "vocab_size": 61, "eot_id": None, "chars": chars}), folder)
+    back = hf_class.from_pretrained(folder)
     a, b = hf.state_dict(), back.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit for bit
-    for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "activation_function"):
-        assert getattr(back.config, key) == getattr(hf.config, key)
+    for key in config_keys:
+        assert getattr(back.config, key) == getattr(hf.config, key), key
+    return back
+
+
+def test_gpt2_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path):
+    hf = random_hf_gpt2(tmp_path / "orig")
+    ours = load_hf_gpt2(tmp_path / "orig")
+    assert ours.config.bias and ours.config.pos_emb == "learned" and ours.config.block_size == 16
+    assert_round_trip(hf, ours, tmp_path / "back", transformers.GPT2LMHeadModel,
+                      ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "activation_function"))
 
 
 @pytest.mark.parametrize("pos_emb, arch", [("learned", "GPT2LMHeadModel"), ("rope", "GPTNeoXForCausalLM")])

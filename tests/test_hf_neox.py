@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from interop.export import export  # noqa: E402
 from interop.import_hf import load_hf  # noqa: E402
-from test_hf_interop import as_checkpoint, perturb  # noqa: E402
+from test_hf_interop import as_checkpoint, assert_round_trip, perturb  # noqa: E402
 from training.checkpoint import Checkpoint  # noqa: E402
 
 ATOL = 1e-4  # float32, two blocks: the two sides differ by summation order only (measured: under 1e-6)
@@ -84,19 +84,10 @@ def test_gpt_neox_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path, tie):
     hf = random_hf_neox(tmp_path / "orig", tie)
     ours = load_hf(tmp_path / "orig")
     assert ours.config.pos_emb == "rope" and ours.config.bias and ours.config.tie_head == tie
-    idx = torch.randint(0, 61, (2, 16))
-    with torch.no_grad():
-        assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
-
-    chars = "".join(chr(c) for c in range(ord("!"), ord("!") + 61))
-    export(as_checkpoint(ours, {"tokenizer": "char", "vocab_size": 61, "eot_id": None, "chars": chars}),
-           tmp_path / "back")
-    back = transformers.GPTNeoXForCausalLM.from_pretrained(tmp_path / "back")
-    a, b = hf.state_dict(), back.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit for bit
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "hidden_act", "use_parallel_residual", "tie_word_embeddings", "max_position_embeddings"):
-        assert getattr(back.config, key) == getattr(hf.config, key), key
+    back = assert_round_trip(hf, ours, tmp_path / "back", transformers.GPTNeoXForCausalLM,
+                             ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                              "intermediate_size", "hidden_act", "use_parallel_residual", "tie_word_embeddings",
+                              "max_position_embeddings"))
     assert back.config.rope_parameters["partial_rotary_factor"] == 1.0
 
 
