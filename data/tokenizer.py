@@ -218,7 +218,7 @@ def read_meta(folder_or_meta_json) -> dict:
         raise DataError(f"{path} cannot be read ({type(e).__name__}); delete its folder and prepare the data "
                         f"again") from None
     problem = meta_problem(meta)
-    missing = [k for k in ("dtype", "train_tokens", "val_tokens") if not isinstance(meta, dict) or k not in meta]
+    missing = [] if problem else [k for k in ("dtype", "train_tokens", "val_tokens") if k not in meta]
     if problem or missing:
         raise DataError(f"{path} is corrupt: {problem or 'it has no ' + ', '.join(missing)}; delete its folder and "
                         f"prepare the data again")

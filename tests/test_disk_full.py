@@ -128,7 +128,7 @@ def trained(corpus, tmp_path_factory):
     return trained_run(corpus, tmp_path_factory.mktemp("gpt2"), "--tokenizer=gpt2", "--max_iters=2")
 
 
-def check_second_checkpoint_refused(r, out, size):
+def check_second_checkpoint_refused(r, out):
     line = error_line(r)
     assert f"could not write {out}/" in line and "no space left" in line and "needed about" in line, line
     assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 10  # the previous complete checkpoint
@@ -142,7 +142,7 @@ def test_a_full_tmpfs_refuses_the_second_checkpoint_and_keeps_the_first(corpus, 
     disk = small_disk(int(2.5 * checkpoint_size) + 64 * 1024)
     out = disk / "run"
     r = train(corpus, out, tmp_path / "data")
-    check_second_checkpoint_refused(r, out, checkpoint_size)
+    check_second_checkpoint_refused(r, out)
 
 
 def test_a_failing_write_refuses_the_second_checkpoint_and_keeps_the_first(corpus, tmp_path, fail_writes,
@@ -150,7 +150,7 @@ def test_a_failing_write_refuses_the_second_checkpoint_and_keeps_the_first(corpu
     out = tmp_path / "run"
     r = train(corpus, out, tmp_path / "data",
               env={"LD_PRELOAD": fail_writes, "FAIL_PREFIX": f"{out}/.tmp-", "FAIL_BUDGET": str(checkpoint_size * 5 // 2)})
-    check_second_checkpoint_refused(r, out, checkpoint_size)
+    check_second_checkpoint_refused(r, out)
 
 
 def test_a_failing_metrics_write_leaves_whole_rows(corpus, tmp_path, fail_writes):
