@@ -182,6 +182,21 @@ def test_muon_step_matches_the_formula_and_torch_muon():
         torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=0, atol=0.02)
 
 
+def test_newton_schulz_in_bf16_follows_float32_and_make_optimizer_picks_it_with_bf16_training():
+    g = torch.Generator().manual_seed(1)
+    G = torch.randn(96, 32, generator=g)
+    fp32, bf16 = orthogonalize(G), orthogonalize(G, dtype=torch.bfloat16)
+    assert bf16.dtype == torch.bfloat16
+    cos = (fp32 * bf16.float()).sum() / (fp32.norm() * bf16.float().norm())
+    assert cos > 0.99  # the same direction, to bf16's precision
+    s = torch.linalg.svdvals(bf16.float())
+    assert s.min() > 0.5 and s.max() < 1.5
+    model = tiny_model(seed=3, pos_emb="learned")
+    for dtype, want in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32), (torch.float16, torch.float32)):
+        opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "cpu", optimizer="muon", matmul_dtype=dtype)
+        assert opt.parts["muon"].ns_dtype == want  # float16 has too little range for the iteration: float32
+
+
 def test_muon_refuses_vectors():
     with pytest.raises(ValueError, match="2-D matrices only"):
         Muon([torch.nn.Parameter(torch.zeros(4))])

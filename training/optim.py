@@ -93,10 +93,11 @@ def load_state(optimizer, state: dict, load=None) -> None:
 
 
 def make_optimizer(model, lr, weight_decay, betas, device_type, optimizer="adamw", muon_lr=0.02, muon_momentum=0.95,
-                   muon_ns_steps=5):
+                   muon_ns_steps=5, matmul_dtype=torch.float32):
     """optimizer='adamw': AdamW on everything (decay on weight matrices). 'muon': Muon (training/muon.py) on the
     Linear weights inside the transformer blocks, at muon_lr (following the same schedule as lr); AdamW at lr on the
-    rest (embeddings, the head, gains, biases)."""
+    rest (embeddings, the head, gains, biases). matmul_dtype: training's autocast dtype; Muon orthogonalises in bf16
+    when it is bf16 (the hardware multiplies bf16 natively), else in float32."""
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
     by_role = roles(model)
@@ -108,7 +109,7 @@ def make_optimizer(model, lr, weight_decay, betas, device_type, optimizer="adamw
 
     # group["lr"] holds the schedule's lr in every group; Muon steps by lr * lr_scale = muon_lr at the peak
     muon = Muon(by_role["matrix"], lr=lr, momentum=muon_momentum, weight_decay=weight_decay, lr_scale=muon_lr / lr,
-                ns_steps=muon_ns_steps)
+                ns_steps=muon_ns_steps, ns_dtype=torch.bfloat16 if matmul_dtype == torch.bfloat16 else torch.float32)
     return Combined(adamw=_adamw(by_role["weight"], by_role["gain"], lr, weight_decay, betas, device_type), muon=muon)
 
 

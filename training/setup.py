@@ -169,7 +169,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if tc.fsdp:
         fsdp.shard(model)  # before the optimizer: it must hold the sharded parameters
     optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2), device.type,
-                               tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps)
+                               tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps, matmul_dtype=dtype)
     # float16 needs loss scaling: its smallest normal number is 6e-5, and with a large vocabulary most of the
     # logits' gradients are smaller. The scaler multiplies the loss before backward, unscales before clipping, and
     # skips (and halves the scale) on an overflow. bfloat16 has float32's range and needs none.
