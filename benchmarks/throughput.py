@@ -15,6 +15,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from common.device import pick_dtype
 from training.mfu import peak_matmul_flops
 from training.optim import make_optimizer
 from model import GPT, GPTConfig
@@ -41,21 +42,23 @@ def theirs(path: str, shape=SHAPE):
     return model, opt
 
 
-def train_step(model, opt, x, y):
-    _, loss = model(x, y)  # both models: (logits, loss) when given targets
+def train_step(model, opt, x, y, dtype=None):
+    """dtype: None = float32 (both models' plain math); torch.bfloat16 = our train.py under bf16 autocast."""
+    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+        _, loss = model(x, y)  # both models: (logits, loss) when given targets
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
 
 
-def step_seconds(model, opt, batch, steps: int) -> float:
+def step_seconds(model, opt, batch, steps: int, dtype=None) -> float:
     x, y = batch
-    train_step(model, opt, x, y)  # warm-up: allocator, kernel choice, optimizer state
+    train_step(model, opt, x, y, dtype)  # warm-up: allocator, kernel choice, optimizer state
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        train_step(model, opt, x, y)
+        train_step(model, opt, x, y, dtype)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -63,11 +66,16 @@ def step_seconds(model, opt, batch, steps: int) -> float:
 def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE, ablate_dropout=False) -> dict:
     """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
     float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=rand
-    (masks from a uniform draw, model/dropout.py) as 'ours-rand'."""
+    (masks from a uniform draw, model/dropout.py) as 'ours-rand'. 'ours-auto' is ours as train.py runs it by default
+    (--dtype=auto): under bf16 autocast where this CPU multiplies bf16 natively (common/device.py probes it), else
+    the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only)."""
     T = shape["block_size"]
     g = torch.Generator().manual_seed(0)
     batch = tuple(torch.randint(0, VOCAB, (batch_size, T), generator=g) for _ in range(2))  # x, y: (B, T) each
+    auto = pick_dtype("auto", torch.device("cpu"))
     models = {"ours": ours(shape)}
+    if auto != torch.float32:
+        models["ours-auto"] = ours(shape)
     if ablate_dropout:
         models["ours-rand"] = ours(shape, "rand")
     if nanogpt:
@@ -75,13 +83,15 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     per = {who: [] for who in models}
     for r in range(repeats):
         for who in (list(models) if r % 2 == 0 else list(reversed(models))):
-            per[who].append(step_seconds(*models[who], batch, steps))
+            per[who].append(step_seconds(*models[who], batch, steps, auto if who == "ours-auto" else None))
     flops_per_token = models["ours"][0].flops_per_token(T)
     out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token,
            "peak_fp32": peak_matmul_flops("cpu", torch.float32), "peak_bf16": peak_matmul_flops("cpu", torch.bfloat16)}
     for who, secs in per.items():
         s = statistics.median(secs)
         out[who] = {"step_s": s, "tok_per_s": batch_size * T / s, "runs": secs}
+    out["ours-auto"] = out.get("ours-auto", out["ours"])  # float32 here: auto picks float32 on this CPU
+    out["auto_dtype"] = str(auto).replace("torch.", "")
     out["ours"]["mfu_fp32"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_fp32"]
     out["ours"]["mfu_bf16"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_bf16"]
     out["profile"] = top_ops(*models["ours"], batch)

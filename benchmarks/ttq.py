@@ -39,11 +39,11 @@ def last_val_loss(out_dir: str) -> float:
     return [row["val_loss"] for row in read_metrics(out_dir) if "val_loss" in row][-1]
 
 
-def measure(preset: str, input_path: str, nanogpt: str | None, repeats: int, threads: int | None,
+def measure(presets, input_path: str, nanogpt: str | None, repeats: int, threads: int | None,
             extra=(), extra_theirs=()) -> list[dict]:
-    """One row per (who, repeat): wall seconds and final validation loss. Runs alternate ours/theirs, and the
-    order flips every repeat, so a slow patch of the machine hurts both alike. extra / extra_theirs: flags added
-    to each command (bench.py --quick shrinks both runs with them)."""
+    """One row per (who, repeat): wall seconds and final validation loss; who is each of our presets, and
+    'nanogpt'. Runs alternate, and the order flips every repeat, so a slow patch of the machine hurts all alike.
+    extra / extra_theirs: flags added to each command (bench.py --quick shrinks every run with them)."""
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -53,8 +53,11 @@ def measure(preset: str, input_path: str, nanogpt: str | None, repeats: int, thr
     from data.prepare import prepare  # noqa: E402
 
     prepare(input=input_path, split="tail", tokenizer="char", data_root=data_root)  # tokenise once, untimed
-    runners = {"ours": lambda out: (timed(our_command(preset, input_path, out, data_root, extra), ROOT, env)[0],
-                                    last_val_loss(out))}
+
+    def ours(preset):
+        return lambda out: (timed(our_command(preset, input_path, out, data_root, extra), ROOT, env)[0],
+                            last_val_loss(out))
+    runners = {preset: ours(preset) for preset in dict.fromkeys(presets)}
     if nanogpt:
         ng = nanogpt_ref.check_checkout(nanogpt)
 
