@@ -10,7 +10,7 @@ import pytest
 import train
 from common import cli
 from conftest import ROOT, metrics, run_script, tiny_args
-from training.config import configure
+from training.config import PRESETS, configure
 
 
 def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_go_on(corpus, tmp_path, capsys):
@@ -40,7 +40,8 @@ def test_resuming_with_more_steps_keeps_the_schedule_and_counts_what_ran(corpus,
     printed = capsys.readouterr().out
     assert "resumed from step 10" in printed and "done: 5 steps" in printed
     lrs = {r["step"]: r["lr"] for r in metrics(out)}
-    assert lrs[10] < 3e-4 and all(lrs[s] == pytest.approx(2e-4) for s in range(11, 16))  # min_lr, no new warmup
+    low = PRESETS["shakespeare-char"]["min_lr"]
+    assert lrs[10] < 1.5 * low and all(lrs[s] == pytest.approx(low) for s in range(11, 16))  # min_lr, no new warmup
 
 
 def test_flags_a_command_cannot_honour_are_refused(capsys):
@@ -49,10 +50,11 @@ def test_flags_a_command_cannot_honour_are_refused(capsys):
 
 
 def test_warmup_longer_than_the_run_is_shortened_and_said(capsys):
-    tc, _, _ = configure(["--max_iters=100"])
-    assert tc.warmup_iters == 10 and "using warmup_iters=10" in capsys.readouterr().err
-    tc, _, _ = configure(["--max_iters=100", "--warmup_iters=60"])  # given by hand: kept as given
-    assert tc.warmup_iters == 60 and capsys.readouterr().err == ""
+    assert PRESETS["shakespeare-char"]["warmup_iters"] == 10  # more than a quarter of 20 steps
+    tc, _, _ = configure(["--max_iters=20"])
+    assert tc.warmup_iters == 2 and "using warmup_iters=2" in capsys.readouterr().err
+    tc, _, _ = configure(["--max_iters=20", "--warmup_iters=12"])  # given by hand: kept as given
+    assert tc.warmup_iters == 12 and capsys.readouterr().err == ""
 
 
 def test_help_shows_the_values_of_the_chosen_preset_with_descriptions(capsys):

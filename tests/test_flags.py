@@ -82,3 +82,18 @@ def test_no_preset_flag_means_the_default_preset():
 def test_train_config_validation(bad, msg):
     with pytest.raises(ValueError, match=msg):
         TrainConfig(**bad)
+
+
+def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_muon_is_refused(capsys):
+    from common.errors import ConfigError
+    from training.config import configure
+
+    assert PRESETS["shakespeare-char"]["optimizer"] == "muon"  # what this test is about
+    tc, _, _ = configure(["--fsdp=true"])
+    assert (tc.optimizer, tc.learning_rate, tc.min_lr) == ("adamw", 2e-3, 2e-4)  # TrainConfig's own defaults
+    assert "--optimizer=adamw" in capsys.readouterr().err
+    tc, _, _ = configure(["--fsdp=true", "--learning_rate=1e-3"])
+    assert (tc.optimizer, tc.learning_rate) == ("adamw", 1e-3)  # an explicit rate stays
+    assert configure([])[0].optimizer == "muon"  # without FSDP the preset's Muon stays
+    with pytest.raises(ConfigError, match="not supported with --fsdp=true"):
+        configure(["--fsdp=true", "--optimizer=muon"])
