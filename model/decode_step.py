@@ -23,6 +23,10 @@ from .gpt import AttentionContext
 from .kv_cache import KVCache
 
 
+# cpp_wrapper: inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token here
+COMPILE_OPTIONS = {"cpp_wrapper": True}
+
+
 class ColumnWriter:
     """The `cache` an attention layer sees during a step: writes k, v at column `col`, returns every column."""
 
@@ -74,7 +78,8 @@ class StaticDecoder:
             raise ValueError("the static decoder is for inference: call model.eval() first (dropout is off there)")
         self.model = model
         # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
-        self.step = torch.compile(decode_step, fullgraph=True, dynamic=False) if compile else decode_step
+        self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False, options=COMPILE_OPTIONS) if compile
+                     else decode_step)
 
     def __call__(self, idx, cache: KVCache):
         """idx: (B, 1) the newest token, not yet in the cache (a prefill has allocated its buffers).
