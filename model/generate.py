@@ -121,7 +121,8 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
             else:
                 logits = decoder(idx[:, -1:], cache).unsqueeze(1)  # (B, 1, V)
             nxt = sample_next(logits[:, -1], temperature, top_k, top_p, min_p, generator)  # (B,)
-            nxt = torch.where(done, idx[:, -1], nxt)  # stopped rows repeat their stop token
+            if len(stop):
+                nxt = torch.where(done, idx[:, -1], nxt)  # stopped rows repeat their stop token
             idx = torch.cat([idx, nxt.unsqueeze(1)], dim=1)
             if pad is not None:
                 pad = torch.cat([pad, torch.ones(B, 1, dtype=torch.bool, device=pad.device)], dim=1)
