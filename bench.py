@@ -12,8 +12,9 @@ Targets (--target=NAME, or all):
                    (same math), and as train.py runs by default (--dtype=auto: bf16 autocast where native)
     mfu            MFU of that step against this device's measured float32 and bf16 matmul peaks (training/mfu.py),
                    and a profile of where the step's time goes
-    sampling    3. ms per new token, 6L/384/256, batch 1: our KV cache vs nanoGPT's uncached generate vs HF
-                   GPT-2's cached generate (benchmarks/sampling.py)
+    sampling    3. ms per new token, 6L/384/256, batch 1: our KV cache (eager, and with the torch.compile'd decode
+                   step unless --compile_sampling=false) vs nanoGPT's uncached generate vs HF GPT-2's cached
+                   generate (benchmarks/sampling.py)
     memory         attention time and peak memory vs T: math vs SDPA vs sliding window, plotted
                    (benchmarks/attention_cost.py); the SDPA / math peak-memory ratio at T=4096
 Every ratio is of medians over --repeats rounds in which the contenders alternate (the order flips each round).
@@ -110,7 +111,10 @@ def run_throughput(args, table, want):
 def run_sampling(args, table):
     shape = QUICK["shape"] if args.quick else sampling.SHAPE
     n = QUICK["new_tokens"] if args.quick else args.new_tokens
-    res = sampling.measure(args.against_nanogpt, n, args.repeats, shape=shape, with_hf=not args.no_hf)
+    compiled = ("float32", "int8") if args.compile_sampling and not args.quick else ()
+    warmups = {}
+    res = sampling.measure(args.against_nanogpt, n, args.repeats, shape=shape, with_hf=not args.no_hf,
+                           compiled=compiled, warmups=warmups)
     ours_ms = min(v for k, v in res.items() if k.startswith("ours"))
     ours_name = min((v, k) for k, v in res.items() if k.startswith("ours"))[1]
     ng = next((v for k, v in res.items() if k.startswith("nanoGPT")), None)
@@ -120,7 +124,10 @@ def run_sampling(args, table):
                   (f"HF {hf:.2f}" if hf else "n/a"), f"{fmt_ratio(ng, ours_ms)} vs nanoGPT, {fmt_ratio(hf, ours_ms)} "
                   f"vs HF", ">= 15x, >= 3x", bool(ng and hf) and ng >= 15 * ours_ms and hf >= 3 * ours_ms))
     for name, ms in res.items():
-        print(f"  sampling {name:32s} {ms:6.2f} ms/token" + ("  <- row" if name == ours_name else ""))
+        print(f"  sampling {name:48s} {ms:6.2f} ms/token" + ("  <- row" if name == ours_name else ""))
+    for name, seconds in warmups.items():
+        if "compiled" in name:
+            print(f"  sampling {name:48s} compile + 8-token warm-up {seconds:.1f} s (once per process)")
 
 
 def run_memory(args, table):
@@ -149,6 +156,7 @@ class BenchConfig:
     steps: int = 3  # timed steps per round (throughput)
     new_tokens: int = 500
     no_hf: bool = False  # leave Hugging Face transformers out of sampling
+    compile_sampling: bool = True  # also time the torch.compile'd decode step (--quick leaves it out: compiles)
     lengths: str = "256,512,1024,2048,4096,8192"
     plot: str = "attention_memory.png"  # '' for no plot
     quick: bool = False  # tiny sizes, one round: checks every row runs

@@ -3,6 +3,8 @@
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=500 --temperature=0.8
 
 `--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost is in README).
+`--compile=true` runs each new token through one torch.compile'd step with fixed shapes (model/decode_step.py): the
+same text, faster per token once compiled (the compile itself takes seconds, once per run).
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
 the uncached reference loop, which gives the same text for the same seed (only slower).
 
@@ -26,6 +28,7 @@ from common.errors import ConfigError, UserError
 from common.flags import config_from_argv
 from data.mask_token import MASK_TEXT
 from model.generate import check_sampling, next_token_probs
+from model.decode_step import StaticDecoder
 from model.quantize import QUANTIZE_CHOICES, quantize
 from training import objectives
 from training.checkpoint import load_for_inference, path_in
@@ -47,6 +50,7 @@ class SampleConfig:
     device: str = "auto"
     dtype: str = "float32"  # 'auto' picks bf16 where it is faster; float32 is the reference
     quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (model/quantize.py)
+    compile: bool = False  # torch.compile the one-token decoding step (model/decode_step.py); needs kv_cache
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
     top_tokens: int = 8  # rows of that table
@@ -59,6 +63,8 @@ class SampleConfig:
         if self.quantize is not None and self.quantize not in QUANTIZE_CHOICES:
             raise ConfigError(f"quantize={self.quantize} is not one of {', '.join(QUANTIZE_CHOICES)} (or leave it "
                               f"out for the float weights)")
+        if self.compile and not self.kv_cache:
+            raise ConfigError("--compile=true compiles the cached decoding step: it needs --kv_cache=true")
         if self.top_tokens < 1:
             raise ConfigError(f"top_tokens={self.top_tokens} must be >= 1")
         for t in parse_temperatures(self.temperatures):
@@ -146,14 +152,18 @@ def main(argv) -> None:
     objectives.print_note(objective)
     use_cache = sc.kv_cache and objective.causal
     stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
+    compiled = {}  # the decoder, when --compile: passed only to the causal objectives (an encoder has no cache)
+    if sc.compile and use_cache:
+        compiled["decoder"] = StaticDecoder(model, compile=True)
 
     def stream(generator):
         with autocast(device, dtype):
             yield from objective.stream(model, prompt, sc.max_new_tokens, generator=generator,
                                         temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p,
-                                        stop_tokens=stop, use_cache=use_cache)
+                                        stop_tokens=stop, use_cache=use_cache, **compiled)
     note = ("encoder: a full forward per token, no cache" if objective.name == "encoder"
-            else f"kv_cache={use_cache}")
+            else f"kv_cache={use_cache}" + (", compiled step (the first sample includes the compile)" if compiled
+                                            else ""))
     print_samples(sc, tokenizer, prompt, device, stream, f" (step {ckpt.step} checkpoint)", note)
 
 

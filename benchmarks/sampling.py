@@ -4,7 +4,9 @@ prompt, randomly initialised weights (speed does not depend on them), greedy dec
     ours      model.generate with the KV cache (when the context is full the window slides by a quarter and the
               cache is re-filled in one batched forward: model/generate.py); float32 weights, and the same model
               with int8 weight-only block linears (sample.py --quantize=int8, model/quantize.py) and with all
-              weights in bfloat16 (a bf16 cache too)
+              weights in bfloat16 (a bf16 cache too); 'compiled step': the same loop with each one-token step
+              run by torch.compile'd model/decode_step.py (sample.py --compile=true), float32 and int8; its compile
+              happens in the warm-up, whose time is reported apart
     nanoGPT   its GPT.generate: no cache, re-runs the whole (cropped) context for every token; top_k=1 is its greedy
     HF        transformers' GPT2LMHeadModel.generate with its cache, same shape (its position table is made as long
               as prompt + N, since GPT-2 cannot slide a window; it attends to up to N keys where we attend to <= 256)
@@ -17,6 +19,7 @@ import time
 import torch
 
 from model import GPT, GPTConfig
+from model.decode_step import StaticDecoder
 from model.quantize import quantize
 
 from . import nanogpt_ref
@@ -25,15 +28,17 @@ SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)
 VOCAB = 65
 
 
-def ours(pos_emb: str, shape=SHAPE, weights: str = "float32"):
-    """weights: 'float32', 'int8' (block linears quantized, the rest float32) or 'bfloat16' (every weight)."""
+def ours(pos_emb: str, shape=SHAPE, weights: str = "float32", compile: bool = False):
+    """weights: 'float32', 'int8' (block linears quantized, the rest float32) or 'bfloat16' (every weight).
+    compile: one-token steps through the torch.compile'd decode step."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, pos_emb=pos_emb, **shape)).eval()
     if weights == "int8":
         quantize(model, "int8")
     elif weights == "bfloat16":
         model = model.to(torch.bfloat16)
-    return lambda prompt, n: model.generate(prompt, n, temperature=0.0)
+    decoder = StaticDecoder(model, compile=True) if compile else None
+    return lambda prompt, n: model.generate(prompt, n, temperature=0.0, decoder=decoder)
 
 
 def nanogpt(path: str, shape=SHAPE):
@@ -66,12 +71,16 @@ def hf(n_new: int, shape=SHAPE):
 
 
 def measure(nanogpt_path: str | None, n_new: int, repeats: int, pos_embs=("learned", "rope"), shape=SHAPE,
-            with_hf: bool = True, weights=("int8", "bfloat16")) -> dict:
+            with_hf: bool = True, weights=("int8", "bfloat16"), compiled=("float32", "int8"),
+            warmups: dict | None = None) -> dict:
     """Median milliseconds per new token for each generator over `repeats` alternating rounds. weights: the
-    other weight formats to time (with pos_embs[0]) beside the float32 ones."""
+    other weight formats to time (with pos_embs[0]) beside the float32 ones; compiled: the weight formats to time
+    with the compiled decode step. warmups: a dict that receives each generator's warm-up seconds (the compile)."""
     runners = {f"ours ({p}, KV cache)": ours(p, shape) for p in pos_embs}
     for w in weights:
         runners[f"ours ({pos_embs[0]}, KV cache, {w} weights)"] = ours(pos_embs[0], shape, w)
+    for w in compiled:
+        runners[f"ours ({pos_embs[0]}, compiled step, {w} weights)"] = ours(pos_embs[0], shape, w, compile=True)
     if nanogpt_path:
         runners["nanoGPT generate (no cache)"] = nanogpt(nanogpt_path, shape)
     if with_hf:
@@ -80,8 +89,11 @@ def measure(nanogpt_path: str | None, n_new: int, repeats: int, pos_embs=("learn
         except ImportError:
             pass  # transformers is a benchmark-only dependency
     prompt = torch.zeros(1, 1, dtype=torch.long)  # (B=1, T=1)
-    for run in runners.values():
-        run(prompt, 8)  # warm-up
+    warmups = {} if warmups is None else warmups
+    for name, run in runners.items():
+        t0 = time.perf_counter()
+        run(prompt, 8)  # warm-up (and the compile)
+        warmups[name] = time.perf_counter() - t0
     ms = {name: [] for name in runners}
     for r in range(repeats):
         for name in (list(runners) if r % 2 == 0 else list(reversed(runners))):

@@ -87,10 +87,13 @@ def left_pad(prompts, device):
 
 @torch.no_grad()
 def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, min_p=None,
-                    stop_tokens=None, use_cache=True, generator=None):
+                    stop_tokens=None, use_cache=True, generator=None, decoder=None):
     """Yields the next token of every row, (B,), as soon as it is sampled. A row that produced one of stop_tokens
-    keeps repeating it; the loop ends when every row has stopped."""
+    keeps repeating it; the loop ends when every row has stopped. decoder: runs the one-token cached steps instead
+    of the model's forward (a StaticDecoder, model/decode_step.py: fixed shapes, optionally compiled)."""
     check_sampling(temperature, top_k, top_p, min_p)
+    if decoder is not None and not use_cache:
+        raise ValueError("a decoder runs cached steps: it needs use_cache=True")
     if use_cache and not model.config.causal:
         raise ValueError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
                          "pass use_cache=False")
@@ -113,10 +116,13 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
             elif cache is None:  # prefill: the whole window in one forward
                 cache = model.new_cache(B)
                 logits, _ = model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)
-            else:  # one new token: only its own row of attention
+            elif decoder is None:  # one new token: only its own row of attention
                 logits, _ = model(idx[:, -1:], cache=cache, last_only=True)
+            else:
+                logits = decoder(idx[:, -1:], cache).unsqueeze(1)  # (B, 1, V)
             nxt = sample_next(logits[:, -1], temperature, top_k, top_p, min_p, generator)  # (B,)
-            nxt = torch.where(done, idx[:, -1], nxt)  # stopped rows repeat their stop token
+            if len(stop):
+                nxt = torch.where(done, idx[:, -1], nxt)  # stopped rows repeat their stop token
             idx = torch.cat([idx, nxt.unsqueeze(1)], dim=1)
             if pad is not None:
                 pad = torch.cat([pad, torch.ones(B, 1, dtype=torch.bool, device=pad.device)], dim=1)

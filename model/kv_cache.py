@@ -13,7 +13,7 @@ import torch
 class KVCache:
     def __init__(self, n_layer: int, batch_size: int, n_head: int, max_len: int, head_dim: int):
         self.n_layer, self.B, self.H, self.max_len, self.D = n_layer, batch_size, n_head, max_len, head_dim
-        self.k = self.v = None  # (n_layer, B, H, L, D) each, allocated at the first write (its dtype/device)
+        self.k = self.v = None  # n_layer tensors (B, H, L, D) each, allocated at the first write (its dtype/device)
         self.valid = None  # (B, L) bool: False at left-padding columns; None while the batch has no padding
         self.pos = 0  # columns filled so far, same for every row (rows are left-padded to line up)
 
@@ -36,21 +36,24 @@ class KVCache:
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """k, v: (B, H, T, D) for the new tokens. Writes them at pos; returns all keys/values (B, H, S, D)."""
         if self.k is None:
-            shape = (self.n_layer, self.B, self.H, self.max_len, self.D)
-            self.k = torch.zeros(shape, dtype=k.dtype, device=k.device)
-            self.v = torch.zeros(shape, dtype=v.dtype, device=v.device)
+            # one tensor per layer, not one stacked tensor: a compiled step (model/decode_step.py) can then write
+            # each in place (writes into views of one shared input make torch.compile copy the whole cache)
+            shape = (self.B, self.H, self.max_len, self.D)
+            self.k = [torch.zeros(shape, dtype=k.dtype, device=k.device) for _ in range(self.n_layer)]
+            self.v = [torch.zeros(shape, dtype=v.dtype, device=v.device) for _ in range(self.n_layer)]
         T = k.size(2)
         end = self.pos + T
-        self.k[layer, :, :, self.pos:end] = k  # (B, H, T, D) written in place
-        self.v[layer, :, :, self.pos:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, H, S, D) views, no copy
+        self.k[layer][:, :, self.pos:end] = k  # (B, H, T, D) written in place
+        self.v[layer][:, :, self.pos:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]  # (B, H, S, D) views, no copy
 
     def repeat_rows(self, n: int) -> "KVCache":
         """A new cache of B * n rows: each row's cached columns n times over, rows i*n .. i*n+n-1 copying row i (to
         continue one shared prefix n different ways, e.g. one per candidate token)."""
         out = KVCache(self.n_layer, self.B * n, self.H, self.max_len, self.D)
         if self.k is not None:
-            out.k, out.v = self.k.repeat_interleave(n, dim=1), self.v.repeat_interleave(n, dim=1)
+            out.k = [k.repeat_interleave(n, dim=0) for k in self.k]  # (B * n, H, L, D) each
+            out.v = [v.repeat_interleave(n, dim=0) for v in self.v]
         if self.valid is not None:
             out.valid = self.valid.repeat_interleave(n, dim=0)
         out.pos = self.pos

@@ -62,7 +62,7 @@ def decoder_both(model, windows, left: int, n_real: int, rows_per_forward: int =
         candidates = torch.arange(V).repeat(b)  # (b * V,)
         score = score.gather(-1, candidates.unsqueeze(-1)).squeeze(-1)  # (b * V,) log p(c | x<t)
         if W > left + 1:  # the right context: p(x_t+1..t+R | x<t, c)
-            many = cache.repeat_rows(V)  # (n_layer, b * V, H, W, D): each window's left context once per candidate
+            many = cache.repeat_rows(V)  # n_layer x (b * V, H, W, D): each window's left context once per candidate
             seqs = rows.repeat_interleave(V, dim=0)  # (b * V, W)
             seqs[:, left] = candidates
             logits, _ = model(seqs[:, left:-1], cache=many)  # (b * V, R, V_model): c, x_t+1.. predict the next

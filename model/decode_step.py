@@ -1,0 +1,92 @@
+"""One decoding step with fixed shapes, so that torch.compile can turn it into a few fused kernels.
+
+After int8 weights (model/quantize.py) about half of a one-token forward is not the matmuls but hundreds of small
+ops (casts, views, slices, layer norms, a one-query attention), each paying the eager dispatcher's overhead. A
+compiler fuses them, but only into a graph it can reuse token after token, which needs every shape fixed:
+
+- the KV cache is read whole: its buffers already hold max_len columns (model/kv_cache.py); the columns not
+  written yet are hidden by the mask (key column <= the new token's column) instead of sliced away;
+- the new token's column is a tensor, not a Python int, so a new position is a new input, not a new graph;
+- its K and V are written into that column in place (index_copy_), with no allocation.
+
+The step reuses the model's own blocks (same weights, same attend()); only the per-forward context is built
+differently. The prompt (prefill) and each slide of the context window stay on the model's ordinary forward:
+they are run once every block_size/4 tokens. Greedy tokens equal the eager loop's (tests/test_decode_step.py).
+
+Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V vocab_size.
+"""
+import torch
+
+from common.errors import ConfigError
+
+from .gpt import AttentionContext
+from .kv_cache import KVCache
+
+
+# cpp_wrapper: inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token here
+COMPILE_OPTIONS = {"cpp_wrapper": True}
+
+
+class ColumnWriter:
+    """The `cache` an attention layer sees during a step: writes k, v at column `col`, returns every column."""
+
+    def __init__(self, k, v, col):
+        self.k, self.v, self.col = k, v, col  # n_layer tensors (B, H, L, D) each; col (1,) long
+
+    def update(self, layer: int, k, v):
+        """k, v: (B, H, 1, D). Returns all keys/values (B, H, L, D); the mask hides columns after col."""
+        self.k[layer].index_copy_(2, self.col, k)  # (B, H, L, D), column col overwritten in place
+        self.v[layer].index_copy_(2, self.col, v)
+        return self.k[layer], self.v[layer]
+
+
+def decode_step(model, idx, k, v, col, key_valid):
+    """idx: (B, 1) the newest token; k, v: n_layer cache buffers (B, H, L, D) each; col: (1,) long, the column idx
+    goes in; key_valid: (B, L) bool, False at left padding, or None. Returns logits (B, V)."""
+    cfg = model.config
+    L = k[0].size(2)
+    k_idx = torch.arange(L, device=idx.device)  # (L,) key columns
+    seen = k_idx <= col  # (L,) the cached columns and the new one
+    if cfg.window is not None:
+        seen = seen & (col - k_idx < cfg.window)
+    mask = seen.view(1, 1, 1, L)  # (1, 1, T=1, L)
+    if key_valid is None:
+        pos = col.view(1, 1)  # (1, 1) no padding: position == column
+    else:
+        mask = mask & key_valid.view(-1, 1, 1, L)  # (B, 1, 1, L)
+        pos = (key_valid & seen).sum(-1, keepdim=True) - 1  # (B, 1) real tokens up to and including this one
+    ctx = AttentionContext(mask=mask, bias=None, rope=model.pos.rotation(pos), is_causal=False,
+                           cache=ColumnWriter(k, v, col))
+    x = model.pos.embed(model.wte(idx), pos)  # (B, 1, C)
+    for layer, block in enumerate(model.blocks):
+        x = block(x, ctx, layer)  # (B, 1, C)
+    return model.head(model.norm(x))[:, -1]  # (B, V)
+
+
+class StaticDecoder:
+    """Runs generate's one-token steps through decode_step, compiled once (compile=True) or eager.
+
+    decoder = StaticDecoder(model, compile=True)
+    model.generate(prompt, 500, temperature=0.0, decoder=decoder)   # same tokens as without a decoder
+    """
+
+    def __init__(self, model, compile: bool = True):
+        if model.config.pos_emb == "alibi":
+            raise ConfigError("pos_emb='alibi' builds its score bias from Python ints: the compiled decoding step "
+                              "does not support it; sample without --compile")
+        if model.training:
+            raise ValueError("the static decoder is for inference: call model.eval() first (dropout is off there)")
+        self.model = model
+        # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
+        self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False, options=COMPILE_OPTIONS) if compile
+                     else decode_step)
+
+    def __call__(self, idx, cache: KVCache):
+        """idx: (B, 1) the newest token, not yet in the cache (a prefill has allocated its buffers).
+        Returns logits (B, V) and advances the cache by one column."""
+        cache.reserve(1, None, idx.device)  # raises when full; marks the column valid
+        col = torch.tensor([cache.pos], device=idx.device)  # (1,)
+        idx = idx.new_empty(idx.shape).copy_(idx)  # (B, 1) with its own strides: a slice's would change each step
+        logits = self.step(self.model, idx, cache.k, cache.v, col, cache.valid)
+        cache.advance(1)
+        return logits
