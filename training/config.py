@@ -167,14 +167,12 @@ PRESETS = {
                      attn_impl="math",  # 1.35x faster steps than the fused kernel here under bf16 (issue 18)
                      qk_norm=True, mlp_act="relu2", optimizer="muon", muon_lr=0.02, learning_rate=3e-3, min_lr=3e-4,
                      batch_size=16, max_iters=350, warmup_iters=10, eval_interval=350, split="tail"),
-    # quality in nanoGPT's CPU time on tiny-shakespeare (issue 18): val 1.67 on the whole split (nanoGPT: 1.898) in
-    # less wall time than its CPU recipe. fast-cpu's levers at the default model's size (4 x 128, context 128, 32
-    # sequences: 4,096 tokens per step, 5.3x nanoGPT's), 300 steps. One evaluation, at the end.
-    "quality-cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=128, pos_emb="rope", dropout=0.0, bias=False,
-                        attn_impl="math",
-                        qk_norm=True, mlp_act="relu2", optimizer="muon", muon_lr=0.02, learning_rate=3e-3,
-                        min_lr=3e-4, batch_size=32, max_iters=300, warmup_iters=10, eval_interval=300, split="tail"),
 }
+# quality in nanoGPT's CPU time on tiny-shakespeare (issue 18): val 1.67 on the whole split (nanoGPT: 1.898) in less
+# wall time than its CPU recipe. fast-cpu's levers at the default model's size (4 x 128, context 128, 32 sequences:
+# 4,096 tokens per step, 5.3x nanoGPT's), 300 steps. One evaluation, at the end.
+PRESETS["quality-cpu"] = dict(PRESETS["fast-cpu"], n_layer=4, block_size=128, batch_size=32, max_iters=300,
+                              eval_interval=300)
 
 
 def configure(argv) -> tuple[TrainConfig, dict, dict]:
