@@ -52,6 +52,10 @@ def median(rows, who, key):
     return vals[len(vals) // 2] if vals else None
 
 
+def worst_val(rows, who):
+    return max(r["val_loss"] for r in rows if r["who"] == who)
+
+
 def run_ttq(args, table, want):
     """Targets 1 and 2 from one set of interleaved whole runs: --preset to nanoGPT's quality (how much faster), and
     --quality_preset in nanoGPT's time (how much better)."""
@@ -62,14 +66,12 @@ def run_ttq(args, table, want):
     ng_val = median([r for r in rows if r["val_loss"] is not None], "nanogpt", "val_loss") or float("nan")
     ref = f"{ng_s:.1f} s (val {ng_val:.4f}, 20 batches)" if ng_s else "n/a (no --against-nanogpt)"
     if "ttq" in want:
-        ours_s, ours_val = median(rows, args.preset, "wall_s"), max(r["val_loss"] for r in rows
-                                                                   if r["who"] == args.preset)
+        ours_s, ours_val = median(rows, args.preset, "wall_s"), worst_val(rows, args.preset)
         met = ours_val <= TARGET_LOSS and ng_s is not None and ng_s / ours_s >= 8
         table.append(("1 time to quality", f"{ours_s:.1f} s (worst val {ours_val:.4f}, full split)", ref,
                       fmt_ratio(ng_s, ours_s), f">= 8x, val <= {TARGET_LOSS}", met))
     if "quality" in want:
-        q_s, q_val = median(rows, args.quality_preset, "wall_s"), max(r["val_loss"] for r in rows
-                                                                     if r["who"] == args.quality_preset)
+        q_s, q_val = median(rows, args.quality_preset, "wall_s"), worst_val(rows, args.quality_preset)
         met = q_val <= QUALITY_LOSS and ng_s is not None and q_s <= ng_s
         table.append(("2 quality in nanoGPT's time", f"val {q_val:.4f} (worst, full split) in {q_s:.1f} s", ref,
                       f"{fmt_ratio(q_s, ng_s)} of its time", f"val <= {QUALITY_LOSS} in <= 1x", met))

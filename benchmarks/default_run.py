@@ -80,10 +80,12 @@ def whole_runs(cfg: DefaultRunConfig) -> list[dict]:
 def lever_steps(cfg: DefaultRunConfig) -> dict:
     """Seconds per training step of the default model with each lever flipped alone, alternated in this process."""
     sys.path.insert(0, ROOT)
-    from common.device import autocast, pick_dtype
+    from common.device import pick_dtype
     from model import GPT, GPTConfig
     from training.config import PRESETS
     from training.optim import make_optimizer
+
+    from .throughput import train_step  # the same step bench.py times: forward, backward, clip at 1.0, update
 
     preset = PRESETS["shakespeare-char"]
     dtype = pick_dtype("auto", torch.device("cpu"))
@@ -100,23 +102,16 @@ def lever_steps(cfg: DefaultRunConfig) -> dict:
                              matmul_dtype=torch.float32 if "ns_float32" in flags else dtype)
         return model, opt
 
-    def step(model, opt):
-        with autocast(torch.device("cpu"), dtype):
-            _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    autocast_dtype = None if dtype == torch.float32 else dtype  # train_step's None = plain float32
     built = {name: build(flags) for name, flags in LEVERS.items()}
-    for m in built.values():
-        step(*m)  # warm-up: kernels, optimizer state
+    for model, opt in built.values():
+        train_step(model, opt, x, y, autocast_dtype)  # warm-up: kernels, optimizer state
     per = {name: [] for name in built}
     for r in range(cfg.step_rounds):
         for name in (list(built) if r % 2 == 0 else list(reversed(built))):
             t0 = time.perf_counter()
             for _ in range(5):
-                step(*built[name])
+                train_step(*built[name], x, y, autocast_dtype)
             per[name].append((time.perf_counter() - t0) / 5)
     return {name: statistics.median(v) for name, v in per.items()}
 
