@@ -9,7 +9,7 @@ checkpoint (training/setup.py); the loop trains, evaluating, checkpointing and s
 import sys
 
 from common import cli
-from training import run
+from training import distributed, run
 from training.config import configure, help_text
 from training.loop import on_disk
 from training.stopping import Stopped
@@ -36,7 +36,12 @@ def main(argv) -> None:
 
 def entry() -> int:
     """The `small-gpt-train` console command."""
-    return cli.run(main, sys.argv[1:])
+    try:
+        code = cli.run(main, sys.argv[1:])
+    except SystemExit as e:  # a graceful stop's 130/143
+        code = e.code if isinstance(e.code, int) else 1
+    distributed.exit_process(code)  # under torchrun: leave without interpreter teardown (see there)
+    return code
 
 
 if __name__ == "__main__":

@@ -74,6 +74,14 @@ def run_script(script, args, launcher=()):
 metrics = read_metrics  # tests/ call it by this name
 
 
+def workers_said(stderr: str, chars: int = 3000) -> str:
+    """The end of what torchrun's workers printed, without torchrun's own report of a failure (a long traceback of
+    the launcher that would push the workers' lines out of an assertion message)."""
+    report = stderr.find("distributed/elastic/multiprocessing/api.py")
+    cut = stderr.rfind("\n", 0, report) if report >= 0 else len(stderr)
+    return stderr[:max(cut, 0)][-chars:]
+
+
 def children(pid: int) -> list[int]:
     """The processes whose parent is pid (from /proc)."""
     out = []

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import train
-from conftest import ROOT, children, metrics, tiny_args
+from conftest import ROOT, children, metrics, tiny_args, workers_said
 from training.checkpoint import Checkpoint
 
 RUN = ["--max_iters=150", "--eval_interval=1000", "--lr_decay_iters=150"]  # no checkpoint before the stop
@@ -109,7 +109,7 @@ def torchrun(corpus, out, *extra):
 def whole_ddp(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp") / "whole"
     r = subprocess.run(torchrun(corpus, out), cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, workers_said(r.stderr)
     return Checkpoint.load(str(out / "ckpt_last.pt")).weights
 
 
@@ -135,7 +135,7 @@ def test_under_torchrun_every_process_stops_at_one_step_and_resumes_bitwise(corp
     assert f"stopped after step {step}" in err and "--init_from=resume" in err
     r = subprocess.run(torchrun(corpus, out, "--init_from=resume"), cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, workers_said(r.stderr)
     resumed = Checkpoint.load(str(out / "ckpt_last.pt")).weights
     assert all(torch.equal(whole_ddp[k], resumed[k]) for k in whole_ddp)
     assert [row["step"] for row in metrics(out)] == list(range(1, 301))
