@@ -5,6 +5,8 @@
 `--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost is in README).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (model/decode_step.py): the
 same text, faster per token once compiled (the compile itself takes seconds, once per run).
+`--draft=out-small` decodes speculatively (model/speculative.py): a small checkpoint trained on the same tokens
+guesses `--draft_tokens` ahead and the model checks them in one forward; greedy gives the model's own text.
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
 the uncached reference loop, which gives the same text for the same seed (only slower).
 
@@ -16,6 +18,7 @@ Two ways to look inside instead of sampling:
     python sample.py --start="ROMEO:" --attention=maps.png       # the prompt's attention maps (visualize.py)
     python sample.py --start="ROMEO:" --temperatures=0.5,1,2     # the next-token distribution at each temperature
 """
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from common.flags import config_from_argv
 from data.mask_token import MASK_TEXT
 from model.generate import check_sampling, next_token_probs
 from model.decode_step import StaticDecoder
+from model.speculative import speculative_stream
 from model.quantize import QUANTIZE_CHOICES, quantize
 from training import objectives
 from training.checkpoint import load_for_inference, path_in
@@ -51,6 +55,8 @@ class SampleConfig:
     dtype: str = "float32"  # 'auto' picks bf16 where it is faster; float32 is the reference
     quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (model/quantize.py)
     compile: bool = False  # torch.compile the one-token decoding step (model/decode_step.py); needs kv_cache
+    draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (model/speculative.py)
+    draft_tokens: int = 4  # the draft's guesses per forward of the model
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
     top_tokens: int = 8  # rows of that table
@@ -65,6 +71,11 @@ class SampleConfig:
                               f"out for the float weights)")
         if self.compile and not self.kv_cache:
             raise ConfigError("--compile=true compiles the cached decoding step: it needs --kv_cache=true")
+        if self.draft is not None and (self.compile or not self.kv_cache):
+            raise ConfigError("--draft decodes with both models' KV caches and eager forwards: drop --compile=true "
+                              "and --kv_cache=false, or the draft")
+        if self.draft_tokens < 1:
+            raise ConfigError(f"draft_tokens={self.draft_tokens} must be >= 1 (the draft's guesses per round)")
         if self.top_tokens < 1:
             raise ConfigError(f"top_tokens={self.top_tokens} must be >= 1")
         for t in parse_temperatures(self.temperatures):
@@ -156,15 +167,41 @@ def main(argv) -> None:
     if sc.compile and use_cache:
         compiled["decoder"] = StaticDecoder(model, compile=True)
 
+    sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p, stop_tokens=stop)
+    draft, stats = (load_draft(sc, objective, tokenizer, device), {}) if sc.draft else (None, None)
+
     def stream(generator):
         with autocast(device, dtype):
-            yield from objective.stream(model, prompt, sc.max_new_tokens, generator=generator,
-                                        temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p,
-                                        stop_tokens=stop, use_cache=use_cache, **compiled)
+            if draft is not None:
+                yield from speculative_stream(model, draft, prompt, sc.max_new_tokens, k=sc.draft_tokens,
+                                              generator=generator, stats=stats, **sampling)
+            else:
+                yield from objective.stream(model, prompt, sc.max_new_tokens, generator=generator,
+                                            use_cache=use_cache, **sampling, **compiled)
     note = ("encoder: a full forward per token, no cache" if objective.name == "encoder"
+            else f"speculative, {sc.draft_tokens} guesses per round" if draft is not None
             else f"kv_cache={use_cache}" + (", compiled step (the first sample includes the compile)" if compiled
                                             else ""))
     print_samples(sc, tokenizer, prompt, device, stream, f" (step {ckpt.step} checkpoint)", note)
+    if stats:
+        print(f"[draft: {stats['accepted']} of {stats['proposed']} guesses kept "
+              f"({stats['accepted'] / max(1, stats['proposed']):.0%}) in the last sample]", file=sys.stderr)
+
+
+def load_draft(sc: SampleConfig, objective, tokenizer, device):
+    """The --draft checkpoint, checked to speak the model's tokens."""
+    if objective.name != "decoder":
+        raise UserError(f"--draft needs a decoder checkpoint; this one is {objective.name}")
+    path = path_in(sc.draft, sc.ckpt) if os.path.isdir(sc.draft) else sc.draft
+    if not os.path.exists(path):
+        raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
+    draft, draft_tokenizer, _ = load_for_inference(path, device)
+    if not draft.config.causal or [draft_tokenizer.decode([i]) for i in range(draft_tokenizer.vocab_size)] != \
+            [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]:
+        raise UserError(f"--draft={sc.draft} is not a decoder over this model's tokens (another tokenizer or "
+                        f"vocabulary); train the draft on the same data and --tokenizer")
+    quantize(draft, sc.quantize)
+    return draft
 
 
 def print_filled(objective, model, tokenizer, prompt: list[int], top: int) -> None:

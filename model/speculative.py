@@ -1,0 +1,141 @@
+"""Speculative decoding: a small draft model guesses the next k tokens one by one; the model checks all k in one
+forward and keeps the guesses it agrees with, plus one token of its own.
+
+Why it can be faster: at batch 1 a forward over k + 1 new tokens costs little more than over one (the weights are
+read once either way), so when the draft guesses well, each forward of the big model yields several tokens. The
+draft must share the tokenizer and be much cheaper per token.
+
+What it returns is the model's own text, not the draft's:
+- greedy (temperature 0): a guess is kept only if it is the model's argmax there, and the token after the last
+  kept guess is the model's argmax: the same tokens as the model's own cached loop (model/generate.py), up to
+  float rounding where two logits tie (the k + 1-token forward rounds differently from one-token forwards);
+- sampling: the guess d drawn from the draft's q is kept with probability min(1, p(d) / q(d)), and at the first
+  rejection the token is drawn from max(0, p - q), renormalised (Leviathan et al. 2023, Chen et al. 2023): each
+  token is distributed exactly as the model's p (after the same temperature and top-k/p filters), though the
+  random draws differ from the plain loop's, so a seed gives another text.
+
+The context window follows model/generate.py's schedule (at most block_size tokens; slide by a quarter), so the
+model conditions on exactly the tokens its plain loop would; a round of guesses never crosses a slide. Batch 1.
+Shapes: V vocab, k guesses this round.
+"""
+import torch
+
+from .generate import MIN_TEMPERATURE, check_sampling, next_token_probs
+
+
+class Windowed:
+    """A model, its KV cache and its context window over the token list: `fed(tokens)` returns what the cache has
+    not seen yet; the cache can be cut back to forget rejected guesses."""
+
+    def __init__(self, model):
+        self.model, self.block = model, model.config.block_size
+        self.keep = max(1, self.block - max(1, self.block // 4))  # generate.py's slide: keep three quarters
+        self.start, self.cache = 0, None
+
+    def make_room(self, length: int, ahead: int):
+        """Before guessing `ahead` tokens after the first `length`: starts the cache, or slides the window (and drops
+        the cache) if the last guess's context would not fit in block_size."""
+        if self.cache is None or length + ahead - self.start > self.block:
+            if length + ahead - self.start > self.block:
+                self.start = length - min(self.keep, self.block - ahead)
+            self.start = max(0, self.start, length - self.block)
+            self.cache = self.model.new_cache(1)
+
+    def forward(self, tokens: list[int], extra: list[int]) -> torch.Tensor:
+        """Runs the tokens the cache lacks, then `extra`; returns the logits of those new positions (T, V)."""
+        new = tokens[self.start + self.cache.pos:] + extra
+        idx = torch.tensor([new], device=next(self.model.parameters()).device)  # (1, T)
+        logits, _ = self.model(idx, cache=self.cache)  # (1, T, V)
+        return logits[0].float()
+
+    def keep_until(self, length: int):
+        """Forgets cached columns from token `length` on (rejected guesses)."""
+        self.cache.pos = min(self.cache.pos, length - self.start)
+
+
+def pick(probs_or_logits: torch.Tensor, greedy: bool, generator) -> int:
+    if greedy:
+        return int(probs_or_logits.argmax())
+    return int(torch.multinomial(probs_or_logits, 1, generator=generator))
+
+
+def verify(p: torch.Tensor, q: list, guesses: list[int], greedy: bool, generator) -> tuple[int, int]:
+    """p: (k + 1, V) the model's probabilities (greedy: logits) after the context and after each guess; q: the
+    draft's k rows the guesses were drawn from. Returns (how many guesses are kept, the model's next token)."""
+    n = 0
+    for d in guesses:
+        if greedy:
+            ok = d == int(p[n].argmax())
+        else:  # keep d with probability min(1, p(d) / q(d))
+            ok = bool(torch.rand((), generator=generator, device=p.device) * q[n][d] <= p[n][d])
+        if not ok:
+            break
+        n += 1
+    if n < len(guesses) and not greedy:  # the first rejection: draw from what p has more of than q
+        residual = (p[n] - q[n]).clamp_min(0)  # (V,)
+        return n, pick(residual / residual.sum() if residual.sum() > 0 else p[n], False, generator)
+    return n, pick(p[n], greedy, generator)  # all kept (or greedy): the model's own next token
+
+
+@torch.no_grad()
+def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: int = 4, temperature: float = 1.0,
+                       top_k=None, top_p=None, min_p=None, stop_tokens=None, generator=None, stats: dict | None = None):
+    """Yields the model's new token ids one at a time (ints). k: the draft's guesses per round. stats, if given,
+    receives 'rounds', 'proposed' and 'accepted' (the draft's acceptance rate is accepted / proposed)."""
+    check_sampling(temperature, top_k, top_p, min_p)
+    if not (model.config.causal and draft.config.causal):
+        raise ValueError("speculative decoding needs two causal models (an encoder has no KV cache)")
+    if model.config.vocab_size != draft.config.vocab_size:
+        raise ValueError(f"the draft's vocabulary ({draft.config.vocab_size}) differs from the model's "
+                         f"({model.config.vocab_size}): they must share one tokenizer")
+    if not (isinstance(k, int) and k >= 1):
+        raise ValueError(f"k={k} must be a positive integer (the draft's guesses per round)")
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token")
+    greedy = temperature < MIN_TEMPERATURE
+    stop = set(stop_tokens or [])
+    stats = stats if stats is not None else {}
+    stats.update(rounds=0, proposed=0, accepted=0)
+
+    def probs(logits):  # (T, V) -> (T, V), the same filters as the plain loop
+        return logits if greedy else next_token_probs(logits, temperature, top_k, top_p, min_p)
+
+    tokens = list(prompt)
+    big, small = Windowed(model), Windowed(draft)
+    was_training = model.training, draft.training
+    model.eval(), draft.eval()
+    try:
+        produced = 0
+        while produced < max_new_tokens:
+            length = len(tokens)
+            # the model's window: as the plain loop's (slide once the context exceeds block_size)
+            if big.cache is None or length - big.start > big.block:
+                big.start = max(0, length - big.block) if big.cache is None else length - big.keep
+                big.cache = model.new_cache(1)
+            # guesses this round: the last one's successor must still be predicted inside this window
+            k_now = max(0, min(k, big.block - (length - big.start), max_new_tokens - produced - 1, small.block - 1))
+            guesses, q = [], []
+            if k_now:
+                small.make_room(length, k_now)
+                for _ in range(k_now):
+                    q_i = probs(small.forward(tokens + guesses[:-1], guesses[-1:])[-1:])  # (1, V)
+                    guesses.append(pick(q_i[0], greedy, generator))
+                    q.append(q_i[0])
+            p = probs(big.forward(tokens, guesses)[-(k_now + 1):])  # (k_now + 1, V): after each prefix
+            n, last = verify(p, q, guesses, greedy, generator)
+            new = guesses[:n] + [last]
+            stats["rounds"] += 1
+            stats["proposed"] += k_now
+            stats["accepted"] += n
+            big.keep_until(length + n)  # the cache keeps the accepted guesses, not the rejected ones
+            if small.cache is not None:
+                small.keep_until(length + n)
+            for token in new:
+                tokens.append(token)
+                produced += 1
+                yield token
+                if token in stop:
+                    return
+    finally:
+        model.train(was_training[0])
+        draft.train(was_training[1])
