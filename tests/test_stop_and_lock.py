@@ -155,14 +155,16 @@ def test_readers_see_only_complete_checkpoints_while_a_run_writes(corpus, tmp_pa
         while not (out / "ckpt_last.pt").exists():
             assert time.time() - t < 120 and proc.poll() is None
             time.sleep(0.01)
-        steps = set()
-        for i in range(12):
+        steps, reads, t = set(), 0, time.time()
+        while reads < 12 or len(steps) < 2:  # until the run has gone on writing while we read (a slow disk's fsync
+            # can hold one checkpoint for seconds: the test waits for the second rather than assuming its time)
+            assert time.time() - t < 120 and proc.poll() is None, f"{reads} reads saw steps {sorted(steps)}"
             args = [f"--out_dir={out}", "--ckpt=last", "--max_new_tokens=2", "--device=cpu", "--start=ROMEO"]
             assert train.cli.run(sample.main, args) == 0
             steps.add(Checkpoint.load(str(out / "ckpt_last.pt")).step)
-            if i % 4 == 0:
-                export(Checkpoint.load(str(out / "ckpt_last.pt")), str(tmp_path / f"hf{i}"))
-        assert proc.poll() is None and len(steps) > 1  # the run went on writing while we read
+            if reads % 4 == 0:
+                export(Checkpoint.load(str(out / "ckpt_last.pt")), str(tmp_path / f"hf{reads}"))
+            reads += 1
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
