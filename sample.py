@@ -192,7 +192,8 @@ def load_draft(sc: SampleConfig, objective, tokenizer, device):
     """The --draft checkpoint, checked to speak the model's tokens."""
     if objective.name != "decoder":
         raise UserError(f"--draft needs a decoder checkpoint; this one is {objective.name}")
-    path = path_in(sc.draft, sc.ckpt) if os.path.isdir(sc.draft) else sc.draft
+    which = sc.ckpt if sc.ckpt in ("last", "best") else "best"  # --ckpt=FILE.pt names the model's file, not the draft's
+    path = path_in(sc.draft, which) if os.path.isdir(sc.draft) else sc.draft
     if not os.path.exists(path):
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
     draft, draft_tokenizer, _ = load_for_inference(path, device)

@@ -86,7 +86,8 @@ def test_sample_py_with_a_draft_prints_the_models_greedy_text(corpus, tmp_path, 
     guesses it kept; a draft over other tokens and impossible combinations are one-line errors."""
     big, small, other = tmp_path / "big", tmp_path / "small", tmp_path / "other"
     assert train.cli.run(train.main, tiny_args(corpus, big, "--max_iters=30", "--eval_interval=30")) == 0
-    assert train.cli.run(train.main, tiny_args(corpus, small, "--max_iters=30", "--eval_interval=30",
+    # a draft trained 3 steps: it guesses other tokens than the model (which after 30 steps writes newlines)
+    assert train.cli.run(train.main, tiny_args(corpus, small, "--max_iters=3", "--eval_interval=3",
                                                "--n_layer=1", "--n_embd=16")) == 0
     common = [f"--out_dir={big}", "--start=ROMEO:", "--max_new_tokens=60", "--temperature=0"]
     capsys.readouterr()
@@ -95,6 +96,13 @@ def test_sample_py_with_a_draft_prints_the_models_greedy_text(corpus, tmp_path, 
     assert sample.cli.run(sample.main, common + [f"--draft={small}", "--draft_tokens=3"]) == 0
     out = capsys.readouterr()
     assert out.out == plain and "guesses kept" in out.err
+    # --ckpt=FILE names the model's checkpoint; the draft's folder still gives the draft's best
+    assert sample.cli.run(sample.main, common + [f"--ckpt={big / 'ckpt_best.pt'}", f"--draft={small}",
+                                                 "--draft_tokens=3"]) == 0
+    by_file = capsys.readouterr()
+    kept = [line for line in out.err.splitlines() if "guesses kept" in line]
+    assert len(kept) == 1 and "(100%)" not in kept[0], kept  # the draft was wrong at times, the text still the model's
+    assert by_file.out == plain and kept == [line for line in by_file.err.splitlines() if "guesses kept" in line]
     from benchmarks import speculative  # the benchmark's table on the same two checkpoints
     speculative.main([f"--model={big}", f"--draft={small}", "--tokens=40", "--guesses=1,3", "--repeats=1",
                       "--compile=false"])
