@@ -24,13 +24,20 @@ from .generate import MIN_TEMPERATURE, check_sampling, next_token_probs
 
 
 class Windowed:
-    """A model, its KV cache and its context window over the token list: `fed(tokens)` returns what the cache has
-    not seen yet; the cache can be cut back to forget rejected guesses."""
+    """A model, its KV cache and its context window (tokens[start:]) over the growing token list: `forward` runs
+    what the cache has not seen yet, `keep_until` cuts the cache back to forget rejected guesses."""
 
     def __init__(self, model):
         self.model, self.block = model, model.config.block_size
         self.keep = max(1, self.block - max(1, self.block // 4))  # generate.py's slide: keep three quarters
         self.start, self.cache = 0, None
+
+    def follow_generate(self, length: int):
+        """The plain loop's window (model/generate.py) before predicting the token after the first `length`: the
+        last block_size tokens at first, then a slide to the last three quarters once the context outgrows it."""
+        if self.cache is None or length - self.start > self.block:
+            self.start = max(0, length - self.block) if self.cache is None else length - self.keep
+            self.cache = self.model.new_cache(1)
 
     def make_room(self, length: int, ahead: int):
         """Before guessing `ahead` tokens after the first `length`: starts the cache, or slides the window (and drops
@@ -108,10 +115,7 @@ def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: 
         produced = 0
         while produced < max_new_tokens:
             length = len(tokens)
-            # the model's window: as the plain loop's (slide once the context exceeds block_size)
-            if big.cache is None or length - big.start > big.block:
-                big.start = max(0, length - big.block) if big.cache is None else length - big.keep
-                big.cache = model.new_cache(1)
+            big.follow_generate(length)  # the model conditions on exactly what its plain loop would
             # guesses this round: the last one's successor must still be predicted inside this window
             k_now = max(0, min(k, big.block - (length - big.start), max_new_tokens - produced - 1, small.block - 1))
             guesses, q = [], []
