@@ -18,6 +18,7 @@ import torch
 
 from common.flags import config_from_argv
 from model.decode_step import StaticDecoder
+from model.quantize import quantize
 from model.speculative import speculative_stream
 from training.checkpoint import load_for_inference, path_in
 
@@ -33,6 +34,7 @@ class SpeculativeBench:
     repeats: int = 3
     threads: int = 0  # 0: torch's default
     compile: bool = True  # also time the plain loop with the compiled decode step
+    quantize: str | None = None  # 'int8': both models' block linears in int8 (sample.py --quantize=int8)
 
 
 def load(where: str):
@@ -47,6 +49,8 @@ def main(argv) -> None:
         torch.set_num_threads(bc.threads)
     model, tokenizer, _ = load(bc.model)
     draft, _, _ = load(bc.draft)
+    quantize(model, bc.quantize)
+    quantize(draft, bc.quantize)
     prompt = tokenizer.encode(bc.prompt)
     ks = [int(k) for k in bc.guesses.split(",")]
     n = bc.tokens
@@ -75,7 +79,8 @@ def main(argv) -> None:
     reference = texts["plain cached loop (eager)"]
     print(f"model {bc.model}: {model.config.n_layer}L/{model.config.n_embd}/ctx{model.config.block_size}; draft "
           f"{bc.draft}: {draft.config.n_layer}L/{draft.config.n_embd}/ctx{draft.config.block_size}; {n} tokens, "
-          f"temperature {bc.temperature}, {torch.get_num_threads()} threads, medians of {bc.repeats}")
+          f"temperature {bc.temperature}, {bc.quantize or 'float32'} weights, {torch.get_num_threads()} threads, "
+          f"medians of {bc.repeats}")
     for name in runners:
         m = statistics.median(ms[name])
         k = int(name.split("k=")[1]) if "k=" in name else None

@@ -105,7 +105,7 @@ def test_sample_py_with_a_draft_prints_the_models_greedy_text(corpus, tmp_path, 
     assert by_file.out == plain and kept == [line for line in by_file.err.splitlines() if "guesses kept" in line]
     from benchmarks import speculative  # the benchmark's table on the same two checkpoints
     speculative.main([f"--model={big}", f"--draft={small}", "--tokens=40", "--guesses=1,3", "--repeats=1",
-                      "--compile=false"])
+                      "--quantize=int8", "--compile=false"])
     rows = [line for line in capsys.readouterr().out.splitlines() if "ms/token" in line]
     assert len(rows) == 3 and all(line.endswith("same text") for line in rows), rows
     shouting = tmp_path / "shouting.txt"  # another character set, so another char tokenizer
