@@ -85,6 +85,11 @@ def left_pad(prompts, device):
     return idx, (None if min(lengths) == T else pad)
 
 
+def kept_on_slide(block_size: int) -> int:
+    """Tokens of context kept when a full window slides: three quarters of it, at least the last token."""
+    return max(1, block_size - max(1, block_size // 4))
+
+
 @torch.no_grad()
 def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, min_p=None,
                     stop_tokens=None, use_cache=True, generator=None, decoder=None):
@@ -99,7 +104,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
                          "pass use_cache=False")
     idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
     B, block = idx.size(0), model.config.block_size
-    keep = max(1, block - max(1, block // 4))  # context kept when the window slides: at least the last token
+    keep = kept_on_slide(block)
     stop = torch.tensor(sorted(stop_tokens or []), dtype=torch.long, device=idx.device)
     done = torch.zeros(B, dtype=torch.bool, device=idx.device)
     start = max(0, idx.size(1) - block)  # first column of the context window

@@ -20,7 +20,7 @@ Shapes: V vocab, k guesses this round.
 """
 import torch
 
-from .generate import MIN_TEMPERATURE, check_sampling, next_token_probs
+from .generate import MIN_TEMPERATURE, check_sampling, kept_on_slide, next_token_probs
 
 
 class Windowed:
@@ -29,7 +29,7 @@ class Windowed:
 
     def __init__(self, model):
         self.model, self.block = model, model.config.block_size
-        self.keep = max(1, self.block - max(1, self.block // 4))  # generate.py's slide: keep three quarters
+        self.keep = kept_on_slide(self.block)  # generate.py's slide
         self.start, self.cache = 0, None
 
     def follow_generate(self, length: int):
@@ -42,10 +42,10 @@ class Windowed:
     def make_room(self, length: int, ahead: int):
         """Before guessing `ahead` tokens after the first `length`: starts the cache, or slides the window (and drops
         the cache) if the last guess's context would not fit in block_size."""
-        if self.cache is None or length + ahead - self.start > self.block:
-            if length + ahead - self.start > self.block:
-                self.start = length - min(self.keep, self.block - ahead)
-            self.start = max(0, self.start, length - self.block)
+        overflow = length + ahead - self.start > self.block
+        if overflow:
+            self.start = length - min(self.keep, self.block - ahead)
+        if overflow or self.cache is None:
             self.cache = self.model.new_cache(1)
 
     def forward(self, tokens: list[int], extra: list[int]) -> torch.Tensor:
