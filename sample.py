@@ -35,7 +35,7 @@ from model.decode_step import StaticDecoder
 from model.speculative import speculative_stream
 from model.quantize import QUANTIZE_CHOICES, quantize
 from training import objectives
-from training.checkpoint import load_for_inference, path_in
+from training.checkpoint import in_folder_or_file, load_for_inference, path_in
 
 
 @dataclass
@@ -193,7 +193,7 @@ def load_draft(sc: SampleConfig, objective, tokenizer, device):
     if objective.name != "decoder":
         raise UserError(f"--draft needs a decoder checkpoint; this one is {objective.name}")
     which = sc.ckpt if sc.ckpt in ("last", "best") else "best"  # --ckpt=FILE.pt names the model's file, not the draft's
-    path = path_in(sc.draft, which) if os.path.isdir(sc.draft) else sc.draft
+    path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
     draft, draft_tokenizer, _ = load_for_inference(path, device)

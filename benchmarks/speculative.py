@@ -8,7 +8,6 @@ share of the draft's guesses the model kept, and (greedy) whether the text equal
 token. The plain loop is timed eager and with the compiled decode step (sample.py --compile=true), since that is
 the fastest way to decode without a draft.
 """
-import os
 import statistics
 import sys
 import time
@@ -20,7 +19,7 @@ from common.flags import config_from_argv
 from model.decode_step import StaticDecoder
 from model.quantize import quantize
 from model.speculative import speculative_stream
-from training.checkpoint import load_for_inference, path_in
+from training.checkpoint import in_folder_or_file, load_for_inference
 
 
 @dataclass
@@ -38,7 +37,7 @@ class SpeculativeBench:
 
 
 def load(where: str):
-    return load_for_inference(path_in(where, "best") if os.path.isdir(where) else where, "cpu")
+    return load_for_inference(in_folder_or_file(where), "cpu")
 
 
 def main(argv) -> None:

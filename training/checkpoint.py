@@ -156,6 +156,11 @@ def path_in(out_dir: str, which: str = "last") -> str:
     return which
 
 
+def in_folder_or_file(where: str, which: str = "best") -> str:
+    """A run's out_dir -> its 'last' or 'best' checkpoint; a path to a .pt file -> itself."""
+    return path_in(where, which) if os.path.isdir(where) else where
+
+
 def load_for_inference(path: str, device):
     """A checkpoint -> (model in eval mode on device, its tokenizer, the Checkpoint)."""
     ckpt = Checkpoint.load(path)
