@@ -182,6 +182,32 @@ def test_muon_step_matches_the_formula_and_torch_muon():
         torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=0, atol=0.02)
 
 
+def test_muon_orthogonalises_same_shape_matrices_together_as_it_would_one_by_one():
+    """Muon stacks the matrices of one shape (a tall one turned wide joins the wide ones) and runs the iteration
+    once per stack: each update must be what the one-matrix formula gives for that matrix alone."""
+    g = torch.Generator().manual_seed(4)
+    shapes = [(48, 16), (16, 48), (48, 16), (16, 16), (16, 48)]
+    w0 = [torch.randn(*s, generator=g) for s in shapes]
+    grads = [[torch.randn(*s, generator=g) for s in shapes] for _ in range(2)]
+    lr, mu = 0.05, 0.9
+    params = [torch.nn.Parameter(w.clone()) for w in w0]
+    opt = Muon(params, lr=lr, momentum=mu)
+    want, bufs = [w.clone() for w in w0], [torch.zeros_like(w) for w in w0]
+    for step in grads:
+        for p, grad in zip(params, step):
+            p.grad = grad.clone()
+        opt.step()
+        for i, grad in enumerate(step):
+            bufs[i] = mu * bufs[i] + grad
+            scale = math.sqrt(max(1.0, shapes[i][0] / shapes[i][1]))
+            want[i] = want[i] - lr * scale * orthogonalize(grad + mu * bufs[i])
+    for p, w in zip(params, want):
+        torch.testing.assert_close(p.detach(), w, rtol=1e-5, atol=1e-5)
+    stack = torch.stack([grads[0][0].T, grads[0][1]])  # (2, 16, 48)
+    torch.testing.assert_close(orthogonalize(stack), torch.stack([orthogonalize(m) for m in stack]), rtol=1e-5,
+                               atol=1e-6)
+
+
 def test_newton_schulz_in_bf16_follows_float32_and_make_optimizer_picks_it_with_bf16_training():
     g = torch.Generator().manual_seed(1)
     G = torch.randn(96, 32, generator=g)

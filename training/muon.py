@@ -27,17 +27,25 @@ NS_STEPS = 5
 
 def orthogonalize(G: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """G: (m, n) -> approximately U V^T, same shape, singular values in ~[0.7, 1.2], computed in dtype."""
+    """G: (m, n), or a stack (k, m, n) of same-shape matrices -> approximately U V^T of each, same shape, singular
+    values in ~[0.7, 1.2], computed in dtype. A stack runs as one batched product per term (each matrix normalised
+    by its own norm): the same arithmetic as k separate calls, in fewer and larger kernels; each iteration is
+    three batched products, the scalings fused into them (baddbmm)."""
     a, b, c = NS_COEFFS
     X = G.to(dtype)
-    wide = X.size(0) <= X.size(1)
+    one = X.dim() == 2
+    if one:
+        X = X.unsqueeze(0)  # (1, m, n): one code path for a matrix and a stack
+    wide = X.size(-2) <= X.size(-1)
     if not wide:
-        X = X.T  # (n, m): iterate on the small Gram matrix X X^T
-    X = X / (X.norm() + eps)  # Frobenius norm >= spectral norm, so every singular value is now <= 1
+        X = X.mT  # (k, n, m): iterate on the small Gram matrix X X^T
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)  # Frobenius norm >= spectral norm: singular values <= 1
     for _ in range(steps):
-        A = X @ X.T  # (small, small)
-        X = a * X + (b * A + c * A @ A) @ X
-    return X if wide else X.T
+        A = X @ X.mT  # (k, small, small)
+        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b A + c A A, one kernel
+        X = torch.baddbmm(X, B, X, beta=a)  # a X + B X
+    X = X if wide else X.mT
+    return X[0] if one else X
 
 
 class Muon(torch.optim.Optimizer):
@@ -64,6 +72,7 @@ class Muon(torch.optim.Optimizer):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             lr, mu = group["lr"] * group["lr_scale"], group["momentum"]
+            stacks = {}  # (small, large) -> [(p, its look-ahead gradient turned wide)]: orthogonalised together
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -73,7 +82,12 @@ class Muon(torch.optim.Optimizer):
                 buf = state["momentum_buffer"]
                 buf.mul_(mu).add_(p.grad)  # (m, n) running sum of gradients
                 g = p.grad.add(buf, alpha=mu) if group["nesterov"] else buf  # look one momentum step ahead
-                update = orthogonalize(g, group["ns_steps"], dtype=self.ns_dtype)  # (m, n)
-                p.mul_(1 - lr * group["weight_decay"])
-                p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
+                g = g if g.size(0) <= g.size(1) else g.T  # U V^T of G^T is (U V^T)^T: a (512, 128) joins (128, 512)s
+                stacks.setdefault(tuple(g.shape), []).append((p, g))
+            for items in stacks.values():  # at 4L/128: 3 stacks instead of 16 matrices, ~1.4x faster (README)
+                updates = orthogonalize(torch.stack([g for _, g in items]), group["ns_steps"], dtype=self.ns_dtype)
+                for (p, _), update in zip(items, updates):  # update: (small, large)
+                    update = update if p.size(0) <= p.size(1) else update.T  # (m, n), as p
+                    p.mul_(1 - lr * group["weight_decay"])
+                    p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
         return loss
