@@ -103,14 +103,15 @@ class MultiHeadAttention(nn.Module):
         """x: (B, T, C); ctx: the per-forward AttentionContext (positions, mask, cache) built by GPT."""
         B, T, C = x.shape
         H, D = self.n_head, self.head_dim
-        q, k, v = self.qkv(x).split(C, dim=2)  # each (B, T, C)
-        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        qk, v = self.qkv(x).split((2 * C, C), dim=2)  # (B, T, 2C), (B, T, C)
+        qk = qk.view(B, T, 2 * H, D).transpose(1, 2)  # (B, 2H, T, D): q's heads, then k's
         v = v.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        # q and k take the same per-head normalisation and the same per-position rotation: one op each for both
         if self.qk_norm:  # each head's q and k to unit RMS over D (rotation keeps norms: order does not matter)
-            q, k = F.rms_norm(q, (D,)), F.rms_norm(k, (D,))  # (B, H, T, D)
+            qk = F.rms_norm(qk, (D,))
         if ctx.rope is not None:
-            q, k = ctx.rope.rotate(q), ctx.rope.rotate(k)  # RoPE: rotate by position before caching k
+            qk = ctx.rope.rotate(qk)  # RoPE: rotate by position before caching k
+        q, k = qk.split(H, dim=1)  # (B, H, T, D) each
         if ctx.cache is not None:
             k, v = ctx.cache.update(layer, k, v)  # (B, H, S, D): all keys/values so far
         want = weights_out is not None
