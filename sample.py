@@ -233,7 +233,9 @@ def print_samples(sc: SampleConfig, tokenizer, prompt: list[int], device, stream
 
 def entry() -> int:
     """The `small-gpt-sample` console command."""
-    return cli.run(main, sys.argv[1:])
+    code = cli.run(main, sys.argv[1:])
+    cli.exit_process(code)  # without the interpreter's teardown (common/cli.py)
+    return code  # not reached
 
 
 if __name__ == "__main__":

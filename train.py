@@ -9,7 +9,7 @@ checkpoint (training/setup.py); the loop trains, evaluating, checkpointing and s
 import sys
 
 from common import cli
-from training import distributed, run
+from training import run
 from training.config import configure, help_text
 from training.loop import on_disk
 from training.stopping import Stopped
@@ -40,8 +40,8 @@ def entry() -> int:
         code = cli.run(main, sys.argv[1:])
     except SystemExit as e:  # a graceful stop's 130/143
         code = e.code if isinstance(e.code, int) else 1
-    distributed.exit_process(code)  # under torchrun: leave without interpreter teardown (see there)
-    return code
+    cli.exit_process(code)  # without the interpreter's teardown: ~1 s sooner, and no gloo abort (see there)
+    return code  # not reached
 
 
 if __name__ == "__main__":

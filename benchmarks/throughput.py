@@ -86,7 +86,8 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
             per[who].append(step_seconds(*models[who], batch, steps, auto if who == "ours-auto" else None))
     flops_per_token = models["ours"][0].flops_per_token(T)
     out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token,
-           "peak_fp32": peak_matmul_flops("cpu", torch.float32), "peak_bf16": peak_matmul_flops("cpu", torch.bfloat16)}
+           "peak_fp32": peak_matmul_flops("cpu", torch.float32, seconds=1.0),
+           "peak_bf16": peak_matmul_flops("cpu", torch.bfloat16, seconds=1.0)}
     for who, secs in per.items():
         s = statistics.median(secs)
         out[who] = {"step_s": s, "tok_per_s": batch_size * T / s, "runs": secs}

@@ -43,3 +43,39 @@ def test_help_piped_into_head_ends_quietly():
     r = subprocess.run(f"{sys.executable} train.py --help | head -1", shell=True, capture_output=True, text=True,
                        cwd=ROOT, timeout=60)
     assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
+
+
+def test_exit_process_keeps_output_atexit_handlers_and_the_code_but_skips_the_teardown():
+    """cli.exit_process, what train.py and sample.py call last: the atexit handlers run and buffered output reaches
+    the pipe (nothing a run prints is lost), then the process ends with the run's code before Python's teardown
+    (which costs ~1 s once torch._dynamo is imported, and under torchrun can abort: the docstring there)."""
+    code = """
+import atexit, sys
+from common import cli
+
+class Teardown:
+    def __del__(self):
+        print("teardown", flush=True)
+
+keep = Teardown()
+atexit.register(print, "atexit")
+print("buffered", end=" ")
+cli.exit_process(3)
+sys.exit(5)
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["buffered", "atexit"], r.stderr  # no "teardown": __del__ at finalization skipped
+    assert r.returncode == 3
+
+
+def test_train_and_sample_end_through_exit_process(monkeypatch):
+    """Both entry points hand their exit code to cli.exit_process (a graceful stop's code included)."""
+    import sample
+    import train
+    seen = []
+    monkeypatch.setattr(cli, "exit_process", seen.append)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--n_layers=2"])  # a misspelt flag: exit 2
+    train.entry()
+    monkeypatch.setattr(sys, "argv", ["sample.py", "--no_such_flag=1"])
+    sample.entry()
+    assert seen == [2, 2]

@@ -153,29 +153,3 @@ def test_the_encoders_validation_mask_is_the_same_for_one_and_two_processes(corp
     losses = [[row["train_loss"] for row in metrics(out)] for out in (one, two)]
     assert all(abs(a - b) < 1e-5 for a, b in zip(*losses)), losses  # the training masks agree too
     assert len(val[0]) == 1 and abs(val[0][0] - val[1][0]) < 1e-5, val
-
-
-@pytest.mark.parametrize("joined", [True, False])
-def test_a_process_that_joined_a_group_leaves_before_python_teardown(joined):
-    """distributed.exit_process, what train.py calls last: in a process that joined a process group, the atexit
-    handlers run and buffered output reaches the pipe (nothing a run prints is lost), then the process ends with
-    the run's code before Python's teardown, where a gloo worker thread still releasing a collective's tensors
-    aborts the process (the docstring there). A process that never joined a group exits the usual way."""
-    code = f"""
-import atexit, sys
-from training import distributed
-
-class Teardown:
-    def __del__(self):
-        print("teardown", flush=True)
-
-keep = Teardown()
-atexit.register(print, "atexit")
-print("buffered", end=" ")
-distributed._joined = {joined}
-distributed.exit_process(3)
-sys.exit(5)
-"""
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.stdout.split() == (["buffered", "atexit"] if joined else ["buffered", "atexit", "teardown"]), r.stderr
-    assert r.returncode == (3 if joined else 5)

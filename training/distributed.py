@@ -5,17 +5,12 @@ WORLD_SIZE set. Each copy trains on its own slice of every step's global batch (
 gradients across processes during the last backward of a step, and every replica then takes the same optimizer
 step. Without torchrun, world_size is 1 and nothing here does anything.
 """
-import atexit
 import contextlib
 import os
-import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-
-_joined = False  # whether this process joined a process group (exit_process below)
 
 
 @dataclass
@@ -46,8 +41,6 @@ def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
         device_name = "cpu"
     if backend == "auto":
         backend = "nccl" if use_cuda else "gloo"  # nccl for GPUs; gloo runs on CPUs (and anywhere)
-    global _joined
-    _joined = True
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restart == 0:
         dist.init_process_group(backend=backend)
@@ -117,26 +110,3 @@ def no_sync(model, skip: bool):
 def shutdown(d: Dist) -> None:
     if d.enabled and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def exit_process(code: int) -> None:
-    """Ends a process that joined a process group with `code`, without Python's interpreter teardown; returns (does
-    nothing) in a process that never joined one.
-
-    Why: DDP keeps references to the gloo process group that destroy_process_group does not drop (torch 2.13), so
-    the group's worker threads live until the process ends. A worker still releasing the tensors of the last
-    collective after the main thread has begun finalizing must take the GIL to do it, and a thread cannot during
-    finalization: the process aborts (SIGABRT, "terminate called without an active exception"), and torchrun
-    reports a finished run as failed. Seen 3 times in 10 rounds of the two torchrun stop/resume tests
-    (tests/test_stop_and_lock.py), none in 13 rounds after this exit.
-    Every file is closed and every checkpoint renamed into place before this is called; what Python would still do
-    before its teardown is done here: the atexit handlers (wandb's, logging's) run, the standard streams flush."""
-    if not _joined:
-        return
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken stream: nothing more can reach it
-            pass
-    os._exit(code)
