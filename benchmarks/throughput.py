@@ -26,10 +26,10 @@ SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)  # nanoGPT's confi
 VOCAB, DROPOUT, LR, WD, BETAS = 65, 0.2, 1e-3, 0.1, (0.9, 0.99)
 
 
-def ours(shape=SHAPE, dropout_impl="bernoulli"):
+def ours(shape=SHAPE, **overrides):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", dropout_impl=dropout_impl,
-                          **shape)).train()
+    model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", **shape,
+                          **overrides)).train()
     return model, make_optimizer(model, LR, WD, BETAS, "cpu")
 
 
@@ -65,8 +65,9 @@ def step_seconds(model, opt, batch, steps: int, dtype=None) -> float:
 
 def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE, ablate_dropout=False) -> dict:
     """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
-    float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=rand
-    (masks from a uniform draw, model/dropout.py) as 'ours-rand'. 'ours-auto' is ours as train.py runs it by default
+    float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=bernoulli
+    (torch's nn.Dropout and SDPA's attention dropout instead of our bulk-drawn masks, model/dropout.py) as
+    'ours-bernoulli'. 'ours-auto' is ours as train.py runs it by default
     (--dtype=auto): under bf16 autocast where this CPU multiplies bf16 natively (common/device.py probes it), else
     the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only)."""
     T = shape["block_size"]
@@ -77,7 +78,7 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     if auto != torch.float32:
         models["ours-auto"] = ours(shape)
     if ablate_dropout:
-        models["ours-rand"] = ours(shape, "rand")
+        models["ours-bernoulli"] = ours(shape, dropout_impl="bernoulli")
     if nanogpt:
         models["nanogpt"] = theirs(nanogpt, shape)
     per = {who: [] for who in models}

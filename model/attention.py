@@ -23,15 +23,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .dropout import dropout
 from .scores import build_score
 from .tiled_attention import tiled_attention
 
 
 def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_p=0.0, return_weights=False,
-           score=None):
+           score=None, dropout_impl="bernoulli"):
     """q: (B, H, T, D); k, v: (B, H, S, D); mask: (B|1, 1, T, S) bool, True = may attend; bias: (1|B, H, T, S)
     float added to the scores (ALiBi). is_causal=True stands for a plain causal mask with T == S (no other mask).
     score: a module (q, k) -> scores (B, H, T, S) replacing q.k / sqrt(D) (model/scores.py); math path only.
+    dropout_impl: how the math path draws its attention-dropout mask (model/dropout.py); SDPA draws its own.
     Returns out (B, H, T, D), and the weights (B, H, T, S) when return_weights (math path only)."""
     T, S = q.size(-2), k.size(-2)
     if is_causal:
@@ -74,7 +76,7 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         # softmax subtracts each row's max before exp(), so large scores cannot overflow; float32 for accuracy
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, H, T, S), rows sum to 1
         if dropout_p > 0.0:
-            weights = F.dropout(weights, p=dropout_p)
+            weights = dropout(weights, dropout_p) if dropout_impl == "rand" else F.dropout(weights, p=dropout_p)
         out = weights @ v  # (B, H, T, D)
         if empty is not None:
             weights = weights.masked_fill(empty, 0.0)
@@ -97,7 +99,7 @@ class MultiHeadAttention(nn.Module):
         self.qk_norm = config.qk_norm
         # additive / bilinear scores add parameters; the default 'dot' adds none, so its checkpoints are unchanged
         self.score = build_score(config)
-        self.dropout = config.dropout
+        self.dropout, self.dropout_impl = config.dropout, config.dropout_impl
 
     def forward(self, x, ctx, layer: int, weights_out: list | None = None):
         """x: (B, T, C); ctx: the per-forward AttentionContext (positions, mask, cache) built by GPT."""
@@ -115,9 +117,12 @@ class MultiHeadAttention(nn.Module):
         if ctx.cache is not None:
             k, v = ctx.cache.update(layer, k, v)  # (B, H, S, D): all keys/values so far
         want = weights_out is not None
-        y = attend(q, k, v, mask=ctx.mask, bias=ctx.bias, impl="math" if want else self.impl,
-                   is_causal=ctx.is_causal, dropout_p=self.dropout if self.training else 0.0, return_weights=want,
-                   score=self.score)
+        dropout_p = self.dropout if self.training else 0.0
+        # on a CPU, dropout_impl='rand' drops attention weights with its own cheaper mask: on the math path
+        own_mask = dropout_p > 0.0 and self.dropout_impl == "rand" and x.device.type == "cpu"
+        y = attend(q, k, v, mask=ctx.mask, bias=ctx.bias, impl="math" if want or own_mask else self.impl,
+                   is_causal=ctx.is_causal, dropout_p=dropout_p, return_weights=want, score=self.score,
+                   dropout_impl=self.dropout_impl)
         if want:
             y, w = y
             weights_out.append(w)

@@ -44,9 +44,10 @@ class GPTConfig:
     tie_head: bool = True  # False: a separate output head instead of reusing the token embedding
     zero_init: bool = False  # zero-initialise the projections that write into the residual stream (and an untied
     #                          head): each block starts as the identity
-    dropout_impl: str = "bernoulli"  # one of DROPOUT_IMPLS: how the residual / MLP / embedding masks are drawn, the
-    #                             same distribution either way: 'bernoulli' (nn.Dropout) or 'rand' (torch.rand < 1-p:
-    #                             the op 1.6x faster on one CPU thread, no faster on two); attention dropout is SDPA's
+    dropout_impl: str = "rand"  # one of DROPOUT_IMPLS: how the dropout masks are drawn, the same distribution
+    #                             either way: 'rand' (one bulk uniform draw per mask, attention dropout on the math
+    #                             path on a CPU: ~4x cheaper masks there, model/dropout.py) or 'bernoulli' (torch's
+    #                             nn.Dropout and SDPA's own attention dropout)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
