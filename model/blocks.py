@@ -5,17 +5,35 @@ deep stacks train without warm-up tricks. Shapes: B batch, T length, C n_embd.
 """
 import functools
 
+import torch
 import torch.nn as nn
 
 from .attention import MultiHeadAttention
 from .dropout import build_dropout
 
 
+class _ReLUSquared(torch.autograd.Function):
+    """y = relu(x)^2, dy/dx = 2 relu(x): the backward is one product with the saved relu(x). Autograd's own graph
+    for relu(x).square() takes three elementwise passes more (pow's backward, then relu's), each a full read and
+    write of the (B, T, 4C) activation: at fast-cpu's size ~1 ms of a ~27 ms training step."""
+
+    @staticmethod
+    def forward(ctx, x):
+        r = torch.relu(x)
+        ctx.save_for_backward(r)
+        return r * r
+
+    @staticmethod
+    def backward(ctx, grad):
+        (r,) = ctx.saved_tensors
+        return (grad * r).mul_(2.0)
+
+
 class ReLU2(nn.Module):
     """relu(x)^2 (So et al. 2021, "Primer"): as good as GELU or better for language models, and cheaper."""
 
     def forward(self, x):
-        return nn.functional.relu(x).square()
+        return _ReLUSquared.apply(x)
 
 
 ACTIVATIONS = {"gelu": functools.partial(nn.GELU, approximate="tanh"),  # GPT-2's GELU

@@ -110,6 +110,10 @@ def test_relu2_mlp_is_relu_squared():
     mlp = tiny_model(seed=5, mlp_act="relu2").blocks[0].mlp
     x = torch.randn(3, 32)
     torch.testing.assert_close(mlp(x), F.relu(x @ mlp.up.weight.T).square() @ mlp.down.weight.T)
+    # its hand-written backward (2 relu(x), model/blocks.py) against finite differences, zeros and negatives included
+    x = torch.tensor([[-1.5, -0.0, 0.0, 0.25, 2.0]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(mlp.act, (x,))
+    assert torch.autograd.gradcheck(mlp.act, (torch.randn(4, 9, dtype=torch.float64, requires_grad=True),))
 
 
 def test_untied_head_is_its_own_matrix_and_round_trips():
