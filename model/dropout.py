@@ -6,11 +6,10 @@ so the expected value of every element is unchanged (and evaluation needs no res
     keep = v >= c,  v uniform over the 2^32 int32 values,  c = 2^31 - (1 - p) 2^32     P(keep) = 1 - p (to 2^-32)
     y = x * keep / (1 - p)
 
-Why not torch's: on a CPU, nn.Dropout fills the mask with bernoulli_, measured on the 2-core AMD EPYC at ~8 ns per
-element on either thread count (one element at a time from torch's CPU generator), 20% of a 6L/384/256 training
-step with dropout 0.2. Here one 64-bit seed is drawn from torch's global generator
-(so torch.manual_seed, checkpoint resume and per-process seeds work as before) and numpy's PCG64 fills the whole
-mask in one call (two 32-bit draws per 64-bit word). Measured on the 2-core EPYC, 2 threads: attention weights
+Why not torch's: on a CPU, nn.Dropout fills the mask with bernoulli_, measured on the 2-core AMD EPYC (2 threads)
+at ~8 ns per element, 20% of a 6L/384/256 training step with dropout 0.2. Here one 64-bit seed is drawn from
+torch's global generator (so torch.manual_seed, checkpoint resume and per-process seeds work as before) and
+numpy's PCG64 fills the whole mask in one call (two 32-bit draws per 64-bit word). Measured on the 2-core EPYC, 2 threads: attention weights
 (8, 6, 256, 256) 28.3 -> 7.1 ms, residual (8, 256, 384) 6.4 -> 1.6 ms, mask and scaling included (README "Speed").
 On a GPU torch.rand's counter-based generator is already fast, and is what runs there.
 
