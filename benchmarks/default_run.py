@@ -32,8 +32,15 @@ LEVERS = {"today's default": [], "fused attention (--attn_impl=sdpa)": ["--attn_
 class DefaultRunConfig:
     repeats: int = 1  # alternated rounds of the two whole runs
     whole_runs: bool = True
-    step_rounds: int = 6  # alternated rounds of the per-step table, 5 steps each
+    step_rounds: int = 6  # alternated rounds of the per-step table, 5 steps each; 0: no per-step table
     threads: int | None = None  # torch threads (both tables); None: torch's choice, as train.py
+
+    def __post_init__(self):
+        from common.errors import FlagError
+
+        if self.repeats < 1 or self.step_rounds < 0:
+            raise FlagError(f"--repeats={self.repeats} must be >= 1 and --step_rounds={self.step_rounds} >= 0 "
+                            f"(--step_rounds=0 leaves the per-step table out, --whole_runs=false the whole runs)")
 
 
 def whole_split_loss(out_dir: str) -> float:
@@ -125,11 +132,12 @@ def main(argv) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     print(f"{torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.1f}")
-    steps = lever_steps(cfg)
-    base = steps["today's default"]
-    print("\nper training step of the default model (4 x 128, context 128, 32 sequences), one lever flipped:")
-    for name, s in steps.items():
-        print(f"  {name:36s} {s * 1e3:7.1f} ms  {s / base:5.2f}x today's")
+    if cfg.step_rounds:
+        steps = lever_steps(cfg)
+        base = steps["today's default"]
+        print("\nper training step of the default model (4 x 128, context 128, 32 sequences), one lever flipped:")
+        for name, s in steps.items():
+            print(f"  {name:36s} {s * 1e3:7.1f} ms  {s / base:5.2f}x today's")
     if cfg.whole_runs:
         rows = whole_runs(cfg)
         med = {who: statistics.median(r["wall_s"] for r in rows if r["who"] == who) for who in ("today", "previous")}

@@ -24,3 +24,15 @@ def test_bench_names_an_unknown_target(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--target=speed"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--target=speed is not one of" in proc.stderr
+
+
+def test_default_run_benchmark_takes_no_per_step_table_and_refuses_no_rounds(tmp_path):
+    """`--step_rounds=0` leaves the per-step table out (it crashed on an empty median); `--repeats=0` would time
+    nothing: a one-line error."""
+    def run(*flags):
+        return subprocess.run([sys.executable, "-m", "benchmarks.default_run", *flags], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    quiet = run("--step_rounds=0", "--whole_runs=false")
+    assert quiet.returncode == 0 and "per training step" not in quiet.stdout, quiet.stderr[-2000:]
+    bad = run("--repeats=0")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --repeats=0 must be >= 1"), bad.stderr[-2000:]
