@@ -76,7 +76,7 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         # softmax subtracts each row's max before exp(), so large scores cannot overflow; float32 for accuracy
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, H, T, S), rows sum to 1
         if dropout_p > 0.0:
-            weights = dropout(weights, dropout_p) if dropout_impl == "rand" else F.dropout(weights, p=dropout_p)
+            weights = dropout(weights, dropout_p, dropout_impl)
         out = weights @ v  # (B, H, T, D)
         if empty is not None:
             weights = weights.masked_fill(empty, 0.0)

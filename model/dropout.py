@@ -9,8 +9,9 @@ so the expected value of every element is unchanged (and evaluation needs no res
 Why not torch's: on a CPU, nn.Dropout fills the mask with bernoulli_, measured on the 2-core AMD EPYC (2 threads)
 at ~8 ns per element, 20% of a 6L/384/256 training step with dropout 0.2. Here one 64-bit seed is drawn from
 torch's global generator (so torch.manual_seed, checkpoint resume and per-process seeds work as before) and
-numpy's PCG64 fills the whole mask in one call (two 32-bit draws per 64-bit word). Measured on the 2-core EPYC, 2 threads: attention weights
-(8, 6, 256, 256) 28.3 -> 7.1 ms, residual (8, 256, 384) 6.4 -> 1.6 ms, mask and scaling included (README "Speed").
+numpy's PCG64 fills the whole mask in one call (two 32-bit draws per 64-bit word). Measured on the 2-core EPYC,
+2 threads: attention weights (8, 6, 256, 256) 28.3 -> 7.1 ms, residual (8, 256, 384) 6.4 -> 1.6 ms, mask and
+scaling included (README "Speed").
 On a GPU torch.rand's counter-based generator is already fast, and is what runs there.
 
 dropout_impl='rand' (this) also drops the attention weights with this mask, on the math path (SDPA's dropout would
@@ -22,6 +23,7 @@ import math
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 def keep_mask(shape, p: float, device) -> torch.Tensor:
@@ -36,8 +38,11 @@ def keep_mask(shape, p: float, device) -> torch.Tensor:
     return (torch.from_numpy(bits) >= c).view(shape)
 
 
-def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """x * keep / (1 - p) with keep = keep_mask(x.shape, p); x itself when p == 0."""
+def dropout(x: torch.Tensor, p: float, impl: str = "rand") -> torch.Tensor:
+    """x * keep / (1 - p) with keep = keep_mask(x.shape, p); x itself when p == 0. impl='bernoulli': torch's
+    F.dropout instead (the functional twin of build_dropout's choice, for attention weights)."""
+    if impl == "bernoulli":
+        return F.dropout(x, p)
     if p == 0.0:
         return x
     keep = 1.0 - p

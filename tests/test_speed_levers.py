@@ -208,8 +208,8 @@ def test_muon_orthogonalises_same_shape_matrices_together_as_it_would_one_by_one
     for p, w in zip(params, want):
         torch.testing.assert_close(p.detach(), w, rtol=1e-5, atol=1e-5)
     stack = torch.stack([grads[0][0].T, grads[0][1]])  # (2, 16, 48)
-    torch.testing.assert_close(orthogonalize(stack), torch.stack([orthogonalize(m) for m in stack]), rtol=1e-5,
-                               atol=1e-6)
+    one_by_one = torch.stack([orthogonalize(m) for m in stack])
+    torch.testing.assert_close(orthogonalize(stack), one_by_one, rtol=1e-5, atol=1e-6)
 
 
 def test_newton_schulz_in_bf16_follows_float32_and_make_optimizer_picks_it_with_bf16_training():
