@@ -105,7 +105,7 @@ def lever_steps(cfg: DefaultRunConfig) -> dict:
         model_fields = set(GPTConfig.__dataclass_fields__)
         torch.manual_seed(0)
         model = GPT(GPTConfig(vocab_size=65, **{k: v for k, v in values.items() if k in model_fields})).train()
-        opt = make_optimizer(model, values["learning_rate"], 0.1, (0.9, 0.99), "cpu", values["optimizer"],
+        opt = make_optimizer(model, values["learning_rate"], 0.1, (0.9, 0.99), values["optimizer"],
                              matmul_dtype=torch.float32 if "ns_float32" in flags else dtype)
         return model, opt
 

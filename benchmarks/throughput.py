@@ -30,7 +30,7 @@ def ours(shape=SHAPE, **overrides):
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", **shape,
                           **overrides)).train()
-    return model, make_optimizer(model, LR, WD, BETAS, "cpu")
+    return model, make_optimizer(model, LR, WD, BETAS)
 
 
 def theirs(path: str, shape=SHAPE):

@@ -60,6 +60,18 @@ def corpus(tmp_path_factory):
     return path
 
 
+def before_each_step(monkeypatch, hook):
+    """Call hook(optimizer) before every AdamW and Muon step (the project's optimizers have no step hooks)."""
+    from training.adamw import AdamW
+    from training.muon import Muon
+
+    for cls in (AdamW, Muon):
+        def step(self, closure=None, _step=cls.step):
+            hook(self)
+            _step(self, closure)
+        monkeypatch.setattr(cls, "step", step)
+
+
 def tiny_args(corpus, out_dir, *extra):
     return TINY_TRAIN_FLAGS + [f"--input={corpus}", f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}",
                                *extra]

@@ -51,7 +51,7 @@ def test_resume_applies_the_optimizer_flags_it_is_given(corpus, tmp_path):
 @pytest.mark.parametrize("score", ["dot", "additive", "bilinear"])
 def test_muon_gets_the_blocks_linear_weights_and_nothing_else(score):
     model = tiny_model(attn_score=score, attn_impl="math")
-    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "cpu", "muon")
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon")
     linear_weights = {id(m.weight) for name, m in model.named_modules()
                       if isinstance(m, torch.nn.Linear) and name.startswith("blocks.")}
     in_muon = [p for g in opt.parts["muon"].param_groups for p in g["params"]]

@@ -3,11 +3,10 @@ the optimizer's weight decay by parameter role (matrices decay; biases and norm 
 import pytest
 import torch
 import torch.nn as nn
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import train
 from training.optim import lr_at, make_optimizer
-from conftest import metrics, tiny_args, tiny_model
+from conftest import before_each_step, metrics, tiny_args, tiny_model
 
 # lr=1.0, min_lr=0.1, warmup=4, decay_iters=12. Warmup: (step + 1) / 5. Cosine over steps 4..12:
 # 0.1 + 0.45 * (1 + cos(pi * (step - 4) / 8)), worked out by hand.
@@ -42,17 +41,13 @@ RUN_LRS = [1e-2 / 3, 2e-2 / 3, 1e-2, 1e-3 + 4.5e-3 * (1 + 0.7071067811865476), 5
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_train_steps_with_the_scheduled_lr(corpus, tmp_path, optimizer):
+def test_train_steps_with_the_scheduled_lr(corpus, tmp_path, optimizer, monkeypatch):
     """What train.py hands every parameter group at each optimizer step, and what it logs, is the table's lr."""
     seen = []
-    handle = register_optimizer_step_pre_hook(
-        lambda opt, args, kwargs: seen.append([g["lr"] for g in opt.param_groups]))
-    try:
-        assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=8", "--eval_interval=8",
-                                                   "--learning_rate=1e-2", "--min_lr=1e-3", "--lr_decay_iters=6",
-                                                   "--warmup_iters=2", f"--optimizer={optimizer}")) == 0
-    finally:
-        handle.remove()
+    before_each_step(monkeypatch, lambda opt: seen.append([g["lr"] for g in opt.param_groups]))
+    assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=8", "--eval_interval=8",
+                                               "--learning_rate=1e-2", "--min_lr=1e-3", "--lr_decay_iters=6",
+                                               "--warmup_iters=2", f"--optimizer={optimizer}")) == 0
     per_step = [lrs for lrs in seen]
     if optimizer == "muon":  # AdamW and Muon both step once per training step: take each step's pair together
         per_step = [seen[i] + seen[i + 1] for i in range(0, len(seen), 2)]
@@ -88,7 +83,7 @@ def roles(model):
 @pytest.mark.parametrize("name", MODELS)
 def test_weight_decay_groups_by_role(name, optimizer):
     model = tiny_model(**MODELS[name])
-    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "cpu", optimizer=optimizer)
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer=optimizer)
     decay_of = {}
     for group in opt.param_groups:
         for p in group["params"]:
@@ -116,7 +111,7 @@ def test_a_step_with_zero_gradients_shrinks_only_the_matrices(optimizer):
                 m.weight.uniform_(0.5, 1.5)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     lr, muon_lr, wd = 0.1, 0.02, 0.5
-    opt = make_optimizer(model, lr, wd, (0.9, 0.99), "cpu", optimizer=optimizer, muon_lr=muon_lr)
+    opt = make_optimizer(model, lr, wd, (0.9, 0.99), optimizer=optimizer, muon_lr=muon_lr)
     for group in opt.param_groups:  # as train.py's schedule does: half the peak
         group["lr"] = lr / 2
     for p in model.parameters():
@@ -139,7 +134,7 @@ def test_adamw_steps_like_torch_adamw_with_groups_by_role():
     twin = tiny_model(**MODELS["bias+rope+untied"])
     twin.load_state_dict(model.state_dict())
     lr, wd, betas = 1e-2, 0.3, (0.8, 0.95)
-    opt = make_optimizer(model, lr, wd, betas, "cpu")
+    opt = make_optimizer(model, lr, wd, betas)
     twin_roles = roles(twin)
     ref = torch.optim.AdamW([{"params": [p for p in twin.parameters() if twin_roles[id(p)] == "decay"],
                               "weight_decay": wd},

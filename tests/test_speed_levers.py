@@ -223,7 +223,7 @@ def test_newton_schulz_in_bf16_follows_float32_and_make_optimizer_picks_it_with_
     assert s.min() > 0.5 and s.max() < 1.5
     model = tiny_model(seed=3, pos_emb="learned")
     for dtype, want in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32), (torch.float16, torch.float32)):
-        opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "cpu", optimizer="muon", matmul_dtype=dtype)
+        opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon", matmul_dtype=dtype)
         assert opt.parts["muon"].ns_dtype == want  # float16 has too little range for the iteration: float32
 
 
@@ -234,7 +234,7 @@ def test_muon_refuses_vectors():
 
 def test_make_optimizer_muon_splits_the_parameters_and_follows_the_schedule():
     model = tiny_model(seed=8, pos_emb="learned")
-    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "cpu", optimizer="muon", muon_lr=0.02)
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon", muon_lr=0.02)
     assert isinstance(opt, Combined)
     in_muon = {id(p) for g in opt.parts["muon"].param_groups for p in g["params"]}
     in_adamw = {id(p) for g in opt.parts["adamw"].param_groups for p in g["params"]}
@@ -261,13 +261,13 @@ def _train(model, opt, idx, steps):
 def test_muon_overfits_a_batch_and_resumes_exactly():
     idx = torch.randint(0, 37, (4, 17), generator=torch.Generator().manual_seed(0))
     model = tiny_model(seed=9, qk_norm=True, mlp_act="relu2").train()
-    opt = make_optimizer(model, 3e-3, 0.0, (0.9, 0.99), "cpu", optimizer="muon", muon_lr=0.05)
+    opt = make_optimizer(model, 3e-3, 0.0, (0.9, 0.99), optimizer="muon", muon_lr=0.05)
     assert _train(model, opt, idx, 60) < 0.5  # log(37) = 3.6 at the start
     # resume: a fresh model + optimizer loaded from the state dicts continues exactly as the original
     twin = tiny_model(seed=0, qk_norm=True, mlp_act="relu2").train()
     twin.load_state_dict(model.state_dict())
-    twin_opt = make_optimizer(twin, 3e-3, 0.0, (0.9, 0.99), "cpu", optimizer="muon", muon_lr=0.05)
+    twin_opt = make_optimizer(twin, 3e-3, 0.0, (0.9, 0.99), optimizer="muon", muon_lr=0.05)
     twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # a copy, as a checkpoint holds (not shared buffers)
     assert _train(twin, twin_opt, idx, 3) == _train(model, opt, idx, 3)
     with pytest.raises(ValueError, match="--optimizer"):
-        twin_opt.load_state_dict(make_optimizer(twin, 1e-3, 0.0, (0.9, 0.99), "cpu").state_dict())
+        twin_opt.load_state_dict(make_optimizer(twin, 1e-3, 0.0, (0.9, 0.99)).state_dict())

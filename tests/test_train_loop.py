@@ -4,29 +4,25 @@ import math
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import train
 from training.checkpoint import Checkpoint
-from conftest import metrics, tiny_args
+from conftest import before_each_step, metrics, tiny_args
 
 
 @pytest.mark.parametrize("clip", [0.05, 0.0])
-def test_the_optimizer_steps_on_the_clipped_gradient(corpus, tmp_path, clip):
+def test_the_optimizer_steps_on_the_clipped_gradient(corpus, tmp_path, clip, monkeypatch):
     """--grad_clip=0.05: every step's gradient norm, as the optimizer sees it, is min(logged grad_norm, 0.05);
     --grad_clip=0: no clipping, it is the logged grad_norm."""
     seen = []
 
-    def record(opt, args, kwargs):
+    def record(opt):
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         seen.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
 
-    handle = register_optimizer_step_pre_hook(record)
-    try:
-        assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=4", "--eval_interval=4",
-                                                   "--learning_rate=1e-2", f"--grad_clip={clip}")) == 0
-    finally:
-        handle.remove()
+    before_each_step(monkeypatch, record)
+    assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=4", "--eval_interval=4",
+                                               "--learning_rate=1e-2", f"--grad_clip={clip}")) == 0
     logged = [row["grad_norm"] for row in metrics(tmp_path / "run")]
     assert len(seen) == len(logged) == 4
     if clip:

@@ -21,6 +21,8 @@ import math
 
 import torch
 
+from .optimizer import Optimizer
+
 NS_COEFFS = (3.4445, -4.7750, 2.0315)  # (a, b, c) of the quintic, from Keller Jordan's Muon
 NS_STEPS = 5
 
@@ -48,7 +50,7 @@ def orthogonalize(G: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7,
     return X[0] if one else X
 
 
-class Muon(torch.optim.Optimizer):
+class Muon(Optimizer):
     """params: 2-D tensors. lr: the step length of an orthogonal update, scaled by sqrt(max(1, m/n)) so tall
     matrices (m > n) move as far per entry as square ones. Weight decay is decoupled (AdamW-style). ns_steps: the
     Newton-Schulz iterations; each costs ~4 m^2 n + 2 m^3 FLOPs per (m <= n) matrix, which at 4L/128 and 1,024
@@ -68,8 +70,7 @@ class Muon(torch.optim.Optimizer):
                                      f"give vectors and embeddings to AdamW")
 
     @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
+    def step(self, closure=None) -> None:  # closure: torch.optim's signature (FSDP's state loader passes None)
         for group in self.param_groups:
             lr, mu = group["lr"] * group["lr_scale"], group["momentum"]
             stacks = {}  # (small, large) -> [(p, its look-ahead gradient turned wide)]: orthogonalised together
@@ -90,4 +91,3 @@ class Muon(torch.optim.Optimizer):
                     update = update if p.size(0) <= p.size(1) else update.T  # (m, n), as p
                     p.mul_(1 - lr * group["weight_decay"])
                     p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
-        return loss

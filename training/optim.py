@@ -5,12 +5,13 @@ scores' projections) and only hurts biases and norm gains, which set scale and o
 the role of the module that owns them, not by their number of dimensions: an (H, A) tensor of H separate score
 vectors is not a matrix for Muon to orthogonalise.
 """
-import inspect
 import math
 
 import torch
 
 from common.errors import CheckpointError, ConfigError
+
+from .adamw import AdamW
 
 
 OPTIMIZERS = ("adamw", "muon")
@@ -40,24 +41,21 @@ def roles(model) -> dict[str, list]:
     return out
 
 
-def _adamw(decayed, rest, lr, weight_decay, betas, device_type):
+def _adamw(decayed, rest, lr, weight_decay, betas):
     groups = [
         {"params": decayed, "weight_decay": weight_decay, "role": "decayed"},
         {"params": rest, "weight_decay": 0.0, "role": "not decayed"},
     ]
-    groups = [g for g in groups if g["params"]]
-    # the fused kernel does the whole update in one pass; torch has it for CUDA and CPU
-    fused = "fused" in inspect.signature(torch.optim.AdamW).parameters and device_type in ("cuda", "cpu")
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, **({"fused": True} if fused else {}))
+    return AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
 
 
 class Combined:
     """Several optimizers over disjoint parameters, driven as one: train.py sets every group's lr, steps, zeroes
-    and checkpoints it like a single torch optimizer. param_groups is read from the parts each time: a part's
+    and checkpoints it like a single optimizer. param_groups is read from the parts each time: a part's
     load_state_dict replaces its group dicts, and a list kept from before would send the lr schedule to dead copies."""
 
     def __init__(self, **parts):
-        self.parts = parts  # name -> torch.optim.Optimizer
+        self.parts = parts  # name -> training.optimizer.Optimizer
 
     @property
     def param_groups(self) -> list[dict]:
@@ -92,7 +90,7 @@ def load_state(optimizer, state: dict, load=None) -> None:
         group.update(settings)
 
 
-def make_optimizer(model, lr, weight_decay, betas, device_type, optimizer="adamw", muon_lr=0.02, muon_momentum=0.95,
+def make_optimizer(model, lr, weight_decay, betas, optimizer="adamw", muon_lr=0.02, muon_momentum=0.95,
                    muon_ns_steps=5, matmul_dtype=torch.float32):
     """optimizer='adamw': AdamW on everything (decay on weight matrices). 'muon': Muon (training/muon.py) on the
     Linear weights inside the transformer blocks, at muon_lr (following the same schedule as lr); AdamW at lr on the
@@ -104,13 +102,13 @@ def make_optimizer(model, lr, weight_decay, betas, device_type, optimizer="adamw
     if optimizer == "adamw":
         matrices = {id(p) for p in by_role["matrix"] + by_role["weight"]}  # in the model's order, as checkpoints expect
         decayed = [p for p in by_role["all"] if id(p) in matrices]
-        return _adamw(decayed, by_role["gain"], lr, weight_decay, betas, device_type)
+        return _adamw(decayed, by_role["gain"], lr, weight_decay, betas)
     from .muon import Muon
 
     # group["lr"] holds the schedule's lr in every group; Muon steps by lr * lr_scale = muon_lr at the peak
     muon = Muon(by_role["matrix"], lr=lr, momentum=muon_momentum, weight_decay=weight_decay, lr_scale=muon_lr / lr,
                 ns_steps=muon_ns_steps, ns_dtype=torch.bfloat16 if matmul_dtype == torch.bfloat16 else torch.float32)
-    return Combined(adamw=_adamw(by_role["weight"], by_role["gain"], lr, weight_decay, betas, device_type), muon=muon)
+    return Combined(adamw=_adamw(by_role["weight"], by_role["gain"], lr, weight_decay, betas), muon=muon)
 
 
 def lr_at(step: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:

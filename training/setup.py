@@ -168,7 +168,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         model = GPT(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
     if tc.fsdp:
         fsdp.shard(model)  # before the optimizer: it must hold the sharded parameters
-    optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2), device.type,
+    optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2),
                                tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps, matmul_dtype=dtype)
     # float16 needs loss scaling: its smallest normal number is 6e-5, and with a large vocabulary most of the
     # logits' gradients are smaller. The scaler multiplies the loss before backward, unscales before clipping, and

@@ -1,0 +1,41 @@
+"""AdamW (Loshchilov & Hutter, "Decoupled weight decay regularization"), for every parameter of an --optimizer=adamw
+run and for what Muon does not take (embeddings, the head, gains). For each parameter p with gradient g, at step t:
+
+    p   <- p * (1 - lr * weight_decay)                decay, decoupled from the gradient
+    m   <- beta1 m + (1 - beta1) g                    first moment (momentum)
+    v   <- beta2 v + (1 - beta2) g^2                  second moment (per-entry scale)
+    p   <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)      bias-corrected step
+
+The update runs in torch's fused kernel (`torch._fused_adamw_`, what `torch.optim.AdamW(fused=True)` calls), one
+pass over every parameter of a group: 6 ms for nanoGPT's 10.7M parameters on 2 CPU cores, against 21-35 ms for the
+same formula as separate foreach ops. The state is torch.optim.AdamW's ("step", "exp_avg", "exp_avg_sq"), so its
+checkpoints and ours load into each other. tests/test_optimizers.py holds it to torch's for-loop AdamW.
+"""
+import torch
+
+from .optimizer import Optimizer
+
+
+class AdamW(Optimizer):
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:  # closure: torch.optim's signature (FSDP's state loader passes None)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if not self.state[p]:
+                    self.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
+                                     "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+            states = [self.state[p] for p in params]
+            steps = [s["step"] for s in states]
+            torch._foreach_add_(steps, 1.0)  # t, per parameter: the kernel reads it for the bias corrections
+            beta1, beta2 = group["betas"]
+            torch._fused_adamw_(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                                [s["exp_avg_sq"] for s in states], [], steps, lr=group["lr"], beta1=beta1,
+                                beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False,
+                                maximize=False)
