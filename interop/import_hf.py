@@ -84,8 +84,7 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> 
         raise UserError(f"{config_path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
                         f"{str(e)[:100]})") from None
     weights = read_hf_weights(folder)
-    with torch.device("meta"):  # the size config.json asks for, before allocating it
-        wanted = sum(p.numel() for p in GPT(cfg).parameters())
+    wanted = sum(p.numel() for p in GPT.on_meta(cfg).parameters())  # the size config.json asks for, unallocated
     held = sum(t.numel() for t in weights.values())
     if wanted > 2 * held:  # (a tied head may be stored once or twice; nothing else is shared)
         raise UserError(f"{config_path} describes {wanted:,} parameters but the weights hold {held:,}: the folder's "

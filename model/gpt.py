@@ -34,6 +34,16 @@ class AttentionContext:
     cache: KVCache | None
 
 
+class _NormalInitSkipped(torch.overrides.TorchFunctionMode):
+    """Inside it, nn.init.normal_ returns its tensor untouched (GPT.on_meta: meta tensors hold no values)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is nn.init.normal_:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -66,6 +76,14 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @classmethod
+    def on_meta(cls, config: GPTConfig) -> "GPT":
+        """The model on the meta device, for its shapes and parameter count: no memory however large the config, and
+        no random initialisation (normal_ on a meta tensor runs a Python reference of torch's whose wrapper imports
+        torch._dynamo: ~1 s that every sample.py start paid to check a checkpoint's shapes)."""
+        with torch.device("meta"), _NormalInitSkipped():
+            return cls(config)
 
     def forward(self, idx, targets=None, *, cache: KVCache | None = None, pad_mask=None, last_only=False,
                 weights_out: list | None = None):

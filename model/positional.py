@@ -84,7 +84,10 @@ class RotaryPositions(NoPositions):
     def __init__(self, config):
         super().__init__()
         D = config.head_dim
-        inv_freq = config.rope_base ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)  # (D/2,) theta_i
+        # on the CPU whatever the default device (GPT.to moves it): on the meta device (GPT.on_meta) arange runs a
+        # Python reference of torch's that imports torch._dynamo, ~1 s
+        exponents = -torch.arange(0, D, 2, dtype=torch.float32, device="cpu") / D  # (D/2,)
+        inv_freq = config.rope_base ** exponents  # (D/2,) theta_i
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def rotation(self, pos):

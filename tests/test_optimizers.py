@@ -1,14 +1,10 @@
-"""training/adamw.py and training/optimizer.py: AdamW against torch's own for-loop AdamW, state dicts that load
-both ways between the two (checkpoints written before the project had its own class still resume), and a whole
-training run that never imports torch._dynamo (what the class is for: ~1 s of start-up)."""
-import subprocess
-import sys
-
+"""training/adamw.py and training/optimizer.py: AdamW against torch's own for-loop AdamW, and state dicts that load
+both ways between the two (checkpoints written before the project had its own class still resume). What the class
+is for, a run that never imports torch._dynamo, is tests/test_startup.py."""
 import pytest
 import torch
 
 from training.adamw import AdamW
-from conftest import ROOT, tiny_args
 
 SHAPES = [(6, 5), (5,), (3, 4, 2), (7,)]
 LRS = [1e-2, 3e-2, 2e-2, 5e-3, 1e-2, 1e-3]  # a different lr every step, as the schedule writes them
@@ -87,17 +83,3 @@ def test_a_state_of_other_groups_is_refused():
     state = AdamW([{"params": params[:1]}, {"params": params[1:]}]).state_dict()
     with pytest.raises(ValueError, match=r"groups of \[1, 3\] parameters, this optimizer \[2, 2\]"):
         opt.load_state_dict(state)
-
-
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_a_training_run_never_imports_torch_dynamo(corpus, tmp_path, optimizer):
-    """torch.optim's optimizers import torch._dynamo on first use (1.0-1.2 s here); ours must not, through a run
-    that steps, evaluates and checkpoints (state_dict). (Resuming does import it: the checkpoint's shapes are
-    checked on the meta device, where some of torch's ops run Python references that import it.)"""
-    argv = [str(a) for a in tiny_args(corpus, tmp_path / "run", "--max_iters=3", f"--optimizer={optimizer}")]
-    script = ("import sys, train\n"
-              f"assert train.cli.run(train.main, {argv!r}) == 0\n"
-              "print('torch._dynamo imported:', 'torch._dynamo' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "torch._dynamo imported: False" in proc.stdout, proc.stdout[-500:]

@@ -96,8 +96,8 @@ class Checkpoint:
                    scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"))
 
     def build_model(self, device="cpu") -> GPT:
-        with torch.device("meta"):  # shapes only, no memory: a config the weights do not back allocates nothing
-            expected = {k: tuple(v.shape) for k, v in GPT(self.model_config).state_dict().items()}
+        # shapes only, no memory: a config the weights do not back allocates nothing
+        expected = {k: tuple(v.shape) for k, v in GPT.on_meta(self.model_config).state_dict().items()}
         found = {k: tuple(v.shape) for k, v in self.weights.items() if isinstance(v, torch.Tensor)}
         if expected != found:
             wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]

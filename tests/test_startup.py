@@ -1,0 +1,51 @@
+"""Start-up: torch._dynamo (1.0-1.2 s to import on the 2-core CPU) is imported only by torch.compile. A training
+run, a resumed run and sample.py never import it: torch.optim's optimizers did on first use (training/optimizer.py
+says why the project has its own), and so did building a checkpoint's model on the meta device to check its shapes
+(GPT.on_meta skips the random initialisation there)."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from model import GPT
+from conftest import ROOT, tiny_args, tiny_config
+
+NOT_IMPORTED = "torch._dynamo imported: False"
+
+
+def run_in_fresh_process(lines: list[str]) -> str:
+    """Runs the lines in a new Python process and returns its stdout, which ends by saying whether torch._dynamo
+    was imported."""
+    script = "\n".join(["import sys", *lines, "print('torch._dynamo imported:', 'torch._dynamo' in sys.modules)"])
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_training_resuming_and_sampling_never_import_torch_dynamo(corpus, tmp_path, optimizer):
+    out = tmp_path / "run"
+    train_args = [str(a) for a in tiny_args(corpus, out, "--max_iters=2", f"--optimizer={optimizer}")]
+    resume_args = [str(a) for a in tiny_args(corpus, out, "--max_iters=3", f"--optimizer={optimizer}",
+                                                "--init_from=resume")]
+    sample_args = [f"--out_dir={out}", "--max_new_tokens=5", "--num_samples=1", "--device=cpu"]
+    assert run_in_fresh_process(["import train", f"assert train.cli.run(train.main, {train_args!r}) == 0"]
+                                ).endswith(f"{NOT_IMPORTED}\n")  # steps, evaluates, checkpoints (state_dict)
+    assert run_in_fresh_process(["import train", f"assert train.cli.run(train.main, {resume_args!r}) == 0"]
+                                ).endswith(f"{NOT_IMPORTED}\n")  # the checkpoint's shapes, load_state_dict
+    assert run_in_fresh_process(["import sample", f"assert sample.cli.run(sample.main, {sample_args!r}) == 0"]
+                                ).endswith(f"{NOT_IMPORTED}\n")
+
+
+@pytest.mark.parametrize("pos_emb", ["rope", "learned", "sinusoidal", "alibi", "none"])
+def test_the_meta_model_has_the_models_shapes_and_imports_nothing_more(pos_emb):
+    config = tiny_config(pos_emb=pos_emb, tie_head=pos_emb != "learned", bias=pos_emb == "alibi")
+    real = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in GPT.on_meta(config).state_dict().items()} == real
+    assert all(p.is_meta for p in GPT.on_meta(config).parameters())
+    assert torch.nn.init.normal_(torch.zeros(1000)).std() > 0.5  # outside on_meta, initialisation is untouched
+    out = run_in_fresh_process(["from model import GPT, GPTConfig",
+                                f"GPT.on_meta(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=32, "
+                                f"pos_emb={pos_emb!r}))"])
+    assert out.endswith(f"{NOT_IMPORTED}\n"), out
