@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from common import malloc
 from common.device import pick_device, pick_dtype
 from common.errors import DataError, SetupError
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
@@ -146,6 +147,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if d.master:
         remove_stale_temporaries(tc.out_dir)
     device = pick_device(device_name)
+    if device.type == "cpu" and tc.reuse_freed_memory:
+        malloc.keep_freed_memory()  # no page faults for each step's activations (common/malloc.py)
     dtype = pick_dtype(tc.dtype, device)
     if tc.fsdp and not d.enabled:
         raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "
