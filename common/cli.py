@@ -38,10 +38,10 @@ def exit_process(code: int) -> None:
     logging's, temporary folders') run and the standard streams flush, then os._exit. train.py and sample.py call it
     last, when every file is closed and every checkpoint renamed into place: the teardown has nothing left to do
     for them but free objects. Two reasons, both measured:
-    - Time. Once torch._dynamo is imported (by torch.compile, by torch.optim's optimizers on first use, by some
-      ops on the meta device: a checkpoint's shape check), freeing its objects at exit takes 0.5-1.2 s: `import torch, torch._dynamo` and nothing else is 2.7-3.3 s as a whole
-      process, 2.2 s when it ends with os._exit (2-core EPYC; torch alone: 1.35-1.6 s vs 1.0 s). fast-cpu's whole
-      run is ~13 s.
+    - Time. Once torch._dynamo is imported (a --compile=true run; every run, before training/optimizer.py and
+      GPT.on_meta), freeing its objects at exit takes 0.5-1.2 s: `import torch, torch._dynamo` and nothing else is
+      2.7-3.3 s as a whole process, 2.2 s when it ends with os._exit (2-core EPYC; torch alone: 1.35-1.6 s vs
+      1.0 s). fast-cpu's whole run is ~12 s.
     - torchrun. DDP keeps references to the gloo process group that destroy_process_group does not drop (torch
       2.13), so its worker threads live until the process ends. A worker still releasing the tensors of the last
       collective after the main thread has begun finalizing must take the GIL, which no thread can during

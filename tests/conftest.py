@@ -83,6 +83,12 @@ def run_script(script, args, launcher=()):
                           text=True, timeout=300, cwd=ROOT)
 
 
+def run_code(code: str, *args, timeout=300):
+    """Run Python source in a fresh process (python -c code args...) from the repository root."""
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
 metrics = read_metrics  # tests/ call it by this name
 
 

@@ -5,13 +5,13 @@ import sys
 import pytest
 
 from common import cli, errors
-from conftest import ROOT
+from conftest import ROOT, run_code
 
 
 def run_main(body: str) -> subprocess.CompletedProcess:
     """A command whose main() runs `body`, ended through cli.run in a fresh process."""
     code = f"import sys\nfrom common import cli, errors\ndef main(argv):\n    {body}\nsys.exit(cli.run(main, []))"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return run_code(code, timeout=60)
 
 
 def test_a_user_error_is_one_line_and_exit_2():
@@ -63,7 +63,7 @@ print("buffered", end=" ")
 cli.exit_process(3)
 sys.exit(5)
 """
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = run_code(code, timeout=120)
     assert r.stdout.split() == ["buffered", "atexit"], r.stderr  # no "teardown": __del__ at finalization skipped
     assert r.returncode == 3
 

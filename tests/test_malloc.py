@@ -1,14 +1,11 @@
 """common/malloc.py: with freed memory kept for reuse, a training step in steady state takes no page faults (glibc's
 defaults take ~1,250 per step at this size: every step's activations on freshly mapped pages); a CPU training run
 applies it unless --reuse_freed_memory=false."""
-import subprocess
-import sys
-
 import pytest
 
 import train
 from common import malloc
-from conftest import ROOT, tiny_args
+from conftest import run_code, tiny_args
 
 STEP_FAULTS = """
 import resource, sys
@@ -37,8 +34,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 30)
 
 
 def faults_per_step(mode: str) -> float:
-    proc = subprocess.run([sys.executable, "-c", STEP_FAULTS, mode], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)  # a fresh process: a fresh allocator
+    proc = run_code(STEP_FAULTS, mode)  # a fresh process: a fresh allocator
     assert proc.returncode == 0, proc.stderr[-2000:]
     return float(proc.stdout.split()[-1])
 

@@ -2,14 +2,11 @@
 run, a resumed run and sample.py never import it: torch.optim's optimizers did on first use (training/optimizer.py
 says why the project has its own), and so did building a checkpoint's model on the meta device to check its shapes
 (GPT.on_meta skips the random initialisation there)."""
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from model import GPT
-from conftest import ROOT, tiny_args, tiny_config
+from conftest import run_code, tiny_args, tiny_config
 
 NOT_IMPORTED = "torch._dynamo imported: False"
 
@@ -18,7 +15,7 @@ def run_in_fresh_process(lines: list[str]) -> str:
     """Runs the lines in a new Python process and returns its stdout, which ends by saying whether torch._dynamo
     was imported."""
     script = "\n".join(["import sys", *lines, "print('torch._dynamo imported:', 'torch._dynamo' in sys.modules)"])
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_code(script)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
