@@ -1,7 +1,8 @@
 """How every command ends: 0 on success; on a mistake the user can fix, one line `error: ...` and exit code 2.
 
 Under torchrun every process meets the same mistake; only rank 0 prints it (torchrun then adds its own summary
-of the failed processes: the line to read is the one starting with `error:`).
+of the failed processes: the line to read is the one starting with `error:`). The other ranks wait for rank 0 to
+fail first and speak only if it does not (a mistake of their own).
 
 Only UserError (common/errors.py) is a user mistake. Any other exception is a bug, ours or a library's, and keeps
 its full traceback (exit 1): it must never be dressed up as the user's fault. Set SMALLGPT_DEBUG=1 to see the
@@ -10,6 +11,7 @@ traceback of a UserError too.
 import atexit
 import os
 import sys
+import time
 
 from common.errors import UserError
 
@@ -22,8 +24,11 @@ def run(main, argv) -> int:
         if os.environ.get("SMALLGPT_DEBUG"):
             raise
         message = " ".join(str(e).split())  # one line, whatever the message held
-        if os.environ.get("RANK", "0") == "0":  # under torchrun every process fails alike: rank 0 says it once
-            print(f"error: {message}", file=sys.stderr, flush=True)
+        rank = os.environ.get("RANK", "0")
+        if rank != "0":  # under torchrun every process fails alike: rank 0 says it once
+            time.sleep(RANK0_GRACE_S)  # torchrun ends this process here once rank 0 has failed (see RANK0_GRACE_S)
+            message = f"(rank {rank}) {message}"  # still alive: rank 0 did not fail; the mistake is this rank's own
+        print(f"error: {message}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -31,6 +36,13 @@ def run(main, argv) -> int:
     except BrokenPipeError:  # `train.py --help | head`: the reader left; nothing to say, nowhere to say it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return 1
+
+
+# A rank other than 0 that meets a mistake must not exit at once: torchrun stops every worker as soon as one fails,
+# and rank 0, a moment behind (still importing torch on a busy machine), would be stopped before it printed the line
+# (seen in CI). So it waits; when rank 0 meets the same mistake and exits, torchrun ends the waiting rank within its
+# 0.1 s monitor interval. A rank still alive after the wait met a mistake of its own (rank 0 waits in a collective).
+RANK0_GRACE_S = 10.0
 
 
 def exit_process(code: int) -> None:

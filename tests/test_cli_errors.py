@@ -20,6 +20,17 @@ def test_a_user_error_is_one_line_and_exit_2():
     assert r.stderr == "error: --device=tpu is not a torch device; use cpu\n"
 
 
+def test_a_mistake_only_one_rank_meets_is_still_said_after_the_wait(monkeypatch, capsys):
+    """Rank 1 waits for rank 0 to report (torchrun would stop it then); still alive, it says its own mistake."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(cli, "RANK0_GRACE_S", 0.05)
+
+    def main(argv):
+        raise errors.DataError("shard 3 is missing")
+    assert cli.run(main, []) == 2
+    assert capsys.readouterr().err == "error: (rank 1) shard 3 is missing\n"
+
+
 def test_a_bug_is_not_dressed_up_as_a_user_error():
     r = run_main("import numpy as np; np.zeros(3).reshape(2, 2)")  # a ValueError from numpy: our bug, not theirs
     assert r.returncode == 1

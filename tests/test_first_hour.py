@@ -80,7 +80,14 @@ def test_an_encoder_does_not_print_bits_per_byte(corpus, tmp_path, capsys):
 
 
 def test_a_user_error_under_torchrun_is_one_line(corpus, tmp_path):
-    r = run_script("train.py", tiny_args(corpus, tmp_path / "x", "--n_head=3"),
+    """Even when rank 0 meets the mistake last: rank 1 used to exit at once, and torchrun stopped rank 0 before it
+    printed (seen in CI, where both ranks import torch at once on 2 cores). Here rank 0 starts 3 s late."""
+    late = tmp_path / "rank0_late.py"
+    late.write_text("import os, runpy, sys, time\n"
+                    "if os.environ['RANK'] == '0':\n    time.sleep(3)\n"
+                    f"sys.path.insert(0, {str(ROOT)!r})\n"
+                    f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')\n")
+    r = run_script(str(late), tiny_args(corpus, tmp_path / "x", "--n_head=3"),
                    launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"))
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode != 0 and len(lines) == 1 and "not divisible by n_head=3" in lines[0]
