@@ -63,18 +63,28 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
         weights = None
     else:
-        if score is None:
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, S)
+        scale = 1.0 / math.sqrt(q.size(-1))
+        if score is None and is_causal and bias is None:  # training's common case: one pass over the T x S scores
+            # the scale and the causal mask ride in the matmul, C = scale * Q K^T + M with M = -inf above the
+            # diagonal: no separate scaling and masking passes forward or backward (the step of the default model
+            # ~10% faster on a CPU; benchmarks/README)
+            causal = torch.full((T, S), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, S)
+            scores = torch.baddbmm(causal, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=scale)
+            scores = scores.view(q.size(0), q.size(1), T, S)  # (B, H, T, S)
         else:
-            scores = score(q, k)  # (B, H, T, S): additive or bilinear
-        if bias is not None:
-            scores = scores + bias
-        if is_causal:
-            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        # softmax subtracts each row's max before exp(), so large scores cannot overflow; float32 for accuracy
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, H, T, S), rows sum to 1
+            if score is None:
+                scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
+            else:
+                scores = score(q, k)  # (B, H, T, S): additive or bilinear
+            if bias is not None:
+                scores = scores + bias
+            if is_causal:
+                mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+        # softmax subtracts each row's max before exp(), so large scores cannot overflow; for bf16/fp16 scores
+        # torch's kernels compute in float32 and round the result once
+        weights = torch.softmax(scores, dim=-1)  # (B, H, T, S), rows sum to 1
         if dropout_p > 0.0:
             weights = dropout(weights, dropout_p, dropout_impl)
         out = weights @ v  # (B, H, T, D)

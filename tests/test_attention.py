@@ -116,6 +116,24 @@ def test_is_causal_equals_explicit_causal_mask():
         torch.testing.assert_close(attend(q, k, v, impl=impl, is_causal=True), attend(q, k, v, mask=mask, impl=impl))
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_is_causal_output_and_gradients_match_the_reference(impl, autocast):
+    """is_causal=True is training's common case; the math path folds the scale and the mask into one baddbmm."""
+    q, k, v = qkv(T=9)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = attend(q, k, v, impl=impl, is_causal=True)
+    w = torch.linspace(-1, 1, out.numel()).view(out.shape)
+    (out.float() * w).sum().backward()
+    q64, k64, v64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = reference_attention(q64, k64, v64, build_mask(0, 9, causal=True))  # differentiable, in float64
+    (ref * w.double()).sum().backward()
+    tol = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=1e-5, rtol=1e-4)  # bf16 keeps 8 bits
+    torch.testing.assert_close(out.double(), ref.detach(), **tol)
+    for got, want in zip((q, k, v), (q64, k64, v64)):
+        torch.testing.assert_close(got.grad.double(), want.grad, **tol)
+
+
 def test_cross_attention_shapes_T_differs_from_S():
     # the same attend() serves cross-attention: 4 queries over 9 keys from "another sequence"
     q, k, v = qkv(T=4, S=9)
