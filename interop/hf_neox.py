@@ -7,7 +7,8 @@ GPT-NeoX with `use_parallel_residual=false` (x + attn(ln1(x)), then x + mlp(ln2(
   same, with theta_i = base^(-2i/D) over the full head_dim. So q and k need no permutation.
 - The fused qkv matrix: ours stacks [all q heads; all k heads; all v heads] (rows 3C); NeoX interleaves per head
   [q_h; k_h; v_h] for h = 0..H-1. Export regroups the rows (and the bias), import undoes it.
-- MLP: tanh GELU is "gelu_pytorch_tanh" (the same torch op as ours), relu(x)^2 is "relu2".
+- MLP: tanh GELU is "gelu_pytorch_tanh" (the same torch op as ours), the erf GELU "gelu" (mlp_act="gelu_exact"),
+  relu(x)^2 is "relu2".
 - Biases: NeoX's MLP and LayerNorms always have them, its attention has them when attention_bias=true. Our
   bias=False model is written with zero biases (exact: x + 0 = x), so import gives bias=True.
 - The head: tied (`tie_word_embeddings=true`, only embed_in is saved) or untied (`embed_out`, NeoX's own name).
@@ -23,8 +24,8 @@ from model import GPT, GPTConfig
 PREFIX = "gpt_neox."
 HEAD = "embed_out.weight"  # the untied head; transformers 5 calls the module lm_head but saves NeoX's name
 HEAD_NAMES = (HEAD, "lm_head.weight")  # import takes either
-ACTS = {"gelu": "gelu_pytorch_tanh", "relu2": "relu2"}  # our mlp_act -> HF's hidden_act, the same function
-ACTS_BACK = {"gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "relu2": "relu2"}  # gelu_new is the same formula
+ACTS = {"gelu": "gelu_pytorch_tanh", "gelu_exact": "gelu", "relu2": "relu2"}  # our mlp_act -> HF's hidden_act, the same function
+ACTS_BACK = {"gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "gelu": "gelu_exact", "relu2": "relu2"}  # gelu_new is the same formula
 LN_EPS = 1e-5  # nn.LayerNorm's default, which our model uses
 ARCH = "GPTNeoXForCausalLM"
 HF_BUFFERS = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")  # older saves; not weights

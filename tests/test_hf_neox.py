@@ -30,6 +30,7 @@ def greedy_both(ours, hf, prompt, n):
     dict(),  # the default model: no biases, tanh GELU, tied head
     dict(bias=True),
     dict(mlp_act="relu2", tie_head=False),
+    dict(mlp_act="gelu_exact"),  # NeoX's own default, hidden_act='gelu'
     dict(rope_base=500.0, n_head=4),
 ])
 def test_rope_model_loads_in_gpt_neox_with_our_logits_and_greedy_tokens(tmp_path, overrides):

@@ -32,7 +32,7 @@ def test_defaults_are_the_old_architecture_and_old_checkpoints_load():
 
 
 def test_bad_activation_is_a_one_line_error():
-    with pytest.raises(ValueError, match="mlp_act='swish' is not one of gelu, relu2"):
+    with pytest.raises(ValueError, match="mlp_act='swish' is not one of gelu, gelu_exact, relu2"):
         tiny_config(mlp_act="swish")
 
 
@@ -114,6 +114,16 @@ def test_relu2_mlp_is_relu_squared():
     x = torch.tensor([[-1.5, -0.0, 0.0, 0.25, 2.0]], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(mlp.act, (x,))
     assert torch.autograd.gradcheck(mlp.act, (torch.randn(4, 9, dtype=torch.float64, requires_grad=True),))
+
+
+def test_gelu_exact_is_x_times_the_normal_cdf_and_gelu_its_tanh_approximation():
+    x = torch.linspace(-4, 4, 81)
+    exact = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))  # x * Phi(x)
+    tanh = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))  # GPT-2's
+    for act, want in (("gelu_exact", exact), ("gelu", tanh)):
+        mlp = tiny_model(seed=5, mlp_act=act).blocks[0].mlp
+        torch.testing.assert_close(mlp.act(x), want)
+    assert 1e-4 < (exact - tanh).abs().max() < 1e-3  # close, but two different functions
 
 
 def test_untied_head_is_its_own_matrix_and_round_trips():
