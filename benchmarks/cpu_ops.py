@@ -1,0 +1,120 @@
+"""Two per-op costs of a training step on a CPU, forward + backward, old and new side by side (issue 18, round two,
+fifth part):
+
+- causal scores: model/attention.py's math path forms scale * Q K^T + M (M = -inf above the diagonal) in one
+  `baddbmm`; before, a matmul, then a multiply by 1/sqrt(D), then a masked_fill: two more passes over the T x T
+  scores forward and two backward, and a float32 softmax between two casts under bf16.
+- GELU: the tanh form (GPT-2's, our mlp_act='gelu') against the erf form (nanoGPT's, mlp_act='gelu_exact').
+
+    python -m benchmarks.cpu_ops                 # ~1 min: the default model's shapes (bf16) and nanoGPT's (float32)
+
+Each row times both contenders alternately, `rounds` rounds of `steps` calls, and reports medians (ms per call).
+"""
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from common import cli
+from common.errors import FlagError
+from common.flags import config_from_argv
+from common.malloc import keep_freed_memory
+from model.attention import attend
+
+# (name, (B, H, T, D), dtype): the default preset under bf16 autocast, nanoGPT's shakespeare_char model in float32
+ATTENTION_SHAPES = [("default model", (32, 4, 128, 32), torch.bfloat16),
+                    ("nanoGPT's model", (8, 6, 256, 64), torch.float32)]
+# (name, (rows, 4C), dtype): the MLP's hidden activation of the same two models
+GELU_SHAPES = [("default model", (32 * 128, 512), torch.bfloat16), ("nanoGPT's model", (8 * 256, 1536), torch.float32)]
+
+
+def two_pass_causal(q, k, v):
+    """The math path before: scores, then scale, then mask, then a float32 softmax between casts."""
+    T = q.size(-2)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, T)
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
+def one_pass_causal(q, k, v):
+    return attend(q, k, v, impl="math", is_causal=True)  # today's path: one baddbmm
+
+
+def ms_per_call(fn, inputs, grad, dtype, steps: int) -> float:
+    """Median ms of `steps` forward + backward calls, under bf16 autocast when dtype is bf16 (as train.py runs)."""
+    times = []
+    for _ in range(steps + 1):  # the first is a warm-up
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            out = fn(*inputs)
+        out.float().backward(grad)
+        times.append(time.perf_counter() - t0)
+        for t in inputs:
+            t.grad = None
+    return statistics.median(times[1:]) * 1e3
+
+
+def side_by_side(contenders: dict, inputs, grad, dtype, rounds: int, steps: int) -> dict:
+    """{name: median ms} over alternated rounds (the order flips each round)."""
+    per = {name: [] for name in contenders}
+    for r in range(rounds):
+        for name in (list(contenders) if r % 2 == 0 else list(reversed(contenders))):
+            per[name].append(ms_per_call(contenders[name], inputs, grad, dtype, steps))
+    return {name: statistics.median(v) for name, v in per.items()}
+
+
+def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES, gelu_shapes=GELU_SHAPES) -> list:
+    """Rows (op, shape name, shape, dtype, {contender: ms}); inputs are float32 leaves (autocast casts them)."""
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for name, shape, dtype in attention_shapes:
+        dt = torch.float32 if dtype == torch.bfloat16 else dtype  # autocast does the bf16 casts, as in the model
+        q, k, v = (torch.randn(*shape, generator=g, dtype=dt, requires_grad=True) for _ in range(3))
+        ms = side_by_side({"two passes": two_pass_causal, "one baddbmm": one_pass_causal}, (q, k, v),
+                          torch.randn(*shape, generator=g), dtype, rounds, steps)
+        rows.append(("causal attention", name, shape, dtype, ms))
+    for name, shape, dtype in gelu_shapes:
+        x = torch.randn(*shape, generator=g, dtype=dtype, requires_grad=True)
+        ms = side_by_side({"tanh": lambda t: F.gelu(t, approximate="tanh"), "erf": F.gelu}, (x,),
+                          torch.randn(*shape, generator=g), torch.float32, rounds, steps)
+        rows.append(("GELU", name, shape, dtype, ms))
+    return rows
+
+
+def table(rows) -> str:
+    lines = ["| op | shape | dtype | before / after (ms, forward + backward) | ratio |", "|---|---|---|---|---|"]
+    for op, name, shape, dtype, ms in rows:
+        (a, before), (b, after) = ms.items()
+        lines.append(f"| {op} | {name} {tuple(shape)} | {str(dtype).replace('torch.', '')} | "
+                     f"{a} {before:.2f} / {b} {after:.2f} | {before / after:.2f}x |")
+    return "\n".join(lines)
+
+
+@dataclass
+class OpsConfig:
+    rounds: int = 7  # alternated rounds per row
+    steps: int = 10  # calls per round (median)
+    threads: int | None = None  # torch threads; None: torch's choice, as train.py
+
+    def __post_init__(self):
+        if self.rounds < 1 or self.steps < 1:
+            raise FlagError(f"--rounds={self.rounds} and --steps={self.steps} must both be >= 1")
+
+
+def main(argv) -> None:
+    args = config_from_argv(argv, OpsConfig)
+    if args is None:  # --help
+        return
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as a CPU training run does (common/malloc.py): no page faults per call
+    print(f"{torch.get_num_threads()} threads; medians of {args.rounds} alternated rounds of {args.steps} calls")
+    print(table(measure(args.rounds, args.steps)))
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(main, sys.argv[1:]))
