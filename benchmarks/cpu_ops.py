@@ -68,17 +68,17 @@ def side_by_side(contenders: dict, inputs, grad, dtype, rounds: int, steps: int)
 
 
 def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES, gelu_shapes=GELU_SHAPES) -> list:
-    """Rows (op, shape name, shape, dtype, {contender: ms}); inputs are float32 leaves (autocast casts them)."""
+    """Rows (op, shape name, shape, dtype, {contender: ms}); the inputs in `dtype`, as the model's are under
+    autocast (q, k, v come out of a bf16 matmul there)."""
     g = torch.Generator().manual_seed(0)
     rows = []
     for name, shape, dtype in attention_shapes:
-        dt = torch.float32 if dtype == torch.bfloat16 else dtype  # autocast does the bf16 casts, as in the model
-        q, k, v = (torch.randn(*shape, generator=g, dtype=dt, requires_grad=True) for _ in range(3))
+        q, k, v = (torch.randn(*shape, generator=g).to(dtype).requires_grad_() for _ in range(3))
         ms = side_by_side({"two passes": two_pass_causal, "one baddbmm": one_pass_causal}, (q, k, v),
                           torch.randn(*shape, generator=g), dtype, rounds, steps)
         rows.append(("causal attention", name, shape, dtype, ms))
     for name, shape, dtype in gelu_shapes:
-        x = torch.randn(*shape, generator=g, dtype=dtype, requires_grad=True)
+        x = torch.randn(*shape, generator=g).to(dtype).requires_grad_()
         ms = side_by_side({"tanh": lambda t: F.gelu(t, approximate="tanh"), "erf": F.gelu}, (x,),
                           torch.randn(*shape, generator=g), torch.float32, rounds, steps)
         rows.append(("GELU", name, shape, dtype, ms))

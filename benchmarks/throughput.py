@@ -3,10 +3,11 @@
 AdamW, gradient clipping at 1.0), timed alternately in one process; plus MFU and a profile of where a step's time goes.
 
 Our model runs nanoGPT's MLP activation, the erf GELU (mlp_act='gelu_exact'; our default 'gelu' is GPT-2's tanh
-form, ~3x dearer on a CPU). The math differs only in the optimizer's kernel: ours is torch's fused CPU AdamW kernel,
-nanoGPT's the foreach one. nanoGPT's batch is 64; on a 2-core CPU
-that is ~10-20 s per step, so --batch_size picks a smaller one (tokens/s barely depends on it at this size: the
-matmuls are already large).
+form, ~2x dearer on a CPU). The math is the same; the kernels differ: ours draws dropout masks in bulk
+(model/dropout.py: the same Bernoulli distribution) and attends on the math path with them, where nanoGPT's SDPA
+call falls back to explicit attention with bernoulli_ masks; ours steps AdamW in torch's fused kernel, nanoGPT in
+its foreach one. nanoGPT's batch is 64; on a 2-core CPU that is ~10-20 s per step, so --batch_size picks a smaller
+one (tokens/s barely depends on it at this size: the matmuls are already large).
 """
 import contextlib
 import io

@@ -2,7 +2,7 @@
 
 Under torchrun every process meets the same mistake; only rank 0 prints it (torchrun then adds its own summary
 of the failed processes: the line to read is the one starting with `error:`). The other ranks wait for rank 0 to
-fail first and speak only if it does not (a mistake of their own).
+fail first and speak only if torchrun has not stopped them within RANK0_GRACE_S.
 
 Only UserError (common/errors.py) is a user mistake. Any other exception is a bug, ours or a library's, and keeps
 its full traceback (exit 1): it must never be dressed up as the user's fault. Set SMALLGPT_DEBUG=1 to see the
@@ -25,9 +25,13 @@ def run(main, argv) -> int:
             raise
         message = " ".join(str(e).split())  # one line, whatever the message held
         rank = os.environ.get("RANK", "0")
-        if rank != "0":  # under torchrun every process fails alike: rank 0 says it once
-            time.sleep(RANK0_GRACE_S)  # torchrun ends this process here once rank 0 has failed (see RANK0_GRACE_S)
-            message = f"(rank {rank}) {message}"  # still alive: rank 0 did not fail; the mistake is this rank's own
+        if rank != "0" and "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: rank 0 says it once
+            try:
+                time.sleep(RANK0_GRACE_S)  # torchrun ends this process here once rank 0 has failed (RANK0_GRACE_S)
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                return 130
+            message = f"(rank {rank}) {message}"  # torchrun has not stopped this rank: it says the mistake itself
         print(f"error: {message}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
@@ -38,10 +42,12 @@ def run(main, argv) -> int:
         return 1
 
 
-# A rank other than 0 that meets a mistake must not exit at once: torchrun stops every worker as soon as one fails,
-# and rank 0, a moment behind (still importing torch on a busy machine), would be stopped before it printed the line
-# (seen in CI). So it waits; when rank 0 meets the same mistake and exits, torchrun ends the waiting rank within its
-# 0.1 s monitor interval. A rank still alive after the wait met a mistake of its own (rank 0 waits in a collective).
+# A torchrun worker other than rank 0 that meets a mistake must not exit at once: torchrun stops every worker as soon
+# as one fails, and rank 0, a moment behind (still importing torch on a busy machine), would be stopped before it
+# printed the line (seen in CI). So it waits; when rank 0 meets the same mistake and exits, torchrun ends the waiting
+# rank within its 0.1 s monitor interval. A rank still alive after the wait says the mistake itself, with its rank:
+# one rank 0 did not meet (rank 0 then waits in a collective), or one on another node, which torchrun's agent there
+# stops later. (torchrun sets TORCHELASTIC_RUN_ID in every worker; without it each process just says its mistake.)
 RANK0_GRACE_S = 10.0
 
 

@@ -8,7 +8,7 @@ llama.cpp has a graph for each architecture; two of them are our model with one 
 - "gptneox" with use_parallel_residual=false and RoPE over the whole head: our RoPE model. llama.cpp's NeoX rope
   rotates pairs (i, i + D/2), ours too, and it splits the fused qkv weight as [q; k; v] blocks, our layout (so,
   unlike the Hugging Face folder, no regrouping per head).
-Both graphs hard-code the tanh GELU, so mlp_act='relu2' is refused, as is every lever Hugging Face's classes
+Both graphs hard-code the tanh GELU, so every mlp_act but 'gelu' is refused, as is every lever Hugging Face's classes
 cannot express either (interop/export.py's refusals). The head is always written as output.weight (a copy of the
 embedding when tied): llama.cpp's gptneox graph requires it.
 

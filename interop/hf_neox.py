@@ -24,8 +24,9 @@ from model import GPT, GPTConfig
 PREFIX = "gpt_neox."
 HEAD = "embed_out.weight"  # the untied head; transformers 5 calls the module lm_head but saves NeoX's name
 HEAD_NAMES = (HEAD, "lm_head.weight")  # import takes either
-ACTS = {"gelu": "gelu_pytorch_tanh", "gelu_exact": "gelu", "relu2": "relu2"}  # our mlp_act -> HF's hidden_act, the same function
-ACTS_BACK = {"gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "gelu": "gelu_exact", "relu2": "relu2"}  # gelu_new is the same formula
+# our mlp_act -> HF's hidden_act, the same function; and back (gelu_new is the same formula as gelu_pytorch_tanh)
+ACTS = {"gelu": "gelu_pytorch_tanh", "gelu_exact": "gelu", "relu2": "relu2"}
+ACTS_BACK = {"gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "gelu": "gelu_exact", "relu2": "relu2"}
 LN_EPS = 1e-5  # nn.LayerNorm's default, which our model uses
 ARCH = "GPTNeoXForCausalLM"
 HF_BUFFERS = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")  # older saves; not weights

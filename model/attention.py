@@ -66,8 +66,8 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         scale = 1.0 / math.sqrt(q.size(-1))
         if score is None and is_causal and bias is None:  # training's common case: one pass over the T x S scores
             # the scale and the causal mask ride in the matmul, C = scale * Q K^T + M with M = -inf above the
-            # diagonal: no separate scaling and masking passes, forward or backward (the default model's step
-            # ~15% faster on a 2-core CPU under bf16; README, round two, fifth part)
+            # diagonal: no separate scaling and masking passes, forward or backward (one layer 1.6-1.8x faster at the
+            # default model's shape in bf16 on a 2-core CPU; benchmarks/cpu_ops.py, README round two, fifth part)
             causal = torch.full((T, S), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, S)
             scores = torch.baddbmm(causal, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=scale)
             scores = scores.view(q.size(0), q.size(1), T, S)  # (B, H, T, S)
@@ -82,9 +82,9 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
                 mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-        # softmax subtracts each row's max before exp(), so large scores cannot overflow; for bf16/fp16 scores
-        # torch's kernels compute in float32 and round the result once
-        weights = torch.softmax(scores, dim=-1)  # (B, H, T, S), rows sum to 1
+        # softmax subtracts each row's max before exp(), so large scores cannot overflow; its forward computes
+        # bf16/fp16 scores in float32 and rounds once (CUDA autocast returns float32: cast back, as before)
+        weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, T, S), rows sum to 1
         if dropout_p > 0.0:
             weights = dropout(weights, dropout_p, dropout_impl)
         out = weights @ v  # (B, H, T, D)

@@ -37,8 +37,9 @@ class ReLU2(nn.Module):
 
 
 # GELU(x) = x * Phi(x), Phi the standard normal CDF. GPT-2 computes Phi with a tanh approximation; BERT, nanoGPT and
-# GPT-NeoX with erf, exactly. The two differ by < 1e-3 but not in cost: on the 2-core EPYC torch's erf form took 3.1
-# ms forward + backward on a (2048, 1536) float32 activation, the tanh form 9.0 (README, round two, fifth part).
+# GPT-NeoX with erf, exactly. The two differ by < 1e-3 but not in cost: on the 2-core EPYC torch's erf form took 2.9-3.6
+# ms forward + backward on a (2048, 1536) float32 activation, the tanh form 5.9-6.4 (1.75-2.0x; 2.05-2.3x in bf16 at
+# the default model's shape: benchmarks/cpu_ops.py).
 ACTIVATIONS = {"gelu": functools.partial(nn.GELU, approximate="tanh"),  # GPT-2's GELU
                "gelu_exact": nn.GELU,  # erf
                "relu2": ReLU2}

@@ -40,7 +40,7 @@ class GPTConfig:
     qk_norm: bool = False  # RMS-normalise each head's q and k (no gain) before RoPE and the scores: logits bounded
     #                        by sqrt(head_dim), so high learning rates cannot blow the softmax up
     mlp_act: str = "gelu"  # one of MLP_ACTS: 'gelu' (GPT-2's tanh GELU), 'gelu_exact' (the erf GELU of BERT,
-    #                        nanoGPT and GPT-NeoX; ~3x cheaper than the tanh form on a CPU) or 'relu2' (relu(x)^2,
+    #                        nanoGPT and GPT-NeoX; ~2x cheaper than the tanh form on a CPU) or 'relu2' (relu(x)^2,
     #                        So et al. 2021, a cheaper op on a CPU)
     tie_head: bool = True  # False: a separate output head instead of reusing the token embedding
     zero_init: bool = False  # zero-initialise the projections that write into the residual stream (and an untied
@@ -67,7 +67,8 @@ class GPTConfig:
              f"attn_score={self.attn_score!r} is computed on the math path only, not attn_impl={self.attn_impl!r}; "
              f"pass --attn_impl=math")
         need(self.attn_impl != "tiled" or self.dropout == 0.0,
-             f"attn_impl='tiled' has no attention dropout, but dropout={self.dropout}; use dropout=0 or attn_impl='math'")
+             f"attn_impl='tiled' has no attention dropout, but dropout={self.dropout}; "
+             f"use dropout=0 or attn_impl='math'")
         need(self.dropout_impl in DROPOUT_IMPLS,
              f"dropout_impl={self.dropout_impl!r} is not one of {', '.join(DROPOUT_IMPLS)}")
         need(self.mlp_act in MLP_ACTS, f"mlp_act={self.mlp_act!r} is not one of {', '.join(MLP_ACTS)}")

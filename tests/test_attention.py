@@ -118,19 +118,29 @@ def test_is_causal_equals_explicit_causal_mask():
 
 @pytest.mark.parametrize("impl", ["sdpa", "math"])
 @pytest.mark.parametrize("autocast", [False, True])
-def test_is_causal_output_and_gradients_match_the_reference(impl, autocast):
-    """is_causal=True is training's common case; the math path folds the scale and the mask into one baddbmm."""
-    q, k, v = qkv(T=9)
+def test_is_causal_output_and_gradients_match_the_reference(impl, autocast, monkeypatch):
+    """is_causal=True is training's common case; the math path folds the scale and the mask into one baddbmm. q and
+    k come as the model makes them: strided views of one (B, T, 2H, D) projection, not contiguous tensors."""
+    B, H, T, D = 2, 3, 9, 8
+    g = torch.Generator().manual_seed(0)
+    qk_leaf = torch.randn(B, T, 2 * H, D, generator=g, requires_grad=True)
+    v = torch.randn(B, H, T, D, generator=g, requires_grad=True)
+    q, k = qk_leaf.transpose(1, 2).split(H, dim=1)  # (B, H, T, D) each, non-contiguous
+    calls = []
+    real = torch.baddbmm
+    monkeypatch.setattr(torch, "baddbmm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         out = attend(q, k, v, impl=impl, is_causal=True)
+    assert len(calls) == (impl == "math")  # one matmul forms the masked, scaled scores
     w = torch.linspace(-1, 1, out.numel()).view(out.shape)
     (out.float() * w).sum().backward()
-    q64, k64, v64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    ref = reference_attention(q64, k64, v64, build_mask(0, 9, causal=True))  # differentiable, in float64
+    qk64, v64 = [t.detach().double().requires_grad_() for t in (qk_leaf, v)]
+    q64, k64 = qk64.transpose(1, 2).split(H, dim=1)
+    ref = reference_attention(q64, k64, v64, build_mask(0, T, causal=True))  # differentiable, in float64
     (ref * w.double()).sum().backward()
     tol = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=1e-5, rtol=1e-4)  # bf16 keeps 8 bits
     torch.testing.assert_close(out.double(), ref.detach(), **tol)
-    for got, want in zip((q, k, v), (q64, k64, v64)):
+    for got, want in ((qk_leaf, qk64), (v, v64)):
         torch.testing.assert_close(got.grad.double(), want.grad, **tol)
 
 

@@ -20,15 +20,23 @@ def test_a_user_error_is_one_line_and_exit_2():
     assert r.stderr == "error: --device=tpu is not a torch device; use cpu\n"
 
 
-def test_a_mistake_only_one_rank_meets_is_still_said_after_the_wait(monkeypatch, capsys):
-    """Rank 1 waits for rank 0 to report (torchrun would stop it then); still alive, it says its own mistake."""
-    monkeypatch.setenv("RANK", "1")
-    monkeypatch.setattr(cli, "RANK0_GRACE_S", 0.05)
-
+def test_a_mistake_only_one_torchrun_rank_meets_is_still_said_after_the_wait(monkeypatch, capsys):
+    """Rank 1 waits for rank 0 to report (torchrun would stop it then); still alive, it says the mistake itself.
+    A Ctrl-C during the wait is an interruption like any other. Outside torchrun, no wait and no prefix."""
     def main(argv):
         raise errors.DataError("shard 3 is missing")
+    monkeypatch.setenv("RANK", "1")
+    assert cli.run(main, []) == 2  # RANK alone (not a torchrun worker): said at once
+    assert capsys.readouterr().err == "error: shard 3 is missing\n"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setattr(cli, "RANK0_GRACE_S", 0.05)
     assert cli.run(main, []) == 2
     assert capsys.readouterr().err == "error: (rank 1) shard 3 is missing\n"
+
+    def ctrl_c(seconds):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli.time, "sleep", ctrl_c)
+    assert cli.run(main, []) == 130 and capsys.readouterr().err == "interrupted\n"
 
 
 def test_a_bug_is_not_dressed_up_as_a_user_error():

@@ -232,7 +232,8 @@ def test_newton_schulz_in_bf16_follows_float32_and_make_optimizer_picks_it_with_
     s = torch.linalg.svdvals(bf16.float())
     assert s.min() > 0.5 and s.max() < 1.5
     model = tiny_model(seed=3, pos_emb="learned")
-    for dtype, want in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32), (torch.float16, torch.float32)):
+    pairs = ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32), (torch.float16, torch.float32))
+    for dtype, want in pairs:
         opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon", matmul_dtype=dtype)
         assert opt.parts["muon"].ns_dtype == want  # float16 has too little range for the iteration: float32
 
