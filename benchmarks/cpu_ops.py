@@ -25,6 +25,8 @@ from common.flags import config_from_argv
 from common.malloc import keep_freed_memory
 from model.attention import attend
 
+from .rounds import alternated
+
 # (name, (B, H, T, D), dtype): the default preset under bf16 autocast, nanoGPT's shakespeare_char model in float32
 ATTENTION_SHAPES = [("default model", (32, 4, 128, 32), torch.bfloat16),
                     ("nanoGPT's model", (8, 6, 256, 64), torch.float32)]
@@ -61,9 +63,8 @@ def ms_per_call(fn, inputs, grad, dtype, steps: int) -> float:
 def side_by_side(contenders: dict, inputs, grad, dtype, rounds: int, steps: int) -> dict:
     """{name: median ms} over alternated rounds (the order flips each round)."""
     per = {name: [] for name in contenders}
-    for r in range(rounds):
-        for name in (list(contenders) if r % 2 == 0 else list(reversed(contenders))):
-            per[name].append(ms_per_call(contenders[name], inputs, grad, dtype, steps))
+    for _, name in alternated(contenders, rounds):
+        per[name].append(ms_per_call(contenders[name], inputs, grad, dtype, steps))
     return {name: statistics.median(v) for name, v in per.items()}
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .rounds import alternated
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the shakespeare-char preset before issue 18 (training/config.py's git history), as flags over today's preset
 PREVIOUS = ["--optimizer=adamw", "--attn_impl=sdpa", "--learning_rate=2e-3", "--min_lr=2e-4", "--max_iters=800",
@@ -70,17 +72,16 @@ def whole_runs(cfg: DefaultRunConfig) -> list[dict]:
     work = tempfile.mkdtemp(prefix="bench-default-")
     runs = {"today": [], "previous": PREVIOUS}
     rows = []
-    for r in range(cfg.repeats):
-        for who in (list(runs) if r % 2 == 0 else list(reversed(runs))):
-            out = os.path.join(work, f"{who}-{r}")
-            cmd = [sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={out}", *runs[who]]
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            if proc.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-            rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": whole_split_loss(out)})
-            print(f"  {who:8s} round {r}: {wall:6.1f} s, whole-split val {rows[-1]['val_loss']:.4f}", flush=True)
+    for r, who in alternated(runs, cfg.repeats):
+        out = os.path.join(work, f"{who}-{r}")
+        cmd = [sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={out}", *runs[who]]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+        rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": whole_split_loss(out)})
+        print(f"  {who:8s} round {r}: {wall:6.1f} s, whole-split val {rows[-1]['val_loss']:.4f}", flush=True)
     return rows
 
 
@@ -114,12 +115,11 @@ def lever_steps(cfg: DefaultRunConfig) -> dict:
     for model, opt in built.values():
         train_step(model, opt, x, y, autocast_dtype)  # warm-up: kernels, optimizer state
     per = {name: [] for name in built}
-    for r in range(cfg.step_rounds):
-        for name in (list(built) if r % 2 == 0 else list(reversed(built))):
-            t0 = time.perf_counter()
-            for _ in range(5):
-                train_step(*built[name], x, y, autocast_dtype)
-            per[name].append((time.perf_counter() - t0) / 5)
+    for _, name in alternated(built, cfg.step_rounds):
+        t0 = time.perf_counter()
+        for _ in range(5):
+            train_step(*built[name], x, y, autocast_dtype)
+        per[name].append((time.perf_counter() - t0) / 5)
     return {name: statistics.median(v) for name, v in per.items()}
 
 

@@ -23,6 +23,7 @@ from model.decode_step import StaticDecoder
 from model.quantize import quantize
 
 from . import nanogpt_ref
+from .rounds import alternated
 
 SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)
 VOCAB = 65
@@ -95,10 +96,9 @@ def measure(nanogpt_path: str | None, n_new: int, repeats: int, pos_embs=("learn
         run(prompt, 8)  # warm-up (and the compile)
         warmups[name] = time.perf_counter() - t0
     ms = {name: [] for name in runners}
-    for r in range(repeats):
-        for name in (list(runners) if r % 2 == 0 else list(reversed(runners))):
-            t0 = time.perf_counter()
-            out = runners[name](prompt, n_new)
-            ms[name].append((time.perf_counter() - t0) * 1e3 / n_new)
-            assert out.shape[1] == 1 + n_new, f"{name} made {out.shape[1] - 1} tokens, not {n_new}"
+    for _, name in alternated(runners, repeats):
+        t0 = time.perf_counter()
+        out = runners[name](prompt, n_new)
+        ms[name].append((time.perf_counter() - t0) * 1e3 / n_new)
+        assert out.shape[1] == 1 + n_new, f"{name} made {out.shape[1] - 1} tokens, not {n_new}"
     return {name: statistics.median(v) for name, v in ms.items()}

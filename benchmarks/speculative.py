@@ -21,6 +21,8 @@ from model.quantize import quantize
 from model.speculative import speculative_stream
 from training.checkpoint import in_folder_or_file, load_for_inference
 
+from .rounds import alternated
+
 
 @dataclass
 class SpeculativeBench:
@@ -69,11 +71,10 @@ def main(argv) -> None:
     for run in runners.values():  # warm-up (and the compile)
         run(torch.Generator().manual_seed(0))
     ms, texts = {name: [] for name in runners}, {}
-    for r in range(bc.repeats):
-        for name in (list(runners) if r % 2 == 0 else list(reversed(runners))):
-            t0 = time.perf_counter()
-            texts[name] = runners[name](torch.Generator().manual_seed(r))
-            ms[name].append((time.perf_counter() - t0) * 1e3 / n)
+    for r, name in alternated(runners, bc.repeats):
+        t0 = time.perf_counter()
+        texts[name] = runners[name](torch.Generator().manual_seed(r))
+        ms[name].append((time.perf_counter() - t0) * 1e3 / n)
     base = statistics.median(ms["plain cached loop (eager)"])
     reference = texts["plain cached loop (eager)"]
     print(f"model {bc.model}: {model.config.n_layer}L/{model.config.n_embd}/ctx{model.config.block_size}; draft "

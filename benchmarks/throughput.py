@@ -23,6 +23,7 @@ from training.optim import make_optimizer
 from model import GPT, GPTConfig
 
 from . import nanogpt_ref
+from .rounds import alternated
 
 SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)  # nanoGPT's config/train_shakespeare_char.py
 VOCAB, DROPOUT, LR, WD, BETAS = 65, 0.2, 1e-3, 0.1, (0.9, 0.99)
@@ -84,9 +85,8 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     if nanogpt:
         models["nanogpt"] = theirs(nanogpt, shape)
     per = {who: [] for who in models}
-    for r in range(repeats):
-        for who in (list(models) if r % 2 == 0 else list(reversed(models))):
-            per[who].append(step_seconds(*models[who], batch, steps, auto if who == "ours-auto" else None))
+    for _, who in alternated(models, repeats):
+        per[who].append(step_seconds(*models[who], batch, steps, auto if who == "ours-auto" else None))
     flops_per_token = models["ours"][0].flops_per_token(T)
     out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token,
            "peak_fp32": peak_matmul_flops("cpu", torch.float32, seconds=1.0),

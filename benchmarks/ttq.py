@@ -15,6 +15,7 @@ import time
 from training.metrics import read_metrics
 
 from . import nanogpt_ref
+from .rounds import alternated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WHOLE_SPLIT = 1_000_000  # --eval_iters larger than any split's number of validation batches: all of them
@@ -66,9 +67,7 @@ def measure(presets, input_path: str, nanogpt: str | None, repeats: int, threads
             return wall, nanogpt_ref.parse_val_loss(log)
         runners["nanogpt"] = theirs
     rows = []
-    for r in range(repeats):
-        order = list(runners) if r % 2 == 0 else list(reversed(runners))
-        for who in order:
-            wall, val = runners[who](os.path.join(work, f"{who}-{r}"))
-            rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": val})
+    for r, who in alternated(runners, repeats):
+        wall, val = runners[who](os.path.join(work, f"{who}-{r}"))
+        rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": val})
     return rows

@@ -51,3 +51,9 @@ def test_cpu_ops_benchmark_times_equal_computations_and_refuses_no_rounds():
     bad = subprocess.run([sys.executable, "-m", "benchmarks.cpu_ops", "--rounds=0"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --rounds=0"), bad.stderr[-2000:]
+
+
+def test_contenders_take_turns_with_the_order_flipped_every_other_round():
+    from benchmarks.rounds import alternated
+    assert list(alternated({"a": 1, "b": 2, "c": 3}, 3)) == [(0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"),
+                                                              (1, "a"), (2, "a"), (2, "b"), (2, "c")]
