@@ -3,6 +3,7 @@ associative recall and Dyck-1, at the trained length and at 2x and 4x (README.md
 
     python probe.py --out=probes                                   # the whole grid (~15 min on 2 CPU cores)
     python probe.py --tasks=copy --pos_embs=rope,alibi --steps=200 # a part of it
+    python probe.py --mixed=true --tasks=induction --models=decoder --steps=3000   # sizes n/2..n: by content
 
 Tasks are generated on the fly from the seed (insight/probe_tasks.py); each model trains in seconds
 (insight/probe_fit.py). Writes to --out: table.md, results.json and probes.png; with --wandb_log=true each run's
@@ -30,6 +31,8 @@ class ProbeConfig:
     induction_n: int = 8
     recall_n: int = 4
     dyck_n: int = 8
+    mixed: bool = False  # train on every size from n/2 to n (one per batch): the answer's offset moves, so
+    #                      position alone cannot find it (README, "Probe tasks")
     # each probe model
     n_layer: int = 2
     n_head: int = 4
@@ -76,7 +79,7 @@ def main(argv) -> None:
     if pc.threads:
         torch.set_num_threads(pc.threads)
     pm = ProbeModel(n_layer=pc.n_layer, n_head=pc.n_head, n_embd=pc.n_embd, steps=pc.steps,
-                    batch_size=pc.batch_size, learning_rate=pc.learning_rate)
+                    batch_size=pc.batch_size, learning_rate=pc.learning_rate, mixed=pc.mixed)
     wandb_run = None
     if pc.wandb_log:
         os.environ.setdefault("WANDB_MODE", "offline")

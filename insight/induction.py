@@ -34,12 +34,15 @@ def repeated_tokens(vocab_size: int, half: int, seed: int = 0, avoid: tuple = ()
     return torch.cat([first, first]).unsqueeze(0)  # (1, 2 * half)
 
 
-def prefix_matching(maps: torch.Tensor, half: int) -> torch.Tensor:
-    """maps: (L, H, T, T) attention weights of one repeated sequence (T = 2 * half) -> (L, H) prefix-matching
-    scores: mean over queries t = half..T-1 of maps[..., t, t - half + 1]."""
+def prefix_matching(maps: torch.Tensor, half: int, offset: int = 0) -> torch.Tensor:
+    """maps: (L, H, T, T) attention weights of one repeated sequence (T = 2 * half, or one less) -> (L, H)
+    prefix-matching scores: mean over queries t = half..T-1 of maps[..., t, t - half + 1]. offset d reads key
+    t - half + 1 + d instead (where it exists, 0 <= key <= t): where a head looks when it is not there."""
     T = maps.size(-1)
     t = torch.arange(half, T)  # (half,) queries of the second copy
-    return maps[..., t, t - half + 1].mean(-1)  # (L, H)
+    key = t - half + 1 + offset  # (half,)
+    ok = (key >= 0) & (key <= t)
+    return maps[..., t[ok], key[ok]].mean(-1)  # (L, H)
 
 
 class HeadRemoved:

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from model import GPT, GPTConfig
 
-from .probe_tasks import VOCAB_SIZE, length, make_batch, model_io
+from .induction import prefix_matching, repeated_tokens
+from .probe_tasks import N_SYMBOLS, VOCAB_SIZE, length, make_batch, model_io, train_sizes
 
 EVAL_SEED_OFFSET = 10_000  # held-out batches come from seed + this: never the training stream
 
@@ -28,6 +29,7 @@ class ProbeModel:
     batch_size: int = 64
     learning_rate: float = 3e-3
     weight_decay: float = 0.0
+    mixed: bool = False  # train on every size from n/2 to n, one drawn per batch (probe_tasks.train_sizes)
 
 
 def build(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int) -> GPT:
@@ -44,12 +46,14 @@ def fit(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int
     opt = torch.optim.AdamW(model.parameters(), lr=pm.learning_rate, weight_decay=pm.weight_decay,
                             betas=(0.9, 0.98))
     g = torch.Generator().manual_seed(seed)
+    sizes = train_sizes(task, n, pm.mixed)
     warmup = max(1, pm.steps // 20)
     for step in range(pm.steps):
         lr_scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * step / pm.steps))  # warmup, cosine
         for group in opt.param_groups:
             group["lr"] = pm.learning_rate * lr_scale
-        x, y = model_io(*make_batch(task, pm.batch_size, n, g), causal)  # (B, T) each
+        size = n if len(sizes) == 1 else sizes[int(torch.randint(len(sizes), (), generator=g))]
+        x, y = model_io(*make_batch(task, pm.batch_size, size, g), causal)  # (B, T) each, T up to the longest
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -76,6 +80,19 @@ def accuracy(model: GPT, task: str, n: int, batches: int = 4, batch_size: int = 
         right += (logits.argmax(-1)[scored] == y[scored]).sum().item()
         total += scored.sum().item()
     return right / total
+
+
+@torch.no_grad()
+def best_prefix_score(model: GPT, n: int, seed: int = 0) -> float | None:
+    """How much of an induction head the model has at size n: the best head's prefix-matching score
+    (insight/induction.py) on the induction task's own kind of input, n distinct symbols shown twice, as the
+    decoder reads it (the last token dropped); None where that is longer than the model can read."""
+    T = 2 * n - 1
+    if n > N_SYMBOLS or (model.pos.max_len is not None and T > model.pos.max_len):
+        return None
+    idx = repeated_tokens(N_SYMBOLS, n, seed)[:, :T]  # (1, 2n - 1), content symbols only
+    maps = model.attention_maps(idx)[:, 0]  # (L, H, T, T)
+    return float(prefix_matching(maps, n).max())
 
 
 @torch.no_grad()

@@ -1,13 +1,16 @@
 """The probe grid: every task x positional encoding x (decoder, encoder), trained at size n and scored at n, 2n, 4n;
 then one markdown table and one figure. probe.py runs it from the command line.
 
-A result is a dict: {"task", "pos_emb", "model" ('decoder' | 'encoder'), "n", "acc": {"1x", "2x", "4x"} (None
-where the model cannot read the length: learned positions end at the trained length), "chance", "seconds"}.
+A result is a dict: {"task", "pos_emb", "model" ('decoder' | 'encoder'), "n", "sizes" (the sizes trained on: [n],
+or n/2..n when mixed), "acc": {"1x", "2x", "4x"} (None where the model cannot read the length: learned positions
+end at the trained length), "prefix": the same keys for the induction task (the best head's prefix-matching score,
+insight/induction.py: is there an induction head, and does it still work at 2n and 4n?), else None, "chance",
+"seconds"}.
 """
 import time
 
-from .probe_fit import ProbeModel, accuracy, fit
-from .probe_tasks import CHANCE, ENCODER_TASKS, MAX_N
+from .probe_fit import ProbeModel, accuracy, best_prefix_score, fit
+from .probe_tasks import CHANCE, ENCODER_TASKS, MAX_N, train_sizes
 
 SCALES = (1, 2, 4)  # test lengths, in multiples of the trained size
 
@@ -31,8 +34,9 @@ def run_cell(task: str, pos_emb: str, model: str, n: int, pm: ProbeModel, seed: 
         size = k * n
         acc[f"{k}x"] = accuracy(m, task, size, batches=eval_batches, seed=seed) if size <= MAX_N.get(task, size) \
             else None
-    return {"task": task, "pos_emb": pos_emb, "model": model, "n": n, "acc": acc, "chance": CHANCE[task],
-            "seconds": round(time.perf_counter() - t0, 1)}
+    prefix = {f"{k}x": best_prefix_score(m, k * n, seed) for k in SCALES} if task == "induction" else None
+    return {"task": task, "pos_emb": pos_emb, "model": model, "n": n, "sizes": train_sizes(task, n, pm.mixed),
+            "acc": acc, "prefix": prefix, "chance": CHANCE[task], "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def fmt(value, pos_emb: str) -> str:
@@ -43,14 +47,18 @@ def fmt(value, pos_emb: str) -> str:
 
 def table(results: list[dict]) -> str:
     """One markdown table: a row per task, model and pos_emb; accuracy at 1x, 2x and 4x the trained size."""
-    lines = ["| task | model | pos_emb | n (trained) | acc 1x | acc 2x | acc 4x | chance |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | model | pos_emb | n (trained) | acc 1x | acc 2x | acc 4x | chance | prefix score 1x / 2x / 4x |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        a = r["acc"]
-        lines.append(f"| {r['task']} | {r['model']} | {r['pos_emb']} | {r['n']} | {fmt(a['1x'], r['pos_emb'])} | "
-                     f"{fmt(a['2x'], r['pos_emb'])} | {fmt(a['4x'], r['pos_emb'])} | {r['chance']:.2f} |")
+        a, p, sizes = r["acc"], r.get("prefix"), r.get("sizes", [r["n"]])
+        trained = str(r["n"]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+        scores = " / ".join(fmt(p[f"{k}x"], r["pos_emb"]) for k in SCALES) if p else "-"
+        lines.append(f"| {r['task']} | {r['model']} | {r['pos_emb']} | {trained} | {fmt(a['1x'], r['pos_emb'])} | "
+                     f"{fmt(a['2x'], r['pos_emb'])} | {fmt(a['4x'], r['pos_emb'])} | {r['chance']:.2f} | {scores} |")
     note = ("\nn/a (learned): learned positions end at the trained length, so the model cannot read a longer input "
-            "(it refuses it). n/a: the task has no room for that size (distinct symbols or keys run out).\n")
+            "(it refuses it). n/a: the task has no room for that size (distinct symbols or keys run out). "
+            "n (trained) a-b: mixed sizes, one drawn per batch. Prefix score: the best head's prefix-matching score "
+            "on the induction task's input (1.0: a perfect induction head).\n")
     return "\n".join(lines) + "\n" + note
 
 

@@ -2,7 +2,8 @@
 
 Each task draws a batch of token sequences and marks the positions that hold an answer. The answer is right by
 construction; a model is scored on those positions only. `n` is the task's size (items to copy, pairs to recall,
-brackets to check); the probe study trains at one n and tests at 2n and 4n (longer inputs than ever seen).
+brackets to check); the probe study trains at one n (or, mixed, at every size from n/2 to n) and tests at 2n and
+4n (longer inputs than ever seen).
 
 - copy:       s_1 .. s_n SEP s_1 .. s_n          answers: the second copy (n tokens)
 - induction:  s_1 .. s_n s_1 .. s_n  (distinct)  answers: the second copy from its 2nd token (the 1st cannot be
@@ -28,6 +29,8 @@ TASKS = ("copy", "induction", "recall", "dyck")
 ENCODER_TASKS = ("copy", "recall", "dyck")  # see the module docstring for why induction is not among them
 CHANCE = {"copy": 1 / N_SYMBOLS, "induction": 1 / N_SYMBOLS, "recall": 1 / (N_SYMBOLS - N_KEYS), "dyck": 0.5}
 MAX_N = {"induction": N_SYMBOLS, "recall": N_KEYS}  # distinct symbols or keys run out beyond these
+MIN_N = {"copy": 1, "induction": 2, "recall": 1, "dyck": 2}  # the smallest size with an answer to score
+N_STEP = {"dyck": 2}  # bracket strings that can balance have even lengths
 
 
 def copy_task(B: int, n: int, g: torch.Generator):
@@ -108,6 +111,18 @@ def make_batch(task: str, B: int, n: int, g: torch.Generator):
     if n > MAX_N.get(task, n):
         raise ValueError(f"{task} has room for at most n={MAX_N[task]}, not {n}")
     return GENERATORS[task](B, n, g)
+
+
+def train_sizes(task: str, n: int, mixed: bool = False) -> list[int]:
+    """The sizes a probe model trains on: n alone, or (mixed) every size of the task from n/2 up to n, one drawn per
+    batch. At one size the answer sits at a fixed offset (n + 1 tokens back for copy), which position alone can
+    find; across sizes the offset moves, and only matching by content finds it."""
+    if not mixed:
+        return [n]
+    step = N_STEP.get(task, 1)
+    lo = max(MIN_N[task], n // 2)
+    lo += (n - lo) % step  # on n's parity where sizes go in steps of 2
+    return list(range(lo, n + 1, step))
 
 
 def model_io(tokens: torch.Tensor, answer: torch.Tensor, causal: bool):

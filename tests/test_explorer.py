@@ -111,6 +111,11 @@ def test_prefix_matching_score_reads_the_token_after_the_previous_occurrence():
         prev = [s for s in range(t) if idx[0, s] == idx[0, t]][-1]
         want += maps[..., t, prev + 1] / 5
     torch.testing.assert_close(prefix_matching(maps, 5), want)
+    for d in (-2, 1, 4):  # offset d: key prev + 1 + d, averaged over the queries where that key exists (<= t)
+        keys = {t: [s for s in range(t) if idx[0, s] == idx[0, t]][-1] + 1 + d for t in range(5, 10)}
+        keys = {t: k for t, k in keys.items() if 0 <= k <= t}
+        want = sum(maps[..., t, k] for t, k in keys.items()) / len(keys)
+        torch.testing.assert_close(prefix_matching(maps, 5, offset=d), want)
 
 
 def reference_logits(model, idx, drop=None):

@@ -124,3 +124,47 @@ def test_probe_py_refuses_an_unknown_task(tmp_path):
 
     with pytest.raises(ValueError, match="tasks='copy,sort'"):
         probe.main([f"--out={tmp_path}", "--tasks=copy,sort"])
+
+
+def test_mixed_sizes_run_from_half_to_n_on_the_tasks_own_steps():
+    assert pt.train_sizes("copy", 8) == [8]  # not mixed: the one size
+    assert pt.train_sizes("copy", 8, mixed=True) == [4, 5, 6, 7, 8]
+    assert pt.train_sizes("induction", 3, mixed=True) == [2, 3]  # induction needs 2 tokens to score one
+    assert pt.train_sizes("recall", 1, mixed=True) == [1]
+    assert pt.train_sizes("dyck", 8, mixed=True) == [4, 6, 8] and pt.train_sizes("dyck", 10, mixed=True) == [6, 8, 10]
+    for task in pt.TASKS:  # every size is one the generator accepts
+        for n in (2, 4, 8):
+            for size in pt.train_sizes(task, n, mixed=True):
+                pt.make_batch(task, 1, size, torch.Generator().manual_seed(0))
+
+
+def test_a_mixed_fit_trains_on_every_size_and_a_fixed_one_on_n(monkeypatch):
+    import insight.probe_fit as probe_fit
+
+    seen = []
+    real = probe_fit.make_batch
+    monkeypatch.setattr(probe_fit, "make_batch", lambda task, B, n, g: seen.append(n) or real(task, B, n, g))
+    fit("copy", 6, "alibi", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=40, batch_size=2, mixed=True))
+    assert set(seen) == {3, 4, 5, 6}
+    seen.clear()
+    fit("copy", 6, "alibi", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=5, batch_size=2))
+    assert seen == [6] * 5
+
+
+def test_best_prefix_score_reads_the_attention_at_the_token_after_the_previous_occurrence():
+    from insight.induction import repeated_tokens
+    from insight.probe_fit import best_prefix_score
+
+    model = fit("induction", 5, "rope", True, ProbeModel(n_layer=2, n_head=2, n_embd=16, steps=0)).eval()
+    n, T = 5, 9  # the decoder reads 2n - 1 tokens
+    idx = repeated_tokens(pt.N_SYMBOLS, n, 0)[:, :T]
+    assert idx.max() < pt.N_SYMBOLS and idx[0, :n].unique().numel() == n
+    with torch.no_grad():
+        maps = model.attention_maps(idx)[:, 0]  # (L, H, T, T)
+    # reference: for each head, the mean over second-copy queries t of the weight on key t - n + 1
+    ref = max(sum(float(maps[layer, head, t, t - n + 1]) for t in range(n, T)) / (T - n)
+              for layer in range(2) for head in range(2))
+    assert best_prefix_score(model, n) == pytest.approx(ref, abs=1e-6)
+    learned = fit("induction", 5, "learned", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=0))
+    assert best_prefix_score(learned, 5) is not None and best_prefix_score(learned, 10) is None  # past its table
+    assert best_prefix_score(model, pt.N_SYMBOLS + 1) is None  # no room for that many distinct symbols
