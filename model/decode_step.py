@@ -9,9 +9,9 @@ compiler fuses them, but only into a graph it can reuse token after token, which
 - the new token's column is a tensor, not a Python int, so a new position is a new input, not a new graph;
 - its K and V are written into that column in place (index_copy_), with no allocation.
 
-The step reuses the model's own blocks (same weights, same attend()); only the per-forward context is built
-differently. The prompt (prefill) and each slide of the context window stay on the model's ordinary forward:
-they are run once every block_size/4 tokens. Greedy tokens equal the eager loop's (tests/test_decode_step.py).
+The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attend()); only the per-forward
+context is built differently. The prompt (prefill) and each slide of the context window stay on the model's ordinary
+forward: they are run once every block_size/4 tokens. Greedy tokens equal the eager loop's (tests/test_decode_step.py).
 
 Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V vocab_size.
 """
@@ -57,10 +57,7 @@ def decode_step(model, idx, k, v, col, key_valid):
         pos = (key_valid & seen).sum(-1, keepdim=True) - 1  # (B, 1) real tokens up to and including this one
     ctx = AttentionContext(mask=mask, bias=None, rope=model.pos.rotation(pos), is_causal=False,
                            cache=ColumnWriter(k, v, col))
-    x = model.pos.embed(model.wte(idx), pos)  # (B, 1, C)
-    for layer, block in enumerate(model.blocks):
-        x = block(x, ctx, layer)  # (B, 1, C)
-    return model.head(model.norm(x))[:, -1]  # (B, V)
+    return model.head(model.trunk(idx, pos, ctx))[:, -1]  # (B, V)
 
 
 class StaticDecoder:

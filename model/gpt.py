@@ -105,12 +105,9 @@ class GPT(nn.Module):
             pos = torch.arange(t0, S, device=idx.device).unsqueeze(0)  # (1, T)
         ctx = self._attention_context(t0, T, key_valid, pos, cache, idx.device)
 
-        x = self.drop(self.pos.embed(self.wte(idx), pos))  # (B, T, C)
-        for layer, block in enumerate(self.blocks):
-            x = block(x, ctx, layer, weights_out)  # (B, T, C)
+        x = self.trunk(idx, pos, ctx, weights_out)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
-        x = self.norm(x)
         if last_only:
             x = x[:, -1:]  # (B, 1, C): sampling needs only the next-token distribution
         logits = self.head(x)  # (B, T, V)
@@ -118,6 +115,14 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def trunk(self, idx, pos, ctx: AttentionContext, weights_out: list | None = None) -> torch.Tensor:
+        """Token ids (B, T) at positions pos -> the final normalised hidden states (B, T, C), the head's input:
+        embeddings, every block, the last norm. forward and the compiled decoding step (decode_step.py) share it."""
+        x = self.drop(self.pos.embed(self.wte(idx), pos))  # (B, T, C)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, ctx, layer, weights_out)  # (B, T, C)
+        return self.norm(x)
 
     def _attention_context(self, t0, T, key_valid, pos, cache, device) -> AttentionContext:
         cfg = self.config

@@ -63,8 +63,8 @@ class SinusoidalPositions(NoPositions):
 
     def embed(self, x, pos):
         # sin/cos entries are ~1 while token embeddings start at std 0.02: added as they are, the positions drown the
-        # tokens and the model barely learns (README.md, "Positional encodings"). Vaswani et al. scale the token embeddings up by
-        # sqrt(d_model); with a tied head we scale the table down instead.
+        # tokens and the model barely learns (README.md, "Positional encodings"). Vaswani et al. scale the token
+        # embeddings up by sqrt(d_model); with a tied head we scale the table down instead.
         return x + EMBED_STD * sinusoid(pos, self.dim).to(x.dtype)  # computed, not looked up: any position works
 
 
