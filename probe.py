@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 from common import cli
 from common.errors import ConfigError, need
 from common.files import write_atomic
-from common.flags import config_from_argv
+from common.flags import help_text, parse_configs
+from insight.probe_config import ProbeModel
 
 
 @dataclass
@@ -31,15 +32,7 @@ class ProbeConfig:
     induction_n: int = 8
     recall_n: int = 4
     dyck_n: int = 8
-    mixed: bool = False  # train on every size from n/2 to n (one per batch): the answer's offset moves, so
-    #                      position alone cannot find it (README, "Probe tasks")
-    # each probe model
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 64
-    steps: int = 500
-    batch_size: int = 64
-    learning_rate: float = 3e-3
+    # the probe models' size and training: insight/probe_config.py ProbeModel (--n_layer, --steps, --mixed, ...)
     eval_batches: int = 4  # held-out batches of 128 per length
     seed: int = 0
     threads: int | None = None  # CPU threads (None: torch's choice)
@@ -56,7 +49,7 @@ class ProbeConfig:
             need(not bad and self.items(name), f"{name}={getattr(self, name)!r}: each must be one of "
                  f"{', '.join(allowed)}", ConfigError)
         need(self.dyck_n % 2 == 0, f"dyck_n={self.dyck_n} must be even (balanced strings have an even length)")
-        for name in ("copy_n", "induction_n", "recall_n", "dyck_n", "steps", "batch_size", "eval_batches"):
+        for name in ("copy_n", "induction_n", "recall_n", "dyck_n", "eval_batches"):
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
 
     def items(self, name: str) -> list[str]:
@@ -68,18 +61,18 @@ def write_text(path: str, text: str) -> None:
 
 
 def main(argv) -> None:
-    pc = config_from_argv(argv, ProbeConfig)
-    if pc is None:  # --help
+    if "--help" in argv or "-h" in argv:
+        print(help_text((ProbeConfig, ProbeModel), {}))
         return
+    per_class, _ = parse_configs(argv, (ProbeConfig, ProbeModel), {})
+    pc, pm = ProbeConfig(**per_class[ProbeConfig]), ProbeModel(**per_class[ProbeModel])
+    config = {**asdict(pc), **asdict(pm)}
     import torch
 
-    from insight.probe_fit import ProbeModel
     from insight.probe_report import cells, figure, run_cell, save_png, table
 
     if pc.threads:
         torch.set_num_threads(pc.threads)
-    pm = ProbeModel(n_layer=pc.n_layer, n_head=pc.n_head, n_embd=pc.n_embd, steps=pc.steps,
-                    batch_size=pc.batch_size, learning_rate=pc.learning_rate, mixed=pc.mixed)
     wandb_run = None
     if pc.wandb_log:
         os.environ.setdefault("WANDB_MODE", "offline")
@@ -87,7 +80,7 @@ def main(argv) -> None:
         import wandb
 
         os.makedirs(pc.out, exist_ok=True)
-        wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=asdict(pc),
+        wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config,
                                dir=pc.out)
     results = []
     for task, pos_emb, model in cells(pc.items("tasks"), pc.items("pos_embs"), pc.items("models")):
@@ -100,7 +93,7 @@ def main(argv) -> None:
     os.makedirs(pc.out, exist_ok=True)
     md = table(results)
     write_text(os.path.join(pc.out, "table.md"), md)
-    write_text(os.path.join(pc.out, "results.json"), json.dumps({"config": asdict(pc), "results": results},
+    write_text(os.path.join(pc.out, "results.json"), json.dumps({"config": config, "results": results},
                                                                 indent=1))
     png = os.path.join(pc.out, "probes.png")
     write_atomic(png, lambda f: save_png(figure(results), f))

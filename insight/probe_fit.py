@@ -6,7 +6,6 @@ answer tokens whose most likely prediction is right, on held-out batches drawn f
 Shapes: B batch, T length, V vocabulary.
 """
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -14,22 +13,10 @@ import torch.nn.functional as F
 from model import GPT, GPTConfig
 
 from .induction import prefix_matching, repeated_tokens
+from .probe_config import ProbeModel
 from .probe_tasks import N_SYMBOLS, VOCAB_SIZE, length, make_batch, model_io, train_sizes
 
 EVAL_SEED_OFFSET = 10_000  # held-out batches come from seed + this: never the training stream
-
-
-@dataclass
-class ProbeModel:
-    """The size of a probe model and how it is trained."""
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 64
-    steps: int = 600
-    batch_size: int = 64
-    learning_rate: float = 3e-3
-    weight_decay: float = 0.0
-    mixed: bool = False  # train on every size from n/2 to n, one drawn per batch (probe_tasks.train_sizes)
 
 
 def build(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int) -> GPT:
