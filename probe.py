@@ -3,11 +3,12 @@ associative recall and Dyck-1, at the trained length and at 2x and 4x (README.md
 
     python probe.py --out=probes                                   # the whole grid (~15 min on 2 CPU cores)
     python probe.py --tasks=copy --pos_embs=rope,alibi --steps=200 # a part of it
-    python probe.py --mixed=true --tasks=induction --models=decoder --steps=3000   # sizes n/2..n: by content
+    python probe.py --mixed=true --tasks=induction --models=decoder --steps=3000   # sizes n/2..n
 
-Tasks are generated on the fly from the seed (insight/probe_tasks.py); each model trains in seconds
-(insight/probe_fit.py). Writes to --out: table.md, results.json and probes.png; with --wandb_log=true each run's
-loss and the table go to wandb too.
+Tasks are generated on the fly from the seed (insight/probe_tasks.py); each model trains in about 10 s per 500
+steps (insight/probe_fit.py). Writes to --out: table.md, results.json, probes.png and, for the induction task,
+curves.png (its loss and best head's prefix score while training); with --wandb_log=true each run's loss (and prefix
+score) and the table go to wandb too.
 """
 import json
 import os
@@ -23,7 +24,7 @@ from insight.probe_config import ProbeModel
 
 @dataclass
 class ProbeConfig:
-    out: str = "probes"  # table.md, results.json, probes.png
+    out: str = "probes"  # table.md, results.json, probes.png, curves.png (the induction task's training curves)
     tasks: str = "copy,induction,recall,dyck"  # comma-separated, from insight/probe_tasks.py TASKS
     pos_embs: str = "rope,alibi,sinusoidal,learned,none"
     models: str = "decoder,encoder"  # the encoder sees the answers masked (not for induction)
@@ -32,7 +33,7 @@ class ProbeConfig:
     induction_n: int = 8
     recall_n: int = 4
     dyck_n: int = 8
-    # the probe models' size and training: insight/probe_config.py ProbeModel (--n_layer, --steps, --mixed, ...)
+    # evaluation and the run (the probe models' size and training: insight/probe_config.py, --n_layer, --steps, ...)
     eval_batches: int = 4  # held-out batches of 128 per length
     seed: int = 0
     threads: int | None = None  # CPU threads (None: torch's choice)
@@ -69,7 +70,7 @@ def main(argv) -> None:
     config = {**asdict(pc), **asdict(pm)}
     import torch
 
-    from insight.probe_report import cells, figure, run_cell, save_png, table
+    from insight.probe_report import cells, curve_figure, figure, run_cell, save_png, table
 
     if pc.threads:
         torch.set_num_threads(pc.threads)
@@ -85,7 +86,10 @@ def main(argv) -> None:
     results = []
     for task, pos_emb, model in cells(pc.items("tasks"), pc.items("pos_embs"), pc.items("models")):
         name = f"{task}/{model}/{pos_emb}"
-        on_step = (lambda step, loss, name=name: wandb_run.log({f"probe_loss/{name}": loss})) if wandb_run else None
+        on_step = None
+        if wandb_run:  # each cell's curve under its own keys: probe_loss/NAME, probe_prefix/NAME (induction)
+            def on_step(row, name=name):
+                wandb_run.log({f"probe_{key}/{name}": value for key, value in row.items() if key != "step"})
         r = run_cell(task, pos_emb, model, getattr(pc, f"{task}_n"), pm, pc.seed, pc.eval_batches, on_step)
         results.append(r)
         print(f"{name}: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in r["acc"].items())
@@ -97,7 +101,12 @@ def main(argv) -> None:
                                                                 indent=1))
     png = os.path.join(pc.out, "probes.png")
     write_atomic(png, lambda f: save_png(figure(results), f))
-    print(md + f"wrote {pc.out}/table.md, results.json, probes.png")
+    wrote = "table.md, results.json, probes.png"
+    curves = curve_figure(results)
+    if curves is not None:  # the induction task's loss and prefix score while training
+        write_atomic(os.path.join(pc.out, "curves.png"), lambda f: save_png(curves, f))
+        wrote += ", curves.png"
+    print(md + f"wrote {pc.out}/{wrote}")
     if wandb_run is not None:
         import wandb
 

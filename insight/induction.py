@@ -35,14 +35,18 @@ def repeated_tokens(vocab_size: int, half: int, seed: int = 0, avoid: tuple = ()
 
 
 def prefix_matching(maps: torch.Tensor, half: int, offset: int = 0) -> torch.Tensor:
-    """maps: (L, H, T, T) attention weights of one repeated sequence (T = 2 * half, or one less) -> (L, H)
-    prefix-matching scores: mean over queries t = half..T-1 of maps[..., t, t - half + 1]. offset d reads key
-    t - half + 1 + d instead (where it exists, 0 <= key <= t): where a head looks when it is not there."""
+    """maps: (..., T, T) attention weights of a repeated sequence (T = 2 * half, or 2 * half - 1 as a decoder reads
+    it), e.g. (L, H, T, T) -> (L, H) prefix-matching scores: the mean over the queries t = half..T-1 of the second
+    copy of maps[..., t, t - half + 1]. offset d reads key t - half + 1 + d instead, where a head looks when it is
+    not there; -half < d < half keeps the key in the past (d <= half - 1) and in the sequence for some query."""
     T = maps.size(-1)
-    t = torch.arange(half, T)  # (half,) queries of the second copy
-    key = t - half + 1 + offset  # (half,)
-    ok = (key >= 0) & (key <= t)
-    return maps[..., t[ok], key[ok]].mean(-1)  # (L, H)
+    if not -half < offset < half:
+        raise ValueError(f"offset={offset} puts the key outside 0..t for the second copy; "
+                         f"use -{half} < offset < {half}")
+    t = torch.arange(half, T)  # (T - half,) queries of the second copy
+    key = t - half + 1 + offset  # (T - half,) never above t, since offset < half
+    ok = key >= 0  # a negative offset has no key for the first queries
+    return maps[..., t[ok], key[ok]].mean(-1)  # (...), e.g. (L, H)
 
 
 class HeadRemoved:

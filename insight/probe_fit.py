@@ -1,8 +1,9 @@
 """Train a tiny model on one probe task (insight/probe_tasks.py) and score it at several lengths.
 
 A probe model is small (a few layers, width 64) and trained from fresh batches at every step (the generator
-never repeats itself, so there is nothing to overfit): seconds to a minute on a CPU. Accuracy is the share of
-answer tokens whose most likely prediction is right, on held-out batches drawn from another seed.
+never repeats itself, so there is nothing to overfit), at one size or (mixed) at sizes drawn from n/2..n: about
+10 s per 500 steps on one CPU thread. Accuracy is the share of answer tokens whose most likely prediction is right,
+on held-out batches drawn from another seed; best_prefix_score says whether an induction head does it.
 Shapes: B batch, T length, V vocabulary.
 """
 import math
@@ -28,7 +29,8 @@ def build(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: i
 
 
 def fit(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int = 0, on_step=None) -> GPT:
-    """Train a probe model on task at size n; on_step(step, loss) is called every 50 steps (wandb, progress)."""
+    """Train a probe model on task at size n; on_step(step, loss, model) is called every 50 steps (the training
+    curve, wandb)."""
     model = build(task, n, pos_emb, causal, pm, seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=pm.learning_rate, weight_decay=pm.weight_decay,
                             betas=(0.9, 0.98))
@@ -47,7 +49,7 @@ def fit(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if on_step is not None and (step + 1) % 50 == 0:
-            on_step(step + 1, loss.item())
+            on_step(step + 1, loss.item(), model)
     return model.eval()
 
 
@@ -69,17 +71,27 @@ def accuracy(model: GPT, task: str, n: int, batches: int = 4, batch_size: int = 
     return right / total
 
 
+PREFIX_SEQUENCES = 8  # held-out repeated sequences the prefix score is averaged over (one has only n - 1 queries)
+
+
 @torch.no_grad()
 def best_prefix_score(model: GPT, n: int, seed: int = 0) -> float | None:
     """How much of an induction head the model has at size n: the best head's prefix-matching score
-    (insight/induction.py) on the induction task's own kind of input, n distinct symbols shown twice, as the
-    decoder reads it (the last token dropped); None where that is longer than the model can read."""
+    (insight/induction.py), averaged over PREFIX_SEQUENCES inputs of the induction task's kind (n distinct symbols
+    shown twice, as the decoder reads them: the last token dropped) from the held-out seeds; None where that is
+    longer than the model can read. The model's training/eval mode is left as it was."""
     T = 2 * n - 1
     if n > N_SYMBOLS or (model.pos.max_len is not None and T > model.pos.max_len):
         return None
-    idx = repeated_tokens(N_SYMBOLS, n, seed)[:, :T]  # (1, 2n - 1), content symbols only
-    maps = model.attention_maps(idx)[:, 0]  # (L, H, T, T)
-    return float(prefix_matching(maps, n).max())
+    first = seed + EVAL_SEED_OFFSET
+    idx = torch.cat([repeated_tokens(N_SYMBOLS, n, first + i)[:, :T] for i in range(PREFIX_SEQUENCES)])  # (S, T)
+    was_training = model.training
+    model.eval()
+    try:
+        maps = model.attention_maps(idx)  # (L, S, H, T, T)
+    finally:
+        model.train(was_training)
+    return float(prefix_matching(maps, n).mean(1).max())  # (L, S, H) -> mean over sequences -> best head
 
 
 @torch.no_grad()

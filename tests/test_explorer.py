@@ -116,6 +116,9 @@ def test_prefix_matching_score_reads_the_token_after_the_previous_occurrence():
         keys = {t: k for t, k in keys.items() if 0 <= k <= t}
         want = sum(maps[..., t, k] for t, k in keys.items()) / len(keys)
         torch.testing.assert_close(prefix_matching(maps, 5, offset=d), want)
+    for d in (5, -5):  # a key after the query, or before the sequence for every query: refused, not NaN
+        with pytest.raises(ValueError, match=f"offset={d}"):
+            prefix_matching(maps, 5, offset=d)
 
 
 def reference_logits(model, idx, drop=None):

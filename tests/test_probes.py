@@ -107,7 +107,7 @@ def test_probe_py_writes_table_results_and_figure(tmp_path):
     import probe
 
     out = tmp_path / "p"
-    probe.main([f"--out={out}", "--tasks=recall,induction", "--pos_embs=learned,alibi", "--steps=2",
+    probe.main([f"--out={out}", "--tasks=recall,induction", "--pos_embs=learned,alibi", "--steps=50",
                 "--n_embd=16", "--n_head=2", "--eval_batches=1", "--recall_n=2", "--induction_n=3"])
     results = json.loads((out / "results.json").read_text())["results"]
     cells = {(r["task"], r["model"], r["pos_emb"]) for r in results}
@@ -117,6 +117,9 @@ def test_probe_py_writes_table_results_and_figure(tmp_path):
     assert learned["acc"]["2x"] is None and learned["acc"]["1x"] is not None
     assert "| recall | encoder | alibi | 2 |" in (out / "table.md").read_text()
     assert (out / "probes.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the induction cells' training curves
+    induction = [r for r in results if r["task"] == "induction"]
+    assert all(r["curve"] and all("prefix" in row for row in r["curve"]) for r in induction)
 
 
 def test_probe_py_refuses_an_unknown_task(tmp_path):
@@ -141,30 +144,67 @@ def test_mixed_sizes_run_from_half_to_n_on_the_tasks_own_steps():
 def test_a_mixed_fit_trains_on_every_size_and_a_fixed_one_on_n(monkeypatch):
     import insight.probe_fit as probe_fit
 
-    seen = []
+    seen, batches = [], []
     real = probe_fit.make_batch
-    monkeypatch.setattr(probe_fit, "make_batch", lambda task, B, n, g: seen.append(n) or real(task, B, n, g))
+
+    def record(task, B, n, g):
+        out = real(task, B, n, g)
+        seen.append(n)
+        batches.append(out[0])
+        return out
+
+    monkeypatch.setattr(probe_fit, "make_batch", record)
     fit("copy", 6, "alibi", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=40, batch_size=2, mixed=True))
     assert set(seen) == {3, 4, 5, 6}
     seen.clear()
-    fit("copy", 6, "alibi", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=5, batch_size=2))
+    batches.clear()
+    fit("copy", 6, "alibi", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=5, batch_size=2), seed=3)
     assert seen == [6] * 5
+    # one size draws nothing else from the stream: the batches are the generator's first five, as before --mixed
+    g = torch.Generator().manual_seed(3)
+    for got in batches:
+        assert torch.equal(got, real("copy", 2, 6, g)[0])
 
 
 def test_best_prefix_score_reads_the_attention_at_the_token_after_the_previous_occurrence():
     from insight.induction import repeated_tokens
-    from insight.probe_fit import best_prefix_score
+    from insight.probe_fit import EVAL_SEED_OFFSET, PREFIX_SEQUENCES, best_prefix_score
 
-    model = fit("induction", 5, "rope", True, ProbeModel(n_layer=2, n_head=2, n_embd=16, steps=0)).eval()
+    model = fit("induction", 5, "rope", True, ProbeModel(n_layer=2, n_head=2, n_embd=16, steps=0))
     n, T = 5, 9  # the decoder reads 2n - 1 tokens
-    idx = repeated_tokens(pt.N_SYMBOLS, n, 0)[:, :T]
-    assert idx.max() < pt.N_SYMBOLS and idx[0, :n].unique().numel() == n
-    with torch.no_grad():
-        maps = model.attention_maps(idx)[:, 0]  # (L, H, T, T)
-    # reference: for each head, the mean over second-copy queries t of the weight on key t - n + 1
-    ref = max(sum(float(maps[layer, head, t, t - n + 1]) for t in range(n, T)) / (T - n)
-              for layer in range(2) for head in range(2))
-    assert best_prefix_score(model, n) == pytest.approx(ref, abs=1e-6)
+    # reference: for each head, the mean over held-out sequences and over second-copy queries t of the weight on
+    # key t - n + 1, one sequence at a time; then the best head
+    total = torch.zeros(2, 2)
+    for i in range(PREFIX_SEQUENCES):
+        idx = repeated_tokens(pt.N_SYMBOLS, n, 7 + EVAL_SEED_OFFSET + i)[:, :T]
+        assert idx.max() < pt.N_SYMBOLS and idx[0, :n].unique().numel() == n
+        with torch.no_grad():
+            maps = model.eval().attention_maps(idx)[:, 0]  # (L, H, T, T)
+        for layer in range(2):
+            for head in range(2):
+                total[layer, head] += sum(float(maps[layer, head, t, t - n + 1]) for t in range(n, T)) / (T - n)
+    ref = float(total.max()) / PREFIX_SEQUENCES
+    for mode in (True, False):  # the model's mode is left as it was found
+        model.train(mode)
+        assert best_prefix_score(model, n, seed=7) == pytest.approx(ref, abs=1e-6)
+        assert model.training is mode
     learned = fit("induction", 5, "learned", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=0))
     assert best_prefix_score(learned, 5) is not None and best_prefix_score(learned, 10) is None  # past its table
     assert best_prefix_score(model, pt.N_SYMBOLS + 1) is None  # no room for that many distinct symbols
+
+
+def test_the_curve_records_loss_and_prefix_score_every_50_steps():
+    from insight.probe_fit import best_prefix_score
+    from insight.probe_report import run_cell
+
+    seen = []
+    pm = ProbeModel(n_layer=2, n_head=2, n_embd=16, steps=100, batch_size=8)
+    r = run_cell("induction", "rope", "decoder", 4, pm, eval_batches=1, on_step=seen.append)
+    assert [row["step"] for row in r["curve"]] == [50, 100] and seen == r["curve"]
+    assert all(row["loss"] > 0 and 0 <= row["prefix"] <= 1 for row in r["curve"])
+    # the last row is the trained model's score
+    model = fit("induction", 4, "rope", True, pm)
+    assert r["curve"][-1]["prefix"] == pytest.approx(best_prefix_score(model, 4), abs=1e-5)
+    assert r["prefix"]["1x"] == pytest.approx(r["curve"][-1]["prefix"], abs=1e-5)
+    copy = run_cell("copy", "rope", "decoder", 4, pm, eval_batches=1)
+    assert [set(row) for row in copy["curve"]] == [{"step", "loss"}] * 2  # a prefix score for induction only
