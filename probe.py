@@ -33,7 +33,7 @@ class ProbeConfig:
     induction_n: int = 8
     recall_n: int = 4
     dyck_n: int = 8
-    # evaluation and the run (the probe models' size and training: insight/probe_config.py, --n_layer, --steps, ...)
+    # evaluation and the run (--n_layer, --steps, --mixed and the rest of the probe models' own flags: below)
     eval_batches: int = 4  # held-out batches of 128 per length
     seed: int = 0
     threads: int | None = None  # CPU threads (None: torch's choice)
@@ -83,13 +83,16 @@ def main(argv) -> None:
         os.makedirs(pc.out, exist_ok=True)
         wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config,
                                dir=pc.out)
+        wandb_run.define_metric("probe_step")
+        wandb_run.define_metric("probe_*", step_metric="probe_step")
     results = []
     for task, pos_emb, model in cells(pc.items("tasks"), pc.items("pos_embs"), pc.items("models")):
         name = f"{task}/{model}/{pos_emb}"
         on_step = None
         if wandb_run:  # each cell's curve under its own keys: probe_loss/NAME, probe_prefix/NAME (induction)
-            def on_step(row, name=name):
-                wandb_run.log({f"probe_{key}/{name}": value for key, value in row.items() if key != "step"})
+            def on_step(row, name=name):  # against the cell's own training step, not wandb's global one
+                wandb_run.log({"probe_step": row["step"],
+                               **{f"probe_{key}/{name}": value for key, value in row.items() if key != "step"}})
         r = run_cell(task, pos_emb, model, getattr(pc, f"{task}_n"), pm, pc.seed, pc.eval_batches, on_step)
         results.append(r)
         print(f"{name}: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in r["acc"].items())

@@ -38,11 +38,14 @@ def prefix_matching(maps: torch.Tensor, half: int, offset: int = 0) -> torch.Ten
     """maps: (..., T, T) attention weights of a repeated sequence (T = 2 * half, or 2 * half - 1 as a decoder reads
     it), e.g. (L, H, T, T) -> (L, H) prefix-matching scores: the mean over the queries t = half..T-1 of the second
     copy of maps[..., t, t - half + 1]. offset d reads key t - half + 1 + d instead, where a head looks when it is
-    not there; -half < d < half keeps the key in the past (d <= half - 1) and in the sequence for some query."""
+    not there, over the queries that have that key (0 <= key <= t): half - T <= d < half."""
     T = maps.size(-1)
-    if not -half < offset < half:
-        raise ValueError(f"offset={offset} puts the key outside 0..t for the second copy; "
-                         f"use -{half} < offset < {half}")
+    if not half < T <= 2 * half:
+        raise ValueError(f"{T} tokens are not a sequence of {half} shown twice "
+                         f"(T must be {2 * half - 1} or {2 * half})")
+    if not half - T <= offset < half:
+        raise ValueError(f"offset={offset} puts the key outside 0..t for every query of the second copy; "
+                         f"use {half - T} <= offset < {half}")
     t = torch.arange(half, T)  # (T - half,) queries of the second copy
     key = t - half + 1 + offset  # (T - half,) never above t, since offset < half
     ok = key >= 0  # a negative offset has no key for the first queries

@@ -116,9 +116,13 @@ def test_prefix_matching_score_reads_the_token_after_the_previous_occurrence():
         keys = {t: k for t, k in keys.items() if 0 <= k <= t}
         want = sum(maps[..., t, k] for t, k in keys.items()) / len(keys)
         torch.testing.assert_close(prefix_matching(maps, 5, offset=d), want)
-    for d in (5, -5):  # a key after the query, or before the sequence for every query: refused, not NaN
+    torch.testing.assert_close(prefix_matching(maps, 5, offset=-5), maps[..., 9, 0])  # one query has that key
+    for d in (5, -6):  # a key after the query, or before the sequence for every query: refused, not NaN
         with pytest.raises(ValueError, match=f"offset={d}"):
             prefix_matching(maps, 5, offset=d)
+    for T in (5, 11):  # not a sequence of 5 shown twice
+        with pytest.raises(ValueError, match=f"{T} tokens"):
+            prefix_matching(torch.rand(1, 1, T, T), 5)
 
 
 def reference_logits(model, idx, drop=None):

@@ -104,3 +104,29 @@ def test_layout_groups_a_study_and_separates_encoders():
     assert rope["name"] != alibi["name"] != encoder["name"]
     assert (rope["job_type"], encoder["job_type"]) == ("decoder", "encoder") and "encoder" in encoder["tags"]
     assert run_layout({**base, "pos_emb": "rope", "wandb_group": "pos-study"})["group"] == "pos-study"
+
+
+def test_probe_py_logs_each_cells_curve_against_its_own_step(tmp_path):
+    """probe.py --wandb_log=true: each cell's loss (and the induction cell's prefix score) every 50 steps, on the
+    x axis probe_step (the cell's training step, not wandb's global counter), then the table and figure."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "probe.py"), f"--out={tmp_path}", "--tasks=induction,copy",
+                        "--pos_embs=rope", "--models=decoder", "--steps=100", "--n_embd=16", "--n_head=2",
+                        "--batch_size=8", "--eval_batches=1", "--threads=1", "--wandb_log=true"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    (log,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    records = {}
+    for record in read_records(log):
+        records.setdefault(record.WhichOneof("record_type"), []).append(record)
+    rows = [{item.key or item.nested_key[0]: json.loads(item.value_json) for item in h.history.item}
+            for h in records["history"]]
+    curves = [row for row in rows if "probe_step" in row]
+    assert [row["probe_step"] for row in curves] == [50, 100, 50, 100]  # induction's curve, then copy's
+    assert all({"probe_loss/induction/decoder/rope", "probe_prefix/induction/decoder/rope"} <= set(row)
+               for row in curves[:2])
+    assert all(set(row) & {"probe_loss/copy/decoder/rope", "probe_prefix/copy/decoder/rope"}
+               == {"probe_loss/copy/decoder/rope"} for row in curves[2:])
+    assert any("probes/table" in row for row in rows)
+    metrics = {m.metric.name or m.metric.glob_name: m.metric for m in records["metric"]}
+    assert metrics["probe_*"].step_metric == "probe_step"
