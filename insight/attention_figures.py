@@ -16,6 +16,7 @@ import torch  # noqa: E402
 from matplotlib.colors import PowerNorm  # noqa: E402
 
 from common.errors import UserError  # noqa: E402
+from common.eval_mode import evaluating  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
 
 MAX_TOKENS = 64  # beyond this the token labels no longer fit
@@ -86,13 +87,9 @@ def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, 
                      cut: bool = False):
     """The attention maps of `text` as a matplotlib Figure (for files and for wandb.Image). kind: the title's name
     of the model (default: decoder or encoder, from its config)."""
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         idx = encode_probe(model, tokenizer, text, max_tokens, cut)
         data = attention_data(model, idx)
-    finally:
-        model.train(was_training)
     cfg = model.config
     kind = kind or ("decoder (causal)" if cfg.causal else "encoder (bidirectional)")
     title = (f"attention weights: {kind}, {cfg.n_layer} layers x {cfg.n_head} heads, pos_emb={cfg.pos_emb}, "

@@ -19,6 +19,7 @@ import json
 import torch
 
 from common.errors import UserError
+from common.eval_mode import evaluating
 
 from .explorer_page import PAGE
 from .induction import induction_scores, special_ids
@@ -68,12 +69,8 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
                else f"the page shows at most --max_tokens={max_tokens}")
         raise UserError(f"the text is {len(ids)} tokens and {why}; shorten the text")
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         maps = model.attention_maps(torch.tensor([ids], device=device))[:, 0].float().cpu()  # (L, H, T, T)
-    finally:
-        model.train(was_training)
     scores = induction_scores(model, avoid=special_ids(tokenizer))
     cfg = model.config
     return {"tokens": [shown(tokenizer.decode([i])) for i in ids],

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from common.eval_mode import evaluating
+
 DEFAULT_HALF = 32  # tokens per copy: long enough to be unambiguous, short enough to cost nothing at evaluation
 
 
@@ -115,14 +117,10 @@ def induction_scores(model, half: int = DEFAULT_HALF, seed: int = 0, avoid: tupl
     half = max(2, min(half, model.config.block_size // 2))
     device = next(model.parameters()).device
     idx = repeated_tokens(model.config.vocab_size, half, seed, avoid).to(device)  # (1, 2 * half)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         maps = model.attention_maps(idx)[:, 0].float().cpu()  # (L, H, T, T)
         prefix = prefix_matching(maps, half)
         copy = copying(model, idx, maps.to(device), half) if with_copy else None
-    finally:
-        model.train(was_training)
     return InductionScores(prefix, copy)
 
 

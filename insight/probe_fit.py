@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from common.eval_mode import evaluating
 from model import GPT, GPTConfig
 
 from .induction import prefix_matching, repeated_tokens
@@ -85,12 +86,8 @@ def best_prefix_score(model: GPT, n: int, seed: int = 0) -> float | None:
         return None
     first = seed + EVAL_SEED_OFFSET
     idx = torch.cat([repeated_tokens(N_SYMBOLS, n, first + i)[:, :T] for i in range(PREFIX_SEQUENCES)])  # (S, T)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         maps = model.attention_maps(idx)  # (L, S, H, T, T)
-    finally:
-        model.train(was_training)
     return float(prefix_matching(maps, n).mean(1).max())  # (L, S, H) -> mean over sequences -> best head
 
 

@@ -12,6 +12,7 @@ import torch
 MIN_TEMPERATURE = 1e-5
 
 from common.errors import ConfigError, UserError
+from common.eval_mode import evaluating
 
 
 class NonFiniteLogits(UserError):
@@ -109,9 +110,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
     done = torch.zeros(B, dtype=torch.bool, device=idx.device)
     start = max(0, idx.size(1) - block)  # first column of the context window
     cache = None
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         for _ in range(max_new_tokens):
             if idx.size(1) - start > block:  # window full: slide it (the cache must be rebuilt)
                 start, cache = idx.size(1) - keep, None
@@ -136,8 +135,6 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
                 done |= torch.isin(nxt, stop)
                 if bool(done.all()):
                     return
-    finally:
-        model.train(was_training)
 
 
 def generate(model, prompts, max_new_tokens, **kwargs):

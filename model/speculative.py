@@ -20,6 +20,8 @@ Shapes: V vocab, k guesses this round.
 """
 import torch
 
+from common.eval_mode import evaluating
+
 from .generate import MIN_TEMPERATURE, check_sampling, kept_on_slide, next_token_probs
 
 
@@ -109,9 +111,7 @@ def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: 
 
     tokens = list(prompt)
     big, small = Windowed(model), Windowed(draft)
-    was_training = model.training, draft.training
-    model.eval(), draft.eval()
-    try:
+    with evaluating(model, draft):
         produced = 0
         while produced < max_new_tokens:
             length = len(tokens)
@@ -140,6 +140,3 @@ def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: 
                 yield token
                 if token in stop:
                     return
-    finally:
-        model.train(was_training[0])
-        draft.train(was_training[1])

@@ -9,6 +9,7 @@ import math
 import torch
 
 from common.device import autocast
+from common.eval_mode import evaluating
 from training import distributed
 
 
@@ -16,11 +17,9 @@ from training import distributed
 def evaluate(run) -> dict:
     """{'val_loss', and for a next-token objective 'val_bpb' (bits per byte of text) and 'val_ppl'}."""
     model = run.model
-    was_training = model.training
-    model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=run.device)  # (sum of token losses, tokens, their bytes)
     token_bytes = run.token_bytes.to(run.device)
-    try:
+    with evaluating(model):
         for x, y in run.val_set:
             with autocast(run.device, run.dtype):
                 _, loss = model(x, y)
@@ -28,8 +27,6 @@ def evaluate(run) -> dict:
             n = scored.numel()
             sums += torch.tensor([loss.item() * n, n, token_bytes[scored].sum().item()], dtype=torch.float64,
                                  device=run.device)
-    finally:
-        model.train(was_training)
     total, count, n_bytes = (sums if run.tc.fsdp else distributed.all_sum(sums, run.dist)).tolist()
     val = total / count
     out = {"val_loss": val}

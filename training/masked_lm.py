@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from common.errors import ConfigError, UserError
+from common.eval_mode import evaluating
 from model.generate import check_sampling, sample_next
 from training.objectives import Objective
 
@@ -134,9 +135,7 @@ def generate_stream(model, prompt: list[int], max_new_tokens: int, mask_id: int,
         raise UserError("the prompt is empty: give at least one token")
     device = next(model.parameters()).device
     ids = list(prompt)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         for _ in range(max_new_tokens):
             keep = model.config.block_size - 1
             window = (ids[-keep:] if keep else []) + [mask_id]
@@ -146,8 +145,6 @@ def generate_stream(model, prompt: list[int], max_new_tokens: int, mask_id: int,
             token = int(sample_next(logits, temperature, top_k, top_p, min_p, generator))
             ids.append(token)
             yield token
-    finally:
-        model.train(was_training)
 
 
 class MaskedLM(Objective):
