@@ -3,8 +3,10 @@
     python -m benchmarks.attention_cost --out=attention_cost.png            # add --lengths=256,512,1024 to shorten
 
 What is measured: attend() forward (no gradient) for one causal self-attention layer, B=1, H heads of D dims, the
-way GPT calls it: with is_causal=True for the full paths, with an explicit band mask (built inside the timed
-region, as the model builds it) for the sliding window. Peak memory is the highest total of bytes the CPU
+way GPT calls it: with is_causal=True for the fused and tiled paths, with an explicit band mask (built inside the
+timed region, as the model builds it) for the sliding window. The math path gets an explicit causal mask too, so it
+forms the whole T x T matrix the formula describes (with is_causal and T > 64 it attends in blocks of queries,
+skipping the masked keys: model/attention.py causal_by_blocks). Peak memory is the highest total of bytes the CPU
 allocator holds during the call (torch.profiler's memory events), so it includes the kernels' own buffers.
 
     math         softmax(q k^T / sqrt(D)) v, written out: the T x T score matrix exists, O(T^2) time and memory
@@ -39,7 +41,7 @@ def paths(window: int):
         return lambda q, k, v: attend(q, k, v, mask=build_mask(0, q.size(2), True, window, device=q.device),
                                       impl=impl)
     return {
-        "math": lambda q, k, v: attend(q, k, v, impl="math", is_causal=True),
+        "math": lambda q, k, v: attend(q, k, v, mask=build_mask(0, q.size(2), True, device=q.device), impl="math"),
         "sdpa": lambda q, k, v: attend(q, k, v, impl="sdpa", is_causal=True),
         "tiled": lambda q, k, v: attend(q, k, v, impl="tiled", is_causal=True),
         f"window{window} mask+sdpa": windowed("sdpa"),

@@ -18,6 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from common.device import pick_dtype
+from common.malloc import keep_freed_memory
 from training.mfu import peak_matmul_flops
 from training.optim import make_optimizer
 from model import GPT, GPTConfig
@@ -73,6 +74,9 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     'ours-bernoulli'. 'ours-auto' is ours as train.py runs it by default
     (--dtype=auto): under bf16 autocast where this CPU multiplies bf16 natively (common/device.py probes it), else
     the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only)."""
+    # as train.py runs on a CPU (common/malloc.py: freed memory kept for the next step, no page faults per step);
+    # a process-wide setting, so nanoGPT's model, timed in this process, gets it too (its train.py does not set it)
+    keep_freed_memory()
     T = shape["block_size"]
     g = torch.Generator().manual_seed(0)
     batch = tuple(torch.randint(0, VOCAB, (batch_size, T), generator=g) for _ in range(2))  # x, y: (B, T) each

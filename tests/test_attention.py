@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from model import attention
 from model.attention import attend
 from model.masks import build_mask
 from model.positional import alibi_slopes
@@ -142,6 +143,69 @@ def test_is_causal_output_and_gradients_match_the_reference(impl, autocast, monk
     torch.testing.assert_close(out.double(), ref.detach(), **tol)
     for got, want in ((qk_leaf, qk64), (v, v64)):
         torch.testing.assert_close(got.grad.double(), want.grad, **tol)
+
+
+@pytest.mark.parametrize("T, autocast, blocks", [(16, False, True), (18, False, True), (15, False, False),
+                                                (16, True, False)])
+def test_causal_blocks_skip_the_hidden_keys_and_match_the_reference(T, autocast, blocks, monkeypatch):
+    """From MIN_BLOCKS blocks of CAUSAL_BLOCK queries up, in float32, the math path attends block by block
+    (causal_by_blocks): block [s, e) forms scores over keys 0..e-1 only. Blocks of 4 here: the score matmuls' shapes
+    show what was computed (one T x T matmul below 4 blocks or in bf16), and the output and gradients match the
+    float64 reference that sees the whole T x T matrix."""
+    monkeypatch.setattr(attention, "CAUSAL_BLOCK", 4)
+    B, H, D = 2, 3, 8
+    g = torch.Generator().manual_seed(1)
+    qk_leaf = torch.randn(B, T, 2 * H, D, generator=g, requires_grad=True)
+    v = torch.randn(B, H, T, D, generator=g, requires_grad=True)
+    dtype = torch.bfloat16 if autocast else torch.float32  # under autocast the model's q, k, v come out of a linear
+    q, k = qk_leaf.to(dtype).transpose(1, 2).split(H, dim=1)  # (B, H, T, D) each, as the model makes them
+    shapes = []
+    real = torch.baddbmm
+    monkeypatch.setattr(torch, "baddbmm", lambda *a, **kw: shapes.append(tuple(a[0].shape)) or real(*a, **kw))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = attend(q, k, v.to(dtype), impl="math", is_causal=True)
+    starts = range(0, T, 4) if blocks else [0]
+    assert shapes == [(min(s + 4, T) - s if blocks else T, min(s + 4, T) if blocks else T) for s in starts]
+    w = torch.linspace(-1, 1, out.numel()).view(out.shape)
+    (out.float() * w).sum().backward()
+    qk64, v64 = [t.detach().double().requires_grad_() for t in (qk_leaf, v)]
+    q64, k64 = qk64.transpose(1, 2).split(H, dim=1)
+    ref = reference_attention(q64, k64, v64, build_mask(0, T, causal=True))
+    (ref * w.double()).sum().backward()
+    tol = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out.double(), ref.detach(), **tol)
+    for got, want in ((qk_leaf, qk64), (v, v64)):
+        torch.testing.assert_close(got.grad.double(), want.grad, **tol)
+
+
+def test_causal_blocks_drop_each_blocks_weights_as_their_rows_of_the_whole_matrix(monkeypatch):
+    """With dropout, each block draws the mask for its own (queries, keys 0..e-1) weights. Reassembled into one
+    T x T matrix (zero right of each block), those dropped weights times V give the output exactly, and the
+    undropped weights are the causal softmax: nothing hidden is seen, nothing is dropped twice or left out."""
+    monkeypatch.setattr(attention, "CAUSAL_BLOCK", 4)
+    seen = []
+    real = attention.dropout
+
+    def recording(w, p, impl):
+        y = real(w, p, impl)
+        seen.append((w.detach(), y.detach()))
+        return y
+
+    monkeypatch.setattr(attention, "dropout", recording)
+    torch.manual_seed(0)
+    q, k, v = qkv(B=2, H=2, T=18, D=4)
+    out = attend(q, k, v, impl="math", is_causal=True, dropout_p=0.5, dropout_impl="rand")
+    assert len(seen) == 5  # blocks of 4, 4, 4, 4, 2 queries
+    before = torch.zeros(4, 18, 18)  # (B*H, T, T)
+    after = torch.zeros(4, 18, 18)
+    for s, (w, y) in zip(range(0, 18, 4), seen):
+        before[:, s:s + w.size(1), :w.size(2)] = w
+        after[:, s:s + y.size(1), :y.size(2)] = y
+    _, weights = attend(q, k, v, impl="math", is_causal=True, return_weights=True)  # the whole-matrix path
+    torch.testing.assert_close(before, weights.detach().flatten(0, 1))
+    assert set(after.unique().tolist()) <= {0.0} | set((2 * before).unique().tolist())  # kept * 1/(1-p), or 0
+    assert 0 < (after == 0).logical_and(before > 0).sum() < (before > 0).sum()  # some dropped, not all
+    torch.testing.assert_close(out.detach().flatten(0, 1), after @ v.detach().flatten(0, 1))
 
 
 def test_cross_attention_shapes_T_differs_from_S():

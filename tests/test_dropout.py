@@ -63,3 +63,44 @@ def test_model_uses_it_and_eval_mode_has_no_dropout():
         plain = tiny_model(dropout=0.0)  # same seed, same weights
         assert torch.allclose(model.eval()(idx)[0], plain(idx)[0])
         assert not torch.allclose(model.train()(idx)[0], plain(idx)[0])
+
+
+def test_a_large_mask_is_the_same_whichever_thread_fills_it_and_its_halves_are_independent(monkeypatch):
+    """Past SPLIT elements the mask's first half is filled on a helper thread, each half from its own seed: the
+    result is the serial fill's, element for element, and the two halves are not one stream repeated."""
+    from model import dropout as d
+    n = 3 * d.SPLIT + 1  # odd: halves of n // 2 and n - n // 2
+    torch.manual_seed(0)
+    threaded = d.scaled_keep_mask((n,), 0.2, "cpu")
+    monkeypatch.setattr(d, "SPLIT", n + 1)
+    torch.manual_seed(0)
+    serial = d.scaled_keep_mask((n,), 0.2, "cpu")
+    assert torch.equal(threaded, serial)
+    assert set(threaded.unique().tolist()) == {0.0, 1.25}
+    first, second = threaded[: n // 2] > 0, threaded[n // 2: n // 2 * 2] > 0
+    both = (first & second).float().mean().item()  # kept in both halves at the same offset: keep^2 if independent
+    assert abs(both - 0.64) < 6 * math.sqrt(0.64 * 0.36 / (n // 2))
+
+
+def _draw_in_child(queue):
+    from model.dropout import scaled_keep_mask
+    mask = scaled_keep_mask((1 << 18,), 0.2, "cpu")
+    queue.put(float(mask.numpy().mean()))  # numpy: torch's OpenMP ops can hang in a forked child
+
+
+def test_a_forked_child_can_draw_masks_after_its_parent_did():
+    """The helper thread does not survive fork(): a child that reused the parent's executor would wait forever.
+    The module forgets its executor in the child, which makes its own."""
+    import multiprocessing
+    from model.dropout import scaled_keep_mask
+    scaled_keep_mask((1 << 18,), 0.2, "cpu")  # the parent's helper thread now exists
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_draw_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=20)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive, "the forked child hung drawing a dropout mask"
+    assert abs(queue.get(timeout=5) - 1.0) < 0.01  # E[mask] = 1
