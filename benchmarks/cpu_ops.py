@@ -1,14 +1,16 @@
 """Two per-op costs of a training step on a CPU, forward + backward, old and new side by side (issue 18, round two,
-fifth part):
+fifth and sixth parts):
 
 - causal scores: model/attention.py's math path forms scale * Q K^T + M (M = -inf above the diagonal) in one
   `baddbmm`; before, a matmul, then a multiply by 1/sqrt(D), then a masked_fill: two more passes over the T x T
-  scores forward and two backward, and a float32 softmax between two casts under bf16.
+  scores forward and two backward, and a float32 softmax between two casts under bf16. Third contender: the same
+  in blocks of 64 queries over the keys each block can see (causal_by_blocks; attend() takes it in float32 on a CPU
+  from T = 256).
 - GELU: the tanh form (GPT-2's, our mlp_act='gelu') against the erf form (nanoGPT's, mlp_act='gelu_exact').
 
     python -m benchmarks.cpu_ops                 # ~1 min: the default model's shapes (bf16) and nanoGPT's (float32)
 
-Each row times both contenders alternately, `rounds` rounds of `steps` calls, and reports medians (ms per call).
+Each row times its contenders alternately, `rounds` rounds of `steps` calls, and reports medians (ms per call).
 """
 import math
 import statistics
@@ -23,7 +25,7 @@ from common import cli
 from common.errors import FlagError
 from common.flags import config_from_argv
 from common.malloc import keep_freed_memory
-from model.attention import attend
+from model.attention import causal_by_blocks
 
 from .rounds import alternated
 
@@ -43,7 +45,13 @@ def two_pass_causal(q, k, v):
 
 
 def one_pass_causal(q, k, v):
-    return attend(q, k, v, impl="math", is_causal=True)  # today's path: one baddbmm
+    """Round two's fifth part: the scale and the mask in one baddbmm over the whole T x T matrix (one block)."""
+    return causal_by_blocks(q, k, v, 1.0 / math.sqrt(q.size(-1)), block=q.size(-2))
+
+
+def causal_blocks(q, k, v):
+    """Its sixth part: blocks of 64 queries over the keys they can see (attend() takes it in float32 from T = 256)."""
+    return causal_by_blocks(q, k, v, 1.0 / math.sqrt(q.size(-1)))
 
 
 def ms_per_call(fn, inputs, grad, dtype, steps: int) -> float:
@@ -75,7 +83,8 @@ def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES,
     rows = []
     for name, shape, dtype in attention_shapes:
         q, k, v = (torch.randn(*shape, generator=g).to(dtype).requires_grad_() for _ in range(3))
-        ms = side_by_side({"two passes": two_pass_causal, "one baddbmm": one_pass_causal}, (q, k, v),
+        ms = side_by_side({"two passes": two_pass_causal, "one baddbmm": one_pass_causal,
+                           "blocks of 64": causal_blocks}, (q, k, v),
                           torch.randn(*shape, generator=g), dtype, rounds, steps)
         rows.append(("causal attention", name, shape, dtype, ms))
     for name, shape, dtype in gelu_shapes:
@@ -87,11 +96,13 @@ def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES,
 
 
 def table(rows) -> str:
-    lines = ["| op | shape | dtype | before / after (ms, forward + backward) | ratio |", "|---|---|---|---|---|"]
+    lines = ["| op | shape | dtype | before / after (ms, forward + backward) | ratio to the first |",
+             "|---|---|---|---|---|"]
     for op, name, shape, dtype, ms in rows:
-        (a, before), (b, after) = ms.items()
-        lines.append(f"| {op} | {name} {tuple(shape)} | {str(dtype).replace('torch.', '')} | "
-                     f"{a} {before:.2f} / {b} {after:.2f} | {before / after:.2f}x |")
+        first = next(iter(ms.values()))
+        times = " / ".join(f"{who} {t:.2f}" for who, t in ms.items())
+        ratios = " / ".join(f"{first / t:.2f}x" for t in list(ms.values())[1:])
+        lines.append(f"| {op} | {name} {tuple(shape)} | {str(dtype).replace('torch.', '')} | {times} | {ratios} |")
     return "\n".join(lines)
 
 

@@ -13,7 +13,8 @@ one-hot vector and its gradient vanishes; dividing by sqrt(D) keeps the scores a
   kernel too.
 - 'math': the textbook formula, written out; it is the reference the fused path is tested against and the one
   that can return the attention weights for plots. It is also the only path for the learned score functions
-  (attn_score='additive' | 'bilinear', model/scores.py).
+  (attn_score='additive' | 'bilinear', model/scores.py). Causal, on a CPU in float32 from T = 256 up, it attends
+  one block of queries at a time and never computes the masked keys' scores (causal_by_blocks): the same result.
 - 'tiled': FlashAttention's algorithm in plain PyTorch (model/tiled_attention.py): tiles of keys, an online
   softmax, memory linear in T. A teaching path, equal to 'math' to float32 rounding, slower than both others.
 """
@@ -64,7 +65,7 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         weights = None
     else:
         scale = 1.0 / math.sqrt(q.size(-1))
-        if score is None and is_causal and bias is None and not return_weights and uses_blocks(T, q.dtype):
+        if score is None and is_causal and bias is None and not return_weights and uses_blocks(T, q.dtype, q.device):
             return causal_by_blocks(q, k, v, scale, dropout_p, dropout_impl)  # (B, H, T, D): training's common case
         if score is None and is_causal and bias is None:  # one pass over the T x S scores
             # the scale and the causal mask ride in the matmul, C = scale * Q K^T + M with M = -inf above the
@@ -101,9 +102,10 @@ CAUSAL_BLOCK = 64  # queries per block in causal_by_blocks
 MIN_BLOCKS = 4  # fewer blocks skip too little work to pay for the smaller matmuls (3/4 of it at 2 blocks)
 
 
-def uses_blocks(T: int, dtype) -> bool:
-    """Whether the math path's plain causal case attends in blocks: float32 and T >= 256 (measured, see below)."""
-    return dtype == torch.float32 and T >= MIN_BLOCKS * CAUSAL_BLOCK
+def uses_blocks(T: int, dtype, device) -> bool:
+    """Whether the math path's plain causal case attends in blocks: on a CPU, in float32, from T = 256 (where it was
+    measured faster, see below; on a GPU the Python loop of small kernels is unmeasured)."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32 and T >= MIN_BLOCKS * CAUSAL_BLOCK
 
 
 def causal_by_blocks(q, k, v, scale: float, dropout_p: float = 0.0, dropout_impl: str = "rand", block=None):
@@ -124,10 +126,10 @@ def causal_by_blocks(q, k, v, scale: float, dropout_p: float = 0.0, dropout_impl
     q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B*H, T, D)
     causal = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, T): -inf above diagonal
     out = []
-    for s in range(0, T, block):
-        e = min(s + block, T)
+    for i, q_b in enumerate(q.split(block, dim=1)):  # (B*H, e-s, D): split, so the backward is one concatenation
+        s, e = i * block, i * block + q_b.size(1)
         # scale * Q_b K^T + M in one baddbmm, as below, over keys 0..e-1 only
-        scores = torch.baddbmm(causal[s:e, :e], q[:, s:e], k[:, :e].transpose(1, 2), alpha=scale)  # (B*H, e-s, e)
+        scores = torch.baddbmm(causal[s:e, :e], q_b, k[:, :e].transpose(1, 2), alpha=scale)  # (B*H, e-s, e)
         weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B*H, e-s, e)
         if dropout_p > 0.0:
             weights = dropout(weights, dropout_p, dropout_impl)

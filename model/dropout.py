@@ -10,9 +10,11 @@ Why not torch's: on a CPU, nn.Dropout fills the mask with bernoulli_, measured o
 at ~8 ns per element, 20% of a 6L/384/256 training step with dropout 0.2. Here two 64-bit seeds are drawn from
 torch's global generator (so torch.manual_seed, checkpoint resume and per-process seeds work as before), and
 numpy's PCG64 fills each half of the mask from one of them in one call (two 32-bit draws per 64-bit word), writing
-m itself, 0 or 1/(1-p), as float32: no bool mask to convert and scale afterwards. numpy's generators run on one
-core and release the GIL, so a large mask's first half is filled on a helper thread while this thread fills the
-second: the halves and their seeds are fixed, so the mask does not depend on which thread finishes first.
+m itself, 0 or 1/(1-p), as float32 (for float32 x): no bool mask to convert and scale afterwards. numpy's
+generators run on one core and release the GIL, so where torch has 2+ threads a large mask's first half is filled
+on a helper thread while this thread fills the second: the halves and their seeds are fixed, so the mask does not
+depend on which thread finishes first. (The same torch seed draws other masks than before round two's sixth part:
+two seeds per mask, and attention weights in blocks.)
 Measured on the 2-core EPYC, 2 threads: attention weights (8, 6, 256, 256) 28.3 -> 7.1 ms with one bulk draw and
 a bool mask (README "Speed"), and the two-thread float fill took a further 30 ms off a 6L/384/256 training step
 (README round two, sixth part).
@@ -24,6 +26,7 @@ Shapes: any; the mask has x's shape.
 """
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 
 SPLIT = 1 << 16  # masks with at least this many elements fill their two halves on two threads
 _helper: ThreadPoolExecutor | None = None  # made on first use
+_helper_lock = threading.Lock()
 
 
 def _forget_helper():
@@ -44,45 +48,55 @@ def _forget_helper():
 os.register_at_fork(after_in_child=_forget_helper)
 
 
-def _fill(out: np.ndarray, seed: int, p: float) -> None:
-    """out (n,) float32 <- 1/(1-p) with probability 1 - p, else 0, from PCG64(seed)."""
+def _helper_thread() -> ThreadPoolExecutor:
+    global _helper
+    with _helper_lock:
+        if _helper is None:
+            _helper = ThreadPoolExecutor(1, thread_name_prefix="dropout-mask")
+        return _helper
+
+
+def _fill(out: np.ndarray, seed: int, p: float, value: float) -> None:
+    """out (n,) float32 <- value with probability 1 - p, else 0, from PCG64(seed)."""
     bits = np.random.PCG64(seed).random_raw((out.size + 1) // 2).view(np.int32)[:out.size]  # uniform int32 values
     c = round(2**31 - (1.0 - p) * 2**32)  # P(v >= c) = (2^31 - c) / 2^32 = 1 - p
     np.greater_equal(bits, c, out=out)  # 1.0 where kept, 0.0 where dropped
-    out *= np.float32(1.0 / (1.0 - p))
+    if value != 1.0:
+        out *= np.float32(value)
 
 
-def scaled_keep_mask(shape, p: float, device, dtype=torch.float32) -> torch.Tensor:
-    """(shape) dtype: 1/(1-p) with probability 1 - p, else 0, independently for each element."""
-    global _helper
+def keep_mask(shape, p: float, device, value: float = 1.0) -> torch.Tensor:
+    """(shape) float32: value with probability 1 - p, else 0, independently for each element."""
     device = torch.device(device)
     if device.type != "cpu":
-        return (torch.rand(shape, device=device) < 1.0 - p).to(dtype).mul_(1.0 / (1.0 - p))  # P(keep) to 2^-24
+        return (torch.rand(shape, device=device) < 1.0 - p).to(torch.float32).mul_(value)  # P(keep) to 2^-24
     n = math.prod(shape)
     first_seed, second_seed = torch.randint(0, 2**63 - 1, (2,), dtype=torch.int64).tolist()  # from torch's generator
     mask = torch.empty(n, dtype=torch.float32)
     first, second = mask.numpy()[:n // 2], mask.numpy()[n // 2:]
-    if n >= SPLIT:
-        if _helper is None:
-            _helper = ThreadPoolExecutor(1, thread_name_prefix="dropout-mask")
-        job = _helper.submit(_fill, first, first_seed, p)
-        _fill(second, second_seed, p)
+    if n >= SPLIT and torch.get_num_threads() > 1:  # as many threads as torch was given, no more
+        job = _helper_thread().submit(_fill, first, first_seed, p, value)
+        _fill(second, second_seed, p, value)
         job.result()
-    else:  # a thread hand-off (~50 us) costs more than a small mask
-        _fill(first, first_seed, p)
-        _fill(second, second_seed, p)
-    mask = mask.view(shape)
-    return mask if dtype == torch.float32 else mask.to(dtype)
+    else:  # one thread; and for a small mask a thread hand-off (~50 us) costs more than it saves
+        _fill(first, first_seed, p, value)
+        _fill(second, second_seed, p, value)
+    return mask.view(shape)
 
 
 def dropout(x: torch.Tensor, p: float, impl: str = "rand") -> torch.Tensor:
-    """x * m with m = scaled_keep_mask(x.shape, p); x itself when p == 0. impl='bernoulli': torch's
+    """x * keep / (1 - p) with keep = keep_mask(x.shape, p); x itself when p == 0. impl='bernoulli': torch's
     F.dropout instead (the functional twin of build_dropout's choice, for attention weights)."""
     if impl == "bernoulli":
         return F.dropout(x, p)
     if p == 0.0:
         return x
-    return x * scaled_keep_mask(x.shape, p, x.device, x.dtype)  # survivors scaled by 1/(1-p), so E[y] = x
+    scale = 1.0 / (1.0 - p)  # survivors scaled so that E[y] = x
+    if x.dtype == torch.float32:
+        return x * keep_mask(x.shape, p, x.device, scale)  # the scale rides in the mask: one multiply
+    # other dtypes: 0 or x exactly, then the scale as a Python float (bf16's or float64's own rounding of 1/(1-p)
+    # would bias E[y]: bf16 rounds 1/0.9 to 1.109375, 0.16% low)
+    return (x * keep_mask(x.shape, p, x.device).to(x.dtype)).mul_(scale)
 
 
 class UniformDropout(nn.Module):

@@ -66,25 +66,45 @@ def test_model_uses_it_and_eval_mode_has_no_dropout():
 
 
 def test_a_large_mask_is_the_same_whichever_thread_fills_it_and_its_halves_are_independent(monkeypatch):
-    """Past SPLIT elements the mask's first half is filled on a helper thread, each half from its own seed: the
-    result is the serial fill's, element for element, and the two halves are not one stream repeated."""
+    """Past SPLIT elements, with 2+ torch threads, the mask's first half is filled on a helper thread, each half from
+    its own seed: the result is the serial fill's, element for element, and the two halves are not one stream
+    repeated. With one torch thread there is no helper."""
     from model import dropout as d
+    torch.set_num_threads(2)  # restored by conftest
     n = 3 * d.SPLIT + 1  # odd: halves of n // 2 and n - n // 2
     torch.manual_seed(0)
-    threaded = d.scaled_keep_mask((n,), 0.2, "cpu")
+    threaded = d.keep_mask((n,), 0.2, "cpu", 1.25)
     monkeypatch.setattr(d, "SPLIT", n + 1)
     torch.manual_seed(0)
-    serial = d.scaled_keep_mask((n,), 0.2, "cpu")
+    serial = d.keep_mask((n,), 0.2, "cpu", 1.25)
     assert torch.equal(threaded, serial)
     assert set(threaded.unique().tolist()) == {0.0, 1.25}
     first, second = threaded[: n // 2] > 0, threaded[n // 2: n // 2 * 2] > 0
     both = (first & second).float().mean().item()  # kept in both halves at the same offset: keep^2 if independent
     assert abs(both - 0.64) < 6 * math.sqrt(0.64 * 0.36 / (n // 2))
+    monkeypatch.setattr(d, "SPLIT", 1)
+    monkeypatch.setattr(d, "_helper_thread", lambda: pytest.fail("a helper thread with one torch thread"))
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    assert torch.equal(d.keep_mask((n,), 0.2, "cpu", 1.25), serial)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_other_dtypes_scale_each_survivor_in_higher_precision(dtype):
+    """bf16 rounds 1/0.9 to 1.109375 (0.16% low) and float32 rounds it too: a survivor must be its own x / 0.9,
+    rounded once to x's dtype, so that E[y] = x holds to that dtype's rounding of each element."""
+    torch.manual_seed(0)
+    x = torch.randn(1 << 16).to(dtype)
+    y = UniformDropout(0.1).train()(x)
+    kept = y != 0
+    assert y.dtype == dtype and 0.88 < kept.float().mean().item() < 0.92
+    want = (x[kept].double() * (1 / 0.9)).to(dtype)
+    assert torch.equal(y[kept], want)
 
 
 def _draw_in_child(queue):
-    from model.dropout import scaled_keep_mask
-    mask = scaled_keep_mask((1 << 18,), 0.2, "cpu")
+    from model.dropout import keep_mask
+    mask = keep_mask((1 << 18,), 0.2, "cpu", 1.25)
     queue.put(float(mask.numpy().mean()))  # numpy: torch's OpenMP ops can hang in a forked child
 
 
@@ -92,8 +112,9 @@ def test_a_forked_child_can_draw_masks_after_its_parent_did():
     """The helper thread does not survive fork(): a child that reused the parent's executor would wait forever.
     The module forgets its executor in the child, which makes its own."""
     import multiprocessing
-    from model.dropout import scaled_keep_mask
-    scaled_keep_mask((1 << 18,), 0.2, "cpu")  # the parent's helper thread now exists
+    from model.dropout import keep_mask
+    torch.set_num_threads(2)  # restored by conftest
+    keep_mask((1 << 18,), 0.2, "cpu")  # the parent's helper thread now exists
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_draw_in_child, args=(queue,))
