@@ -102,6 +102,9 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     out["auto_dtype"] = str(auto).replace("torch.", "")
     out["ours"]["mfu_fp32"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_fp32"]
     out["ours"]["mfu_bf16"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_bf16"]
+    # the step as train.py runs it, against the peak of the dtype it multiplies in
+    auto_peak = out["peak_bf16"] if auto == torch.bfloat16 else out["peak_fp32"]
+    out["ours-auto"]["mfu_auto"] = flops_per_token * out["ours-auto"]["tok_per_s"] / auto_peak
     out["profile"] = top_ops(*models["ours"], batch)
     return out
 
