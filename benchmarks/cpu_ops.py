@@ -96,7 +96,7 @@ def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES,
 
 
 def table(rows) -> str:
-    lines = ["| op | shape | dtype | before / after (ms, forward + backward) | ratio to the first |",
+    lines = ["| op | shape | dtype | ms per contender (forward + backward) | ratio to the first |",
              "|---|---|---|---|---|"]
     for op, name, shape, dtype, ms in rows:
         first = next(iter(ms.values()))

@@ -118,7 +118,7 @@ def causal_by_blocks(q, k, v, scale: float, dropout_p: float = 0.0, dropout_impl
     .py), but a whole row of a block's scores fits in memory here, so there is no online softmax. Measured on the
     2-core EPYC (README round two, sixth part), training steps with alternated rounds: 6L/384/256 in float32 5% faster
     with dropout 0.2 (one attention layer 41.5 -> 33.3 ms) and 4% without; but 3% slower at T = 128 (two blocks,
-    the default model in float32) and 2-3% slower under bf16 autocast at T = 256 (even with blocks of 128): the
+    the default model in float32) and 2% slower under bf16 autocast at T = 256 (even with blocks of 128): the
     smaller matmuls lose what the skipped work saves. Hence uses_blocks().
     q, k, v: (B, H, T, D); returns (B, H, T, D)."""
     B, H, T, D = q.shape

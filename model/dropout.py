@@ -41,8 +41,9 @@ _helper_lock = threading.Lock()
 
 
 def _forget_helper():
-    global _helper
+    global _helper, _helper_lock
     _helper = None  # a forked child has the executor but not its thread: it would wait forever
+    _helper_lock = threading.Lock()  # nor the thread that may have held the lock at the fork
 
 
 os.register_at_fork(after_in_child=_forget_helper)
@@ -94,8 +95,8 @@ def dropout(x: torch.Tensor, p: float, impl: str = "rand") -> torch.Tensor:
     scale = 1.0 / (1.0 - p)  # survivors scaled so that E[y] = x
     if x.dtype == torch.float32:
         return x * keep_mask(x.shape, p, x.device, scale)  # the scale rides in the mask: one multiply
-    # other dtypes: 0 or x exactly, then the scale as a Python float (bf16's or float64's own rounding of 1/(1-p)
-    # would bias E[y]: bf16 rounds 1/0.9 to 1.109375, 0.16% low)
+    # other dtypes: 0 or x exactly, then the scale as a Python float, each survivor rounded once to x's dtype (a
+    # scale rounded to bf16 first biases E[y]: 1/0.9 becomes 1.109375, 0.16% low; float64's was rounded to float32)
     return (x * keep_mask(x.shape, p, x.device).to(x.dtype)).mul_(scale)
 
 

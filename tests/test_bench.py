@@ -43,7 +43,7 @@ def test_cpu_ops_benchmark_times_equal_computations_and_refuses_no_rounds():
 
     from benchmarks import cpu_ops
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 9, 4, generator=g) for _ in range(3))  # the contenders compute one thing
+    q, k, v = (torch.randn(2, 3, 130, 4, generator=g) for _ in range(3))  # the contenders compute one thing (3 blocks)
     torch.testing.assert_close(cpu_ops.two_pass_causal(q, k, v), cpu_ops.one_pass_causal(q, k, v))
     torch.testing.assert_close(cpu_ops.two_pass_causal(q, k, v), cpu_ops.causal_blocks(q, k, v))
     rows = cpu_ops.measure(1, 1, [("tiny", (1, 2, 8, 4), torch.bfloat16)], [("tiny", (8, 16), torch.float32)])

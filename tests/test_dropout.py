@@ -89,7 +89,7 @@ def test_a_large_mask_is_the_same_whichever_thread_fills_it_and_its_halves_are_i
     assert torch.equal(d.keep_mask((n,), 0.2, "cpu", 1.25), serial)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_other_dtypes_scale_each_survivor_in_higher_precision(dtype):
     """bf16 rounds 1/0.9 to 1.109375 (0.16% low) and float32 rounds it too: a survivor must be its own x / 0.9,
     rounded once to x's dtype, so that E[y] = x holds to that dtype's rounding of each element."""
@@ -109,8 +109,8 @@ def _draw_in_child(queue):
 
 
 def test_a_forked_child_can_draw_masks_after_its_parent_did():
-    """The helper thread does not survive fork(): a child that reused the parent's executor would wait forever.
-    The module forgets its executor in the child, which makes its own."""
+    """The helper thread does not survive fork(): a child that reused the parent's executor (or a lock held at the
+    fork) would wait forever. The module forgets both in the child, which makes its own."""
     import multiprocessing
     from model.dropout import keep_mask
     torch.set_num_threads(2)  # restored by conftest
@@ -118,7 +118,9 @@ def test_a_forked_child_can_draw_masks_after_its_parent_did():
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_draw_in_child, args=(queue,))
-    child.start()
+    from model import dropout as d
+    with d._helper_lock:  # as if another thread were making the helper at the fork: the child gets a fresh lock
+        child.start()
     child.join(timeout=20)
     alive = child.is_alive()
     if alive:
