@@ -65,26 +65,19 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
         weights = None
     else:
         scale = 1.0 / math.sqrt(q.size(-1))
-        if score is None and is_causal and bias is None and not return_weights and uses_blocks(T, q.dtype, q.device):
-            return causal_by_blocks(q, k, v, scale, dropout_p, dropout_impl)  # (B, H, T, D): training's common case
-        if score is None and is_causal and bias is None:  # one pass over the T x S scores
-            # the scale and the causal mask ride in the matmul, C = scale * Q K^T + M with M = -inf above the
-            # diagonal: no separate scaling and masking passes, forward or backward (one layer 1.6-1.8x faster at the
-            # default model's shape in bf16 on a 2-core CPU; benchmarks/cpu_ops.py, README round two, fifth part)
-            causal = torch.full((T, S), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, S)
-            scores = torch.baddbmm(causal, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=scale)
-            scores = scores.view(q.size(0), q.size(1), T, S)  # (B, H, T, S)
+        if score is None and is_causal and bias is None:  # training's common case: causal_by_blocks, one block or more
+            block = CAUSAL_BLOCK if uses_blocks(T, q.dtype, q.device) and not return_weights else T
+            return causal_by_blocks(q, k, v, scale, dropout_p, dropout_impl, block, return_weights)
+        if score is None:
+            scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
         else:
-            if score is None:
-                scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
-            else:
-                scores = score(q, k)  # (B, H, T, S): additive or bilinear
-            if bias is not None:
-                scores = scores + bias
-            if is_causal:
-                mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
+            scores = score(q, k)  # (B, H, T, S): additive or bilinear
+        if bias is not None:
+            scores = scores + bias
+        if is_causal:
+            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
         # softmax subtracts each row's max before exp(), so large scores cannot overflow; its forward computes
         # bf16/fp16 scores in float32 and rounds once (CUDA autocast returns float32: cast back, as before)
         weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, T, S), rows sum to 1
@@ -108,8 +101,14 @@ def uses_blocks(T: int, dtype, device) -> bool:
     return torch.device(device).type == "cpu" and dtype == torch.float32 and T >= MIN_BLOCKS * CAUSAL_BLOCK
 
 
-def causal_by_blocks(q, k, v, scale: float, dropout_p: float = 0.0, dropout_impl: str = "rand", block=None):
-    """Causal attention on the math path, one block of queries at a time, skipping the keys no query can see.
+def causal_by_blocks(q, k, v, scale: float, dropout_p: float = 0.0, dropout_impl: str = "rand", block=None,
+                     return_weights: bool = False):
+    """Causal attention on the math path (T == S, no other mask or bias), one block of queries at a time, skipping
+    the keys no query can see. One block (block >= T) is the whole T x T matrix, the path below 4 blocks.
+
+    In each block the scale and the causal mask ride in the matmul, C = scale * Q K^T + M with M = -inf above the
+    diagonal: no separate scaling and masking passes, forward or backward (one layer 1.6-1.8x faster at the default
+    model's shape in bf16 on a 2-core CPU; benchmarks/cpu_ops.py, README round two, fifth part).
 
     Under a causal mask query t sees keys 0..t, so the queries of block [s, e) need keys 0..e-1 only: the scores
     right of that are -inf, weigh 0 after the softmax, and are never computed. With n blocks that is (n + 1) / 2n of
@@ -120,21 +119,25 @@ def causal_by_blocks(q, k, v, scale: float, dropout_p: float = 0.0, dropout_impl
     with dropout 0.2 (one attention layer 41.5 -> 33.3 ms) and 4% without; but 3% slower at T = 128 (two blocks,
     the default model in float32) and 2% slower under bf16 autocast at T = 256 (even with blocks of 128): the
     smaller matmuls lose what the skipped work saves. Hence uses_blocks().
-    q, k, v: (B, H, T, D); returns (B, H, T, D)."""
+    q, k, v: (B, H, T, D); returns out (B, H, T, D), and with return_weights (one block only) the weights (B, H, T, T)
+    as they multiplied V (after dropout)."""
     B, H, T, D = q.shape
     block = block or CAUSAL_BLOCK
+    if return_weights and block < T:
+        raise ValueError(f"the weights come whole from one block: block={block} < T={T}")
     q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B*H, T, D)
     causal = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, T): -inf above diagonal
     out = []
     for i, q_b in enumerate(q.split(block, dim=1)):  # (B*H, e-s, D): split, so the backward is one concatenation
         s, e = i * block, i * block + q_b.size(1)
-        # scale * Q_b K^T + M in one baddbmm, as below, over keys 0..e-1 only
+        # scale * Q_b K^T + M in one baddbmm, over keys 0..e-1 only
         scores = torch.baddbmm(causal[s:e, :e], q_b, k[:, :e].transpose(1, 2), alpha=scale)  # (B*H, e-s, e)
-        weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B*H, e-s, e)
+        weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B*H, e-s, e); the cast: as in attend()
         if dropout_p > 0.0:
             weights = dropout(weights, dropout_p, dropout_impl)
         out.append(torch.bmm(weights, v[:, :e]))  # (B*H, e-s, D)
-    return torch.cat(out, dim=1).view(B, H, T, D)
+    out = (out[0] if len(out) == 1 else torch.cat(out, dim=1)).view(B, H, T, D)
+    return (out, weights.view(B, H, T, T)) if return_weights else out
 
 
 class MultiHeadAttention(nn.Module):

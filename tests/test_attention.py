@@ -183,6 +183,9 @@ def test_blocks_are_for_float32_on_a_cpu_from_four_blocks_of_64():
     for dtype in (torch.bfloat16, torch.float64):
         assert not attention.uses_blocks(1024, dtype, "cpu")
     assert not attention.uses_blocks(1024, torch.float32, "meta")  # a GPU's loop of small kernels: not measured
+    q, k, v = qkv(T=8)
+    with pytest.raises(ValueError, match="one block"):  # the weights are returned whole, from one block only
+        attention.causal_by_blocks(q, k, v, 0.5, block=4, return_weights=True)
 
 
 def test_causal_blocks_drop_each_blocks_weights_as_their_rows_of_the_whole_matrix(monkeypatch):
