@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .dropout import dropout
+from .linear import Linear
 from .scores import build_score
 from .tiled_attention import tiled_attention
 
@@ -147,8 +148,9 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         C, self.n_head, self.head_dim = config.n_embd, config.n_head, config.head_dim
-        self.qkv = nn.Linear(C, 3 * C, bias=config.bias)  # Q, K and V projections in one matmul
-        self.proj = nn.Linear(C, C, bias=config.bias)  # mixes the concatenated heads back into C
+        impl = config.linear_impl
+        self.qkv = Linear(C, 3 * C, bias=config.bias, impl=impl)  # Q, K and V projections in one matmul
+        self.proj = Linear(C, C, bias=config.bias, impl=impl)  # mixes the concatenated heads back into C
         self.proj.residual_scale = True  # GPT-2 init: scaled down by depth (see GPT._init_weights)
         self.impl = config.attn_impl
         self.qk_norm = config.qk_norm

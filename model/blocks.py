@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from .attention import MultiHeadAttention
 from .dropout import build_dropout
+from .linear import Linear
 
 
 class _ReLUSquared(torch.autograd.Function):
@@ -48,9 +49,10 @@ ACTIVATIONS = {"gelu": functools.partial(nn.GELU, approximate="tanh"),  # GPT-2'
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.up = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)  # (C -> 4C)
+        C, impl = config.n_embd, config.linear_impl
+        self.up = Linear(C, 4 * C, bias=config.bias, impl=impl)  # (C -> 4C)
         self.act = ACTIVATIONS[config.mlp_act]()  # parameter-free: checkpoints do not depend on it
-        self.down = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)  # (4C -> C)
+        self.down = Linear(4 * C, C, bias=config.bias, impl=impl)  # (4C -> C)
         self.down.residual_scale = True  # GPT-2 init: scaled down by depth
         self.drop = build_dropout(config)
 

@@ -12,6 +12,7 @@ ATTN_IMPLS = ("sdpa", "math", "tiled")
 ATTN_SCORES = ("dot", "additive", "bilinear")  # see model/scores.py
 MLP_ACTS = ("gelu", "gelu_exact", "relu2")  # see model/blocks.py
 DROPOUT_IMPLS = ("rand", "bernoulli")  # see model/dropout.py
+LINEAR_IMPLS = ("onednn", "aten")  # see model/linear.py
 
 
 MAX_SIZE = 2**31  # sizes and windows are indices: torch's int32 kernels and index math stay below this
@@ -49,6 +50,9 @@ class GPTConfig:
     #                             either way: 'rand' (one bulk uniform draw per mask, attention dropout on the math
     #                             path on a CPU: ~4x cheaper masks there, model/dropout.py) or 'bernoulli' (torch's
     #                             nn.Dropout and SDPA's own attention dropout)
+    linear_impl: str = "onednn"  # one of LINEAR_IMPLS: which kernels multiply the linear layers, the same math either
+    #                              way: 'onednn' (float32 on a CPU from 256 rows: oneDNN's, ~1.2x faster there, and
+    #                              torch's default elsewhere; model/linear.py) or 'aten' (torch's nn.Linear)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -71,6 +75,8 @@ class GPTConfig:
              f"use dropout=0 or attn_impl='math'")
         need(self.dropout_impl in DROPOUT_IMPLS,
              f"dropout_impl={self.dropout_impl!r} is not one of {', '.join(DROPOUT_IMPLS)}")
+        need(self.linear_impl in LINEAR_IMPLS,
+             f"linear_impl={self.linear_impl!r} is not one of {', '.join(LINEAR_IMPLS)}")
         need(self.mlp_act in MLP_ACTS, f"mlp_act={self.mlp_act!r} is not one of {', '.join(MLP_ACTS)}")
         need(self.rope_base > 1.0, f"rope_base={self.rope_base} must be > 1")
         if self.pos_emb == "rope":

@@ -20,6 +20,7 @@ from .config import GPTConfig
 from .dropout import build_dropout
 from .generate import generate, generate_stream
 from .kv_cache import KVCache
+from .linear import Linear
 from .masks import build_mask, positions_from_valid
 from .positional import Rotation, build_positional
 
@@ -53,7 +54,7 @@ class GPT(nn.Module):
         self.drop = build_dropout(config)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.norm = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)  # (C -> V)
+        self.head = Linear(config.n_embd, config.vocab_size, bias=False, impl=config.linear_impl)  # (C -> V)
         if config.tie_head:
             self.head.weight = self.wte.weight  # tied: the same matrix reads tokens in and scores them out
         else:

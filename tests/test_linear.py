@@ -1,0 +1,109 @@
+"""model/linear.py: the linear layer's oneDNN path computes nn.Linear's product and gradients, and runs only where
+it was measured faster (float32 on a CPU, products of MIN_MACS multiply-adds or more, outside autocast)."""
+import pytest
+import torch
+import torch.nn as nn
+
+from common.errors import UserError
+from model import GPT, GPTConfig
+from model.linear import HAVE_ONEDNN, MIN_MACS, Linear, uses_onednn
+
+needs_onednn = pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch build has no oneDNN linear op (not x86?)")
+
+
+ROWS = -(-MIN_MACS // (48 * 80))  # (ROWS, 48) @ (48, 80): just enough work for the oneDNN path
+
+
+def _path(y) -> str:
+    return "onednn" if type(y.grad_fn).__name__ == "_OneDNNLinearBackward" else "aten"
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(2, ROWS // 2 + 3, 48), (ROWS, 48)])  # (B, T, in) and (N, in)
+def test_matches_a_float64_reference(bias, shape):
+    torch.manual_seed(0)
+    layer = Linear(48, 80, bias=bias)
+    x = torch.randn(shape, requires_grad=True)
+    y = layer(x)
+    assert _path(y) == "onednn"
+    grad = torch.randn(y.shape)
+    y.backward(grad)
+
+    w64 = layer.weight.detach().double().requires_grad_()
+    b64 = layer.bias.detach().double().requires_grad_() if bias else None
+    x64 = x.detach().double().requires_grad_()
+    y64 = x64 @ w64.t() + (b64 if bias else 0.0)  # written out: the reference is not F.linear itself
+    y64.backward(grad.double())
+    assert y.shape == y64.shape
+    torch.testing.assert_close(y.double(), y64, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.weight.grad.double(), w64.grad, rtol=1e-5, atol=1e-4)
+    if bias:
+        torch.testing.assert_close(layer.bias.grad.double(), b64.grad, rtol=1e-5, atol=1e-4)
+
+
+@needs_onednn
+def test_non_contiguous_input_and_partial_gradients():
+    torch.manual_seed(1)
+    layer = Linear(48, 80)
+    base = torch.randn(48, ROWS, requires_grad=True)
+    x = base.t()  # (ROWS, 48), a transposed view
+    y = layer(x)
+    assert _path(y) == "onednn"
+    y.sum().backward()
+    torch.testing.assert_close(base.grad.t(), layer.weight.sum(0).expand(ROWS, 48).detach())
+    # a frozen layer: only the input's gradient; an input without gradient: only the weight's
+    layer.zero_grad(set_to_none=True)
+    layer.requires_grad_(False)
+    x2 = torch.randn(ROWS, 48, requires_grad=True)
+    layer(x2).sum().backward()
+    assert x2.grad is not None and layer.weight.grad is None
+    layer.requires_grad_(True)
+    layer(torch.randn(ROWS, 48)).sum().backward()
+    assert layer.weight.grad is not None and layer.bias.grad is not None
+
+
+def test_gating():
+    """oneDNN only for float32 on a CPU, products of MIN_MACS+ multiply-adds, outside autocast; impl='aten' never."""
+    layer = Linear(64, 64)
+    many, few = torch.randn(MIN_MACS // 64**2, 64), torch.randn(MIN_MACS // 64**2 - 1, 64)
+    assert uses_onednn(many, layer.weight) == HAVE_ONEDNN
+    assert not uses_onednn(few, layer.weight)
+    assert not uses_onednn(many.double(), layer.weight.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not uses_onednn(many, layer.weight)
+    assert _path(layer(few)) == "aten"
+    assert _path(Linear(64, 64, impl="aten")(many)) == "aten"
+
+
+def test_is_an_nn_linear_with_its_state_dict():
+    """Checkpoints, initialisation, the optimizer's weight-decay groups and int8 quantisation see an nn.Linear."""
+    layer = Linear(6, 4, bias=True)
+    assert isinstance(layer, nn.Linear)
+    assert list(layer.state_dict()) == list(nn.Linear(6, 4).state_dict()) == ["weight", "bias"]
+
+
+@needs_onednn
+def test_model_loss_and_gradients_match_aten():
+    """A whole model (tied head, dropout off) gives nn.Linear's loss and gradients to float32 rounding."""
+    torch.manual_seed(0)
+    cfg = dict(n_layer=2, n_head=2, n_embd=128, block_size=128, vocab_size=50, bias=True)
+    ref, ours = GPT(GPTConfig(**cfg, linear_impl="aten")), GPT(GPTConfig(**cfg))
+    ours.load_state_dict(ref.state_dict())
+    idx = torch.randint(0, 50, (8, 128))  # 1,024 rows: qkv and the MLP on the oneDNN path, proj and head not
+    losses = []
+    for model in (ref, ours):
+        _, loss = model(idx, idx)
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    x = torch.randn(8, 128, 128)
+    assert _path(ours.blocks[0].mlp.up(x)) == "onednn" and _path(ours.blocks[0].attn.proj(x)) == "aten"
+
+
+def test_config_rejects_an_unknown_impl():
+    with pytest.raises(UserError, match="linear_impl='mkl' is not one of onednn, aten"):
+        GPTConfig(linear_impl="mkl")
