@@ -1,5 +1,5 @@
-"""Two per-op costs of a training step on a CPU, forward + backward, old and new side by side (issue 18, round two,
-fifth and sixth parts):
+"""Three per-op costs of a training step on a CPU, forward + backward, old and new side by side (issue 18, round two,
+fifth to seventh parts):
 
 - causal scores: model/attention.py's math path forms scale * Q K^T + M (M = -inf above the diagonal) in one
   `baddbmm`; before, a matmul, then a multiply by 1/sqrt(D), then a masked_fill: two more passes over the T x T
@@ -7,6 +7,9 @@ fifth and sixth parts):
   in blocks of 64 queries over the keys each block can see (causal_by_blocks; attend() takes it in float32 on a CPU
   from T = 256).
 - GELU: the tanh form (GPT-2's, our mlp_act='gelu') against the erf form (nanoGPT's, mlp_act='gelu_exact').
+- a linear layer in float32: torch's F.linear (MKL's sgemm) against model/linear.py's oneDNN path (forward and
+  input gradient in oneDNN, the weight gradient in torch's mm), forced on here at every size, so the rows show where
+  it pays (Linear takes it from MIN_MACS multiply-adds).
 
     python -m benchmarks.cpu_ops                 # ~1 min: the default model's shapes (bf16) and nanoGPT's (float32)
 
@@ -26,6 +29,7 @@ from common.errors import FlagError
 from common.flags import config_from_argv
 from common.malloc import keep_freed_memory
 from model.attention import causal_by_blocks
+from model.linear import HAVE_ONEDNN, OneDNNLinear
 
 from .rounds import alternated
 
@@ -34,6 +38,12 @@ ATTENTION_SHAPES = [("default model", (32, 4, 128, 32), torch.bfloat16),
                     ("nanoGPT's model", (8, 6, 256, 64), torch.float32)]
 # (name, (rows, 4C), dtype): the MLP's hidden activation of the same two models
 GELU_SHAPES = [("default model", (32 * 128, 512), torch.bfloat16), ("nanoGPT's model", (8 * 256, 1536), torch.float32)]
+# (name, (rows, in, out)): float32 linear layers of nanoGPT's model (batch 8 x 256), the default model (32 x 128) and
+# fast-cpu's (16 x 64), as they run where bf16 is not native
+LINEAR_SHAPES = [("nanoGPT's qkv", (2048, 384, 1152)), ("nanoGPT's MLP up", (2048, 384, 1536)),
+                 ("nanoGPT's MLP down", (2048, 1536, 384)), ("nanoGPT's proj", (2048, 384, 384)),
+                 ("default model's qkv", (4096, 128, 384)), ("default model's MLP down", (4096, 512, 128)),
+                 ("fast-cpu's qkv", (1024, 128, 384)), ("fast-cpu's proj", (1024, 128, 128))]
 
 
 def two_pass_causal(q, k, v):
@@ -76,7 +86,8 @@ def side_by_side(contenders: dict, inputs, grad, dtype, rounds: int, steps: int)
     return {name: statistics.median(v) for name, v in per.items()}
 
 
-def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES, gelu_shapes=GELU_SHAPES) -> list:
+def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES, gelu_shapes=GELU_SHAPES,
+            linear_shapes=LINEAR_SHAPES) -> list:
     """Rows (op, shape name, shape, dtype, {contender: ms}); the inputs in `dtype`, as the model's are under
     autocast (q, k, v come out of a bf16 matmul there)."""
     g = torch.Generator().manual_seed(0)
@@ -92,6 +103,12 @@ def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES,
         ms = side_by_side({"tanh": lambda t: F.gelu(t, approximate="tanh"), "erf": F.gelu}, (x,),
                           torch.randn(*shape, generator=g), torch.float32, rounds, steps)
         rows.append(("GELU", name, shape, dtype, ms))
+    for name, (n, d_in, d_out) in linear_shapes if HAVE_ONEDNN else ():
+        x = torch.randn(n, d_in, generator=g).requires_grad_()
+        w = (torch.randn(d_out, d_in, generator=g) / math.sqrt(d_in)).requires_grad_()
+        ms = side_by_side({"torch (MKL)": F.linear, "oneDNN": lambda a, b: OneDNNLinear.apply(a, b, None)}, (x, w),
+                          torch.randn(n, d_out, generator=g), torch.float32, rounds, steps)
+        rows.append(("linear", name, (n, d_in, d_out), torch.float32, ms))
     return rows
 
 

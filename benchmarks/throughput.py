@@ -5,9 +5,10 @@ AdamW, gradient clipping at 1.0), timed alternately in one process; plus MFU and
 Our model runs nanoGPT's MLP activation, the erf GELU (mlp_act='gelu_exact'; our default 'gelu' is GPT-2's tanh
 form, ~2x dearer on a CPU). The math is the same; the kernels differ: ours draws dropout masks in bulk
 (model/dropout.py: the same Bernoulli distribution) and attends on the math path with them, where nanoGPT's SDPA
-call falls back to explicit attention with bernoulli_ masks; ours steps AdamW in torch's fused kernel, nanoGPT in
-its foreach one. nanoGPT's batch is 64; on a 2-core CPU that is ~10-20 s per step, so --batch_size picks a smaller
-one (tokens/s barely depends on it at this size: the matmuls are already large).
+call falls back to explicit attention with bernoulli_ masks; our linear layers multiply in oneDNN's float32 kernels
+(model/linear.py: forward and input gradient), nanoGPT's in MKL's through F.linear; ours steps AdamW in torch's
+fused kernel, nanoGPT in its foreach one. nanoGPT's batch is 64; on a 2-core CPU that is ~10-20 s per step, so
+--batch_size picks a smaller one (tokens/s barely depends on it at this size: the matmuls are already large).
 """
 import contextlib
 import io
@@ -67,11 +68,13 @@ def step_seconds(model, opt, batch, steps: int, dtype=None) -> float:
     return statistics.median(times)
 
 
-def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE, ablate_dropout=False) -> dict:
+def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE, ablate_dropout=False,
+            ablate_linear=False) -> dict:
     """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
     float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=bernoulli
     (torch's nn.Dropout and SDPA's attention dropout instead of our bulk-drawn masks, model/dropout.py) as
-    'ours-bernoulli'. 'ours-auto' is ours as train.py runs it by default
+    'ours-bernoulli'; ablate_linear: also time ours with --linear_impl=aten (torch's F.linear, MKL, instead of
+    oneDNN's float32 kernels, model/linear.py) as 'ours-aten'. 'ours-auto' is ours as train.py runs it by default
     (--dtype=auto): under bf16 autocast where this CPU multiplies bf16 natively (common/device.py probes it), else
     the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only)."""
     # as train.py runs on a CPU (common/malloc.py: freed memory kept for the next step, no page faults per step);
@@ -86,6 +89,8 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
         models["ours-auto"] = ours(shape)
     if ablate_dropout:
         models["ours-bernoulli"] = ours(shape, dropout_impl="bernoulli")
+    if ablate_linear:
+        models["ours-aten"] = ours(shape, linear_impl="aten")
     if nanogpt:
         models["nanogpt"] = theirs(nanogpt, shape)
     per = {who: [] for who in models}

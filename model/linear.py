@@ -36,7 +36,7 @@ def _onednn(x, weight, bias):
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
 
 
-class _OneDNNLinear(torch.autograd.Function):
+class OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
@@ -59,7 +59,8 @@ class _OneDNNLinear(torch.autograd.Function):
 
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether Linear multiplies x by weight in oneDNN (see the module docstring for where it was measured faster)."""
-    return (HAVE_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+    return (HAVE_ONEDNN and type(x) is torch.Tensor and type(weight) in (torch.Tensor, nn.Parameter)  # no DTensor
+            and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
             and x.numel() * weight.size(0) >= MIN_MACS)
 
@@ -74,5 +75,5 @@ class Linear(nn.Linear):
 
     def forward(self, x):  # (..., in) -> (..., out)
         if self.impl == "onednn" and uses_onednn(x, self.weight):
-            return _OneDNNLinear.apply(x, self.weight, self.bias)
+            return OneDNNLinear.apply(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)

@@ -46,9 +46,14 @@ def test_cpu_ops_benchmark_times_equal_computations_and_refuses_no_rounds():
     q, k, v = (torch.randn(2, 3, 130, 4, generator=g) for _ in range(3))  # the contenders compute one thing (3 blocks)
     torch.testing.assert_close(cpu_ops.two_pass_causal(q, k, v), cpu_ops.one_pass_causal(q, k, v))
     torch.testing.assert_close(cpu_ops.two_pass_causal(q, k, v), cpu_ops.causal_blocks(q, k, v))
-    rows = cpu_ops.measure(1, 1, [("tiny", (1, 2, 8, 4), torch.bfloat16)], [("tiny", (8, 16), torch.float32)])
-    assert [r[0] for r in rows] == ["causal attention", "GELU"] and all(min(r[4].values()) > 0 for r in rows)
-    assert cpu_ops.table(rows).count("\n| ") == 2  # a header, a separator, one line per row
+    x, w = torch.randn(5, 8, generator=g), torch.randn(3, 8, generator=g)
+    if cpu_ops.HAVE_ONEDNN:
+        torch.testing.assert_close(cpu_ops.OneDNNLinear.apply(x, w, None), x @ w.t())
+    rows = cpu_ops.measure(1, 1, [("tiny", (1, 2, 8, 4), torch.bfloat16)], [("tiny", (8, 16), torch.float32)],
+                           [("tiny", (5, 8, 3))])
+    ops = ["causal attention", "GELU"] + (["linear"] if cpu_ops.HAVE_ONEDNN else [])
+    assert [r[0] for r in rows] == ops and all(min(r[4].values()) > 0 for r in rows)
+    assert cpu_ops.table(rows).count("\n| ") == len(ops)  # a header, a separator, one line per row
     bad = subprocess.run([sys.executable, "-m", "benchmarks.cpu_ops", "--rounds=0"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --rounds=0"), bad.stderr[-2000:]
