@@ -51,8 +51,8 @@ class GPTConfig:
     #                             path on a CPU: ~4x cheaper masks there, model/dropout.py) or 'bernoulli' (torch's
     #                             nn.Dropout and SDPA's own attention dropout)
     linear_impl: str = "onednn"  # one of LINEAR_IMPLS: which kernels multiply the linear layers, the same math either
-    #                              way: 'onednn' (float32 on a CPU from 256 rows: oneDNN's, ~1.2x faster there, and
-    #                              torch's default elsewhere; model/linear.py) or 'aten' (torch's nn.Linear)
+    #                              way: 'onednn' (float32 on a CPU from 2^25 multiply-adds per product: oneDNN's,
+    #                              1.04-1.14x faster there, torch's elsewhere; model/linear.py) or 'aten' (nn.Linear)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):

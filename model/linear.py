@@ -5,8 +5,9 @@ kernel library that ships inside torch (formerly MKL-DNN). Measured on the 2-cor
 training shapes, 2,048 rows of 384 to 1,536 features (README round two, seventh part): oneDNN's float32 linear
 product ran at 190-200 GFLOP/s against MKL's 150-175, for the forward product and for the input gradient
 (grad @ W); MKL stayed faster for the weight gradient (grad^T @ x, 160-175 against 115-145), and for small
-products, where oneDNN's call costs ~15 us more (decoding: one row per step). So, for float32 on a CPU and a product
-of at least MIN_MACS multiply-adds (rows x in x out), Linear computes
+products, where oneDNN's call costs ~15 us more (decoding: one row per step through the blocks). So, for float32 on
+an x86 CPU (the only kind measured) and a product of at least MIN_MACS multiply-adds (rows x in x out), Linear
+computes
 
     forward   y  = x W^T + b      oneDNN  (torch.ops.mkldnn._linear_pointwise)
     backward  dx = dy W           oneDNN  (the same op with W^T as its weight)
@@ -14,12 +15,16 @@ of at least MIN_MACS multiply-adds (rows x in x out), Linear computes
               db = sum of dy over rows
 
 and nn.Linear's F.linear everywhere else: on a GPU, under autocast, inside torch.compile (inductor picks its own
-kernels), for small products, or where this torch has no oneDNN. Same math: each output is the same float32 sum of
-products, accumulated in another order (they differ by float32 rounding, ~1e-6 relative). linear_impl='aten' in
-the config is plain nn.Linear everywhere: the lever's off switch, for the ablation table.
+kernels), for small products, with torch.backends.mkldnn disabled, or where this torch has no oneDNN. A backward
+that builds a graph (create_graph=True, for second derivatives) multiplies with torch's differentiable ops. Same
+math: each output is the same float32 sum of products, accumulated in another order (they differ by float32
+rounding, ~1e-6 relative). linear_impl='aten' in the config is plain nn.Linear everywhere: the lever's off switch,
+for the ablation table.
 
 Shapes: x (..., in); W (out, in); b (out,); y (..., out).
 """
+import platform
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -28,7 +33,8 @@ import torch.nn.functional as F
 # 2-core EPYC, float32: 1,024 x 128 x 128 (17M) 0.90x; 1,024 x 128 x 384 (50M) 1.18x; 4,096 x 128 x 65 (34M) 1.07x;
 # 2,048 x 384 x 1,152 (906M) 1.08x; 4,096 x 128 x 384 (201M) 1.31x.
 MIN_MACS = 2**25
-HAVE_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+               and platform.machine().lower() in ("x86_64", "amd64"))
 
 
 def _onednn(x, weight, bias):
@@ -48,7 +54,8 @@ class OneDNNLinear(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_x = _onednn(grad, weight.t(), None)  # (..., in) = grad @ W
+            # (..., in) = grad @ W; oneDNN's op has no derivative, so a graph-building backward uses matmul
+            grad_x = grad.matmul(weight) if torch.is_grad_enabled() else _onednn(grad, weight.t(), None)
         rows = grad.reshape(-1, grad.size(-1))  # (N, out)
         if ctx.needs_input_grad[1]:
             grad_w = rows.t() @ x.reshape(-1, x.size(-1))  # (out, in): torch's mm, faster than oneDNN's here
@@ -59,7 +66,8 @@ class OneDNNLinear(torch.autograd.Function):
 
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether Linear multiplies x by weight in oneDNN (see the module docstring for where it was measured faster)."""
-    return (HAVE_ONEDNN and type(x) is torch.Tensor and type(weight) in (torch.Tensor, nn.Parameter)  # no DTensor
+    return (HAVE_ONEDNN and torch.backends.mkldnn.enabled
+            and type(x) is torch.Tensor and type(weight) in (torch.Tensor, nn.Parameter)  # no DTensor or other subclass
             and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
             and x.numel() * weight.size(0) >= MIN_MACS)

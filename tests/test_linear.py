@@ -66,6 +66,35 @@ def test_non_contiguous_input_and_partial_gradients():
     assert layer.weight.grad is not None and layer.bias.grad is not None
 
 
+@needs_onednn
+def test_transposed_output_gradient_second_derivatives_and_repeatability():
+    torch.manual_seed(2)
+    layer = Linear(48, 80)
+    x = torch.randn(ROWS, 48, requires_grad=True)
+    ref = nn.Linear(48, 80)
+    ref.load_state_dict(layer.state_dict())
+    # an output gradient that is a transposed view (y used through y.t())
+    w = torch.randn(80, ROWS)
+    grads = []
+    for mod in (layer, ref, layer):
+        x.grad = None
+        mod.zero_grad(set_to_none=True)
+        (mod(x).t() * w).sum().backward()
+        grads.append((x.grad.clone(), mod.weight.grad.clone(), mod.bias.grad.clone()))
+    for ours, theirs in zip(grads[0], grads[1]):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert all(torch.equal(a, b) for a, b in zip(grads[0], grads[2]))  # backward repeats bit for bit
+    # second derivatives (create_graph=True): as nn.Linear's, not silently zero
+    second = []
+    for mod in (layer, ref):
+        y = mod(x)
+        (gx,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+        (gw,) = torch.autograd.grad(gx.square().sum(), mod.weight)
+        second.append(gw)
+    assert second[0].abs().max() > 0
+    torch.testing.assert_close(second[0], second[1], rtol=1e-4, atol=1e-2)
+
+
 def test_gating():
     """oneDNN only for float32 on a CPU, products of MIN_MACS+ multiply-adds, outside autocast; impl='aten' never."""
     layer = Linear(64, 64)
@@ -75,6 +104,11 @@ def test_gating():
     assert not uses_onednn(many.double(), layer.weight.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not uses_onednn(many, layer.weight)
+    torch.backends.mkldnn.enabled = False
+    try:
+        assert not uses_onednn(many, layer.weight)
+    finally:
+        torch.backends.mkldnn.enabled = True
     assert _path(layer(few)) == "aten"
     assert _path(Linear(64, 64, impl="aten")(many)) == "aten"
 
