@@ -43,6 +43,7 @@ GELU_SHAPES = [("default model", (32 * 128, 512), torch.bfloat16), ("nanoGPT's m
 LINEAR_SHAPES = [("nanoGPT's qkv", (2048, 384, 1152)), ("nanoGPT's MLP up", (2048, 384, 1536)),
                  ("nanoGPT's MLP down", (2048, 1536, 384)), ("nanoGPT's proj", (2048, 384, 384)),
                  ("default model's qkv", (4096, 128, 384)), ("default model's MLP down", (4096, 512, 128)),
+                 ("default model's head", (4096, 128, 65)),
                  ("fast-cpu's qkv", (1024, 128, 384)), ("fast-cpu's proj", (1024, 128, 128))]
 
 

@@ -29,9 +29,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# rows x in x out below which oneDNN's per-call cost outweighs its faster kernel. Forward + backward of one layer,
-# 2-core EPYC, float32: 1,024 x 128 x 128 (17M) 0.90x; 1,024 x 128 x 384 (50M) 1.18x; 4,096 x 128 x 65 (34M) 1.07x;
-# 2,048 x 384 x 1,152 (906M) 1.08x; 4,096 x 128 x 384 (201M) 1.31x.
+# rows x in x out below which oneDNN's per-call cost outweighs its faster kernel: one layer forward + backward on the
+# 2-core EPYC in float32 (python -m benchmarks.cpu_ops; README round two, seventh part) lost at 1,024 x 128 x 128
+# (17M multiply-adds: fast-cpu's proj) and won from 4,096 x 128 x 65 (34M: the default model's head) up.
 MIN_MACS = 2**25
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                and platform.machine().lower() in ("x86_64", "amd64"))
