@@ -52,7 +52,7 @@ class GPTConfig:
     #                             nn.Dropout and SDPA's own attention dropout)
     linear_impl: str = "onednn"  # one of LINEAR_IMPLS: which kernels multiply the linear layers, the same math either
     #                              way: 'onednn' (float32 on a CPU from 2^25 multiply-adds per product: oneDNN's,
-    #                              1.04-1.14x faster there, torch's elsewhere; model/linear.py) or 'aten' (nn.Linear)
+    #                              ~1.1x faster there, torch's elsewhere; model/linear.py) or 'aten' (nn.Linear)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
