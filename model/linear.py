@@ -46,7 +46,6 @@ class OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
         return _onednn(x, weight, bias)  # (..., out)
 
     @staticmethod
@@ -59,7 +58,7 @@ class OneDNNLinear(torch.autograd.Function):
         rows = grad.reshape(-1, grad.size(-1))  # (N, out)
         if ctx.needs_input_grad[1]:
             grad_w = rows.t() @ x.reshape(-1, x.size(-1))  # (out, in): torch's mm, faster than oneDNN's here
-        if ctx.has_bias and ctx.needs_input_grad[2]:
+        if ctx.needs_input_grad[2]:  # False without a bias
             grad_b = rows.sum(0)  # (out,)
         return grad_x, grad_w, grad_b
 
