@@ -9,7 +9,7 @@ fifth to seventh parts):
 - GELU: the tanh form (GPT-2's, our mlp_act='gelu') against the erf form (nanoGPT's, mlp_act='gelu_exact').
 - a linear layer in float32: torch's F.linear (MKL's sgemm) against model/linear.py's oneDNN path (forward and
   input gradient in oneDNN, the weight gradient in torch's mm), forced on here at every size, so the rows show where
-  it pays (Linear takes it from MIN_MACS multiply-adds).
+  it pays (Linear takes it from MIN_ROWS rows and MIN_MACS multiply-adds).
 
     python -m benchmarks.cpu_ops                 # ~1 min: the default model's shapes (bf16) and nanoGPT's (float32)
 

@@ -51,8 +51,9 @@ class GPTConfig:
     #                             path on a CPU: ~4x cheaper masks there, model/dropout.py) or 'bernoulli' (torch's
     #                             nn.Dropout and SDPA's own attention dropout)
     linear_impl: str = "onednn"  # one of LINEAR_IMPLS: which kernels multiply the linear layers, the same math either
-    #                              way: 'onednn' (float32 on a CPU from 2^25 multiply-adds per product: oneDNN's,
-    #                              ~1.1x faster there, torch's elsewhere; model/linear.py) or 'aten' (nn.Linear)
+    #                              way: 'onednn' (float32 on a CPU, products of 2,048+ rows and 2^25+ multiply-adds:
+    #                              oneDNN's, ~1.1x faster there; torch's elsewhere; model/linear.py) or 'aten'
+    #                              (nn.Linear)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):

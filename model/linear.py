@@ -6,8 +6,8 @@ training shapes, 2,048 rows of 384 to 1,536 features (README round two, seventh 
 product ran at 190-200 GFLOP/s against MKL's 150-175, for the forward product and for the input gradient
 (grad @ W); MKL stayed faster for the weight gradient (grad^T @ x, 160-175 against 115-145), and for small
 products, where oneDNN's call costs ~15 us more (decoding: one row per step through the blocks). So, for float32 on
-an x86 CPU (the only kind measured) and a product of at least MIN_MACS multiply-adds (rows x in x out), Linear
-computes
+an x86 CPU (the only kind measured) and a product of at least MIN_ROWS rows and MIN_MACS multiply-adds (rows x in
+x out), Linear computes
 
     forward   y  = x W^T + b      oneDNN  (torch.ops.mkldnn._linear_pointwise)
     backward  dx = dy W           oneDNN  (the same op with W^T as its weight)
@@ -29,10 +29,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# rows x in x out below which oneDNN's per-call cost outweighs its faster kernel: one layer forward + backward on the
-# 2-core EPYC in float32 (python -m benchmarks.cpu_ops; README round two, seventh part) lost at 1,024 x 128 x 128
-# (17M multiply-adds: fast-cpu's proj) and won from 4,096 x 128 x 65 (34M: the default model's head) up.
+# Where oneDNN's per-call cost outweighs its faster kernel. One layer forward + backward on the 2-core EPYC in float32
+# (python -m benchmarks.cpu_ops; README round two, seventh part) lost at 1,024 x 128 x 128 (17M multiply-adds:
+# fast-cpu's proj) and won from 4,096 x 128 x 65 (34M: the default model's head) up; but whole float32 training steps
+# at fast-cpu's size (1,024 rows) were 0.93-1.06x (median 0.95x of three runs), at the default model's (4,096 rows)
+# 1.04-1.07x and at nanoGPT's (2,048) 1.03-1.05x: fewer rows than nanoGPT's stay on MKL.
 MIN_MACS = 2**25
+MIN_ROWS = 2048
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                and platform.machine().lower() in ("x86_64", "amd64"))
 
@@ -69,7 +72,7 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and type(x) is torch.Tensor and type(weight) in (torch.Tensor, nn.Parameter)  # no DTensor or other subclass
             and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
-            and x.numel() * weight.size(0) >= MIN_MACS)
+            and x.numel() >= MIN_ROWS * x.size(-1) and x.numel() * weight.size(0) >= MIN_MACS)
 
 
 class Linear(nn.Linear):

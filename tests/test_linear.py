@@ -1,17 +1,18 @@
 """model/linear.py: the linear layer's oneDNN path computes nn.Linear's product and gradients, and runs only where
-it was measured faster (float32 on a CPU, products of MIN_MACS multiply-adds or more, outside autocast)."""
+it was measured faster (float32 on a CPU, products of MIN_ROWS rows and MIN_MACS multiply-adds or more, outside
+autocast)."""
 import pytest
 import torch
 import torch.nn as nn
 
 from common.errors import UserError
 from model import GPT, GPTConfig
-from model.linear import HAVE_ONEDNN, MIN_MACS, Linear, uses_onednn
+from model.linear import HAVE_ONEDNN, MIN_MACS, MIN_ROWS, Linear, uses_onednn
 
 needs_onednn = pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch build has no oneDNN linear op (not x86?)")
 
 
-ROWS = -(-MIN_MACS // (48 * 80))  # (ROWS, 48) @ (48, 80): just enough work for the oneDNN path
+ROWS = max(MIN_ROWS, -(-MIN_MACS // (48 * 80)))  # (ROWS, 48) @ (48, 80): just enough for the oneDNN path
 
 
 def _path(y) -> str:
@@ -96,11 +97,13 @@ def test_transposed_output_gradient_second_derivatives_and_repeatability():
 
 
 def test_gating():
-    """oneDNN only for float32 on a CPU, products of MIN_MACS+ multiply-adds, outside autocast; impl='aten' never."""
+    """oneDNN only for float32 on a CPU, MIN_ROWS+ rows and MIN_MACS+ multiply-adds, outside autocast; impl='aten'
+    never."""
     layer = Linear(64, 64)
     many, few = torch.randn(MIN_MACS // 64**2, 64), torch.randn(MIN_MACS // 64**2 - 1, 64)
     assert uses_onednn(many, layer.weight) == HAVE_ONEDNN
     assert not uses_onednn(few, layer.weight)
+    assert not uses_onednn(torch.randn(MIN_ROWS - 1, 1024), torch.randn(1024, 1024))  # 2G multiply-adds, few rows
     assert not uses_onednn(many.double(), layer.weight.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not uses_onednn(many, layer.weight)
@@ -127,7 +130,7 @@ def test_model_loss_and_gradients_match_aten():
     cfg = dict(n_layer=2, n_head=2, n_embd=128, block_size=128, vocab_size=50, bias=True)
     ref, ours = GPT(GPTConfig(**cfg, linear_impl="aten")), GPT(GPTConfig(**cfg))
     ours.load_state_dict(ref.state_dict())
-    idx = torch.randint(0, 50, (8, 128))  # 1,024 rows: qkv and the MLP on the oneDNN path, proj and head not
+    idx = torch.randint(0, 50, (16, 128))  # 2,048 rows: the blocks' layers on the oneDNN path, the head (13M) not
     losses = []
     for model in (ref, ours):
         _, loss = model(idx, idx)
@@ -136,8 +139,8 @@ def test_model_loss_and_gradients_match_aten():
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
     for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
-    x = torch.randn(8, 128, 128)
-    assert _path(ours.blocks[0].mlp.up(x)) == "onednn" and _path(ours.blocks[0].attn.proj(x)) == "aten"
+    x = torch.randn(16, 128, 128)
+    assert _path(ours.blocks[0].attn.proj(x)) == "onednn" and _path(ours.head(x)) == "aten"
 
 
 @needs_onednn
@@ -157,7 +160,7 @@ def test_fsdp_gradients_match_one_unsharded_process(tmp_path):
         for block in ours.blocks:
             fully_shard(block)
         fully_shard(ours)
-        idx = torch.randint(0, 50, (8, 128))
+        idx = torch.randint(0, 50, (16, 128))  # 2,048 rows
         calls = []
         onednn = linear._onednn
         linear._onednn = lambda *args: calls.append(1) or onednn(*args)
@@ -166,10 +169,10 @@ def test_fsdp_gradients_match_one_unsharded_process(tmp_path):
                 model(idx, idx)[1].backward()
         finally:
             linear._onednn = onednn
-        assert len(calls) == 12  # 2 layers x (qkv, MLP up, MLP down) x (forward, input gradient)
+        assert len(calls) == 16  # 2 layers x (qkv, proj, MLP up, MLP down) x (forward, input gradient)
         for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
             torch.testing.assert_close(q.grad.full_tensor(), p.grad, rtol=1e-4, atol=1e-6, msg=name)
-        assert not uses_onednn(torch.randn(8, 128, 128), ours.blocks[0].mlp.up.weight)  # a DTensor: F.linear's
+        assert not uses_onednn(torch.randn(16, 128, 128), ours.blocks[0].mlp.up.weight)  # a DTensor: F.linear's
     finally:
         dist.destroy_process_group()
 
