@@ -11,7 +11,10 @@ compiler fuses them, but only into a graph it can reuse token after token, which
 
 The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attend()); only the per-forward
 context is built differently. The prompt (prefill) and each slide of the context window stay on the model's ordinary
-forward: they are run once every block_size/4 tokens. Greedy tokens equal the eager loop's (tests/test_decode_step.py).
+forward: they are run once every block_size/4 tokens. Run eagerly, a step's logits equal the uncached forward's to
+float32 rounding for every positional option it takes (ALiBi is refused), with or without a window and left
+padding (tests/test_decode_step.py); compiled, the fused kernels round differently, so a greedy pick can differ
+where two logits are nearly tied.
 
 Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V vocab_size.
 """
@@ -46,15 +49,15 @@ def decode_step(model, idx, k, v, col, key_valid):
     cfg = model.config
     L = k[0].size(2)
     k_idx = torch.arange(L, device=idx.device)  # (L,) key columns
-    seen = k_idx <= col  # (L,) the cached columns and the new one
-    if cfg.window is not None:
-        seen = seen & (col - k_idx < cfg.window)
+    written = k_idx <= col  # (L,) the cached columns and the new one
+    seen = written if cfg.window is None else written & (col - k_idx < cfg.window)  # (L,) the keys it may attend
     mask = seen.view(1, 1, 1, L)  # (1, 1, T=1, L)
     if key_valid is None:
         pos = col.view(1, 1)  # (1, 1) no padding: position == column
     else:
         mask = mask & key_valid.view(-1, 1, 1, L)  # (B, 1, 1, L)
-        pos = (key_valid & seen).sum(-1, keepdim=True) - 1  # (B, 1) real tokens up to and including this one
+        # the position counts every real token so far, not only those inside the window band it attends to
+        pos = (key_valid & written).sum(-1, keepdim=True) - 1  # (B, 1)
     ctx = AttentionContext(mask=mask, bias=None, rope=model.pos.rotation(pos), is_causal=False,
                            cache=ColumnWriter(k, v, col))
     return model.head(model.trunk(idx, pos, ctx))[:, -1]  # (B, V)
@@ -64,7 +67,7 @@ class StaticDecoder:
     """Runs generate's one-token steps through decode_step, compiled once (compile=True) or eager.
 
     decoder = StaticDecoder(model, compile=True)
-    model.generate(prompt, 500, temperature=0.0, decoder=decoder)   # same tokens as without a decoder
+    model.generate(prompt, 500, temperature=0.0, decoder=decoder)   # the tokens of a run without it, but for near-ties
     """
 
     def __init__(self, model, compile: bool = True):

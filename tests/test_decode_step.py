@@ -29,26 +29,32 @@ def test_static_steps_give_the_cached_loops_tokens(pos_emb, overrides):
         assert torch.equal(got, want), kw
 
 
-def test_static_steps_handle_left_padded_prompts():
-    model = tiny_model(pos_emb="rope")
+@pytest.mark.parametrize("pos_emb", STATIC_POS_EMBS)
+@pytest.mark.parametrize("window", [None, 3])
+def test_static_steps_handle_left_padded_prompts(pos_emb, window):
+    model = tiny_model(pos_emb=pos_emb, window=window)
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
     want, got = generate_both(model, prompts, 20, StaticDecoder(model, compile=False), temperature=0.0)
     assert got == want
 
 
-@pytest.mark.parametrize("pos_emb", ["learned", "rope"])
+@pytest.mark.parametrize("pos_emb", STATIC_POS_EMBS)
+@pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("padded", [False, True])
-def test_step_logits_match_an_uncached_forward(pos_emb, padded):
-    model = tiny_model(pos_emb=pos_emb)
-    idx = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(2))
-    pad = torch.ones(2, 12, dtype=torch.bool)  # (B, T) True at real tokens
+def test_step_logits_match_an_uncached_forward(pos_emb, window, padded):
+    """Each step's logits against the whole sequence run again without a cache. A window narrower than the real
+    tokens (3) with left-padded rows is the case where the keys a token attends to and its position part ways."""
+    model = tiny_model(pos_emb=pos_emb, window=window)
+    idx = torch.randint(0, 37, (3, 12), generator=torch.Generator().manual_seed(2))
+    pad = torch.ones(3, 12, dtype=torch.bool)  # (B, T) True at real tokens
     if padded:
-        pad[1, :3] = False  # row 1 starts with 3 columns of left padding
+        pad[1, :5] = False  # ragged prompts: row 1 has 1 real token of 6, row 2 has 3
+        pad[2, :3] = False
     decoder = StaticDecoder(model, compile=False)
     with torch.no_grad():
-        cache = model.new_cache(2)
-        model(idx[:, :4], cache=cache, pad_mask=pad[:, :4] if padded else None)  # prefill, then one step per token
-        for t in range(4, 12):
+        cache = model.new_cache(3)
+        model(idx[:, :6], cache=cache, pad_mask=pad[:, :6] if padded else None)  # prefill, then one step per token
+        for t in range(6, 12):
             got = decoder(idx[:, t:t + 1], cache)  # (B, V)
             want, _ = model(idx[:, :t + 1], pad_mask=pad[:, :t + 1] if padded else None, last_only=True)  # (B, 1, V)
             assert torch.allclose(got, want[:, -1], atol=1e-5), t
