@@ -171,12 +171,18 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
 
 
 def _lines(stream):
-    tail = b""
+    """The lines of a binary stream, without their b"\\n"; the last one too when the stream does not end with one.
+    A line's blocks are gathered in a list and joined once: joining the unfinished line with every new block
+    would copy a 1 GB line a thousand times."""
+    parts = []  # the blocks of the unfinished line
     while block := stream.read(READ_BYTES):
-        lines = (tail + block).split(b"\n")
-        tail = lines.pop()
-        yield from lines
-    if tail:
+        lines = block.split(b"\n")
+        parts.append(lines[0])
+        if len(lines) > 1:
+            yield b"".join(parts)
+            yield from lines[1:-1]
+            parts = [lines[-1]]
+    if tail := b"".join(parts):
         yield tail
 
 
