@@ -83,3 +83,98 @@ def test_a_state_of_other_groups_is_refused():
     state = AdamW([{"params": params[:1]}, {"params": params[1:]}]).state_dict()
     with pytest.raises(ValueError, match=r"groups of \[1, 3\] parameters, this optimizer \[2, 2\]"):
         opt.load_state_dict(state)
+
+
+def muon_or_adamw(name, params):
+    from training.muon import Muon
+
+    return AdamW(params, lr=1e-2) if name == "adamw" else Muon(params, lr=1e-2)
+
+
+def matrices(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(4, 6, generator=g), torch.randn(6, 4, generator=g)]  # Muon takes 2-D tensors only
+
+
+@pytest.mark.parametrize("name", ["adamw", "muon"])
+def test_step_evaluates_a_closure_with_gradients_on_and_returns_its_loss_as_torchs_do(name):
+    """torch.optim's contract: step(closure) calls the closure with gradients enabled (even inside no_grad), steps
+    on the gradients it computed and returns its loss."""
+    def stepped_with_closure(make):
+        params = [t.clone().requires_grad_() for t in matrices()]
+        opt, seen = make(params), []
+
+        def closure():
+            seen.append(torch.is_grad_enabled())
+            opt.zero_grad()
+            loss = sum((p ** 2).sum() for p in params)
+            loss.backward()
+            return loss
+        with torch.no_grad():
+            loss = opt.step(closure)
+        return params, loss, seen
+
+    ours, our_loss, our_seen = stepped_with_closure(lambda ps: muon_or_adamw(name, ps))
+    _, torch_loss, torch_seen = stepped_with_closure(lambda ps: torch.optim.SGD(ps, lr=1e-2))
+    assert our_seen == torch_seen == [True]
+    assert our_loss is not None and torch.equal(our_loss, torch_loss)
+    by_hand = [t.clone().requires_grad_() for t in matrices()]  # the same step, the gradients computed outside
+    opt = muon_or_adamw(name, by_hand)
+    sum((p ** 2).sum() for p in by_hand).backward()
+    assert opt.step() is None
+    assert all(torch.equal(a, b) for a, b in zip(ours, by_hand))
+
+
+SCHEDULERS = {"LambdaLR": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step),
+              "CosineAnnealingLR": lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4)}
+
+
+@pytest.mark.parametrize("schedule", SCHEDULERS)
+def test_torchs_schedulers_drive_our_optimizers_as_they_drive_torchs(schedule):
+    from training.muon import Muon
+
+    params, grads = params_and_grads(2)
+    ours, theirs = twin(params), twin(params)
+    opt = AdamW(groups(ours), lr=1e-2, betas=(0.9, 0.99))
+    ref = torch.optim.AdamW(groups(theirs), lr=1e-2, betas=(0.9, 0.99), foreach=False, fused=False)
+    muon = Muon([t.clone().requires_grad_() for t in matrices()], lr=1e-2)
+    schedulers = [SCHEDULERS[schedule](o) for o in (opt, ref, muon)]
+    lrs = {id(o): [] for o in (opt, ref, muon)}
+    for step in range(5):
+        for o, ps in ((opt, ours), (ref, theirs)):
+            for p, grad in zip(ps, grads[step]):
+                p.grad = grad.clone()
+        for p in muon.param_groups[0]["params"]:
+            p.grad = torch.ones_like(p)
+        for o, s in zip((opt, ref, muon), schedulers):
+            o.step()
+            s.step()
+            lrs[id(o)].append([g["lr"] for g in o.param_groups])
+    assert lrs[id(opt)] == lrs[id(ref)] and [lr[0] for lr in lrs[id(muon)]] == [lr[0] for lr in lrs[id(ref)]]
+    seq = [lr[0] for lr in lrs[id(ref)]]
+    assert all(a != b for a, b in zip(seq, seq[1:]))  # the schedule changed the lr at every step
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_step_and_state_dict_hooks_run_as_in_torch():
+    calls = {}
+
+    def hooked(opt, who):
+        calls[who] = []
+        opt.register_step_pre_hook(lambda o, args, kwargs: calls[who].append("step pre"))
+        opt.register_step_post_hook(lambda o, args, kwargs: calls[who].append("step post"))
+        opt.register_state_dict_pre_hook(lambda o: calls[who].append("state_dict pre"))
+        opt.register_state_dict_post_hook(lambda o, sd: {**sd, "note": who})
+        opt.register_load_state_dict_pre_hook(lambda o, sd: calls[who].append("load pre"))
+        opt.register_load_state_dict_post_hook(lambda o: calls[who].append("load post"))
+        return opt
+
+    for who, make in (("ours", AdamW), ("torch", torch.optim.AdamW)):
+        params, grads = params_and_grads()
+        opt = hooked(make(groups(params)), who)
+        run_steps(opt, params, grads, range(1))
+        state = opt.state_dict()
+        assert state["note"] == who
+        opt.load_state_dict(state)
+    assert calls["ours"] == calls["torch"] == ["step pre", "step post", "state_dict pre", "load pre", "load post"]

@@ -8,7 +8,7 @@ config.py      TrainConfig, presets, configure(argv)       objectives.py  decode
 setup.py       builds a Run: out_dir, data, model, optim   loop.py        the loop, one training step, saving
 evaluate.py    validation loss, samples                    checkpoint.py  the checkpoint format (the only key reader)
 optim.py       AdamW/Muon parameter groups, lr schedule    muon.py        the Muon optimizer
-optimizer.py   the optimizers' base (not torch.optim's)     adamw.py       AdamW (torch's fused kernel)
+optimizer.py   the optimizers' base (a torch.optim one)     adamw.py       AdamW (torch's fused kernel)
 metrics.py     metrics.jsonl and wandb                     mfu.py         model FLOPs utilisation
 distributed.py torchrun, DDP helpers                       fsdp.py        FSDP2 sharding and full checkpoints
 """

@@ -13,7 +13,7 @@ checkpoints and ours load into each other. tests/test_optimizers.py holds it to 
 """
 import torch
 
-from .optimizer import Optimizer
+from .optimizer import Optimizer, closure_loss
 
 
 class AdamW(Optimizer):
@@ -22,7 +22,8 @@ class AdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure=None) -> None:  # closure: torch.optim's signature (FSDP's state loader passes None)
+    def step(self, closure=None):
+        loss = closure_loss(closure)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -39,3 +40,4 @@ class AdamW(Optimizer):
                                 [s["exp_avg_sq"] for s in states], [], steps, lr=group["lr"], beta1=beta1,
                                 beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False,
                                 maximize=False)
+        return loss

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from .optimizer import Optimizer
+from .optimizer import Optimizer, closure_loss
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)  # (a, b, c) of the quintic, from Keller Jordan's Muon
 NS_STEPS = 5
@@ -70,7 +70,8 @@ class Muon(Optimizer):
                                      f"give vectors and embeddings to AdamW")
 
     @torch.no_grad()
-    def step(self, closure=None) -> None:  # closure: torch.optim's signature (FSDP's state loader passes None)
+    def step(self, closure=None):
+        loss = closure_loss(closure)
         for group in self.param_groups:
             lr, mu = group["lr"] * group["lr_scale"], group["momentum"]
             stacks = {}  # (small, large) -> [(p, its look-ahead gradient turned wide)]: orthogonalised together
@@ -91,3 +92,4 @@ class Muon(Optimizer):
                     update = update if p.size(0) <= p.size(1) else update.T  # (m, n), as p
                     p.mul_(1 - lr * group["weight_decay"])
                     p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
+        return loss

@@ -12,6 +12,7 @@ import torch
 from common.errors import CheckpointError, ConfigError
 
 from .adamw import AdamW
+from .optimizer import closure_loss
 
 
 OPTIMIZERS = ("adamw", "muon")
@@ -51,7 +52,7 @@ def _adamw(decayed, rest, lr, weight_decay, betas):
 
 class Combined:
     """Several optimizers over disjoint parameters, driven as one: train.py sets every group's lr, steps, zeroes
-    and checkpoints it like a single optimizer. param_groups is read from the parts each time: a part's
+    and checkpoints it like a single optimizer. Not a torch.optim.Optimizer: a torch scheduler drives each part. param_groups is read from the parts each time: a part's
     load_state_dict replaces its group dicts, and a list kept from before would send the lr schedule to dead copies."""
 
     def __init__(self, **parts):
@@ -61,9 +62,11 @@ class Combined:
     def param_groups(self) -> list[dict]:
         return [g for opt in self.parts.values() for g in opt.param_groups]
 
-    def step(self):
+    def step(self, closure=None):
+        loss = closure_loss(closure)  # once: its backward fills every part's gradients
         for opt in self.parts.values():
             opt.step()
+        return loss
 
     def zero_grad(self, set_to_none: bool = True):
         for opt in self.parts.values():

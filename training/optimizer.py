@@ -1,11 +1,20 @@
-"""The optimizer base that AdamW (adamw.py) and Muon (muon.py) share: parameter groups, per-parameter state,
-zero_grad, and state dicts in torch.optim's format, so a checkpoint written by either loads into the other.
+"""The optimizer base that AdamW (adamw.py) and Muon (muon.py) share: a torch.optim.Optimizer (so torch's
+schedulers, step hooks and closures work with it) whose parameter groups, zero_grad and state dicts are our own,
+in torch.optim's format, so a checkpoint written by either loads into the other.
 
-Why not torch.optim.Optimizer: its methods (add_param_group, state_dict, zero_grad, and AdamW's step) are wrapped
-for torch.compile, and the wrapper imports torch._dynamo on first use: 1.0-1.2 s of start-up on a 2-core CPU, ~8%
-of the fast-cpu preset's whole run (README "Round two, fourth part"). Nothing this project compiles is an optimizer
-step. What torch's class does that this one does not: step hooks, per-group add_param_group after construction,
-differentiable and capturable (CUDA-graph) steps.
+Why not torch.optim.Optimizer's own methods: add_param_group, state_dict, load_state_dict and zero_grad (and AdamW's
+step) are wrapped for torch.compile, and the wrapper imports torch._dynamo on first use: 1.0-1.2 s of start-up on a
+2-core CPU, ~8% of the fast-cpu preset's whole run (README "Round two, fourth part"). Nothing this project compiles
+is an optimizer step. Overriding those four keeps the import away (tests/test_startup.py); the state-dict hooks
+run as in torch, and the rest is torch's: step pre/post hooks, torch.optim.lr_scheduler, and step(closure), which
+calls the closure with gradients enabled and returns its loss (tests/test_optimizers.py checks each against
+torch's AdamW).
+
+Where this differs from torch.optim's optimizers:
+- load_state_dict() needs groups of the same sizes as this optimizer's (ValueError), and takes each group's saved
+  hyperparameters as they are (torch's too; training/optim.load_state puts the configured ones back);
+- no foreach/fused/capturable/differentiable/maximize/amsgrad options: AdamW always runs torch's fused kernel;
+- training.optim.Combined (Muon + AdamW) is not a torch.optim.Optimizer: give a scheduler each of its parts.
 
     group = {"params": [tensors...], "lr": ..., <hyperparameters>}   the loop writes group["lr"] every step
     state[p] = {"exp_avg": ..., ...}                                  what step() keeps for parameter p
@@ -16,16 +25,18 @@ from collections import defaultdict
 import torch
 
 
-class Optimizer:
+class Optimizer(torch.optim.Optimizer):
     """params: tensors, or dicts {"params": tensors, <hyperparameters overriding defaults>}."""
 
     def __init__(self, params, defaults: dict):
-        self.defaults = dict(defaults)
-        groups = list(params)
-        if groups and not isinstance(groups[0], dict):
-            groups = [{"params": groups}]
-        self.param_groups = [{**self.defaults, **group, "params": list(group["params"])} for group in groups]
-        self.state = defaultdict(dict)  # parameter -> its state
+        super().__init__(params, dict(defaults))  # torch's hooks; each group through add_param_group below
+
+    def add_param_group(self, group: dict) -> None:
+        params = [group["params"]] if isinstance(group["params"], torch.Tensor) else list(group["params"])
+        taken = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in taken for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append({**self.defaults, **group, "params": params})
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
@@ -38,16 +49,23 @@ class Optimizer:
     def state_dict(self) -> dict:
         """Parameters are numbered in group order; the state's tensors are the live ones (save them, do not change
         them), as in torch.optim."""
+        for hook in self._optimizer_state_dict_pre_hooks.values():
+            hook(self)
         index, groups = {}, []
         for group in self.param_groups:
             ids = [index.setdefault(p, len(index)) for p in group["params"]]
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
-        return {"state": {index[p]: s for p, s in self.state.items() if p in index}, "param_groups": groups}
+        out = {"state": {index[p]: s for p, s in self.state.items() if p in index}, "param_groups": groups}
+        for hook in self._optimizer_state_dict_post_hooks.values():
+            out = hook(self, out) or out  # a hook may return a replacement
+        return out
 
     def load_state_dict(self, state_dict: dict) -> None:
         """The groups must match this optimizer's in number and size (same model, same optimizer). Each group takes
         the saved hyperparameters (training/optim.load_state restores the configured ones after); the state's
         tensors move to their parameter's device, and floating ones other than the step count to its dtype."""
+        for hook in self._optimizer_load_state_dict_pre_hooks.values():
+            state_dict = hook(self, state_dict) or state_dict
         saved = state_dict["param_groups"]
         if [len(g["params"]) for g in saved] != [len(g["params"]) for g in self.param_groups]:
             raise ValueError(f"the optimizer state has groups of {[len(g['params']) for g in saved]} parameters, "
@@ -59,6 +77,17 @@ class Optimizer:
             self.state[p] = {k: _like(v, p, keep_dtype=(k == "step")) for k, v in entries.items()}
         self.param_groups = [{**{k: v for k, v in s.items() if k != "params"}, "params": g["params"]}
                              for s, g in zip(saved, self.param_groups)]
+        for hook in self._optimizer_load_state_dict_post_hooks.values():
+            hook(self)
+
+
+def closure_loss(closure):
+    """What torch.optim's step(closure) does with the closure: calls it with gradients enabled (the step itself
+    runs without) so that it can recompute the loss and its gradients; step returns the loss."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
 
 
 def _like(value, p: torch.Tensor, keep_dtype: bool):
