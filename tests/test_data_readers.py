@@ -1,11 +1,13 @@
 """data/readers.py on its own: lines, pieces and bad documents, without preparing a folder."""
 import gzip
 import io
+import random
 import time
 
 import pytest
 
 import data.readers as readers
+from data.tokenizer import gpt2_tokenizer
 
 LONG_LINE_S = 2.0  # a linear read of the 64 MB line takes a tenth of this, a quadratic one (~8 GB copied) far more
 
@@ -53,3 +55,39 @@ def test_a_text_file_without_a_final_newline_is_read_to_its_last_character(tmp_p
     text = "".join(f"Line {i} of the text,\nand its second half.\n" for i in range(30)) + "The end, café"
     (tmp_path / "t.txt").write_text(text, encoding="utf-8")
     assert texts_of(tmp_path / "t.txt") == [text]
+
+
+# Characters that meet GPT-2's pre-tokeniser in every way: letters (one with an accent), a digit, an apostrophe and
+# "s" (contractions), punctuation, and whitespace of several kinds, NBSP included; \x1c is whitespace to Python's
+# str.isspace but not to the tokeniser's regex.
+ALPHABET = ["a", "b", "é", "1", "'", "s", ".", " ", " ", "\n", "\n", "\t", "\r", "\u00a0", "\x1c"]
+
+
+def test_every_cut_gives_the_tokens_of_the_whole_text():
+    # The reader decides a cut seeing only the text read so far, so the rule is checked on every prefix: a cut
+    # chosen in text[:n] must split the whole text where GPT-2's pre-tokeniser splits it too.
+    enc = gpt2_tokenizer().encoding
+    rng = random.Random(0)
+    cuts = 0
+    for _ in range(400):
+        text = "".join(rng.choices(ALPHABET, k=rng.randint(2, 40)))
+        whole = enc.encode_ordinary(text)
+        for n in range(1, len(text) + 1):
+            at = readers._cut(text[:n])
+            if at:
+                cuts += 1
+                assert enc.encode_ordinary(text[:at]) + enc.encode_ordinary(text[at:]) == whole, (text, n, at)
+    assert cuts > 2000  # the rule finds places to cut in most texts
+
+
+def test_a_long_text_read_in_pieces_has_the_tokens_of_the_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "PIECE_CHARS", 40)
+    monkeypatch.setattr(readers, "READ_BYTES", 16)
+    # blank lines before a line (GPT-2 gives "\n\n" before a letter two tokens, but one at the end of a text),
+    # Windows line ends, indented lines, tabs
+    text = "".join(f"ACT {i}\n\nline1\nline2\n\n\nSCENE\r\n\r\n  indented line\n\tand a tab\n \n" for i in range(20))
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8", newline="")
+    enc = gpt2_tokenizer().encoding
+    pieces = [p.text for p in readers.Source.open(tmp_path / "t.txt").pieces(readers.BadDocuments("stop"))]
+    assert len(pieces) > 20 and "".join(pieces) == text
+    assert sum((enc.encode_ordinary(p) for p in pieces), []) == enc.encode_ordinary(text)
