@@ -11,7 +11,9 @@ exception is a stretch of 4 * PIECE_CHARS characters with no such place, which i
 depend on the text alone, so the output never depends on --workers.
 
 Bad input mid-stream (undecodable bytes, a malformed JSON line, a missing or empty text) goes to `BadDocuments`:
-with on_bad=stop the first one is a one-line error with its location; with skip it is counted and reported.
+with on_bad=stop the first one is a one-line error with its location; with skip the whole document is left out,
+counted once and reported. A .txt file is decoded once before any of its pieces goes out, so a bad byte late in a
+file leaves out the file, not only the bytes.
 """
 import gzip
 import hashlib
@@ -120,37 +122,58 @@ def _cut(text: str) -> int:
     return m.start() if m else 0
 
 
+class _NotUTF8(ValueError):
+    """The first undecodable byte of a stream: which byte and at what offset."""
+
+
+def _utf8_text(f, on_raw=lambda raw: None):
+    """The text of a binary UTF-8 stream in blocks of about READ_BYTES characters, each ending on a whole character
+    (on_raw sees every block of bytes); _NotUTF8 at the first undecodable byte."""
+    carry, offset = b"", 0
+    while True:
+        raw = f.read(READ_BYTES)
+        on_raw(raw)
+        data = carry + raw
+        whole = _utf8_split(data) if raw else len(data)
+        data, carry = data[:whole], data[whole:]
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _NotUTF8(f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {offset + e.start})") from None
+        yield text
+        offset += len(data)
+        if not raw:
+            return
+
+
 def _txt_pieces(path: Path, where: str, bad: BadDocuments, on_bytes, sha):
-    pending, carry, offset, first = "", b"", 0, True
+    # A first pass decodes (and hashes) the whole file: a file with an undecodable byte is one bad document, skipped
+    # whole, and the pieces before that byte could not be taken back once sent
+    try:
+        with open(path, "rb") as f:
+            for _ in _utf8_text(f, sha.update):
+                pass
+    except _NotUTF8 as e:
+        bad.report(where, f"{e}; convert it first, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt")
+        on_bytes(path.stat().st_size)
+        return
+    pending, first = "", True
     with open(path, "rb") as f:
-        while True:
-            raw = f.read(READ_BYTES)
-            sha.update(raw)
-            on_bytes(len(raw))
-            data = carry + raw
-            whole = _utf8_split(data) if raw else len(data)
-            data, carry = data[:whole], data[whole:]
-            try:
-                pending += data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                pos = offset + e.start
-                bad.report(where, f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {pos}); convert it first, "
-                                  f"e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt")
-                pending += data.decode("utf-8", errors="ignore")  # skip: drop the undecodable bytes
-            offset += len(data)
-            last = not raw
-            while len(pending) > PIECE_CHARS or (last and pending):
-                at = len(pending) if last else (_cut(pending) or (len(pending) if len(pending) > 4 * PIECE_CHARS else 0))
-                if at == 0:
-                    break
-                if first and last and not pending.strip():
-                    break  # whitespace only: an empty document
-                yield Piece(pending[:at], first, where)
-                pending, first = pending[at:], False
-            if last:
-                if first:
-                    bad.report(where, "the document is empty")
-                return
+        try:
+            for text in _utf8_text(f, lambda raw: on_bytes(len(raw))):
+                pending += text
+                while len(pending) > PIECE_CHARS:
+                    at = _cut(pending) or (len(pending) if len(pending) > 4 * PIECE_CHARS else 0)
+                    if not at:
+                        break
+                    yield Piece(pending[:at], first, where)
+                    pending, first = pending[at:], False
+        except _NotUTF8:
+            raise DataError(f"{where} changed while it was being read; prepare it when nothing writes to it") from None
+    if first and not pending.strip():
+        bad.report(where, "the document is empty")
+    elif pending:
+        yield Piece(pending, first, where)
 
 
 def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on_bytes, sha):

@@ -91,3 +91,19 @@ def test_a_long_text_read_in_pieces_has_the_tokens_of_the_whole(tmp_path, monkey
     pieces = [p.text for p in readers.Source.open(tmp_path / "t.txt").pieces(readers.BadDocuments("stop"))]
     assert len(pieces) > 20 and "".join(pieces) == text
     assert sum((enc.encode_ordinary(p) for p in pieces), []) == enc.encode_ordinary(text)
+
+
+def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "PIECE_CHARS", 40)
+    monkeypatch.setattr(readers, "READ_BYTES", 16)  # the bad bytes fall in several reads, the first after pieces
+    (tmp_path / "in").mkdir()
+    good = "A good document.\nIts second line.\n" * 5
+    (tmp_path / "in" / "a.txt").write_text(good, encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_bytes(("Line of plain text.\n" * 10 + "caf\xe9\n" * 3).encode("latin-1"))
+    (tmp_path / "in" / "c.txt").write_text(good, encoding="utf-8")
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "in", bad) == [good, good]  # no piece of b.txt, not even those before its bad byte
+    assert bad.count == 1 and bad.examples == ["b.txt (not UTF-8 text (byte 0xe9 at offset 203); convert it first, "
+                                               "e.g. iconv -f latin1 -t utf-8 b.txt > b.utf8.txt)"]
+    with pytest.raises(readers.DataError, match=r"b.txt: not UTF-8 text \(byte 0xe9 at offset 203\)"):
+        texts_of(tmp_path / "in")
