@@ -168,7 +168,12 @@ def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
     cases = [([], "already holds a run"),  # a scratch run into an existing out_dir
              (["--init_from=resume", "--n_layer=3"], "--n_layer=3 differs from the checkpoint's n_layer=2"),
              (["--init_from=resume", "--tokenizer=gpt2"], "not the data this checkpoint was trained on"),
-             (["--init_from=resume", "--fsdp=true"], "start it with torchrun")]
+             (["--init_from=resume", "--fsdp=true"], "start it with torchrun"),
+             # what is trained and by which optimizer stay the checkpoint's (a changed one crashed, or saved a
+             # checkpoint whose [MASK] id is outside its vocabulary)
+             (["--init_from=resume", "--optimizer=muon"], "--optimizer=muon differs from the checkpoint's"),
+             (["--init_from=resume", "--model=encoder"], "--model=encoder differs from the checkpoint's"),
+             (["--init_from=resume", "--mask_token=true"], "--mask_token=True differs from the checkpoint's")]
     for extra, msg in cases:
         assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=4", *extra)) == 2
         err = capsys.readouterr().err

@@ -6,7 +6,8 @@ import torch
 import train
 from training import checkpoint
 from training.checkpoint import Checkpoint
-from training.optim import make_optimizer
+from common.errors import CheckpointError
+from training.optim import load_state, make_optimizer
 from conftest import metrics, tiny_args, tiny_model
 
 DECAYING = ["--lr_decay_iters=8", "--warmup_iters=2", "--eval_interval=4", "--learning_rate=3e-3", "--min_lr=1e-4"]
@@ -59,3 +60,27 @@ def test_muon_gets_the_blocks_linear_weights_and_nothing_else(score):
     in_adamw = [p for g in opt.parts["adamw"].param_groups for p in g["params"]]
     everything = {id(p) for p in model.parameters()}
     assert len(in_muon) + len(in_adamw) == len(everything) and {id(p) for p in in_muon + in_adamw} == everything
+
+
+@pytest.mark.parametrize("trained, resumed", [("muon", "adamw"), ("adamw", "muon")])
+def test_resuming_with_the_other_optimizer_is_one_line_either_way(corpus, tmp_path, capsys, trained, resumed):
+    out = tmp_path / "run"
+    run(corpus, out, "--max_iters=2", f"--optimizer={trained}")
+    capsys.readouterr()
+    args = tiny_args(corpus, out, *DECAYING, "--max_iters=3", "--init_from=resume", f"--optimizer={resumed}")
+    assert train.cli.run(train.main, args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert f"--optimizer={resumed} differs from the checkpoint's optimizer={trained}" in err and "drop the flag" in err
+
+
+@pytest.mark.parametrize("saved, loaded", [("muon", "adamw"), ("adamw", "muon")])
+def test_an_optimizer_state_of_the_other_kind_is_refused_as_a_checkpoint_error(saved, loaded):
+    """What a checkpoint holds decides, whatever its train_config says: one line, not a KeyError."""
+    model = tiny_model()
+    state = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), saved).state_dict()
+    with pytest.raises(CheckpointError, match=f"holds a --optimizer={saved} state, and this run's optimizer is "
+                                              f"{loaded}"):
+        load_state(make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), loaded), state)
+    with pytest.raises(CheckpointError, match="no optimizer state this code can read"):
+        load_state(make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), loaded), None)

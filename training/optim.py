@@ -52,8 +52,9 @@ def _adamw(decayed, rest, lr, weight_decay, betas):
 
 class Combined:
     """Several optimizers over disjoint parameters, driven as one: train.py sets every group's lr, steps, zeroes
-    and checkpoints it like a single optimizer. Not a torch.optim.Optimizer: a torch scheduler drives each part. param_groups is read from the parts each time: a part's
-    load_state_dict replaces its group dicts, and a list kept from before would send the lr schedule to dead copies."""
+    and checkpoints it like a single optimizer. param_groups is read from the parts each time: a part's
+    load_state_dict replaces its group dicts, and a list kept from before would send the lr schedule to dead copies.
+    Not a torch.optim.Optimizer: a torch scheduler drives each part (parts["adamw"], parts["muon"])."""
 
     def __init__(self, **parts):
         self.parts = parts  # name -> training.optimizer.Optimizer
@@ -76,19 +77,34 @@ class Combined:
         return {name: opt.state_dict() for name, opt in self.parts.items()}
 
     def load_state_dict(self, state: dict) -> None:
-        if set(state) != set(self.parts):
-            raise CheckpointError(f"the checkpoint's optimizer state is not a {'+'.join(self.parts)} state; resume with "
-                             f"the --optimizer it was trained with")
         for name, opt in self.parts.items():
             opt.load_state_dict(state[name])
+
+
+def optimizer_name(x) -> str | None:
+    """'muon' or 'adamw': which --optimizer made this optimizer, or this state dict of one (None: neither)."""
+    if isinstance(x, Combined) or (isinstance(x, dict) and set(x) == {"adamw", "muon"}):
+        return "muon"
+    if isinstance(x, torch.optim.Optimizer) or (isinstance(x, dict) and "param_groups" in x):
+        return "adamw"
+    return None
 
 
 def load_state(optimizer, state: dict, load=None) -> None:
     """Restore a checkpoint's optimizer state (moments, momentum buffers, step counts) but keep the hyperparameters
     this run was configured with: load_state_dict would bring back the checkpoint's weight_decay, betas, Muon
     momentum and lr_scale, silently ignoring the flags a resumed run was given. `load`: how to load (FSDP's)."""
+    saved, ours = optimizer_name(state), optimizer_name(optimizer)
+    if saved != ours:
+        what = f"a --optimizer={saved} state" if saved else "no optimizer state this code can read"
+        raise CheckpointError(f"the checkpoint holds {what}, and this run's optimizer is {ours}: resume with the "
+                              f"--optimizer it was trained with, or start a new --out_dir")
     configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-    (load or optimizer.load_state_dict)(state)
+    try:
+        (load or optimizer.load_state_dict)(state)
+    except (KeyError, ValueError) as e:  # the file's groups or entries do not fit this model's parameters
+        raise CheckpointError(f"the checkpoint's optimizer state does not fit this model's parameters ({e}); the "
+                              f"file is corrupt or not ours") from None
     for group, settings in zip(optimizer.param_groups, configured, strict=True):
         group.update(settings)
 

@@ -26,6 +26,9 @@ from training.metrics import METRICS_FILE
 from training.optim import load_state, make_optimizer
 
 RUN_FILES = (LAST, BEST, METRICS_FILE)
+# training flags a checkpoint was made for, like the model's shape: what is trained (and so the vocabulary) and
+# the optimizer whose state it holds
+KEPT_ON_RESUME = ("model", "mask_token", "optimizer")
 
 
 @dataclass
@@ -104,12 +107,13 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
     """For --init_from=resume: the checkpoint's configs, with explicitly given training flags (e.g. a larger
     --max_iters) applied on top. The model's shape cannot change under a checkpoint."""
     ckpt = Checkpoint.load(os.path.join(tc.out_dir, LAST))
-    saved_model = ckpt.model_config.to_dict()
-    for k, v in model_overrides.items():
-        if k in explicit and saved_model.get(k) != v:
-            raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={saved_model.get(k)}; a resumed run "
-                             f"keeps its model: drop the flag or start a new --out_dir")
     saved = dict(ckpt.train_config)
+    kept = {**ckpt.model_config.to_dict(), "model": ckpt.objective,
+            **{k: saved.get(k, TrainConfig.__dataclass_fields__[k].default) for k in KEPT_ON_RESUME}}
+    for k, v in {**model_overrides, **explicit}.items():
+        if k in explicit and k in kept and kept[k] != v:
+            raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={kept[k]}; a resumed run keeps its model "
+                             f"and optimizer: drop the flag or start a new --out_dir")
     if "max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None:
         # a longer (or shorter) run keeps the schedule it started with: the cosine still ends where it was
         # planned to, then min_lr; --lr_decay_iters sets another horizon
