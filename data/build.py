@@ -87,7 +87,7 @@ class Build:
             return
         seen, n_chars = np.zeros(MAX_CODEPOINT, dtype=bool), 0
         for text in joined(self.pieces(BadDocuments(self.cfg.on_bad), "scan")):
-            cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
             seen[cps] = True  # a bitmap: ~10x faster than set(text)
             n_chars += len(text)
         chars = "".join(map(chr, np.flatnonzero(seen))) if self.cfg.tokenizer == "char" else None

@@ -54,7 +54,7 @@ def peak_rss_mb() -> int:
 
 def encode_batch(texts: list[str], dtype: str, with_hash: list[bool]) -> tuple[list[tuple], int]:
     """([(tokens, UTF-8 bytes, is_val_hash or None)] for each text, this worker's peak RSS in MB)."""
-    return [(_encode_one(_TOKENIZER, t, dtype), len(t.encode("utf-8", "surrogatepass")),
+    return [(_encode_one(_TOKENIZER, t, dtype), len(t.encode("utf-8")),
              is_val_hash(t) if h else None) for t, h in zip(texts, with_hash)], peak_rss_mb()
 
 

@@ -10,10 +10,11 @@ the pieces one by one gives the tokens of the whole text (tested on every prefix
 exception is a stretch of 4 * PIECE_CHARS characters with no such place, which is cut where it ends. The cut points
 depend on the text alone, so the output never depends on --workers.
 
-Bad input mid-stream (undecodable bytes, a malformed JSON line, a missing or empty text) goes to `BadDocuments`:
-with on_bad=stop the first one is a one-line error with its location; with skip the whole document is left out,
-counted once and reported. A .txt file is decoded once before any of its pieces goes out, so a bad byte late in a
-file leaves out the file, not only the bytes.
+Bad input mid-stream (undecodable bytes, a malformed JSON line, half a surrogate pair, a missing or empty text)
+goes to `BadDocuments`, so every text that comes out is valid Unicode: with on_bad=stop the first one is a one-line
+error with its location; with skip the whole document is left out, counted once and reported. A .txt file is
+decoded once before any of its pieces goes out, so a bad byte late in a file leaves out the file, not only the
+bytes.
 """
 import gzip
 import hashlib
@@ -125,6 +126,10 @@ def _cut(text: str) -> int:
 class _NotUTF8(ValueError):
     """The first undecodable byte of a stream: which byte and at what offset."""
 
+    @classmethod
+    def at(cls, e: UnicodeDecodeError, offset: int = 0) -> "_NotUTF8":
+        return cls(f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {offset + e.start})")
+
 
 def _utf8_text(f, on_raw=lambda raw: None):
     """The text of a binary UTF-8 stream in blocks of about READ_BYTES characters, each ending on a whole character
@@ -139,7 +144,7 @@ def _utf8_text(f, on_raw=lambda raw: None):
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise _NotUTF8(f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {offset + e.start})") from None
+            raise _NotUTF8.at(e, offset) from None
         yield text
         offset += len(data)
         if not raw:
@@ -199,10 +204,23 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                     bad.report(loc, f"no string field {text_field!r} (set --text_field)")
                 elif not text.strip():
                     bad.report(loc, "the document is empty")
+                elif half := _half_pair(line, text):
+                    bad.report(loc, f"the text holds {half}, half of a surrogate pair, which is not Unicode text")
                 else:
                     yield Piece(text, True, loc)
         except (OSError, EOFError) as e:  # a truncated or corrupt .gz
             raise DataError(f"{where}: cannot be read ({e}); check the file (gzip -t)") from None
+
+
+def _half_pair(line: bytes, text: str) -> str | None:
+    """JSON's \\ud83d without the other half of its pair gives a str that no UTF-8 encoder (so no tokenizer) takes:
+    tiktoken would encode U+FFFD in its place, char would crash. Only a \\uDxxx escape makes one."""
+    if b"\\ud" in line or b"\\uD" in line:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return f"\\u{ord(text[e.start]):04x}"
+    return None
 
 
 def _lines(stream):
@@ -241,14 +259,32 @@ def _parquet_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, 
     size, rows, row = path.stat().st_size, max(pf.metadata.num_rows, 1), 0
     # Record batches, not whole row groups: a row group can hold gigabytes of text
     for batch in _checked(pf.iter_batches(batch_size=PARQUET_ROWS, columns=[text_field], use_threads=False), where):
-        for text in batch.column(0).to_pylist():
+        for text in _strings(batch.column(0)):
             loc = f"{where}:row {row}"
-            if not isinstance(text, str) or not text.strip():
+            if isinstance(text, _NotUTF8):
+                bad.report(loc, str(text))
+            elif not isinstance(text, str) or not text.strip():
                 bad.report(loc, "the document is empty" if isinstance(text, str) or text is None else "not a string")
             else:
                 yield Piece(text, True, loc)
             row += 1
         on_bytes(size * row // rows - size * (row - batch.num_rows) // rows)  # rows read, as a share of the file
+
+
+def _strings(column) -> list:
+    """A column's values; a string that is not UTF-8 (pyarrow reads a string column without checking) as _NotUTF8."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        import pyarrow as pa
+        return [_utf8_or_not(v) for v in column.cast(pa.large_binary()).to_pylist()]
+
+
+def _utf8_or_not(raw: bytes | None):
+    try:
+        return raw if raw is None else raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return _NotUTF8.at(e)
 
 
 def _checked(batches, where: str):

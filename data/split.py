@@ -59,7 +59,7 @@ def pick_val_documents(sizes: dict[str, int]) -> list[str]:
 
 def is_val_hash(text: str) -> bool:
     """`docs`: the document's side by a hash of its (first piece's) text."""
-    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
     return h < VAL_FRACTION * 2 ** 64
 
 

@@ -4,6 +4,7 @@ import io
 import random
 import time
 
+import numpy as np
 import pytest
 
 import data.readers as readers
@@ -107,3 +108,27 @@ def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tm
                                                "e.g. iconv -f latin1 -t utf-8 b.txt > b.utf8.txt)"]
     with pytest.raises(readers.DataError, match=r"b.txt: not UTF-8 text \(byte 0xe9 at offset 203\)"):
         texts_of(tmp_path / "in")
+
+
+def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
+    # JSON can escape half of a UTF-16 pair; Python then holds a str that no tokenizer can encode as UTF-8 text
+    (tmp_path / "c.jsonl").write_bytes(b'{"text": "a pair \\ud83d\\ude00"}\n{"text": "half \\ud83d of a pair"}\n'
+                                       b'{"text": "the other half \\uDE00"}\n{"text": "last"}\n')
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "c.jsonl", bad) == ["a pair \U0001F600", "last"]
+    assert bad.count == 2 and [e.split(" ")[0] for e in bad.examples] == ["c.jsonl:2", "c.jsonl:3"]
+    with pytest.raises(readers.DataError, match=r"^c.jsonl:2: .*\\ud83d.*surrogate.*--on_bad=skip"):
+        texts_of(tmp_path / "c.jsonl")
+
+
+def test_a_parquet_string_that_is_not_utf8_is_a_bad_document(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    # pyarrow writes and reads a string column without checking its UTF-8, as other writers may have done
+    values = [b"good", b"caf\xe9", b"also good"]
+    offsets = pa.py_buffer(np.cumsum([0] + [len(v) for v in values], dtype=np.int32).tobytes())
+    column = pa.Array.from_buffers(pa.string(), len(values), [None, offsets, pa.py_buffer(b"".join(values))])
+    pq.write_table(pa.table({"text": column}), tmp_path / "f.parquet")
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "f.parquet", bad) == ["good", "also good"]
+    assert bad.count == 1 and bad.examples[0].startswith("f.parquet:row 1 (not UTF-8")

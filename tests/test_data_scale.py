@@ -133,7 +133,8 @@ def test_parquet_without_pyarrow_is_a_one_line_error(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("bad_line,problem", [(b"{not json\n", "malformed JSON"), (b'{"text": ""}\n', "empty"),
-                                              (b'{"text": "caf\xe9"}\n', "not UTF-8"), (b'{"body": "x"}\n', "no string field")])
+                                              (b'{"text": "caf\xe9"}\n', "not UTF-8"), (b'{"body": "x"}\n', "no string field"),
+                                              (b'{"text": "half a pair \\ud83d"}\n', "surrogate")])
 def test_bad_documents_stop_with_their_location_or_are_skipped_and_counted(tmp_path, bad_line, problem):
     docs = documents(40)
     src = write_jsonl(tmp_path / "c.jsonl", docs)
