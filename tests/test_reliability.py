@@ -162,10 +162,20 @@ def test_train_bad_input(corpus, tmp_path, capsys, extra, msg):
     assert not (out / "ckpt_last.pt").exists()
 
 
+def files_of(folder) -> dict:
+    """Every file under folder: its bytes and modification time (a rewrite with the same bytes still shows)."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*")
+            if p.is_file()}
+
+
 def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
+    """Every refusal is found before anything is written: not even the lock's pid note is rewritten."""
     out = make_run(corpus, tmp_path, capsys)
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = files_of(out)
+    assert ".lock" in before
     cases = [([], "already holds a run"),  # a scratch run into an existing out_dir
+             # a mistake found after --overwrite=true: the run it was to replace is still there
+             (["--overwrite=true", "--fsdp=true"], "start it with torchrun"),
              (["--init_from=resume", "--n_layer=3"], "--n_layer=3 differs from the checkpoint's n_layer=2"),
              (["--init_from=resume", "--tokenizer=gpt2"], "not the data this checkpoint was trained on"),
              (["--init_from=resume", "--fsdp=true"], "start it with torchrun"),
@@ -178,7 +188,7 @@ def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
         assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=4", *extra)) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1, err
-        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert files_of(out) == before, extra
 
 
 def test_corrupt_and_truncated_checkpoints(corpus, tmp_path, capsys):

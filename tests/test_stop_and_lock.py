@@ -1,4 +1,5 @@
 """Graceful stops (Ctrl-C, SIGTERM) save the run and resume bitwise; one training process per out_dir."""
+import errno
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import torch
 
 import train
 from conftest import ROOT, children, metrics, tiny_args, workers_said
+from training import stopping
 from training.checkpoint import Checkpoint
 
 RUN = ["--max_iters=150", "--eval_interval=1000", "--lr_decay_iters=150"]  # no checkpoint before the stop
@@ -93,6 +95,17 @@ def test_a_second_writer_is_refused_naming_the_holder(corpus, tmp_path):
         proc.wait()
     # kill -9 leaves no stale lock: the kernel released it with the process
     assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--overwrite=true")) == 0
+
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP])
+def test_a_filesystem_without_file_locks_is_one_line(corpus, tmp_path, capsys, monkeypatch, code):
+    def flock(f, operation):
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(stopping.fcntl, "flock", flock)
+    assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=1")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "filesystem without file locks" in err and "choose an --out_dir on a local disk" in err
 
 
 # 2 processes under torchrun: 4 sequences x 16 tokens each, 128 tokens a step

@@ -31,8 +31,11 @@ def run(tc, model_overrides: dict | None = None, explicit: dict | None = None, i
     d, device_name = distributed.init(tc.device, tc.backend)  # under torchrun: this process's rank and device
     lock = None
     try:
+        stopping.refuse_if_in_use(tc.out_dir, d)  # at once, before any data or checkpoint is read
+        built = setup.build(tc, overrides, explicit or {}, d, device_name, init_model)  # every check, no writes
         lock = stopping.lock_out_dir(tc.out_dir, d)  # one training process per out_dir
-        summary = loop.train(setup.build(tc, overrides, explicit or {}, d, device_name, init_model))
+        setup.claim_out_dir(built)
+        summary = loop.train(built)
         distributed.barrier(d)  # no process tears the group down while another still talks in it
         return summary
     finally:

@@ -1,7 +1,8 @@
 """Everything a training run needs, built once before the loop: the out_dir, the data, the objective, the model
 (fresh, resumed, or from weights handed in), the optimizer and its loss scaler, and the distributed wrappers.
 
-`build` returns a Run; training/loop.py trains it. Nothing here runs a training step.
+`build` checks everything and returns a Run; `claim_out_dir` makes its first writes into out_dir, under the lock
+(training/stopping.py); training/loop.py trains it. Nothing here runs a training step.
 """
 import math
 import os
@@ -51,6 +52,7 @@ class Run:
     token_bytes: torch.Tensor  # (V,) bytes of text per token id, for bits per byte
     start_step: int = 0
     best_val: float = math.inf
+    resumed: bool = False  # from out_dir's checkpoint (whose step may be 0: an imported one)
 
     @property
     def config(self) -> GPTConfig:
@@ -67,20 +69,33 @@ class Run:
         return self.dist.master or self.tc.fsdp
 
 
-def prepare_out_dir(tc: TrainConfig, d: distributed.Dist) -> None:
-    """Refuse to start a fresh run on top of an existing one unless --overwrite=true: nothing is lost by accident.
-    Every process checks before any of them deletes, so they all agree."""
+def check_out_dir(tc: TrainConfig) -> list[str]:
+    """A fresh run refuses to start on top of an existing one unless --overwrite=true: nothing is lost by accident.
+    Returns the run files --overwrite=true will replace; reads only."""
     existing = [f for f in RUN_FILES if os.path.exists(os.path.join(tc.out_dir, f))]
     if existing and not tc.overwrite:
         has_ckpt = any(f in existing for f in (LAST, BEST))
         how = "pass --init_from=resume to continue it, " if has_ckpt else "it has no checkpoint to resume; "
         raise SetupError(f"out_dir={tc.out_dir} already holds a run ({existing[0]}); {how}--overwrite=true to "
                          f"replace it, or another --out_dir")
-    distributed.barrier(d)
-    if existing and d.master:
-        for f in existing:
-            os.remove(os.path.join(tc.out_dir, f))
-        shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
+    return existing
+
+
+def claim_out_dir(run: "Run") -> None:
+    """The run's first writes into out_dir, under its lock, after every check has passed (a refused command leaves
+    out_dir as it was): a fresh run replaces the run --overwrite=true names (checked again, now that no other
+    process can start one), and a save killed half-way leaves no temporary file. Every process checks before any
+    of them deletes, so they all agree."""
+    tc, d = run.tc, run.dist
+    if not run.resumed:
+        existing = check_out_dir(tc)
+        distributed.barrier(d)
+        if existing and d.master:
+            for f in existing:
+                os.remove(os.path.join(tc.out_dir, f))
+            shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
+    if d.master:
+        remove_stale_temporaries(tc.out_dir)
 
 
 def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
@@ -142,14 +157,13 @@ def load_data(tc: TrainConfig, d: distributed.Dist):
 def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
           init_model=None) -> Run:
     """init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
-    (train.py's --init_from=hf:FOLDER)."""
+    (train.py's --init_from=hf:FOLDER). Every check a run makes happens here, and nothing is written to out_dir:
+    claim_out_dir does that, under its lock."""
     ckpt = None
     if start_mode(tc, d) == "resume":
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
     else:
-        prepare_out_dir(tc, d)
-    if d.master:
-        remove_stale_temporaries(tc.out_dir)
+        check_out_dir(tc)
     device = pick_device(device_name)
     if device.type == "cpu" and tc.reuse_freed_memory:
         malloc.keep_freed_memory()  # no page faults for each step's activations (common/malloc.py)
@@ -206,4 +220,4 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     return Run(tc=tc, dist=d, device=device, dtype=dtype, model=model, train_model=train_model, optimizer=optimizer,
                scaler=scaler, objective=objective, tokenizer=tokenizer, data_dir=str(data_dir), data_meta=meta,
                train_data=train_data, val_set=val_set, accum=accum, token_bytes=token_byte_lengths(tokenizer),
-               start_step=start, best_val=best_val)
+               start_step=start, best_val=best_val, resumed=ckpt is not None)
