@@ -10,8 +10,11 @@ signed byte instead of four float32 bytes cuts that traffic by 4x. Activations s
 
 On CPU torch has a kernel for exactly this product (aten._weight_int8pack_mm); it is fast with bfloat16
 activations (float32 ones take a slow path), so the input row is rounded to bf16 on the way in and the result
-returned in the caller's dtype. Where the kernel is missing (other devices, other builds) the weights are
-dequantised and multiplied in the input's dtype: same numbers, no speed-up.
+returned in the caller's dtype. The kernel reads K in blocks of KERNEL_K_BLOCK with no tail (other widths read
+past the row: garbage or a crash), so the weight's columns are padded with zeros up to a whole block and an input of
+another width gets zero columns too: the zeros add nothing to the product. Where the kernel is missing (another
+device, decided at each call, so a quantized model can still be moved; other builds) the weights are dequantised
+and multiplied in the input's dtype: the same int8 numbers, no speed-up.
 
 Only the linear layers inside the blocks are quantized: the output head shares its matrix with the token
 embedding (a lookup, not a product) and is small next to them; quantizing it would cost quality for little.
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 
 QMAX = 127  # symmetric: -128 is never used, so Wq and -Wq are both representable
 QUANTIZE_CHOICES = ("int8",)
+KERNEL_K_BLOCK = 16  # the CPU kernel's step along K (AVX-512: 16 bf16 lanes; AVX2: 8, which 16 also satisfies)
 
 
 def has_int8_kernel(device) -> bool:
@@ -44,20 +48,27 @@ class Int8Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         wq, scale = quantize_weight(linear.weight)
-        self.register_buffer("weight_int8", wq)  # (N, K)
+        self.pad = -self.in_features % KERNEL_K_BLOCK  # zero columns that make K a whole number of kernel blocks
+        self.register_buffer("weight_int8", F.pad(wq, (0, self.pad)))  # (N, K + pad)
         self.register_buffer("scale", scale)  # (N,) float32
         self.register_buffer("scale_bf16", scale.to(torch.bfloat16))  # (N,) what the CPU kernel takes
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())  # (N,)
-        self.fast = has_int8_kernel(linear.weight.device)
+        self.use_kernel = has_int8_kernel("cpu")  # False: always the dequantised product (tests compare the two)
+
+    def uses_kernel(self, x) -> bool:
+        return self.use_kernel and x.is_cpu  # per call: the module may have moved since it was quantized
 
     def forward(self, x):  # (..., K) -> (..., N)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # (M, K)
-        if self.fast:
-            y = torch.ops.aten._weight_int8pack_mm(x2.to(torch.bfloat16), self.weight_int8, self.scale_bf16)
-            y = y.to(x.dtype)  # (M, N)
+        if self.uses_kernel(x):
+            xb = x2.to(torch.bfloat16).contiguous()  # (M, K) the kernel takes dense bf16 rows
+            if self.pad:
+                xb = F.pad(xb, (0, self.pad))  # (M, K + pad), zeros in the padding
+            y = torch.ops.aten._weight_int8pack_mm(xb, self.weight_int8, self.scale_bf16).to(x.dtype)  # (M, N)
         else:
-            y = F.linear(x2, self.weight_int8.to(x.dtype) * self.scale[:, None].to(x.dtype))  # (M, N)
+            w = self.weight_int8[:, :self.in_features].to(x.dtype) * self.scale[:, None].to(x.dtype)  # (N, K)
+            y = F.linear(x2, w)  # (M, N)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         return y.view(*lead, self.out_features)
