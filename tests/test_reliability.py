@@ -191,6 +191,21 @@ def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
         assert files_of(out) == before, extra
 
 
+@pytest.mark.parametrize("wandb", ["false", "true"])
+def test_a_sample_prompt_outside_the_vocabulary_is_refused_before_training(corpus, tmp_path, capsys, monkeypatch,
+                                                                           wandb):
+    """The prompt is used at the end (and at every evaluation with wandb): it is checked before the first step."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "run"
+    args = tiny_args(corpus, out, "--max_iters=2", "--eval_interval=1", "--sample_tokens=4",
+                     "--sample_prompt=ROMEO:\u00e9t\u00e9 \u00e0", f"--wandb_log={wandb}")
+    assert train.cli.run(train.main, args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "--sample_prompt=" in err and "'\u00e9' (U+00E9), '\u00e0' (U+00E0)" in err and "choose a prompt" in err
+    assert not out.exists()  # nothing trained, nothing written
+
+
 def test_corrupt_and_truncated_checkpoints(corpus, tmp_path, capsys):
     out = make_run(corpus, tmp_path, capsys)
     good = (out / "ckpt_last.pt").read_bytes()

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import malloc
 from common.device import pick_device, pick_dtype
-from common.errors import DataError, SetupError
+from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
 from data.config import PrepareConfig
 from data.prepare import prepare
@@ -154,6 +154,28 @@ def load_data(tc: TrainConfig, d: distributed.Dist):
     return data_dir, meta, tokenizer
 
 
+def check_prompt(tc: TrainConfig, tokenizer) -> None:
+    """The samples' prompt is encoded at every evaluation (with wandb) and at the end: a character the vocabulary
+    lacks is refused before training, not after it."""
+    if not (tc.sample_tokens or tc.wandb_log):
+        return
+    try:
+        tokenizer.encode(tc.sample_prompt)
+    except DataError:
+        unknown = [c for c in dict.fromkeys(tc.sample_prompt) if not encodes(tokenizer, c)]
+        raise ConfigError(f"--sample_prompt={tc.sample_prompt!r} has characters the training text's vocabulary "
+                          f"lacks: {', '.join(f'{c!r} (U+{ord(c):04X})' for c in unknown)}; choose a prompt made "
+                          f"of the training text's characters") from None
+
+
+def encodes(tokenizer, text: str) -> bool:
+    try:
+        tokenizer.encode(text)
+        return True
+    except DataError:
+        return False
+
+
 def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
           init_model=None) -> Run:
     """init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
@@ -177,6 +199,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         raise SetupError(f"the data in {data_dir} is not the data this checkpoint was trained on; resume with the "
                          f"same --dataset/--input/--split/--tokenizer, or start a new --out_dir")
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
+    check_prompt(tc, tokenizer)
 
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     if ckpt is not None:
