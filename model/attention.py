@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .config import ATTN_IMPLS
 from .dropout import dropout
 from .linear import Linear
 from .scores import build_score
@@ -49,7 +50,7 @@ def attend(q, k, v, mask=None, bias=None, impl="sdpa", is_causal=False, dropout_
 
     if score is not None and impl != "math":
         raise ValueError(f"a learned attention score is computed on the math path only, not impl={impl!r}")
-    if impl not in ("sdpa", "math", "tiled"):
+    if impl not in ATTN_IMPLS:
         raise ValueError(f"impl={impl!r} is not one of {', '.join(ATTN_IMPLS)}")
 
     if impl == "tiled" and not return_weights:

@@ -226,6 +226,12 @@ def test_cross_attention_shapes_T_differs_from_S():
     torch.testing.assert_close(attend(q, k, v, impl="sdpa"), out)
 
 
+def test_an_unknown_path_is_a_value_error_naming_the_choices():
+    q, k, v = qkv(T=4)
+    with pytest.raises(ValueError, match="impl='flash' is not one of sdpa, math, tiled"):
+        attend(q, k, v, impl="flash")
+
+
 def test_fully_masked_row_gives_zeros_not_nan():
     q, k, v = qkv(B=1, T=4)
     mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
