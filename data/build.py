@@ -42,6 +42,11 @@ class Counters:
     chars: int = 0
     bytes: int = 0
 
+    def add(self, item, n_bytes: int):
+        self.docs += item.first
+        self.chars += len(item.text)
+        self.bytes += n_bytes
+
 
 @dataclass
 class Build:
@@ -112,7 +117,7 @@ class Build:
     def _bpe_sample(self):
         left, side = BPE_SAMPLE_CHARS, None
         for item in self.items(BadDocuments(self.cfg.on_bad), "bpe sample"):
-            if item.first:
+            if item.first:  # `docs`: a val-hashed document never trains, under --val_tokens or past it (encode)
                 side = item.split or ("val" if is_val_hash(item.text) else "train")
             if side == "train":
                 yield item.text[:left]
@@ -128,10 +133,11 @@ class Build:
             writers = {s: ShardWriter(self.out, s, dtype, self.cfg.shard_tokens, None if fresh else st["writers"][s])
                        for s in ("train", "val")}
         except StateMismatch:  # the files do not match the saved progress: start this pass over
-            for key in ("writers", "items_done", "current", "bad", "counters"):
+            for key in ("writers", "items_done", "current", "bad", "counters", "dropped"):
                 st.pop(key, None)
             return self.encode(spec, dtype)
         counters = {s: Counters(**st.get("counters", {}).get(s, {})) for s in writers}
+        dropped = Counters(**st.get("dropped", {}))  # `docs`: val documents past --val_tokens
         done, current = st.get("items_done", 0), st.get("current")
         tok = make_tokenizer(spec)
         sep = np.array([tok.eot_id] if tok.eot_id is not None else tok.encode(CHAR_SEPARATOR), dtype=dtype)
@@ -145,24 +151,28 @@ class Build:
             n_shards = sum(len(w.shards) for w in writers.values())
             for item, (tokens, n_bytes, val_hash) in zip(batch, results):
                 if item.first:
-                    current = item.split or ("val" if val_hash and writers["val"].n_tokens < self.cfg.val_tokens
-                                             else "train")
+                    # `docs`: by the hash; a val document past --val_tokens is dropped (None), not trained on, so
+                    # that no copy of a validation document trains
+                    current = item.split or ("train" if not val_hash else
+                                             "val" if writers["val"].n_tokens < self.cfg.val_tokens else None)
+                if current is None:
+                    dropped.add(item, n_bytes)
+                    continue
                 w, c = writers[current], counters[current]
+                c.add(item, n_bytes)
                 if item.first:
                     w.n_docs += 1
-                    c.docs += 1
                     if w.n_docs > 1:  # between documents, not after the last
                         w.write(sep)
                         c.bytes += sep_bytes
                 w.write(tokens)
-                c.chars, c.bytes = c.chars + len(item.text), c.bytes + n_bytes
             done += len(batch)
             if sum(len(w.shards) for w in writers.values()) > n_shards:  # a shard completed: save the progress
                 st.update(items_done=done, current=current, bad=[bad.count, bad.examples],
                           writers={s: w.state() for s, w in writers.items()},
-                          counters={s: vars(c) for s, c in counters.items()})
+                          counters={s: vars(c) for s, c in counters.items()}, dropped=vars(dropped))
                 self.save_progress()
-        self.bad = bad
+        self.bad, self.dropped = bad, dropped
         return {s: (w.finish(), counters[s]) for s, w in writers.items()}
 
 

