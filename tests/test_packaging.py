@@ -24,6 +24,13 @@ def installed(tmp_path_factory):
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                         f"--target={site}", str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+    left = [p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()]
+    untracked = sorted(set(left) - set(files))  # what the install wrote into the source tree (build/, egg-info)
+    if untracked:
+        r = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *untracked], cwd=ROOT,
+                           capture_output=True, text=True)
+        not_ignored = [line.split("\t")[1] for line in r.stdout.splitlines() if line.startswith("::")]
+        assert not not_ignored, f"pip install . leaves files .gitignore does not cover: {not_ignored[:5]}"
     return site
 
 
