@@ -48,6 +48,11 @@ def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
     tokens = fields["tokenizer.ggml.tokens"]
     assert len(tokens) == tok.vocab_size and tokens[tok.eot_id] == "<|endoftext|>"
     assert fields["tokenizer.ggml.eos_token_id"] == tok.eot_id and fields["tokenizer.ggml.model"] == "gpt2"
+    # llama.cpp's token types: the end-of-text token is a control token (3), which llama.cpp treats as special, not
+    # as text; every other one is normal (1)
+    types = list(fields["tokenizer.ggml.token_type"])
+    assert len(types) == tok.vocab_size and types[tok.eot_id] == 3
+    assert types[:tok.eot_id] + types[tok.eot_id + 1:] == [1] * (tok.vocab_size - 1)
 
 
 def test_gguf_f16_halves_the_matrices_only(tmp_path):
