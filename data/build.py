@@ -7,7 +7,8 @@
 
 Progress is saved to progress.json whenever a shard completes (the writers' states, the number of items done, the
 counters, the scan's results): a killed run continues from there and writes the same bytes as an uninterrupted one.
-Skipped items are still read (the input is a stream), but not encoded.
+Skipped items are still read (the input is a stream), but not encoded; reading them reports their bad documents
+again, so those are counted afresh rather than saved.
 """
 import itertools
 import json
@@ -133,7 +134,7 @@ class Build:
             writers = {s: ShardWriter(self.out, s, dtype, self.cfg.shard_tokens, None if fresh else st["writers"][s])
                        for s in ("train", "val")}
         except StateMismatch:  # the files do not match the saved progress: start this pass over
-            for key in ("writers", "items_done", "current", "bad", "counters", "dropped"):
+            for key in ("writers", "items_done", "current", "counters", "dropped"):
                 st.pop(key, None)
             return self.encode(spec, dtype)
         counters = {s: Counters(**st.get("counters", {}).get(s, {})) for s in writers}
@@ -142,8 +143,9 @@ class Build:
         tok = make_tokenizer(spec)
         sep = np.array([tok.eot_id] if tok.eot_id is not None else tok.encode(CHAR_SEPARATOR), dtype=dtype)
         sep_bytes = 0 if tok.eot_id is not None else len(CHAR_SEPARATOR)
+        # Not restored from the progress: the items done are read again (not encoded), which reports their bad
+        # documents again, so counting from zero gives an uninterrupted run's count and examples
         bad = BadDocuments(self.cfg.on_bad)
-        bad.count, bad.examples = st.get("bad", [0, []])
         items = itertools.islice(self.items(bad), done, None)
         want_hash = (lambda i: i.first) if self.split == "docs" else (lambda i: False)
         self.peak = {}
@@ -168,7 +170,7 @@ class Build:
                 w.write(tokens)
             done += len(batch)
             if sum(len(w.shards) for w in writers.values()) > n_shards:  # a shard completed: save the progress
-                st.update(items_done=done, current=current, bad=[bad.count, bad.examples],
+                st.update(items_done=done, current=current,
                           writers={s: w.state() for s, w in writers.items()},
                           counters={s: vars(c) for s, c in counters.items()}, dropped=vars(dropped))
                 self.save_progress()

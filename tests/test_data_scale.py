@@ -167,7 +167,8 @@ def test_parquet_without_pyarrow_is_a_one_line_error(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("bad_line,problem", [(b"{not json\n", "malformed JSON"), (b'{"text": ""}\n', "empty"),
-                                              (b'{"text": "caf\xe9"}\n', "not UTF-8"), (b'{"body": "x"}\n', "no string field"),
+                                              (b'{"text": "caf\xe9"}\n', "not UTF-8"),
+                                              (b'{"body": "x"}\n', "no string field"),
                                               (b'{"text": "half a pair \\ud83d"}\n', "surrogate")])
 def test_bad_documents_stop_with_their_location_or_are_skipped_and_counted(tmp_path, bad_line, problem):
     docs = documents(40)
@@ -221,7 +222,7 @@ def dying(self, *a):
         os.kill(os.getpid(), signal.SIGKILL)  # kill -9: no cleanup, no finally
     return out
 sw.ShardWriter.{method} = dying
-prepare(input={src!r}, tokenizer="gpt2", shard_tokens=2048, workers=2, progress=False, data_root={root!r})
+prepare(input={src!r}, tokenizer="gpt2", shard_tokens=2048, workers=2, progress=False, data_root={root!r}{options})
 """
 
 
@@ -232,7 +233,7 @@ def test_killed_prepare_resumes_to_the_same_bytes(tmp_path, method, after):
     clean = prepare(input=src, tokenizer="gpt2", shard_tokens=2048, workers=2, progress=False,
                     data_root=tmp_path / "clean")
     root = tmp_path / "killed"
-    code = KILLER.format(repo=str(REPO), method=method, after=after, src=str(src), root=str(root))
+    code = KILLER.format(repo=str(REPO), method=method, after=after, src=str(src), root=str(root), options="")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     folder = root / "prepared" / clean.name
@@ -248,8 +249,28 @@ def test_progress_that_does_not_match_the_files_starts_over(tmp_path):
     kw = dict(input=src, tokenizer="gpt2", shard_tokens=2048, workers=1, progress=False)
     clean = prepare(**kw, data_root=tmp_path / "clean")
     root = tmp_path / "killed"
-    code = KILLER.format(repo=str(REPO), method="_finish_shard", after=6, src=str(src), root=str(root))
+    code = KILLER.format(repo=str(REPO), method="_finish_shard", after=6, src=str(src), root=str(root), options="")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode == -signal.SIGKILL
     (root / "prepared" / clean.name / "train.bin").unlink()  # a complete shard the progress counts on is gone
     again = prepare(**kw, data_root=root)
     assert folder_bytes(again) == folder_bytes(clean)
+
+
+def test_a_resumed_prepare_counts_each_bad_document_once(tmp_path):
+    src = write_jsonl(tmp_path / "c.jsonl", documents(600))
+    lines = src.read_bytes().splitlines(keepends=True)
+    for at in (590, 300, 5):  # bad lines before the kill and after it
+        lines.insert(at, b"{not json\n")
+    src.write_bytes(b"".join(lines))
+    kw = dict(input=src, tokenizer="gpt2", shard_tokens=2048, on_bad="skip", val_tokens=3000, progress=False)
+    clean = read_meta(prepare(**kw, workers=2, data_root=tmp_path / "clean"))
+    root = tmp_path / "killed"
+    code = KILLER.format(repo=str(REPO), method="_finish_shard", after=4, src=str(src), root=str(root),
+                         options=', on_bad="skip", val_tokens=3000')
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    resumed = read_meta(prepare(**kw, workers=1, data_root=root))
+    assert resumed["timing"]["resumed"]
+    assert resumed["bad_documents"] == clean["bad_documents"] and clean["bad_documents"]["count"] == 3
+    assert resumed["val_dropped"] == clean["val_dropped"] and clean["val_dropped"]["docs"] > 0
+    assert resumed["shards"] == clean["shards"]
