@@ -130,3 +130,25 @@ def test_probe_py_logs_each_cells_curve_against_its_own_step(tmp_path):
     assert any("probes/table" in row for row in rows)
     metrics = {m.metric.name or m.metric.glob_name: m.metric for m in records["metric"]}
     assert metrics["probe_*"].step_metric == "probe_step"
+
+
+def test_a_resumed_run_continues_its_wandb_run(corpus, tmp_path):
+    """Train, stop, resume: the resumed process logs to the same wandb run (one id; the checkpoint keeps it), and
+    its history continues after the checkpoint's step. Offline, each process writes its own folder of that run."""
+    out = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    for max_iters, resume in ((2, []), (4, ["--init_from=resume"])):
+        args = tiny_args(corpus, out, f"--max_iters={max_iters}", "--eval_interval=2", "--lr_decay_iters=4",
+                         "--wandb_log=true", "--wandb_attention_probe=", *resume)
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
+                           timeout=300, cwd=ROOT, env=env)
+        assert r.returncode == 0, r.stderr
+    ids, steps = [], []
+    for run_dir in sorted(glob.glob(str(out / "wandb" / "offline-run-*"))):  # named by start time
+        (log,) = glob.glob(os.path.join(run_dir, "run-*.wandb"))
+        records = list(read_records(log))
+        ids += [r.run.run_id for r in records if r.WhichOneof("record_type") == "run"]
+        steps.append([json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "history"
+                      for item in r.history.item if (item.key or item.nested_key[0]) == "step"])
+    assert len(ids) == 2 and ids[0] == ids[1], ids
+    assert steps == [[1, 2], [3, 4]]

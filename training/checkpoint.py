@@ -10,7 +10,7 @@ renamed over the old file, and the folder is fsynced so the rename itself is dur
 moment leaves either the old checkpoint or the new one, never half of one.
 
 Versions: 1 (no "format_version" key, written before the format had an owner) and 2 (adds the version and the
-float16 loss scaler's state). Both load.
+float16 loss scaler's state). Both load. Keys added since, optional in every version: "wandb_run_id".
 """
 import math
 import os
@@ -45,6 +45,7 @@ class Checkpoint:
     scaler: dict | None = None  # float16's GradScaler state
     rng: list | None = None  # every process's RNG state, by rank
     source: str | None = None  # where the weights came from when not trained here (hf:FOLDER)
+    wandb_run_id: str | None = None  # the wandb run the training logs to: a resumed run continues that one
 
     # ---- writing ---------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -52,7 +53,7 @@ class Checkpoint:
                 "step": self.step, "data_meta": self.data_meta, "data_dir": self.data_dir,
                 "train_config": self.train_config, "variant": self.objective, "mask_id": self.mask_id,
                 "best_val_loss": self.best_val_loss, "optimizer": self.optimizer, "scaler": self.scaler,
-                "rng": self.rng, "source": self.source}
+                "rng": self.rng, "source": self.source, "wandb_run_id": self.wandb_run_id}
 
     def save(self, path: str) -> None:
         save_atomic(self.to_dict(), path)
@@ -93,7 +94,8 @@ class Checkpoint:
                    data_dir=raw.get("data_dir"), train_config=raw.get("train_config") or {},
                    objective=raw.get("variant") or "decoder", mask_id=raw.get("mask_id"),
                    best_val_loss=raw.get("best_val_loss", math.inf), optimizer=raw.get("optimizer"),
-                   scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"))
+                   scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"),
+                   wandb_run_id=raw.get("wandb_run_id"))
 
     def build_model(self, device="cpu") -> GPT:
         # shapes only, no memory: a config the weights do not back allocates nothing
@@ -145,6 +147,8 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return f"best_val_loss={raw.get('best_val_loss')!r} is not a number"
     if not isinstance(raw.get("data_dir") or "", str) or not isinstance(raw.get("train_config") or {}, dict):
         return "data_dir or train_config has the wrong type"
+    if not isinstance(raw.get("wandb_run_id") or "", str):
+        return f"wandb_run_id={raw.get('wandb_run_id')!r} is not a run id"
     problem = meta_problem(raw["data_meta"])
     return f"its data_meta is not valid: {problem}" if problem else None
 

@@ -112,7 +112,7 @@ def save(run, step: int, best: bool) -> None:
                       data_dir=os.path.abspath(run.data_dir), train_config=run.tc.to_dict(),
                       objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,
                       optimizer=optim_state, scaler=run.scaler.state_dict() if run.scaler.is_enabled() else None,
-                      rng=rng)
+                      rng=rng, wandb_run_id=run.wandb_run_id)
     last = os.path.join(run.tc.out_dir, LAST)
     ckpt.save(last)
     if best:
@@ -141,8 +141,11 @@ def open_log(run) -> MetricsLog | None:
     wandb_cfg = None
     if tc.wandb_log:
         wandb_cfg = {"project": tc.wandb_project, "name": tc.wandb_run_name,  # None: named from the config
-                     "config": {**tc.to_dict(), **cfg.to_dict(), "params": run.model.num_params()}}
-    return MetricsLog(tc.out_dir, fresh=run.start_step == 0, wandb_cfg=wandb_cfg, resume_step=run.start_step)
+                     "config": {**tc.to_dict(), **cfg.to_dict(), "params": run.model.num_params()},
+                     "id": run.wandb_run_id}  # a resumed run's: its history continues in the same wandb run
+    log = MetricsLog(tc.out_dir, fresh=run.start_step == 0, wandb_cfg=wandb_cfg, resume_step=run.start_step)
+    run.wandb_run_id = log.wandb_run_id or run.wandb_run_id  # saved in every checkpoint from now on
+    return log
 
 
 def announce(run) -> None:

@@ -72,7 +72,7 @@ def keep_through(path: str, step: int) -> None:
 class MetricsLog:
     def __init__(self, out_dir: str, fresh: bool, wandb_cfg: dict | None = None, resume_step: int = 0):
         """fresh: start a new file; else append after resume_step. wandb_cfg: {"project", "name" (None: derived
-        from the config), "config"}; None: no wandb."""
+        from the config), "config", "id" (a run to continue; None: a new one)}; None: no wandb."""
         self.path = os.path.join(out_dir, METRICS_FILE)
         os.makedirs(out_dir, exist_ok=True)
         if not fresh:
@@ -85,11 +85,16 @@ class MetricsLog:
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb  # imported only when asked for: it is slow to import
 
-            layout = run_layout(wandb_cfg["config"])
+            layout, run_id = run_layout(wandb_cfg["config"]), wandb_cfg.get("id")
             self.wandb = wandb.init(project=wandb_cfg["project"], name=wandb_cfg.get("name") or layout["name"],
                                     group=layout["group"], job_type=layout["job_type"], tags=layout["tags"],
-                                    config=wandb_cfg["config"], dir=out_dir, resume="allow" if not fresh else None)
+                                    config=wandb_cfg["config"], dir=out_dir, id=run_id,
+                                    resume="allow" if run_id else None)
             self._define_layout()
+
+    @property
+    def wandb_run_id(self) -> str | None:
+        return self.wandb.id if self.wandb is not None else None
 
     def _define_layout(self) -> None:
         run = self.wandb

@@ -53,6 +53,7 @@ class Run:
     start_step: int = 0
     best_val: float = math.inf
     resumed: bool = False  # from out_dir's checkpoint (whose step may be 0: an imported one)
+    wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
 
     @property
     def config(self) -> GPTConfig:
@@ -243,4 +244,5 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     return Run(tc=tc, dist=d, device=device, dtype=dtype, model=model, train_model=train_model, optimizer=optimizer,
                scaler=scaler, objective=objective, tokenizer=tokenizer, data_dir=str(data_dir), data_meta=meta,
                train_data=train_data, val_set=val_set, accum=accum, token_bytes=token_byte_lengths(tokenizer),
-               start_step=start, best_val=best_val, resumed=ckpt is not None)
+               start_step=start, best_val=best_val, resumed=ckpt is not None,
+               wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
