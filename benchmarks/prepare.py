@@ -134,7 +134,7 @@ def bpe_compare(paras, sizes_mb, vocab: int = 2048):
 def train_startup(corpus: Path, root: Path, tokenizer: str):
     """train.py, 200 steps of a small model, on Shakespeare and on `corpus` (prepared already): the time until
     the model banner (data prepared or found, model built), the whole run, and the peak RSS logged in metrics.jsonl."""
-    from common.metrics import read_metrics
+    from training.metrics import read_metrics
     for label, data in (("shakespeare", ["--dataset=shakespeare"]), (corpus.name, [f"--input={corpus}"])):
         out = root / f"run-{label}"
         cmd = [sys.executable, str(ROOT / "train.py"), *data, f"--tokenizer={tokenizer}", f"--data_root={root}",

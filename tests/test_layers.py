@@ -54,3 +54,55 @@ def test_every_package_is_placed_in_a_layer():
     packages = {d for d in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, d, "__init__.py"))}
     scripts = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")}
     assert packages | scripts <= set(LAYERS) | {"tests"}, (packages | scripts) - set(LAYERS)
+
+
+
+def module_file(dotted: str) -> str | None:
+    """The file that `import dotted` would run, in the repository, or None."""
+    base = os.path.join(ROOT, *dotted.split("."))
+    return next((p for p in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(p)), None)
+
+
+def top_level_names(file: str) -> set:
+    """The names a module defines at its top level: functions, classes, assignments (tuples unpacked), imports, and
+    those its __all__ lists (a package that resolves them on first use, PEP 562)."""
+    names = set()
+    for top in ast.parse(open(file).read()).body:
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(top.name)
+        elif isinstance(top, (ast.Assign, ast.AnnAssign)):
+            for target in (top.targets if isinstance(top, ast.Assign) else [top.target]):
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                if getattr(target, "id", None) == "__all__":
+                    names |= {e.value for e in top.value.elts}
+        elif isinstance(top, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in top.names}
+    return names
+
+
+def test_every_import_of_the_project_names_a_module_that_exists():
+    """Imports inside functions run only when their function does, so a moved or renamed module can hide in a path
+    no test takes (a benchmark's option, an error branch): every one must name a file of the tree, and every name
+    imported from a module must be defined there (or be one of its submodules)."""
+    missing = []
+    for package, path in project_modules():
+        pkg = package if os.path.isdir(os.path.join(ROOT, package)) else ""
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = ".".join(filter(None, [pkg if node.level else "", node.module or ""]))
+                targets = [(module, a.name) for a in node.names]
+            else:
+                continue
+            for module, name in targets:
+                if module.split(".")[0] not in LAYERS:
+                    continue  # torch, numpy, the standard library
+                where = f"{os.path.relpath(path, ROOT)}:{node.lineno}"
+                file = module_file(module)
+                if file is None:
+                    missing.append(f"{where} imports {module}, which does not exist")
+                elif name not in (None, "*") and not module_file(f"{module}.{name}") \
+                        and name not in top_level_names(file):
+                    missing.append(f"{where} imports {name} from {module}, which does not define it")
+    assert not missing, "\n".join(missing)
