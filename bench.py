@@ -17,7 +17,8 @@ Targets (--target=NAME, or all):
                    generate (benchmarks/sampling.py)
     memory         attention time and peak memory vs T: math vs SDPA vs sliding window, plotted
                    (benchmarks/attention_cost.py); the SDPA / math peak-memory ratio at T=4096
-Every ratio is of medians over --repeats rounds in which the contenders alternate (the order flips each round).
+Every timed ratio but memory's is of medians over --repeats rounds in which the contenders alternate (the order
+flips each round); memory's times are the best of a few runs of each path in turn, its peaks one profiled run.
 --threads=N runs everything (and the training subprocesses) on N threads; compare ratios, not absolute times.
 """
 import os

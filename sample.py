@@ -4,11 +4,13 @@
 
 `--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost is in README).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (model/decode_step.py): the
-same text, faster per token once compiled (the compile itself takes seconds, once per run).
+same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
+seconds, once per run).
 `--draft=out-small` decodes speculatively (model/speculative.py): a small checkpoint trained on the same tokens
 guesses `--draft_tokens` ahead and the model checks them in one forward; greedy gives the model's own text.
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
-the uncached reference loop, which gives the same text for the same seed (only slower).
+the uncached reference loop, which gives the same text for the same seed (only slower), unless float rounding
+breaks a near-tie between two tokens.
 
 An encoder checkpoint (train.py --model=encoder) fills masks instead, printing the top candidates of each:
     python sample.py --out_dir=out-enc --start="But soft, what [MASK]ight through yonder window"

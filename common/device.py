@@ -1,8 +1,9 @@
 """Device and precision: chosen once, shared by train.py and sample.py.
 
 'auto' picks cuda > mps > cpu, and bfloat16 autocast wherever the hardware runs bf16 matmuls natively (CUDA with
-bf16 support; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is ~2.5x a float32 one: read from the CPU's flags,
-so the choice never depends on how busy the machine is), float32 elsewhere.
+bf16 support; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is ~2.5x a float32 one: read from the CPU's flags
+on Linux, so the choice does not depend on how busy the machine is; where the flags cannot be read, a short timing
+probe decides), float32 elsewhere.
 Weights and optimizer state stay float32 (autocast only lowers the matmuls), so no loss scaling is needed for bf16;
 float16 (GPUs without bf16) gets a GradScaler in training/setup.py.
 """
@@ -39,8 +40,8 @@ def pick_device(name: str = "auto") -> torch.device:
 @functools.cache
 def cpu_native_bf16() -> bool | None:
     """Whether this CPU multiplies bf16 natively (AVX-512 BF16 or AMX), from its flags; None where they cannot be
-    read (not Linux). A flag is stable, unlike a timing probe on a busy machine, so 'auto' picks the same dtype
-    every time on the same machine (and a resumed run keeps its numerics)."""
+    read (not Linux). A flag is stable, unlike a timing probe on a busy machine, so where the flags are read 'auto'
+    picks the same dtype every time on the same machine (and a resumed run keeps its numerics)."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)

@@ -1,8 +1,9 @@
 """Train a tiny model on one probe task (insight/probe_tasks.py) and score it at several lengths.
 
-A probe model is small (a few layers, width 64) and trained from fresh batches at every step (the generator
-never repeats itself, so there is nothing to overfit), at one size or (mixed) at sizes drawn from n/2..n: about
-10 s per 500 steps on one CPU thread. Accuracy is the share of answer tokens whose most likely prediction is right,
+A probe model is small (a few layers, width 64) and trained on batches drawn afresh at every step, at one size or
+(mixed) at sizes drawn from n/2..n: about 10 s per 500 steps on one CPU thread. At the sizes the study uses the
+tasks have far more sequences than training draws, so held-out batches are unseen ones; at tiny sizes (copy at
+n=1 has 32) the same sequences recur and a held-out score measures recall, not the rule. Accuracy is the share of answer tokens whose most likely prediction is right,
 on held-out batches drawn from another seed; best_prefix_score says whether an induction head does it.
 Shapes: B batch, T length, V vocabulary.
 """
@@ -18,7 +19,7 @@ from .induction import prefix_matching, repeated_tokens
 from .probe_config import ProbeModel
 from .probe_tasks import N_SYMBOLS, VOCAB_SIZE, length, make_batch, model_io, train_sizes
 
-EVAL_SEED_OFFSET = 10_000  # held-out batches come from seed + this: never the training stream
+EVAL_SEED_OFFSET = 10_000  # held-out batches come from seed + this: a stream of their own, not training's
 
 
 def build(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int) -> GPT:

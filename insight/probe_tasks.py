@@ -1,4 +1,5 @@
-"""Synthetic probe tasks with one right answer, generated on the fly from a seed: no files, any length.
+"""Synthetic probe tasks with one right answer, generated on the fly from a seed: no files, any
+length up to each task's own limit (the vocabulary holds only so many distinct symbols: make_batch says).
 
 Each task draws a batch of token sequences and marks the positions that hold an answer. The answer is right by
 construction; a model is scored on those positions only. `n` is the task's size (items to copy, pairs to recall,

@@ -7,7 +7,8 @@
 The Hugging Face architecture follows the positions: pos_emb='learned' is GPT-2 (interop/hf_gpt2.py), pos_emb='rope'
 (the default) is GPT-NeoX (interop/hf_neox.py); a lever neither expresses is refused with the option to blame.
 The folder holds config.json, model.safetensors, README.md and the tokenizer: tokenizer.json (built with the
-`tokenizers` library, interop/hf_tokenizer.py: the same ids as ours for char, gpt2 and bpe) and
+`tokenizers` library, interop/hf_tokenizer.py: our ids for char, gpt2 and bpe, the literal text "<|endoftext|>"
+aside) and
 small_gpt_tokenizer.json, the meta.json keys `data.load_tokenizer(path)` reads (with the merges file of a bpe
 tokenizer), by which interop/import_hf.py brings the tokenizer back.
 """

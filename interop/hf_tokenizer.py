@@ -1,5 +1,6 @@
 """Our tokenizers as Hugging Face tokenizer.json files, built with the `tokenizers` library, so that
-`AutoTokenizer.from_pretrained(folder)` (and `pipeline("text-generation", model=folder)`) gives exactly our ids.
+`AutoTokenizer.from_pretrained(folder)` (and `pipeline("text-generation", model=folder)`) gives our ids (tested on a
+whole validation text and on tricky text), but for the one difference below.
 
 - char: a WordLevel model over our characters (id i = chars[i]); the text is split into single characters first.
   A character outside the vocabulary is an error on both sides (there is no unknown token).
@@ -41,7 +42,8 @@ def bpe_vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[
 
 
 def build_hf_tokenizer(tokenizer: Tokenizer):
-    """Our tokenizer -> a `tokenizers.Tokenizer` that encodes every text to the same ids."""
+    """Our tokenizer -> a `tokenizers.Tokenizer` that encodes text to our ids (the literal "<|endoftext|>" aside:
+    see the module docstring)."""
     from tokenizers import AddedToken, Regex, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
     if tokenizer.name == "char":

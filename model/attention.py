@@ -8,9 +8,10 @@ Why divide by sqrt(D): if the entries of q and k are independent with unit varia
 products, so its variance is D. Without the divisor the scores grow like sqrt(D), the softmax saturates towards a
 one-hot vector and its gradient vanishes; dividing by sqrt(D) keeps the scores at unit variance whatever D is.
 
-- 'sdpa': torch's fused scaled_dot_product_attention. On a GPU it runs the FlashAttention kernel: it never
-  materialises the T x S score matrix, so memory is O(T) instead of O(T*S). On this CPU it uses a flash-style
-  kernel too.
+- 'sdpa': torch's fused scaled_dot_product_attention. On a GPU, with no mask or bias (plain causal or none), it
+  runs the FlashAttention kernel: it never materialises the T x S score matrix, so memory is O(T) instead of
+  O(T*S); a mask or ALiBi bias is itself a (T, S) tensor, handed to a kernel that takes one. On a CPU it uses a
+  flash-style kernel too.
 - 'math': the textbook formula, written out; it is the reference the fused path is tested against and the one
   that can return the attention weights for plots. It is also the only path for the learned score functions
   (attn_score='additive' | 'bilinear', model/scores.py). Causal, on a CPU in float32 from T = 256 up, it attends

@@ -38,8 +38,8 @@ class GPTConfig:
     window: int | None = None  # sliding-window attention: each query sees at most `window` keys
     # Speed levers. The defaults are the architecture every earlier checkpoint has, so old checkpoints (which lack
     # these keys) load unchanged. What each one does to the loss and the step time: README.md, "Speed".
-    qk_norm: bool = False  # RMS-normalise each head's q and k (no gain) before RoPE and the scores: logits bounded
-    #                        by sqrt(head_dim), so high learning rates cannot blow the softmax up
+    qk_norm: bool = False  # RMS-normalise each head's q and k (no gain) before RoPE and the scores: with the dot
+    #                        score, |q.k| / sqrt(D) <= sqrt(D), so high learning rates cannot blow the softmax up
     mlp_act: str = "gelu"  # one of MLP_ACTS: 'gelu' (GPT-2's tanh GELU), 'gelu_exact' (the erf GELU of BERT,
     #                        nanoGPT and GPT-NeoX; ~2x cheaper than the tanh form on a CPU) or 'relu2' (relu(x)^2,
     #                        So et al. 2021, a cheaper op on a CPU)

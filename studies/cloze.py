@@ -51,7 +51,8 @@ def decoder_left(model, windows, left: int, n_real: int, batch: int = 256) -> to
 def decoder_both(model, windows, left: int, n_real: int, rows_per_forward: int = 8) -> torch.Tensor:
     """Bayes rescoring: log p(c | x<t) + sum_j log p(x_t+j | x<t, c, x_t+1..t+j-1), normalised over c.
     The left context is the same for every candidate: it is run once per window into a KV cache, which is then
-    copied for the |V| candidates, so each candidate costs only its R + 1 own positions."""
+    copied for the |V| candidates, so each candidate costs only its own R positions (itself and the first R - 1
+    of the right context, which predict x_t+1..t+R)."""
     out = []
     V = n_real
     for rows in windows.split(rows_per_forward):
