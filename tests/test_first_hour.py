@@ -125,3 +125,13 @@ def test_auto_dtype_on_a_cpu_follows_its_flags_not_a_timing_probe(monkeypatch):
     for native, dtype in ((True, torch.bfloat16), (False, torch.float32)):
         monkeypatch.setattr(device, "cpu_native_bf16", lambda: native)
         assert device.pick_dtype("auto", torch.device("cpu")) == dtype
+
+
+def test_auto_dtype_times_a_probe_only_where_the_cpu_flags_cannot_be_read(monkeypatch):
+    import torch
+
+    from common import device
+    monkeypatch.setattr(device, "cpu_native_bf16", lambda: None)
+    for speedup, dtype in ((2.5, torch.bfloat16), (1.0, torch.float32)):
+        monkeypatch.setattr(device, "cpu_bf16_speedup", lambda: speedup)
+        assert device.pick_dtype("auto", torch.device("cpu")) == dtype
