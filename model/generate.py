@@ -59,7 +59,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, gen
     probs = next_token_probs(logits, temperature, top_k, top_p, min_p)
     try:
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-    except RuntimeError as e:  # NaN/inf: checked here, where it costs nothing, rather than each step
+    except RuntimeError:  # NaN/inf: checked here, where it costs nothing, rather than each step
         if torch.isfinite(probs).all():
             raise
         raise NonFiniteLogits("the model's next-token probabilities are not finite (NaN or inf): its weights are "

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from common.errors import ConfigError, UserError
+from common.errors import ConfigError
 from common.flags import config_from_argv
 from data.tokenizer import drop_unknown
 from model.config import POS_EMBS

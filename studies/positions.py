@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common.errors import ConfigError, UserError
+from common.errors import ConfigError
 from common.flags import config_from_argv
 from model.config import ATTN_SCORES, POS_EMBS
 from model.generate import sample_next

@@ -6,7 +6,6 @@ import numpy as np
 import torch
 
 from common.errors import DataError
-from model import GPTConfig
 from training.metrics import read_metrics
 
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",

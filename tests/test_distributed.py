@@ -1,14 +1,12 @@
 """torchrun with 2 CPU processes (gloo) against 1 process with the same global batch: the same training."""
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import train
 from training.checkpoint import Checkpoint
-from conftest import ROOT, metrics, run_script, tiny_args, workers_said
+from conftest import metrics, run_script, tiny_args, workers_said
 
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 # 4 sequences x 16 tokens per micro-step; 128 tokens per step = 1 process x 2 micro-steps = 2 processes x 1

@@ -2,8 +2,6 @@
 schedule, flags that act or refuse, honest help, honest numbers, readable files."""
 import os
 import stat
-import subprocess
-import sys
 
 import pytest
 

@@ -5,7 +5,6 @@ import torch
 import torch.nn.functional as F
 
 import train
-from training import checkpoint
 from training.checkpoint import Checkpoint
 from training.checkpoint import load_for_inference
 from conftest import metrics, run_script, tiny_args, tiny_model

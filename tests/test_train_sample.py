@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import train
-from training import checkpoint
 from common.errors import CheckpointError
 from training.checkpoint import Checkpoint
 from conftest import metrics, run_script, tiny_args
