@@ -10,6 +10,7 @@ export left in the folder (small_gpt_tokenizer.json), else GPT-2's own when the 
 """
 import json
 import os
+import pickle
 import sys
 from dataclasses import dataclass
 
@@ -56,7 +57,11 @@ def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
         if os.path.isfile(path):
             if name.endswith(".safetensors"):
                 return safetensors_file.load(path)
-            return torch.load(path, map_location="cpu", weights_only=True)  # never runs code from the file
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True)  # never runs code from the file
+            except (pickle.UnpicklingError, RuntimeError, EOFError) as e:  # code refused, or not a torch file
+                raise UserError(f"{path} is not a file of plain tensors ({type(e).__name__}); it was not loaded, "
+                                f"since loading it could run code: re-save it as model.safetensors") from None
     if any(f.endswith(".index.json") for f in os.listdir(folder)):
         raise UserError(f"{folder} holds a sharded model; re-save it unsharded: "
                          f"model.save_pretrained(folder, max_shard_size='100GB')")

@@ -131,6 +131,10 @@ def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
     (dict(pos_emb="alibi"), "pos_emb='alibi'"),
     (dict(pos_emb="learned", window=4), "window=4"),
     (dict(pos_emb="learned", causal=False), "causal=false"),
+    (dict(pos_emb="learned", attn_score="bilinear", attn_impl="math"), "attn_score='bilinear'"),
+    (dict(pos_emb="learned", qk_norm=True), "qk_norm=true"),
+    (dict(pos_emb="learned", mlp_act="relu2"), "mlp_act='relu2'"),
+    (dict(pos_emb="learned", tie_head=False), "tie_head=false"),
 ])
 def test_export_refuses_what_gpt2_cannot_express(tmp_path, overrides, blame):
     with pytest.raises(ValueError) as e:
@@ -139,14 +143,105 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path, overrides, blame):
     assert not (tmp_path / "hf").exists()
 
 
-def test_import_refuses_a_gpt2_variant_we_cannot_run(tmp_path):
+@pytest.mark.parametrize("change, blame", [
+    ({"activation_function": "relu"}, "activation_function='relu'"),
+    ({"n_inner": 64}, "n_inner=64"),  # our MLP is 4 * 32 = 128 wide
+    ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
+    ({"scale_attn_weights": False}, "scale_attn_weights=false"),
+    ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=true"),
+    ({"add_cross_attention": True}, "add_cross_attention=true"),
+    ({"tie_word_embeddings": False}, "tie_word_embeddings=false"),
+])
+def test_import_refuses_a_gpt2_variant_we_cannot_run(tmp_path, change, blame):
     random_hf_gpt2(tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
-    with pytest.raises(ValueError, match="activation_function='relu'"):
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ValueError, match=blame) as e:
         load_hf_gpt2(tmp_path / "hf")
+    assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="no config.json"):
         load_hf_gpt2(tmp_path)
+
+
+def test_an_unprefixed_gpt2_save_with_mask_buffers_imports_from_pytorch_model_bin(tmp_path):
+    """OpenAI's own upload: GPT2Model's names (no 'transformer.'), the causal-mask buffers older transformers
+    versions saved beside the weights, in the older pytorch_model.bin format."""
+    hf = random_hf_gpt2(tmp_path / "hf")
+    state = safetensors_torch.load_file(tmp_path / "hf" / "model.safetensors")
+    assert state and all(k.startswith("transformer.") for k in state)  # so the names below have no prefix at all
+    old = {k.removeprefix("transformer."): v for k, v in state.items()}
+    for i in range(2):
+        old[f"h.{i}.attn.bias"] = torch.ones(1, 1, 16, 16).tril()  # (1, 1, P, P) the causal mask
+        old[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    torch.save(old, tmp_path / "hf" / "pytorch_model.bin")
+    ours = load_hf_gpt2(tmp_path / "hf")
+    idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
+
+
+class RunsCode:
+    """Pickled, it asks the loader to call open(path, 'w'): a file that appears shows that the pickle ran code."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_pytorch_model_bin_that_would_run_code_is_refused_in_one_line(tmp_path):
+    random_hf_gpt2(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    ran = tmp_path / "ran"
+    torch.save({"transformer.wte.weight": RunsCode(str(ran))}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ValueError) as e:
+        load_hf_gpt2(tmp_path)
+    assert "pytorch_model.bin" in str(e.value) and "\n" not in str(e.value)
+    assert not ran.exists()
+
+
+def test_a_gpt2_sized_folder_without_our_tokenizer_gets_openai_gpt2_bpe(tmp_path):
+    from data.tokenizer import load_tokenizer
+    from interop.import_hf import tokenizer_meta
+
+    tok = load_tokenizer(tokenizer_meta(str(tmp_path), 50257))
+    # ids from OpenAI's GPT-2 vocabulary (its encoder.json): the model's embedding rows mean these tokens
+    assert tok.encode("Hello world") == [15496, 995] and tok.encode(" the") == [262]
+    assert tok.vocab_size == 50257 and tok.eot_id == 50256 and tok.decode([50256]) == "<|endoftext|>"
+    with pytest.raises(ValueError, match="50258-token vocabulary"):
+        tokenizer_meta(str(tmp_path), 50258)
+
+
+def test_training_from_a_folder_refuses_data_of_another_tokenizer(tmp_path):
+    """The same vocabulary size is not enough: each id's characters are compared."""
+    from data.tokenizer import CharTokenizer
+    from interop.import_hf import check_same_tokenizer
+
+    export(as_checkpoint(tiny_model(pos_emb="learned")), tmp_path / "hf")
+    check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS))  # the model's own: accepted
+    other = CHARS[:5] + "~" + CHARS[6:]  # 37 characters too, one of them another: ids 5 and up shift
+    with pytest.raises(ValueError, match="token 5 is") as e:
+        check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(other))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="it has 37 tokens, the data 38"):
+        check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS + "~"))
+
+
+def test_a_run_from_a_folder_may_change_dropout_and_attn_impl_only(tmp_path):
+    from data.tokenizer import CharTokenizer
+    from interop.import_hf import initializer
+
+    export(as_checkpoint(perturb(tiny_model(pos_emb="learned"))), tmp_path / "hf")
+    folder, tokenizer = str(tmp_path / "hf"), CharTokenizer(CHARS)
+    # n_embd=64 is not a flag the user gave (a preset's value): the folder's 32 wins without a word
+    overrides = {"dropout": 0.25, "attn_impl": "math", "n_layer": 2, "n_embd": 64}
+    model = initializer(folder, overrides, {"dropout": 0.25, "attn_impl": "math", "n_layer": 2})(tokenizer)
+    assert (model.config.dropout, model.config.attn_impl, model.config.n_embd) == (0.25, "math", 32)
+    with pytest.raises(ValueError, match="--n_layer=3 differs") as e:
+        initializer(folder, {"n_layer": 3}, {"n_layer": 3})(tokenizer)
+    assert "\n" not in str(e.value)
 
 
 def test_export_cli_from_a_run_and_its_refusal(tmp_path):
