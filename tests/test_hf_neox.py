@@ -10,6 +10,7 @@ from conftest import tiny_args, tiny_model
 
 transformers = pytest.importorskip("transformers")
 
+from interop import safetensors_file  # noqa: E402
 from interop.export import export  # noqa: E402
 from interop.import_hf import load_hf  # noqa: E402
 from test_hf_interop import as_checkpoint, assert_round_trip, perturb  # noqa: E402
@@ -69,12 +70,13 @@ def test_trained_rope_checkpoint_matches_gpt_neox(corpus, tmp_path):
     assert torch.equal(got, want)
 
 
-def random_hf_neox(folder, tie, seed=0):
+def random_hf_neox(folder, tie, seed=0, **overrides):
     torch.manual_seed(seed)
+    options = {"hidden_act": "gelu_pytorch_tanh", **overrides}
     cfg = transformers.GPTNeoXConfig(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=128, max_position_embeddings=16, use_parallel_residual=False,
-                                     rotary_pct=1.0, rotary_emb_base=10000.0, hidden_act="gelu_pytorch_tanh",
-                                     tie_word_embeddings=tie, bos_token_id=None, eos_token_id=None)
+                                     rotary_pct=1.0, rotary_emb_base=10000.0, tie_word_embeddings=tie,
+                                     bos_token_id=None, eos_token_id=None, **options)
     hf = perturb(transformers.GPTNeoXForCausalLM(cfg).eval())
     hf.save_pretrained(folder)
     return hf
@@ -112,10 +114,53 @@ def test_export_refuses_what_no_hf_class_expresses(tmp_path, overrides, blame):
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}},
      "partial_rotary_factor=0.25"),
     ({"hidden_act": "silu"}, "hidden_act='silu'"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "partial_rotary_factor": 1.0}},
+     "rope_type='linear'"),
+    ({"intermediate_size": 64}, "intermediate_size=64"),  # our MLP is 4 * 32 = 128 wide
+    ({"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),
 ])
 def test_import_refuses_a_gpt_neox_variant_we_cannot_run(tmp_path, change, blame):
     random_hf_neox(tmp_path, tie=True)
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
-    with pytest.raises(ValueError, match=blame):
+    with pytest.raises(ValueError, match=blame) as e:
         load_hf(tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def assert_same_logits(hf, ours):
+    idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(3))  # (B, T)
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(hidden_act="gelu_new"),  # the same tanh GELU under its GPT-2 name
+    dict(attention_bias=False),  # no attention biases saved: ours are zeros
+])
+def test_gpt_neox_variants_we_can_run_import_with_transformers_logits(tmp_path, overrides):
+    hf = random_hf_neox(tmp_path, tie=True, **overrides)
+    if not overrides.get("attention_bias", True):
+        saved = safetensors_file.load(tmp_path / "model.safetensors")
+        assert not [k for k in saved if k.endswith(("query_key_value.bias", "dense.bias"))]
+    ours = load_hf(tmp_path)
+    assert ours.config.mlp_act == "gelu" and ours.config.bias
+    assert_same_logits(hf, ours)
+
+
+def test_an_older_gpt_neox_save_with_buffers_and_a_tied_head_imports(tmp_path):
+    """What older transformers versions saved beside the weights (the causal mask, its fill value, RoPE's
+    frequencies), and a tied model that wrote its head anyway (a copy of embed_in): read past, not refused."""
+    hf = random_hf_neox(tmp_path, tie=True)
+    state = safetensors_file.load(tmp_path / "model.safetensors")
+    assert "embed_out.weight" not in state and "gpt_neox.layers.0.attention.bias" not in state
+    for i in range(2):
+        layer = f"gpt_neox.layers.{i}.attention."
+        state[layer + "bias"] = torch.ones(1, 1, 16, 16, dtype=torch.bool).tril()  # (1, 1, P, P)
+        state[layer + "masked_bias"] = torch.tensor(-1e9)
+        state[layer + "rotary_emb.inv_freq"] = 1.0 / 10000.0 ** (torch.arange(0, 16, 2) / 16)  # (D/2,)
+    state["embed_out.weight"] = state["gpt_neox.embed_in.weight"].clone()  # (V, C)
+    safetensors_file.save(state, tmp_path / "model.safetensors")
+    ours = load_hf(tmp_path)
+    assert ours.config.tie_head
+    assert_same_logits(hf, ours)
