@@ -1,6 +1,8 @@
 """GGUF export, the fast half: the file read back with the gguf package's own reader holds our weights under
 llama.cpp's names and our tokenizer; refusals are one line. llama.cpp itself runs the file in
 tests/test_gguf_llama_cpp.py (marked slow: it needs llama-cpp-python, built from source)."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -55,6 +57,21 @@ def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
     assert types[:tok.eot_id] + types[tok.eot_id + 1:] == [1] * (tok.vocab_size - 1)
 
 
+def test_gguf_tokenizer_has_the_vocabulary_and_merges_of_tokenizer_json(tmp_path):
+    from interop.hf_tokenizer import build_hf_tokenizer
+
+    tok = small_bpe()
+    write_gguf(perturb(tiny_model(vocab_size=tok.vocab_size)), tok, tmp_path / "m.gguf")
+    fields, _ = read(tmp_path / "m.gguf")
+    bpe = json.loads(build_hf_tokenizer(tok).to_str())["model"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]]  # "a b" or ["a", "b"]: versions differ
+    assert len(merges) >= tok.vocab_size - 257 > 0  # a merge for every token but the 256 bytes and <|endoftext|>
+    assert list(fields["tokenizer.ggml.merges"]) == merges  # the same pairs in the same order
+    by_id = {i: text for text, i in bpe["vocab"].items()}
+    assert by_id[tok.eot_id] == "<|endoftext|>" and list(fields["tokenizer.ggml.tokens"]) == [
+        by_id[i] for i in range(tok.vocab_size)]
+
+
 def test_gguf_f16_halves_the_matrices_only(tmp_path):
     tok = small_bpe()
     model = perturb(tiny_model(vocab_size=tok.vocab_size))
@@ -67,6 +84,7 @@ def test_gguf_f16_halves_the_matrices_only(tmp_path):
 
 @pytest.mark.parametrize("overrides, meta, blame", [
     (dict(mlp_act="relu2"), None, "mlp_act='relu2'"),
+    (dict(mlp_act="gelu_exact"), None, "mlp_act='gelu_exact'"),  # erf, not the tanh GELU llama.cpp computes
     (dict(qk_norm=True), None, "qk_norm=true"),
     (dict(pos_emb="alibi"), None, "pos_emb='alibi'"),
     (dict(), "char", "char tokenizer"),

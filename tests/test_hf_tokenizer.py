@@ -79,6 +79,19 @@ def test_trained_bpe_merges_reproduce_tiktoken_on_tricky_text():
         assert hf.encode(probe).ids == ours.encode(probe, allow_eot=True)
 
 
+def test_a_character_outside_the_char_vocabulary_is_an_error_on_both_sides():
+    from data.tokenizer import CharTokenizer
+    from interop.hf_tokenizer import build_hf_tokenizer
+
+    ours = CharTokenizer("abc ")
+    hf = build_hf_tokenizer(ours)
+    assert hf.encode("ab c").ids == ours.encode("ab c")
+    with pytest.raises(ValueError, match="'z'"):
+        ours.encode("abz")
+    with pytest.raises(Exception, match="UNK"):  # no unknown token to fall back on: tokenizers refuses the text
+        hf.encode("abz")
+
+
 @pytest.mark.parametrize("kind, new_tokens", [("char", 6), ("gpt2", 8), ("bpe", 8)])
 def test_pipeline_greedy_text_equals_sample_py(runs, kind, new_tokens, capsys):
     import sample
