@@ -17,10 +17,11 @@ from training.checkpoint import Checkpoint
 RUN = ["--max_iters=150", "--eval_interval=1000", "--lr_decay_iters=150"]  # no checkpoint before the stop
 
 
-def start(corpus, out, *extra, output=subprocess.PIPE):
-    """train.py in its own process; output=DEVNULL for a long run nobody reads (a full pipe would stall it)."""
+def start(corpus, out, *extra, output=subprocess.PIPE, prefix=""):
+    """train.py in its own process; output=DEVNULL for a long run nobody reads (a full pipe would stall it);
+    prefix: code run first (to slow a part down)."""
     args = tiny_args(corpus, out, *RUN, *extra)
-    code = f"import sys, train\nsys.exit(train.entry())"
+    code = f"{prefix}\nimport sys, train\nsys.exit(train.entry())"
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=output, stderr=output, text=True)
 
 
@@ -54,6 +55,78 @@ def test_a_signal_saves_the_step_and_the_run_resumes_bitwise(corpus, tmp_path, w
     b = Checkpoint.load(str(stopped / "ckpt_last.pt")).weights
     assert all(torch.equal(whole[k], b[k]) for k in whole)
     assert [r["step"] for r in metrics(stopped)] == list(range(1, 151))
+
+
+# after the file `signalled` exists, a save hangs (a stalled disk) once it has touched the file `saving`
+HANGING_SAVE = """
+import os, pathlib, time, training.loop as loop
+_save = loop.save
+def save(*args, **kwargs):
+    if os.path.exists({signalled!r}):
+        pathlib.Path({saving!r}).touch()
+        time.sleep(120)
+    _save(*args, **kwargs)
+loop.save = save
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_during_the_graceful_stop_ends_the_process_at_once(corpus, tmp_path, sig):
+    """The first signal's save hangs; a second signal ends the process there and then, leaving the last complete
+    checkpoint (of an evaluation before the stop)."""
+    out, signalled, saving = tmp_path / "run", tmp_path / "signalled", tmp_path / "saving"
+    proc = start(corpus, out, "--eval_interval=2", prefix=HANGING_SAVE.format(signalled=str(signalled),
+                                                                              saving=str(saving)))
+    try:
+        wait_for_rows(out, 3)  # the evaluation at step 2 has saved
+        signalled.touch()
+        proc.send_signal(sig)
+        t = time.time()
+        while not saving.exists():
+            assert time.time() - t < 60 and proc.poll() is None, "the stop did not reach its save"
+            time.sleep(0.01)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)  # the hanging save would take 120 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (130, 128 + sig), err[-2000:]
+    step = Checkpoint.load(str(out / "ckpt_last.pt")).step
+    assert step >= 2 and step % 2 == 0  # an evaluation's
+    assert f"interrupted: the last complete checkpoint ({out / 'ckpt_last.pt'}, step {step}) is intact" in err
+
+
+@pytest.mark.parametrize("every_s, eval_interval, max_iters, saved", [
+    (2.5, 5, 10, [3, 5, 8, 10]),  # timed, evaluation, timed 3 s after the evaluation's (not 1 s), the last evaluation
+    (1.5, 4, 8, [2, 4, 6, 8]),  # a timed save due at an evaluation is that evaluation's one save
+])
+def test_a_checkpoint_at_an_evaluation_restarts_the_timed_clock(corpus, tmp_path, monkeypatch, every_s,
+                                                                eval_interval, max_iters, saved):
+    """--checkpoint_every_s counts from the last save of any kind, so no timed save follows an evaluation's at once,
+    and an evaluation due with a timed save saves once. A fake clock in which every step takes one second."""
+    from types import SimpleNamespace
+
+    from training import loop
+
+    now, saves = [0.0], []
+    train_step, save = loop.train_step, loop.save
+
+    def one_second_step(*args):
+        now[0] += 1.0
+        return train_step(*args)
+
+    def counted_save(run, step, best):
+        saves.append(step)
+        save(run, step, best)
+    monkeypatch.setattr(loop, "train_step", one_second_step)
+    monkeypatch.setattr(loop, "save", counted_save)
+    monkeypatch.setattr(loop, "time", SimpleNamespace(monotonic=lambda: now[0], perf_counter=time.perf_counter,
+                                                      time=time.time))
+    args = tiny_args(corpus, tmp_path / "run", f"--max_iters={max_iters}", f"--eval_interval={eval_interval}",
+                     f"--checkpoint_every_s={every_s}")
+    assert train.cli.run(train.main, args) == 0
+    assert saves == saved
 
 
 def test_timed_checkpoints_bound_what_a_crash_loses(corpus, tmp_path, whole):
