@@ -25,14 +25,14 @@ DEFAULT_HALF = 32  # tokens per copy: long enough to be unambiguous, short enoug
 
 
 def repeated_tokens(vocab_size: int, half: int, seed: int = 0, avoid: tuple = ()) -> torch.Tensor:
-    """(1, 2 * half) ids: half distinct random tokens (as distinct as the vocabulary allows), then the same again.
+    """(1, 2 * half) ids: half distinct random tokens (as distinct as the vocabulary allows: with fewer allowed
+    tokens than half, each is used half / V' times, rounded up or down), then the same again.
     avoid: ids never drawn (a [MASK] or end-of-text id)."""
     g = torch.Generator().manual_seed(seed)
     allowed = torch.tensor([i for i in range(vocab_size) if i not in set(avoid)])  # (V',)
-    if half <= allowed.numel():
-        first = allowed[torch.randperm(allowed.numel(), generator=g)[:half]]  # (half,) distinct
-    else:
-        first = allowed[torch.randint(allowed.numel(), (half,), generator=g)]  # (half,) repeats unavoidable
+    rounds = -(-half // allowed.numel())  # 1 when the vocabulary has half tokens to spare
+    order = torch.cat([torch.randperm(allowed.numel(), generator=g) for _ in range(rounds)])[:half]  # (half,)
+    first = allowed[order]  # (half,) every allowed token once before any twice
     return torch.cat([first, first]).unsqueeze(0)  # (1, 2 * half)
 
 
