@@ -223,6 +223,34 @@ def test_corrupt_and_truncated_checkpoints(corpus, tmp_path, capsys):
     assert "not a checkpoint of this project" in capsys.readouterr().err
 
 
+FOREIGN = [  # (what differs from what this version writes, the change, exit code, what stderr says)
+    ("a setting this version no longer has", lambda c: c.train_config.update(retired=1), 0,
+     "note: the checkpoint's training settings retired are not this version's; ignored"),
+    ("no training settings", lambda c: setattr(c, "train_config", {}), 0, ""),
+    ("no random state", lambda c: setattr(c, "rng", None), 0, ""),
+    ("a setting of the wrong type", lambda c: c.train_config.update(max_iters="x"), 2,
+     "holds a training setting this code cannot read (--max_iters=x is not an integer)"),
+    ("an empty random state", lambda c: setattr(c, "rng", []), 2, "rng is not a list of random states"),
+]
+
+
+@pytest.mark.parametrize("change, code, msg", [c[1:] for c in FOREIGN], ids=[c[0] for c in FOREIGN])
+def test_resuming_a_checkpoint_another_version_or_program_wrote(corpus, tmp_path, capsys, change, code, msg):
+    """What such a checkpoint lacks takes the defaults and the flags given; what this code cannot read is refused
+    in one line. None of it is a traceback (they were: KeyError, TypeError, ZeroDivisionError)."""
+    out = make_run(corpus, tmp_path, capsys)
+    ckpt = Checkpoint.load(str(out / "ckpt_last.pt"))
+    change(ckpt)
+    ckpt.save(str(out / "ckpt_last.pt"))
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--init_from=resume", "--max_iters=3")) == code
+    err = capsys.readouterr().err
+    assert msg in err
+    if code:
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+    else:
+        assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 3
+
+
 SAMPLE_CASES = [
     (["--temperature=-1"], "temperature=-1.0 must be >= 0"),
     (["--top_k=0"], "top_k=0 must be a positive integer"),

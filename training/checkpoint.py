@@ -147,6 +147,11 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return f"best_val_loss={raw.get('best_val_loss')!r} is not a number"
     if not isinstance(raw.get("data_dir") or "", str) or not isinstance(raw.get("train_config") or {}, dict):
         return "data_dir or train_config has the wrong type"
+    rng = raw.get("rng")
+    if rng is not None and not (isinstance(rng, list) and rng and all(
+            isinstance(s, dict) and all(isinstance(v, torch.Tensor) for v in s.values()) and "torch" in s
+            for s in rng)):
+        return "rng is not a list of random states"
     if not isinstance(raw.get("wandb_run_id") or "", str):
         return f"wandb_run_id={raw.get('wandb_run_id')!r} is not a run id"
     problem = meta_problem(raw["data_meta"])

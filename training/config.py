@@ -4,7 +4,7 @@ which turns train.py's flags into the two configs.
 Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.py accepts both as flags.
 """
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from common.device import DTYPES
 from common.errors import ConfigError, SetupError, need
@@ -207,6 +207,19 @@ def configure(argv) -> tuple[TrainConfig, dict, dict]:
               file=sys.stderr)
         tc.warmup_iters = short
     return tc, model_overrides, explicit
+
+
+def saved_settings(saved: dict) -> dict:
+    """A checkpoint's train_config -> a value for every TrainConfig field: the saved ones converted to their field's
+    type (a FlagError names one that cannot be), the defaults for fields the checkpoint predates. A setting this
+    version no longer has is dropped, with a note."""
+    known = flags.field_types(TrainConfig)
+    gone = sorted(set(saved) - set(known))
+    if gone:
+        print(f"note: the checkpoint's training settings {', '.join(gone)} are not this version's; ignored",
+              file=sys.stderr)
+    return {**{f.name: f.default for f in fields(TrainConfig)},
+            **{k: flags.convert(k, v, known[k][1]) for k, v in saved.items() if k in known}}
 
 
 def help_text(argv) -> str:

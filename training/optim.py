@@ -95,10 +95,12 @@ def load_state(optimizer, state: dict, load=None) -> None:
     this run was configured with: load_state_dict would bring back the checkpoint's weight_decay, betas, Muon
     momentum and lr_scale, silently ignoring the flags a resumed run was given. `load`: how to load (FSDP's)."""
     saved, ours = optimizer_name(state), optimizer_name(optimizer)
+    if saved is None:
+        raise CheckpointError("the checkpoint holds no optimizer state this code can read: it is corrupt, or was not "
+                              "written by a training run; start a new --out_dir")
     if saved != ours:
-        what = f"a --optimizer={saved} state" if saved else "no optimizer state this code can read"
-        raise CheckpointError(f"the checkpoint holds {what}, and this run's optimizer is {ours}: resume with the "
-                              f"--optimizer it was trained with, or start a new --out_dir")
+        raise CheckpointError(f"the checkpoint holds a --optimizer={saved} state, and this run's optimizer is "
+                              f"{ours}: resume with the --optimizer it was trained with, or start a new --out_dir")
     configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     try:
         (load or optimizer.load_state_dict)(state)

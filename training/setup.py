@@ -14,14 +14,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import malloc
 from common.device import pick_device, pick_dtype
-from common.errors import ConfigError, DataError, SetupError
+from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
 from data.config import PrepareConfig
 from data.prepare import prepare
 from model import GPT, GPTConfig
 from training import distributed, fsdp, objectives
 from training.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries, set_rng_state
-from training.config import TrainConfig
+from training.config import TrainConfig, saved_settings
 from training.evaluate import token_byte_lengths
 from training.metrics import METRICS_FILE
 from training.optim import load_state, make_optimizer
@@ -122,10 +122,14 @@ def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
 def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tuple[TrainConfig, Checkpoint]:
     """For --init_from=resume: the checkpoint's configs, with explicitly given training flags (e.g. a larger
     --max_iters) applied on top. The model's shape cannot change under a checkpoint."""
-    ckpt = Checkpoint.load(os.path.join(tc.out_dir, LAST))
-    saved = dict(ckpt.train_config)
-    kept = {**ckpt.model_config.to_dict(), "model": ckpt.objective,
-            **{k: saved.get(k, TrainConfig.__dataclass_fields__[k].default) for k in KEPT_ON_RESUME}}
+    path = os.path.join(tc.out_dir, LAST)
+    ckpt = Checkpoint.load(path)
+    try:
+        saved = saved_settings(ckpt.train_config)
+    except FlagError as e:
+        raise CheckpointError(f"{path} holds a training setting this code cannot read ({e}); the file is corrupt "
+                              f"or not ours") from None
+    kept = {**ckpt.model_config.to_dict(), "model": ckpt.objective, **{k: saved[k] for k in KEPT_ON_RESUME}}
     for k, v in {**model_overrides, **explicit}.items():
         if k in explicit and k in kept and kept[k] != v:
             raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={kept[k]}; a resumed run keeps its model "
@@ -228,7 +232,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         if ckpt.scaler and scaler.is_enabled():
             scaler.load_state_dict(ckpt.scaler)
         start, best_val = ckpt.step, ckpt.best_val_loss
-        set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)  # each process continues its own random stream
+        if ckpt.rng is not None:  # None: not written by a training run (an import), no stream to continue
+            set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)  # each process continues its own random stream
 
     train_model = torch.compile(model) if tc.compile else model
     if d.enabled and not tc.fsdp:
