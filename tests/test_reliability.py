@@ -162,6 +162,14 @@ def test_train_bad_input(corpus, tmp_path, capsys, extra, msg):
     assert not (out / "ckpt_last.pt").exists()
 
 
+def test_an_out_dir_that_is_a_file_is_one_line(corpus, tmp_path, capsys):
+    for resume in ([], ["--init_from=resume"]):
+        assert train.cli.run(train.main, tiny_args(corpus, tmp_path, "--max_iters=1", f"--out_dir={corpus}",
+                                                   *resume)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and str(corpus) in err, err
+
+
 def files_of(folder) -> dict:
     """Every file under folder: its bytes and modification time (a rewrite with the same bytes still shows)."""
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*")

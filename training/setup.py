@@ -73,6 +73,8 @@ class Run:
 def check_out_dir(tc: TrainConfig) -> list[str]:
     """A fresh run refuses to start on top of an existing one unless --overwrite=true: nothing is lost by accident.
     Returns the run files --overwrite=true will replace; reads only."""
+    if os.path.exists(tc.out_dir) and not os.path.isdir(tc.out_dir):
+        raise SetupError(f"out_dir={tc.out_dir} is a file, not a folder; choose another --out_dir")
     existing = [f for f in RUN_FILES if os.path.exists(os.path.join(tc.out_dir, f))]
     if existing and not tc.overwrite:
         has_ckpt = any(f in existing for f in (LAST, BEST))

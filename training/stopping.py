@@ -78,7 +78,7 @@ def refuse_if_in_use(out_dir: str, d: distributed.Dist) -> None:
         return
     try:
         f = open(os.path.join(out_dir, LOCK_FILE))
-    except FileNotFoundError:  # no run has locked out_dir yet
+    except (FileNotFoundError, NotADirectoryError):  # no run has locked out_dir yet (or it is no folder: setup says)
         return
     with f:
         _flock(f, fcntl.LOCK_SH, out_dir)  # shared: a read-only file can take it, also on NFS
