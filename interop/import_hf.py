@@ -10,7 +10,6 @@ export left in the folder (small_gpt_tokenizer.json), else GPT-2's own when the 
 """
 import json
 import os
-import pickle
 import sys
 from dataclasses import dataclass
 
@@ -58,10 +57,14 @@ def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
             if name.endswith(".safetensors"):
                 return safetensors_file.load(path)
             try:
-                return torch.load(path, map_location="cpu", weights_only=True)  # never runs code from the file
-            except (pickle.UnpicklingError, RuntimeError, EOFError) as e:  # code refused, or not a torch file
-                raise UserError(f"{path} is not a file of plain tensors ({type(e).__name__}); it was not loaded, "
-                                f"since loading it could run code: re-save it as model.safetensors") from None
+                state = torch.load(path, map_location="cpu", weights_only=True)  # never runs code from the file
+            except Exception as e:  # truncated, not a torch file, or a pickle that would run code (as checkpoints)
+                raise UserError(f"{path} could not be read as plain tensors ({type(e).__name__}): it is not a PyTorch "
+                                f"weights file, or it holds Python objects, whose loading could run code; re-save it "
+                                f"as model.safetensors") from None
+            if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+                raise UserError(f"{path} holds a {type(state).__name__}, not a state dict of tensors")
+            return state
     if any(f.endswith(".index.json") for f in os.listdir(folder)):
         raise UserError(f"{folder} holds a sharded model; re-save it unsharded: "
                          f"model.save_pretrained(folder, max_shard_size='100GB')")

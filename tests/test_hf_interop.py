@@ -191,15 +191,23 @@ class RunsCode:
         return open, (self.path, "w")
 
 
-def test_a_pytorch_model_bin_that_would_run_code_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("content", ["code", "empty", "junk", "truncated", "a list"])
+def test_a_pytorch_model_bin_that_would_run_code_or_is_no_state_dict_is_refused_in_one_line(tmp_path, content):
     random_hf_gpt2(tmp_path)
+    state = safetensors_torch.load_file(tmp_path / "model.safetensors")
     (tmp_path / "model.safetensors").unlink()
-    ran = tmp_path / "ran"
-    torch.save({"transformer.wte.weight": RunsCode(str(ran))}, tmp_path / "pytorch_model.bin")
+    path, ran = tmp_path / "pytorch_model.bin", tmp_path / "ran"
+    if content == "code":
+        torch.save({**state, "transformer.wte.weight": RunsCode(str(ran))}, path)
+    elif content == "a list":
+        torch.save(list(state.values()), path)
+    else:
+        torch.save(state, path)
+        path.write_bytes({"empty": b"", "junk": b"junk", "truncated": path.read_bytes()[:1000]}[content])
     with pytest.raises(ValueError) as e:
         load_hf_gpt2(tmp_path)
     assert "pytorch_model.bin" in str(e.value) and "\n" not in str(e.value)
-    assert not ran.exists()
+    assert not ran.exists()  # the pickle's code did not run
 
 
 def test_a_gpt2_sized_folder_without_our_tokenizer_gets_openai_gpt2_bpe(tmp_path):
