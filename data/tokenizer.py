@@ -171,7 +171,8 @@ def drop_unknown(tokenizer: Tokenizer, text: str) -> str:
 
 def meta_problem(meta) -> str | None:
     """What is wrong with a prepared folder's meta.json (or a checkpoint's copy of it), or None. Every field that
-    code reads is checked for its type and range: the file may come from anywhere."""
+    loading the data or a tokenizer reads is checked for its type and range: the file may come from anywhere (the
+    counts that prepare's summary prints are not)."""
     def count(x, lowest=0):
         return isinstance(x, int) and not isinstance(x, bool) and x >= lowest
 

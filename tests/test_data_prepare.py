@@ -8,6 +8,7 @@ import pytest
 import data.prepare as prep
 from common.errors import ConfigError
 from data.prepare import prepare
+from data.readers import Source
 from data.tokenizer import load_tokenizer, read_meta
 
 
@@ -91,12 +92,14 @@ def test_folder_of_few_files_defaults_to_tail(tmp_path):
     assert read_meta(prepare(input=tmp_path / "few", data_root=tmp_path))["split"] == "tail"
 
 
-def test_second_run_is_a_no_op_and_a_changed_input_is_a_new_folder(tmp_path):
+def test_second_run_is_a_no_op_and_a_changed_input_is_a_new_folder(tmp_path, monkeypatch):
     src = tmp_path / "t.txt"
     src.write_text(synthetic_text(5000))
     out = prepare(input=src, data_root=tmp_path)
     stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    assert prepare(input=src, data_root=tmp_path) == out
+    with monkeypatch.context() as m:  # "already prepared" without reading the input
+        m.setattr(Source, "pieces", lambda *a, **k: pytest.fail("the input was read"))
+        assert prepare(input=src, data_root=tmp_path) == out
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
     src.write_text(synthetic_text(5000, seed=1))
     assert prepare(input=src, data_root=tmp_path) != out

@@ -50,6 +50,11 @@ def test_a_last_json_line_without_a_newline_is_read(tmp_path, name):
     assert texts_of(tmp_path / name) == ["first", "second", "last, no newline after it"]
 
 
+def test_one_file_of_any_other_name_is_read_as_text(tmp_path):
+    (tmp_path / "notes.md").write_text("# Notes\nplain text\n", encoding="utf-8")
+    assert texts_of(tmp_path / "notes.md") == ["# Notes\nplain text\n"]
+
+
 def test_a_text_file_without_a_final_newline_is_read_to_its_last_character(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "PIECE_CHARS", 40)  # many pieces, the last one not ending with a newline
     monkeypatch.setattr(readers, "READ_BYTES", 16)

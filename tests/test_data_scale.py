@@ -57,6 +57,9 @@ def test_one_and_many_workers_write_the_same_shards(tmp_path, tokenizer):
     assert folder_bytes(one) == folder_bytes(many) and len(folder_bytes(one)) > 4  # several shards per split
     m1, m3 = read_meta(one), read_meta(many)
     assert m1["shards"] == m3["shards"] and m1["train_tokens"] == sum(s["tokens"] for s in m1["shards"]["train"])
+    for entries in m1["shards"].values():  # every shard holds exactly shard_tokens, the last one the rest
+        assert all(e["tokens"] == 4096 for e in entries[:-1]) and 0 < entries[-1]["tokens"] <= 4096
+    assert len(m1["shards"]["train"]) > 2
 
 
 def test_documents_are_whole_separated_and_in_input_order(tmp_path):
