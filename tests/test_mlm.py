@@ -37,6 +37,7 @@ def test_selection_rate_and_80_10_10_split():
     # a random replacement equals the original 1 time in 48
     assert abs(masked - 0.8) < 0.01 and abs(changed - 0.1 * 47 / 48) < 0.01 and abs(kept - (0.1 + 0.1 / 48)) < 0.01
     assert not (inputs == EOT).any()  # the separator is never drawn as a random token
+    assert MASK not in masker().replacements.tolist() and EOT not in masker().replacements.tolist()  # nor [MASK]
 
 
 @pytest.mark.parametrize("rate", [0.15, 0.4])

@@ -236,6 +236,8 @@ def test_newton_schulz_in_bf16_follows_float32_and_make_optimizer_picks_it_with_
     for dtype, want in pairs:
         opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon", matmul_dtype=dtype)
         assert opt.parts["muon"].ns_dtype == want  # float16 has too little range for the iteration: float32
+        # the run's choice, not the checkpoint's: a bf16 run's state resumes on a float32 machine
+        assert all("ns_dtype" not in group for group in opt.state_dict()["muon"]["param_groups"])
 
 
 def test_muon_refuses_vectors():

@@ -163,6 +163,12 @@ def test_a_second_writer_is_refused_naming_the_holder(corpus, tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and f"pid {proc.pid}" in r.stderr and "is in use" in r.stderr, r.stderr
         assert (out / "metrics.jsonl").read_text().startswith(before)  # nothing of the running run was touched
+        # refused at once: before reading a checkpoint (there is none yet) or preparing data
+        unprepared = tmp_path / "unprepared"
+        r = subprocess.run([sys.executable, "train.py", *tiny_args(corpus, out, *RUN, "--init_from=resume",
+                                                                   f"--data_root={unprepared}")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "is in use" in r.stderr and not unprepared.exists(), r.stderr
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -52,7 +52,7 @@ def train_step(run, step: int, lr: float) -> StepResult:
     for micro in range(run.accum):
         x, y = run.train_data.get(step, micro)
         # the micro-batch's global index (the loader's row order): 1 process accumulating 2 micro-steps draws what
-        # 2 processes do; the trailing 0 keeps single-process runs' random masks as they always were
+        # 2 processes do; the trailing 0 is the seed's layout from before that index, kept for single processes
         x, y = run.objective.train_batch(x, y, (tc.seed, step, micro * run.dist.world_size + run.dist.rank, 0))
         with distributed.no_sync(run.train_model, skip=micro < run.accum - 1):  # sync gradients once per step
             with autocast(run.device, run.dtype):

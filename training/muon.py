@@ -31,8 +31,8 @@ def orthogonalize(G: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """G: (m, n), or a stack (k, m, n) of same-shape matrices -> approximately U V^T of each, same shape, singular
     values in ~[0.7, 1.2], computed in dtype. A stack runs as one batched product per term (each matrix normalised
-    by its own norm): the same arithmetic as k separate calls, in fewer and larger kernels; each iteration is
-    three batched products, the scalings fused into them (baddbmm)."""
+    by its own norm): the formula of k separate calls (equal to rounding), in fewer and larger kernels; each
+    iteration is three batched products, the scalings fused into them (baddbmm)."""
     a, b, c = NS_COEFFS
     X = G.to(dtype)
     one = X.dim() == 2

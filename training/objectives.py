@@ -4,7 +4,8 @@ how its model generates text, and what a checkpoint records about it; the attent
     decoder  causal attention, next-token loss at every position (GPT)
     encoder  bidirectional attention, masked-LM loss at ~15% selected positions (BERT; training/masked_lm.py)
     cheater  bidirectional attention with the next-token loss: position t sees token t+1, its own target. It shows
-             what the causal mask prevents: its training loss collapses and it never learns to predict.
+             what the causal mask prevents: its training loss collapses, and behind a causal mask it predicts worse
+             than the decoder (tests/test_mlm.py).
 
 Adding an objective: subclass Objective, register it in OBJECTIVES, and test it; train.py, sample.py and the
 checkpoint pick it up by name (`--model=NAME`).
@@ -57,8 +58,8 @@ class Cheater(Objective):
     causal = False
 
     def sampling_note(self) -> str:
-        return ("[a bidirectional model trained on next tokens (the cheater): it never learned to predict, expect "
-                "garbage; no KV cache]")
+        return ("[a bidirectional model trained on next tokens (the cheater): it learned to copy, not to predict; "
+                "expect garbage; no KV cache]")
 
 
 OBJECTIVES = ("decoder", "encoder", "cheater")  # --model=NAME

@@ -8,7 +8,7 @@ step) are wrapped for torch.compile, and the wrapper imports torch._dynamo on fi
 is an optimizer step. Overriding those four keeps the import away (tests/test_startup.py); the state-dict hooks
 run as in torch, and the rest is torch's: step pre/post hooks, torch.optim.lr_scheduler, and step(closure), which
 calls the closure with gradients enabled and returns its loss (tests/test_optimizers.py checks each against
-torch's AdamW).
+torch's own optimizers).
 
 Where this differs from torch.optim's optimizers:
 - load_state_dict() needs groups of the same sizes as this optimizer's (ValueError), and takes each group's saved

@@ -186,8 +186,8 @@ def encodes(tokenizer, text: str) -> bool:
 def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
           init_model=None) -> Run:
     """init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
-    (train.py's --init_from=hf:FOLDER). Every check a run makes happens here, and nothing is written to out_dir:
-    claim_out_dir does that, under its lock."""
+    (train.py's --init_from=hf:FOLDER). The run's checks happen here (the lock's own come after it), and nothing is
+    written to out_dir: claim_out_dir does that, under the lock."""
     ckpt = None
     if start_mode(tc, d) == "resume":
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
