@@ -33,6 +33,11 @@ from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, pick_v
 from data.tokenizer import read_meta
 
 FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/tokenizer rules change: old folders get rebuilt
+# Bump when a rule for reading --input changes what it gives (cuts, bad documents, `docs` past --val_tokens): those
+# folders are rebuilt, while the built-in corpus, which none of these rules touch, keeps its folders (and the
+# checkpoints trained on them). 2: .txt cuts that keep GPT-2's tokens, a bad .txt left out whole, half a surrogate
+# pair is a bad document, `docs` drops val documents past the cap (before: no key)
+INPUT_RULES = 2
 DATA_DIR = Path(__file__).resolve().parent
 
 
@@ -82,6 +87,8 @@ def prepare(**settings) -> Path:
                    "text_field": cfg.text_field if kinds - {"txt"} else None,
                    "val_tokens": cfg.val_tokens if split == "docs" else None,
                    "shard_tokens": cfg.shard_tokens, "on_bad": cfg.on_bad}
+    if cfg.input is not None:
+        fingerprint["input_rules"] = INPUT_RULES
     if _is_prepared(out, fingerprint):
         return out
 

@@ -119,6 +119,11 @@ def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
     (out / "meta.json").write_text(json.dumps(meta))
     prepare(input=src, data_root=tmp_path)
     assert read_meta(out)["fingerprint"]["format_version"] == prep.FORMAT_VERSION
+    meta = read_meta(out)
+    del meta["fingerprint"]["input_rules"]  # prepared before the rules for reading --input changed
+    (out / "meta.json").write_text(json.dumps(meta))
+    prepare(input=src, data_root=tmp_path)
+    assert read_meta(out)["fingerprint"]["input_rules"] == prep.INPUT_RULES
 
 
 def test_huge_vocabulary_is_stored_as_uint32(tmp_path):
