@@ -191,8 +191,8 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                 if not line.strip():
                     bad.report(loc, "empty line")
                     continue
-                try:
-                    obj = json.loads(line)
+                try:  # decoded here: json.loads(bytes) lets surrogates through (surrogatepass); -sig: a BOM may lead
+                    obj = json.loads(line.decode("utf-8-sig"))
                 except UnicodeDecodeError as e:
                     bad.report(loc, f"not UTF-8 (byte at offset {e.start} of the line)")
                     continue
@@ -214,7 +214,8 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
 
 def _half_pair(line: bytes, text: str) -> str | None:
     """JSON's \\ud83d without the other half of its pair gives a str that no UTF-8 encoder (so no tokenizer) takes:
-    tiktoken would encode U+FFFD in its place, char would crash. Only a \\uDxxx escape makes one."""
+    tiktoken would encode U+FFFD in its place, char would crash. Only a \\uDxxx escape makes one (the line was
+    decoded strictly)."""
     if b"\\ud" in line or b"\\uD" in line:
         try:
             text.encode("utf-8")

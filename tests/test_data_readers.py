@@ -116,14 +116,21 @@ def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tm
 
 
 def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
-    # JSON can escape half of a UTF-16 pair; Python then holds a str that no tokenizer can encode as UTF-8 text
+    # JSON can escape half of a UTF-16 pair, and json.loads decodes bytes with surrogatepass: Python then holds a
+    # str that no tokenizer can encode as UTF-8 text
     (tmp_path / "c.jsonl").write_bytes(b'{"text": "a pair \\ud83d\\ude00"}\n{"text": "half \\ud83d of a pair"}\n'
-                                       b'{"text": "the other half \\uDE00"}\n{"text": "last"}\n')
+                                       b'{"text": "the other half \\uDE00"}\n{"text": "raw \xed\xa0\xbd bytes"}\n'
+                                       b'{"text": "last"}\n')
     bad = readers.BadDocuments("skip")
     assert texts_of(tmp_path / "c.jsonl", bad) == ["a pair \U0001F600", "last"]
-    assert bad.count == 2 and [e.split(" ")[0] for e in bad.examples] == ["c.jsonl:2", "c.jsonl:3"]
+    assert bad.count == 3 and [e.split(" ")[0] for e in bad.examples] == ["c.jsonl:2", "c.jsonl:3", "c.jsonl:4"]
     with pytest.raises(readers.DataError, match=r"^c.jsonl:2: .*\\ud83d.*surrogate.*--on_bad=skip"):
         texts_of(tmp_path / "c.jsonl")
+
+
+def test_a_json_file_may_start_with_a_byte_order_mark(tmp_path):
+    (tmp_path / "c.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n')
+    assert texts_of(tmp_path / "c.jsonl") == ["first", "second"]
 
 
 def test_a_parquet_string_that_is_not_utf8_is_a_bad_document(tmp_path):
