@@ -152,14 +152,11 @@ def _utf8_text(f, on_raw=lambda raw: None):
 
 
 def _txt_pieces(path: Path, where: str, bad: BadDocuments, on_bytes, sha):
-    # A first pass decodes (and hashes) the whole file: a file with an undecodable byte is one bad document, skipped
-    # whole, and the pieces before that byte could not be taken back once sent
-    try:
-        with open(path, "rb") as f:
-            for _ in _utf8_text(f, sha.update):
-                pass
-    except _NotUTF8 as e:
-        bad.report(where, f"{e}; convert it first, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt")
+    # A first pass decodes (and hashes) the whole file, so that a bad file (an undecodable byte, or only whitespace)
+    # is one bad document left out whole: pieces already sent when the reader finds out could not be taken back
+    problem = _txt_problem(path, sha)
+    if problem:
+        bad.report(where, problem)
         on_bytes(path.stat().st_size)
         return
     pending, first = "", True
@@ -175,10 +172,22 @@ def _txt_pieces(path: Path, where: str, bad: BadDocuments, on_bytes, sha):
                     pending, first = pending[at:], False
         except _NotUTF8:
             raise DataError(f"{where} changed while it was being read; prepare it when nothing writes to it") from None
-    if first and not pending.strip():
-        bad.report(where, "the document is empty")
-    elif pending:
+    if pending:
         yield Piece(pending, first, where)
+
+
+def _txt_problem(path: Path, sha) -> str | None:
+    """What makes a .txt file a bad document, or None; the whole file goes through sha either way."""
+    blank = True
+    with open(path, "rb") as f:
+        try:
+            for text in _utf8_text(f, sha.update):
+                blank = blank and (not text or text.isspace())
+        except _NotUTF8 as e:
+            for raw in iter(lambda: f.read(READ_BYTES), b""):  # the rest still counts in the input's sha256
+                sha.update(raw)
+            return f"{e}; convert it first, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt"
+    return "the document is empty" if blank else None
 
 
 def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on_bytes, sha):

@@ -1,5 +1,6 @@
 """data/readers.py on its own: lines, pieces and bad documents, without preparing a folder."""
 import gzip
+import hashlib
 import io
 import random
 import time
@@ -48,6 +49,13 @@ def test_a_last_json_line_without_a_newline_is_read(tmp_path, name):
     lines = b'{"text": "first"}\n{"text": "second"}\n{"text": "last, no newline after it"}'
     (tmp_path / name).write_bytes(gzip.compress(lines) if name.endswith(".gz") else lines)
     assert texts_of(tmp_path / name) == ["first", "second", "last, no newline after it"]
+
+
+def test_a_long_text_file_of_only_whitespace_is_an_empty_document(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "PIECE_CHARS", 4)  # longer than 4 pieces: no place to cut, so it would go out
+    (tmp_path / "blank.txt").write_text(" \n\t\n" * 20, encoding="utf-8")
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "blank.txt", bad) == [] and bad.examples == ["blank.txt (the document is empty)"]
 
 
 def test_one_file_of_any_other_name_is_read_as_text(tmp_path):
@@ -107,6 +115,9 @@ def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tm
     (tmp_path / "in" / "a.txt").write_text(good, encoding="utf-8")
     (tmp_path / "in" / "b.txt").write_bytes(("Line of plain text.\n" * 10 + "caf\xe9\n" * 3).encode("latin-1"))
     (tmp_path / "in" / "c.txt").write_text(good, encoding="utf-8")
+    bad, source = readers.BadDocuments("skip"), readers.Source.open(tmp_path / "in" / "b.txt")
+    assert list(source.pieces(bad)) == [] and bad.count == 1
+    assert source.sha256 == hashlib.sha256((tmp_path / "in" / "b.txt").read_bytes()).hexdigest()  # all of it
     bad = readers.BadDocuments("skip")
     assert texts_of(tmp_path / "in", bad) == [good, good]  # no piece of b.txt, not even those before its bad byte
     assert bad.count == 1 and bad.examples == ["b.txt (not UTF-8 text (byte 0xe9 at offset 203); convert it first, "
