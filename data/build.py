@@ -118,7 +118,7 @@ class Build:
     def _bpe_sample(self):
         left, side = BPE_SAMPLE_CHARS, None
         for item in self.items(BadDocuments(self.cfg.on_bad), "bpe sample"):
-            if item.first:  # `docs`: a val-hashed document never trains, under --val_tokens or past it (encode)
+            if item.first:  # `docs`: a val-hashed document never trains (encode drops it past --val_tokens)
                 side = item.split or ("val" if is_val_hash(item.text) else "train")
             if side == "train":
                 yield item.text[:left]

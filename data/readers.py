@@ -132,8 +132,8 @@ class _NotUTF8(ValueError):
 
 
 def _utf8_text(f, on_raw=lambda raw: None):
-    """The text of a binary UTF-8 stream in blocks of about READ_BYTES characters, each ending on a whole character
-    (on_raw sees every block of bytes); _NotUTF8 at the first undecodable byte."""
+    """The text of a binary UTF-8 stream, read READ_BYTES at a time, in blocks that end on a whole character (on_raw
+    sees every block of bytes read); _NotUTF8 at the first undecodable byte."""
     carry, offset = b"", 0
     while True:
         raw = f.read(READ_BYTES)
@@ -200,7 +200,7 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                 if not line.strip():
                     bad.report(loc, "empty line")
                     continue
-                try:  # decoded here: json.loads(bytes) lets surrogates through (surrogatepass); -sig: a BOM may lead
+                try:  # strictly: json.loads(bytes) would let surrogate bytes through; -sig drops a leading BOM
                     obj = json.loads(line.decode("utf-8-sig"))
                 except UnicodeDecodeError as e:
                     bad.report(loc, f"not UTF-8 (byte at offset {e.start} of the line)")
