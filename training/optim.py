@@ -77,6 +77,7 @@ class Combined:
         return {name: opt.state_dict() for name, opt in self.parts.items()}
 
     def load_state_dict(self, state: dict) -> None:
+        check_kind(self, state)
         for name, opt in self.parts.items():
             opt.load_state_dict(state[name])
 
@@ -90,10 +91,8 @@ def optimizer_name(x) -> str | None:
     return None
 
 
-def load_state(optimizer, state: dict, load=None) -> None:
-    """Restore a checkpoint's optimizer state (moments, momentum buffers, step counts) but keep the hyperparameters
-    this run was configured with: load_state_dict would bring back the checkpoint's weight_decay, betas, Muon
-    momentum and lr_scale, silently ignoring the flags a resumed run was given. `load`: how to load (FSDP's)."""
+def check_kind(optimizer, state) -> None:
+    """A state of the other --optimizer's kind (or none at all) is the checkpoint's mistake: one line, either way."""
     saved, ours = optimizer_name(state), optimizer_name(optimizer)
     if saved is None:
         raise CheckpointError("the checkpoint holds no optimizer state this code can read: it is corrupt, or was not "
@@ -101,9 +100,18 @@ def load_state(optimizer, state: dict, load=None) -> None:
     if saved != ours:
         raise CheckpointError(f"the checkpoint holds a --optimizer={saved} state, and this run's optimizer is "
                               f"{ours}: resume with the --optimizer it was trained with, or start a new --out_dir")
+
+
+def load_state(optimizer, state: dict, load=None) -> None:
+    """Restore a checkpoint's optimizer state (moments, momentum buffers, step counts) but keep the hyperparameters
+    this run was configured with: load_state_dict would bring back the checkpoint's weight_decay, betas, Muon
+    momentum and lr_scale, silently ignoring the flags a resumed run was given. `load`: how to load (FSDP's)."""
+    check_kind(optimizer, state)
     configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     try:
         (load or optimizer.load_state_dict)(state)
+    except CheckpointError:
+        raise
     except (KeyError, ValueError) as e:  # the file's groups or entries do not fit this model's parameters
         raise CheckpointError(f"the checkpoint's optimizer state does not fit this model's parameters ({e}); the "
                               f"file is corrupt or not ours") from None
