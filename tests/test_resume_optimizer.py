@@ -4,7 +4,6 @@ import pytest
 import torch
 
 import train
-from training import checkpoint
 from training.checkpoint import Checkpoint
 from common.errors import CheckpointError
 from training.optim import load_state, make_optimizer

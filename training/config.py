@@ -190,8 +190,8 @@ def configure(argv) -> tuple[TrainConfig, dict, dict]:
         # the preset's Muon orthogonalises whole matrices, which FSDP shards: AdamW at its own default rates
         defaults = {f: TrainConfig.__dataclass_fields__[f].default for f in ("optimizer", "learning_rate", "min_lr")}
         train_values.update({f: v for f, v in defaults.items() if f not in explicit})
-        print(f"note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
-              f"--optimizer=adamw (set --optimizer to choose)", file=sys.stderr)
+        print("note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
+              "--optimizer=adamw (set --optimizer to choose)", file=sys.stderr)
     tc = TrainConfig(**train_values)
     model_overrides = per_class[GPTConfig]
     causal = objective_class(tc.model).causal
