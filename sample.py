@@ -3,10 +3,10 @@
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=500 --temperature=0.8
 
 `--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost is in README).
-`--compile=true` runs each new token through one torch.compile'd step with fixed shapes (model/decode_step.py): the
+`--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the
 same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
 seconds, once per run).
-`--draft=out-small` decodes speculatively (model/speculative.py): a small checkpoint trained on the same tokens
+`--draft=out-small` decodes speculatively (inference/speculative.py): a small checkpoint trained on the same tokens
 guesses `--draft_tokens` ahead and the model checks them in one forward; greedy gives the model's own text.
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
 the uncached reference loop, which gives the same text for the same seed (only slower), unless float rounding
@@ -30,14 +30,22 @@ import torch
 from common import cli
 from common.device import autocast, pick_device, pick_dtype
 from common.errors import ConfigError, UserError
-from common.flags import config_from_argv
+from common import flags
 from data.mask_token import MASK_TEXT
-from model.generate import check_sampling, next_token_probs
-from model.decode_step import StaticDecoder
-from model.speculative import speculative_stream
-from model.quantize import QUANTIZE_CHOICES, quantize
-from training import objectives
-from training.checkpoint import in_folder_or_file, load_for_inference, path_in
+import speed
+from speed import SpeedConfig
+from inference.checkpoint import in_folder_or_file, load_for_inference, path_in
+from inference.decode_step import StaticDecoder
+from inference.generate import check_sampling, generate_stream, next_token_probs
+from inference.masked import fill_masks, generate_by_masks
+from inference.quantize import QUANTIZE_CHOICES, quantize
+from inference.speculative import speculative_stream
+
+# what a checkpoint's objective means for its samples (train.py --model=..., training/objectives.py)
+NOTES = {"cheater": "[a bidirectional model trained on next tokens (the cheater): it learned to copy, not to predict; "
+                    "expect garbage; no KV cache]",
+         "encoder": "[encoder: no [MASK] in the prompt, so it generates by appending one [MASK] and predicting it; no "
+                    "KV cache is possible (every token attends to later ones), so each token re-runs the whole window]"}
 
 
 @dataclass
@@ -55,9 +63,9 @@ class SampleConfig:
     kv_cache: bool = True
     device: str = "auto"
     dtype: str = "float32"  # 'auto' picks bf16 where it is faster; float32 is the reference
-    quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (model/quantize.py)
-    compile: bool = False  # torch.compile the one-token decoding step (model/decode_step.py); needs kv_cache
-    draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (model/speculative.py)
+    quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (inference/quantize.py)
+    compile: bool = False  # torch.compile the one-token decoding step (inference/decode_step.py); needs kv_cache
+    draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (inference/speculative.py)
     draft_tokens: int = 4  # the draft's guesses per forward of the model
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
@@ -128,12 +136,15 @@ def read_prompt(start: str) -> str:
 
 
 def main(argv) -> None:
-    sc = config_from_argv(argv, SampleConfig)
-    if sc is None:  # --help
+    if "--help" in argv or "-h" in argv:
+        print(flags.help_text((SampleConfig, SpeedConfig), {}))
         return
+    per_class, _ = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
+    sc, speed_config = SampleConfig(**per_class[SampleConfig]), SpeedConfig(**per_class[SpeedConfig])
     device = pick_device(sc.device)
     dtype = pick_dtype(sc.dtype, device)
     model, tokenizer, ckpt = load_for_inference(path_in(sc.out_dir, sc.ckpt), device)
+    speed.apply(model, speed_config)
     quantize(model, sc.quantize)
     text = read_prompt(sc.start)
     if sc.attention:  # works for encoders too: it draws, it does not generate
@@ -141,14 +152,14 @@ def main(argv) -> None:
 
         print(f"wrote {save_figure(attention_figure(model, tokenizer, text), sc.attention)}")
         return
-    objective = objectives.from_checkpoint(ckpt, tokenizer)
-    if objective.name == "encoder":
+    encoder = ckpt.objective == "encoder"
+    if encoder:
         prompt = tokenizer.encode(text)
         if sc.temperatures:
             raise UserError("--temperatures shows next-token distributions; an encoder predicts masks: put [MASK] "
                             "in --start instead")
-        if objective.mask_id in prompt:
-            print_filled(objective, model, tokenizer, prompt, sc.top_tokens)
+        if ckpt.mask_id in prompt:
+            print_filled(model, tokenizer, prompt, ckpt.mask_id, sc.top_tokens)
             return
         if not prompt:
             raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
@@ -162,25 +173,32 @@ def main(argv) -> None:
         if sc.temperatures:
             print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
             return
-    objectives.print_note(objective)
-    use_cache = sc.kv_cache and objective.causal
+    if ckpt.objective in NOTES:
+        print(NOTES[ckpt.objective], file=sys.stderr)
+    use_cache = sc.kv_cache and model.config.causal
     stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
     compiled = {}  # the decoder, when --compile: passed only to the causal objectives (an encoder has no cache)
     if sc.compile and use_cache:
         compiled["decoder"] = StaticDecoder(model, compile=True)
 
     sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p, stop_tokens=stop)
-    draft, stats = (load_draft(sc, objective, tokenizer, device), {}) if sc.draft else (None, None)
+    draft, stats = (load_draft(sc, ckpt.objective, tokenizer, device, speed_config), {}) if sc.draft else (None, None)
 
     def stream(generator):
         with autocast(device, dtype):
             if draft is not None:
                 yield from speculative_stream(model, draft, prompt, sc.max_new_tokens, k=sc.draft_tokens,
                                               generator=generator, stats=stats, **sampling)
+            elif encoder:
+                del sampling["stop_tokens"]
+                yield from generate_by_masks(model, prompt, sc.max_new_tokens, ckpt.mask_id, generator=generator,
+                                             **sampling)
             else:
-                yield from objective.stream(model, prompt, sc.max_new_tokens, generator=generator,
-                                            use_cache=use_cache, **sampling, **compiled)
-    note = ("encoder: a full forward per token, no cache" if objective.name == "encoder"
+                idx = torch.tensor([prompt], device=device)
+                for token in generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
+                                             **sampling, **compiled):
+                    yield int(token[0])
+    note = ("encoder: a full forward per token, no cache" if encoder
             else f"speculative, {sc.draft_tokens} guesses per round" if draft is not None
             else f"kv_cache={use_cache}" + (", compiled step (the first sample includes the compile)" if compiled
                                             else ""))
@@ -190,10 +208,10 @@ def main(argv) -> None:
               f"({stats['accepted'] / max(1, stats['proposed']):.0%}) in the last sample]", file=sys.stderr)
 
 
-def load_draft(sc: SampleConfig, objective, tokenizer, device):
+def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config: SpeedConfig):
     """The --draft checkpoint, checked to speak the model's tokens."""
-    if objective.name != "decoder":
-        raise UserError(f"--draft needs a decoder checkpoint; this one is {objective.name}")
+    if objective != "decoder":
+        raise UserError(f"--draft needs a decoder checkpoint; this one is {objective}")
     which = sc.ckpt if sc.ckpt in ("last", "best") else "best"  # --ckpt=FILE.pt names the model's file, not the draft's
     path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):
@@ -203,13 +221,14 @@ def load_draft(sc: SampleConfig, objective, tokenizer, device):
             [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]:
         raise UserError(f"--draft={sc.draft} is not a decoder over this model's tokens (another tokenizer or "
                         f"vocabulary); train the draft on the same data and --tokenizer")
+    speed.apply(draft, speed_config)
     quantize(draft, sc.quantize)
     return draft
 
 
-def print_filled(objective, model, tokenizer, prompt: list[int], top: int) -> None:
+def print_filled(model, tokenizer, prompt: list[int], mask_id: int, top: int) -> None:
     """An encoder's answer to a prompt with [MASK]s: the filled text, then each mask's top candidates."""
-    filled, candidates = objective.fill(model, prompt, top)
+    filled, candidates = fill_masks(model, prompt, mask_id, top)
     print(tokenizer.decode(filled))
     for n, (pos, cands) in enumerate(candidates, 1):
         shown = ", ".join(f"{tokenizer.decode([i])!r} {p:.3f}" for i, p in cands)

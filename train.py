@@ -19,14 +19,14 @@ def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
         print(help_text(argv))
         return
-    tc, model_overrides, explicit = configure(argv)
+    tc, model_overrides, sc, explicit = configure(argv)
     init_model = None
     if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
         from interop.import_hf import initializer
 
         init_model = initializer(tc.init_from[len("hf:"):], model_overrides, explicit)
     try:
-        run(tc, model_overrides, explicit, init_model)
+        run(tc, model_overrides, explicit, init_model, sc)
     except Stopped as stopped:  # a graceful stop: the checkpoint is saved and the resume command printed
         raise SystemExit(stopped.code) from None
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the loop began

@@ -22,7 +22,7 @@ import torch
 from common import cli
 from common.files import write_atomic
 from common.flags import config_from_argv
-from training.checkpoint import load_for_inference, path_in
+from inference.checkpoint import load_for_inference, path_in
 
 
 @dataclass

@@ -2,11 +2,10 @@
 
     python -m benchmarks.attention_cost --out=attention_cost.png            # add --lengths=256,512,1024 to shorten
 
-What is measured: attend() forward (no gradient) for one causal self-attention layer, B=1, H heads of D dims, the
-way GPT calls it: with is_causal=True for the fused and tiled paths, with an explicit band mask (built inside the
-timed region, as the model builds it) for the sliding window. The math path gets an explicit causal mask too, so it
-forms the whole T x T matrix the formula describes (with is_causal, on a CPU in float32 from T = 256, it attends in
-blocks of queries, skipping the masked keys: model/attention.py causal_by_blocks). Peak memory is the highest total
+What is measured: one causal self-attention layer's backend forward (no gradient), B=1, H heads of D dims, the way
+GPT calls it: with is_causal=True for the fused and tiled paths, with an explicit band mask (built inside the timed
+region, as the model builds it) for the sliding window. The math path gets an explicit causal mask too, so it forms
+the whole T x T matrix the formula describes (speed/causal_blocks.py's faster form of it is not timed here). Peak memory is the highest total
 of bytes the CPU allocator holds during the call (torch.profiler's memory events), so it includes the kernels' own
 buffers.
 
@@ -28,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from common import cli
 from common.flags import config_from_argv
-from model.attention import attend
+from model.attention import BACKENDS, AttentionContext
 from model.masks import build_mask
 from model.tiled_attention import tiled_attention
 
@@ -38,14 +37,18 @@ HEADS, HEAD_DIM, WINDOW = 4, 32, 128
 
 def paths(window: int):
     """name -> function(q, k, v) running one layer's attention the way GPT does."""
-    def windowed(impl):
-        return lambda q, k, v: attend(q, k, v, mask=build_mask(0, q.size(2), True, window, device=q.device),
-                                      impl=impl)
+    def layer(impl, window=None, is_causal=False):
+        backend = BACKENDS[impl]()
+
+        def run(q, k, v):
+            mask = None if is_causal else build_mask(0, q.size(2), True, window, device=q.device)
+            return backend(q, k, v, AttentionContext(mask, None, None, None, is_causal), None, None)[0]
+        return run
     return {
-        "math": lambda q, k, v: attend(q, k, v, mask=build_mask(0, q.size(2), True, device=q.device), impl="math"),
-        "sdpa": lambda q, k, v: attend(q, k, v, impl="sdpa", is_causal=True),
-        "tiled": lambda q, k, v: attend(q, k, v, impl="tiled", is_causal=True),
-        f"window{window} mask+sdpa": windowed("sdpa"),
+        "math": layer("math"),
+        "sdpa": layer("sdpa", is_causal=True),
+        "tiled": layer("tiled", is_causal=True),
+        f"window{window} mask+sdpa": layer("sdpa", window),
         f"window{window} band+tiled": lambda q, k, v: tiled_attention(q, k, v, is_causal=True, window=window),
     }
 

@@ -7,7 +7,7 @@ fifth to seventh parts):
   in blocks of 64 queries over the keys each block can see (causal_by_blocks; attend() takes it in float32 on a CPU
   from T = 256).
 - GELU: the tanh form (GPT-2's, our mlp_act='gelu') against the erf form (nanoGPT's, mlp_act='gelu_exact').
-- a linear layer in float32: torch's F.linear (MKL's sgemm) against model/linear.py's oneDNN path (forward and
+- a linear layer in float32: torch's F.linear (MKL's sgemm) against speed/linear.py's oneDNN path (forward and
   input gradient in oneDNN, the weight gradient in torch's mm), forced on here at every size, so the rows show where
   it pays (Linear takes it from MIN_ROWS rows and MIN_MACS multiply-adds).
 
@@ -28,8 +28,8 @@ from common import cli
 from common.errors import FlagError
 from common.flags import config_from_argv
 from common.malloc import keep_freed_memory
-from model.attention import causal_by_blocks
-from model.linear import HAVE_ONEDNN, OneDNNLinear
+from speed.causal_blocks import causal_by_blocks
+from speed.linear import HAVE_ONEDNN, onednn_product
 
 from .rounds import alternated
 
@@ -56,13 +56,13 @@ def two_pass_causal(q, k, v):
 
 
 def one_pass_causal(q, k, v):
-    """Round two's fifth part: the scale and the mask in one baddbmm over the whole T x T matrix (one block)."""
-    return causal_by_blocks(q, k, v, 1.0 / math.sqrt(q.size(-1)), block=q.size(-2))
+    """speed/causal_blocks.py with one block: the scale and the mask in one baddbmm over the whole T x T matrix."""
+    return causal_by_blocks(q, k, v, block=q.size(-2))[0]
 
 
 def causal_blocks(q, k, v):
-    """Its sixth part: blocks of 64 queries over the keys they can see (attend() takes it in float32 from T = 256)."""
-    return causal_by_blocks(q, k, v, 1.0 / math.sqrt(q.size(-1)))
+    """Blocks of 64 queries over the keys they can see (what speed/ runs in float32 on a CPU from T = 256)."""
+    return causal_by_blocks(q, k, v)[0]
 
 
 def ms_per_call(fn, inputs, grad, dtype, steps: int) -> float:
@@ -107,7 +107,7 @@ def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES,
     for name, (n, d_in, d_out) in linear_shapes if HAVE_ONEDNN else ():
         x = torch.randn(n, d_in, generator=g).requires_grad_()
         w = (torch.randn(d_out, d_in, generator=g) / math.sqrt(d_in)).requires_grad_()
-        ms = side_by_side({"torch (MKL)": F.linear, "oneDNN": lambda a, b: OneDNNLinear.apply(a, b, None)}, (x, w),
+        ms = side_by_side({"torch (MKL)": F.linear, "oneDNN": lambda a, b: onednn_product(a, b, None)}, (x, w),
                           torch.randn(n, d_out, generator=g), torch.float32, rounds, steps)
         rows.append(("linear", name, (n, d_in, d_out), torch.float32, ms))
     return rows

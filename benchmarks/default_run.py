@@ -50,7 +50,7 @@ def whole_split_loss(out_dir: str) -> float:
     sys.path.insert(0, ROOT)
     from common.device import autocast, pick_dtype
     from data.loader import val_batches
-    from training.checkpoint import Checkpoint, path_in
+    from inference.checkpoint import Checkpoint, path_in
 
     ckpt = Checkpoint.load(path_in(out_dir, "last"))
     model = ckpt.build_model("cpu").eval()

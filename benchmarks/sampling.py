@@ -1,11 +1,11 @@
 """Sampling speed at nanoGPT's shakespeare_char shape (6L/6H/384, context 256), batch 1, N new tokens from a one-token
 prompt, randomly initialised weights (speed does not depend on them), greedy decoding, all in one process, alternated:
 
-    ours      model.generate with the KV cache (when the context is full the window slides by a quarter and the
-              cache is re-filled in one batched forward: model/generate.py); float32 weights, and the same model
-              with int8 weight-only block linears (sample.py --quantize=int8, model/quantize.py) and with all
+    ours      inference.generate with the KV cache (when the context is full the window slides by a quarter and the
+              cache is re-filled in one batched forward: inference/generate.py); float32 weights, and the same model
+              with int8 weight-only block linears (sample.py --quantize=int8, inference/quantize.py) and with all
               weights in bfloat16 (a bf16 cache too); 'compiled step': the same loop with each one-token step
-              run by torch.compile'd model/decode_step.py (sample.py --compile=true), float32 and int8; its compile
+              run by torch.compile'd inference/decode_step.py (sample.py --compile=true), float32 and int8; its compile
               happens in the warm-up, whose time is reported apart
     nanoGPT   its GPT.generate: no cache, re-runs the whole (cropped) context for every token; top_k=1 is its greedy
     HF        transformers' GPT2LMHeadModel.generate with its cache, same shape (its position table is made as long
@@ -19,11 +19,12 @@ import time
 import torch
 
 from model import GPT, GPTConfig
-from model.decode_step import StaticDecoder
-from model.quantize import quantize
+from inference.decode_step import StaticDecoder
+from inference.quantize import quantize
 
 from . import nanogpt_ref
 from .rounds import alternated
+from inference.generate import generate
 
 SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)
 VOCAB = 65
@@ -39,7 +40,7 @@ def ours(pos_emb: str, shape=SHAPE, weights: str = "float32", compile: bool = Fa
     elif weights == "bfloat16":
         model = model.to(torch.bfloat16)
     decoder = StaticDecoder(model, compile=True) if compile else None
-    return lambda prompt, n: model.generate(prompt, n, temperature=0.0, decoder=decoder)
+    return lambda prompt, n: generate(model, prompt, n, temperature=0.0, decoder=decoder)
 
 
 def nanogpt(path: str, shape=SHAPE):
@@ -50,7 +51,7 @@ def nanogpt(path: str, shape=SHAPE):
 
     @torch.no_grad()
     def run(prompt, n):
-        return model.generate(prompt, n, temperature=1.0, top_k=1)  # top_k=1: the argmax, like greedy
+        return model.generate(prompt, n, temperature=1.0, top_k=1)  # nanoGPT's own; top_k=1: the argmax, like greedy
     return run
 
 

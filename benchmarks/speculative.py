@@ -1,4 +1,4 @@
-"""Speculative decoding (model/speculative.py, sample.py --draft) against the model's own cached loop, on two trained
+"""Speculative decoding (inference/speculative.py, sample.py --draft) against the model's own cached loop, on two trained
 checkpoints of the same data (acceptance depends on what the models learned, so random weights would say nothing):
 
     python -m benchmarks.speculative --model=out-big --draft=out-small --tokens=500 --guesses=2,3,4,6 --repeats=3
@@ -16,12 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from common.flags import config_from_argv
-from model.decode_step import StaticDecoder
-from model.quantize import quantize
-from model.speculative import speculative_stream
-from training.checkpoint import in_folder_or_file, load_for_inference
+from inference.decode_step import StaticDecoder
+from inference.quantize import quantize
+from inference.speculative import speculative_stream
+from inference.checkpoint import in_folder_or_file, load_for_inference
 
 from .rounds import alternated
+from inference.generate import generate_stream
 
 
 @dataclass
@@ -58,7 +59,7 @@ def main(argv) -> None:
     sampling = dict(temperature=bc.temperature, top_k=None)
 
     def plain(decoder=None):
-        return lambda g: [int(t) for t in model.generate_stream(torch.tensor([prompt]), n, generator=g,
+        return lambda g: [int(t) for t in generate_stream(model, torch.tensor([prompt]), n, generator=g,
                                                                   decoder=decoder, **sampling)]
     runners = {"plain cached loop (eager)": plain()}
     if bc.compile:

@@ -4,9 +4,9 @@ AdamW, gradient clipping at 1.0), timed alternately in one process; plus MFU and
 
 Our model runs nanoGPT's MLP activation, the erf GELU (mlp_act='gelu_exact'; our default 'gelu' is GPT-2's tanh
 form, ~2x dearer on a CPU). The math is the same; the kernels differ: ours draws dropout masks in bulk
-(model/dropout.py: the same Bernoulli distribution) and attends on the math path with them, where nanoGPT's SDPA
+(speed/dropout.py: the same Bernoulli distribution) and attends on the math path with them, where nanoGPT's SDPA
 call falls back to explicit attention with bernoulli_ masks; our linear layers multiply in oneDNN's float32 kernels
-(model/linear.py: forward and input gradient), nanoGPT's in MKL's through F.linear; ours steps AdamW in torch's
+(speed/linear.py: forward and input gradient), nanoGPT's in MKL's through F.linear; ours steps AdamW in torch's
 fused kernel, nanoGPT in its foreach one. nanoGPT's batch is 64; on a 2-core CPU that is ~10-20 s per step, so
 --batch_size picks a smaller one (tokens/s barely depends on it at this size: the matmuls are already large).
 """
@@ -23,6 +23,8 @@ from common.malloc import keep_freed_memory
 from training.mfu import peak_matmul_flops
 from training.optim import make_optimizer
 from model import GPT, GPTConfig
+import speed
+from speed import SpeedConfig
 
 from . import nanogpt_ref
 from .rounds import alternated
@@ -31,10 +33,12 @@ SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)  # nanoGPT's confi
 VOCAB, DROPOUT, LR, WD, BETAS = 65, 0.2, 1e-3, 0.1, (0.9, 0.99)
 
 
-def ours(shape=SHAPE, **overrides):
+def ours(shape=SHAPE, **levers):
+    """Our model of nanoGPT's shape, with speed/'s levers (SpeedConfig fields in levers: the defaults, else)."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", mlp_act="gelu_exact",
-                          **shape, **overrides)).train()
+                          **shape)).train()
+    speed.apply(model, SpeedConfig(**levers))
     return model, make_optimizer(model, LR, WD, BETAS)
 
 
@@ -72,9 +76,9 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
             ablate_linear=False) -> dict:
     """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
     float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=bernoulli
-    (torch's nn.Dropout and SDPA's attention dropout instead of our bulk-drawn masks, model/dropout.py) as
+    (torch's nn.Dropout and SDPA's attention dropout instead of our bulk-drawn masks, speed/dropout.py) as
     'ours-bernoulli'; ablate_linear: also time ours with --linear_impl=aten (torch's F.linear, MKL, instead of
-    oneDNN's float32 kernels, model/linear.py) as 'ours-aten'. 'ours-auto' is ours as train.py runs it by default
+    oneDNN's float32 kernels, speed/linear.py) as 'ours-aten'. 'ours-auto' is ours as train.py runs it by default
     (--dtype=auto): under bf16 autocast where this CPU multiplies bf16 natively (common/device.py probes it), else
     the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only)."""
     # as train.py runs on a CPU (common/malloc.py: freed memory kept for the next step, no page faults per step);

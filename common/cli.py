@@ -57,7 +57,7 @@ def exit_process(code: int) -> None:
     last, when every file is closed and every checkpoint renamed into place: the teardown has nothing left to do
     for them but free objects. Two reasons, both measured:
     - Time. Once torch._dynamo is imported (a --compile=true run; every run, before training/optimizer.py and
-      GPT.on_meta), freeing its objects at exit takes 0.5-1.2 s: `import torch, torch._dynamo` and nothing else is
+      the meta-device shape check), freeing its objects at exit takes 0.5-1.2 s: `import torch, torch._dynamo` and nothing else is
       2.7-3.3 s as a whole process, 2.2 s when it ends with os._exit (2-core EPYC; torch alone: 1.35-1.6 s vs
       1.0 s). fast-cpu's whole run is ~12 s.
     - torchrun. DDP keeps references to the gloo process group that destroy_process_group does not drop (torch

@@ -2,7 +2,7 @@
 
 The bytes go to a temporary file in the target's folder, are flushed to disk (fsync), get the user's normal
 permissions (mkstemp's 0600 would keep teammates out of a shared run), and are renamed over the target; then the
-folder is fsynced, so the rename itself survives a power cut. Checkpoints (training/checkpoint.py) and prepared
+folder is fsynced, so the rename itself survives a power cut. Checkpoints (inference/checkpoint.py) and prepared
 data (data/build.py) are written this way.
 
 A write that fails because the disk is full (ENOSPC), a quota is reached (EDQUOT), the disk fails (EIO) or the file

@@ -12,6 +12,8 @@ the most effective one (top-1 agreement). Shapes: L layers, H heads, T tokens, D
 """
 import torch
 
+from .attention_maps import on_math, recording
+
 CHUNK = 256  # ablated copies of the sequence per forward
 
 
@@ -52,8 +54,8 @@ def clean_pass(model, idx: torch.Tensor):
         lambda m, a, out: values.append(out[0, :, 2 * cfg.n_embd:].view(-1, cfg.n_head, cfg.head_dim).transpose(0, 1)))
         for b in model.blocks]  # v: (H, T, D); RoPE and QK-norm touch only q and k
     try:
-        weights = []
-        logits, _ = model(idx, weights_out=weights)  # (1, T, V)
+        with recording(model) as weights:
+            logits, _ = model(idx)  # (1, T, V)
     finally:
         for h in hooks:
             h.remove()
@@ -89,7 +91,8 @@ def key_effects(model, idx: torch.Tensor, targets: torch.Tensor, queries: list[i
                 hi = min(lo + CHUNK, len(pairs))
                 hook = KeyRemoved(model.blocks[layer].attn.proj, head, cfg.head_dim, t_all[lo:hi], delta[lo:hi])
                 try:
-                    logits, _ = model(idx.expand(hi - lo, T), weights_out=[])  # (r, T, V); math path, as above
+                    with on_math(model):
+                        logits, _ = model(idx.expand(hi - lo, T))  # (r, T, V); the math path, as above
                 finally:
                     hook.handle.remove()
                 rows = torch.arange(hi - lo)

@@ -3,7 +3,7 @@
 One heatmap per layer (rows) and head (columns), plus the mean over heads (last column): row t is query token t,
 column s is key token s, colour is the softmax weight query t gives key s (each row sums to 1). A decoder's maps
 are lower triangles (nothing attends to the future); an encoder's (train.py --model=encoder) are full squares.
-The weights come from the math path (model.attention_maps), whatever attn_impl the model was trained with: the
+The weights come from the math path (insight/attention_maps.py), whatever backend the model runs with: the
 paths compute the same function, and only the math path materialises the weights.
 
 What the maps do and do not explain: README.md, "Seeing attention". The command is visualize.py.
@@ -18,6 +18,7 @@ from matplotlib.colors import PowerNorm  # noqa: E402
 from common.errors import UserError  # noqa: E402
 from common.eval_mode import evaluating  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
+from .attention_maps import attention_maps
 
 MAX_TOKENS = 64  # beyond this the token labels no longer fit
 GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
@@ -50,7 +51,7 @@ def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut:
 
 def attention_data(model, idx: torch.Tensor) -> torch.Tensor:
     """(1, T) ids -> weights (n_layer, H + 1, T, T): every head, and the mean over heads as the last 'head'."""
-    maps = model.attention_maps(idx)[:, 0].float().cpu()  # (n_layer, H, T, T)
+    maps = attention_maps(model, idx)[:, 0].float().cpu()  # (n_layer, H, T, T)
     return torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)  # (n_layer, H + 1, T, T)
 
 

@@ -23,6 +23,7 @@ from common.eval_mode import evaluating
 
 from .explorer_page import PAGE
 from .induction import induction_scores, special_ids
+from .attention_maps import attention_maps
 
 MAX_TOKENS = 512  # the page stays fast up to here (and far beyond the PNG grid's 64)
 SCALE = 65535  # 16-bit quantisation of weights in [0, 1]
@@ -70,7 +71,7 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
         raise UserError(f"the text is {len(ids)} tokens and {why}; shorten the text")
     device = next(model.parameters()).device
     with evaluating(model):
-        maps = model.attention_maps(torch.tensor([ids], device=device))[:, 0].float().cpu()  # (L, H, T, T)
+        maps = attention_maps(model, torch.tensor([ids], device=device))[:, 0].float().cpu()  # (L, H, T, T)
     scores = induction_scores(model, avoid=special_ids(tokenizer))
     cfg = model.config
     return {"tokens": [shown(tokenizer.decode([i])) for i in ids],

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from common.eval_mode import evaluating
+from .attention_maps import attention_maps
 
 DEFAULT_HALF = 32  # tokens per copy: long enough to be unambiguous, short enough to cost nothing at evaluation
 
@@ -118,7 +119,7 @@ def induction_scores(model, half: int = DEFAULT_HALF, seed: int = 0, avoid: tupl
     device = next(model.parameters()).device
     idx = repeated_tokens(model.config.vocab_size, half, seed, avoid).to(device)  # (1, 2 * half)
     with evaluating(model):
-        maps = model.attention_maps(idx)[:, 0].float().cpu()  # (L, H, T, T)
+        maps = attention_maps(model, idx)[:, 0].float().cpu()  # (L, H, T, T)
         prefix = prefix_matching(maps, half)
         copy = copying(model, idx, maps.to(device), half) if with_copy else None
     return InductionScores(prefix, copy)

@@ -14,10 +14,13 @@ import torch.nn.functional as F
 
 from common.eval_mode import evaluating
 from model import GPT, GPTConfig
+import speed
+from speed import SpeedConfig
 
 from .induction import prefix_matching, repeated_tokens
 from .probe_config import ProbeModel
 from .probe_tasks import N_SYMBOLS, VOCAB_SIZE, length, make_batch, model_io, train_sizes
+from .attention_maps import attention_maps
 
 EVAL_SEED_OFFSET = 10_000  # held-out batches come from seed + this: a stream of their own, not training's
 
@@ -26,8 +29,8 @@ def build(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: i
     """A fresh model whose context is exactly the trained length (so learned positions stop there)."""
     torch.manual_seed(seed)
     cfg = GPTConfig(vocab_size=VOCAB_SIZE, block_size=length(task, n, causal), n_layer=pm.n_layer,
-                    n_head=pm.n_head, n_embd=pm.n_embd, pos_emb=pos_emb, causal=causal, attn_impl="math")
-    return GPT(cfg)
+                    n_head=pm.n_head, n_embd=pm.n_embd, pos_emb=pos_emb, causal=causal)
+    return speed.apply(GPT(cfg), SpeedConfig(attn_impl="math"))
 
 
 def fit(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int = 0, on_step=None) -> GPT:
@@ -88,7 +91,7 @@ def best_prefix_score(model: GPT, n: int, seed: int = 0) -> float | None:
     first = seed + EVAL_SEED_OFFSET
     idx = torch.cat([repeated_tokens(N_SYMBOLS, n, first + i)[:, :T] for i in range(PREFIX_SEQUENCES)])  # (S, T)
     with evaluating(model):
-        maps = model.attention_maps(idx)  # (L, S, H, T, T)
+        maps = attention_maps(model, idx)  # (L, S, H, T, T)
     return float(prefix_matching(maps, n).mean(1).max())  # (L, S, H) -> mean over sequences -> best head
 
 

@@ -26,7 +26,7 @@ from common.flags import config_from_argv
 from data.tokenizer import load_tokenizer
 from interop import hf_gpt2, hf_neox, safetensors_file
 from interop.hf_tokenizer import write_hf_tokenizer
-from training.checkpoint import Checkpoint, path_in, tensor_bytes
+from inference.checkpoint import Checkpoint, path_in, tensor_bytes
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more

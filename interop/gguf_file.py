@@ -32,7 +32,7 @@ from common.files import disk_errors, write_atomic
 from data.tokenizer import load_tokenizer
 from interop.export import hf_target
 from interop.hf_tokenizer import bpe_vocab_and_merges
-from training.checkpoint import Checkpoint, tensor_bytes
+from inference.checkpoint import Checkpoint, tensor_bytes
 
 ARCHS = {"learned": "gpt2", "rope": "gptneox"}  # pos_emb -> llama.cpp's architecture
 DTYPES = ("f32", "f16")

@@ -95,7 +95,7 @@ def to_hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
-def config_from_hf(hf: dict, dropout: float = 0.0, attn_impl: str = "sdpa") -> GPTConfig:
+def config_from_hf(hf: dict, dropout: float = 0.0) -> GPTConfig:
     """A GPT-2 config.json -> our GPTConfig; refuses (one line) a GPT-2 variant our model cannot run exactly."""
     def need(ok, msg):
         if not ok:
@@ -112,8 +112,7 @@ def config_from_hf(hf: dict, dropout: float = 0.0, attn_impl: str = "sdpa") -> G
     need(not hf.get("add_cross_attention", False), "add_cross_attention=true (ours is decoder-only)")
     need(hf.get("tie_word_embeddings", True), "tie_word_embeddings=false (our head is tied to the embedding)")
     return GPTConfig(vocab_size=hf["vocab_size"], block_size=hf["n_positions"], n_layer=hf["n_layer"],
-                     n_head=hf["n_head"], n_embd=hf["n_embd"], dropout=dropout, bias=True, pos_emb="learned",
-                     attn_impl=attn_impl)
+                     n_head=hf["n_head"], n_embd=hf["n_embd"], dropout=dropout, bias=True, pos_emb="learned")
 
 
 def from_hf_state_dict(cfg: GPTConfig, hf_state: dict[str, torch.Tensor]) -> GPT:

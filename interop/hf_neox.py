@@ -111,7 +111,7 @@ def to_hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
-def config_from_hf(hf: dict, dropout: float = 0.0, attn_impl: str = "sdpa") -> GPTConfig:
+def config_from_hf(hf: dict, dropout: float = 0.0) -> GPTConfig:
     """A GPT-NeoX config.json -> our GPTConfig; refuses (one line) a variant our model cannot run exactly."""
     def need(ok, msg):
         if not ok:
@@ -133,8 +133,7 @@ def config_from_hf(hf: dict, dropout: float = 0.0, attn_impl: str = "sdpa") -> G
                      n_layer=hf["num_hidden_layers"], n_head=hf["num_attention_heads"], n_embd=hf["hidden_size"],
                      dropout=dropout, bias=True, pos_emb="rope",
                      rope_base=float(rope.get("rope_theta", hf.get("rotary_emb_base", 10000.0))),
-                     mlp_act=ACTS_BACK[hf.get("hidden_act", "gelu")], tie_head=hf.get("tie_word_embeddings", False),
-                     attn_impl=attn_impl)
+                     mlp_act=ACTS_BACK[hf.get("hidden_act", "gelu")], tie_head=hf.get("tie_word_embeddings", False))
 
 
 def from_hf_state_dict(cfg: GPTConfig, hf_state: dict[str, torch.Tensor]) -> GPT:

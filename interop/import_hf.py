@@ -23,7 +23,7 @@ from interop.export import TOKENIZER_META
 from interop import hf_gpt2, hf_neox
 from data.tokenizer import meta_problem
 from model import GPT
-from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict
+from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, meta_model
 
 GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
 MAPPINGS = {"gpt2": hf_gpt2, "gpt_neox": hf_neox}  # config.json's model_type -> the module that maps its weights
@@ -71,10 +71,10 @@ def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
     raise UserError(f"{folder} has none of {', '.join(WEIGHT_FILES)}")
 
 
-def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> GPT:
-    """A local GPT-2 or GPT-NeoX folder -> our GPT (bias=True), in eval mode, float32 as stored. dropout and
-    attn_impl are ours to choose: they change how it trains or runs, not what it computes. (The name is older
-    than the GPT-NeoX mapping; load_hf is the same function.)"""
+def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
+    """A local GPT-2 or GPT-NeoX folder -> our GPT (bias=True), in eval mode, float32 as stored. dropout is ours to
+    choose: it changes how it trains, not what it computes. (The name is older than the GPT-NeoX mapping; load_hf is
+    the same function.)"""
     config_path = os.path.join(folder, "config.json")
     if not os.path.isfile(config_path):
         raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
@@ -85,14 +85,14 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0, attn_impl: str = "sdpa") -> 
         raise UserError(f"this Hugging Face model cannot be imported: model_type={hf.get('model_type')!r}, only "
                         f"{' and '.join(repr(k) for k in MAPPINGS)} are supported")
     try:
-        cfg = mapping.config_from_hf(hf, dropout, attn_impl)
+        cfg = mapping.config_from_hf(hf, dropout)
     except UserError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a field missing or of the wrong type
         raise UserError(f"{config_path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
                         f"{str(e)[:100]})") from None
     weights = read_hf_weights(folder)
-    wanted = sum(p.numel() for p in GPT.on_meta(cfg).parameters())  # the size config.json asks for, unallocated
+    wanted = sum(p.numel() for p in meta_model(cfg).parameters())  # the size config.json asks for, unallocated
     held = sum(t.numel() for t in weights.values())
     if wanted > 2 * held:  # (a tied head may be stored once or twice; nothing else is shared)
         raise UserError(f"{config_path} describes {wanted:,} parameters but the weights hold {held:,}: the folder's "
@@ -159,9 +159,9 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
 
 def initializer(folder: str, model_overrides: dict, explicit: dict):
     """For train.py --init_from=hf:FOLDER: a function tokenizer -> our GPT with the folder's weights, for a fresh
-    run (step 0, new optimizer). The folder fixes the architecture; --dropout and --attn_impl are free."""
+    run (step 0, new optimizer). The folder fixes the architecture; --dropout is free."""
     def init(tokenizer) -> GPT:
-        model = load_hf_gpt2(folder, **{k: v for k, v in model_overrides.items() if k in ("dropout", "attn_impl")})
+        model = load_hf_gpt2(folder, **{k: v for k, v in model_overrides.items() if k == "dropout"})
         have = model.config.to_dict()
         for k, v in model_overrides.items():
             if k in explicit and have[k] != v:

@@ -1,6 +1,6 @@
-"""A small GPT: `from model import GPT, GPTConfig`. See README.md for what each file holds."""
-from .config import GPTConfig, MODEL_PRESETS
+"""A small GPT, the architecture only: `from model import GPT, GPTConfig`. How to read it: README.md."""
+from .config import GPTConfig
 from .gpt import GPT
 from .kv_cache import KVCache
 
-__all__ = ["GPT", "GPTConfig", "KVCache", "MODEL_PRESETS"]
+__all__ = ["GPT", "GPTConfig", "KVCache"]

@@ -7,7 +7,6 @@ prediction; `causal=False` is a bidirectional (BERT-style) encoder with the very
 Shapes: B batch, T new tokens, t0 tokens already cached, S = t0 + T keys, C n_embd, V vocab_size.
 """
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -15,34 +14,12 @@ import torch.nn.functional as F
 
 from common.errors import UserError
 
+from .attention import AttentionContext, with_empty_rows
 from .blocks import Block
 from .config import GPTConfig
-from .dropout import build_dropout
-from .generate import generate, generate_stream
 from .kv_cache import KVCache
-from .linear import Linear
 from .masks import build_mask, positions_from_valid
-from .positional import Rotation, build_positional
-
-
-@dataclass
-class AttentionContext:
-    """Everything a forward pass's attention layers share, computed once per forward instead of per layer."""
-    mask: torch.Tensor | None  # (B|1, 1, T, S) bool, True = may attend; None = attend everywhere
-    bias: torch.Tensor | None  # (1, H, T, S) ALiBi score bias
-    rope: Rotation | None  # RoPE rotation for the T new positions
-    is_causal: bool  # the plain causal case the fused kernel handles without a mask
-    cache: KVCache | None
-
-
-class _NormalInitSkipped(torch.overrides.TorchFunctionMode):
-    """Inside it, nn.init.normal_ returns its tensor untouched (GPT.on_meta: meta tensors hold no values)."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is nn.init.normal_:
-            return args[0] if args else kwargs["tensor"]
-        return func(*args, **kwargs)
+from .positional import build_positional
 
 
 class GPT(nn.Module):
@@ -51,10 +28,10 @@ class GPT(nn.Module):
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding (V, C)
         self.pos = build_positional(config)
-        self.drop = build_dropout(config)
+        self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.norm = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.head = Linear(config.n_embd, config.vocab_size, bias=False, impl=config.linear_impl)  # (C -> V)
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)  # (C -> V)
         if config.tie_head:
             self.head.weight = self.wte.weight  # tied: the same matrix reads tokens in and scores them out
         else:
@@ -78,19 +55,9 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    @classmethod
-    def on_meta(cls, config: GPTConfig) -> "GPT":
-        """The model on the meta device, for its shapes and parameter count: no memory however large the config, and
-        no random initialisation (normal_ on a meta tensor runs a Python reference of torch's whose wrapper imports
-        torch._dynamo: ~1 s that every sample.py start paid to check a checkpoint's shapes)."""
-        with torch.device("meta"), _NormalInitSkipped():
-            return cls(config)
-
-    def forward(self, idx, targets=None, *, cache: KVCache | None = None, pad_mask=None, last_only=False,
-                weights_out: list | None = None):
+    def forward(self, idx, targets=None, *, cache: KVCache | None = None, pad_mask=None, last_only=False):
         """idx: (B, T) token ids; targets: (B, T) ids, -1 = no loss here; pad_mask: (B, T) bool, False at left
-        padding. last_only: compute logits for the last position only (sampling). weights_out: a list that
-        receives each layer's attention weights (B, H, T, S) (forces the math path).
+        padding. last_only: compute logits for the last position only (sampling).
         Returns (logits (B, T or 1, V), loss or None)."""
         B, T = idx.shape
         t0 = cache.pos if cache is not None else 0
@@ -104,9 +71,9 @@ class GPT(nn.Module):
             pos = positions_from_valid(key_valid, t0)  # (B, T): each row counts only its real tokens
         else:
             pos = torch.arange(t0, S, device=idx.device).unsqueeze(0)  # (1, T)
-        ctx = self._attention_context(t0, T, key_valid, pos, cache, idx.device)
+        ctx = self.attention_context(t0, T, key_valid, pos)
 
-        x = self.trunk(idx, pos, ctx, weights_out)  # (B, T, C)
+        x = self.trunk(idx, pos, ctx, cache)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
         if last_only:
@@ -117,38 +84,31 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    def trunk(self, idx, pos, ctx: AttentionContext, weights_out: list | None = None) -> torch.Tensor:
+    def trunk(self, idx, pos, ctx: AttentionContext, cache: KVCache | None = None) -> torch.Tensor:
         """Token ids (B, T) at positions pos -> the final normalised hidden states (B, T, C), the head's input:
-        embeddings, every block, the last norm. forward and the compiled decoding step (decode_step.py) share it."""
+        embeddings, every block (each with its own slot of the cache), the last norm."""
         x = self.drop(self.pos.embed(self.wte(idx), pos))  # (B, T, C)
-        for layer, block in enumerate(self.blocks):
-            x = block(x, ctx, layer, weights_out)  # (B, T, C)
+        slots = cache.layers if cache is not None else [None] * len(self.blocks)
+        for block, kv in zip(self.blocks, slots):
+            x = block(x, ctx, kv)  # (B, T, C)
         return self.norm(x)
 
-    def _attention_context(self, t0, T, key_valid, pos, cache, device) -> AttentionContext:
+    def attention_context(self, t0: int, T: int, key_valid, pos) -> AttentionContext:
+        """The masks, bias and rotation every layer of a forward over T new tokens after t0 cached ones shares."""
         cfg = self.config
-        S = t0 + T
-        bias = self.pos.bias(t0, T, S)  # (1, H, T, S) or None
-        plain = cfg.window is None and key_valid is None  # no band and no padding to hide
-        needs_causal = cfg.causal and T > 1  # a single new query may see every cached key anyway
-        mask, is_causal = None, False
-        if plain and needs_causal and t0 == 0 and bias is None:
-            is_causal = True  # exactly SDPA's top-left-aligned causal mask: let the kernel do it
-        elif not (plain and not needs_causal):
-            mask = build_mask(t0, T, cfg.causal, cfg.window, key_valid, device=device)
-        return AttentionContext(mask=mask, bias=bias, rope=self.pos.rotation(pos), is_causal=is_causal, cache=cache)
+        bias = self.pos.bias(t0, T, t0 + T)  # (1, H, T, S) or None
+        padded = key_valid is not None
+        is_causal = cfg.causal and T > 1 and t0 == 0 and cfg.window is None and not padded and bias is None
+        mask = empty = None  # exactly SDPA's top-left-aligned causal mask when is_causal: the kernel needs no tensor
+        if (cfg.causal and T > 1 or cfg.window is not None or padded) and not is_causal:
+            mask = build_mask(t0, T, cfg.causal, cfg.window, key_valid, device=pos.device)  # (B|1, 1, T, S)
+            mask, empty = with_empty_rows(mask)  # padding queries see no key: zeroed after attention
+        return AttentionContext(mask=mask, empty=empty, bias=bias, rope=self.pos.rotation(pos), is_causal=is_causal)
 
     # ---- helpers ----------------------------------------------------------------------------------------------
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         cfg = self.config
         return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len or cfg.block_size, cfg.head_dim)
-
-    @torch.no_grad()
-    def attention_maps(self, idx, pad_mask=None) -> torch.Tensor:
-        """The attention weights of every layer and head for idx (B, T): (n_layer, B, H, T, T), rows sum to 1."""
-        weights = []
-        self(idx, pad_mask=pad_mask, weights_out=weights)
-        return torch.stack(weights)
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters, counting the tied embedding/head once. non_embedding leaves out the position table (its
@@ -165,6 +125,3 @@ class GPT(nn.Module):
         T = T or cfg.block_size
         matmul_params = self.num_params() - (0 if cfg.tie_head else self.wte.weight.numel())  # a lookup is no matmul
         return 6 * matmul_params + 12 * cfg.n_layer * T * cfg.n_embd
-
-    generate = generate
-    generate_stream = generate_stream

@@ -4,16 +4,40 @@ Without a cache, each new token re-runs the whole context: O(T) work per layer f
 O(T^2) to recompute everyone else's keys and values again. With it, the prompt is run once (prefill) and each
 new token computes only its own q, k, v and attends to the stored keys: the cost per token is one row.
 
-Buffers are allocated once for `max_len` positions (no torch.cat per step, so no reallocation) and written at
-position `pos`. Shapes: B batch, H heads, L = max_len, D head_dim, T new tokens, S = pos + T.
+The cache holds one slot per attention layer (`cache.layers[i]`, handed to block i), and what every layer shares:
+how many columns are filled (`pos`) and which of them are left padding (`valid`). A slot's buffers are allocated
+once for `max_len` columns (no torch.cat per step, so no reallocation) and written at `pos`.
+Shapes: B batch, H heads, L = max_len, D head_dim, T new tokens, S = pos + T.
 """
 import torch
 
 
+class LayerKV:
+    """One attention layer's keys and values: (B, H, L, D) each, allocated at the first write (its dtype, device)."""
+
+    def __init__(self, cache: "KVCache"):
+        self.cache = cache
+        self.k = self.v = None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor):
+        """k, v: (B, H, T, D) for the new tokens. Writes them at the cache's pos; returns all keys/values (B, H, S, D)."""
+        c = self.cache
+        if self.k is None:
+            # one tensor per layer, not one stacked tensor: a compiled step (inference/decode_step.py) can then
+            # write each in place (writes into views of one shared input make torch.compile copy the whole cache)
+            shape = (c.B, c.H, c.max_len, c.D)
+            self.k = torch.zeros(shape, dtype=k.dtype, device=k.device)
+            self.v = torch.zeros(shape, dtype=v.dtype, device=v.device)
+        end = c.pos + k.size(2)
+        self.k[:, :, c.pos:end] = k  # (B, H, T, D) written in place
+        self.v[:, :, c.pos:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]  # (B, H, S, D) views, no copy
+
+
 class KVCache:
     def __init__(self, n_layer: int, batch_size: int, n_head: int, max_len: int, head_dim: int):
-        self.n_layer, self.B, self.H, self.max_len, self.D = n_layer, batch_size, n_head, max_len, head_dim
-        self.k = self.v = None  # n_layer tensors (B, H, L, D) each, allocated at the first write (its dtype/device)
+        self.B, self.H, self.max_len, self.D = batch_size, n_head, max_len, head_dim
+        self.layers = [LayerKV(self) for _ in range(n_layer)]
         self.valid = None  # (B, L) bool: False at left-padding columns; None while the batch has no padding
         self.pos = 0  # columns filled so far, same for every row (rows are left-padded to line up)
 
@@ -22,43 +46,27 @@ class KVCache:
         them are padding. pad_mask: (B, T) bool, True at real tokens. Returns key validity (B, S) or None."""
         if self.pos + T > self.max_len:
             raise ValueError(f"KV cache overflow: {self.pos} cached + {T} new tokens > max_len={self.max_len}; "
-                             f"start a new cache (generate() does this by sliding its window)")
+                             f"start a new cache (generation does this by sliding its window)")
         if pad_mask is not None and self.valid is None:
             self.valid = torch.ones(self.B, self.max_len, dtype=torch.bool, device=device)
         if self.valid is None:
             return None
-        if pad_mask is not None:
-            self.valid[:, self.pos:self.pos + T] = pad_mask
-        else:
-            self.valid[:, self.pos:self.pos + T] = True
+        self.valid[:, self.pos:self.pos + T] = True if pad_mask is None else pad_mask
         return self.valid[:, :self.pos + T]  # (B, S)
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """k, v: (B, H, T, D) for the new tokens. Writes them at pos; returns all keys/values (B, H, S, D)."""
-        if self.k is None:
-            # one tensor per layer, not one stacked tensor: a compiled step (model/decode_step.py) can then write
-            # each in place (writes into views of one shared input make torch.compile copy the whole cache)
-            shape = (self.B, self.H, self.max_len, self.D)
-            self.k = [torch.zeros(shape, dtype=k.dtype, device=k.device) for _ in range(self.n_layer)]
-            self.v = [torch.zeros(shape, dtype=v.dtype, device=v.device) for _ in range(self.n_layer)]
-        T = k.size(2)
-        end = self.pos + T
-        self.k[layer][:, :, self.pos:end] = k  # (B, H, T, D) written in place
-        self.v[layer][:, :, self.pos:end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]  # (B, H, S, D) views, no copy
-
-    def repeat_rows(self, n: int) -> "KVCache":
-        """A new cache of B * n rows: each row's cached columns n times over, rows i*n .. i*n+n-1 copying row i (to
-        continue one shared prefix n different ways, e.g. one per candidate token)."""
-        out = KVCache(self.n_layer, self.B * n, self.H, self.max_len, self.D)
-        if self.k is not None:
-            out.k = [k.repeat_interleave(n, dim=0) for k in self.k]  # (B * n, H, L, D) each
-            out.v = [v.repeat_interleave(n, dim=0) for v in self.v]
-        if self.valid is not None:
-            out.valid = self.valid.repeat_interleave(n, dim=0)
-        out.pos = self.pos
-        return out
 
     def advance(self, T: int):
         """Called once per forward after every layer has written its T new columns."""
         self.pos += T
+
+    def repeat_rows(self, n: int) -> "KVCache":
+        """A new cache of B * n rows: each row's cached columns n times over, rows i*n .. i*n+n-1 copying row i (to
+        continue one shared prefix n different ways, e.g. one per candidate token)."""
+        out = KVCache(len(self.layers), self.B * n, self.H, self.max_len, self.D)
+        for mine, theirs in zip(self.layers, out.layers):
+            if mine.k is not None:
+                theirs.k = mine.k.repeat_interleave(n, dim=0)  # (B * n, H, L, D)
+                theirs.v = mine.v.repeat_interleave(n, dim=0)
+        if self.valid is not None:
+            out.valid = self.valid.repeat_interleave(n, dim=0)
+        out.pos = self.pos
+        return out

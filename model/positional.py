@@ -63,7 +63,7 @@ class SinusoidalPositions(NoPositions):
 
     def embed(self, x, pos):
         # sin/cos entries are ~1 while token embeddings start at std 0.02: added as they are, the positions drown the
-        # tokens and the model barely learns (README.md, "Positional encodings"). Vaswani et al. scale the token
+        # tokens and the model barely learns (docs/attention.md, "Positional encodings"). Vaswani et al. scale the token
         # embeddings up by sqrt(d_model); with a tied head we scale the table down instead.
         return x + EMBED_STD * sinusoid(pos, self.dim).to(x.dtype)  # computed, not looked up: any position works
 
@@ -84,9 +84,7 @@ class RotaryPositions(NoPositions):
     def __init__(self, config):
         super().__init__()
         D = config.head_dim
-        # on the CPU whatever the default device (GPT.to moves it): on the meta device (GPT.on_meta) arange runs a
-        # Python reference of torch's that imports torch._dynamo, ~1 s
-        exponents = -torch.arange(0, D, 2, dtype=torch.float32, device="cpu") / D  # (D/2,)
+        exponents = -torch.arange(0, D, 2, dtype=torch.float32) / D  # (D/2,)
         inv_freq = config.rope_base ** exponents  # (D/2,) theta_i
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 

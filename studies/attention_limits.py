@@ -18,7 +18,7 @@ from common.files import write_atomic
 from common.flags import config_from_argv
 from insight.ablation import agreement, key_effects
 from studies.runs import val_windows
-from training.checkpoint import Checkpoint, load_for_inference, path_in
+from inference.checkpoint import Checkpoint, load_for_inference, path_in
 
 
 @dataclass

@@ -26,8 +26,9 @@ from data.tokenizer import drop_unknown
 from model.config import POS_EMBS
 from studies import cloze
 from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows
-from training.checkpoint import load_for_inference, path_in
-from training.masked_lm import generate_stream as mask_append_stream
+from inference.checkpoint import load_for_inference, path_in
+from inference.masked import generate_by_masks as mask_append_stream
+from inference.generate import generate_stream
 
 VARIANTS = ("decoder", "encoder", "cheater")
 
@@ -124,13 +125,13 @@ def generations(sc, models, tokenizer) -> tuple[dict, dict]:
             if variant == "encoder":
                 it = mask_append_stream(model, prompt, sc.gen_tokens, mask_id, **kw)
             else:
-                it = model.generate_stream(torch.tensor([prompt]), sc.gen_tokens, use_cache=model.config.causal, **kw)
+                it = generate_stream(model, torch.tensor([prompt]), sc.gen_tokens, use_cache=model.config.causal, **kw)
             new, stamps = timed_generation(it)
             samples[variant].append({"prompt": text, "text": tokenizer.decode(prompt + new)})
             if p == 0 and variant != "cheater":
                 timing[f"{variant} ({'KV cache' if variant == 'decoder' else 'no cache possible'})"] = stamps
     prompt = tokenizer.encode(drop_unknown(tokenizer, sc.prompts.split("|")[0]))
-    it = models["decoder"].generate_stream(torch.tensor([prompt]), sc.gen_tokens, use_cache=False,
+    it = generate_stream(models["decoder"], torch.tensor([prompt]), sc.gen_tokens, use_cache=False,
                                            temperature=sc.temperature, top_k=sc.top_k,
                                            generator=torch.Generator().manual_seed(sc.seed))
     timing["decoder (no cache)"] = timed_generation(it)[1]

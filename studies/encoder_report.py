@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from insight.attention_figures import attention_figure, save_figure  # noqa: E402
+from insight.attention_maps import attention_maps
 
 SCORER_NAMES = {"decoder_left": "decoder, left only", "decoder_both": "decoder, both sides (Bayes)",
                 "encoder_left": "encoder, left only", "encoder_both": "encoder, both sides"}
@@ -151,7 +152,7 @@ def next_token_note(models, tokenizer, probe: str) -> str:
     parts = []
     for v, m in models.items():
         ids = tokenizer.encode(drop_unknown(tokenizer, probe))[-m.config.block_size:]
-        maps = m.attention_maps(torch.tensor([ids]))[:, 0]  # (L, H, T, T)
+        maps = attention_maps(m, torch.tensor([ids]))[:, 0]  # (L, H, T, T)
         nxt = maps.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1)  # (L, H): mean weight on key t+1
         layer, head = divmod(int(nxt.argmax()), nxt.size(1))
         parts.append(f"{v} {nxt.max().item():.0%} (layer {layer}, head {head})")

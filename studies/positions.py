@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from common.errors import ConfigError
 from common.flags import config_from_argv
 from model.config import ATTN_SCORES, POS_EMBS
-from model.generate import sample_next
+from inference.generate import sample_next
 from studies.runs import train_run, train_speed, val_windows
-from training.checkpoint import load_for_inference, path_in
+from inference.checkpoint import load_for_inference, path_in
 
 EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the training context T
 

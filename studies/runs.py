@@ -18,6 +18,7 @@ def train_run(sc, name: str, **settings) -> str:
     unless settings set eval_interval."""
     from dataclasses import fields
 
+    from speed import SpeedConfig
     from training import run
     from training.config import TrainConfig
 
@@ -27,9 +28,10 @@ def train_run(sc, name: str, **settings) -> str:
     values = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
               "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **settings, "out_dir": out_dir}
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
-    train_fields = {f.name for f in fields(TrainConfig)}
+    train_fields, speed_fields = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(SpeedConfig)}
     run(TrainConfig(**{k: v for k, v in values.items() if k in train_fields}),
-        {k: v for k, v in values.items() if k not in train_fields})
+        {k: v for k, v in values.items() if k not in train_fields | speed_fields},
+        sc=SpeedConfig(**{k: v for k, v in values.items() if k in speed_fields}))
     return out_dir
 
 

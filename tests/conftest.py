@@ -22,9 +22,14 @@ def tiny_config(**overrides) -> GPTConfig:
     return GPTConfig(**base)
 
 
-def tiny_model(seed=0, **overrides) -> GPT:
+def tiny_model(seed=0, attn_impl: str | None = None, **overrides) -> GPT:
+    """A tiny plain model in eval mode; attn_impl: its attention backend by name (model/attention.py), if not the
+    default."""
+    from model.attention import use_backend
+
     torch.manual_seed(seed)
-    return GPT(tiny_config(**overrides)).eval()
+    model = GPT(tiny_config(**overrides)).eval()
+    return use_backend(model, attn_impl) if attn_impl else model
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from conftest import tiny_args, tiny_model
+from insight.attention_maps import attention_maps
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +49,7 @@ def test_effects_equal_a_written_out_ablation():
     results = key_effects(model, idx, targets, queries=[3, 8])
     assert len(results) == 4 and all(len(r["t"]) == 4 + 9 for r in results)  # keys 0..3 and 0..8
     clean = written_out_logits(model, idx)
-    maps = model.attention_maps(idx)[:, 0]
+    maps = attention_maps(model, idx)[:, 0]
     for r in results:
         for i in range(len(r["t"])):
             t, s = int(r["t"][i]), int(r["s"][i])

@@ -1,13 +1,28 @@
-"""attend(): the fused path against the math path and against an independent reference written here."""
+"""The attention backends (model/attention.py) and speed/causal_blocks.py against each other and against an
+independent reference written here."""
 import math
 
 import pytest
 import torch
 
-from model import attention
-from model.attention import attend
+from model.attention import BACKENDS, AttentionContext, attend, with_empty_rows
 from model.masks import build_mask
 from model.positional import alibi_slopes
+from speed import causal_blocks
+from speed.causal_blocks import CausalBlocks
+from speed.dropout import BulkDropout
+
+PATHS = {**BACKENDS, "blocks": CausalBlocks}  # the math backend as speed/ runs it too
+
+
+def through(name, q, k, v, mask=None, bias=None, is_causal=False, dropout=None):
+    """One attention call as MultiHeadAttention makes it: rows with no key attend everywhere, then are zeroed.
+    Returns (out, weights or None)."""
+    empty = None
+    if mask is not None:
+        mask, empty = with_empty_rows(mask)
+    out, weights = PATHS[name]()(q, k, v, AttentionContext(mask, empty, bias, None, is_causal), dropout, None)
+    return (out if empty is None else out.masked_fill(empty, 0.0)), weights
 
 
 def reference_attention(q, k, v, allowed, bias=None):
@@ -98,7 +113,7 @@ def test_sdpa_and_math_match_reference(name):
     results = {}
     for impl in ("sdpa", "math"):
         q, k, v = qkv(B, H, T)
-        out = attend(q, k, v, mask=mask, bias=bias, impl=impl)
+        out, _ = through(impl, q, k, v, mask=mask, bias=bias)
         (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
         assert torch.isfinite(out).all() and all(torch.isfinite(t.grad).all() for t in (q, k, v))
         results[impl] = (out.detach(), [t.grad for t in (q, k, v)])
@@ -113,15 +128,15 @@ def test_sdpa_and_math_match_reference(name):
 def test_is_causal_equals_explicit_causal_mask():
     q, k, v = qkv()
     mask = build_mask(0, q.size(2), causal=True)
-    for impl in ("sdpa", "math"):
-        torch.testing.assert_close(attend(q, k, v, impl=impl, is_causal=True), attend(q, k, v, mask=mask, impl=impl))
+    for impl in ("sdpa", "math", "blocks"):
+        torch.testing.assert_close(through(impl, q, k, v, is_causal=True)[0], through(impl, q, k, v, mask=mask)[0])
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("impl", ["sdpa", "math", "blocks"])
 @pytest.mark.parametrize("autocast", [False, True])
 def test_is_causal_output_and_gradients_match_the_reference(impl, autocast, monkeypatch):
-    """is_causal=True is training's common case; the math path folds the scale and the mask into one baddbmm. q and
-    k come as the model makes them: strided views of one (B, T, 2H, D) projection, not contiguous tensors."""
+    """is_causal=True is training's common case; speed/'s math path folds the scale and the mask into one baddbmm.
+    q and k come as the model makes them: strided views of one (B, T, 2H, D) projection, not contiguous tensors."""
     B, H, T, D = 2, 3, 9, 8
     g = torch.Generator().manual_seed(0)
     qk_leaf = torch.randn(B, T, 2 * H, D, generator=g, requires_grad=True)
@@ -131,8 +146,8 @@ def test_is_causal_output_and_gradients_match_the_reference(impl, autocast, monk
     real = torch.baddbmm
     monkeypatch.setattr(torch, "baddbmm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = attend(q, k, v, impl=impl, is_causal=True)
-    assert len(calls) == (impl == "math")  # one matmul forms the masked, scaled scores
+        out, _ = through(impl, q, k, v, is_causal=True)
+    assert len(calls) == (impl == "blocks")  # one matmul forms the masked, scaled scores
     w = torch.linspace(-1, 1, out.numel()).view(out.shape)
     (out.float() * w).sum().backward()
     qk64, v64 = [t.detach().double().requires_grad_() for t in (qk_leaf, v)]
@@ -152,7 +167,7 @@ def test_causal_blocks_skip_the_hidden_keys_and_match_the_reference(T, autocast,
     (causal_by_blocks): block [s, e) forms scores over keys 0..e-1 only. Blocks of 4 here: the score matmuls' shapes
     show what was computed (one T x T matmul below 4 blocks or in bf16), and the output and gradients match the
     float64 reference that sees the whole T x T matrix."""
-    monkeypatch.setattr(attention, "CAUSAL_BLOCK", 4)
+    monkeypatch.setattr(causal_blocks, "CAUSAL_BLOCK", 4)
     B, H, D = 2, 3, 8
     g = torch.Generator().manual_seed(1)
     qk_leaf = torch.randn(B, T, 2 * H, D, generator=g, requires_grad=True)
@@ -163,7 +178,7 @@ def test_causal_blocks_skip_the_hidden_keys_and_match_the_reference(T, autocast,
     real = torch.baddbmm
     monkeypatch.setattr(torch, "baddbmm", lambda *a, **kw: shapes.append(tuple(a[0].shape)) or real(*a, **kw))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = attend(q, k, v.to(dtype), impl="math", is_causal=True)
+        out, _ = through("blocks", q, k, v.to(dtype), is_causal=True)
     starts = range(0, T, 4) if blocks else [0]
     assert shapes == [(min(s + 4, T) - s if blocks else T, min(s + 4, T) if blocks else T) for s in starts]
     w = torch.linspace(-1, 1, out.numel()).view(out.shape)
@@ -179,39 +194,40 @@ def test_causal_blocks_skip_the_hidden_keys_and_match_the_reference(T, autocast,
 
 
 def test_blocks_are_for_float32_on_a_cpu_from_four_blocks_of_64():
-    assert attention.uses_blocks(256, torch.float32, "cpu") and not attention.uses_blocks(255, torch.float32, "cpu")
+    uses = causal_blocks.uses_blocks
+    assert uses(256, torch.float32, "cpu") and not uses(255, torch.float32, "cpu")
     for dtype in (torch.bfloat16, torch.float64):
-        assert not attention.uses_blocks(1024, dtype, "cpu")
-    assert not attention.uses_blocks(1024, torch.float32, "meta")  # a GPU's loop of small kernels: not measured
+        assert not uses(1024, dtype, "cpu")
+    assert not uses(1024, torch.float32, "meta")  # a GPU's loop of small kernels: not measured
     q, k, v = qkv(T=8)
-    with pytest.raises(ValueError, match="one block"):  # the weights are returned whole, from one block only
-        attention.causal_by_blocks(q, k, v, 0.5, block=4, return_weights=True)
+    assert causal_blocks.causal_by_blocks(q, k, v, block=4)[1] is None  # weights come whole from one block only
+    out, weights = causal_blocks.causal_by_blocks(q, k, v, block=8)
+    torch.testing.assert_close(weights @ v, out)
 
 
 def test_causal_blocks_drop_each_blocks_weights_as_their_rows_of_the_whole_matrix(monkeypatch):
     """With dropout, each block draws the mask for its own (queries, keys 0..e-1) weights. Reassembled into one
     T x T matrix (zero right of each block), those dropped weights times V give the output exactly, and the
     undropped weights are the causal softmax: nothing hidden is seen, nothing is dropped twice or left out."""
-    monkeypatch.setattr(attention, "CAUSAL_BLOCK", 4)
+    monkeypatch.setattr(causal_blocks, "CAUSAL_BLOCK", 4)
     seen = []
-    real = attention.dropout
+    bulk = BulkDropout(0.5).train()
 
-    def recording(w, p, impl):
-        y = real(w, p, impl)
+    def recording(w):
+        y = bulk(w)
         seen.append((w.detach(), y.detach()))
         return y
 
-    monkeypatch.setattr(attention, "dropout", recording)
     torch.manual_seed(0)
     q, k, v = qkv(B=2, H=2, T=18, D=4)
-    out = attend(q, k, v, impl="math", is_causal=True, dropout_p=0.5, dropout_impl="rand")
+    out, _ = through("blocks", q, k, v, is_causal=True, dropout=recording)
     assert len(seen) == 5  # blocks of 4, 4, 4, 4, 2 queries
     before = torch.zeros(4, 18, 18)  # (B*H, T, T)
     after = torch.zeros(4, 18, 18)
     for s, (w, y) in zip(range(0, 18, 4), seen):
         before[:, s:s + w.size(1), :w.size(2)] = w
         after[:, s:s + y.size(1), :y.size(2)] = y
-    _, weights = attend(q, k, v, impl="math", is_causal=True, return_weights=True)  # the whole-matrix path
+    _, weights = through("math", q, k, v, is_causal=True)  # the whole-matrix path
     torch.testing.assert_close(before, weights.detach().flatten(0, 1))
     assert torch.equal(after, torch.where(after == 0, 0.0, 2 * before))  # each weight kept * 1/(1-p), or 0
     assert 0 < (after == 0).logical_and(before > 0).sum() < (before > 0).sum()  # some dropped, not all
@@ -221,34 +237,28 @@ def test_causal_blocks_drop_each_blocks_weights_as_their_rows_of_the_whole_matri
 def test_cross_attention_shapes_T_differs_from_S():
     # the same attend() serves cross-attention: 4 queries over 9 keys from "another sequence"
     q, k, v = qkv(T=4, S=9)
-    out, w = attend(q, k, v, impl="math", return_weights=True)
+    out, w = attend(q, k, v)
     assert out.shape == (2, 3, 4, 8) and w.shape == (2, 3, 4, 9)
-    torch.testing.assert_close(attend(q, k, v, impl="sdpa"), out)
-
-
-def test_an_unknown_path_is_a_value_error_naming_the_choices():
-    q, k, v = qkv(T=4)
-    with pytest.raises(ValueError, match="impl='flash' is not one of sdpa, math, tiled"):
-        attend(q, k, v, impl="flash")
+    torch.testing.assert_close(through("sdpa", q, k, v)[0], out)
 
 
 def test_fully_masked_row_gives_zeros_not_nan():
     q, k, v = qkv(B=1, T=4)
     mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
     mask[..., 2, :] = False  # query 2 may see nothing
-    for impl in ("sdpa", "math"):
-        out = attend(q, k, v, mask=mask, impl=impl)
+    for impl in ("sdpa", "math", "tiled"):
+        out, _ = through(impl, q, k, v, mask=mask)
         assert torch.isfinite(out).all()
         assert (out[:, :, 2] == 0).all()
         out.sum().backward()
         assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
-    _, w = attend(q, k, v, mask=mask, impl="math", return_weights=True)
-    assert (w[:, :, 2] == 0).all() and torch.allclose(w[:, :, [0, 1, 3]].sum(-1), torch.ones(1))
+    _, w = through("math", q, k, v, mask=mask)
+    assert torch.isfinite(w).all() and torch.allclose(w.sum(-1), torch.ones(1))
 
 
 def test_math_weights_rows_sum_to_one_and_are_causal():
     q, k, v = qkv()
-    _, w = attend(q, k, v, impl="math", is_causal=True, return_weights=True)
+    _, w = through("math", q, k, v, is_causal=True)
     torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
     assert (w.triu(diagonal=1) == 0).all()
 
@@ -262,10 +272,10 @@ def test_scaling_by_sqrt_dk_keeps_softmax_moderate():
     peaks, unscaled = [], []
     for d in (4, 64, 512):
         q, k, v = (torch.randn(64, 1, T, d, generator=g) for _ in range(3))
-        out, w = attend(q, k, v, impl="math", return_weights=True)
+        out, w = attend(q, k, v)
         scores = torch.einsum("bhtd,bhsd->bhts", q.double(), k.double())
         torch.testing.assert_close(w.double(), torch.softmax(scores / math.sqrt(d), -1), atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(attend(q, k, v, impl="sdpa"), out, atol=1e-5, rtol=1e-4)  # the fused path too
+        torch.testing.assert_close(through("sdpa", q, k, v)[0], out, atol=1e-5, rtol=1e-4)  # the fused path too
         peaks.append(w.amax(-1).mean().item())
         unscaled.append(torch.softmax(scores, -1).amax(-1).mean().item())
     assert all(0.08 < p < 0.14 for p in peaks) and max(peaks) - min(peaks) < 0.01, peaks

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 from conftest import POS_EMBS, tiny_config, tiny_model
-from model.attention import attend
+from model.attention import AttentionContext, Math, Tiled, attend, with_empty_rows
 from model.masks import build_mask
 from model.positional import alibi_slopes
 from model.tiled_attention import tiled_attention
+from inference.generate import generate
 
 
 @pytest.fixture(autouse=True)
@@ -53,13 +54,13 @@ def test_tiled_equals_math_and_reference(case, block):
     results = {}
     for impl in ("math", "tiled"):
         q, k, v = rand_qkv(B, H, T, S)
-        if impl == "tiled":  # call the tiled function directly with this block size, after attend()'s row fix
-            allowed = mask if mask is None else mask | ~mask.any(-1, keepdim=True)
+        allowed, empty = with_empty_rows(mask) if mask is not None else (None, None)  # as GPT makes the context
+        if impl == "tiled":  # the tiled function directly, with this block size
             out = tiled_attention(q, k, v, mask=allowed, bias=bias, is_causal=is_causal, block=block)
-            if mask is not None:
-                out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         else:
-            out = attend(q, k, v, mask=mask, bias=bias, impl=impl, is_causal=is_causal)
+            out, _ = Math()(q, k, v, AttentionContext(allowed, empty, bias, None, is_causal), None, None)
+        if empty is not None:
+            out = out.masked_fill(empty, 0.0)  # as MultiHeadAttention does
         (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
         results[impl] = (out.detach(), [t.grad for t in (q, k, v)])
     torch.testing.assert_close(results["tiled"][0], results["math"][0], atol=1e-5, rtol=1e-5)
@@ -77,7 +78,7 @@ def test_tiled_equals_math_and_reference(case, block):
 def test_tiled_index_band_equals_sliding_window_mask(window):
     """tiled_attention(window=W) builds its band per tile from indices; it must equal the model's band mask."""
     q, k, v = rand_qkv(T=23)
-    want = attend(q, k, v, mask=build_mask(0, 23, True, window), impl="math")
+    want, _ = attend(q, k, v, mask=build_mask(0, 23, True, window))
     got = tiled_attention(q, k, v, is_causal=True, window=window, block=4)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     grads = [torch.autograd.grad(o.square().sum(), (q, k, v)) for o in (got, want)]
@@ -93,7 +94,8 @@ def test_tiled_keeps_no_T_by_S_tensor_for_backward():
         sizes = []
         with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
             q, k, v = rand_qkv(1, 1, T, D=D)
-            attend(q, k, v, impl=impl, is_causal=True).sum().backward()
+            backend = {"math": Math, "tiled": Tiled}[impl]()
+            backend(q, k, v, AttentionContext(None, None, None, None, True), None, None)[0].sum().backward()
         return max(sizes)
 
     assert biggest_saved("math") >= T * T
@@ -120,21 +122,34 @@ def test_tiled_model_equals_math_model(pos_emb, causal):
 def test_tiled_kv_cached_generation_equals_uncached():
     model = tiny_model(attn_impl="tiled", pos_emb="rope")
     prompt = torch.randint(0, 37, (1, 5), generator=torch.Generator().manual_seed(2))
-    cached = model.generate(prompt, 30, temperature=0.0, use_cache=True)  # 35 tokens: the window slides past 16
-    assert torch.equal(cached, model.generate(prompt, 30, temperature=0.0, use_cache=False))
+    cached = generate(model, prompt, 30, temperature=0.0, use_cache=True)  # 35 tokens: the window slides past 16
+    assert torch.equal(cached, generate(model, prompt, 30, temperature=0.0, use_cache=False))
 
 
 # ---- additive (Bahdanau) and bilinear (Luong) scores -----------------------------------------------------------
 
-@pytest.mark.parametrize("bad, msg", [
-    (dict(attn_score="cosine"), "attn_score='cosine' is not one of dot, additive, bilinear"),
-    (dict(attn_score="additive"), "attn_score='additive' is computed on the math path only.*--attn_impl=math"),
-    (dict(attn_score="bilinear", attn_impl="tiled"), "math path only, not attn_impl='tiled'"),
-    (dict(attn_impl="tiled", dropout=0.1), "attn_impl='tiled' has no attention dropout"),
+def test_config_refuses_an_unknown_score():
+    with pytest.raises(ValueError, match="attn_score='cosine' is not one of dot, additive, bilinear"):
+        tiny_config(attn_score="cosine")
+
+
+@pytest.mark.parametrize("bad, impl, msg", [
+    (dict(attn_score="additive"), "sdpa", "AdditiveScore.*math path only, not attn_impl='sdpa'.*--attn_impl=math"),
+    (dict(attn_score="bilinear"), "tiled", "math path only, not attn_impl='tiled'"),
+    (dict(dropout=0.1), "tiled", "attn_impl='tiled' has no attention dropout"),
+    (dict(), "flash", "attn_impl='flash' is not one of sdpa, math, tiled"),
 ])
-def test_config_refuses(bad, msg):
+def test_a_backend_that_cannot_compute_the_model_is_refused_not_switched(bad, impl, msg):
     with pytest.raises(ValueError, match=msg):
-        tiny_config(**bad)
+        tiny_model(attn_impl=impl, **bad)
+
+
+def test_a_learned_score_runs_on_the_math_path_by_default():
+    from model.attention import Math
+
+    model = tiny_model(attn_score="bilinear")
+    assert all(type(b.attn.backend) is Math for b in model.blocks)
+    assert all(type(b.attn.backend).__name__ == "SDPA" for b in tiny_model().blocks)
 
 
 def test_dot_adds_no_parameters_and_others_do():

@@ -48,7 +48,7 @@ def test_cpu_ops_benchmark_times_equal_computations_and_refuses_no_rounds():
     torch.testing.assert_close(cpu_ops.two_pass_causal(q, k, v), cpu_ops.causal_blocks(q, k, v))
     x, w = torch.randn(5, 8, generator=g), torch.randn(3, 8, generator=g)
     if cpu_ops.HAVE_ONEDNN:
-        torch.testing.assert_close(cpu_ops.OneDNNLinear.apply(x, w, None), x @ w.t())
+        torch.testing.assert_close(cpu_ops.onednn_product(x, w, None), x @ w.t())
     rows = cpu_ops.measure(1, 1, [("tiny", (1, 2, 8, 4), torch.bfloat16)], [("tiny", (8, 16), torch.float32)],
                            [("tiny", (5, 8, 3))])
     ops = ["causal attention", "GELU"] + (["linear"] if cpu_ops.HAVE_ONEDNN else [])

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from training import checkpoint
-from training.checkpoint import clean_state_dict, remove_stale_temporaries, save_atomic
+from inference import checkpoint
+from inference.checkpoint import clean_state_dict, remove_stale_temporaries, save_atomic
 from conftest import ROOT, tiny_model
 
 
@@ -126,8 +126,8 @@ def test_crash_while_writing_the_temporary_leaves_the_previous_checkpoint(tmp_pa
 
 KILL_AT_RENAME = """
 import os, sys, torch
-from training import checkpoint
-from training.checkpoint import Checkpoint
+from inference import checkpoint
+from inference.checkpoint import Checkpoint
 path = sys.argv[1]
 checkpoint.save_atomic({"model": {"w": torch.ones(3)}, "model_config": {}, "step": 1, "data_meta": {}}, path)
 checkpoint.os.replace = lambda src, dst: os._exit(137)  # the process dies at the rename, like kill -9

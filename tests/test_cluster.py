@@ -12,7 +12,7 @@ import torch
 import train
 from common import cli
 from conftest import ROOT, children, metrics, tiny_args, workers_said
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 
 SAME = ["--total_batch_size=128", "--lr_decay_iters=12", "--learning_rate=3e-3"]  # 128 tokens a step at any count
 

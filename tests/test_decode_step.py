@@ -1,10 +1,11 @@
-"""The fixed-shape decode step (model/decode_step.py): eager and compiled, it gives the eager loop's tokens."""
+"""The fixed-shape decode step (inference/decode_step.py): eager and compiled, it gives the eager loop's tokens."""
 import pytest
 import torch
 
 from conftest import POS_EMBS, tiny_model
-from model.decode_step import StaticDecoder
-from model.quantize import quantize
+from inference.decode_step import StaticDecoder
+from inference.quantize import quantize
+from inference.generate import generate
 
 STATIC_POS_EMBS = [p for p in POS_EMBS if p != "alibi"]
 
@@ -13,7 +14,7 @@ def generate_both(model, prompt, n, decoder, **kw):
     """(the default cached loop's output, the decoder's), each from a generator seeded alike."""
     out = []
     for d in (None, decoder):
-        out.append(model.generate(prompt, n, decoder=d, generator=torch.Generator().manual_seed(7), **kw))
+        out.append(generate(model, prompt, n, decoder=d, generator=torch.Generator().manual_seed(7), **kw))
     return out
 
 
@@ -70,7 +71,7 @@ def test_alibi_and_training_mode_are_refused():
 def test_decoder_needs_the_cache():
     model = tiny_model()
     with pytest.raises(ValueError, match="use_cache=True"):
-        model.generate(torch.tensor([[1]]), 3, use_cache=False, decoder=StaticDecoder(model, compile=False))
+        generate(model, torch.tensor([[1]]), 3, use_cache=False, decoder=StaticDecoder(model, compile=False))
 
 
 @pytest.mark.slow  # ~10-20 s each on 2 cores: inductor writes and builds C++ (run with -m slow)

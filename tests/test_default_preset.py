@@ -1,4 +1,4 @@
-"""The default preset (issue 18): Muon with the math attention path, and still a model every export takes."""
+"""The default preset: Muon with the math attention path, and still a model every export takes."""
 import torch
 
 import train
@@ -6,8 +6,10 @@ from conftest import TINY_TRAIN_FLAGS, metrics
 from interop.gguf_file import gguf_refusal
 from interop.hf_neox import neox_refusal
 from model import GPT, GPTConfig
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from training.config import PRESETS
+import speed
+from speed import SpeedConfig
 
 DEFAULT = PRESETS["shakespeare-char"]
 MODEL_FIELDS = set(GPTConfig.__dataclass_fields__)
@@ -25,8 +27,8 @@ def test_the_default_model_is_one_hugging_face_and_llama_cpp_take():
 
 def test_the_default_math_path_gives_the_fused_paths_logits_under_bf16():
     torch.manual_seed(0)
-    math_model = GPT(default_config()).eval()
-    fused = GPT(default_config(attn_impl="sdpa")).eval()
+    math_model = speed.apply(GPT(default_config()), SpeedConfig(attn_impl=DEFAULT["attn_impl"])).eval()
+    fused = speed.apply(GPT(default_config()), SpeedConfig(attn_impl="sdpa")).eval()
     fused.load_state_dict(math_model.state_dict())
     x = torch.randint(0, 65, (2, DEFAULT["block_size"]))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -44,7 +46,8 @@ def test_a_run_with_the_defaults_trains_with_muon_on_the_math_path(corpus, tmp_p
                                               f"--data_root={tmp_path / 'data'}", "--max_iters=12",
                                               "--eval_interval=12"]) == 0
     ckpt = Checkpoint.load(str(out / "ckpt_last.pt"))
-    assert ckpt.train_config["optimizer"] == "muon" and ckpt.model_config.attn_impl == "math"
+    assert ckpt.train_config["optimizer"] == "muon" and DEFAULT["attn_impl"] == "math"
+    assert "attn_impl" not in ckpt.model_config.to_dict() and "attn_impl" not in ckpt.train_config  # a run-time choice
     assert set(ckpt.optimizer) == {"adamw", "muon"}  # both parts saved, so a resume continues both
     losses = [r["train_loss"] for r in metrics(out)]
     assert losses[-1] < losses[0] - 0.3  # it learns (3.57 -> 3.11 in 12 steps when written)

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY_TRAIN_FLAGS
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from training.metrics import read_metrics
 
 # a run whose second evaluation writes the second checkpoint

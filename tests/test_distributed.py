@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import train
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from conftest import metrics, run_script, tiny_args, workers_said
 
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")

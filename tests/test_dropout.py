@@ -1,4 +1,4 @@
-"""The uniform-draw dropout (model/dropout.py) against the closed form of Bernoulli(1 - p) dropout: the kept
+"""The uniform-draw dropout (speed/dropout.py) against the closed form of Bernoulli(1 - p) dropout: the kept
 fraction, the survivors' scale, mean and variance, independence of neighbours, gradients, dtypes, and no dropout in
 eval mode. n = 2^20 elements: the kept fraction's standard deviation is sqrt(p (1-p) / n) ~ 4e-4, so a 6-sigma band
 is tight and a wrong p (even 0.2 vs 0.21) fails."""
@@ -9,7 +9,9 @@ import torch
 import torch.nn as nn
 
 from conftest import tiny_model
-from model.dropout import UniformDropout
+import speed
+from speed import SpeedConfig
+from speed.dropout import BulkDropout, DroppingOnMath
 
 N = 1 << 20
 
@@ -19,7 +21,7 @@ def test_kept_fraction_scale_mean_and_variance_match_bernoulli(p):
     torch.manual_seed(0)
     keep = 1 - p
     x = torch.ones(N)
-    y = UniformDropout(p).train()(x)
+    y = BulkDropout(p).train()(x)
     kept = y != 0
     sigma = math.sqrt(p * keep / N)
     assert abs(kept.float().mean().item() - keep) < 6 * sigma
@@ -35,30 +37,33 @@ def test_kept_fraction_scale_mean_and_variance_match_bernoulli(p):
 def test_gradient_is_the_same_mask_and_eval_or_p0_is_the_identity():
     torch.manual_seed(0)
     x = torch.randn(64, 256, requires_grad=True)
-    drop = UniformDropout(0.2).train()
+    drop = BulkDropout(0.2).train()
     y = drop(x)
     y.sum().backward()
     mask = (y != 0).float()
     assert torch.allclose(x.grad, mask / 0.8)
     assert torch.allclose(y, x.detach() * mask / 0.8)
     assert drop.eval()(x) is x
-    assert UniformDropout(0.0).train()(x) is x
+    assert BulkDropout(0.0).train()(x) is x
 
 
 def test_bf16_input_keeps_its_dtype_and_the_exact_probability():
     # a uniform drawn in bf16 keeps with probability 205/256 = 0.80078 instead of 0.8: 8 sigma off at n = 2^24
     n = 1 << 24
     torch.manual_seed(0)
-    y = UniformDropout(0.2).train()(torch.ones(n, dtype=torch.bfloat16))
+    y = BulkDropout(0.2).train()(torch.ones(n, dtype=torch.bfloat16))
     assert y.dtype == torch.bfloat16
     assert abs((y != 0).float().mean().item() - 0.8) < 5 * math.sqrt(0.16 / n)
 
 
 def test_model_uses_it_and_eval_mode_has_no_dropout():
     torch.set_num_threads(1)  # tiny models: one thread is faster (restored by conftest)
-    for impl, cls in (("rand", UniformDropout), ("bernoulli", nn.Dropout)):
-        model = tiny_model(dropout=0.3, dropout_impl=impl)
-        assert sum(isinstance(m, cls) for m in model.modules()) == 1 + 2 * model.config.n_layer
+    for impl, cls in (("rand", BulkDropout), ("bernoulli", nn.Dropout)):
+        model = speed.apply(tiny_model(dropout=0.3), SpeedConfig(dropout_impl=impl))
+        # embedding, and per block: attention weights, attention's residual, the MLP's
+        assert sum(type(m) is cls for m in model.modules()) == 1 + 3 * model.config.n_layer
+        # on a CPU the bulk mask drops attention weights on the math path (the fused kernel draws its own)
+        assert all(isinstance(b.attn.backend, DroppingOnMath) == (impl == "rand") for b in model.blocks)
         idx = torch.randint(0, 37, (2, 16))
         plain = tiny_model(dropout=0.0)  # same seed, same weights
         assert torch.allclose(model.eval()(idx)[0], plain(idx)[0])
@@ -69,7 +74,7 @@ def test_a_large_mask_is_the_same_whichever_thread_fills_it_and_its_halves_are_i
     """Past SPLIT elements, with 2+ torch threads, the mask's first half is filled on a helper thread, each half from
     its own seed: the result is the serial fill's, element for element, and the two halves are not one stream
     repeated. With one torch thread there is no helper."""
-    from model import dropout as d
+    from speed import dropout as d
     torch.set_num_threads(2)  # restored by conftest
     n = 3 * d.SPLIT + 1  # odd: halves of n // 2 and n - n // 2
     torch.manual_seed(0)
@@ -95,7 +100,7 @@ def test_other_dtypes_scale_each_survivor_in_higher_precision(dtype):
     rounded once to x's dtype, so that E[y] = x holds to that dtype's rounding of each element."""
     torch.manual_seed(0)
     x = torch.randn(1 << 16).to(dtype)
-    y = UniformDropout(0.1).train()(x)
+    y = BulkDropout(0.1).train()(x)
     kept = y != 0
     assert y.dtype == dtype and 0.88 < kept.float().mean().item() < 0.92
     want = (x[kept].double() * (1 / 0.9)).to(dtype)
@@ -103,7 +108,7 @@ def test_other_dtypes_scale_each_survivor_in_higher_precision(dtype):
 
 
 def _draw_in_child(queue):
-    from model.dropout import keep_mask
+    from speed.dropout import keep_mask
     mask = keep_mask((1 << 18,), 0.2, "cpu", 1.25)
     queue.put(float(mask.numpy().mean()))  # numpy: torch's OpenMP ops can hang in a forked child
 
@@ -112,13 +117,13 @@ def test_a_forked_child_can_draw_masks_after_its_parent_did():
     """The helper thread does not survive fork(): a child that reused the parent's executor (or a lock held at the
     fork) would wait forever. The module forgets both in the child, which makes its own."""
     import multiprocessing
-    from model.dropout import keep_mask
+    from speed.dropout import keep_mask
     torch.set_num_threads(2)  # restored by conftest
     keep_mask((1 << 18,), 0.2, "cpu")  # the parent's helper thread now exists
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_draw_in_child, args=(queue,))
-    from model import dropout as d
+    from speed import dropout as d
     with d._helper_lock:  # as if another thread were making the helper at the fork: the child gets a fresh lock
         child.start()
     child.join(timeout=20)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import train
 from training import masked_lm as mlm
-from training.checkpoint import Checkpoint, load_for_inference
+from inference.checkpoint import Checkpoint, load_for_inference
 from conftest import metrics, tiny_args
 from data import val_batches
 from model import GPT, GPTConfig

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import metrics, tiny_args, tiny_model
+from insight.attention_maps import attention_maps
 
 QUANTISATION_ERROR = 7.7e-6  # the bound insight/explorer_html.py states: half a step of 1/65535, and float32 rounding
 
@@ -30,7 +31,7 @@ def decoder_run(corpus, tmp_path_factory):
 
 
 def load(out_dir):
-    from training.checkpoint import load_for_inference, path_in
+    from inference.checkpoint import load_for_inference, path_in
 
     return load_for_inference(path_in(str(out_dir), "best"), torch.device("cpu"))[:2]
 
@@ -66,7 +67,7 @@ def test_page_weights_decode_to_the_models_maps(decoder_run, tmp_path):
     assert len(meta["tokens"]) == T and meta["causal"] and len(blob) == 2 * 2 * 2 * T * (T + 1) // 2
     # an independent decoder of the stored rows: for each layer and head, row t has t + 1 little-endian uint16s
     values = [int.from_bytes(blob[i:i + 2], "little") / 65535 for i in range(0, len(blob), 2)]
-    maps = model.attention_maps(torch.tensor([ids]))[:, 0]  # (L, H, T, T)
+    maps = attention_maps(model, torch.tensor([ids]))[:, 0]  # (L, H, T, T)
     k = 0
     for layer in range(2):
         for head in range(2):
@@ -86,7 +87,7 @@ def test_encoder_page_stores_full_rows():
     tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
     meta, blob = page_parts(explorer_html(model, tokenizer, "abcdefg"))
     assert not meta["causal"] and len(blob) == 2 * 2 * 2 * 7 * 7
-    maps = model.attention_maps(torch.tensor([tokenizer.encode("abcdefg")]))[:, 0]
+    maps = attention_maps(model, torch.tensor([tokenizer.encode("abcdefg")]))[:, 0]
     torch.testing.assert_close(dequantise(blob, 2, 2, 7, False), maps, atol=QUANTISATION_ERROR, rtol=0)
     assert (maps[..., 0, 1:] > 0).all()  # an encoder's first token sees the future: the page must store it
 
@@ -198,7 +199,7 @@ def test_copying_score_equals_a_written_out_ablation(causal):
     scores = induction_scores(model, half=8, seed=2)
     idx = repeated_tokens(37, 8, seed=2)
     full = reference_logits(model, idx)[0]
-    maps = model.attention_maps(idx)[:, 0]
+    maps = attention_maps(model, idx)[:, 0]
     for layer in range(2):
         for head in range(2):
             d = full - reference_logits(model, idx, (layer, head))[0]  # (T, V)

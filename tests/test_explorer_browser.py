@@ -1,7 +1,7 @@
 """The attention explorer in a real browser: headless Chromium, driven by selenium through the system chromedriver.
 
 The test opens the page from disk, picks a layer and head (the selects, and a thumbnail), clicks a token, reads
-every token's shading back from the DOM and compares it with model.attention_maps() to 1e-4; and times a 512-token
+every token's shading back from the DOM and compares it with attention_maps(model, ) to 1e-4; and times a 512-token
 page. Not in the default run (pytest -m browser; .ci/run installs Debian's chromium and chromium-driver first).
 """
 import shutil
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import tiny_args, tiny_model
+from insight.attention_maps import attention_maps
 
 pytestmark = pytest.mark.browser
 
@@ -85,13 +86,13 @@ def check_row(got, want: torch.Tensor, query: int):
 
 def test_clicked_token_shades_what_the_chosen_head_attends_to(browser, decoder_run, tmp_path):
     import visualize
-    from training.checkpoint import load_for_inference, path_in
+    from inference.checkpoint import load_for_inference, path_in
 
     text = "ROMEO:\nLove nigh"
     page = tmp_path / "dec.html"
     visualize.main([f"--out_dir={decoder_run}", f"--text={text}", f"--html={page}"])
     model, tokenizer = load_for_inference(path_in(str(decoder_run), "best"), torch.device("cpu"))[:2]
-    maps = model.attention_maps(torch.tensor([tokenizer.encode(text)]))[:, 0]  # (L, H, T, T)
+    maps = attention_maps(model, torch.tensor([tokenizer.encode(text)]))[:, 0]  # (L, H, T, T)
     open_page(browser, page)
     query = 9
     choose(browser, 1, 0)
@@ -117,7 +118,7 @@ def test_encoder_page_shades_both_sides(browser, tmp_path):
     text = "abcdefghijkl"
     page = tmp_path / "enc.html"
     page.write_text(explorer_html(model, tokenizer, text))
-    maps = model.attention_maps(torch.tensor([tokenizer.encode(text)]))[:, 0]
+    maps = attention_maps(model, torch.tensor([tokenizer.encode(text)]))[:, 0]
     open_page(browser, page)
     choose(browser, 0, 1)
     browser.find_element("id", "tok-3").click()
@@ -141,7 +142,7 @@ def test_512_tokens_load_and_shade_quickly(browser, tmp_path):
     choose(browser, 3, 2)
     shade_ms = browser.execute_script(
         "const t = performance.now(); document.getElementById('tok-511').click(); return performance.now() - t;")
-    maps = model.attention_maps(torch.tensor([tokenizer.encode(text)]))[:, 0]
+    maps = attention_maps(model, torch.tensor([tokenizer.encode(text)]))[:, 0]
     check_row(shading(browser), maps[3, 2, 511], 511)
     print(f"512 tokens, 4 layers x 4 heads: page loaded in {load_s:.2f} s, a click shaded in {shade_ms:.1f} ms, "
           f"{page.stat().st_size / 1e6:.1f} MB")

@@ -49,9 +49,9 @@ def test_flags_a_command_cannot_honour_are_refused(capsys):
 
 def test_warmup_longer_than_the_run_is_shortened_and_said(capsys):
     assert PRESETS["shakespeare-char"]["warmup_iters"] == 10  # more than a quarter of 20 steps
-    tc, _, _ = configure(["--max_iters=20"])
+    tc, *_ = configure(["--max_iters=20"])
     assert tc.warmup_iters == 2 and "using warmup_iters=2" in capsys.readouterr().err
-    tc, _, _ = configure(["--max_iters=20", "--warmup_iters=12"])  # given by hand: kept as given
+    tc, *_ = configure(["--max_iters=20", "--warmup_iters=12"])  # given by hand: kept as given
     assert tc.warmup_iters == 12 and capsys.readouterr().err == ""
 
 
@@ -93,7 +93,7 @@ def test_a_user_error_under_torchrun_is_one_line(corpus, tmp_path):
 
 def test_written_files_and_folders_get_the_users_permissions(corpus, tmp_path):
     from interop.export import export
-    from training.checkpoint import Checkpoint
+    from inference.checkpoint import Checkpoint
 
     out = tmp_path / "run"
     assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--pos_emb=learned")) == 0

@@ -3,10 +3,8 @@ import pytest
 
 from common.flags import FlagError, parse, parse_configs
 from training.optim import lr_at
-from training.config import PRESETS, TrainConfig
+from training.config import CLASSES, PRESETS, TrainConfig
 from model import GPTConfig
-
-CLASSES = (TrainConfig, GPTConfig)
 
 
 def test_types_are_converted_from_the_fields():
@@ -58,11 +56,12 @@ def test_every_preset_builds_valid_configs(name):
     """Each preset, parsed as train.py parses it, gives configs holding every value it names (none lost or sent to
     the wrong class), none of them explicit, and a schedule that warms up before it decays."""
     per_class, explicit = parse_configs([f"--preset={name}"], CLASSES, PRESETS)
-    tc, mc = TrainConfig(**per_class[TrainConfig]), GPTConfig(**per_class[GPTConfig])
+    configs = {cls: cls(**per_class[cls]) for cls in CLASSES}
+    tc, mc = configs[TrainConfig], configs[GPTConfig]
     assert explicit == {}
     for key, value in PRESETS[name].items():
-        assert getattr(tc if key in per_class[TrainConfig] else mc, key) == value, key
-        assert (key in per_class[TrainConfig]) != (key in per_class[GPTConfig]), key
+        owners = [cls for cls in CLASSES if key in per_class[cls]]
+        assert len(owners) == 1 and getattr(configs[owners[0]], key) == value, key
     assert tc.warmup_iters < (tc.lr_decay_iters or tc.max_iters) <= tc.max_iters
     assert lr_at(tc.warmup_iters, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.max_iters) == tc.learning_rate
     assert tc.accumulation(mc.block_size, 1) >= 1
@@ -89,10 +88,10 @@ def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_
     from training.config import configure
 
     assert PRESETS["shakespeare-char"]["optimizer"] == "muon"  # what this test is about
-    tc, _, _ = configure(["--fsdp=true"])
+    tc, *_ = configure(["--fsdp=true"])
     assert (tc.optimizer, tc.learning_rate, tc.min_lr) == ("adamw", 2e-3, 2e-4)  # TrainConfig's own defaults
     assert "--optimizer=adamw" in capsys.readouterr().err
-    tc, _, _ = configure(["--fsdp=true", "--learning_rate=1e-3"])
+    tc, *_ = configure(["--fsdp=true", "--learning_rate=1e-3"])
     assert (tc.optimizer, tc.learning_rate) == ("adamw", 1e-3)  # an explicit rate stays
     assert configure([])[0].optimizer == "muon"  # without FSDP the preset's Muon stays
     with pytest.raises(ConfigError, match="not supported with --fsdp=true"):

@@ -272,7 +272,7 @@ def test_a_token_id_beyond_the_vocabulary_is_refused_in_one_line(made, corpus, t
 def hf_folders(made, corpus, tmp_path_factory):
     """A GPT-NeoX folder (our RoPE model) and a GPT-2 folder (learned positions), exported by interop/export.py."""
     from interop.export import export
-    from training.checkpoint import Checkpoint
+    from inference.checkpoint import Checkpoint
 
     base = tmp_path_factory.mktemp("hf")
     assert train.cli.run(train.main, tiny_args(corpus, base / "learned", *TRAIN, "--pos_emb=learned")) == 0

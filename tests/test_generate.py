@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import POS_EMBS, tiny_model
-from model.generate import next_token_probs, sample_next
+from inference.generate import generate, generate_stream, next_token_probs, sample_next
 
 
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
@@ -16,7 +16,7 @@ def test_cached_generation_is_token_identical_greedy_and_sampled(pos_emb, impl):
         out = {}
         for use_cache in (True, False):
             g = torch.Generator().manual_seed(7)
-            out[use_cache] = model.generate(prompt, 30, use_cache=use_cache, generator=g, **kw)
+            out[use_cache] = generate(model, prompt, 30, use_cache=use_cache, generator=g, **kw)
         assert out[True].shape == (2, 35)
         assert torch.equal(out[True], out[False]), kw
 
@@ -24,16 +24,16 @@ def test_cached_generation_is_token_identical_greedy_and_sampled(pos_emb, impl):
 def test_ragged_prompts_match_each_prompt_alone():
     model = tiny_model()
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
-    batched = model.generate(prompts, 8, temperature=0.0)
+    batched = generate(model, prompts, 8, temperature=0.0)
     for prompt, row in zip(prompts, batched):
-        alone = model.generate(torch.tensor([prompt]), 8, temperature=0.0)[0].tolist()
+        alone = generate(model, torch.tensor([prompt]), 8, temperature=0.0)[0].tolist()
         assert row == alone
 
 
 def test_greedy_matches_argmax_of_full_forward():
     model = tiny_model()
     idx = torch.randint(0, 37, (1, 4))
-    out = model.generate(idx, 6, temperature=0.0)
+    out = generate(model, idx, 6, temperature=0.0)
     for t in range(4, 10):
         logits, _ = model(out[:, :t])
         assert out[0, t] == logits[0, -1].argmax()
@@ -42,24 +42,24 @@ def test_greedy_matches_argmax_of_full_forward():
 def test_stop_tokens_end_rows():
     model = tiny_model()
     prompt = [[3, 4]]
-    free = model.generate(prompt, 10, temperature=0.0)[0]
+    free = generate(model, prompt, 10, temperature=0.0)[0]
     stop = free[4]  # the third generated token
-    out = model.generate(prompt, 10, temperature=0.0, stop_tokens=[stop])[0]
+    out = generate(model, prompt, 10, temperature=0.0, stop_tokens=[stop])[0]
     assert out == free[:free.index(stop, 2) + 1]
 
 
 def test_stream_yields_tokens_as_generate_returns_them():
     model = tiny_model()
     prompt = torch.tensor([[1, 2]])
-    streamed = [int(t[0]) for t in model.generate_stream(prompt, 5, temperature=0.0)]
-    assert streamed == model.generate(prompt, 5, temperature=0.0)[0, 2:].tolist()
+    streamed = [int(t[0]) for t in generate_stream(model, prompt, 5, temperature=0.0)]
+    assert streamed == generate(model, prompt, 5, temperature=0.0)[0, 2:].tolist()
 
 
 def test_seeded_sampling_is_reproducible():
     model = tiny_model()
-    a = model.generate(torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(3))
-    b = model.generate(torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(3))
-    c = model.generate(torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(4))
+    a = generate(model, torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(3))
+    b = generate(model, torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(3))
+    c = generate(model, torch.tensor([[1]]), 20, generator=torch.Generator().manual_seed(4))
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
@@ -94,19 +94,19 @@ def test_min_p_and_temperature():
                                      (dict(top_p=0.0), "top_p"), (dict(min_p=1.5), "min_p")])
 def test_bad_sampling_values(kw, msg):
     with pytest.raises(ValueError, match=msg):
-        tiny_model().generate(torch.tensor([[1]]), 2, **kw)
+        generate(tiny_model(), torch.tensor([[1]]), 2, **kw)
 
 
 def test_encoder_refuses_cache_but_generates_without():
     model = tiny_model(causal=False)
     with pytest.raises(ValueError, match="cannot use a KV cache"):
-        model.generate(torch.tensor([[1]]), 2)
-    assert model.generate(torch.tensor([[1]]), 2, use_cache=False).shape == (1, 3)
+        generate(model, torch.tensor([[1]]), 2)
+    assert generate(model, torch.tensor([[1]]), 2, use_cache=False).shape == (1, 3)
 
 
 def test_generate_restores_training_mode():
     model = tiny_model().train()
-    model.generate(torch.tensor([[1]]), 2)
+    generate(model, torch.tensor([[1]]), 2)
     assert model.training
 
 
@@ -115,7 +115,7 @@ def test_tiny_context_windows_generate_cached_and_uncached_alike(block_size):
     """The window schedule keeps at least one token: block_size=1 used to slide to an empty window."""
     model = tiny_model(block_size=block_size)
     prompt = torch.tensor([[3, 1, 4]])
-    out = {c: model.generate(prompt, 6, temperature=0.0, use_cache=c) for c in (True, False)}
+    out = {c: generate(model, prompt, 6, temperature=0.0, use_cache=c) for c in (True, False)}
     assert out[True].shape == (1, 9) and torch.equal(out[True], out[False])
     for t in range(3, 9):  # each new token is the argmax given the last block_size tokens
         logits, _ = model(out[True][:, max(0, t - block_size):t])
@@ -130,5 +130,5 @@ def test_a_tiny_temperature_is_greedy_not_nan(temperature):
     assert torch.isfinite(probs).all() and probs[0, 1] > 0.99
     model = tiny_model()
     prompt = torch.tensor([[1, 2, 3]])
-    assert torch.equal(model.generate(prompt, 5, temperature=temperature, generator=torch.Generator().manual_seed(0)),
-                       model.generate(prompt, 5, temperature=0.0))
+    assert torch.equal(generate(model, prompt, 5, temperature=temperature, generator=torch.Generator().manual_seed(0)),
+                       generate(model, prompt, 5, temperature=0.0))

@@ -29,6 +29,7 @@ from data.tokenizer import gpt2_tokenizer  # noqa: E402
 from interop.gguf_file import write_gguf  # noqa: E402
 from test_gguf_export import small_bpe  # noqa: E402
 from test_hf_interop import perturb  # noqa: E402
+from inference.generate import generate
 
 ATOL = 1e-4  # against our model with llama.cpp's float16 GELU table: float32 summation order only
 FLIP_RTOL = 2.0 ** -10  # a few activations rounded to the other float16 neighbour, relative to the largest logit
@@ -85,7 +86,7 @@ def test_llama_cpp_runs_our_gguf_with_our_tokens_logits_and_greedy_text(tmp_path
     assert median < ATOL and worst < FLIP_RTOL * plain.abs().max().item() and loose < LOOSE_ATOL
 
     new = 32 - len(ids)  # greedy to the end of the context
-    want = model.generate(torch.tensor([ids]), new, temperature=0)[0, len(ids):].tolist()
+    want = generate(model, torch.tensor([ids]), new, temperature=0)[0, len(ids):].tolist()
     llm.reset()
     got = []
     for token in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):

@@ -13,13 +13,13 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 def test_flash_backend_matches_math_in_bf16(causal):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from model.attention import attend
+    from model.attention import SDPA, AttentionContext, attend
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # fails loudly if flash cannot take this call
-        flash = attend(q, k, v, impl="sdpa", is_causal=causal)
+        flash, _ = SDPA()(q, k, v, AttentionContext(None, None, None, None, causal), None, None)
     mask = torch.ones(128, 128, dtype=torch.bool, device="cuda").tril() if causal else None
-    math_out = attend(q.float(), k.float(), v.float(), mask=mask, impl="math")
+    math_out, _ = attend(q.float(), k.float(), v.float(), mask=mask)
     torch.testing.assert_close(flash.float(), math_out, atol=2e-2, rtol=2e-2)
 
 

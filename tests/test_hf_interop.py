@@ -18,7 +18,8 @@ import safetensors.torch as safetensors_torch  # noqa: E402  (a run-time depende
 from interop import safetensors_file  # noqa: E402
 from interop.export import TOKENIZER_META, export, main as export_main  # noqa: E402
 from interop.import_hf import import_checkpoint, load_hf_gpt2  # noqa: E402
-from training.checkpoint import Checkpoint  # noqa: E402
+from inference.checkpoint import Checkpoint  # noqa: E402
+from inference.generate import generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ATOL = 1e-4  # float32, logits of size ~1-10 through two blocks: differences come from summation order only
@@ -60,7 +61,7 @@ def test_exported_folder_loads_in_transformers_with_our_logits_and_greedy_tokens
     assert diff < ATOL
 
     prompt = idx[:, :4]  # greedy continuation to the end of the context, with each side's own KV cache
-    want = ours.generate(prompt, 12, temperature=0)
+    want = generate(ours, prompt, 12, temperature=0)
     # an explicit attention mask: otherwise transformers takes every token equal to pad_token_id for padding
     got = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
                       pad_token_id=0)
@@ -131,7 +132,7 @@ def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
     (dict(pos_emb="alibi"), "pos_emb='alibi'"),
     (dict(pos_emb="learned", window=4), "window=4"),
     (dict(pos_emb="learned", causal=False), "causal=false"),
-    (dict(pos_emb="learned", attn_score="bilinear", attn_impl="math"), "attn_score='bilinear'"),
+    (dict(pos_emb="learned", attn_score="bilinear"), "attn_score='bilinear'"),
     (dict(pos_emb="learned", qk_norm=True), "qk_norm=true"),
     (dict(pos_emb="learned", mlp_act="relu2"), "mlp_act='relu2'"),
     (dict(pos_emb="learned", tie_head=False), "tie_head=false"),
@@ -237,16 +238,16 @@ def test_training_from_a_folder_refuses_data_of_another_tokenizer(tmp_path):
         check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS + "~"))
 
 
-def test_a_run_from_a_folder_may_change_dropout_and_attn_impl_only(tmp_path):
+def test_a_run_from_a_folder_may_change_dropout_only(tmp_path):
     from data.tokenizer import CharTokenizer
     from interop.import_hf import initializer
 
     export(as_checkpoint(perturb(tiny_model(pos_emb="learned"))), tmp_path / "hf")
     folder, tokenizer = str(tmp_path / "hf"), CharTokenizer(CHARS)
     # n_embd=64 is not a flag the user gave (a preset's value): the folder's 32 wins without a word
-    overrides = {"dropout": 0.25, "attn_impl": "math", "n_layer": 2, "n_embd": 64}
-    model = initializer(folder, overrides, {"dropout": 0.25, "attn_impl": "math", "n_layer": 2})(tokenizer)
-    assert (model.config.dropout, model.config.attn_impl, model.config.n_embd) == (0.25, "math", 32)
+    overrides = {"dropout": 0.25, "n_layer": 2, "n_embd": 64}
+    model = initializer(folder, overrides, {"dropout": 0.25, "n_layer": 2})(tokenizer)
+    assert (model.config.dropout, model.config.n_embd) == (0.25, 32)
     with pytest.raises(ValueError, match="--n_layer=3 differs") as e:
         initializer(folder, {"n_layer": 3}, {"n_layer": 3})(tokenizer)
     assert "\n" not in str(e.value)

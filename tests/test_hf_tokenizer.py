@@ -12,7 +12,7 @@ from data.shards import TokenShards  # noqa: E402
 from data.tokenizer import load_tokenizer  # noqa: E402
 from interop.export import export  # noqa: E402
 from interop.hf_tokenizer import bpe_vocab_and_merges  # noqa: E402
-from training.checkpoint import Checkpoint  # noqa: E402
+from inference.checkpoint import Checkpoint  # noqa: E402
 
 WORDS = ("love night café naïve Œuvre straße — “quoted” 日本語 🙂 moon star the and of thy, ça va? "
          "don't we'll   spaced\ttab").split(" ")

@@ -60,11 +60,11 @@ def test_cache_buffers_are_preallocated_and_written_in_place():
     model = tiny_model()
     cache = model.new_cache(2)
     model(torch.zeros(2, 3, dtype=torch.long), cache=cache)
-    k_buffers = list(cache.k)
+    k_buffers = [slot.k for slot in cache.layers]
     assert [k.shape for k in k_buffers] == [(2, 2, 16, 16)] * 2  # n_layer x (B, H, block_size, head_dim)
     model(torch.zeros(2, 1, dtype=torch.long), cache=cache)
-    assert all(a is b for a, b in zip(cache.k, k_buffers)) and cache.pos == 4
-    assert all((k[:, :, 4:] == 0).all() for k in cache.k)  # untouched beyond pos
+    assert all(slot.k is b for slot, b in zip(cache.layers, k_buffers)) and cache.pos == 4
+    assert all((k[:, :, 4:] == 0).all() for k in k_buffers)  # untouched beyond pos
 
 
 @pytest.mark.parametrize("padded", [False, True])

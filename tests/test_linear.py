@@ -1,4 +1,4 @@
-"""model/linear.py: the linear layer's oneDNN path computes nn.Linear's product and gradients, and runs only where
+"""speed/linear.py: the linear layer's oneDNN path computes nn.Linear's product and gradients, and runs only where
 it was measured faster (float32 on a CPU, products of MIN_ROWS rows and MIN_MACS multiply-adds or more, outside
 autocast)."""
 import pytest
@@ -7,7 +7,9 @@ import torch.nn as nn
 
 from common.errors import UserError
 from model import GPT, GPTConfig
-from model.linear import HAVE_ONEDNN, MIN_MACS, MIN_ROWS, Linear, uses_onednn
+import speed
+from speed import SpeedConfig
+from speed.linear import HAVE_ONEDNN, MIN_MACS, MIN_ROWS, OneDNNLinear, uses_onednn
 
 needs_onednn = pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch build has no oneDNN linear op (not x86?)")
 
@@ -16,7 +18,7 @@ ROWS = max(MIN_ROWS, -(-MIN_MACS // (48 * 80)))  # (ROWS, 48) @ (48, 80): just e
 
 
 def _path(y) -> str:
-    return "onednn" if type(y.grad_fn).__name__ == "OneDNNLinearBackward" else "aten"
+    return "onednn" if type(y.grad_fn).__name__ == "_OneDNNProductBackward" else "aten"
 
 
 @needs_onednn
@@ -24,7 +26,7 @@ def _path(y) -> str:
 @pytest.mark.parametrize("shape", [(2, ROWS // 2 + 3, 48), (ROWS, 48)])  # (B, T, in) and (N, in)
 def test_matches_a_float64_reference(bias, shape):
     torch.manual_seed(0)
-    layer = Linear(48, 80, bias=bias)
+    layer = OneDNNLinear(48, 80, bias=bias)
     x = torch.randn(shape, requires_grad=True)
     y = layer(x)
     assert _path(y) == "onednn"
@@ -49,7 +51,7 @@ def test_matches_a_float64_reference(bias, shape):
 @needs_onednn
 def test_non_contiguous_input_and_partial_gradients():
     torch.manual_seed(1)
-    layer = Linear(48, 80)
+    layer = OneDNNLinear(48, 80)
     base = torch.randn(48, ROWS, requires_grad=True)
     x = base.t()  # (ROWS, 48), a transposed view
     y = layer(x)
@@ -70,7 +72,7 @@ def test_non_contiguous_input_and_partial_gradients():
 @needs_onednn
 def test_transposed_output_gradient_second_derivatives_and_repeatability():
     torch.manual_seed(2)
-    layer = Linear(48, 80)
+    layer = OneDNNLinear(48, 80)
     x = torch.randn(ROWS, 48, requires_grad=True)
     ref = nn.Linear(48, 80)
     ref.load_state_dict(layer.state_dict())
@@ -99,7 +101,7 @@ def test_transposed_output_gradient_second_derivatives_and_repeatability():
 def test_gating():
     """oneDNN only for float32 on a CPU, MIN_ROWS+ rows and MIN_MACS+ multiply-adds, outside autocast; impl='aten'
     never."""
-    layer = Linear(64, 64)
+    layer = OneDNNLinear(64, 64)
     many, few = torch.randn(MIN_MACS // 64**2, 64), torch.randn(MIN_MACS // 64**2 - 1, 64)
     assert uses_onednn(many, layer.weight) == HAVE_ONEDNN
     assert not uses_onednn(few, layer.weight)
@@ -113,14 +115,21 @@ def test_gating():
     finally:
         torch.backends.mkldnn.enabled = True
     assert _path(layer(few)) == "aten"
-    assert _path(Linear(64, 64, impl="aten")(many)) == "aten"
+    assert _path(nn.Linear(64, 64)(many)) == "aten"
 
 
-def test_is_an_nn_linear_with_its_state_dict():
-    """Checkpoints, initialisation, the optimizer's weight-decay groups and int8 quantisation see an nn.Linear."""
-    layer = Linear(6, 4, bias=True)
-    assert isinstance(layer, nn.Linear)
-    assert list(layer.state_dict()) == list(nn.Linear(6, 4).state_dict()) == ["weight", "bias"]
+def test_the_lever_turns_a_models_linears_into_onednn_ones_with_the_same_parameters():
+    """Checkpoints, initialisation, the optimizer's weight-decay groups and int8 quantisation still see nn.Linears:
+    the same modules, parameters (the tied head too) and state_dict; --linear_impl=aten leaves them alone."""
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    params = list(model.parameters())
+    assert not any(isinstance(m, OneDNNLinear) for m in speed.apply(model, SpeedConfig(linear_impl="aten")).modules())
+    speed.apply(model, SpeedConfig())
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 4 * 2 + 1 and all(type(m) is OneDNNLinear for m in linears)
+    assert list(model.parameters()) == params and model.head.weight is model.wte.weight
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items()) and model.state_dict().keys() == before.keys()
 
 
 @needs_onednn
@@ -128,7 +137,8 @@ def test_model_loss_and_gradients_match_aten():
     """A whole model (tied head, dropout off) gives nn.Linear's loss and gradients to float32 rounding."""
     torch.manual_seed(0)
     cfg = dict(n_layer=2, n_head=2, n_embd=128, block_size=128, vocab_size=50, bias=True)
-    ref, ours = GPT(GPTConfig(**cfg, linear_impl="aten")), GPT(GPTConfig(**cfg))
+    ref = GPT(GPTConfig(**cfg))
+    ours = speed.apply(GPT(GPTConfig(**cfg)), SpeedConfig(attn_impl="sdpa", dropout_impl="bernoulli"))
     ours.load_state_dict(ref.state_dict())
     idx = torch.randint(0, 50, (16, 128))  # 2,048 rows: the blocks' layers on the oneDNN path, the head (13M) not
     losses = []
@@ -150,12 +160,13 @@ def test_fsdp_gradients_match_one_unsharded_process(tmp_path):
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    import model.linear as linear
+    import speed.linear as linear
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
         cfg = dict(n_layer=2, n_head=2, n_embd=128, block_size=128, vocab_size=50)
-        ref, ours = GPT(GPTConfig(**cfg, linear_impl="aten")), GPT(GPTConfig(**cfg))
+        ref = GPT(GPTConfig(**cfg))
+        ours = speed.apply(GPT(GPTConfig(**cfg)), SpeedConfig(attn_impl="sdpa", dropout_impl="bernoulli"))
         ours.load_state_dict(ref.state_dict())
         for block in ours.blocks:
             fully_shard(block)
@@ -179,4 +190,4 @@ def test_fsdp_gradients_match_one_unsharded_process(tmp_path):
 
 def test_config_rejects_an_unknown_impl():
     with pytest.raises(UserError, match="linear_impl='mkl' is not one of onednn, aten"):
-        GPTConfig(linear_impl="mkl")
+        SpeedConfig(linear_impl="mkl")

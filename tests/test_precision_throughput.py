@@ -8,7 +8,7 @@ import torch
 
 import train
 from conftest import metrics, tiny_args, tiny_model
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from training.distributed import Dist
 from training.loop import train_step
 from training.objectives import Objective

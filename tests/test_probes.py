@@ -7,6 +7,7 @@ import torch
 
 from insight import probe_tasks as pt
 from insight.probe_fit import ProbeModel, accuracy, fit
+from insight.attention_maps import attention_maps
 
 TINY = ProbeModel(n_layer=2, n_head=2, n_embd=32, steps=100, batch_size=32, learning_rate=1e-2)
 
@@ -193,7 +194,7 @@ def test_best_prefix_score_reads_the_attention_at_the_token_after_the_previous_o
         idx = repeated_tokens(pt.N_SYMBOLS, n, 7 + EVAL_SEED_OFFSET + i)[:, :T]
         assert idx.max() < pt.N_SYMBOLS and idx[0, :n].unique().numel() == n
         with torch.no_grad():
-            maps = model.eval().attention_maps(idx)[:, 0]  # (L, H, T, T)
+            maps = attention_maps(model.eval(), idx)[:, 0]  # (L, H, T, T)
         for layer in range(2):
             for head in range(2):
                 total[layer, head] += sum(float(maps[layer, head, t, t - n + 1]) for t in range(n, T)) / (T - n)

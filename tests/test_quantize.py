@@ -1,4 +1,4 @@
-"""Int8 weight-only quantization (model/quantize.py): the layer against a dequantised reference written here, with
+"""Int8 weight-only quantization (inference/quantize.py): the layer against a dequantised reference written here, with
 the error bound that rounding implies; and its quality cost on a small trained model (validation loss, greedy text)."""
 import pytest
 import torch
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from common.errors import ConfigError
 from conftest import tiny_model
 from model import GPT, GPTConfig
-from model.quantize import Int8Linear, has_int8_kernel, quantize
+from inference.quantize import Int8Linear, has_int8_kernel, quantize
 
 BF16_EPS = 2.0 ** -8  # bfloat16 keeps 8 significant bits: relative rounding <= 2^-8
 

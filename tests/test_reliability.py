@@ -10,7 +10,7 @@ import torch
 import sample
 import train
 from common import cli
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from conftest import ROOT, metrics, tiny_args
 from data import prepare as prepare_module
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import train
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from common.errors import CheckpointError
 from training.optim import load_state, make_optimizer
 from conftest import metrics, tiny_args, tiny_model

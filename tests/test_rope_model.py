@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from model.gpt import AttentionContext
+from model.attention import AttentionContext
+from insight.attention_maps import attention_maps, recording
 
 
 def rope_reference(x, pos, base):
@@ -43,16 +44,16 @@ def reference_layer0_weights(model, idx, causal):
 def test_model_attention_rotates_q_and_k(causal, qk_norm):
     model = tiny_model(seed=3, pos_emb="rope", causal=causal, qk_norm=qk_norm, rope_base=100.0)
     idx = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(0))
-    maps = model.attention_maps(idx)  # (n_layer, B, H, T, T)
+    maps = attention_maps(model, idx)  # (n_layer, B, H, T, T)
     want = reference_layer0_weights(model, idx, causal)
     torch.testing.assert_close(maps[0].double(), want, atol=1e-5, rtol=1e-4)
 
 
 def attention_at(attn, x, rotation, causal):
     """The real attention module on x with the given RoPE rotation: (its output, its weights (B, H, T, T))."""
-    ctx = AttentionContext(mask=None, bias=None, rope=rotation, is_causal=causal, cache=None)
-    weights = []
-    out = attn(x, ctx, 0, weights)
+    ctx = AttentionContext(mask=None, empty=None, bias=None, rope=rotation, is_causal=causal)
+    with recording(attn) as weights:
+        out = attn(x, ctx)
     return out, weights[0]
 
 

@@ -1,4 +1,4 @@
-"""Speculative decoding (model/speculative.py): greedy gives the model's own tokens whatever the draft guesses,
+"""Speculative decoding (inference/speculative.py): greedy gives the model's own tokens whatever the draft guesses,
 sampling keeps the model's distribution, and sample.py --draft uses it."""
 import pytest
 import torch
@@ -7,7 +7,8 @@ import sample
 import train
 from conftest import tiny_args
 from model import GPT, GPTConfig
-from model.speculative import speculative_stream, verify
+from inference.speculative import speculative_stream, verify
+from inference.generate import generate
 
 
 def tiny(seed, **kw):
@@ -28,7 +29,7 @@ def test_greedy_gives_the_models_own_tokens_whatever_the_draft(pos_emb, window):
     model = tiny(0, pos_emb=pos_emb, window=window)
     other = tiny(1, n_layer=1, n_embd=16, block_size=8)
     prompt = torch.randint(0, 11, (7,), generator=torch.Generator().manual_seed(2)).tolist()
-    reference = model.generate(torch.tensor([prompt]), 60, temperature=0)[0, 7:].tolist()
+    reference = generate(model, torch.tensor([prompt]), 60, temperature=0)[0, 7:].tolist()
     kept = {}
     for draft, k in [(other, 1), (other, 3), (model, 4), (model, 20)]:
         stats = {}
@@ -60,7 +61,7 @@ def test_sampling_through_a_draft_keeps_the_first_tokens_distribution():
     model, draft = tiny(0), tiny(1, n_layer=1, n_embd=16)
     prompt = [3, 1, 4, 1, 5]
     logits, _ = model(torch.tensor([prompt]), last_only=True)
-    from model.generate import next_token_probs
+    from inference.generate import next_token_probs
     p = next_token_probs(logits[:, -1], 1.0, top_k=5)[0]
     g = torch.Generator().manual_seed(0)
     n = 1000

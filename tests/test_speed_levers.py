@@ -50,10 +50,13 @@ def test_train_config_checks_the_optimizer():
 def test_fast_cpu_preset_builds_the_levers_it_names():
     from training.config import PRESETS
 
+    from speed import SpeedConfig
+
     preset = PRESETS["fast-cpu"]
     model_fields = {k: v for k, v in preset.items() if k in GPTConfig.__dataclass_fields__}
     train_fields = {k: v for k, v in preset.items() if k in TrainConfig.__dataclass_fields__}
-    assert set(model_fields) | set(train_fields) == set(preset)  # every key is a real field
+    speed_fields = {k: v for k, v in preset.items() if k in SpeedConfig.__dataclass_fields__}
+    assert set(model_fields) | set(train_fields) | set(speed_fields) == set(preset)  # every key is a real field
     cfg, tc = GPTConfig(**model_fields), TrainConfig(**train_fields)
     assert cfg.qk_norm and cfg.mlp_act == "relu2" and tc.optimizer == "muon" and tc.split == "tail"
 
@@ -92,8 +95,8 @@ def test_qk_norm_matches_a_hand_written_layer():
     k = k / k.pow(2).mean(-1, keepdim=True).add(torch.finfo(k.dtype).eps).sqrt()
     scores = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
     want = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C) @ attn.proj.weight.T
-    ctx = model._attention_context(0, T, None, torch.arange(T).unsqueeze(0), None, x.device)
-    torch.testing.assert_close(attn(x, ctx, 0), want, rtol=1e-4, atol=1e-5)
+    ctx = model.attention_context(0, T, None, torch.arange(T).unsqueeze(0))
+    torch.testing.assert_close(attn(x, ctx), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("pos_emb", ["rope", "learned", "alibi"])
@@ -110,10 +113,19 @@ def test_relu2_mlp_is_relu_squared():
     mlp = tiny_model(seed=5, mlp_act="relu2").blocks[0].mlp
     x = torch.randn(3, 32)
     torch.testing.assert_close(mlp(x), F.relu(x @ mlp.up.weight.T).square() @ mlp.down.weight.T)
-    # its hand-written backward (2 relu(x), model/blocks.py) against finite differences, zeros and negatives included
+    # speed/relu2.py's hand-written backward (2 relu(x)) against finite differences, zeros and negatives included,
+    # and against autograd's own for relu(x).square(): the same numbers, forward and backward
+    from speed.relu2 import FusedReLU2
+
+    fused = FusedReLU2()
     x = torch.tensor([[-1.5, -0.0, 0.0, 0.25, 2.0]], dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(mlp.act, (x,))
-    assert torch.autograd.gradcheck(mlp.act, (torch.randn(4, 9, dtype=torch.float64, requires_grad=True),))
+    assert torch.autograd.gradcheck(fused, (x,))
+    assert torch.autograd.gradcheck(fused, (torch.randn(4, 9, dtype=torch.float64, requires_grad=True),))
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(64, 128).to(dtype).requires_grad_()
+        grad = torch.randn(64, 128).to(dtype)
+        (a,), (b,) = (torch.autograd.grad(act(x), x, grad) for act in (mlp.act, fused))
+        assert torch.equal(fused(x), mlp.act(x)) and torch.equal(a, b)
 
 
 def test_gelu_exact_is_x_times_the_normal_cdf_and_gelu_its_tanh_approximation():

@@ -1,11 +1,12 @@
 """Start-up: torch._dynamo (1.0-1.2 s to import on the 2-core CPU) is imported only by torch.compile. A training
 run, a resumed run and sample.py never import it: torch.optim's optimizers did on first use (training/optimizer.py
 says why the project has its own), and so did building a checkpoint's model on the meta device to check its shapes
-(GPT.on_meta skips the random initialisation there)."""
+(inference/checkpoint.py's meta_model skips the random initialisation there)."""
 import pytest
 import torch
 
 from model import GPT
+from inference.checkpoint import meta_model
 from conftest import run_code, tiny_args, tiny_config
 
 NOT_IMPORTED = "torch._dynamo imported: False"
@@ -39,10 +40,10 @@ def test_training_resuming_and_sampling_never_import_torch_dynamo(corpus, tmp_pa
 def test_the_meta_model_has_the_models_shapes_and_imports_nothing_more(pos_emb):
     config = tiny_config(pos_emb=pos_emb, tie_head=pos_emb != "learned", bias=pos_emb == "alibi")
     real = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
-    assert {k: tuple(v.shape) for k, v in GPT.on_meta(config).state_dict().items()} == real
-    assert all(p.is_meta for p in GPT.on_meta(config).parameters())
-    assert torch.nn.init.normal_(torch.zeros(1000)).std() > 0.5  # outside on_meta, initialisation is untouched
-    out = run_in_fresh_process(["from model import GPT, GPTConfig",
-                                f"GPT.on_meta(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=32, "
+    assert {k: tuple(v.shape) for k, v in meta_model(config).state_dict().items()} == real
+    assert all(p.is_meta for p in meta_model(config).parameters())
+    assert torch.nn.init.normal_(torch.zeros(1000)).std() > 0.5  # outside meta_model, initialisation is untouched
+    out = run_in_fresh_process(["from model import GPTConfig", "from inference.checkpoint import meta_model",
+                                f"meta_model(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=32, "
                                 f"pos_emb={pos_emb!r}))"])
     assert out.endswith(f"{NOT_IMPORTED}\n"), out

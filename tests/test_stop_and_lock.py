@@ -12,7 +12,7 @@ import torch
 import train
 from conftest import ROOT, children, metrics, tiny_args, workers_said
 from training import stopping
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 
 RUN = ["--max_iters=150", "--eval_interval=1000", "--lr_decay_iters=150"]  # no checkpoint before the stop
 

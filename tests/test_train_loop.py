@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import train
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from conftest import before_each_step, metrics, tiny_args
 
 

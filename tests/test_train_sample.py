@@ -6,7 +6,7 @@ import torch
 
 import train
 from common.errors import CheckpointError
-from training.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint
 from conftest import metrics, run_script, tiny_args
 
 

@@ -36,7 +36,7 @@ def checkpoints(corpus, tmp_path_factory):
 
 
 def load(out_dir):
-    from training.checkpoint import load_for_inference, path_in as find_checkpoint
+    from inference.checkpoint import load_for_inference, path_in as find_checkpoint
 
     return load_for_inference(find_checkpoint(str(out_dir), "best"), torch.device("cpu"))[:2]
 

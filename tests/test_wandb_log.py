@@ -97,7 +97,7 @@ def test_offline_run_is_named_grouped_tagged_and_configured(offline_run):
 
 def test_layout_groups_a_study_and_separates_encoders():
     base = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, tokenizer="char", dataset="shakespeare",
-                attn_impl="sdpa", causal=True)
+                causal=True)
     rope, alibi = run_layout({**base, "pos_emb": "rope"}), run_layout({**base, "pos_emb": "alibi"})
     encoder = run_layout({**base, "pos_emb": "rope", "causal": False})
     assert rope["group"] == alibi["group"] == encoder["group"] == "shakespeare-char-4x4x128-ctx128"

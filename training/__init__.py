@@ -14,7 +14,7 @@ distributed.py torchrun, DDP helpers                       fsdp.py        FSDP2 
 """
 
 
-def run(tc, model_overrides: dict | None = None, explicit: dict | None = None, init_model=None) -> dict:
+def run(tc, model_overrides: dict | None = None, explicit: dict | None = None, init_model=None, sc=None) -> dict:
     """Train with a TrainConfig and GPTConfig overrides ({'n_layer': 4, ...}); explicit: the values the user set
     by hand (a resumed run honours only those). Joins torchrun's process group when started under torchrun.
     Returns the loop's summary (steps_run, train_s, best_val_loss)."""
@@ -32,7 +32,7 @@ def run(tc, model_overrides: dict | None = None, explicit: dict | None = None, i
     lock = None
     try:
         stopping.refuse_if_in_use(tc.out_dir, d)  # at once, before any data or checkpoint is read
-        built = setup.build(tc, overrides, explicit or {}, d, device_name, init_model)  # every check, no writes
+        built = setup.build(tc, overrides, explicit or {}, d, device_name, init_model, sc)  # every check, no writes
         lock = stopping.lock_out_dir(tc.out_dir, d)  # one training process per out_dir
         setup.claim_out_dir(built)
         summary = loop.train(built)

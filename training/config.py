@@ -12,6 +12,7 @@ from common import flags
 from common.flags import parse_configs
 from data.config import PrepareConfig
 from model import GPTConfig
+from speed import SpeedConfig
 from training.objectives import OBJECTIVES, objective_class
 from training.optim import OPTIMIZERS
 
@@ -180,11 +181,15 @@ PRESETS["quality-cpu"] = dict(PRESETS["fast-cpu"], n_layer=4, block_size=128, ba
                               eval_interval=300)
 
 
-def configure(argv) -> tuple[TrainConfig, dict, dict]:
-    """Flags -> (TrainConfig, GPTConfig overrides, the values the flags and config file set explicitly). Model
+CLASSES = (TrainConfig, GPTConfig, SpeedConfig)  # train.py's flags: what to train, the model, how it is computed
+
+
+def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict]:
+    """Flags -> (TrainConfig, GPTConfig overrides, SpeedConfig, the values the flags and config file set explicitly).
+    Model
     fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is prepared.
     The attention direction follows the objective (--model); a --causal that contradicts it is refused."""
-    per_class, explicit = parse_configs(argv, (TrainConfig, GPTConfig), PRESETS, default_preset="shakespeare-char")
+    per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset="shakespeare-char")
     train_values = per_class[TrainConfig]
     if train_values.get("fsdp") and train_values.get("optimizer") == "muon" and "optimizer" not in explicit:
         # the preset's Muon orthogonalises whole matrices, which FSDP shards: AdamW at its own default rates
@@ -206,7 +211,7 @@ def configure(argv) -> tuple[TrainConfig, dict, dict]:
               f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)",
               file=sys.stderr)
         tc.warmup_iters = short
-    return tc, model_overrides, explicit
+    return tc, model_overrides, SpeedConfig(**per_class[SpeedConfig]), explicit
 
 
 def saved_settings(saved: dict) -> dict:
@@ -225,9 +230,9 @@ def saved_settings(saved: dict) -> dict:
 def help_text(argv) -> str:
     """train.py --help: every flag with the value this run would use (--preset=NAME --help shows that preset's)."""
     args = [a for a in argv if a not in ("--help", "-h")]
-    per_class, _ = parse_configs(args, (TrainConfig, GPTConfig), PRESETS, default_preset="shakespeare-char")
-    values = {**per_class[TrainConfig], **per_class[GPTConfig]}
+    per_class, _ = parse_configs(args, CLASSES, PRESETS, default_preset="shakespeare-char")
+    values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
     preset = next((a.split("=", 1)[1] for a in args if a.startswith("--preset=")), "shakespeare-char")
     presets = "\n".join(f"  {name:18s} {PRESET_NOTES[name]}" for name in PRESETS)
-    return (flags.help_text((TrainConfig, GPTConfig), PRESETS, values, preset)
+    return (flags.help_text(CLASSES, PRESETS, values, preset)
             + f"\n\npresets (--preset=NAME; what each costs):\n{presets}")

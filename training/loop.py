@@ -1,7 +1,7 @@
 """The training loop. Read `train` top to bottom: each step sets the learning rate, runs `train_step` (forward and
 backward over the micro-steps, clip, optimizer step), and every log_interval steps writes a metrics row; every
 eval_interval steps it also evaluates, checkpoints and samples. What those do lives beside the loop:
-training/evaluate.py, `save` below (the format: training/checkpoint.py), training/metrics.py.
+training/evaluate.py, `save` below (the format: inference/checkpoint.py), training/metrics.py.
 
 Throughput is counted, not assumed: tokens/s and MFU divide the tokens of the steps really run since the last
 row by the time spent in those steps alone; evaluation, checkpointing and sampling are timed apart (eval_s).
@@ -19,7 +19,7 @@ from common.device import autocast
 from common.errors import SetupError
 from insight.induction import training_row
 from training import distributed, fsdp
-from training.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
+from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
 from training.evaluate import describe, evaluate, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
 from training.mfu import mfu, peak_matmul_flops
@@ -141,7 +141,7 @@ def open_log(run) -> MetricsLog | None:
     wandb_cfg = None
     if tc.wandb_log:
         wandb_cfg = {"project": tc.wandb_project, "name": tc.wandb_run_name,  # None: named from the config
-                     "config": {**tc.to_dict(), **cfg.to_dict(), "params": run.model.num_params()},
+                     "config": {**tc.to_dict(), **cfg.to_dict(), **vars(run.speed), "params": run.model.num_params()},
                      "id": run.wandb_run_id}  # a resumed run's: its history continues in the same wandb run
     log = MetricsLog(tc.out_dir, fresh=run.start_step == 0, wandb_cfg=wandb_cfg, resume_step=run.start_step)
     run.wandb_run_id = log.wandb_run_id or run.wandb_run_id  # saved in every checkpoint from now on
@@ -151,7 +151,7 @@ def open_log(run) -> MetricsLog | None:
 def announce(run) -> None:
     tc, cfg, meta = run.tc, run.config, run.data_meta
     print(f"{tc.model}: {run.model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
-          f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={cfg.attn_impl}"
+          f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={run.speed.attn_impl}"
           f"{run.objective.describe()} | data: {run.data_dir} ({meta['train_tokens']:,} train / "
           f"{meta['val_tokens']:,} val {tc.tokenizer} tokens) | {run.device.type} "
           f"{str(run.dtype).replace('torch.', '')}"

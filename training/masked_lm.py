@@ -7,9 +7,8 @@ inference it reads real text everywhere else. Span masking (span > 1) selects ru
 character level a lone masked letter is often given away by its neighbours ("th[MASK] king"), a run is not.
 Validation uses one fixed mask (15%, single positions, its own seed) whatever the training rate, so runs compare.
 
-Inference: `fill_masks` (one forward; the top candidates at every [MASK]) and `generate_stream` (append a [MASK],
-predict it, repeat). An encoder has no KV cache: each token attends to later ones, so one new token changes
-every earlier position's representation and the whole window is re-run for every generated token.
+Inference (inference/masked.py): `fill_masks` (one forward; the top candidates at every [MASK]) and
+`generate_by_masks` (append a [MASK], predict it, repeat).
 
 The [MASK] token itself is data/mask_token.py (one id past the tokenizer's vocabulary).
 
@@ -20,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from common.errors import ConfigError, UserError
-from common.eval_mode import evaluating
-from model.generate import check_sampling, sample_next
+from common.errors import ConfigError
+from inference.masked import generate_by_masks
 from training.objectives import Objective
 
 MASKED, RANDOM = 0.8, 0.1  # of the selected positions; the remaining 0.1 stay unchanged
@@ -104,49 +102,6 @@ class Masker:
         return self(x, (VAL_SEED, index), rate=VAL_RATE, span=1)
 
 
-# ---- inference --------------------------------------------------------------------------------------------------
-@torch.no_grad()
-def fill_masks(model, ids: list[int], mask_id: int, top: int = 5):
-    """One forward over ids (with [MASK]s in it) -> (ids with every mask replaced by its most likely token,
-    [(position, [(token id, probability), ...top]) for each mask]). [MASK] itself is never a candidate."""
-    if len(ids) > model.config.block_size:
-        raise UserError(f"the text is {len(ids)} tokens, longer than the encoder's block_size="
-                         f"{model.config.block_size}; shorten it")
-    device = next(model.parameters()).device
-    logits, _ = model(torch.tensor([ids], device=device))  # (1, T, V)
-    logits = logits[0].float()
-    logits[:, mask_id] = float("-inf")
-    probs = torch.softmax(logits, dim=-1)  # (T, V)
-    filled, candidates = list(ids), []
-    for t in [i for i, tok in enumerate(ids) if tok == mask_id]:
-        p, order = probs[t].topk(top)
-        candidates.append((t, list(zip(order.tolist(), p.tolist()))))
-        filled[t] = int(order[0])
-    return filled, candidates
-
-
-@torch.no_grad()
-def generate_stream(model, prompt: list[int], max_new_tokens: int, mask_id: int, temperature=1.0, top_k=None,
-                    top_p=None, min_p=None, generator=None):
-    """Yields one token id at a time: the window (the last block_size - 1 tokens) plus one [MASK] is run in full,
-    the mask's prediction is sampled and appended. No cache is possible, so each token costs a whole forward."""
-    check_sampling(temperature, top_k, top_p, min_p)
-    if not prompt:
-        raise UserError("the prompt is empty: give at least one token")
-    device = next(model.parameters()).device
-    ids = list(prompt)
-    with evaluating(model):
-        for _ in range(max_new_tokens):
-            keep = model.config.block_size - 1
-            window = (ids[-keep:] if keep else []) + [mask_id]
-            logits, _ = model(torch.tensor([window], device=device), last_only=True)  # (1, 1, V)
-            logits = logits[:, -1].float()
-            logits[:, mask_id] = float("-inf")
-            token = int(sample_next(logits, temperature, top_k, top_p, min_p, generator))
-            ids.append(token)
-            yield token
-
-
 class MaskedLM(Objective):
     """The encoder's objective: bidirectional attention, loss at the selected positions only."""
     name = "encoder"
@@ -169,11 +124,4 @@ class MaskedLM(Objective):
         return f", masked LM at {m.rate:.0%}" + (f" in spans of 1-{m.span}" if m.span > 1 else "")
 
     def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=False, stop_tokens=None, **sampling):
-        yield from generate_stream(model, prompt, max_new_tokens, self.mask_id, generator=generator, **sampling)
-
-    def sampling_note(self) -> str:
-        return ("[encoder: no [MASK] in the prompt, so it generates by appending one [MASK] and predicting it; no KV "
-                "cache is possible (every token attends to later ones), so each token re-runs the whole window]")
-
-    def fill(self, model, ids: list[int], top: int = 5):
-        return fill_masks(model, ids, self.mask_id, top)
+        yield from generate_by_masks(model, prompt, max_new_tokens, self.mask_id, generator=generator, **sampling)

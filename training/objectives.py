@@ -12,11 +12,11 @@ checkpoint pick it up by name (`--model=NAME`).
 
 Shapes: B batch, T positions.
 """
-import sys
 
 import torch
 
 from data.mask_token import with_mask_token
+from inference.generate import generate_stream
 
 
 class Objective:
@@ -44,22 +44,14 @@ class Objective:
         """Yields new token ids one at a time (sampling: temperature, top_k, top_p, min_p, stop_tokens). The KV
         cache is used where the model is causal (it is the same text, faster)."""
         idx = torch.tensor([prompt], device=next(model.parameters()).device)
-        for token in model.generate_stream(idx, max_new_tokens, use_cache=use_cache and self.causal,
-                                           generator=generator, **sampling):
+        for token in generate_stream(model, idx, max_new_tokens, use_cache=use_cache and self.causal,
+                                     generator=generator, **sampling):
             yield int(token[0])
-
-    def sampling_note(self) -> str | None:
-        """A line for stderr before sampling, when the samples need explaining."""
-        return None
 
 
 class Cheater(Objective):
     name = "cheater"
     causal = False
-
-    def sampling_note(self) -> str:
-        return ("[a bidirectional model trained on next tokens (the cheater): it learned to copy, not to predict; "
-                "expect garbage; no KV cache]")
 
 
 OBJECTIVES = ("decoder", "encoder", "cheater")  # --model=NAME
@@ -81,20 +73,3 @@ def build(name: str, tokenizer, mask_token: bool = False, mask_rate: float = 0.1
     if name == "encoder":
         return cls(tokenizer, mask_rate, mask_span), tokenizer
     return cls(mask_id), tokenizer
-
-
-def from_checkpoint(ckpt, tokenizer) -> Objective:
-    """The objective a checkpoint was trained with, for sampling and evaluation (its training mask rate kept)."""
-    cfg = ckpt.train_config
-    if ckpt.objective == "encoder":
-        from training.masked_lm import MaskedLM
-
-        return MaskedLM(tokenizer, cfg.get("mask_rate", 0.15), cfg.get("mask_span", 1))
-    return objective_class(ckpt.objective)(ckpt.mask_id)
-
-
-def print_note(objective: Objective) -> None:
-    note = objective.sampling_note()
-    if note:
-        print(note, file=sys.stderr)
-

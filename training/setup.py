@@ -19,8 +19,10 @@ from data import TrainBatches, load_tokenizer, read_meta, val_batches
 from data.config import PrepareConfig
 from data.prepare import prepare
 from model import GPT, GPTConfig
+import speed
+from speed import SpeedConfig
 from training import distributed, fsdp, objectives
-from training.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries, set_rng_state
+from inference.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries, set_rng_state
 from training.config import TrainConfig, saved_settings
 from training.evaluate import token_byte_lengths
 from training.metrics import METRICS_FILE
@@ -35,6 +37,7 @@ KEPT_ON_RESUME = ("model", "mask_token", "optimizer")
 @dataclass
 class Run:
     tc: TrainConfig
+    speed: SpeedConfig
     dist: distributed.Dist
     device: torch.device
     dtype: torch.dtype
@@ -184,8 +187,8 @@ def encodes(tokenizer, text: str) -> bool:
 
 
 def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
-          init_model=None) -> Run:
-    """init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
+          init_model=None, sc: SpeedConfig | None = None) -> Run:
+    """sc: how the model is computed (speed/: applied to the built model, whichever way it was made). init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
     (train.py's --init_from=hf:FOLDER). The run's checks happen here (the lock's own come after it), and nothing is
     written to out_dir: claim_out_dir does that, under the lock."""
     ckpt = None
@@ -217,6 +220,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         model = init_model(tokenizer).to(device)
     else:
         model = GPT(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
+    speed.apply(model, sc)  # the same parameters: before the optimizer, sharding and compile see them
     if tc.fsdp:
         fsdp.shard(model)  # before the optimizer: it must hold the sharded parameters
     optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2),
@@ -248,7 +252,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                       world_size=world, device=device)
     # this process holds the validation batches rank, rank + world, ...: the objective sees their global index
     val_set = [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
-    return Run(tc=tc, dist=d, device=device, dtype=dtype, model=model, train_model=train_model, optimizer=optimizer,
+    return Run(tc=tc, speed=sc or SpeedConfig(), dist=d, device=device, dtype=dtype, model=model, train_model=train_model, optimizer=optimizer,
                scaler=scaler, objective=objective, tokenizer=tokenizer, data_dir=str(data_dir), data_meta=meta,
                train_data=train_data, val_set=val_set, accum=accum, token_bytes=token_byte_lengths(tokenizer),
                start_step=start, best_val=best_val, resumed=ckpt is not None,

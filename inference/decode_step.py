@@ -1,6 +1,6 @@
 """One decoding step with fixed shapes, so that torch.compile can turn it into a few fused kernels.
 
-After int8 weights (model/quantize.py) about half of a one-token forward is not the matmuls but hundreds of small
+After int8 weights (inference/quantize.py) about half of a one-token forward is not the matmuls but hundreds of small
 ops (casts, views, slices, layer norms, a one-query attention), each paying the eager dispatcher's overhead. A
 compiler fuses them, but only into a graph it can reuse token after token, which needs every shape fixed:
 
@@ -9,7 +9,7 @@ compiler fuses them, but only into a graph it can reuse token after token, which
 - the new token's column is a tensor, not a Python int, so a new position is a new input, not a new graph;
 - its K and V are written into that column in place (index_copy_), with no allocation.
 
-The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attend()); only the per-forward
+The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attention backends); only the per-forward
 context is built differently. The prompt (prefill) and each slide of the context window stay on the model's ordinary
 forward: they are run once every block_size/4 tokens. Run eagerly, a step's logits equal the uncached forward's to
 float32 rounding for every positional option it takes (ALiBi is refused), with or without a window and left
@@ -22,8 +22,8 @@ import torch
 
 from common.errors import ConfigError
 
-from .gpt import AttentionContext
-from .kv_cache import KVCache
+from model.attention import AttentionContext
+from model.kv_cache import KVCache
 
 
 # cpp_wrapper: inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token here
@@ -31,16 +31,23 @@ COMPILE_OPTIONS = {"cpp_wrapper": True}
 
 
 class ColumnWriter:
-    """The `cache` an attention layer sees during a step: writes k, v at column `col`, returns every column."""
+    """The cache slot an attention layer sees during a step: writes k, v at column `col`, returns every column."""
 
     def __init__(self, k, v, col):
-        self.k, self.v, self.col = k, v, col  # n_layer tensors (B, H, L, D) each; col (1,) long
+        self.k, self.v, self.col = k, v, col  # (B, H, L, D) each: this layer's buffers; col (1,) long
 
-    def update(self, layer: int, k, v):
+    def update(self, k, v):
         """k, v: (B, H, 1, D). Returns all keys/values (B, H, L, D); the mask hides columns after col."""
-        self.k[layer].index_copy_(2, self.col, k)  # (B, H, L, D), column col overwritten in place
-        self.v[layer].index_copy_(2, self.col, v)
-        return self.k[layer], self.v[layer]
+        self.k.index_copy_(2, self.col, k)  # (B, H, L, D), column col overwritten in place
+        self.v.index_copy_(2, self.col, v)
+        return self.k, self.v
+
+
+class Columns:
+    """What trunk() takes for a cache: one ColumnWriter per layer."""
+
+    def __init__(self, k, v, col):
+        self.layers = [ColumnWriter(k_l, v_l, col) for k_l, v_l in zip(k, v)]
 
 
 def decode_step(model, idx, k, v, col, key_valid):
@@ -58,16 +65,15 @@ def decode_step(model, idx, k, v, col, key_valid):
         mask = mask & key_valid.view(-1, 1, 1, L)  # (B, 1, 1, L)
         # the position counts every real token so far, not only those inside the window band it attends to
         pos = (key_valid & written).sum(-1, keepdim=True) - 1  # (B, 1)
-    ctx = AttentionContext(mask=mask, bias=None, rope=model.pos.rotation(pos), is_causal=False,
-                           cache=ColumnWriter(k, v, col))
-    return model.head(model.trunk(idx, pos, ctx))[:, -1]  # (B, V)
+    ctx = AttentionContext(mask=mask, empty=None, bias=None, rope=model.pos.rotation(pos), is_causal=False)
+    return model.head(model.trunk(idx, pos, ctx, Columns(k, v, col)))[:, -1]  # (B, V)
 
 
 class StaticDecoder:
     """Runs generate's one-token steps through decode_step, compiled once (compile=True) or eager.
 
     decoder = StaticDecoder(model, compile=True)
-    model.generate(prompt, 500, temperature=0.0, decoder=decoder)   # the tokens of a run without it, but for near-ties
+    generate(model, prompt, 500, temperature=0.0, decoder=decoder)   # the tokens of a run without it, but for near-ties
     """
 
     def __init__(self, model, compile: bool = True):
@@ -87,6 +93,7 @@ class StaticDecoder:
         cache.reserve(1, None, idx.device)  # raises when full; marks the column valid
         col = torch.tensor([cache.pos], device=idx.device)  # (1,)
         idx = idx.new_empty(idx.shape).copy_(idx)  # (B, 1) with its own strides: a slice's would change each step
-        logits = self.step(self.model, idx, cache.k, cache.v, col, cache.valid)
+        k, v = [slot.k for slot in cache.layers], [slot.v for slot in cache.layers]  # n_layer x (B, H, L, D)
+        logits = self.step(self.model, idx, k, v, col, cache.valid)
         cache.advance(1)
         return logits

@@ -1,5 +1,6 @@
 """The checkpoint format: one type that owns what is saved, its version, the checks on load, and the only code that
-reads its keys. Everything else uses the Checkpoint's attributes.
+reads its keys. Everything else uses the Checkpoint's attributes. Training writes it (training/loop.py); sampling,
+export and the studies read it; it sits below both.
 
 On disk a checkpoint is a plain dict of tensors, numbers, strings, lists and dicts saved with torch.save and read
 back with `torch.load(weights_only=True)`, which refuses anything that would need code to rebuild (a pickled class,
@@ -98,8 +99,7 @@ class Checkpoint:
                    wandb_run_id=raw.get("wandb_run_id"))
 
     def build_model(self, device="cpu") -> GPT:
-        # shapes only, no memory: a config the weights do not back allocates nothing
-        expected = {k: tuple(v.shape) for k, v in GPT.on_meta(self.model_config).state_dict().items()}
+        expected = model_shapes(self.model_config)  # no memory: a config the weights do not back allocates nothing
         found = {k: tuple(v.shape) for k, v in self.weights.items() if isinstance(v, torch.Tensor)}
         if expected != found:
             wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
@@ -123,6 +123,32 @@ class Checkpoint:
             raise CheckpointError(f"the checkpoint's tokenizer has {tokenizer.vocab_size} tokens but its model only "
                                   f"{self.model_config.vocab_size}: the file is corrupt or not ours")
         return with_mask_token(tokenizer) if self.mask_id is not None else tokenizer
+
+
+class _ShapesOnly(torch.overrides.TorchFunctionMode):
+    """Inside it, building a model on the meta device runs no Python reference of torch's: nn.init.normal_ returns its
+    tensor untouched, and arange makes a CPU tensor, so what is computed from it (RoPE's frequencies: a buffer outside
+    the state_dict) stays on the CPU (on meta tensors both import torch._dynamo, ~1 s that every sample.py start paid
+    to check a checkpoint's shapes)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.init.normal_:
+            return args[0] if args else kwargs["tensor"]
+        if func is torch.arange:
+            return func(*args, **{**kwargs, "device": "cpu"})
+        return func(*args, **kwargs)
+
+
+def meta_model(config: GPTConfig) -> GPT:
+    """GPT(config) on the meta device, for its shapes and parameter count: no memory however large, no values."""
+    with torch.device("meta"), _ShapesOnly():
+        return GPT(config)
+
+
+def model_shapes(config: GPTConfig) -> dict[str, tuple]:
+    """{state_dict key: shape} of GPT(config)."""
+    return {k: tuple(v.shape) for k, v in meta_model(config).state_dict().items()}
 
 
 def field_problem(raw: dict, vocab_size: int) -> str | None:

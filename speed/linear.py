@@ -1,13 +1,11 @@
-"""The linear layer, y = x W^T (+ b), with its float32 matmuls on a CPU in the faster of torch's two libraries.
+"""The linear layers' float32 matmuls on a CPU in the faster of torch's two libraries, y = x W^T (+ b).
 
 A float32 matmul on a CPU goes to MKL's sgemm in torch; bf16 ones (autocast) already go to oneDNN, the deep-learning
-kernel library that ships inside torch (formerly MKL-DNN). Measured on the 2-core AMD EPYC (avx512, 2 threads) at
-training shapes, 2,048 rows of 384 to 1,536 features (README round two, seventh part): oneDNN's float32 linear
-product ran at 190-200 GFLOP/s against MKL's 150-175, for the forward product and for the input gradient
-(grad @ W); MKL stayed faster for the weight gradient (grad^T @ x, 160-175 against 115-145), and for small
-products, where oneDNN's call costs ~15 us more (decoding: one row per step through the blocks). So, for float32 on
-an x86 CPU (the only kind measured) and a product of at least MIN_ROWS rows and MIN_MACS multiply-adds (rows x in
-x out), Linear computes
+kernel library that ships inside torch (formerly MKL-DNN). At training shapes oneDNN's float32 linear product is the
+faster one for the forward product and for the input gradient (grad @ W); MKL stays faster for the weight gradient
+(grad^T @ x), and for small products, where oneDNN's call costs more (decoding: one row per step through the
+blocks); docs/speed.md has the figures. So, for float32 on an x86 CPU (the only kind measured) and a product of at
+least MIN_ROWS rows and MIN_MACS multiply-adds (rows x in x out), OneDNNLinear computes
 
     forward   y  = x W^T + b      oneDNN  (torch.ops.mkldnn._linear_pointwise)
     backward  dx = dy W           oneDNN  (the same op with W^T as its weight)
@@ -18,8 +16,8 @@ and nn.Linear's F.linear everywhere else: on a GPU, under autocast, inside torch
 kernels), for small products, with torch.backends.mkldnn disabled, or where this torch has no oneDNN. A backward
 that builds a graph (create_graph=True, for second derivatives) multiplies with torch's differentiable ops. Same
 math: each output is the same float32 sum of products, accumulated in another order (they differ by float32
-rounding, ~1e-6 relative). linear_impl='aten' in the config is plain nn.Linear everywhere: the lever's off switch,
-for the ablation table.
+rounding, ~1e-6 relative). `use_onednn_linear(model)` turns a built model's nn.Linear layers into OneDNNLinear (the
+same modules, parameters and state_dict keys); --linear_impl=aten leaves them nn.Linear: the lever's off switch.
 
 Shapes: x (..., in); W (out, in); b (out,); y (..., out).
 """
@@ -29,11 +27,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Where oneDNN's per-call cost outweighs its faster kernel. One layer forward + backward on the 2-core EPYC in float32
-# (python -m benchmarks.cpu_ops; README round two, seventh part) lost at 1,024 x 128 x 128 (17M multiply-adds:
-# fast-cpu's proj) and won from 4,096 x 128 x 65 (34M: the default model's head) up; but whole float32 training steps
-# at fast-cpu's size (1,024 rows) were 0.93-1.06x (median 0.95x of three runs), at the default model's (4,096 rows)
-# 1.04-1.07x and at nanoGPT's (2,048) 1.03-1.05x: fewer rows than nanoGPT's stay on MKL.
+# Where oneDNN's per-call cost outweighs its faster kernel (python -m benchmarks.cpu_ops; docs/speed.md): one layer
+# lost at fast-cpu's 1,024 x 128 x 128 (17M multiply-adds) and won from the default model's head (34M) up, but whole
+# training steps with 1,024 rows were no faster, so fewer rows than nanoGPT's 2,048 stay on MKL.
 MIN_MACS = 2**25
 MIN_ROWS = 2048
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -45,7 +41,7 @@ def _onednn(x, weight, bias):
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
 
 
-class OneDNNLinear(torch.autograd.Function):
+class _OneDNNProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
@@ -66,6 +62,11 @@ class OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def onednn_product(x, weight, bias):
+    """x @ weight^T + bias with oneDNN's forward and input gradient (the weight gradient in torch's mm), always."""
+    return _OneDNNProduct.apply(x, weight, bias)
+
+
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether Linear multiplies x by weight in oneDNN (see the module docstring for where it was measured faster)."""
     return (HAVE_ONEDNN and torch.backends.mkldnn.enabled
@@ -75,15 +76,19 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and x.numel() >= MIN_ROWS * x.size(-1) and x.numel() * weight.size(0) >= MIN_MACS)
 
 
-class Linear(nn.Linear):
-    """nn.Linear (the same parameters, initialisation and state_dict keys), with impl='onednn' its float32 CPU
-    matmuls in oneDNN where that was measured faster; impl='aten' is nn.Linear itself."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, impl: str = "onednn"):
-        super().__init__(in_features, out_features, bias=bias)
-        self.impl = impl
+class OneDNNLinear(nn.Linear):
+    """nn.Linear (the same parameters and state_dict keys) whose float32 CPU matmuls run in oneDNN where that was
+    measured faster."""
 
     def forward(self, x):  # (..., in) -> (..., out)
-        if self.impl == "onednn" and uses_onednn(x, self.weight):
-            return OneDNNLinear.apply(x, self.weight, self.bias)
+        if uses_onednn(x, self.weight):
+            return onednn_product(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
+
+
+def use_onednn_linear(model: nn.Module) -> nn.Module:
+    """Every nn.Linear of model becomes a OneDNNLinear: the same module, another forward."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = OneDNNLinear
+    return model

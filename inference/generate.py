@@ -97,7 +97,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
                     stop_tokens=None, use_cache=True, generator=None, decoder=None):
     """Yields the next token of every row, (B,), as soon as it is sampled. A row that produced one of stop_tokens
     keeps repeating it; the loop ends when every row has stopped. decoder: runs the one-token cached steps instead
-    of the model's forward (a StaticDecoder, model/decode_step.py: fixed shapes, optionally compiled)."""
+    of the model's forward (a StaticDecoder, inference/decode_step.py: fixed shapes, optionally compiled)."""
     check_sampling(temperature, top_k, top_p, min_p)
     if decoder is not None and not use_cache:
         raise ValueError("a decoder runs cached steps: it needs use_cache=True")

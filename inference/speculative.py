@@ -7,14 +7,14 @@ draft must share the tokenizer and be much cheaper per token.
 
 What it returns is the model's own text, not the draft's:
 - greedy (temperature 0): a guess is kept only if it is the model's argmax there, and the token after the last
-  kept guess is the model's argmax: the same tokens as the model's own cached loop (model/generate.py), up to
+  kept guess is the model's argmax: the same tokens as the model's own cached loop (inference/generate.py), up to
   float rounding where two logits tie (the k + 1-token forward rounds differently from one-token forwards);
 - sampling: the guess d drawn from the draft's q is kept with probability min(1, p(d) / q(d)), and at the first
   rejection the token is drawn from max(0, p - q), renormalised (Leviathan et al. 2023, Chen et al. 2023): each
   token is distributed exactly as the model's p (after the same temperature and top-k/p filters), though the
   random draws differ from the plain loop's, so a seed gives another text.
 
-The context window follows model/generate.py's schedule (at most block_size tokens; slide by a quarter), so the
+The context window follows inference/generate.py's schedule (at most block_size tokens; slide by a quarter), so the
 model conditions on exactly the tokens its plain loop would; a round of guesses never crosses a slide. Batch 1.
 Shapes: V vocab, k guesses this round.
 """
@@ -35,7 +35,7 @@ class Windowed:
         self.start, self.cache = 0, None
 
     def follow_generate(self, length: int):
-        """The plain loop's window (model/generate.py) before predicting the token after the first `length`: the
+        """The plain loop's window (inference/generate.py) before predicting the token after the first `length`: the
         last block_size tokens at first, then a slide to the last three quarters once the context outgrows it."""
         if self.cache is None or length - self.start > self.block:
             self.start = max(0, length - self.block) if self.cache is None else length - self.keep

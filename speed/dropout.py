@@ -6,23 +6,18 @@ so the expected value of every element is unchanged (and evaluation needs no res
     keep = v >= c,  v uniform over the 2^32 int32 values,  c = 2^31 - (1 - p) 2^32     P(keep) = 1 - p (to 2^-32)
     y = x * m,  m = keep / (1 - p)
 
-Why not torch's: on a CPU, nn.Dropout fills the mask with bernoulli_, measured on the 2-core AMD EPYC (2 threads)
-at ~8 ns per element, 20% of a 6L/384/256 training step with dropout 0.2. Here two 64-bit seeds are drawn from
-torch's global generator (so torch.manual_seed, checkpoint resume and per-process seeds work as before), and
-numpy's PCG64 fills each half of the mask from one of them in one call (two 32-bit draws per 64-bit word), writing
-m itself, 0 or 1/(1-p), as float32 (for float32 x): no bool mask to convert and scale afterwards. numpy's
-generators run on one core and release the GIL, so where torch has 2+ threads a large mask's first half is filled
-on a helper thread while this thread fills the second: the halves and their seeds are fixed, so the mask does not
-depend on which thread finishes first. (The same torch seed draws other masks than before round two's sixth part:
-two seeds per mask, and attention weights in blocks.)
-Measured on the 2-core EPYC, 2 threads: attention weights (8, 6, 256, 256) 28.3 -> 7.1 ms with one bulk draw and
-a bool mask (README "Speed"), and the two-thread float fill took a further 30 ms off a 6L/384/256 training step
-(README round two, sixth part).
+Why not torch's: on a CPU, nn.Dropout fills the mask with bernoulli_, ~8 ns per element on a 2-core CPU (docs/
+speed.md has the figures). Here two 64-bit seeds are drawn from torch's global generator (so torch.manual_seed,
+checkpoint resume and per-process seeds work as before), and numpy's PCG64 fills each half of the mask from one of
+them in one call (two 32-bit draws per 64-bit word), writing m itself, 0 or 1/(1-p), as float32 (for float32 x): no
+bool mask to convert and scale afterwards. numpy's generators run on one core and release the GIL, so where torch
+has 2+ threads a large mask's first half is filled on a helper thread while this thread fills the second: the halves
+and their seeds are fixed, so the mask does not depend on which thread finishes first.
 On a GPU torch.rand's counter-based generator is already fast, and is what runs there.
 
-dropout_impl='rand' (this) also drops the attention weights with this mask, on the math path (SDPA's dropout would
-draw with bernoulli_ again); 'bernoulli' is torch's nn.Dropout and SDPA's own attention dropout.
-Shapes: any; the mask has x's shape.
+`use_bulk_dropout(model)` turns every nn.Dropout of a built model into a BulkDropout (the same module, another
+forward), and on a CPU sends attention dropout through the math path, where this mask drops the weights (the fused
+kernel would draw its own with bernoulli_). Shapes: any; the mask has x's shape.
 """
 import math
 import os
@@ -32,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 SPLIT = 1 << 16  # masks with at least this many elements fill their two halves on two threads
@@ -85,11 +79,8 @@ def keep_mask(shape, p: float, device, value: float = 1.0) -> torch.Tensor:
     return mask.view(shape)
 
 
-def dropout(x: torch.Tensor, p: float, impl: str = "rand") -> torch.Tensor:
-    """x * keep / (1 - p) with keep = keep_mask(x.shape, p); x itself when p == 0. impl='bernoulli': torch's
-    F.dropout instead (the functional twin of build_dropout's choice, for attention weights)."""
-    if impl == "bernoulli":
-        return F.dropout(x, p)
+def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """x * keep / (1 - p) with keep = keep_mask(x.shape, p); x itself when p == 0."""
     if p == 0.0:
         return x
     scale = 1.0 / (1.0 - p)  # survivors scaled so that E[y] = x
@@ -100,10 +91,8 @@ def dropout(x: torch.Tensor, p: float, impl: str = "rand") -> torch.Tensor:
     return (x * keep_mask(x.shape, p, x.device).to(x.dtype)).mul_(scale)
 
 
-class UniformDropout(nn.Module):
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
+class BulkDropout(nn.Dropout):
+    """nn.Dropout (the same p, the same modes) with its mask from keep_mask."""
 
     def forward(self, x):
         return dropout(x, self.p) if self.training else x
@@ -112,6 +101,28 @@ class UniformDropout(nn.Module):
         return f"p={self.p}, bulk uniform draw"
 
 
-def build_dropout(config) -> nn.Module:
-    """The dropout module config.dropout_impl names, with p = config.dropout."""
-    return UniformDropout(config.dropout) if config.dropout_impl == "rand" else nn.Dropout(config.dropout)
+class DroppingOnMath(nn.Module):
+    """An attention backend: while attention dropout is on, the math path (whose dropout is the module's own, a
+    BulkDropout), otherwise the backend it wraps."""
+
+    def __init__(self, inner: nn.Module, math: nn.Module):
+        super().__init__()
+        self.inner, self.math = inner, math
+
+    def forward(self, q, k, v, ctx, dropout, score):
+        return (self.math if dropout is not None else self.inner)(q, k, v, ctx, dropout, score)
+
+
+def use_bulk_dropout(model: nn.Module, math_backend) -> nn.Module:
+    """Every nn.Dropout of model draws its mask in bulk; on a CPU, attention layers with dropout > 0 drop their weights
+    on math_backend() (a fresh module per layer) while training."""
+    from model.attention import Math, attention_layers
+
+    for module in model.modules():
+        if type(module) is nn.Dropout:
+            module.__class__ = BulkDropout  # the same module and p: its forward is the only change
+    if next(model.parameters()).device.type == "cpu":
+        for layer in attention_layers(model):
+            if layer.drop.p > 0 and not isinstance(layer.backend, (Math, DroppingOnMath)):
+                layer.backend = DroppingOnMath(layer.backend, math_backend())
+    return model

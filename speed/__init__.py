@@ -1,0 +1,64 @@
+"""Speed levers: how a built model is computed, chosen when it is run, never part of its config or checkpoint.
+
+The model (model/) is the architecture in plain PyTorch: nn.Linear, nn.Dropout, attention on the fused backend.
+`apply` turns a built model into a faster one that computes the same function, with the same parameters and
+state_dict keys, the way gpt-fast quantizes a built model and nanochat converts layers from its training script:
+
+    model = GPT(config).to(device)
+    speed.apply(model, SpeedConfig(attn_impl="math"))
+
+Each lever has its off switch (a flag of train.py and sample.py) and an ablation row in docs/speed.md:
+- attn_impl:    which attention backend (model/attention.py); 'math' runs the plain causal case through
+                speed/causal_blocks.py (scale and mask in one matmul, query blocks on a CPU)
+- dropout_impl: 'rand' draws dropout masks in bulk (speed/dropout.py), 'bernoulli' keeps torch's nn.Dropout
+- linear_impl:  'onednn' multiplies float32 linear layers on an x86 CPU in oneDNN (speed/linear.py), 'aten' keeps
+                nn.Linear
+and ReLU^2's one-pass backward (speed/relu2.py), which changes no number, is always applied.
+"""
+from dataclasses import dataclass
+
+from common.errors import need
+
+ATTN_IMPLS = ("auto", "sdpa", "math", "tiled")
+DROPOUT_IMPLS = ("rand", "bernoulli")
+LINEAR_IMPLS = ("onednn", "aten")
+
+
+@dataclass
+class SpeedConfig:
+    # how the model is computed (not part of its checkpoint: any run may choose another)
+    attn_impl: str = "auto"  # 'sdpa' = fused kernel (FlashAttention on GPU), 'math' = the formula written out,
+    #                          'tiled' = FlashAttention's online softmax in plain PyTorch (teaching, slow), 'auto' =
+    #                          sdpa, or math for a learned attn_score (only math computes one)
+    dropout_impl: str = "rand"  # 'rand': dropout masks drawn in bulk, ~4x cheaper on a CPU (speed/dropout.py);
+    #                             'bernoulli': torch's nn.Dropout and SDPA's own attention dropout
+    linear_impl: str = "onednn"  # 'onednn': float32 linear layers on an x86 CPU in oneDNN where it is faster
+    #                              (speed/linear.py); 'aten': torch's nn.Linear
+
+    def __post_init__(self):
+        need(self.attn_impl in ATTN_IMPLS, f"attn_impl={self.attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
+        need(self.dropout_impl in DROPOUT_IMPLS,
+             f"dropout_impl={self.dropout_impl!r} is not one of {', '.join(DROPOUT_IMPLS)}")
+        need(self.linear_impl in LINEAR_IMPLS,
+             f"linear_impl={self.linear_impl!r} is not one of {', '.join(LINEAR_IMPLS)}")
+
+
+def apply(model, sc: SpeedConfig | None = None):
+    """Applies the levers sc asks for to model (built, on its device) in place; returns model."""
+    from model.attention import attention_layers, use_backend
+    from speed.causal_blocks import CausalBlocks
+    from speed.dropout import use_bulk_dropout
+    from speed.linear import use_onednn_linear
+    from speed.relu2 import use_fused_relu2
+
+    sc = sc or SpeedConfig()
+    if sc.attn_impl != "auto":
+        use_backend(model, sc.attn_impl)  # refuses a backend that cannot compute a learned score
+    if sc.attn_impl == "math":
+        for layer in attention_layers(model):
+            layer.backend = CausalBlocks()  # the formula, and its plain causal case faster
+    if sc.dropout_impl == "rand":
+        use_bulk_dropout(model, CausalBlocks)
+    if sc.linear_impl == "onednn":
+        use_onednn_linear(model)
+    return use_fused_relu2(model)
