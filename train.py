@@ -1,15 +1,23 @@
 """Train a small GPT. `python train.py` trains a character-level model of Shakespeare's complete works on the CPU
-in a few minutes; every setting is a flag (`--n_layer=4`), see `python train.py --help` and README.md.
+in a minute or two; every setting is a flag (`--n_layer=4`, `--preset=fast-cpu`, `--config=my.toml`): see
+`python train.py --help` and README.md.
 
-What happens, in order (each step in the module named): the flags become a TrainConfig and a GPTConfig
-(training/config.py); the run is built: out_dir, data, objective, model, optimizer, or all of them from a
-checkpoint (training/setup.py); the loop trains, evaluating, checkpointing and sampling every eval_interval steps
-(training/loop.py). Ctrl-C or SIGTERM saves a checkpoint after the current step and says how to resume.
+A run, top to bottom (each step in the module named):
+  1. the flags become the configs: what to train, the model, how it is computed   training/config.py
+  2. under torchrun, this process joins the group (one process: nothing to join)  training/distributed.py
+  3. a run already training in out_dir is refused at once                         training/stopping.py
+  4. everything is built and checked, and nothing written: the data (prepared     training/setup.py
+     once), the objective, the model (fresh, resumed or imported) with the speed
+     levers applied, the optimizer, the batches
+  5. out_dir is locked and claimed: only now is anything written there            training/stopping.py, setup.py
+  6. the loop trains, evaluating, checkpointing and sampling every eval_interval  training/loop.py
+     steps; Ctrl-C or SIGTERM saves a checkpoint after the current step and says how to resume
+Exit codes: 0 done, 2 a mistake in the flags or the data (one line saying what to change), 130/143 stopped.
 """
 import sys
 
 from common import cli
-from training import run
+from training import distributed, loop, setup, stopping
 from training.config import configure, help_text
 from training.loop import on_disk
 from training.stopping import Stopped
@@ -19,19 +27,46 @@ def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
         print(help_text(argv))
         return
-    tc, model_overrides, sc, explicit = configure(argv)
+    tc, model_overrides, sc, explicit = configure(argv)  # 1
     init_model = None
     if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
         from interop.import_hf import initializer
 
         init_model = initializer(tc.init_from[len("hf:"):], model_overrides, explicit)
+    d, device_name = distributed.init(tc.device, tc.backend)  # 2
+    lock = None
     try:
-        run(tc, model_overrides, explicit, init_model, sc)
+        stopping.refuse_if_in_use(tc.out_dir, d)  # 3
+        run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc)  # 4
+        lock = stopping.lock_out_dir(tc.out_dir, d)  # 5
+        setup.claim_out_dir(run)
+        loop.train(run, *evaluation_hooks(run.tc))  # 6
+        distributed.barrier(d)  # no process tears the group down while another still talks in it
     except Stopped as stopped:  # a graceful stop: the checkpoint is saved and the resume command printed
         raise SystemExit(stopped.code) from None
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the loop began
         print(f"interrupted: {on_disk(tc.out_dir)}", file=sys.stderr)
         raise SystemExit(130) from None
+    finally:
+        if lock is not None:
+            lock.close()
+        distributed.shutdown(d)
+
+
+def evaluation_hooks(tc) -> tuple[list, list]:
+    """What each evaluation adds besides the validation loss: (metrics columns, wandb images), each a function of
+    (model, tokenizer). The looking-inside lives in insight/, which the training loop does not import."""
+    columns, images = [], []
+    if tc.log_induction:  # the best head's induction score and which head (metrics.jsonl, wandb)
+        from insight.induction import training_row
+
+        columns.append(training_row)
+    if tc.wandb_log and tc.wandb_attention_probe:  # the attention maps of a fixed line, as a wandb image
+        from insight.attention_figures import attention_image  # here: matplotlib is slow to import
+
+        probe = tc.wandb_attention_probe
+        images.append(lambda model, tokenizer: ("attention/maps", attention_image(model, tokenizer, probe), probe))
+    return columns, images
 
 
 def entry() -> int:

@@ -1,38 +1,43 @@
-"""What every study needs: train one model with the training engine in this process, read its speed back, and take
-validation windows from its data."""
+"""What every study needs: train one model with train.py (a process of its own, as a user would run it), read its
+speed back, and take validation windows from its data."""
+import importlib.util
 import os
+import subprocess
+import sys
 
 import numpy as np
 import torch
 
-from common.errors import DataError
+from common.errors import DataError, UserError
 from training.metrics import read_metrics
 
+TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
           "eval_iters", "seed")
 
 
 def train_run(sc, name: str, **settings) -> str:
-    """Train one model into sc.out/name with the study's shared settings (the SHARED fields of sc, its data) plus
-    `settings` (which win; TrainConfig and GPTConfig fields alike); returns the run's out_dir. One final evaluation
-    unless settings set eval_interval."""
-    from dataclasses import fields
-
-    from speed import SpeedConfig
-    from training import run
-    from training.config import TrainConfig
-
+    """Train one model into sc.out/name with train.py, the study's shared settings (the SHARED fields of sc, its data)
+    plus `settings` (which win; any of train.py's flags); returns the run's out_dir. One final evaluation unless
+    settings set eval_interval. A run that fails stops the study with its own error, printed above."""
     out_dir = os.path.join(sc.out, name)
     shared = {k: getattr(sc, k) for k in SHARED}
     data = {k: getattr(sc, k) for k in ("input", "split", "data_root") if getattr(sc, k) is not None}
     values = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
               "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **settings, "out_dir": out_dir}
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
-    train_fields, speed_fields = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(SpeedConfig)}
-    run(TrainConfig(**{k: v for k, v in values.items() if k in train_fields}),
-        {k: v for k, v in values.items() if k not in train_fields | speed_fields},
-        sc=SpeedConfig(**{k: v for k, v in values.items() if k in speed_fields}))
+    code = subprocess.run([sys.executable, TRAIN, *(f"--{k}={flag_text(v)}" for k, v in values.items())]).returncode
+    if code:
+        raise UserError(f"the study's {name} run stopped with exit code {code} (its error is above); change the "
+                        f"study's flags and run it again")
     return out_dir
+
+
+def flag_text(value) -> str:
+    """A value as train.py reads it back from a flag."""
+    if value is None:
+        return "none"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def train_speed(out_dir: str) -> tuple[float, float]:

@@ -10,7 +10,7 @@ import os
 
 from conftest import ROOT
 
-LAYERS = {"common": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "insight": 3, "training": 4, "interop": 5,
+LAYERS = {"common": 0, "configs": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "insight": 3, "training": 4, "interop": 5,
           "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "compare": 6, "bench": 6, "visualize": 6,
           "probe": 6}
 

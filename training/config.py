@@ -1,11 +1,12 @@
-"""Training settings: one dataclass that checks itself, the presets (plain dicts of overrides), and `configure`,
-which turns train.py's flags into the two configs.
+"""Training settings: one dataclass that checks itself, the presets (configs/NAME.toml), and `configure`, which
+turns train.py's flags into the configs.
 
 Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.py accepts both as flags.
 """
 import sys
 from dataclasses import asdict, dataclass, fields
 
+import configs
 from common.device import DTYPES
 from common.errors import ConfigError, SetupError, need
 from common import flags
@@ -135,50 +136,8 @@ class TrainConfig(PrepareConfig):
         return self.total_batch_size // per_micro
 
 
-# Presets: overrides of TrainConfig and GPTConfig fields, applied before --config and flags.
-PRESET_NOTES = {  # shown by --help and README: what a preset is for, and what it costs on which machine
-    "shakespeare-char": "the default: 0.8M parameters, 400 steps, 1-3 minutes on 2 CPU cores",
-    "shakespeare-gpt2": "GPT-2's 50k BPE: 7.2M parameters (mostly the embedding), hours on 2 CPU cores; meant for a GPU",
-    "shakespeare-bpe": "a trained 2048-token BPE, 6x6x384: 11.4M parameters, 8-10 h on 2 CPU cores; meant for a GPU",
-    "nanogpt-cpu": "nanoGPT's CPU recipe (tiny-shakespeare), for side-by-side comparison: a few minutes",
-    "fast-cpu": "nanoGPT's CPU quality in a fraction of its time: 2 layers, Muon, 350 steps, under a minute",
-    "quality-cpu": "a better model than nanoGPT's CPU recipe in its time: 4 layers, context 128, Muon, 300 steps",
-}
-PRESETS = {
-    # the default: a character-level model of Shakespeare's complete works in a minute or two on 2 CPU cores.
-    # Muon (bf16 Newton-Schulz where native) and the math attention path: in issue 18's measurements 400 steps
-    # reach a lower held-out loss (1.656 on the whole split) than the 800 AdamW steps of before (1.709), at ~0.8x
-    # the cost per step (the fused CPU kernel is the slower one at this size under bf16; README "Round two").
-    # Nothing a Hugging Face or llama.cpp export refuses (no qk_norm, GELU).
-    "shakespeare-char": dict(n_layer=4, n_head=4, n_embd=128, block_size=128, pos_emb="rope", dropout=0.0,
-                             attn_impl="math", optimizer="muon", muon_lr=0.02, learning_rate=3e-3, min_lr=3e-4,
-                             batch_size=32, max_iters=400, eval_interval=100, warmup_iters=10),
-    # GPT-2's BPE on the same corpus (50k vocabulary: slower per step, see README)
-    "shakespeare-gpt2": dict(tokenizer="gpt2", block_size=128, n_layer=4, n_head=4, n_embd=128, batch_size=16,
-                             learning_rate=1e-3, min_lr=1e-4),
-    # a trained 2048-token BPE: a small vocabulary suits a small model
-    "shakespeare-bpe": dict(tokenizer="bpe", bpe_vocab_size=2048, block_size=128),
-    # nanoGPT's CPU recipe (README of karpathy/nanoGPT), for side-by-side comparison on tiny-shakespeare
-    "nanogpt-cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, max_iters=2000,
-                        lr_decay_iters=2000, learning_rate=1e-3, min_lr=1e-4, dropout=0.0, pos_emb="learned",
-                        eval_interval=250, eval_iters=20, warmup_iters=100, beta2=0.99, weight_decay=0.1,
-                        bias=False, split="tail"),
-    # time to quality on tiny-shakespeare (issue 10): below nanogpt-cpu's val loss (1.886) in ~1/5 of its wall time.
-    # Half its depth, RoPE, QK-norm, ReLU^2 and Muon; 350 steps of 16 x 64 tokens (1/3.4 of its tokens), a cosine
-    # schedule to 10%. One evaluation, at the end: pass --eval_iters=1000000 for the whole split.
-    "fast-cpu": dict(n_layer=2, n_head=4, n_embd=128, block_size=64, pos_emb="rope", dropout=0.0, bias=False,
-                     attn_impl="math",  # 1.35x faster steps than the fused kernel here under bf16 (issue 18)
-                     qk_norm=True, mlp_act="relu2", optimizer="muon", muon_lr=0.02, learning_rate=3e-3, min_lr=3e-4,
-                     # 4 Newton-Schulz iterations, not 5: ~4% faster steps; val 1.8740 / 1.8581 / 1.8733 for seeds
-                     # 0 / 1 / 2 against 1.8723 / 1.8555 / 1.8554 with 5 (README "Round two")
-                     muon_ns_steps=4,
-                     batch_size=16, max_iters=350, warmup_iters=10, eval_interval=350, split="tail"),
-}
-# quality in nanoGPT's CPU time on tiny-shakespeare (issue 18): val 1.67 on the whole split (nanoGPT: 1.898) in less
-# wall time than its CPU recipe. fast-cpu's levers at the default model's size (4 x 128, context 128, 32 sequences:
-# 4,096 tokens per step, 5.3x nanoGPT's), 300 steps. One evaluation, at the end.
-PRESETS["quality-cpu"] = dict(PRESETS["fast-cpu"], n_layer=4, block_size=128, batch_size=32, max_iters=300,
-                              eval_interval=300)
+# Presets: files of overrides (configs/NAME.toml), applied before --config and flags
+PRESETS = {name: flags.load_toml(str(configs.path(name))) for name in configs.names()}
 
 
 CLASSES = (TrainConfig, GPTConfig, SpeedConfig)  # train.py's flags: what to train, the model, how it is computed
@@ -189,7 +148,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict]:
     Model
     fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is prepared.
     The attention direction follows the objective (--model); a --causal that contradicts it is refused."""
-    per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset="shakespeare-char")
+    per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     train_values = per_class[TrainConfig]
     if train_values.get("fsdp") and train_values.get("optimizer") == "muon" and "optimizer" not in explicit:
         # the preset's Muon orthogonalises whole matrices, which FSDP shards: AdamW at its own default rates
@@ -230,9 +189,9 @@ def saved_settings(saved: dict) -> dict:
 def help_text(argv) -> str:
     """train.py --help: every flag with the value this run would use (--preset=NAME --help shows that preset's)."""
     args = [a for a in argv if a not in ("--help", "-h")]
-    per_class, _ = parse_configs(args, CLASSES, PRESETS, default_preset="shakespeare-char")
+    per_class, _ = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
-    preset = next((a.split("=", 1)[1] for a in args if a.startswith("--preset=")), "shakespeare-char")
-    presets = "\n".join(f"  {name:18s} {PRESET_NOTES[name]}" for name in PRESETS)
+    preset = next((a.split("=", 1)[1] for a in args if a.startswith("--preset=")), configs.DEFAULT)
+    presets = "\n".join(f"  {name:18s} {configs.note(name)}" for name in PRESETS)
     return (flags.help_text(CLASSES, PRESETS, values, preset)
             + f"\n\npresets (--preset=NAME; what each costs):\n{presets}")

@@ -17,7 +17,6 @@ from tqdm import tqdm
 
 from common.device import autocast
 from common.errors import SetupError
-from insight.induction import training_row
 from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
 from training.evaluate import describe, evaluate, sample_text
@@ -119,21 +118,6 @@ def save(run, step: int, best: bool) -> None:
         copy_atomic(last, os.path.join(run.tc.out_dir, BEST))
 
 
-class Throughput:
-    """Tokens/s over the training steps since the last row: counted steps, training time only."""
-
-    def __init__(self, tokens_per_step: int):
-        self.tokens_per_step, self.steps, self.seconds = tokens_per_step, 0, 0.0
-
-    def add(self, seconds: float) -> None:
-        self.steps, self.seconds = self.steps + 1, self.seconds + seconds
-
-    def take(self) -> float:
-        rate = self.tokens_per_step * self.steps / max(self.seconds, 1e-9)
-        self.steps, self.seconds = 0, 0.0
-        return rate
-
-
 def open_log(run) -> MetricsLog | None:
     if not run.dist.master:
         return None
@@ -168,102 +152,150 @@ def announce(run) -> None:
               f"lr {lr:.2e} (warmup {tc.warmup_iters}, cosine to {tc.min_lr:.1e} at step {horizon})", flush=True)
 
 
-def log_extras(run, log, step: int) -> None:
-    """What wandb shows at an evaluation besides numbers: a sample, and attention maps of a fixed probe line."""
+def log_extras(run, log, step: int, images) -> None:
+    """What wandb shows at an evaluation besides numbers: a sample, and the images hooks draw (attention maps)."""
     if not (run.tc.wandb_log and run.everyone):
         return
     text = sample_text(run, run.tc.sample_tokens)
-    maps = None
-    if run.tc.wandb_attention_probe:  # under FSDP every process runs it
-        from insight.attention_figures import attention_image  # here: matplotlib is slow to import
-
-        maps = attention_image(run.model, run.tokenizer, run.tc.wandb_attention_probe)
+    drawn = [image(run.model, run.tokenizer) for image in images]  # under FSDP every process runs their forwards
     if log is not None:
         log.log_samples(step, [text])
-        if maps is not None:
-            log.log_image(step, "attention/maps", maps, caption=run.tc.wandb_attention_probe)
+        for key, picture, caption in drawn:
+            log.log_image(step, key, picture, caption=caption)
 
 
-def evaluate_and_save(run, row: dict, log, bar) -> None:
-    """At an evaluation: the validation loss into row, a checkpoint, wandb's extras, one line on the terminal."""
+def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:
+    """At an evaluation: the validation loss into row (and the columns hooks add), a checkpoint, wandb's extras, one
+    line on the terminal."""
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
     row.update(evaluate(run))
-    if run.tc.log_induction:  # the best head's induction score: insight/induction.py
-        row.update(training_row(run.model, run.tokenizer))
+    for column in columns:  # e.g. the best head's induction score (train.py: insight/induction.py)
+        row.update(column(run.model, run.tokenizer))
     best = row["val_loss"] < run.best_val
     run.best_val = min(run.best_val, row["val_loss"])
     save(run, row["step"], best)
-    log_extras(run, log, row["step"])
+    log_extras(run, log, row["step"], images)
     bar.set_description("")
     row["eval_s"] = round(time.perf_counter() - t_eval, 3)
     bar.write(f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
               f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
 
 
-def train(run) -> dict:
-    """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}."""
-    tc, d = run.tc, run.dist
+class Bookkeeping:
+    """What the loop counts beside training: tokens/s and MFU over the steps since the last row (their training time
+    only, so evaluation, checkpoints and samples are timed apart), skipped updates, when a timed checkpoint is due,
+    and the agreement of every process on stopping (a signal) and saving (the clock). A context: while it lasts,
+    Ctrl-C and SIGTERM ask for a graceful stop (training/stopping.py)."""
+
+    def __init__(self, run, bar):
+        self.run, self.bar = run, bar
+        self.peak = peak_matmul_flops(run.device, run.dtype) * run.dist.world_size  # MFU's denominator, measured once
+        self.flops_per_token = run.model.flops_per_token()
+        self.steps, self.seconds = 0, 0.0  # since the last row
+        self.train_s, self.skipped, self.t_start = 0.0, 0, time.time()
+        self.last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
+        self.stop = StopRequests()
+
+    def __enter__(self):
+        self.stop.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.stop.__exit__(*exc)
+
+    def step(self, step: int, lr: float) -> StepResult:
+        """One optimizer step (train_step), timed; a skipped update is counted and said."""
+        t0 = time.perf_counter()
+        result = train_step(self.run, step, lr)
+        seconds = time.perf_counter() - t0
+        self.steps, self.seconds, self.train_s = self.steps + 1, self.seconds + seconds, self.train_s + seconds
+        if not result.updated:
+            self.skipped += 1
+            why = "overflow (float16 scaler)" if self.run.scaler.is_enabled() else "not finite"
+            self.bar.write(f"step {step + 1}: gradient {why}, update skipped ({self.skipped} so far)")
+        return result
+
+    def agree(self) -> tuple[int | None, bool]:
+        """(the signal that stops every process after this step or None, whether every process saves now)."""
+        every = self.run.tc.checkpoint_every_s
+        timed = every > 0 and time.monotonic() - self.last_save >= every
+        return self.stop.agreed(self.run.dist, self.run.device, timed)
+
+    def saved(self) -> None:
+        self.last_save = time.monotonic()
+
+    def row(self, done: int, result: StepResult, lr: float) -> dict:
+        """The metrics row after `done` steps (the throughput counters start again)."""
+        run = self.run
+        tok_per_s = run.tokens_per_step * self.steps / max(self.seconds, 1e-9)
+        self.steps, self.seconds = 0, 0.0
+        self.peak = max(self.peak, self.flops_per_token * tok_per_s)  # the machine has shown this (training/mfu.py)
+        row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
+               "grad_norm": result.grad_norm, "tokens": done * run.tokens_per_step,
+               "elapsed_s": round(time.time() - self.t_start, 3), "train_s": round(self.train_s, 3),
+               "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(self.flops_per_token, tok_per_s, self.peak), 5),
+               "rss_mb": resident_mb(), "skipped_steps": self.skipped}
+        self.bar.set_postfix(loss=f"{row['train_loss']:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
+        return row
+
+
+def train(run, columns=(), images=()) -> dict:
+    """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}. columns:
+    functions (model, tokenizer) -> {metric: value} added at each evaluation; images: functions (model, tokenizer) ->
+    (wandb key, image, caption) logged to wandb at each evaluation."""
+    tc = run.tc
     log = open_log(run)
-    if d.master:
+    if run.dist.master:
         announce(run)
-    peak = peak_matmul_flops(run.device, run.dtype) * d.world_size  # MFU's denominator, measured once
-    flops_per_token = run.model.flops_per_token()
-    throughput, skipped, t_start, train_s = Throughput(run.tokens_per_step), 0, time.time(), 0.0
-    last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
     run.model.train()
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
-               dynamic_ncols=True, mininterval=1.0, disable=not d.master)
-    with StopRequests() as stop:
+               dynamic_ncols=True, mininterval=1.0, disable=not run.dist.master)
+    with Bookkeeping(run, bar) as book:
         for step in bar:
-            t0 = time.perf_counter()
             lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
-            result = train_step(run, step, lr)
-            seconds = time.perf_counter() - t0
-            throughput.add(seconds)
-            train_s += seconds
-            if not result.updated:
-                skipped += 1
-                why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
-                bar.write(f"step {step + 1}: gradient {why}, update skipped ({skipped} so far)")
+            result = book.step(step, lr)
             done = step + 1
-            timed = tc.checkpoint_every_s > 0 and time.monotonic() - last_save >= tc.checkpoint_every_s
-            signum, timed = stop.agreed(d, run.device, timed)  # every process stops (or saves) at the same step
+            signum, timed = book.agree()  # every process stops (or saves) at the same step
             is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
             if done % tc.log_interval == 0 or is_eval or signum:
-                tok_per_s = throughput.take()
-                peak = max(peak, flops_per_token * tok_per_s)  # the machine has shown at least this (training/mfu.py)
-                row = {"step": done, "train_loss": distributed.all_mean(result.loss, d).item(), "lr": lr,
-                       "grad_norm": result.grad_norm, "tokens": done * run.tokens_per_step,
-                       "elapsed_s": round(time.time() - t_start, 3), "train_s": round(train_s, 3),
-                       "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(flops_per_token, tok_per_s, peak), 5),
-                       "rss_mb": resident_mb(), "skipped_steps": skipped}
-                bar.set_postfix(loss=f"{row['train_loss']:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
+                row = book.row(done, result, lr)
                 if is_eval:
-                    evaluate_and_save(run, row, log, bar)
+                    evaluate_and_save(run, row, log, bar, columns, images)
                 if log is not None:
                     log.log(row)
             if (signum or timed) and not is_eval:  # an evaluation has just saved
                 save(run, done, best=False)
             if is_eval or signum or timed:
-                last_save = time.monotonic()
+                book.saved()
             if signum:
-                bar.close()
-                if log is not None:
-                    log.close()
-                if d.master:
-                    print(f"stopped after step {done}: checkpoint saved in {tc.out_dir}; continue with "
-                          f"python train.py --out_dir={tc.out_dir} --init_from=resume", file=sys.stderr, flush=True)
-                raise Stopped(128 + signum)
+                stop_here(run, log, bar, done, signum)
     bar.close()
+    return finish(run, log, book)
+
+
+def stop_here(run, log, bar, done: int, signum: int):
+    """After a graceful stop's checkpoint: say how to resume, and end with 128 + the signal's number."""
+    bar.close()
+    if log is not None:
+        log.close()
+    if run.dist.master:
+        print(f"stopped after step {done}: checkpoint saved in {run.tc.out_dir}; continue with "
+              f"python train.py --out_dir={run.tc.out_dir} --init_from=resume", file=sys.stderr, flush=True)
+    raise Stopped(128 + signum)
+
+
+def finish(run, log, book: Bookkeeping) -> dict:
+    """The end of a run: its summary line, the final sample, the log closed."""
+    tc = run.tc
     steps_run = max(0, tc.max_iters - run.start_step)
-    if d.master:
-        print(f"done: {steps_run} steps in {time.time() - t_start:.1f} s ({train_s:.1f} s training), best val loss "
-              f"{run.best_val:.4f}; checkpoints in {tc.out_dir}/")
+    if run.dist.master:
+        print(f"done: {steps_run} steps in {time.time() - book.t_start:.1f} s ({book.train_s:.1f} s training), best "
+              f"val loss {run.best_val:.4f}; checkpoints in {tc.out_dir}/")
     if tc.sample_tokens and run.everyone:
         text = sample_text(run, tc.sample_tokens)
-        if d.master:
+        if run.dist.master:
             print("---- sample ----\n" + text + "\n----------------")
     if log is not None:
         log.close()
-    return {"steps_run": steps_run, "train_s": train_s, "best_val_loss": run.best_val}
+    return {"steps_run": steps_run, "train_s": book.train_s, "best_val_loss": run.best_val}

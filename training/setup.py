@@ -196,6 +196,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
     else:
         check_out_dir(tc)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
     device = pick_device(device_name)
     if device.type == "cpu" and tc.reuse_freed_memory:
         malloc.keep_freed_memory()  # no page faults for each step's activations (common/malloc.py)
