@@ -1,4 +1,4 @@
-"""Every speed figure of issues 10 and 18 in one table, ours side by side with nanoGPT (and Hugging Face for sampling):
+"""Every speed target in one table, ours side by side with nanoGPT (and Hugging Face for sampling); docs/speed.md:
 
     python bench.py --target=all --against-nanogpt=/tmp/nanogpt --input=tinyshakespeare.txt --repeats=3
     python bench.py --quick                                   # tiny sizes: a smoke test of every row (~15 s)
@@ -34,7 +34,7 @@ from common.flags import config_from_argv  # noqa: E402
 
 TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "memory")
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
-QUALITY_LOSS = 1.70  # issue 18's goal for our best recipe given nanoGPT's CPU recipe's wall time
+QUALITY_LOSS = 1.70  # the goal for our best recipe given nanoGPT's CPU recipe's wall time
 QUICK = dict(  # tiny sizes: every code path, a few seconds, numbers meaningless
     shape=dict(n_layer=2, n_head=2, n_embd=32, block_size=32),
     ttq_flags=["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--max_iters=3",

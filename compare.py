@@ -5,7 +5,7 @@
     python compare.py --study=attention --ckpt_dir=out   # attention weight vs ablation effect (a minute)
     python compare.py --study=encoder --help         # a study's flags (the budget: --max_iters, sizes, ...)
 
---study=encoder (studies/encoder.py; README.md, "Decoder vs encoder"): the causal decoder, the bidirectional
+--study=encoder (studies/encoder.py; docs/encoder.md): the causal decoder, the bidirectional
 masked-LM encoder and the "cheater" (bidirectional, next-token), then cloze accuracy, perplexity vs
 pseudo-perplexity, samples, attention maps and throughput in one folder with report.md.
 --study=positions (studies/positions.py): loss against position up to 4x the trained context, per pos_emb.

@@ -1,5 +1,5 @@
 """Synthetic probe tasks: which positional encoding and which attention direction solve copy, induction,
-associative recall and Dyck-1, at the trained length and at 2x and 4x (README.md, "What attention learns").
+associative recall and Dyck-1, at the trained length and at 2x and 4x (docs/probes.md).
 
     python probe.py --out=probes                                   # the whole grid (~15 min on 2 CPU cores)
     python probe.py --tasks=copy --pos_embs=rope,alibi --steps=200 # a part of it

@@ -2,7 +2,7 @@
 
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=500 --temperature=0.8
 
-`--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost is in README).
+`--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost: docs/speed.md).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the
 same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
 seconds, once per run).

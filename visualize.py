@@ -10,8 +10,8 @@
 also logged to wandb as an HTML panel. --induction (insight/induction.py) draws each head's prefix-matching and
 copying scores. With either, the PNG grid is drawn only when --out is given too.
 
-The pictures are drawn by insight/attention_figures.py; what they show and do not explain: README.md,
-"Seeing attention".
+The pictures are drawn by insight/attention_figures.py; what they show and do not explain: docs/probes.md,
+"Attention maps".
 """
 import os
 import sys

@@ -1,5 +1,5 @@
-"""Three per-op costs of a training step on a CPU, forward + backward, old and new side by side (issue 18, round two,
-fifth to seventh parts):
+"""Three per-op costs of a training step on a CPU, forward + backward, the plain form and the faster one side by side
+(docs/speed.md has the figures):
 
 - causal scores: model/attention.py's math path forms scale * Q K^T + M (M = -inf above the diagonal) in one
   `baddbmm`; before, a matmul, then a multiply by 1/sqrt(D), then a masked_fill: two more passes over the T x T

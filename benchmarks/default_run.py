@@ -1,4 +1,4 @@
-"""The default run (issue 18, target 5): `python train.py` as it is now against the previous default (800 AdamW
+"""The default run: `python train.py` as it is now against the previous default (800 AdamW
 steps, the fused attention kernel), whole processes on one machine, alternated, each final checkpoint then scored on
 the whole held-out split (untimed); and what each lever of the new default costs per step, flipped alone.
 
@@ -21,7 +21,7 @@ import torch
 from .rounds import alternated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the shakespeare-char preset before issue 18 (training/config.py's git history), as flags over today's preset
+# the previous shakespeare-char preset (800 AdamW steps, the fused kernel; git history), as flags over today's
 PREVIOUS = ["--optimizer=adamw", "--attn_impl=sdpa", "--learning_rate=2e-3", "--min_lr=2e-4", "--max_iters=800",
             "--eval_interval=200", "--warmup_iters=50"]
 # one lever of today's default flipped back at a time (per-step cost only: the step count is not a per-step lever)

@@ -56,16 +56,13 @@ def exit_process(code: int) -> None:
     logging's, temporary folders') run and the standard streams flush, then os._exit. train.py and sample.py call it
     last, when every file is closed and every checkpoint renamed into place: the teardown has nothing left to do
     for them but free objects. Two reasons, both measured:
-    - Time. Once torch._dynamo is imported (a --compile=true run; every run, before training/optimizer.py and
-      the meta-device shape check), freeing its objects at exit takes 0.5-1.2 s: `import torch, torch._dynamo` and nothing else is
-      2.7-3.3 s as a whole process, 2.2 s when it ends with os._exit (2-core EPYC; torch alone: 1.35-1.6 s vs
-      1.0 s). fast-cpu's whole run is ~12 s.
+    - Time. Once torch._dynamo is imported (a --compile=true run), freeing its objects at exit takes up to about a
+      second, against fast-cpu's ~15 s whole run (docs/speed.md, "The process").
     - torchrun. DDP keeps references to the gloo process group that destroy_process_group does not drop (torch
       2.13), so its worker threads live until the process ends. A worker still releasing the tensors of the last
       collective after the main thread has begun finalizing must take the GIL, which no thread can during
       finalization: the process aborts (SIGABRT, "terminate called without an active exception") and torchrun
-      reports a finished run as failed. Seen 3 times in 10 rounds of the two torchrun stop/resume tests
-      (tests/test_stop_and_lock.py), none in 13 rounds after this exit."""
+      reports a finished run as failed (docs/reliability.md, "Under torchrun")."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

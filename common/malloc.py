@@ -4,12 +4,11 @@ torch's CPU tensors come from the C library's malloc. glibc's malloc maps each b
 (128 KB, raised towards the largest block freed so far, at most 32 MB) straight from the kernel and unmaps it when
 freed, and hands the top of its heap back once more than twice that threshold lies free there. A training step
 frees its activations and allocates them again at once, so every step's tensors land on freshly mapped pages,
-which the kernel zero-fills at the first write, one page fault per 4 KB: ~1,250 faults per step at fast-cpu's size,
-560-630k in its whole run, 1.5-1.8 s of system time. With both thresholds raised the freed blocks stay in the
-process for the next step's tensors of the same sizes: no faults after the first steps (README "Round two, fourth
-part": the fast-cpu run 11.1 -> 9.7 s, medians of 6 alternated pairs). jemalloc or tcmalloc, preloaded, do the same
-(PyTorch's CPU tuning guide); this needs nothing installed. Peak memory does not change; memory freed after the
-peak goes back to the system at exit rather than at once.
+which the kernel zero-fills at the first write, one page fault per 4 KB: over a thousand per step at fast-cpu's
+size, seconds of system time per run (docs/speed.md, "The process", has the counts). With both thresholds raised the
+freed blocks stay in the process for the next step's tensors of the same sizes: no faults after the first steps.
+jemalloc or tcmalloc, preloaded, do the same (PyTorch's CPU tuning guide); this needs nothing installed. Peak memory
+does not change; memory freed after the peak goes back to the system at exit rather than at once.
 """
 import ctypes
 import ctypes.util

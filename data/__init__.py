@@ -1,4 +1,4 @@
-"""Corpus download, tokenizers, prepared .bin files and batch loaders for the trainer (see data/README.md).
+"""Corpus download, tokenizers, prepared .bin files and batch loaders for the trainer (see docs/data.md).
 
     from data.prepare import prepare          # download/tokenize once -> a prepared folder
     from data import DataError, load_tokenizer, read_meta, TrainBatches, val_batches

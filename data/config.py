@@ -21,7 +21,7 @@ def _choice(name: str, value, choices) -> None:
 
 @dataclass
 class PrepareConfig:
-    # data (data/README.md)
+    # data (docs/data.md)
     dataset: str = "shakespeare"  # the built-in corpus; ignored when --input is given
     input: str | None = None  # your own text: a .txt file, a folder of .txt files (recursively), .jsonl /
     #                           .jsonl.gz, .parquet, or a folder of .jsonl(.gz) / .parquet files

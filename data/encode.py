@@ -4,7 +4,7 @@ Workers are processes (fork where available), each holding its own tokenizer; ba
 characters go out in order and come back in order, and at most 2 batches per worker are in flight, so memory does
 not grow with the corpus. Each text is encoded on its own, so the tokens do not depend on the batching or on the
 number of workers: 1 worker and N workers write the same bytes. Measured in benchmarks/prepare.py: processes beat
-tiktoken's threaded `encode_ordinary_batch` on the same texts (see data/README.md for the figures).
+tiktoken's threaded `encode_ordinary_batch` on the same texts (see docs/data.md for the figures).
 """
 import multiprocessing as mp
 from collections import deque

@@ -2,7 +2,7 @@
 
 Flags are PrepareConfig's fields (data/config.py; `--help` lists them): --input=PATH (.txt, folder, .jsonl,
 .jsonl.gz, .parquet), --split, --tokenizer, --bpe_vocab_size, --workers, --shard_tokens, --val_tokens, ...
-See data/README.md for the formats.
+See docs/data.md for the formats.
 
 A folder is prepared once: meta.json (the manifest) holds a fingerprint of everything that decides its contents,
 and a second run with the same fingerprint returns at once without reading the input (a large input is named by

@@ -1,4 +1,4 @@
-"""A split's tokens as one flat sequence over its shard files: `train.bin`, `train_00001.bin`, ... (see data/README.md).
+"""A split's tokens as one flat sequence over its shard files: `train.bin`, `train_00001.bin`, ... (see docs/data.md).
 
 meta.json (the manifest) lists each split's shards with their token counts: `shards: {"train": [{"file": ...,
 "tokens": ...}, ...]}`. Opening a split reads the manifest and stats the files (no token is read, so a 10 GB corpus

@@ -6,7 +6,7 @@ are lower triangles (nothing attends to the future); an encoder's (train.py --mo
 The weights come from the math path (insight/attention_maps.py), whatever backend the model runs with: the
 paths compute the same function, and only the math path materialises the weights.
 
-What the maps do and do not explain: README.md, "Seeing attention". The command is visualize.py.
+What the maps do and do not explain: docs/probes.md, "Attention maps". The command is visualize.py.
 """
 import matplotlib
 

@@ -16,7 +16,7 @@ class ProbeModel:
     learning_rate: float = 3e-3  # AdamW, warmup over the first 5% of steps, then cosine to 0
     weight_decay: float = 0.0
     mixed: bool = False  # train on every size from n/2 to n, one drawn per batch (probe_tasks.train_sizes): the
-    #                      answer's offset moves, so position alone cannot find it (README, "Probe tasks")
+    #                      answer's offset moves, so position alone cannot find it (docs/probes.md, "Probe tasks")
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "batch_size"):

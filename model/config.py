@@ -33,7 +33,8 @@ class GPTConfig:
     causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
     window: int | None = None  # sliding-window attention: each query sees at most `window` keys
     # The defaults are the architecture every earlier checkpoint has, so old checkpoints (which lack these keys) load
-    # unchanged. What each one does to the loss and the step time: docs/speed.md.
+    # unchanged.
+    # recipe levers (what each does to the loss and the step time: docs/speed.md)
     qk_norm: bool = False  # RMS-normalise each head's q and k (no gain) before RoPE and the scores: with the dot
     #                        score, |q.k| / sqrt(D) <= sqrt(D), so high learning rates cannot blow the softmax up
     mlp_act: str = "gelu"  # one of MLP_ACTS: 'gelu' (GPT-2's tanh GELU), 'gelu_exact' (the erf GELU of BERT,

@@ -1,5 +1,5 @@
 """How far an attention map explains a prediction: attention weight vs the effect of ablating the key, per head,
-on a probe task and on Shakespeare (insight/ablation.py has the method; README.md, "Attention maps and their limits").
+on a probe task and on Shakespeare (insight/ablation.py has the method; docs/probes.md).
 
     python compare.py --study=attention --ckpt_dir=out          # out: a trained Shakespeare run (train.py)
 

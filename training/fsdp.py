@@ -11,7 +11,7 @@ state dict (on the CPU) and rank 0 writes it. The optimizer state is keyed by pa
 position, which is what `torch.distributed.checkpoint.state_dict` produces and consumes.
 """
 # torch.distributed.checkpoint and .fsdp are imported inside the functions: importing them takes ~1-2 s, which
-# every train.py start paid although only --fsdp=true runs use them (measured on the 2-core CPU, issue 10).
+# every train.py start paid although only --fsdp=true runs use them (docs/speed.md, "The process").
 
 
 def _full_options():

@@ -17,9 +17,8 @@ import torch
 MATMUL_N = {"cuda": 4096, "mps": 2048}  # big enough to reach the plateau; the CPU default below is cheaper
 CPU_N = 1024  # ~0.1 s per matmul on a 2-core laptop CPU; larger sizes gain little
 # time budget of the measurement after warm-up. Training's MFU column takes the short one: it is paid at the start of
-# every run (fast-cpu's whole run is ~13 s), and the best of ~10 repetitions read within the noise of the best of ~50
-# (0.05 s: 158-169 GFLOP/s float32, 389-429 bf16; 0.25 s: 153-176 and 399-429, three of each, alternated, on the
-# 2-core EPYC). bench.py reports the peak itself and measures longer.
+# every run (fast-cpu's whole run is ~15 s), and the best of ~10 repetitions read within the noise of the best of ~50
+# (docs/speed.md, "The process"). bench.py reports the peak itself and measures longer.
 MEASURE_S = 0.05
 
 

@@ -86,7 +86,7 @@ class Muon(Optimizer):
                 g = p.grad.add(buf, alpha=mu) if group["nesterov"] else buf  # look one momentum step ahead
                 g = g if g.size(0) <= g.size(1) else g.T  # U V^T of G^T is (U V^T)^T: a (512, 128) joins (128, 512)s
                 stacks.setdefault(tuple(g.shape), []).append((p, g))
-            for items in stacks.values():  # at 4L/128: 3 stacks instead of 16 matrices (README: 9.3 -> 6.1 ms at 2L)
+            for items in stacks.values():  # at 4L/128: 3 stacks instead of 16 matrices (docs/speed.md)
                 updates = orthogonalize(torch.stack([g for _, g in items]), group["ns_steps"], dtype=self.ns_dtype)
                 for (p, _), update in zip(items, updates):  # update: (small, large)
                     update = update if p.size(0) <= p.size(1) else update.T  # (m, n), as p

@@ -3,8 +3,8 @@ schedulers, step hooks and closures work with it) whose parameter groups, zero_g
 in torch.optim's format, so a checkpoint written by either loads into the other.
 
 Why not torch.optim.Optimizer's own methods: add_param_group, state_dict, load_state_dict and zero_grad (and AdamW's
-step) are wrapped for torch.compile, and the wrapper imports torch._dynamo on first use: 1.0-1.2 s of start-up on a
-2-core CPU, ~8% of the fast-cpu preset's whole run (README "Round two, fourth part"). Nothing this project compiles
+step) are wrapped for torch.compile, and the wrapper imports torch._dynamo on first use: about a second of every
+run's start-up (docs/speed.md, "The process"). Nothing this project compiles
 is an optimizer step. Overriding those four keeps the import away (tests/test_startup.py); the state-dict hooks
 run as in torch, and the rest is torch's: step pre/post hooks, torch.optim.lr_scheduler, and step(closure), which
 calls the closure with gradients enabled and returns its loss (tests/test_optimizers.py checks each against
