@@ -95,6 +95,11 @@ def run_code(code: str, *args, timeout=300):
 
 
 metrics = read_metrics  # tests/ call it by this name
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def is_png(path) -> bool:
+    return path.is_file() and path.stat().st_size > 1000 and path.read_bytes()[:8] == PNG_MAGIC
 
 
 def workers_said(stderr: str, chars: int = 3000) -> str:

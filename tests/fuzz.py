@@ -1,4 +1,4 @@
-"""A seeded fuzzer for every kind of file a user can hand us (issue 17): each case mutates a valid file, hands it
+"""A seeded fuzzer for every kind of file a user can hand us: each case mutates a valid file, hands it
 to the real command that reads it (in this process, through common/cli.run, as the console scripts do) and
 classifies what happened.
 
@@ -10,8 +10,8 @@ Mutations are seeded and replayable: case i of a format uses random.Random(f"{se
 flipped, overwritten with edge values, cut, dropped, repeated or inserted; structured formats (JSON, TOML, the
 checkpoint's dict) also get values of the wrong type or size put into a random field, or a field deleted.
 
-    python -m pytest tests/test_fuzz.py                       # a few seconds: FUZZ_CASES cases per format
-    FUZZ_CASES=2000 FUZZ_SEED=7 python -m pytest tests/test_fuzz.py -x -q -s     # the long mode
+    python -m pytest tests/e2e/test_fuzz.py                       # a few seconds: FUZZ_CASES cases per format
+    FUZZ_CASES=2000 FUZZ_SEED=7 python -m pytest tests/e2e/test_fuzz.py -x -q -s     # the long mode
 """
 import contextlib
 import io

@@ -1,0 +1,68 @@
+"""Attention maps and the temperature table from a checkpoint train.py wrote (a tiny decoder, and its weights as an
+encoder), through sample.py and visualize.py."""
+import pytest
+import torch
+
+from conftest import is_png, run_script, tiny_args
+
+
+@pytest.fixture(scope="module")
+def checkpoints(corpus, tmp_path_factory):
+    """A tiny decoder trained by train.py, and the same weights as a bidirectional encoder (same shapes)."""
+    root = tmp_path_factory.mktemp("vis")
+    r = run_script("train.py", tiny_args(corpus, root / "dec", "--max_iters=4", "--eval_interval=4"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    ckpt = torch.load(root / "dec" / "ckpt_best.pt", weights_only=True)
+    ckpt["model_config"]["causal"] = False
+    (root / "enc").mkdir()
+    torch.save(ckpt, root / "enc" / "ckpt_best.pt")
+    return root / "dec", root / "enc"
+
+
+def load(out_dir):
+    from inference.checkpoint import load_for_inference, path_in as find_checkpoint
+
+    return load_for_inference(find_checkpoint(str(out_dir), "best"), torch.device("cpu"))[:2]
+
+
+def test_heatmap_data_decoder_lower_triangular_encoder_full(checkpoints):
+    from insight.attention_figures import attention_data, encode_probe
+
+    for out_dir, causal in zip(checkpoints, (True, False)):
+        model, tokenizer = load(out_dir)
+        idx = encode_probe(model, tokenizer, "ROMEO:\nLove night", cut=True)  # 17 tokens: the last 16 kept
+        data = attention_data(model, idx)  # (n_layer, H + 1, T, T), the last 'head' is the mean
+        assert data.shape == (2, 3, 16, 16)
+        torch.testing.assert_close(data.sum(-1), torch.ones(2, 3, 16))
+        above = data[..., torch.ones(16, 16, dtype=torch.bool).triu(diagonal=1)]  # entries above the diagonal
+        assert (above == 0).all() if causal else (above > 0).all()  # exactly zero, or a sees-the-future encoder
+        torch.testing.assert_close(data[:, -1], data[:, :-1].mean(1))
+
+
+def test_sample_py_writes_attention_png(checkpoints, tmp_path):
+    out = tmp_path / "maps.png"
+    r = run_script("sample.py", [f"--out_dir={checkpoints[0]}", "--start=ROMEO:", f"--attention={out}"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert is_png(out)
+
+
+def test_visualize_py_draws_an_encoder(checkpoints, tmp_path):
+    import visualize
+
+    out = tmp_path / "enc.png"
+    visualize.main([f"--out_dir={checkpoints[1]}", "--text=Sweet moon", f"--out={out}"])
+    assert is_png(out)
+
+
+def test_temperature_table(checkpoints, capsys):
+    import sample
+
+    sample.main([f"--out_dir={checkpoints[0]}", "--start=ROMEO:", "--temperatures=0,0.5,1,2", "--top_tokens=3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[-4:] == ["T=0", "T=0.5", "T=1", "T=2"]
+    top = [float(x) for x in lines[1].split()[-4:]]  # the most likely token at each temperature
+    assert top[0] == 1.0 and top[1] > top[2] > top[3] > 0  # greedy, then flatter as the temperature rises
+    entropy = [float(x) for x in lines[-1].split()[-4:]]
+    assert entropy[0] == 0.0 and entropy[1] < entropy[2] < entropy[3]
+    with pytest.raises(ValueError, match="temperatures=hot"):
+        sample.main([f"--out_dir={checkpoints[0]}", "--temperatures=hot"])

@@ -1,0 +1,53 @@
+"""How a command ends, seen from a fresh process: a user's mistake is one line and exit 2, a bug keeps its traceback,
+output piped into head ends quietly, and cli.exit_process keeps output and atexit handlers."""
+import subprocess
+import sys
+
+from conftest import ROOT, run_code
+
+
+def run_main(body: str) -> subprocess.CompletedProcess:
+    """A command whose main() runs `body`, ended through cli.run in a fresh process."""
+    code = f"import sys\nfrom common import cli, errors\ndef main(argv):\n    {body}\nsys.exit(cli.run(main, []))"
+    return run_code(code, timeout=60)
+
+
+def test_a_user_error_is_one_line_and_exit_2():
+    r = run_main("raise errors.SetupError('--device=tpu is not a torch device;\\n use cpu')")
+    assert r.returncode == 2
+    assert r.stderr == "error: --device=tpu is not a torch device; use cpu\n"
+
+
+def test_a_bug_is_not_dressed_up_as_a_user_error():
+    r = run_main("import numpy as np; np.zeros(3).reshape(2, 2)")  # a ValueError from numpy: our bug, not theirs
+    assert r.returncode == 1
+    assert "Traceback" in r.stderr and "ValueError" in r.stderr and "error: " not in r.stderr.splitlines()[-1][:7]
+
+
+def test_help_piped_into_head_ends_quietly():
+    r = subprocess.run(f"{sys.executable} train.py --help | head -1", shell=True, capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
+
+
+def test_exit_process_keeps_output_atexit_handlers_and_the_code_but_skips_the_teardown():
+    """cli.exit_process, what train.py and sample.py call last: the atexit handlers run and buffered output reaches
+    the pipe (nothing a run prints is lost), then the process ends with the run's code before Python's teardown
+    (which costs ~1 s once torch._dynamo is imported, and under torchrun can abort: the docstring there)."""
+    code = """
+import atexit, sys
+from common import cli
+
+class Teardown:
+    def __del__(self):
+        print("teardown", flush=True)
+
+keep = Teardown()
+atexit.register(print, "atexit")
+print("buffered", end=" ")
+cli.exit_process(3)
+sys.exit(5)
+"""
+    r = run_code(code, timeout=120)
+    assert r.stdout.split() == ["buffered", "atexit"], r.stderr  # no "teardown": __del__ at finalization skipped
+    assert r.returncode == 3

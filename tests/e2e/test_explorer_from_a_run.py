@@ -1,0 +1,104 @@
+"""The attention explorer and the induction scores from a run train.py wrote: the logged induction column, the page
+visualize.py writes, its heatmap and curve, and its wandb panel."""
+import re
+
+import pytest
+import torch
+
+from conftest import metrics, tiny_args
+from insight.attention_maps import attention_maps
+from pages import QUANTISATION_ERROR, page_parts
+
+
+@pytest.fixture(scope="module")
+def decoder_run(corpus, tmp_path_factory):
+    """A tiny decoder trained by train.py, evaluated twice (induction score logged at steps 2 and 4)."""
+    import train
+
+    out = tmp_path_factory.mktemp("explorer") / "dec"
+    train.main(tiny_args(corpus, out, "--max_iters=4", "--eval_interval=2"))  # in this process: no second start-up
+    return out
+
+
+def load(out_dir):
+    from inference.checkpoint import load_for_inference, path_in
+
+    return load_for_inference(path_in(str(out_dir), "best"), torch.device("cpu"))[:2]
+
+
+def test_training_logs_the_best_heads_induction_score(decoder_run):
+    rows = metrics(decoder_run)
+    evals = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    for r in evals:
+        assert 0.0 <= r["induction_score"] <= 1.0 and re.fullmatch(r"[01]\.[01]", r["induction_head"])
+    assert not any("induction_score" in r for r in rows if "val_loss" not in r)
+
+
+def test_page_weights_decode_to_the_models_maps(decoder_run, tmp_path):
+    import visualize
+    from insight.explorer_html import dequantise
+
+    text = "ROMEO:\nLove night"
+    out = tmp_path / "a.html"
+    visualize.main([f"--out_dir={decoder_run}", f"--text={text[-16:]}", f"--html={out}"])
+    page = out.read_text()
+    assert not re.search(r"(src|href)\s*=|https?://|@import|fetch\(", page)  # nothing to fetch: works offline
+    meta, blob = page_parts(page)
+    model, tokenizer = load(decoder_run)
+    ids = tokenizer.encode(text[-16:])
+    T = len(ids)
+    assert len(meta["tokens"]) == T and meta["causal"] and len(blob) == 2 * 2 * 2 * T * (T + 1) // 2
+    # an independent decoder of the stored rows: for each layer and head, row t has t + 1 little-endian uint16s
+    values = [int.from_bytes(blob[i:i + 2], "little") / 65535 for i in range(0, len(blob), 2)]
+    maps = attention_maps(model, torch.tensor([ids]))[:, 0]  # (L, H, T, T)
+    k = 0
+    for layer in range(2):
+        for head in range(2):
+            for t in range(T):
+                row = torch.tensor(values[k:k + t + 1])
+                k += t + 1
+                torch.testing.assert_close(row, maps[layer, head, t, :t + 1], atol=QUANTISATION_ERROR, rtol=0)
+    torch.testing.assert_close(dequantise(blob, 2, 2, T, True), maps, atol=QUANTISATION_ERROR, rtol=0)
+    assert not (tmp_path / "attention.png").exists()  # --html alone draws no PNG grid
+
+
+def test_visualize_draws_the_induction_heatmap_and_curve(decoder_run, tmp_path):
+    import visualize
+
+    out, curve = tmp_path / "ind.png", tmp_path / "curve.png"
+    visualize.main([f"--out_dir={decoder_run}", f"--induction={out}", f"--induction_curve={curve}"])
+    for png in (out, curve):
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 1000
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match="no metrics.jsonl"):
+        visualize.main([f"--out_dir={tmp_path}", f"--induction_curve={curve}"])
+
+
+def test_wandb_gets_the_page_as_an_html_panel(decoder_run, tmp_path, monkeypatch):
+    """A stand-in wandb module records what visualize.py logs (the real one is tested in tests/e2e/test_wandb.py)."""
+    import sys
+    import types
+
+    import visualize
+
+    logged = {}
+
+    class Run:
+        dir = str(tmp_path / "wandb" / "run" / "files")
+
+        def log(self, row):
+            logged.update(row)
+
+        def finish(self):
+            logged["finished"] = True
+
+    fake = types.SimpleNamespace(init=lambda **kw: logged.update(init=kw) or Run(),
+                                 Html=lambda page, inject=True: ("html", page, inject))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    out = tmp_path / "a.html"
+    visualize.main([f"--out_dir={decoder_run}", "--text=Love night", f"--html={out}", "--wandb_log=true"])
+    kind, page, inject = logged["attention/explorer"]
+    assert kind == "html" and page == out.read_text() and not inject and logged["finished"]
+    assert logged["init"]["job_type"] == "visualize"

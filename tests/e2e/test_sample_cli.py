@@ -1,0 +1,93 @@
+"""sample.py end to end on a tiny run: a draft model, int8 weights, the compiled step (marked slow), and the flags
+that need the KV cache."""
+import pytest
+import torch
+
+import sample
+import train
+from common import cli
+from conftest import tiny_args
+
+
+def test_sample_py_with_a_draft_prints_the_models_greedy_text(corpus, tmp_path, capsys):
+    """Two checkpoints trained on the same data: sample.py --draft gives the plain greedy text and says how many
+    guesses it kept; a draft over other tokens and impossible combinations are one-line errors."""
+    big, small, other = tmp_path / "big", tmp_path / "small", tmp_path / "other"
+    assert train.cli.run(train.main, tiny_args(corpus, big, "--max_iters=30", "--eval_interval=30")) == 0
+    # a draft trained 3 steps: it guesses other tokens than the model (which after 30 steps writes newlines)
+    assert train.cli.run(train.main, tiny_args(corpus, small, "--max_iters=3", "--eval_interval=3",
+                                               "--n_layer=1", "--n_embd=16")) == 0
+    common = [f"--out_dir={big}", "--start=ROMEO:", "--max_new_tokens=60", "--temperature=0"]
+    capsys.readouterr()
+    assert sample.cli.run(sample.main, common) == 0
+    plain = capsys.readouterr().out
+    assert sample.cli.run(sample.main, common + [f"--draft={small}", "--draft_tokens=3"]) == 0
+    out = capsys.readouterr()
+    assert out.out == plain and "guesses kept" in out.err
+    # --ckpt=FILE names the model's checkpoint; the draft's folder still gives the draft's best
+    assert sample.cli.run(sample.main, common + [f"--ckpt={big / 'ckpt_best.pt'}", f"--draft={small}",
+                                                 "--draft_tokens=3"]) == 0
+    by_file = capsys.readouterr()
+    kept = [line for line in out.err.splitlines() if "guesses kept" in line]
+    assert len(kept) == 1 and "(100%)" not in kept[0], kept  # the draft was wrong at times, the text still the model's
+    assert by_file.out == plain and kept == [line for line in by_file.err.splitlines() if "guesses kept" in line]
+    from benchmarks import speculative  # the benchmark's table on the same two checkpoints
+    speculative.main([f"--model={big}", f"--draft={small}", "--tokens=40", "--guesses=1,3", "--repeats=1",
+                      "--quantize=int8", "--compile=false"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if "ms/token" in line]
+    assert len(rows) == 3 and all(line.endswith("same text") for line in rows), rows
+    shouting = tmp_path / "shouting.txt"  # another character set, so another char tokenizer
+    shouting.write_text(corpus.read_text().upper())
+    assert train.cli.run(train.main, tiny_args(shouting, other, "--max_iters=2", "--eval_interval=2")) == 0
+    for extra, message in [([f"--draft={other}"], "not a decoder over this model's tokens"),
+                           ([f"--draft={small}", "--compile=true"], "drop --compile=true"),
+                           ([f"--draft={tmp_path / 'none'}"], "no checkpoint")]:
+        assert sample.cli.run(sample.main, common + extra) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_sample_py_quantize_int8_end_to_end(corpus, tmp_path, capsys):
+    import sample
+    import train
+    from conftest import tiny_args
+
+    run = tmp_path / "run"
+    # width 36 (not a multiple of the CPU kernel's 16-wide blocks): sampling printed the prompt, then crashed
+    assert train.cli.run(train.main, tiny_args(corpus, run, "--max_iters=2", "--eval_interval=2",
+                                               "--lr_decay_iters=2", "--n_embd=36")) == 0
+    args = [f"--out_dir={run}", "--ckpt=last", "--max_new_tokens=5", "--device=cpu", "--start=ROMEO",
+            "--temperature=0"]
+    capsys.readouterr()
+    sample.main(args + ["--quantize=int8"])
+    out = capsys.readouterr().out
+    assert "ROMEO" in out and "sample 1" in out
+    assert cli.run(sample.main, args + ["--quantize=int4"]) == 2
+    assert "quantize=int4" in capsys.readouterr().err
+
+
+def test_sample_py_compile_needs_the_cache(tmp_path, capsys):
+    import sample
+
+    assert cli.run(sample.main, [f"--out_dir={tmp_path}", "--compile=true", "--kv_cache=false"]) == 2
+    assert "--kv_cache=true" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # compiles the step of a tiny model (~10-20 s)
+def test_sample_py_compile_prints_the_same_text(corpus, tmp_path, capsys):
+    import sample
+    import train
+    from conftest import tiny_args
+
+    torch._dynamo.reset()
+    run = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, run, "--max_iters=20", "--eval_interval=20",
+                                               "--learning_rate=3e-3")) == 0
+    args = [f"--out_dir={run}", "--ckpt=last", "--max_new_tokens=40", "--device=cpu", "--start=ROMEO:",
+            "--num_samples=2", "--seed=5"]  # 40 tokens past a context of 16: the window slides
+    text = {}
+    for flag in ("false", "true"):
+        capsys.readouterr()
+        sample.main(args + [f"--compile={flag}"])
+        text[flag], err = capsys.readouterr()
+        assert ("compiled step" in err) == (flag == "true")
+    assert text["true"] == text["false"] and text["true"].count("ROMEO:") == 2

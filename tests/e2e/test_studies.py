@@ -1,0 +1,62 @@
+"""The studies end to end on tiny budgets: compare.py's attention and positional studies and probe.py write their
+tables, results and figures."""
+import json
+import math
+
+from conftest import is_png, tiny_args
+
+
+def test_attention_study_writes_table_and_picture(corpus, tmp_path):
+    import compare
+    import train
+
+    run = tmp_path / "run"
+    train.main(tiny_args(corpus, run, "--max_iters=2", "--eval_interval=2"))
+    out = tmp_path / "limits"
+    compare.main(["--study=attention", f"--ckpt_dir={run}", f"--out={out}", "--windows=1", "--query_every=8",
+                  "--probe_steps=5", "--probe_sequences=1", "--probe_task=recall", "--probe_n=2"])
+    table = (out / "table.md").read_text()
+    assert table.count("| probe: recall") == 2 and table.count("| Shakespeare") == 2  # a row per layer
+    heads = json.loads((out / "results.json").read_text())["heads"]
+    sizes = {name.split(":")[0]: set(h) for name, h in heads.items()}
+    assert sizes == {"probe": {f"{layer}.{head}" for layer in range(2) for head in range(4)},  # ProbeModel: 2 x 4
+                     "Shakespeare": {"0.0", "0.1", "1.0", "1.1"}}  # the tiny run: 2 layers x 2 heads
+    assert all(-1 <= v["rho"] <= 1 and 0 <= v["top1"] <= 1 for h in heads.values() for v in h.values())
+    assert (out / "agreement.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_positional_study_end_to_end(corpus, tmp_path):
+    import compare
+
+    out = tmp_path / "study"
+    compare.main(["--study=positions", f"--out={out}", f"--input={corpus}", "--split=tail", f"--data_root={tmp_path / 'data'}",
+                  "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=8", "--batch_size=4", "--max_iters=2",
+                  "--warmup_iters=1", "--eval_iters=1", "--eval_windows=3"])
+    results = json.loads((out / "results.json").read_text())["results"]
+    assert set(results) == {f"pos-{p}" for p in ("rope", "sinusoidal", "learned", "alibi", "none")} | {
+        "score-dot", "score-additive", "score-bilinear"}
+    assert results["pos-learned"]["loss"]["2T"] is None and len(results["pos-learned"]["curve"]) == 8
+    assert results["pos-learned"]["sample"] is None
+    for name in ("pos-rope", "pos-alibi", "score-additive"):
+        assert all(math.isfinite(v) for v in results[name]["loss"].values()) and len(results[name]["curve"]) == 32
+    assert len(results["pos-rope"]["sample"]) == len("ROMEO:") + 32  # 4T characters from one 4T-long KV cache
+    assert "| learned | " in (out / "table.md").read_text() and is_png(out / "positions.png")
+
+
+def test_probe_py_writes_table_results_and_figure(tmp_path):
+    import probe
+
+    out = tmp_path / "p"
+    probe.main([f"--out={out}", "--tasks=recall,induction", "--pos_embs=learned,alibi", "--steps=50",
+                "--n_embd=16", "--n_head=2", "--eval_batches=1", "--recall_n=2", "--induction_n=3"])
+    results = json.loads((out / "results.json").read_text())["results"]
+    cells = {(r["task"], r["model"], r["pos_emb"]) for r in results}
+    assert cells == {("recall", m, p) for m in ("decoder", "encoder") for p in ("learned", "alibi")} | {
+        ("induction", "decoder", p) for p in ("learned", "alibi")}  # no encoder form of induction
+    learned = next(r for r in results if r["pos_emb"] == "learned")
+    assert learned["acc"]["2x"] is None and learned["acc"]["1x"] is not None
+    assert "| recall | encoder | alibi | 2 |" in (out / "table.md").read_text()
+    assert (out / "probes.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the induction cells' training curves
+    induction = [r for r in results if r["task"] == "induction"]
+    assert all(r["curve"] and all("prefix" in row for row in r["curve"]) for r in induction)

@@ -1,0 +1,51 @@
+"""Only a user's mistake ends as one line and exit 2; a bug keeps its traceback."""
+import sys
+
+import pytest
+
+from common import cli, errors
+
+
+def test_a_mistake_only_one_torchrun_rank_meets_is_still_said_after_the_wait(monkeypatch, capsys):
+    """Rank 1 waits for rank 0 to report (torchrun would stop it then); still alive, it says the mistake itself.
+    A Ctrl-C during the wait is an interruption like any other. Outside torchrun, no wait and no prefix."""
+    def main(argv):
+        raise errors.DataError("shard 3 is missing")
+    monkeypatch.setenv("RANK", "1")
+    assert cli.run(main, []) == 2  # RANK alone (not a torchrun worker): said at once
+    assert capsys.readouterr().err == "error: shard 3 is missing\n"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setattr(cli, "RANK0_GRACE_S", 0.05)
+    assert cli.run(main, []) == 2
+    assert capsys.readouterr().err == "error: (rank 1) shard 3 is missing\n"
+
+    def ctrl_c(seconds):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli.time, "sleep", ctrl_c)
+    assert cli.run(main, []) == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+@pytest.mark.parametrize("cls", [errors.FlagError, errors.ConfigError, errors.SetupError, errors.CheckpointError,
+                                 errors.DataError])
+def test_every_error_class_is_a_user_error(cls):
+    assert issubclass(cls, errors.UserError) and cls is not errors.UserError
+    assert cli.run(lambda argv: (_ for _ in ()).throw(cls("x")), []) == 2
+
+
+def test_config_validation_is_a_user_error():
+    from model import GPTConfig
+    with pytest.raises(errors.UserError, match="not divisible by n_head"):
+        GPTConfig(n_embd=130, n_head=4)
+
+
+def test_train_and_sample_end_through_exit_process(monkeypatch):
+    """Both entry points hand their exit code to cli.exit_process (a graceful stop's code included)."""
+    import sample
+    import train
+    seen = []
+    monkeypatch.setattr(cli, "exit_process", seen.append)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--n_layers=2"])  # a misspelt flag: exit 2
+    train.entry()
+    monkeypatch.setattr(sys, "argv", ["sample.py", "--no_such_flag=1"])
+    sample.entry()
+    assert seen == [2, 2]

@@ -1,0 +1,97 @@
+"""The fixed-shape decode step (inference/decode_step.py): eager and compiled, it gives the eager loop's tokens."""
+import pytest
+import torch
+
+from conftest import POS_EMBS, tiny_model
+from inference.decode_step import StaticDecoder
+from inference.quantize import quantize
+from inference.generate import generate
+
+STATIC_POS_EMBS = [p for p in POS_EMBS if p != "alibi"]
+
+
+def generate_both(model, prompt, n, decoder, **kw):
+    """(the default cached loop's output, the decoder's), each from a generator seeded alike."""
+    out = []
+    for d in (None, decoder):
+        out.append(generate(model, prompt, n, decoder=d, generator=torch.Generator().manual_seed(7), **kw))
+    return out
+
+
+@pytest.mark.parametrize("pos_emb", STATIC_POS_EMBS)
+@pytest.mark.parametrize("overrides", [{}, {"window": 5}, {"qk_norm": True}])
+def test_static_steps_give_the_cached_loops_tokens(pos_emb, overrides):
+    model = tiny_model(pos_emb=pos_emb, **overrides)
+    prompt = torch.randint(0, 37, (2, 5), generator=torch.Generator().manual_seed(0))
+    decoder = StaticDecoder(model, compile=False)
+    # 30 new tokens with block_size 16: the window slides and the cache is re-prefilled twice
+    for kw in (dict(temperature=0.0), dict(temperature=1.0, top_k=10)):
+        want, got = generate_both(model, prompt, 30, decoder, **kw)
+        assert torch.equal(got, want), kw
+
+
+@pytest.mark.parametrize("pos_emb", STATIC_POS_EMBS)
+@pytest.mark.parametrize("window", [None, 3])
+def test_static_steps_handle_left_padded_prompts(pos_emb, window):
+    model = tiny_model(pos_emb=pos_emb, window=window)
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
+    want, got = generate_both(model, prompts, 20, StaticDecoder(model, compile=False), temperature=0.0)
+    assert got == want
+
+
+@pytest.mark.parametrize("pos_emb", STATIC_POS_EMBS)
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("padded", [False, True])
+def test_step_logits_match_an_uncached_forward(pos_emb, window, padded):
+    """Each step's logits against the whole sequence run again without a cache. A window narrower than the real
+    tokens (3) with left-padded rows is the case where the keys a token attends to and its position part ways."""
+    model = tiny_model(pos_emb=pos_emb, window=window)
+    idx = torch.randint(0, 37, (3, 12), generator=torch.Generator().manual_seed(2))
+    pad = torch.ones(3, 12, dtype=torch.bool)  # (B, T) True at real tokens
+    if padded:
+        pad[1, :5] = False  # ragged prompts: row 1 has 1 real token of 6, row 2 has 3
+        pad[2, :3] = False
+    decoder = StaticDecoder(model, compile=False)
+    with torch.no_grad():
+        cache = model.new_cache(3)
+        model(idx[:, :6], cache=cache, pad_mask=pad[:, :6] if padded else None)  # prefill, then one step per token
+        for t in range(6, 12):
+            got = decoder(idx[:, t:t + 1], cache)  # (B, V)
+            want, _ = model(idx[:, :t + 1], pad_mask=pad[:, :t + 1] if padded else None, last_only=True)  # (B, 1, V)
+            assert torch.allclose(got, want[:, -1], atol=1e-5), t
+
+
+def test_alibi_and_training_mode_are_refused():
+    with pytest.raises(ValueError, match="alibi"):
+        StaticDecoder(tiny_model(pos_emb="alibi"), compile=False)
+    with pytest.raises(ValueError, match="eval"):
+        StaticDecoder(tiny_model().train(), compile=False)
+
+
+def test_decoder_needs_the_cache():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="use_cache=True"):
+        generate(model, torch.tensor([[1]]), 3, use_cache=False, decoder=StaticDecoder(model, compile=False))
+
+
+@pytest.mark.slow  # ~10-20 s each on 2 cores: inductor writes and builds C++ (run with -m slow)
+@pytest.mark.parametrize("weights", ["float32", "int8"])
+def test_compiled_step_gives_the_same_tokens_and_compiles_once(weights):
+    """torch.compile (inductor, C++ on CPU) of the step: same greedy tokens, close logits, and one graph for every
+    position and every slide of the window (a recompile per token would be slower than no compile at all)."""
+    torch._dynamo.reset()
+    model = tiny_model(pos_emb="rope")
+    if weights == "int8":
+        quantize(model, "int8")
+    prompt = torch.randint(0, 37, (1, 3), generator=torch.Generator().manual_seed(0))
+    decoder = StaticDecoder(model, compile=True)
+    with torch._dynamo.config.patch(recompile_limit=1):  # with fullgraph=True a second graph is an error
+        want, got = generate_both(model, prompt, 30, decoder, temperature=0.0)
+    assert torch.equal(got, want)
+    idx = want[:, :10]
+    with torch.no_grad():
+        cache = model.new_cache(1)
+        model(idx[:, :-1], cache=cache)
+        logits = decoder(idx[:, -1:], cache)  # (1, V)
+        ref, _ = model(idx, last_only=True)
+    assert torch.allclose(logits, ref[:, -1], atol=1e-4 if weights == "float32" else 2e-2)

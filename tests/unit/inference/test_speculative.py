@@ -1,0 +1,79 @@
+"""Speculative decoding (inference/speculative.py): greedy gives the model's own tokens whatever the draft guesses,
+sampling keeps the model's distribution, and sample.py --draft uses it."""
+import pytest
+import torch
+
+from model import GPT, GPTConfig
+from inference.speculative import speculative_stream, verify
+from inference.generate import generate
+
+
+def tiny(seed, **kw):
+    torch.manual_seed(seed)
+    cfg = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=11) | kw
+    m = GPT(GPTConfig(**cfg)).eval()
+    for p in m.parameters():  # larger than the init's 0.02, so that random models disagree and are not uniform
+        p.data.normal_(0, 0.3)
+    return m
+
+
+@pytest.mark.parametrize("pos_emb, window", [("rope", None), ("learned", None), ("alibi", 5), ("sinusoidal", None),
+                                             ("none", 5)])
+def test_greedy_gives_the_models_own_tokens_whatever_the_draft(pos_emb, window):
+    """60 tokens from a 7-token prompt with context 16 (the window slides several times): the same tokens as the
+    model's cached greedy loop, with a draft that mostly disagrees (another random model, a shorter context), with
+    the model as its own draft (every guess kept), and with more guesses than fit before a slide."""
+    model = tiny(0, pos_emb=pos_emb, window=window)
+    other = tiny(1, n_layer=1, n_embd=16, block_size=8)
+    prompt = torch.randint(0, 11, (7,), generator=torch.Generator().manual_seed(2)).tolist()
+    reference = generate(model, torch.tensor([prompt]), 60, temperature=0)[0, 7:].tolist()
+    kept = {}
+    for draft, k in [(other, 1), (other, 3), (model, 4), (model, 20)]:
+        stats = {}
+        assert list(speculative_stream(model, draft, prompt, 60, k=k, temperature=0, stats=stats)) == reference
+        kept[draft is model, k] = stats["accepted"] / stats["proposed"]
+    assert kept[True, 4] == kept[True, 20] == 1.0  # its own guesses are always right
+    assert kept[False, 1] < 0.5  # the other model's are mostly wrong, and the text is still the model's
+
+
+def test_the_acceptance_rule_keeps_the_models_distribution():
+    """One guess drawn from the draft's q, kept with probability min(1, p/q), else a draw from max(0, p - q): the
+    token that comes out is distributed as p (40,000 draws; 4 standard errors), although q is far from p."""
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    q = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    g = torch.Generator().manual_seed(0)
+    draws = 40_000
+    counts = torch.zeros(4)
+    for _ in range(draws):
+        d = int(torch.multinomial(q, 1, generator=g))
+        n, last = verify(torch.stack([p, p]), [q], [d], greedy=False, generator=g)
+        counts[d if n == 1 else last] += 1
+    freq = counts / draws
+    assert torch.all((freq - p).abs() < 4 * (p * (1 - p) / draws).sqrt()), (freq, p)
+
+
+def test_sampling_through_a_draft_keeps_the_first_tokens_distribution():
+    """End to end, temperature 1 and top_k 5: the first new token's frequencies over 1,000 streams match the
+    model's own next-token probabilities, with a draft that disagrees with it."""
+    model, draft = tiny(0), tiny(1, n_layer=1, n_embd=16)
+    prompt = [3, 1, 4, 1, 5]
+    logits, _ = model(torch.tensor([prompt]), last_only=True)
+    from inference.generate import next_token_probs
+    p = next_token_probs(logits[:, -1], 1.0, top_k=5)[0]
+    g = torch.Generator().manual_seed(0)
+    n = 1000
+    counts = torch.zeros(11)
+    for _ in range(n):
+        first = next(iter(speculative_stream(model, draft, prompt, 2, k=2, temperature=1.0, top_k=5, generator=g)))
+        counts[first] += 1
+    assert torch.all((counts / n - p).abs() < 4 * (p * (1 - p) / n).sqrt() + 1e-9), (counts / n, p)
+
+
+def test_refusals():
+    model = tiny(0)
+    with pytest.raises(ValueError, match="vocabulary"):
+        list(speculative_stream(model, tiny(1, vocab_size=12), [1, 2], 5))
+    with pytest.raises(ValueError, match="causal"):
+        list(speculative_stream(model, tiny(1, causal=False), [1, 2], 5))
+    with pytest.raises(ValueError, match="k=0"):
+        list(speculative_stream(model, model, [1, 2], 5, k=0))

@@ -1,0 +1,174 @@
+"""The attention explorer page and the induction scores, without a browser (tests/e2e/test_explorer_browser.py drives
+the page in headless Chromium): the stored weights decode to the model's maps, the page needs no network, the
+scores equal references written here. (From a run train.py wrote: tests/e2e/test_explorer_from_a_run.py.)"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_model
+from insight.attention_maps import attention_maps
+from pages import QUANTISATION_ERROR, page_parts
+
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def test_encoder_page_stores_full_rows():
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import dequantise, explorer_html
+
+    model = tiny_model(causal=False)
+    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
+    meta, blob = page_parts(explorer_html(model, tokenizer, "abcdefg"))
+    assert not meta["causal"] and len(blob) == 2 * 2 * 2 * 7 * 7
+    maps = attention_maps(model, torch.tensor([tokenizer.encode("abcdefg")]))[:, 0]
+    torch.testing.assert_close(dequantise(blob, 2, 2, 7, False), maps, atol=QUANTISATION_ERROR, rtol=0)
+    assert (maps[..., 0, 1:] > 0).all()  # an encoder's first token sees the future: the page must store it
+
+
+def test_quantisation_error_is_half_a_step_at_most():
+    from insight.explorer_html import dequantise, quantise
+
+    maps = torch.rand(2, 3, 9, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64).float()
+    for causal in (True, False):
+        back = dequantise(quantise(maps, causal), 2, 3, 9, causal)
+        kept = torch.ones(9, 9, dtype=torch.bool).tril() if causal else torch.ones(9, 9, dtype=torch.bool)
+        error = (back - maps)[..., kept].abs().max().item()
+        assert 7e-6 < error <= QUANTISATION_ERROR  # the bound, and nearly reached by 2 * 3 * 45 random weights
+
+
+class WordTokenizer:
+    """A stand-in tokenizer of whole words, one of them a closing script tag: none of ours has such a token (GPT-2's
+    pattern splits '</' from 'script'), but a page must not break on one."""
+
+    words = ["a", "</script>", "b", "</Script/>"]  # the HTML parser ends a script at either
+    vocab_size = 4
+
+    def encode(self, text):
+        return [self.words.index(w) for w in text.split(" ")]
+
+    def decode(self, ids):
+        return " ".join(self.words[i] for i in ids)
+
+
+def test_a_token_that_spells_a_closing_script_tag_stays_inside_the_page_data():
+    from insight.explorer_html import explorer_html
+    from insight.explorer_page import PAGE
+
+    text = "a </script> b </Script/>"
+    page = explorer_html(tiny_model(vocab_size=4), WordTokenizer(), text)
+    assert page.lower().count("</script") == PAGE.lower().count("</script")  # only the page's own closing tags
+    meta, _ = page_parts(page)
+    assert meta["tokens"] == text.split(" ")
+
+
+def test_too_long_a_text_is_refused_with_one_line():
+    from common.errors import UserError
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import explorer_html
+
+    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
+    with pytest.raises(UserError, match="context is 16"):
+        explorer_html(tiny_model(), tokenizer, "a" * 17)
+
+
+def test_prefix_matching_score_reads_the_token_after_the_previous_occurrence():
+    from insight.induction import prefix_matching, repeated_tokens
+
+    idx = repeated_tokens(37, 5, seed=1, avoid=(3,))
+    first = idx[0, :5].tolist()
+    assert idx[0, 5:].tolist() == first and len(set(first)) == 5 and 3 not in first
+    maps = torch.rand(2, 3, 10, 10).softmax(-1)
+    want = torch.zeros(2, 3)
+    for t in range(5, 10):  # the previous occurrence of idx[t] is t - 5; the token after it is at t - 4
+        prev = [s for s in range(t) if idx[0, s] == idx[0, t]][-1]
+        want += maps[..., t, prev + 1] / 5
+    torch.testing.assert_close(prefix_matching(maps, 5), want)
+    for d in (-2, 1, 4):  # offset d: key prev + 1 + d, averaged over the queries where that key exists (<= t)
+        keys = {t: [s for s in range(t) if idx[0, s] == idx[0, t]][-1] + 1 + d for t in range(5, 10)}
+        keys = {t: k for t, k in keys.items() if 0 <= k <= t}
+        want = sum(maps[..., t, k] for t, k in keys.items()) / len(keys)
+        torch.testing.assert_close(prefix_matching(maps, 5, offset=d), want)
+    torch.testing.assert_close(prefix_matching(maps, 5, offset=-5), maps[..., 9, 0])  # one query has that key
+    for d in (5, -6):  # a key after the query, or before the sequence for every query: refused, not NaN
+        with pytest.raises(ValueError, match=f"offset={d}"):
+            prefix_matching(maps, 5, offset=d)
+    for T in (5, 11):  # not a sequence of 5 shown twice
+        with pytest.raises(ValueError, match=f"{T} tokens"):
+            prefix_matching(torch.rand(1, 1, T, T), 5)
+
+
+def reference_logits(model, idx, drop=None):
+    """The tiny model's forward written out (learned positions, pre-norm, tied head, causal or not), with head
+    `drop` = (layer, head) zeroed before the output projection: an independent check of
+    insight/induction.HeadRemoved."""
+    cfg = model.config
+    B, T = idx.shape
+    H, D = cfg.n_head, cfg.head_dim
+    x = model.wte(idx) + model.pos.table(torch.arange(T))
+    for layer, block in enumerate(model.blocks):
+        h = block.norm1(x)
+        q, k, v = block.attn.qkv(h).split(cfg.n_embd, dim=2)
+        q, k, v = (z.view(B, T, H, D).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / D ** 0.5
+        if cfg.causal:
+            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        y = scores.softmax(-1) @ v  # (B, H, T, D)
+        if drop is not None and drop[0] == layer:
+            y[:, drop[1]] = 0.0
+        x = x + block.attn.proj(y.transpose(1, 2).reshape(B, T, cfg.n_embd))
+        x = x + block.mlp(block.norm2(x))
+    return F.linear(model.norm(x), model.wte.weight)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("causal", [True, False])
+def test_copying_score_equals_a_written_out_ablation(causal):
+    """For a decoder and an encoder alike (an encoder's query also attends to the keys after it)."""
+    from insight.induction import induction_scores, repeated_tokens
+
+    model = tiny_model(seed=3, pos_emb="learned", causal=causal)
+    for p in model.parameters():  # larger weights than the init: heads with visible effects
+        p.data.mul_(5.0)
+    scores = induction_scores(model, half=8, seed=2)
+    idx = repeated_tokens(37, 8, seed=2)
+    full = reference_logits(model, idx)[0]
+    maps = attention_maps(model, idx)[:, 0]
+    for layer in range(2):
+        for head in range(2):
+            d = full - reference_logits(model, idx, (layer, head))[0]  # (T, V)
+            d = d - d.mean(-1, keepdim=True)
+            want = sum(sum(maps[layer, head, t, s] * d[t, idx[0, s]] for s in range(t + 1 if causal else 16))
+                       for t in range(8, 16)) / 8
+            assert abs(float(scores.copy[layer, head]) - float(want)) < 1e-4
+            prefix = sum(maps[layer, head, t, t - 7] for t in range(8, 16)) / 8  # key t - half + 1
+            assert abs(float(scores.prefix[layer, head]) - float(prefix)) < 1e-6
+    assert scores.copy.abs().max() > 1e-2  # the check above is not 0 == 0
+    if not causal:
+        assert (maps[..., 8:, 9:].triu(1) > 1e-3).any()  # keys after the query carry weight: not a decoder's sum
+
+
+@torch.no_grad()
+def test_induction_scores_run_in_eval_mode_and_leave_the_mode_as_it_was():
+    from insight.induction import induction_scores
+
+    model = tiny_model(seed=3, pos_emb="learned", dropout=0.5)
+    want = induction_scores(model, half=6)
+    for mode in (True, False):
+        model.train(mode)
+        got = induction_scores(model, half=6)  # dropout off inside: the same scores in either mode
+        assert torch.equal(got.prefix, want.prefix) and torch.equal(got.copy, want.copy)
+        assert model.training is mode
+
+
+def test_repeated_tokens_use_every_allowed_token_when_there_are_too_few():
+    from insight.induction import repeated_tokens
+
+    idx = repeated_tokens(6, 11, seed=4, avoid=(0, 5))  # 4 allowed tokens for 11 places
+    first = idx[0, :11]
+    assert torch.equal(idx[0, 11:], first) and set(first[:4].tolist()) == {1, 2, 3, 4}  # all four before a repeat
+    assert sorted(first.bincount(minlength=6).tolist()) == [0, 0, 2, 3, 3, 3]  # 11 = 3 + 3 + 3 + 2

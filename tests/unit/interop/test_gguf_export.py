@@ -1,0 +1,86 @@
+"""GGUF export, the fast half: the file read back with the gguf package's own reader holds our weights under
+llama.cpp's names and our tokenizer; refusals are one line. llama.cpp itself runs the file in
+tests/e2e/test_gguf_in_llama_cpp.py (marked slow: it needs llama-cpp-python, built from source)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+
+gguf = pytest.importorskip("gguf")
+
+from interop.gguf_file import export_gguf, write_gguf  # noqa: E402
+from exports import as_checkpoint, perturb, read_gguf, small_bpe  # noqa: E402
+
+
+@pytest.mark.parametrize("overrides, arch", [(dict(), "gptneox"), (dict(pos_emb="learned", bias=True), "gpt2"),
+                                              (dict(tie_head=False), "gptneox")])
+def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
+    tok = small_bpe()
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, **overrides))
+    write_gguf(model, tok, tmp_path / "m.gguf")
+    fields, tensors = read_gguf(tmp_path / "m.gguf")
+    assert fields["general.architecture"] == arch and fields[f"{arch}.block_count"] == 2
+    assert fields[f"{arch}.context_length"] == 16 and fields[f"{arch}.embedding_length"] == 32
+    if arch == "gptneox":
+        assert fields["gptneox.rope.dimension_count"] == 16 and fields["gptneox.use_parallel_residual"] is False
+    sd = model.state_dict()
+    assert np.array_equal(tensors["token_embd.weight"], sd["wte.weight"].numpy())
+    assert np.array_equal(tensors["output.weight"], sd["head.weight"].numpy())
+    assert np.array_equal(tensors["blk.1.attn_qkv.weight"], sd["blocks.1.attn.qkv.weight"].numpy())  # (3C, C)
+    assert np.array_equal(tensors["blk.0.ffn_down.weight"], sd["blocks.0.mlp.down.weight"].numpy())
+    bias = sd.get("blocks.0.attn.qkv.bias", torch.zeros(96)).numpy()
+    assert np.array_equal(tensors["blk.0.attn_qkv.bias"], bias)
+    tokens = fields["tokenizer.ggml.tokens"]
+    assert len(tokens) == tok.vocab_size and tokens[tok.eot_id] == "<|endoftext|>"
+    assert fields["tokenizer.ggml.eos_token_id"] == tok.eot_id and fields["tokenizer.ggml.model"] == "gpt2"
+    # llama.cpp's token types: the end-of-text token is a control token (3), which llama.cpp treats as special, not
+    # as text; every other one is normal (1)
+    types = list(fields["tokenizer.ggml.token_type"])
+    assert len(types) == tok.vocab_size and types[tok.eot_id] == 3
+    assert types[:tok.eot_id] + types[tok.eot_id + 1:] == [1] * (tok.vocab_size - 1)
+
+
+def test_gguf_tokenizer_has_the_vocabulary_and_merges_of_tokenizer_json(tmp_path):
+    from interop.hf_tokenizer import build_hf_tokenizer
+
+    tok = small_bpe()
+    write_gguf(perturb(tiny_model(vocab_size=tok.vocab_size)), tok, tmp_path / "m.gguf")
+    fields, _ = read_gguf(tmp_path / "m.gguf")
+    bpe = json.loads(build_hf_tokenizer(tok).to_str())["model"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]]  # "a b" or ["a", "b"]: versions differ
+    assert len(merges) >= tok.vocab_size - 257 > 0  # a merge for every token but the 256 bytes and <|endoftext|>
+    assert list(fields["tokenizer.ggml.merges"]) == merges  # the same pairs in the same order
+    by_id = {i: text for text, i in bpe["vocab"].items()}
+    assert by_id[tok.eot_id] == "<|endoftext|>" and list(fields["tokenizer.ggml.tokens"]) == [
+        by_id[i] for i in range(tok.vocab_size)]
+
+
+def test_gguf_f16_halves_the_matrices_only(tmp_path):
+    tok = small_bpe()
+    model = perturb(tiny_model(vocab_size=tok.vocab_size))
+    write_gguf(model, tok, tmp_path / "m.gguf", dtype="f16")
+    _, tensors = read_gguf(tmp_path / "m.gguf")
+    w = model.state_dict()["blocks.0.mlp.up.weight"].numpy()
+    assert tensors["blk.0.ffn_up.weight"].dtype == np.float16 and tensors["blk.0.ffn_norm.weight"].dtype == np.float32
+    assert np.array_equal(tensors["blk.0.ffn_up.weight"], w.astype(np.float16))
+
+
+@pytest.mark.parametrize("overrides, meta, blame", [
+    (dict(mlp_act="relu2"), None, "mlp_act='relu2'"),
+    (dict(mlp_act="gelu_exact"), None, "mlp_act='gelu_exact'"),  # erf, not the tanh GELU llama.cpp computes
+    (dict(qk_norm=True), None, "qk_norm=true"),
+    (dict(pos_emb="alibi"), None, "pos_emb='alibi'"),
+    (dict(), "char", "char tokenizer"),
+])
+def test_gguf_refusals_are_one_line(tmp_path, overrides, meta, blame):
+    tok = small_bpe()
+    model = tiny_model(vocab_size=37 if meta == "char" else tok.vocab_size, **overrides)
+    ckpt = as_checkpoint(model) if meta == "char" else as_checkpoint(
+        model, {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "x"})
+    with pytest.raises(ValueError) as e:
+        export_gguf(ckpt, tmp_path / "m.gguf")
+    assert blame in str(e.value) and "\n" not in str(e.value)
+    assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file

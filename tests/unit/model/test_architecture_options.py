@@ -1,0 +1,137 @@
+"""The architecture options that train faster: qk_norm, mlp_act='relu2' (and 'gelu_exact'), tie_head=False,
+zero_init. Each is checked against a small independent computation written here, and old checkpoints (without
+these fields) must still load as the model they were."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import GPT, GPTConfig
+
+from conftest import tiny_config, tiny_model
+
+NEW_FIELDS = ("qk_norm", "mlp_act", "tie_head", "zero_init")
+
+
+# ---- config and checkpoint compatibility ----------------------------------------------------------------------
+def test_defaults_are_the_old_architecture_and_old_checkpoints_load():
+    old = tiny_model(seed=1)
+    old_cfg = {k: v for k, v in old.config.to_dict().items() if k not in NEW_FIELDS}  # a checkpoint from before
+    cfg = GPTConfig.from_dict(old_cfg)
+    assert (cfg.qk_norm, cfg.mlp_act, cfg.tie_head, cfg.zero_init) == (False, "gelu", True, False)
+    new = GPT(cfg).eval()
+    new.load_state_dict(old.state_dict(), strict=True)
+    idx = torch.randint(0, cfg.vocab_size, (2, 16))
+    torch.testing.assert_close(new(idx)[0], old(idx)[0], rtol=0, atol=0)
+
+
+def test_bad_activation_is_a_one_line_error():
+    with pytest.raises(ValueError, match="mlp_act='swish' is not one of gelu, gelu_exact, relu2"):
+        tiny_config(mlp_act="swish")
+
+
+# ---- architecture levers --------------------------------------------------------------------------------------
+def _scale_qk(model, factor):
+    """Multiplies every layer's q and k projections by factor (v untouched)."""
+    C = model.config.n_embd
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight[:2 * C] *= factor  # rows [0, C) are q, [C, 2C) are k
+
+
+@pytest.mark.parametrize("pos_emb", ["rope", "learned"])
+def test_qk_norm_makes_attention_blind_to_the_scale_of_q_and_k(pos_emb):
+    # With q and k normalised per head, scaling their projections changes nothing; without, it sharpens the softmax.
+    idx = torch.randint(0, 37, (2, 16))
+    for qk_norm in (True, False):
+        model = tiny_model(seed=2, qk_norm=qk_norm, pos_emb=pos_emb)
+        before = model(idx)[0]
+        _scale_qk(model, 5.0)
+        after = model(idx)[0]
+        if qk_norm:
+            torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-5)
+        else:
+            assert (after - before).abs().max() > 1e-2
+
+
+def test_qk_norm_matches_a_hand_written_layer():
+    model = tiny_model(seed=3, qk_norm=True, pos_emb="none", attn_impl="math")
+    attn, x = model.blocks[0].attn, torch.randn(2, 16, 32)
+    B, T, C, H, D = 2, 16, 32, 2, 16
+    q, k, v = (x @ attn.qkv.weight.T).split(C, dim=2)
+    q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+    q = q / q.pow(2).mean(-1, keepdim=True).add(torch.finfo(q.dtype).eps).sqrt()  # RMS norm, no gain
+    k = k / k.pow(2).mean(-1, keepdim=True).add(torch.finfo(k.dtype).eps).sqrt()
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
+    want = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C) @ attn.proj.weight.T
+    ctx = model.attention_context(0, T, None, torch.arange(T).unsqueeze(0))
+    torch.testing.assert_close(attn(x, ctx), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("pos_emb", ["rope", "learned", "alibi"])
+def test_kv_cache_still_equals_the_full_forward_with_every_lever(pos_emb):
+    model = tiny_model(seed=4, qk_norm=True, mlp_act="relu2", tie_head=False, pos_emb=pos_emb)
+    idx = torch.randint(0, 37, (2, 12))
+    full = model(idx)[0]  # (B, T, V)
+    cache = model.new_cache(2)
+    steps = [model(idx[:, :5], cache=cache)[0]] + [model(idx[:, t:t + 1], cache=cache)[0] for t in range(5, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+def test_relu2_mlp_is_relu_squared():
+    mlp = tiny_model(seed=5, mlp_act="relu2").blocks[0].mlp
+    x = torch.randn(3, 32)
+    torch.testing.assert_close(mlp(x), F.relu(x @ mlp.up.weight.T).square() @ mlp.down.weight.T)
+    # speed/relu2.py's hand-written backward (2 relu(x)) against finite differences, zeros and negatives included,
+    # and against autograd's own for relu(x).square(): the same numbers, forward and backward
+    from speed.relu2 import FusedReLU2
+
+    fused = FusedReLU2()
+    x = torch.tensor([[-1.5, -0.0, 0.0, 0.25, 2.0]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(fused, (x,))
+    assert torch.autograd.gradcheck(fused, (torch.randn(4, 9, dtype=torch.float64, requires_grad=True),))
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(64, 128).to(dtype).requires_grad_()
+        grad = torch.randn(64, 128).to(dtype)
+        (a,), (b,) = (torch.autograd.grad(act(x), x, grad) for act in (mlp.act, fused))
+        assert torch.equal(fused(x), mlp.act(x)) and torch.equal(a, b)
+
+
+def test_gelu_exact_is_x_times_the_normal_cdf_and_gelu_its_tanh_approximation():
+    x = torch.linspace(-4, 4, 81)
+    exact = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))  # x * Phi(x)
+    tanh = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))  # GPT-2's
+    for act, want in (("gelu_exact", exact), ("gelu", tanh)):
+        mlp = tiny_model(seed=5, mlp_act=act).blocks[0].mlp
+        torch.testing.assert_close(mlp.act(x), want)
+    assert 1e-4 < (exact - tanh).abs().max() < 1e-3  # close, but two different functions
+
+
+def test_untied_head_is_its_own_matrix_and_round_trips():
+    tied, untied = tiny_model(seed=6), tiny_model(seed=6, tie_head=False)
+    assert tied.head.weight is tied.wte.weight
+    assert untied.head.weight is not untied.wte.weight
+    assert untied.num_params() - tied.num_params() == 37 * 32  # one more (V, C) matrix
+    # the lookup table is not a matmul: FLOPs count the head once either way (plus nothing for the untied wte)
+    assert untied.flops_per_token() == tied.flops_per_token()
+    copy = GPT(GPTConfig.from_dict(untied.config.to_dict())).eval()
+    copy.load_state_dict(untied.state_dict(), strict=True)
+    idx = torch.randint(0, 37, (1, 16))
+    torch.testing.assert_close(copy(idx)[0], untied(idx)[0], rtol=0, atol=0)
+
+
+def test_zero_init_starts_every_block_as_the_identity():
+    model = tiny_model(seed=7, zero_init=True, tie_head=False)
+    for block in model.blocks:
+        assert block.attn.proj.weight.abs().max() == 0 and block.mlp.down.weight.abs().max() == 0
+        assert block.attn.qkv.weight.abs().max() > 0  # only the writes into the residual stream are zeroed
+    idx = torch.randint(0, 37, (2, 16))
+    logits, loss = model(idx, idx)
+    assert logits.abs().max() == 0  # zero head: uniform prediction
+    assert loss.item() == pytest.approx(math.log(37), rel=1e-5)
+    # a tied head is the embedding: zero_init leaves it (and so the logits) alone
+    assert tiny_model(seed=7, zero_init=True).head.weight.abs().max() > 0
+
+
+# ---- Muon -----------------------------------------------------------------------------------------------------

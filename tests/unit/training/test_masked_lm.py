@@ -1,0 +1,111 @@
+"""The masked-LM encoder: masking statistics, the loss only at selected positions, the [MASK] token, filling masks,
+and the three variants trained end to end (decoder, encoder, cheater)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_model
+from data.mask_token import MASK_TEXT, with_mask_token
+from data.tokenizer import CharTokenizer
+from training import masked_lm as mlm
+from inference.masked import fill_masks, generate_by_masks
+
+V, EOT, MASK = 50, 48, 49  # a vocabulary of 50: 48 text tokens, a separator and [MASK]
+
+
+def masker(**kw):
+    return mlm.Masker(mask_id=MASK, vocab_size=V, special_ids=(EOT,), **kw)
+
+
+def big_batch(seed=0):
+    return torch.randint(0, EOT, (256, 512), generator=torch.Generator().manual_seed(seed))  # 131k text tokens
+
+
+def test_selection_rate_and_80_10_10_split():
+    x = big_batch()
+    inputs, targets = masker(rate=0.15)(x, seed=(1, 2, 3, 0))
+    selected = targets >= 0
+    assert abs(selected.float().mean().item() - 0.15) < 0.004
+    assert torch.equal(targets[selected], x[selected])  # targets: the original tokens, at the selected positions
+    assert torch.equal(inputs[~selected], x[~selected])  # everything else is untouched
+    s_in, s_x = inputs[selected], x[selected]
+    masked = (s_in == MASK).float().mean().item()
+    changed = ((s_in != MASK) & (s_in != s_x)).float().mean().item()
+    kept = (s_in == s_x).float().mean().item()
+    # a random replacement equals the original 1 time in 48
+    assert abs(masked - 0.8) < 0.01 and abs(changed - 0.1 * 47 / 48) < 0.01 and abs(kept - (0.1 + 0.1 / 48)) < 0.01
+    assert not (inputs == EOT).any()  # the separator is never drawn as a random token
+    assert MASK not in masker().replacements.tolist() and EOT not in masker().replacements.tolist()  # nor [MASK]
+
+
+@pytest.mark.parametrize("rate", [0.15, 0.4])
+def test_span_masking_keeps_the_rate_and_selects_runs(rate):
+    x = big_batch(1)
+    _, targets = masker(rate=rate, span=3)(x, seed=7)
+    selected = targets >= 0
+    assert abs(selected.float().mean().item() - rate) < 0.006
+    assert abs(selected[:, 0].float().mean().item() - rate) < 0.05  # the first positions are not short-changed
+    # P(next selected | this selected): rate for independent positions, much more for runs
+    follow = (selected[:, 1:] & selected[:, :-1]).sum() / selected[:, :-1].sum()
+    assert follow.item() > rate + 0.2
+    _, single = masker(rate=rate)(x, seed=7)
+    follow1 = ((single[:, 1:] >= 0) & (single[:, :-1] >= 0)).sum() / (single[:, :-1] >= 0).sum()
+    assert abs(follow1.item() - rate) < 0.01
+
+
+def test_masks_are_a_pure_function_of_the_seed():
+    x = big_batch()[:8, :64]
+    m = masker()
+    a, b, c = m(x, (1, 5, 0, 0)), m(x, (1, 5, 0, 0)), m(x, (1, 6, 0, 0))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and not torch.equal(a[1], c[1])
+    v1, v2 = m.validation(x, 3), masker(rate=0.4, span=3).validation(x, 3)  # validation ignores the training rate
+    assert torch.equal(v1[1], v2[1])
+
+
+def test_every_row_gets_a_target_and_bad_settings_are_refused():
+    _, targets = masker(rate=0.01)(torch.zeros(64, 4, dtype=torch.long), seed=0)
+    assert ((targets >= 0).sum(1) >= 1).all()
+    with pytest.raises(ValueError, match="mask_rate"):
+        masker(rate=1.5)
+    with pytest.raises(ValueError, match="mask_span"):
+        masker(span=0)
+
+
+def test_loss_is_counted_only_at_selected_positions():
+    model = tiny_model(vocab_size=V, causal=False)
+    x = big_batch()[:4, :16]
+    inputs, targets = masker(rate=0.3)(x, seed=3)
+    logits, loss = model(inputs, targets)
+    sel = targets >= 0
+    expected = F.cross_entropy(logits[sel], x[sel])  # an independent mean over the selected positions only
+    assert torch.allclose(loss, expected, atol=1e-6)
+    # the logits at unselected positions do not reach the loss: their gradient is zero
+    logits = logits.detach().requires_grad_()
+    F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).backward()
+    assert logits.grad[~sel].abs().max() == 0 and logits.grad[sel].abs().max() > 0
+
+
+def test_mask_token_encodes_and_decodes():
+    tok = with_mask_token(CharTokenizer("abc ?"))
+    assert tok.vocab_size == 6 and tok.mask_id == 5 and tok.special_ids == [5]
+    ids = tok.encode(f"ab{MASK_TEXT}c{MASK_TEXT}")
+    assert ids == [2, 3, 5, 4, 5] and tok.decode(ids) == f"ab{MASK_TEXT}c{MASK_TEXT}"
+    assert tok.decode_bytes(ids) == f"ab{MASK_TEXT}c{MASK_TEXT}".encode()
+    assert tok.chars == " ?abc"  # the rest of the base tokenizer shows through
+    assert with_mask_token(tok) is tok
+
+
+def test_fill_masks_and_generation_never_predict_the_mask():
+    model = tiny_model(vocab_size=V, causal=False)
+    with torch.no_grad():
+        model.head.weight[MASK] += 5.0  # make [MASK] the most likely output everywhere
+    filled, cands = fill_masks(model, [1, MASK, 2, MASK], MASK, top=3)
+    assert [c[0] for c in cands] == [1, 3] and all(len(c[1]) == 3 for c in cands)
+    assert MASK not in filled and filled[0] == 1 and filled[2] == 2
+    probs = [p for _, p in cands[0][1]]
+    assert probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-6
+    g = torch.Generator().manual_seed(0)
+    out = list(generate_by_masks(model, [1, 2], 30, MASK, temperature=1.0, generator=g))  # past block_size=16
+    assert len(out) == 30 and MASK not in out
+    with pytest.raises(ValueError, match="block_size"):
+        fill_masks(model, [1] * 17, MASK)

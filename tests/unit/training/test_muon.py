@@ -1,0 +1,163 @@
+"""The Muon optimizer (training/muon.py) against its formula and torch's Muon, its parameter split and schedule, and the
+training options that choose it."""
+import copy
+import math
+
+import pytest
+import torch
+
+from training.muon import Muon, orthogonalize
+from training.optim import Combined, make_optimizer
+from training.config import TrainConfig
+from model import GPTConfig
+from conftest import tiny_model
+
+
+def test_train_config_checks_the_optimizer():
+    with pytest.raises(ValueError, match="optimizer='sgd'"):
+        TrainConfig(optimizer="sgd")
+    with pytest.raises(ValueError, match="fsdp"):
+        TrainConfig(optimizer="muon", fsdp=True)
+    with pytest.raises(ValueError, match="muon_lr"):
+        TrainConfig(muon_lr=0.0)
+    with pytest.raises(ValueError, match="muon_ns_steps=0"):
+        TrainConfig(muon_ns_steps=0)
+
+
+def test_fast_cpu_preset_builds_the_levers_it_names():
+    from training.config import PRESETS
+
+    from speed import SpeedConfig
+
+    preset = PRESETS["fast-cpu"]
+    model_fields = {k: v for k, v in preset.items() if k in GPTConfig.__dataclass_fields__}
+    train_fields = {k: v for k, v in preset.items() if k in TrainConfig.__dataclass_fields__}
+    speed_fields = {k: v for k, v in preset.items() if k in SpeedConfig.__dataclass_fields__}
+    assert set(model_fields) | set(train_fields) | set(speed_fields) == set(preset)  # every key is a real field
+    cfg, tc = GPTConfig(**model_fields), TrainConfig(**train_fields)
+    assert cfg.qk_norm and cfg.mlp_act == "relu2" and tc.optimizer == "muon" and tc.split == "tail"
+
+
+@pytest.mark.parametrize("shape", [(32, 32), (96, 32), (32, 128)])
+def test_newton_schulz_orthogonalises(shape):
+    g = torch.Generator().manual_seed(0)
+    G = torch.randn(*shape, generator=g)
+    X = orthogonalize(G)
+    s = torch.linalg.svdvals(X)
+    assert s.min() > 0.5 and s.max() < 1.5  # every direction moves by about the same amount
+    U, _, Vh = torch.linalg.svd(G, full_matrices=False)
+    cos = (X * (U @ Vh)).sum() / (X.norm() * (U @ Vh).norm())
+    assert cos > 0.95  # and it is U V^T up to those singular values
+
+
+def test_muon_step_matches_the_formula_and_torch_muon():
+    torch.manual_seed(0)
+    w0 = torch.randn(48, 16)
+    grads = [torch.randn(48, 16) for _ in range(3)]
+    lr, mu, wd = 0.05, 0.9, 0.1
+    ours = torch.nn.Parameter(w0.clone())
+    opt = Muon([ours], lr=lr, momentum=mu, weight_decay=wd)
+    want, buf = w0.clone(), torch.zeros_like(w0)
+    for grad in grads:
+        ours.grad = grad.clone()
+        opt.step()
+        buf = mu * buf + grad  # momentum, then Nesterov's look-ahead, then the orthogonalised step
+        want = want * (1 - lr * wd) - lr * math.sqrt(48 / 16) * orthogonalize(grad + mu * buf)
+    torch.testing.assert_close(ours.detach(), want, rtol=1e-5, atol=1e-6)
+    if hasattr(torch.optim, "Muon"):  # torch's own (its Newton-Schulz runs in bf16: loose tolerance)
+        theirs = torch.nn.Parameter(w0.clone())
+        ref = torch.optim.Muon([theirs], lr=lr, momentum=mu, weight_decay=wd)
+        for grad in grads:
+            theirs.grad = grad.clone()
+            ref.step()
+        torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=0, atol=0.02)
+
+
+def test_muon_orthogonalises_same_shape_matrices_together_as_it_would_one_by_one():
+    """Muon stacks the matrices of one shape (a tall one turned wide joins the wide ones) and runs the iteration
+    once per stack: each update must be what the one-matrix formula gives for that matrix alone."""
+    g = torch.Generator().manual_seed(4)
+    shapes = [(48, 16), (16, 48), (48, 16), (16, 16), (16, 48)]
+    w0 = [torch.randn(*s, generator=g) for s in shapes]
+    grads = [[torch.randn(*s, generator=g) for s in shapes] for _ in range(2)]
+    lr, mu = 0.05, 0.9
+    params = [torch.nn.Parameter(w.clone()) for w in w0]
+    opt = Muon(params, lr=lr, momentum=mu)
+    want, bufs = [w.clone() for w in w0], [torch.zeros_like(w) for w in w0]
+    for step in grads:
+        for p, grad in zip(params, step):
+            p.grad = grad.clone()
+        opt.step()
+        for i, grad in enumerate(step):
+            bufs[i] = mu * bufs[i] + grad
+            scale = math.sqrt(max(1.0, shapes[i][0] / shapes[i][1]))
+            want[i] = want[i] - lr * scale * orthogonalize(grad + mu * bufs[i])
+    for p, w in zip(params, want):
+        torch.testing.assert_close(p.detach(), w, rtol=1e-5, atol=1e-5)
+    stack = torch.stack([grads[0][0].T, grads[0][1]])  # (2, 16, 48)
+    one_by_one = torch.stack([orthogonalize(m) for m in stack])
+    torch.testing.assert_close(orthogonalize(stack), one_by_one, rtol=1e-5, atol=1e-6)
+
+
+def test_newton_schulz_in_bf16_follows_float32_and_make_optimizer_picks_it_with_bf16_training():
+    g = torch.Generator().manual_seed(1)
+    G = torch.randn(96, 32, generator=g)
+    fp32, bf16 = orthogonalize(G), orthogonalize(G, dtype=torch.bfloat16)
+    assert bf16.dtype == torch.bfloat16
+    cos = (fp32 * bf16.float()).sum() / (fp32.norm() * bf16.float().norm())
+    assert cos > 0.99  # the same direction, to bf16's precision
+    s = torch.linalg.svdvals(bf16.float())
+    assert s.min() > 0.5 and s.max() < 1.5
+    model = tiny_model(seed=3, pos_emb="learned")
+    pairs = ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32), (torch.float16, torch.float32))
+    for dtype, want in pairs:
+        opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon", matmul_dtype=dtype)
+        assert opt.parts["muon"].ns_dtype == want  # float16 has too little range for the iteration: float32
+        # the run's choice, not the checkpoint's: a bf16 run's state resumes on a float32 machine
+        assert all("ns_dtype" not in group for group in opt.state_dict()["muon"]["param_groups"])
+
+
+def test_muon_refuses_vectors():
+    with pytest.raises(ValueError, match="2-D matrices only"):
+        Muon([torch.nn.Parameter(torch.zeros(4))])
+
+
+def test_make_optimizer_muon_splits_the_parameters_and_follows_the_schedule():
+    model = tiny_model(seed=8, pos_emb="learned")
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon", muon_lr=0.02)
+    assert isinstance(opt, Combined)
+    in_muon = {id(p) for g in opt.parts["muon"].param_groups for p in g["params"]}
+    in_adamw = {id(p) for g in opt.parts["adamw"].param_groups for p in g["params"]}
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert not in_muon & in_adamw and in_muon | in_adamw == set(names)  # every parameter exactly once
+    assert {names[i] for i in in_muon} == {n for n, p in model.named_parameters() if n.startswith("blocks.")
+                                            and p.dim() == 2}
+    assert {"wte.weight", "pos.table.weight"} <= {names[i] for i in in_adamw}
+    for group in opt.param_groups:  # what train.py does each step
+        group["lr"] = 5e-4
+    muon_group = opt.parts["muon"].param_groups[0]
+    assert muon_group["lr"] * muon_group["lr_scale"] == pytest.approx(0.01)  # half the peak, like AdamW's lr
+
+
+def _train(model, opt, idx, steps):
+    for _ in range(steps):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def test_muon_overfits_a_batch_and_resumes_exactly():
+    idx = torch.randint(0, 37, (4, 17), generator=torch.Generator().manual_seed(0))
+    model = tiny_model(seed=9, qk_norm=True, mlp_act="relu2").train()
+    opt = make_optimizer(model, 3e-3, 0.0, (0.9, 0.99), optimizer="muon", muon_lr=0.05)
+    assert _train(model, opt, idx, 60) < 0.5  # log(37) = 3.6 at the start
+    # resume: a fresh model + optimizer loaded from the state dicts continues exactly as the original
+    twin = tiny_model(seed=0, qk_norm=True, mlp_act="relu2").train()
+    twin.load_state_dict(model.state_dict())
+    twin_opt = make_optimizer(twin, 3e-3, 0.0, (0.9, 0.99), optimizer="muon", muon_lr=0.05)
+    twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # a copy, as a checkpoint holds (not shared buffers)
+    assert _train(twin, twin_opt, idx, 3) == _train(model, opt, idx, 3)
+    with pytest.raises(ValueError, match="--optimizer"):
+        twin_opt.load_state_dict(make_optimizer(twin, 1e-3, 0.0, (0.9, 0.99)).state_dict())
