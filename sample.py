@@ -118,7 +118,8 @@ def temperature_table(model, tokenizer, prompt: list[int], temperatures: list[fl
     lines = ["next token".ljust(width) + "".join(f"   T={t:<5g}" for t in temperatures)]
     for i in order:
         lines.append(labels[i].ljust(width) + "".join(f"   {probs[t][i].item():7.4f}" for t in temperatures))
-    lines.append("(the rest)".ljust(width) + "".join(f"   {1 - probs[t][order].sum().item():7.4f}" for t in temperatures))
+    lines.append("(the rest)".ljust(width)
+                 + "".join(f"   {1 - probs[t][order].sum().item():7.4f}" for t in temperatures))
     entropy = [max(0.0, -(p * p.clamp_min(1e-30).log2()).sum().item()) for p in probs.values()]
     lines.append("entropy bits".ljust(width) + "".join(f"   {h:7.3f}" for h in entropy))
     return "\n".join(lines)
@@ -131,7 +132,8 @@ def read_prompt(start: str) -> str:
             with open(path, encoding="utf-8") as f:
                 return f.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise UserError(f"--start=FILE:{path} cannot be read ({type(e).__name__}); give a UTF-8 text file") from None
+            raise UserError(f"--start=FILE:{path} cannot be read ({type(e).__name__}); "
+                            f"give a UTF-8 text file") from None
     return start
 
 

@@ -1,1 +1,2 @@
-"""Measurements that make the attention story visible: sqrt_dk.py (softmax saturation), attention_cost.py (time and memory vs T)."""
+"""Measurements that make the attention story visible: sqrt_dk.py (softmax saturation), attention_cost.py (time and
+memory vs T)."""

@@ -5,9 +5,9 @@
 What is measured: one causal self-attention layer's backend forward (no gradient), B=1, H heads of D dims, the way
 GPT calls it: with is_causal=True for the fused and tiled paths, with an explicit band mask (built inside the timed
 region, as the model builds it) for the sliding window. The math path gets an explicit causal mask too, so it forms
-the whole T x T matrix the formula describes (speed/causal_blocks.py's faster form of it is not timed here). Peak memory is the highest total
-of bytes the CPU allocator holds during the call (torch.profiler's memory events), so it includes the kernels' own
-buffers.
+the whole T x T matrix the formula describes (speed/causal_blocks.py's faster form of it is not timed here). Peak
+memory is the highest total of bytes the CPU allocator holds during the call (torch.profiler's memory events), so it
+includes the kernels' own buffers.
 
     math         softmax(q k^T / sqrt(D)) v, written out: the T x T score matrix exists, O(T^2) time and memory
     sdpa         torch's fused kernel (flash-style on this CPU, FlashAttention on a GPU): O(T^2) time, O(T) memory

@@ -127,8 +127,8 @@ def bpe_compare(paras, sizes_mb, vocab: int = 2048):
         t0 = time.perf_counter()
         train_bpe([text], vocab - 1, GPT2_PATTERN)
         ours = time.perf_counter() - t0
-        print(f"bpe {vocab} on {size} MB ({kind} words): ours (data/bpe.py) {ours:.1f} s, Hugging Face tokenizers {fast:.1f} s "
-              f"({ours / fast:.1f}x)", flush=True)
+        print(f"bpe {vocab} on {size} MB ({kind} words): ours (data/bpe.py) {ours:.1f} s, "
+              f"Hugging Face tokenizers {fast:.1f} s ({ours / fast:.1f}x)", flush=True)
 
 
 def train_startup(corpus: Path, root: Path, tokenizer: str):

@@ -1,5 +1,6 @@
-"""Speculative decoding (inference/speculative.py, sample.py --draft) against the model's own cached loop, on two trained
-checkpoints of the same data (acceptance depends on what the models learned, so random weights would say nothing):
+"""Speculative decoding (inference/speculative.py, sample.py --draft) against the model's own cached loop, on two
+trained checkpoints of the same data (acceptance depends on what the models learned, so random weights would say
+nothing):
 
     python -m benchmarks.speculative --model=out-big --draft=out-small --tokens=500 --guesses=2,3,4,6 --repeats=3
 

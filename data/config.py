@@ -36,7 +36,8 @@ class PrepareConfig:
     val_tokens: int = 10_000_000  # split=docs: validation stops at this many tokens; later val documents are dropped
     workers: int = 0  # tokenizing processes; 0: one per CPU core (the output is the same for any number)
     shard_tokens: int = 100_000_000  # tokens per shard file (the last shard of a split holds the rest)
-    on_bad: str = "stop"  # a bad document (invalid UTF-8, malformed JSON, empty): 'stop' with its location, or 'skip' it
+    on_bad: str = "stop"  # a bad document (invalid UTF-8, malformed JSON, empty): 'stop' with its location,
+    #                       or 'skip' it
     progress: bool = True  # a progress bar over the input bytes on stderr
 
     def __post_init__(self):

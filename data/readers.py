@@ -68,7 +68,8 @@ def input_files(path: Path) -> list[Path]:
                         f"(or .jsonl, .jsonl.gz, .parquet)")
     if path.is_file():
         return [path]
-    files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p)), key=lambda p: p.relative_to(path).as_posix())
+    files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p)),
+                   key=lambda p: p.relative_to(path).as_posix())
     if not files:
         raise DataError(f"--input={path} is a folder without .txt files (or .jsonl, .jsonl.gz, .parquet); "
                         f"put UTF-8 text files in it or pass one file")

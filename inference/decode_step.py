@@ -9,12 +9,12 @@ compiler fuses them, but only into a graph it can reuse token after token, which
 - the new token's column is a tensor, not a Python int, so a new position is a new input, not a new graph;
 - its K and V are written into that column in place (index_copy_), with no allocation.
 
-The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attention backends); only the per-forward
-context is built differently. The prompt (prefill) and each slide of the context window stay on the model's ordinary
-forward: they are run once every block_size/4 tokens. Run eagerly, a step's logits equal the uncached forward's to
-float32 rounding for every positional option it takes (ALiBi is refused), with or without a window and left
-padding (tests/test_decode_step.py); compiled, the fused kernels round differently, so a greedy pick can differ
-where two logits are nearly tied.
+The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attention backends); only the
+per-forward context is built differently. The prompt (prefill) and each slide of the context window stay on the
+model's ordinary forward: they are run once every block_size/4 tokens. Run eagerly, a step's logits equal the
+uncached forward's to float32 rounding for every positional option it takes (ALiBi is refused), with or without a
+window and left padding (tests/unit/inference/test_decode_step.py); compiled, the fused kernels round differently, so
+a greedy pick can differ where two logits are nearly tied.
 
 Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V vocab_size.
 """

@@ -1,9 +1,9 @@
 """Sampling: pure functions that turn logits into a token, and the generation loop (cached and uncached).
 
-The uncached loop re-runs the whole context for each token; it is the reference the KV-cached loop matches token
-for token (tests/test_generate.py; the two round differently, so a near-tie between two tokens could go either
-way). Both follow the same context-window schedule, so they condition on the same tokens: at most block_size of
-them; when the context is full it drops the oldest quarter and carries on (the cached loop then re-prefills its
+The uncached loop re-runs the whole context for each token; it is the reference the KV-cached loop matches token for
+token (tests/unit/inference/test_generate.py; the two round differently, so a near-tie between two tokens could go
+either way). Both follow the same context-window schedule, so they condition on the same tokens: at most block_size
+of them; when the context is full it drops the oldest quarter and carries on (the cached loop then re-prefills its
 cache with the kept three quarters, so a re-prefill costs one batched forward every block_size/4 tokens instead of
 one per token).
 """

@@ -3,8 +3,9 @@
 A probe model is small (a few layers, width 64) and trained on batches drawn afresh at every step, at one size or
 (mixed) at sizes drawn from n/2..n: about 10 s per 500 steps on one CPU thread. At the sizes the study uses the
 tasks have far more sequences than training draws, so held-out batches are unseen ones; at tiny sizes (copy at
-n=1 has 32) the same sequences recur and a held-out score measures recall, not the rule. Accuracy is the share of answer tokens whose most likely prediction is right,
-on held-out batches drawn from another seed; best_prefix_score says whether an induction head does it.
+n=1 has 32) the same sequences recur and a held-out score measures recall, not the rule. Accuracy is the share of
+answer tokens whose most likely prediction is right, on held-out batches drawn from another seed; best_prefix_score
+says whether an induction head does it.
 Shapes: B batch, T length, V vocabulary.
 """
 import math

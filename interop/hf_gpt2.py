@@ -30,7 +30,8 @@ def gpt2_refusal(cfg: GPTConfig) -> str | None:
         return (f"pos_emb='{cfg.pos_emb}' cannot be exported to GPT-2, which has only learned absolute positions "
                 f"(pos_emb='learned')")
     if cfg.window is not None:
-        return f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-2, which attends to the whole context"
+        return (f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-2, which attends to the "
+                f"whole context")
     if not cfg.causal:
         return "causal=false (a bidirectional encoder) cannot be exported to GPT-2, which is a causal decoder"
     if getattr(cfg, "qk_norm", False):

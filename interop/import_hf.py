@@ -133,7 +133,8 @@ def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
     same_size = ours.vocab_size == tokenizer.vocab_size
     differ = [i for i in range(ours.vocab_size) if same_size and ours.decode_bytes([i]) != tokenizer.decode_bytes([i])]
     if not same_size or differ:
-        what = f"token {differ[0]} is {ours.decode([differ[0]])!r} there" if differ else f"it has {ours.vocab_size} tokens, the data {tokenizer.vocab_size}"
+        what = (f"token {differ[0]} is {ours.decode([differ[0]])!r} there" if differ
+                else f"it has {ours.vocab_size} tokens, the data {tokenizer.vocab_size}")
         raise UserError(f"{folder} was trained with another tokenizer than the data's {tokenizer.name} tokenizer "
                          f"({what}); prepare the data with the model's tokenizer (--tokenizer=gpt2 for GPT-2)")
 

@@ -20,7 +20,8 @@ class LayerKV:
         self.k = self.v = None
 
     def update(self, k: torch.Tensor, v: torch.Tensor):
-        """k, v: (B, H, T, D) for the new tokens. Writes them at the cache's pos; returns all keys/values (B, H, S, D)."""
+        """k, v: (B, H, T, D) for the new tokens. Writes them at the cache's pos; returns all keys/values
+        (B, H, S, D)."""
         c = self.cache
         if self.k is None:
             # one tensor per layer, not one stacked tensor: a compiled step (inference/decode_step.py) can then

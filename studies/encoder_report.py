@@ -120,7 +120,8 @@ def expectations(res) -> list[str]:
          f"accuracy above the decoder's left-only one, and this run has {acc['encoder_both']:.1%} vs "
          f"{acc['decoder_left']:.1%} (a longer --max_iters trains the encoder further)"),
         line(math.exp(cloze_ce(res, "encoder_both")) < ppl_left and math.exp(cloze_ce(res, "decoder_both")) < ppl_left,
-             f"pseudo-perplexity sits far below perplexity for both: encoder {math.exp(cloze_ce(res, 'encoder_both')):.2f}"
+             f"pseudo-perplexity sits far below perplexity for both: encoder "
+             f"{math.exp(cloze_ce(res, 'encoder_both')):.2f}"
              f", decoder (Bayes) {math.exp(cloze_ce(res, 'decoder_both')):.2f}, vs the decoder's perplexity "
              f"{ppl_left:.2f} on the same positions"),
         line(dec > enc, f"the decoder generates faster (KV cache): {dec:,.0f} vs {enc:,.0f} tokens/s"),
@@ -166,7 +167,8 @@ def figures(sc, res, models, tokenizer) -> dict:
     for v, r in res["runs"].items():
         tokens, seconds, loss = zip(*r["curve"])
         for ax, x in zip(axes, (tokens, seconds)):
-            ax.plot(x, loss, "o-", ms=3, color=COLOURS[v], label=f"{v} ({'masked LM' if v == 'encoder' else 'next token'})")
+            ax.plot(x, loss, "o-", ms=3, color=COLOURS[v],
+                    label=f"{v} ({'masked LM' if v == 'encoder' else 'next token'})")
     for ax, xl in zip(axes, ("input tokens", "seconds of training (with evaluations)")):
         ax.set_xlabel(xl)
         ax.set_ylabel("own-objective validation loss (nats)")
@@ -246,8 +248,8 @@ def write(sc, res, models, tokenizer) -> str:
               table(["way", "tokens/s", "ms/token over the last quarter"], speed_rows), "",
               "![throughput](throughput.png)", "",
               "## Attention maps of one line", "",
-              f"The probe {res['probe']!r}, every layer and head. The decoder's maps are lower triangles; the encoder's "
-              f"are full. {next_token_note(models, tokenizer, res['probe'])}",
+              f"The probe {res['probe']!r}, every layer and head. The decoder's maps are lower triangles; "
+              f"the encoder's are full. {next_token_note(models, tokenizer, res['probe'])}",
               ""] + [f"![{v}](attention_{v}.png)" for v in models] + [""]
     path = os.path.join(sc.out, "report.md")
     with open(path, "w") as f:

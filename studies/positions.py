@@ -113,7 +113,8 @@ def tables(results: dict, T: int) -> str:
              + " | train tok/s |", "|---" * (len(cols) + 2) + "|"]
     for name, r in results.items():
         if name.startswith("pos-"):
-            lines.append(f"| {name[4:]} | " + " | ".join(fmt(r["loss"][c]) for c in cols) + f" | {r['tok_per_s']:,.0f} |")
+            lines.append(f"| {name[4:]} | " + " | ".join(fmt(r["loss"][c]) for c in cols)
+                         + f" | {r['tok_per_s']:,.0f} |")
     score_rows = {n: r for n, r in results.items() if n.startswith("score-")}
     if score_rows:
         lines += ["", "Score functions (pos_emb=rope, attn_impl=math for all three, same budget):", "",
@@ -176,7 +177,8 @@ def main(argv) -> None:
         for name, r in results.items():
             if "sample" in r:
                 body = r["sample"] if r["sample"] is not None else "N/A: learned positions end at T"
-                f.write(f"## {name[4:]}: {max(EXTRAPOLATION) * T} tokens, one KV cache, no sliding\n\n```\n{body}\n```\n\n")
+                f.write(f"## {name[4:]}: {max(EXTRAPOLATION) * T} tokens, one KV cache, no sliding\n\n"
+                        f"```\n{body}\n```\n\n")
     print("\n" + text)
     print(f"wrote {plot(results, T, os.path.join(sc.out, 'positions.png'))}, table.md, results.json, samples.md "
           f"in {sc.out}")

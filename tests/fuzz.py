@@ -192,7 +192,8 @@ def fuzz(fmt: str, cases: int, seed: int, make_case, tally: Tally, budget_s: flo
         outcome, detail = run_case(main, argv, size)
         tally.add(fmt, outcome)
         if outcome == "exit 2":
-            tally.refusals.setdefault(fmt, {}).setdefault(detail.split(":")[1].strip()[:40] if ":" in detail else detail, mutation)
+            tally.refusals.setdefault(fmt, {}).setdefault(
+                detail.split(":")[1].strip()[:40] if ":" in detail else detail, mutation)
         if outcome not in ("exit 0", "exit 2"):
             tally.findings.append(Finding(fmt, i, mutation, outcome, detail))
     tally.seconds += time.time() - t0

@@ -83,14 +83,16 @@ class Masker:
 
     def __post_init__(self):
         if not 0.0 < self.rate < 1.0:
-            raise ConfigError(f"mask_rate={self.rate} must be in (0, 1); BERT uses 0.15, 0.3-0.4 are the usual ablations")
+            raise ConfigError(f"mask_rate={self.rate} must be in (0, 1); BERT uses 0.15, "
+                              f"0.3-0.4 are the usual ablations")
         if not (isinstance(self.span, int) and self.span >= 1):
             raise ConfigError(f"mask_span={self.span} must be a positive integer (1 = single positions)")
         banned = set(self.special_ids) | {self.mask_id}
         self.replacements = torch.tensor([i for i in range(self.vocab_size) if i not in banned])
 
     def __call__(self, x: torch.Tensor, seed, rate=None, span=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T) -> (inputs, targets) on x's device. seed: an int or a tuple of ints, e.g. (seed, step, micro, rank)."""
+        """x (B, T) -> (inputs, targets) on x's device. seed: an int or a tuple of ints, e.g. (seed, step, micro,
+        rank)."""
         mixed = np.random.SeedSequence(list(seed) if isinstance(seed, tuple) else [seed]).generate_state(2)
         g = torch.Generator().manual_seed(int(mixed[0]) << 32 | int(mixed[1]))
         selected = select_positions(*x.shape, rate or self.rate, span or self.span, g)

@@ -4,11 +4,10 @@ in torch.optim's format, so a checkpoint written by either loads into the other.
 
 Why not torch.optim.Optimizer's own methods: add_param_group, state_dict, load_state_dict and zero_grad (and AdamW's
 step) are wrapped for torch.compile, and the wrapper imports torch._dynamo on first use: about a second of every
-run's start-up (docs/speed.md, "The process"). Nothing this project compiles
-is an optimizer step. Overriding those four keeps the import away (tests/test_startup.py); the state-dict hooks
-run as in torch, and the rest is torch's: step pre/post hooks, torch.optim.lr_scheduler, and step(closure), which
-calls the closure with gradients enabled and returns its loss (tests/test_optimizers.py checks each against
-torch's own optimizers).
+run's start-up (docs/speed.md, "The process"). Nothing this project compiles is an optimizer step. Overriding those
+four keeps the import away (tests/e2e/test_startup.py); the state-dict hooks run as in torch, and the rest is
+torch's: step pre/post hooks, torch.optim.lr_scheduler, and step(closure), which calls the closure with gradients
+enabled and returns its loss (tests/unit/training/test_optimizers.py checks each against torch's own optimizers).
 
 Where this differs from torch.optim's optimizers:
 - load_state_dict() needs groups of the same sizes as this optimizer's (ValueError), and takes each group's saved

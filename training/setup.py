@@ -115,8 +115,8 @@ def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
         has = {f: os.path.exists(os.path.join(tc.out_dir, f)) for f in RUN_FILES}
         if has[BEST] and not has[LAST]:
             raise SetupError(f"out_dir={tc.out_dir} holds {BEST} without {LAST}: not a run --init_from=auto can "
-                             f"continue; pass --init_from=resume --out_dir=... with the checkpoint you mean, or another "
-                             f"--out_dir")
+                             f"continue; pass --init_from=resume --out_dir=... with the checkpoint you mean, or "
+                             f"another --out_dir")
         mode = "resume" if has[LAST] else "fresh"
     mode = distributed.gather_objects(mode, d)[0]
     if mode == "fresh":
@@ -188,9 +188,10 @@ def encodes(tokenizer, text: str) -> bool:
 
 def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
           init_model=None, sc: SpeedConfig | None = None) -> Run:
-    """sc: how the model is computed (speed/: applied to the built model, whichever way it was made). init_model: None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights
-    (train.py's --init_from=hf:FOLDER). The run's checks happen here (the lock's own come after it), and nothing is
-    written to out_dir: claim_out_dir does that, under the lock."""
+    """sc: how the model is computed (speed/: applied to the built model, whichever way it was made). init_model:
+    None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights (train.py's
+    --init_from=hf:FOLDER). The run's checks happen here (the lock's own come after it), and nothing is written to
+    out_dir: claim_out_dir does that, under the lock."""
     ckpt = None
     if start_mode(tc, d) == "resume":
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
@@ -254,8 +255,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                       world_size=world, device=device)
     # this process holds the validation batches rank, rank + world, ...: the objective sees their global index
     val_set = [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
-    return Run(tc=tc, speed=sc or SpeedConfig(), dist=d, device=device, dtype=dtype, model=model, train_model=train_model, optimizer=optimizer,
-               scaler=scaler, objective=objective, tokenizer=tokenizer, data_dir=str(data_dir), data_meta=meta,
-               train_data=train_data, val_set=val_set, accum=accum, token_bytes=token_byte_lengths(tokenizer),
-               start_step=start, best_val=best_val, resumed=ckpt is not None,
+    return Run(tc=tc, speed=sc or SpeedConfig(), dist=d, device=device, dtype=dtype, model=model,
+               train_model=train_model, optimizer=optimizer, scaler=scaler, objective=objective, tokenizer=tokenizer,
+               data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,
+               token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
                wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)

@@ -1,5 +1,6 @@
 """save_atomic under injected crashes: at the rename and at the directory fsync the previous checkpoint stays whole
-and loadable; the order of the durable steps (file fsync -> rename -> directory fsync); a real os._exit at the rename."""
+and loadable; the order of the durable steps (file fsync -> rename -> directory fsync); a real os._exit at the
+rename."""
 import os
 import stat
 import subprocess
@@ -65,7 +66,8 @@ def test_durable_steps_in_order(tmp_path, events):
     path = tmp_path / "ckpt.pt"
     save_atomic(state(1), str(path))
     kinds = [e[0] for e in events]
-    assert kinds == ["fsync_file", "replace", "fsync_dir"], events  # data on disk, then the name, then the name's folder
+    assert kinds == ["fsync_file", "replace", "fsync_dir"], events  # data on disk, then the name,
+    #                                                                 then the name's folder
     assert events[1] == ("replace", str(tmp_path), str(path))  # a temporary in the same folder: rename, not copy
     assert events[0][1] == os.stat(path).st_ino  # the file fsynced is the one that now has the name
     assert events[2][1] == os.stat(tmp_path).st_ino  # the folder that holds it

@@ -149,7 +149,8 @@ def test_a_failing_write_refuses_the_second_checkpoint_and_keeps_the_first(corpu
                                                                           checkpoint_size):
     out = tmp_path / "run"
     r = train(corpus, out, tmp_path / "data",
-              env={"LD_PRELOAD": fail_writes, "FAIL_PREFIX": f"{out}/.tmp-", "FAIL_BUDGET": str(checkpoint_size * 5 // 2)})
+              env={"LD_PRELOAD": fail_writes, "FAIL_PREFIX": f"{out}/.tmp-",
+                   "FAIL_BUDGET": str(checkpoint_size * 5 // 2)})
     check_second_checkpoint_refused(r, out)
 
 

@@ -125,8 +125,8 @@ def test_training_starts_from_an_hf_folder(corpus, tmp_path):
 
     train.main(tiny_args(corpus, tmp_path / "a", "--max_iters=4", "--eval_interval=4", "--pos_emb=learned"))
     export(Checkpoint.load(str(tmp_path / "a" / "ckpt_last.pt")), tmp_path / "hf")
-    train.main(tiny_args(corpus, tmp_path / "b", "--max_iters=2", "--eval_interval=2", f"--init_from=hf:{tmp_path / 'hf'}",
-                         "--learning_rate=1e-9", "--min_lr=0"))
+    train.main(tiny_args(corpus, tmp_path / "b", "--max_iters=2", "--eval_interval=2",
+                         f"--init_from=hf:{tmp_path / 'hf'}", "--learning_rate=1e-9", "--min_lr=0"))
     before, after = metrics(tmp_path / "a")[-1]["val_loss"], metrics(tmp_path / "b")[-1]["val_loss"]
     assert abs(after - before) < 1e-4
     assert Checkpoint.load(str(tmp_path / "b" / "ckpt_last.pt")).model_config.bias  # GPT-2 has biases

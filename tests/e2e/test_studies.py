@@ -29,9 +29,9 @@ def test_positional_study_end_to_end(corpus, tmp_path):
     import compare
 
     out = tmp_path / "study"
-    compare.main(["--study=positions", f"--out={out}", f"--input={corpus}", "--split=tail", f"--data_root={tmp_path / 'data'}",
-                  "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=8", "--batch_size=4", "--max_iters=2",
-                  "--warmup_iters=1", "--eval_iters=1", "--eval_windows=3"])
+    compare.main(["--study=positions", f"--out={out}", f"--input={corpus}", "--split=tail",
+                  f"--data_root={tmp_path / 'data'}", "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=8",
+                  "--batch_size=4", "--max_iters=2", "--warmup_iters=1", "--eval_iters=1", "--eval_windows=3"])
     results = json.loads((out / "results.json").read_text())["results"]
     assert set(results) == {f"pos-{p}" for p in ("rope", "sinusoidal", "learned", "alibi", "none")} | {
         "score-dot", "score-additive", "score-bilinear"}

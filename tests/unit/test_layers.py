@@ -1,7 +1,8 @@
 """The layers import only downward (README, "Layout"): a newcomer can read any package knowing only the ones below it.
 
     common (errors, cli, flags, device)  <-  model, data  <-  speed, inference  <-  insight  <-  training
-    <-  interop, studies, benchmarks  <-  the scripts (train.py, sample.py, compare.py, bench.py, visualize.py, probe.py)
+    <-  interop, studies, benchmarks
+    <-  the scripts (train.py, sample.py, compare.py, bench.py, visualize.py, probe.py)
 
 Every import statement counts, also one inside a function.
 """
@@ -10,9 +11,9 @@ import os
 
 from conftest import ROOT
 
-LAYERS = {"common": 0, "configs": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "insight": 3, "training": 4, "interop": 5,
-          "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "compare": 6, "bench": 6, "visualize": 6,
-          "probe": 6}
+LAYERS = {"common": 0, "configs": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "insight": 3, "training": 4,
+          "interop": 5, "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "compare": 6, "bench": 6,
+          "visualize": 6, "probe": 6}
 
 
 def project_modules():

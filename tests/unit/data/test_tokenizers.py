@@ -10,8 +10,8 @@ import tiktoken.load
 from data.bpe import N_BYTES, tie_key, train_bpe
 from data.bpe_fast import train_bpe_fast
 from common.errors import DataError
-from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes,
-                            ranks_to_bytes)
+from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, gpt2_tokenizer,
+                            ranks_from_bytes, ranks_to_bytes)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
         "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"

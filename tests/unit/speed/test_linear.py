@@ -129,7 +129,8 @@ def test_the_lever_turns_a_models_linears_into_onednn_ones_with_the_same_paramet
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert len(linears) == 4 * 2 + 1 and all(type(m) is OneDNNLinear for m in linears)
     assert list(model.parameters()) == params and model.head.weight is model.wte.weight
-    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items()) and model.state_dict().keys() == before.keys()
+    assert (all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+            and model.state_dict().keys() == before.keys())
 
 
 @needs_onednn
