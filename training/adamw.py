@@ -9,7 +9,7 @@ run and for what Muon does not take (embeddings, the head, gains). For each para
 The update runs in torch's fused kernel (`torch._fused_adamw_`, what `torch.optim.AdamW(fused=True)` calls), one
 pass over every parameter of a group: several times faster on a CPU than the same formula as separate foreach ops
 (docs/speed.md). The state is torch.optim.AdamW's ("step", "exp_avg", "exp_avg_sq"), so its
-checkpoints and ours load into each other. tests/test_optimizers.py holds it to torch's for-loop AdamW.
+checkpoints and ours load into each other. tests/unit/training/test_optimizers.py holds it to torch's for-loop AdamW.
 """
 import torch
 

@@ -5,7 +5,7 @@ how its model generates text, and what a checkpoint records about it; the attent
     encoder  bidirectional attention, masked-LM loss at ~15% selected positions (BERT; training/masked_lm.py)
     cheater  bidirectional attention with the next-token loss: position t sees token t+1, its own target. It shows
              what the causal mask prevents: its training loss collapses, and behind a causal mask it predicts worse
-             than the decoder (tests/test_mlm.py).
+             than the decoder (tests/e2e/test_encoder_runs.py).
 
 Adding an objective: subclass Objective, register it in OBJECTIVES, and test it; train.py, sample.py and the
 checkpoint pick it up by name (`--model=NAME`).
