@@ -24,13 +24,13 @@ from common.errors import CheckpointError, UserError
 from common.files import current_umask, disk_errors
 from common.flags import config_from_argv
 from data.tokenizer import load_tokenizer
-from interop import hf_gpt2, hf_neox, safetensors_file
+from interop import safetensors_file
+from interop.mappings import hf_target
 from interop.hf_tokenizer import write_hf_tokenizer
 from inference.checkpoint import Checkpoint, path_in, tensor_bytes
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more
-HF_TARGETS = {"learned": hf_gpt2, "rope": hf_neox}  # pos_emb -> the module mapping it to a transformers class
 
 
 @dataclass
@@ -41,18 +41,6 @@ class ExportConfig:
     to_gguf: str = ""  # the GGUF file to write (llama.cpp)
     gguf_dtype: str = "f32"  # the GGUF weights' type: f32 (exact) or f16 (half the size)
     overwrite: bool = False  # replace an existing folder at --to or file at --to_gguf
-
-
-def hf_target(cfg):
-    """The mapping module (hf_gpt2 or hf_neox) that expresses this config exactly; a one-line refusal otherwise."""
-    target = HF_TARGETS.get(cfg.pos_emb)
-    if target is None:
-        raise UserError(f"pos_emb='{cfg.pos_emb}' cannot be exported to Hugging Face: GPT-2 takes pos_emb='learned' "
-                        f"and GPT-NeoX pos_emb='rope'")
-    refusal = target.refusal(cfg)
-    if refusal:
-        raise UserError(refusal)
-    return target
 
 
 def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: int) -> None:

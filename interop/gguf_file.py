@@ -30,7 +30,7 @@ import numpy as np
 from common.errors import UserError
 from common.files import disk_errors, write_atomic
 from data.tokenizer import load_tokenizer
-from interop.export import hf_target
+from interop.mappings import hf_target
 from interop.hf_tokenizer import bpe_vocab_and_merges
 from inference.checkpoint import Checkpoint, tensor_bytes
 
@@ -41,7 +41,7 @@ TOKEN_NORMAL, TOKEN_CONTROL = 1, 3  # llama.cpp's token types: an ordinary token
 
 
 def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:
-    """Why llama.cpp cannot run this model exactly (one line), or None. (interop.export.hf_target refuses the
+    """Why llama.cpp cannot run this model exactly (one line), or None. (interop.mappings.hf_target refuses the
     levers Hugging Face cannot express first: positions, window, causal, qk_norm, attn_score.)"""
     if cfg.mlp_act != "gelu":
         return (f"mlp_act='{cfg.mlp_act}' cannot be exported to GGUF: llama.cpp's gpt2 and gptneox graphs use "

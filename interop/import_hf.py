@@ -20,13 +20,12 @@ from common.errors import SetupError, UserError
 from common.flags import config_from_argv
 from interop import safetensors_file
 from interop.export import TOKENIZER_META
-from interop import hf_gpt2, hf_neox
+from interop.mappings import BY_MODEL_TYPE
 from data.tokenizer import meta_problem
 from model import GPT
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, meta_model
 
 GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
-MAPPINGS = {"gpt2": hf_gpt2, "gpt_neox": hf_neox}  # config.json's model_type -> the module that maps its weights
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # HF's names, newest format first
 
 
@@ -80,10 +79,10 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
         raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
                          f"so give a local folder")
     hf = read_json(config_path, "a model config")
-    mapping = MAPPINGS.get(hf.get("model_type")) if isinstance(hf.get("model_type"), str) else None
+    mapping = BY_MODEL_TYPE.get(hf.get("model_type")) if isinstance(hf.get("model_type"), str) else None
     if mapping is None:
         raise UserError(f"this Hugging Face model cannot be imported: model_type={hf.get('model_type')!r}, only "
-                        f"{' and '.join(repr(k) for k in MAPPINGS)} are supported")
+                        f"{' and '.join(repr(k) for k in BY_MODEL_TYPE)} are supported")
     try:
         cfg = mapping.config_from_hf(hf, dropout)
     except UserError:

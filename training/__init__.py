@@ -1,7 +1,7 @@
 """The training engine, above model/, data/, speed/ and inference/: configuration, objectives, optimizers, the loop,
 evaluation, metrics and wandb, and distributed training. train.py is the page that runs it, top to bottom.
 
-config.py      TrainConfig, the presets, configure(argv)    objectives.py  decoder / cheater; masked_lm.py: encoder
+config.py      TrainConfig, the presets, configure(argv)    objectives.py  decoder, encoder, cheater (masked_lm.py)
 setup.py       builds a Run: data, model, optimizer         loop.py        the loop, one training step, saving
 stopping.py    graceful stops, the out_dir lock             evaluate.py    validation loss, samples
 optim.py       AdamW/Muon parameter groups, lr schedule     muon.py        the Muon optimizer

@@ -1,4 +1,5 @@
-"""The encoder: the masked-LM objective (BERT, Devlin et al. 2019) and what a bidirectional model can do with it.
+"""The encoder's masking: how the masked-LM objective (BERT, Devlin et al. 2019; MaskedLM in training/objectives.py)
+turns a batch of windows into inputs with [MASK]s and targets at the selected positions.
 
 Training: select ~15% of the positions (`rate`), corrupt them (80% -> [MASK], 10% -> a random real token,
 10% left unchanged) and compute the loss at the selected positions only: the model restores the original token
@@ -20,8 +21,6 @@ import numpy as np
 import torch
 
 from common.errors import ConfigError
-from inference.masked import generate_by_masks
-from training.objectives import Objective
 
 MASKED, RANDOM = 0.8, 0.1  # of the selected positions; the remaining 0.1 stay unchanged
 VAL_RATE, VAL_SEED = 0.15, 15  # the validation mask: always 15%, uniform, one fixed pattern
@@ -102,28 +101,3 @@ class Masker:
     def validation(self, x: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed validation mask of batch `index`: the same for every run, whatever its training rate/span."""
         return self(x, (VAL_SEED, index), rate=VAL_RATE, span=1)
-
-
-class MaskedLM(Objective):
-    """The encoder's objective: bidirectional attention, loss at the selected positions only."""
-    name = "encoder"
-    causal = False
-    val_is_next_token = False  # a masked-token loss: its bits/byte would not compare with a decoder's
-    needs_mask_token = True
-
-    def __init__(self, tokenizer, rate: float = 0.15, span: int = 1):
-        super().__init__(tokenizer.mask_id)
-        self.masker = Masker(tokenizer.mask_id, tokenizer.vocab_size, tuple(tokenizer.special_ids), rate, span)
-
-    def train_batch(self, x, y, seed):
-        return self.masker(x, seed)  # targets only at the selected positions
-
-    def val_batch(self, x, y, index):
-        return self.masker.validation(x, index)
-
-    def describe(self) -> str:
-        m = self.masker
-        return f", masked LM at {m.rate:.0%}" + (f" in spans of 1-{m.span}" if m.span > 1 else "")
-
-    def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=False, stop_tokens=None, **sampling):
-        yield from generate_by_masks(model, prompt, max_new_tokens, self.mask_id, generator=generator, **sampling)

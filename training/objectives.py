@@ -2,7 +2,7 @@
 how its model generates text, and what a checkpoint records about it; the attention direction follows from it.
 
     decoder  causal attention, next-token loss at every position (GPT)
-    encoder  bidirectional attention, masked-LM loss at ~15% selected positions (BERT; training/masked_lm.py)
+    encoder  bidirectional attention, masked-LM loss at ~15% selected positions (BERT; masking: training/masked_lm.py)
     cheater  bidirectional attention with the next-token loss: position t sees token t+1, its own target. It shows
              what the causal mask prevents: its training loss collapses, and behind a causal mask it predicts worse
              than the decoder (tests/e2e/test_encoder_runs.py).
@@ -17,6 +17,8 @@ import torch
 
 from data.mask_token import with_mask_token
 from inference.generate import generate_stream
+from inference.masked import generate_by_masks
+from training.masked_lm import Masker
 
 
 class Objective:
@@ -54,12 +56,35 @@ class Cheater(Objective):
     causal = False
 
 
+class MaskedLM(Objective):
+    """The encoder's objective: bidirectional attention, loss at the selected positions only."""
+    name = "encoder"
+    causal = False
+    val_is_next_token = False  # a masked-token loss: its bits/byte would not compare with a decoder's
+    needs_mask_token = True
+
+    def __init__(self, tokenizer, rate: float = 0.15, span: int = 1):
+        super().__init__(tokenizer.mask_id)
+        self.masker = Masker(tokenizer.mask_id, tokenizer.vocab_size, tuple(tokenizer.special_ids), rate, span)
+
+    def train_batch(self, x, y, seed):
+        return self.masker(x, seed)  # targets only at the selected positions
+
+    def val_batch(self, x, y, index):
+        return self.masker.validation(x, index)
+
+    def describe(self) -> str:
+        m = self.masker
+        return f", masked LM at {m.rate:.0%}" + (f" in spans of 1-{m.span}" if m.span > 1 else "")
+
+    def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=False, stop_tokens=None, **sampling):
+        yield from generate_by_masks(model, prompt, max_new_tokens, self.mask_id, generator=generator, **sampling)
+
+
 OBJECTIVES = ("decoder", "encoder", "cheater")  # --model=NAME
 
 
 def objective_class(name: str) -> type[Objective]:
-    from training.masked_lm import MaskedLM  # here: masked_lm imports this module
-
     return {"decoder": Objective, "encoder": MaskedLM, "cheater": Cheater}[name]
 
 
