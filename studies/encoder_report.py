@@ -223,8 +223,8 @@ def write(sc, res, models, tokenizer) -> str:
     speed_rows = [[way, f"{a:,.0f}", f"{b:.2f}"] for way, (a, b) in sp.items()]
     parts = [
         "# Decoder vs encoder vs cheater", "",
-        f"One model class, three runs with identical sizes, data order, seeds and schedule; protocol: README.md, "
-        f"\"Decoder vs encoder\". {res['total_s'] / 60:.1f} minutes in all on this machine (evaluation "
+        f"One model class, three runs with identical sizes, data order, seeds and schedule; protocol: the project's "
+        f"docs/encoder.md. {res['total_s'] / 60:.1f} minutes in all on this machine (evaluation "
         f"{res['eval_s']:.0f} s).", "",
         "## Setup", "", setup_table(sc, res), "",
         "## Results", "", results_table(res), "",

@@ -45,8 +45,8 @@ def _restore_torch_state():
 TINY_TRAIN_FLAGS = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--eval_iters=2",
                     "--log_interval=1", "--sample_tokens=0", "--split=tail", "--tokenizer=char", "--device=cpu",
                     "--dtype=float32", "--warmup_iters=2",
-                    # the engine's tests were written for AdamW and the fused attention path; the
-                    # default preset's Muon and math path have their own (test_speed_levers, test_default_preset)
+                    # the engine's tests were written for AdamW and the fused attention path; the default preset's
+                    # Muon and math path have their own (tests/unit/training/test_muon.py, test_default_preset.py)
                     "--optimizer=adamw", "--attn_impl=sdpa"]
 
 
