@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from common import cli
 from common.flags import config_from_argv
-from model.attention import BACKENDS, AttentionContext
+from model.attention import BACKENDS, AttentionContext, with_empty_rows
 from model.masks import build_mask
 from model.tiled_attention import tiled_attention
 
@@ -41,8 +41,11 @@ def paths(window: int):
         backend = BACKENDS[impl]()
 
         def run(q, k, v):
-            mask = None if is_causal else build_mask(0, q.size(2), True, window, device=q.device)
-            return backend(q, k, v, AttentionContext(mask, None, None, None, is_causal), None, None)[0]
+            mask = empty = None
+            if not is_causal:  # as GPT builds it: the band, and rows with no key attend everywhere (then zeroed)
+                mask, empty = with_empty_rows(build_mask(0, q.size(2), True, window, device=q.device))
+            out = backend(q, k, v, AttentionContext(mask, empty, None, None, is_causal), None, None)[0]
+            return out if empty is None else out.masked_fill(empty, 0.0)
         return run
     return {
         "math": layer("math"),
