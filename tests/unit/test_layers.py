@@ -1,6 +1,6 @@
 """The layers import only downward (README, "Layout"): a newcomer can read any package knowing only the ones below it.
 
-    common (errors, cli, flags, device)  <-  model, data  <-  speed, inference  <-  insight  <-  training
+    common (errors, cli, flags, device), configs  <-  model, data  <-  speed, inference  <-  training  <-  insight
     <-  interop, studies, benchmarks
     <-  the scripts (train.py, sample.py, compare.py, bench.py, visualize.py, probe.py)
 
@@ -11,7 +11,7 @@ import os
 
 from conftest import ROOT
 
-LAYERS = {"common": 0, "configs": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "insight": 3, "training": 4,
+LAYERS = {"common": 0, "configs": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "training": 3, "insight": 4,
           "interop": 5, "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "compare": 6, "bench": 6,
           "visualize": 6, "probe": 6}
 
@@ -107,3 +107,32 @@ def test_every_import_of_the_project_names_a_module_that_exists():
                         and name not in top_level_names(file):
                     missing.append(f"{where} imports {name} from {module}, which does not define it")
     assert not missing, "\n".join(missing)
+
+
+def reached(script: str) -> set:
+    """The project's top-level packages a script's imports reach, following every import (inside functions too)."""
+    seen, todo = set(), [os.path.join(ROOT, script)]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        package = os.path.relpath(path, ROOT).split(os.sep)[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(filter(None, [package if node.level else "", node.module or ""]))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            todo += [f for f in map(module_file, names) if f and f not in seen]
+    return {os.path.relpath(p, ROOT).split(os.sep)[0].removesuffix(".py") for p in seen}
+
+
+def test_sampling_reaches_no_training_code_and_the_model_no_speed_tricks():
+    """sample.py runs a checkpoint without the training engine (the format is inference/checkpoint.py's); the
+    model is the architecture alone: it knows nothing of speed/, inference/ or any file format."""
+    assert "training" not in reached("sample.py")
+    assert reached("model/gpt.py") <= {"model", "common"}
+

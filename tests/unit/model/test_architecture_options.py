@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from model import GPT, GPTConfig
+from inference.checkpoint import Checkpoint
 
 from conftest import tiny_config, tiny_model
 
@@ -24,6 +25,20 @@ def test_defaults_are_the_old_architecture_and_old_checkpoints_load():
     new.load_state_dict(old.state_dict(), strict=True)
     idx = torch.randint(0, cfg.vocab_size, (2, 16))
     torch.testing.assert_close(new(idx)[0], old(idx)[0], rtol=0, atol=0)
+
+
+def test_an_old_checkpoints_implementation_fields_are_ignored():
+    """Checkpoints once stored attn_impl, dropout_impl and linear_impl in the model config; they are run-time choices
+    now (speed/): such a checkpoint loads as the same model, and the run picks its backend by flag."""
+    from exports import as_checkpoint
+
+    model = tiny_model(seed=1)
+    raw = as_checkpoint(model).to_dict()
+    raw["model_config"].update(attn_impl="math", dropout_impl="rand", linear_impl="onednn")
+    loaded = Checkpoint.from_dict(raw).build_model().eval()
+    assert loaded.config == model.config and type(loaded.blocks[0].attn.backend).__name__ == "SDPA"
+    idx = torch.randint(0, 37, (2, 16))
+    torch.testing.assert_close(loaded(idx)[0], model(idx)[0], rtol=0, atol=0)
 
 
 def test_bad_activation_is_a_one_line_error():
