@@ -191,10 +191,9 @@ def main(argv) -> None:
             if draft is not None:
                 yield from speculative_stream(model, draft, prompt, sc.max_new_tokens, k=sc.draft_tokens,
                                               generator=generator, stats=stats, **sampling)
-            elif encoder:
-                del sampling["stop_tokens"]
+            elif encoder:  # no end-of-text to stop at: it writes by filling masks
                 yield from generate_by_masks(model, prompt, sc.max_new_tokens, ckpt.mask_id, generator=generator,
-                                             **sampling)
+                                             **{k: v for k, v in sampling.items() if k != "stop_tokens"})
             else:
                 idx = torch.tensor([prompt], device=device)
                 for token in generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
