@@ -183,21 +183,21 @@ def main(argv) -> None:
     if sc.compile and use_cache:
         compiled["decoder"] = StaticDecoder(model, compile=True)
 
-    sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p, stop_tokens=stop)
+    sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p)
     draft, stats = (load_draft(sc, ckpt.objective, tokenizer, device, speed_config), {}) if sc.draft else (None, None)
 
     def stream(generator):
         with autocast(device, dtype):
             if draft is not None:
                 yield from speculative_stream(model, draft, prompt, sc.max_new_tokens, k=sc.draft_tokens,
-                                              generator=generator, stats=stats, **sampling)
+                                              generator=generator, stats=stats, stop_tokens=stop, **sampling)
             elif encoder:  # no end-of-text to stop at: it writes by filling masks
                 yield from generate_by_masks(model, prompt, sc.max_new_tokens, ckpt.mask_id, generator=generator,
-                                             **{k: v for k, v in sampling.items() if k != "stop_tokens"})
+                                             **sampling)
             else:
                 idx = torch.tensor([prompt], device=device)
                 for token in generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
-                                             **sampling, **compiled):
+                                             stop_tokens=stop, **sampling, **compiled):
                     yield int(token[0])
     note = ("encoder: a full forward per token, no cache" if encoder
             else f"speculative, {sc.draft_tokens} guesses per round" if draft is not None
