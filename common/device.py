@@ -1,9 +1,9 @@
 """Device and precision: chosen once, shared by train.py and sample.py.
 
-'auto' picks cuda > mps > cpu, and bfloat16 autocast wherever the hardware runs bf16 matmuls natively (CUDA with
-bf16 support; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is ~2.5x a float32 one: read from the CPU's flags
-on Linux, so the choice does not depend on how busy the machine is; where the flags cannot be read, a short timing
-probe decides), float32 elsewhere.
+'auto' picks cuda > mps > cpu, and bfloat16 autocast wherever the hardware runs bf16 matmuls natively (NVIDIA GPUs
+from Ampere on, not the T4 or V100 that only emulate it; CPUs with AVX-512 BF16 or AMX, where a bf16 matmul is
+~2.5x a float32 one: read from the CPU's flags on Linux, so the choice does not depend on how busy the machine is;
+where the flags cannot be read, a short timing probe decides), float32 elsewhere.
 Weights and optimizer state stay float32 (autocast only lowers the matmuls), so no loss scaling is needed for bf16;
 float16 (GPUs without bf16) gets a GradScaler in training/setup.py.
 """
@@ -15,8 +15,6 @@ import torch
 from common.errors import SetupError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -73,7 +71,9 @@ def cpu_bf16_speedup(n: int = 256, repeats: int = 5) -> float:
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            # native only: torch counts emulated bf16 (T4, V100) as support, and there it is slow
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+            return torch.bfloat16 if native else torch.float16
         if device.type == "cpu":
             native = cpu_native_bf16()
             if native is None:  # flags unknown: time it
