@@ -84,11 +84,15 @@ class Math(nn.Module):
 
 class SDPA(nn.Module):
     def forward(self, q, k, v, ctx: AttentionContext, dropout, score):
-        mask = ctx.mask
+        mask, dtype = ctx.mask, q.dtype
         if ctx.bias is not None:  # fold the bool mask into the float bias: -inf where not allowed
-            mask = (ctx.bias if mask is None else ctx.bias.masked_fill(~mask, float("-inf"))).to(q.dtype)
+            mask = ctx.bias if mask is None else ctx.bias.masked_fill(~mask, float("-inf"))
+            # the kernel takes a bias of q's dtype: in bf16 an ALiBi bias of -700 is rounded to a multiple of 4,
+            # so under bf16/fp16 this call runs in float32, where the bias is added as computed
+            q, k, v, mask = q.float(), k.float(), v.float(), mask.float()
         p = dropout.p if dropout is not None else 0.0  # the kernel draws its own mask
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=ctx.is_causal), None
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=ctx.is_causal)
+        return out.to(dtype), None
 
 
 class Tiled(nn.Module):

@@ -280,3 +280,24 @@ def test_scaling_by_sqrt_dk_keeps_softmax_moderate():
         unscaled.append(torch.softmax(scores, -1).amax(-1).mean().item())
     assert all(0.08 < p < 0.14 for p in peaks) and max(peaks) - min(peaks) < 0.01, peaks
     assert unscaled[0] < unscaled[1] < unscaled[2] and unscaled[2] > 0.9  # what the divisor prevents
+
+
+def test_the_fused_path_adds_an_alibi_bias_in_float32_under_bf16():
+    """Under bf16 autocast q, k, v are bf16; the fused kernel takes a bias of their dtype, where an ALiBi bias of
+    -100 is rounded by up to 0.25. Here the scores cancel the bias (q.k/sqrt(d) = slope * (t - s)), so keys far
+    back keep real weight and a rounded bias would move the output by ~0.1; added in float32 the output is the
+    reference's up to bf16's rounding of the output itself (|out| < 4: spacing 2^-6)."""
+    torch.manual_seed(0)
+    T, D, slope = 1024, 16, 2 ** (-8 / 12)  # the steepest head's slope with 12 heads
+    t = torch.arange(T, dtype=torch.float64)
+    q, k = torch.randn(1, 1, T, D, dtype=torch.float64), torch.randn(1, 1, T, D, dtype=torch.float64)
+    q[..., 0], q[..., 1] = slope * t * math.sqrt(D), -slope * math.sqrt(D)
+    k[..., 0], k[..., 1] = 1.0, t
+    q, k, v = q.bfloat16(), k.bfloat16(), torch.randn(1, 1, T, D).bfloat16()
+    dist = t.view(T, 1) - t.view(1, T)
+    allowed = (dist >= 0).view(1, 1, T, T)
+    bias = (-slope * dist.abs()).float().view(1, 1, T, T)
+    out, _ = through("sdpa", q, k, v, mask=allowed, bias=bias)
+    assert out.dtype == torch.bfloat16
+    ref = reference_attention(q.double(), k.double(), v.double(), allowed, bias)
+    assert (out.double() - ref).abs().max() < 2 ** -7
