@@ -15,7 +15,7 @@ Each lever has its off switch (a flag of train.py and sample.py) and an ablation
                 nn.Linear
 and ReLU^2's one-pass backward (speed/relu2.py), which changes no number, is always applied.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.errors import need
 
@@ -41,6 +41,20 @@ class SpeedConfig:
              f"dropout_impl={self.dropout_impl!r} is not one of {', '.join(DROPOUT_IMPLS)}")
         need(self.linear_impl in LINEAR_IMPLS,
              f"linear_impl={self.linear_impl!r} is not one of {', '.join(LINEAR_IMPLS)}")
+
+
+# On a GPU the fused kernels win: SDPA runs FlashAttention, which never stores the T x S scores the math path keeps
+# for every layer, and torch's dropout is one kernel where the bulk masks are several. The presets' choices were
+# measured on a CPU, so on CUDA these replace them; only a flag or a config file chooses otherwise.
+GPU_CHOICES = {"attn_impl": "auto", "dropout_impl": "bernoulli"}
+
+
+def for_device(sc: SpeedConfig, explicit: dict, device_type: str) -> SpeedConfig:
+    """sc as run on device_type: on CUDA, GPU_CHOICES for every lever not set in `explicit` (the flags and the
+    config file); elsewhere sc unchanged."""
+    if device_type != "cuda":
+        return sc
+    return replace(sc, **{k: v for k, v in GPU_CHOICES.items() if k not in explicit})
 
 
 def apply(model, sc: SpeedConfig | None = None):

@@ -64,7 +64,8 @@ class TrainConfig(PrepareConfig):
     # system
     device: str = "auto"  # 'auto' (cuda > mps > cpu), or any torch device string
     dtype: str = "auto"  # 'auto', 'float32', 'bfloat16' or 'float16' (autocast dtype of matmuls)
-    compile: bool = False  # torch.compile the model: the first step compiles for a minute, then steps are faster
+    compile: bool | None = None  # torch.compile the model: the first step compiles for a minute, then steps are
+    #                              faster. None: on for CUDA, off elsewhere (on a CPU the compile outlasts short runs)
     reuse_freed_memory: bool = True  # CPU runs: glibc's malloc keeps freed memory for the next step's tensors
     #                                  instead of mapping fresh pages every step (common/malloc.py)
     threads: int | None = None  # CPU threads for torch (None: torch's choice, OMP_NUM_THREADS); on a busy machine

@@ -142,7 +142,7 @@ def announce(run) -> None:
           + (f" ({torch.get_num_threads()} threads)" if run.device.type == "cpu" else "")
           + f", {run.tokens_per_step:,} tokens/step"
           + (f" over {run.dist.world_size} processes" if run.dist.enabled else ""), flush=True)
-    if tc.compile:
+    if run.compiled:
         print("torch.compile: the first step compiles the model (a minute or more on a CPU); the ETA settles after it",
               flush=True)
     if run.start_step:
