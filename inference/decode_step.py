@@ -66,7 +66,7 @@ def decode_step(model, idx, k, v, col, key_valid):
         # the position counts every real token so far, not only those inside the window band it attends to
         pos = (key_valid & written).sum(-1, keepdim=True) - 1  # (B, 1)
     ctx = AttentionContext(mask=mask, empty=None, bias=None, rope=model.pos.rotation(pos), is_causal=False)
-    return model.head(model.trunk(idx, pos, ctx, Columns(k, v, col)))[:, -1]  # (B, V)
+    return model.logits(model.trunk(idx, pos, ctx, Columns(k, v, col)))[:, -1]  # (B, V)
 
 
 class StaticDecoder:

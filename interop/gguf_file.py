@@ -58,7 +58,7 @@ def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:
 def _tensors(model) -> dict[str, np.ndarray]:
     """Our weights under llama.cpp's names, torch layout ((out, in) for Linear), float32; zeros for no biases."""
     cfg = model.config
-    ours = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    ours = {k: v.detach().float().cpu() for k, v in model.unpadded_state_dict().items()}
     out = {"token_embd.weight": ours["wte.weight"], "output.weight": ours["head.weight"]}  # (V, C) both
     if cfg.pos_emb == "learned":
         out["position_embd.weight"] = ours["pos.table.weight"]  # (P, C)

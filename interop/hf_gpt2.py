@@ -84,7 +84,7 @@ def to_hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     refusal = gpt2_refusal(cfg)
     if refusal:
         raise UserError(refusal)
-    ours = {k: v.detach() for k, v in model.state_dict().items()}
+    ours = {k: v.detach() for k, v in model.unpadded_state_dict().items()}
     out = {HF_PREFIX + "wte.weight": ours["wte.weight"],  # (V, C)
            HF_PREFIX + "wpe.weight": ours["pos.table.weight"]}  # (P, C)
     for our_name, hf_name, transposed in _all_names(cfg.n_layer):

@@ -97,7 +97,7 @@ def to_hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     refusal = neox_refusal(cfg)
     if refusal:
         raise UserError(refusal)
-    ours = {k: v.detach() for k, v in model.state_dict().items()}
+    ours = {k: v.detach() for k, v in model.unpadded_state_dict().items()}
     out = {PREFIX + "embed_in.weight": ours["wte.weight"]}  # (V, C)
     for our_name, hf_name in _all_names(cfg.n_layer):
         w = ours[our_name + ".weight"]  # Linear (out, in), the layout NeoX's nn.Linear has too; LayerNorm (C,)

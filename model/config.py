@@ -21,6 +21,9 @@ class GPTConfig:
     NOT_FLAGS = {"vocab_size": "the tokenizer sets it; --bpe_vocab_size sizes a trained BPE (--tokenizer=bpe)"}
     # model
     vocab_size: int = 65  # set from the data's tokenizer by the training setup
+    vocab_multiple: int = 1  # the embedding and head get rows up to the next multiple of this (64: GPT-2's 50,257
+    #                          -> 50,304, whose matmuls tile evenly on a GPU); the extra rows are no token: the
+    #                          logits stop at vocab_size, and exports leave them out
     block_size: int = 256  # the longest context the model is trained on (and the KV cache holds)
     n_layer: int = 6
     n_head: int = 6
@@ -45,7 +48,7 @@ class GPTConfig:
     #                          head): each block starts as the identity
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+        for name in ("vocab_size", "vocab_multiple", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
             need(type(value) is int and 0 < value < MAX_SIZE, f"{name}={value!r} must be a positive integer "
                  f"below 2**31")
@@ -66,6 +69,11 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def padded_vocab(self) -> int:
+        """Rows of the embedding and the head: vocab_size rounded up to a multiple of vocab_multiple."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -26,12 +26,13 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embedding (V, C)
+        Vp = config.padded_vocab  # vocab_size, or more rows that no token uses (vocab_multiple)
+        self.wte = nn.Embedding(Vp, config.n_embd)  # token embedding (Vp, C)
         self.pos = build_positional(config)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.norm = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)  # (C -> V)
+        self.head = nn.Linear(config.n_embd, Vp, bias=False)  # (C -> Vp)
         if config.tie_head:
             self.head.weight = self.wte.weight  # tied: the same matrix reads tokens in and scores them out
         else:
@@ -78,11 +79,18 @@ class GPT(nn.Module):
             cache.advance(T)
         if last_only:
             x = x[:, -1:]  # (B, 1, C): sampling needs only the next-token distribution
-        logits = self.head(x)  # (B, T, V)
+        logits = self.logits(x)  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Hidden states (..., C) -> logits (..., V): the head's padding rows (vocab_multiple) are cut off, so
+        no loss, softmax or sample ever sees them."""
+        logits = self.head(x)  # (..., Vp)
+        V = self.config.vocab_size
+        return logits if logits.size(-1) == V else logits[..., :V]
 
     def trunk(self, idx, pos, ctx: AttentionContext, cache: KVCache | None = None) -> torch.Tensor:
         """Token ids (B, T) at positions pos -> the final normalised hidden states (B, T, C), the head's input:
@@ -106,6 +114,11 @@ class GPT(nn.Module):
         return AttentionContext(mask=mask, empty=empty, bias=bias, rope=self.pos.rotation(pos), is_causal=is_causal)
 
     # ---- helpers ----------------------------------------------------------------------------------------------
+    def unpadded_state_dict(self) -> dict:
+        """The state dict with the embedding and head cut to vocab_size rows: what the exports write."""
+        V = self.config.vocab_size
+        return {k: v[:V] if k in ("wte.weight", "head.weight") else v for k, v in self.state_dict().items()}
+
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         cfg = self.config
         return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len or cfg.block_size, cfg.head_dim)

@@ -16,7 +16,8 @@ from exports import as_checkpoint, perturb, read_gguf, small_bpe  # noqa: E402
 
 
 @pytest.mark.parametrize("overrides, arch", [(dict(), "gptneox"), (dict(pos_emb="learned", bias=True), "gpt2"),
-                                              (dict(tie_head=False), "gptneox")])
+                                              (dict(tie_head=False), "gptneox"),
+                                              (dict(vocab_multiple=64, tie_head=False), "gptneox")])
 def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
     tok = small_bpe()
     model = perturb(tiny_model(vocab_size=tok.vocab_size, **overrides))
@@ -27,8 +28,9 @@ def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
     if arch == "gptneox":
         assert fields["gptneox.rope.dimension_count"] == 16 and fields["gptneox.use_parallel_residual"] is False
     sd = model.state_dict()
-    assert np.array_equal(tensors["token_embd.weight"], sd["wte.weight"].numpy())
-    assert np.array_equal(tensors["output.weight"], sd["head.weight"].numpy())
+    V = tok.vocab_size  # the padding rows (vocab_multiple) are no token: left out
+    assert np.array_equal(tensors["token_embd.weight"], sd["wte.weight"][:V].numpy())
+    assert np.array_equal(tensors["output.weight"], sd["head.weight"][:V].numpy())
     assert np.array_equal(tensors["blk.1.attn_qkv.weight"], sd["blocks.1.attn.qkv.weight"].numpy())  # (3C, C)
     assert np.array_equal(tensors["blk.0.ffn_down.weight"], sd["blocks.0.mlp.down.weight"].numpy())
     bias = sd.get("blocks.0.attn.qkv.bias", torch.zeros(96)).numpy()

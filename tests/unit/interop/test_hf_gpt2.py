@@ -29,11 +29,13 @@ def random_hf_gpt2(folder, vocab_size=61, seed=0):
     return hf
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_exported_folder_loads_in_transformers_with_our_logits_and_greedy_tokens(tmp_path, bias):
-    ours = perturb(tiny_model(pos_emb="learned", bias=bias))
+@pytest.mark.parametrize("bias, vocab_multiple", [(False, 1), (True, 1), (False, 64)])
+def test_exported_folder_loads_in_transformers_with_our_logits_and_greedy_tokens(tmp_path, bias, vocab_multiple):
+    ours = perturb(tiny_model(pos_emb="learned", bias=bias, vocab_multiple=vocab_multiple))
+    assert ours.wte.weight.size(0) == (64 if vocab_multiple == 64 else 37)  # padded: rows no token uses
     export(as_checkpoint(ours), tmp_path / "hf")
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    assert hf.config.vocab_size == 37 and hf.transformer.wte.weight.size(0) == 37  # the export has no padding
     idx = torch.randint(0, 37, (3, 16), generator=torch.Generator().manual_seed(2))  # (B, T): the full context
     with torch.no_grad():
         diff = (hf(idx).logits - ours(idx)[0]).abs().max().item()

@@ -24,6 +24,8 @@ ATOL = 1e-4  # float32, two blocks: the two sides differ by summation order only
     dict(mlp_act="relu2", tie_head=False),
     dict(mlp_act="gelu_exact"),  # NeoX's own default, hidden_act='gelu'
     dict(rope_base=500.0, n_head=4),
+    dict(vocab_multiple=64),  # the padding rows are left out: the export has 37 tokens
+    dict(vocab_multiple=64, tie_head=False),
 ])
 def test_rope_model_loads_in_gpt_neox_with_our_logits_and_greedy_tokens(tmp_path, overrides):
     ours = perturb(tiny_model(**overrides))
@@ -31,6 +33,7 @@ def test_rope_model_loads_in_gpt_neox_with_our_logits_and_greedy_tokens(tmp_path
     export(as_checkpoint(ours), tmp_path / "hf")
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert type(hf).__name__ == "GPTNeoXForCausalLM"
+    assert hf.config.vocab_size == 37 and hf.get_output_embeddings().weight.size(0) == 37
     idx = torch.randint(0, 37, (3, 16), generator=torch.Generator().manual_seed(2))  # (B, T): the full context
     with torch.no_grad():
         diff = (hf(idx).logits - ours(idx)[0]).abs().max().item()

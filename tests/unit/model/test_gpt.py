@@ -4,6 +4,8 @@ import torch
 
 from conftest import POS_EMBS, tiny_config, tiny_model
 from model import GPT, GPTConfig
+from inference.decode_step import StaticDecoder
+from inference.generate import generate
 from insight.attention_maps import attention_maps
 
 
@@ -166,3 +168,44 @@ def test_evaluating_switches_off_dropout_and_restores_each_modules_own_mode():
     assert not a.training
     it.close()  # a generator closed early (a caller that stops sampling) restores it as well
     assert a.training
+
+
+def padded_twin(vocab_multiple=64):
+    """(a model, the same model with its vocabulary padded to vocab_multiple rows whose weights are huge): a padding
+    row that reached the logits would win every argmax and move every loss."""
+    plain = tiny_model()
+    padded = tiny_model(vocab_multiple=vocab_multiple)
+    with torch.no_grad():
+        for name, p in padded.named_parameters():
+            src = plain.state_dict()[name]
+            if name == "wte.weight":
+                p[:src.size(0)] = src
+                p[src.size(0):] = 100.0
+            else:
+                p.copy_(src)
+    return plain, padded
+
+
+def test_a_padded_vocabulary_computes_the_same_function_and_never_shows_its_padding():
+    plain, padded = padded_twin()
+    assert padded.wte.weight.shape == (64, 32) and padded.config.padded_vocab == 64
+    assert padded.config.vocab_size == plain.config.vocab_size == 37
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        (want, want_loss), (got, got_loss) = plain(idx, idx), padded(idx, idx)
+    assert got.shape == want.shape == (2, 16, 37)
+    assert torch.allclose(got, want, atol=1e-6) and torch.allclose(got_loss, want_loss, atol=1e-6)
+    for kw in (dict(temperature=0), dict(temperature=1.0)):  # cached greedy and sampled: ids below 37 only
+        out = generate(padded, idx[:, :2], 12, **kw)
+        assert out.max() < 37
+    want = generate(plain, idx[:, :2], 12, temperature=0)
+    assert torch.equal(generate(padded, idx[:, :2], 12, temperature=0), want)
+    stepped = generate(padded, idx[:, :2], 12, temperature=0, decoder=StaticDecoder(padded, compile=False))
+    assert torch.equal(stepped, want)  # the fixed-shape decoding step cuts the padding too
+
+
+def test_the_unpadded_state_dict_loads_into_the_unpadded_model():
+    plain, padded = padded_twin()
+    fresh = tiny_model(seed=5)
+    fresh.load_state_dict(padded.unpadded_state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), plain.state_dict().values()))
