@@ -22,8 +22,11 @@ class AdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, *, skip: torch.Tensor | None = None):
+        """skip: a 0-d bool tensor; where True, nothing changes (parameters, moments, step counts): decided on the
+        device, so the caller need not read its verdict back first."""
         loss = closure_loss(closure)
+        found_inf = None if skip is None else skip.to(torch.float32)  # the fused kernel's own skip flag
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -34,10 +37,11 @@ class AdamW(Optimizer):
                                      "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
             states = [self.state[p] for p in params]
             steps = [s["step"] for s in states]
-            torch._foreach_add_(steps, 1.0)  # t, per parameter: the kernel reads it for the bias corrections
+            # t, per parameter: the kernel reads it for the bias corrections (a skipped step does not count)
+            torch._foreach_add_(steps, 1.0 if skip is None else 1.0 - found_inf)
             beta1, beta2 = group["betas"]
             torch._fused_adamw_(params, [p.grad for p in params], [s["exp_avg"] for s in states],
                                 [s["exp_avg_sq"] for s in states], [], steps, lr=group["lr"], beta1=beta1,
                                 beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False,
-                                maximize=False)
+                                maximize=False, found_inf=found_inf)
         return loss

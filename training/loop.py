@@ -37,13 +37,16 @@ def resident_mb() -> float | None:
 
 @dataclass
 class StepResult:
-    loss: torch.Tensor  # the step's mean training loss (this process), a 0-d tensor: no host sync until logged
-    grad_norm: float  # before clipping, after unscaling; the same on every process
-    updated: bool  # False when the step was skipped (non-finite gradient, or the float16 scaler's overflow)
+    # 0-d tensors on the device: nothing is read back to the host until a logging step
+    loss: torch.Tensor  # the step's mean training loss (this process)
+    grad_norm: torch.Tensor  # before clipping, after unscaling; the same on every process
+    skipped: torch.Tensor  # bool: the update was skipped (a non-finite gradient, or the float16 scaler's overflow)
 
 
 def train_step(run, step: int, lr: float) -> StepResult:
-    """One optimizer step: accum micro-steps of forward and backward (gradients averaged), clip, update."""
+    """One optimizer step: accum micro-steps of forward and backward (gradients averaged), clip, update. Nothing
+    here waits for the device: a non-finite gradient is found and skipped on it, and the loop reads the verdict at
+    its next logging step (Bookkeeping.check)."""
     tc, optimizer, scaler = run.tc, run.optimizer, run.scaler
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -63,23 +66,14 @@ def train_step(run, step: int, lr: float) -> StepResult:
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
     if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
         grad_norm = grad_norm.full_tensor()
-    grad_norm = grad_norm.item()  # one host sync per step buys never applying a poisoned update
-    updated = True
+    skipped = ~torch.isfinite(grad_norm)  # a NaN/inf anywhere in the loss or the backward shows in the norm
     if scaler.is_enabled():  # an overflow is the scaler's business: it skips the step and lowers the scale
-        scale = scaler.get_scale()
         scaler.step(optimizer)
         scaler.update()
-        updated = scaler.get_scale() >= scale
-    elif math.isfinite(grad_norm):
-        optimizer.step()
-    elif tc.on_nonfinite == "stop":  # a NaN/inf anywhere in the loss or the backward shows in the norm
-        raise SetupError(f"non-finite loss or gradient at step {step + 1} (loss {loss_sum.item():.4g}); stopped "
-                         f"before updating: lower --learning_rate, or pass --on_nonfinite=skip to skip such steps"
-                         + checkpoint_note(run))
     else:
-        updated = False
+        optimizer.step(skip=skipped)  # skipped: no parameter or optimizer state changes (decided on the device)
     optimizer.zero_grad(set_to_none=True)
-    return StepResult(loss_sum, grad_norm, updated)
+    return StepResult(loss_sum, grad_norm, skipped)
 
 
 def on_disk(out_dir: str) -> str:
@@ -194,6 +188,8 @@ class Bookkeeping:
         self.flops_per_token = run.model.flops_per_token()
         self.steps, self.seconds = 0, 0.0  # since the last row
         self.train_s, self.skipped, self.t_start = 0.0, 0, time.time()
+        self.unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # skipped updates not yet read
+        self.first_unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # the first one's step (1-based)
         self.last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
         self.stop = StopRequests()
 
@@ -205,19 +201,40 @@ class Bookkeeping:
         return self.stop.__exit__(*exc)
 
     def step(self, step: int, lr: float) -> StepResult:
-        """One optimizer step (train_step), timed; a skipped update is counted and said."""
+        """One optimizer step (train_step), timed; a skipped update is counted on the device."""
         t0 = time.perf_counter()
         result = train_step(self.run, step, lr)
         seconds = time.perf_counter() - t0
         self.steps, self.seconds, self.train_s = self.steps + 1, self.seconds + seconds, self.train_s + seconds
-        if not result.updated:
-            self.skipped += 1
-            why = "overflow (float16 scaler)" if self.run.scaler.is_enabled() else "not finite"
-            self.bar.write(f"step {step + 1}: gradient {why}, update skipped ({self.skipped} so far)")
+        first = (self.unchecked == 0) & result.skipped
+        self.first_unchecked = torch.where(first, step + 1, self.first_unchecked)
+        self.unchecked += result.skipped
         return result
 
-    def agree(self) -> tuple[int | None, bool]:
-        """(the signal that stops every process after this step or None, whether every process saves now)."""
+    def check(self, done: int) -> None:
+        """At a logging step and before any checkpoint: reads the skipped updates since the last check (one host
+        sync). With --on_nonfinite=stop a non-finite gradient stops the run here; its update was never applied, so
+        the state a checkpoint would save is the last good one."""
+        skipped = int(self.unchecked.item())
+        if not skipped:
+            return
+        first = int(self.first_unchecked.item())
+        self.unchecked.zero_()
+        run = self.run
+        if not run.scaler.is_enabled() and run.tc.on_nonfinite == "stop":
+            raise SetupError(f"non-finite loss or gradient at step {first}; its update was skipped and the run "
+                             f"stopped at step {done}, before saving: lower --learning_rate, or pass "
+                             f"--on_nonfinite=skip to skip such steps" + checkpoint_note(run))
+        self.skipped += skipped
+        why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
+        self.bar.write(f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
+
+    def agree(self, at_row: bool) -> tuple[int | None, bool]:
+        """(the signal that stops every process after this step or None, whether every process saves now). Several
+        processes agree at logging steps only (an all-reduce read back is a host sync): a signal or a timed
+        checkpoint waits for the next one."""
+        if self.run.dist.enabled and not at_row:
+            return None, False
         every = self.run.tc.checkpoint_every_s
         timed = every > 0 and time.monotonic() - self.last_save >= every
         return self.stop.agreed(self.run.dist, self.run.device, timed)
@@ -232,7 +249,7 @@ class Bookkeeping:
         self.steps, self.seconds = 0, 0.0
         self.peak = max(self.peak, self.flops_per_token * tok_per_s)  # the machine has shown this (training/mfu.py)
         row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
-               "grad_norm": result.grad_norm, "tokens": done * run.tokens_per_step,
+               "grad_norm": result.grad_norm.item(), "tokens": done * run.tokens_per_step,
                "elapsed_s": round(time.time() - self.t_start, 3), "train_s": round(self.train_s, 3),
                "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(self.flops_per_token, tok_per_s, self.peak), 5),
                "rss_mb": resident_mb(), "skipped_steps": self.skipped}
@@ -256,9 +273,12 @@ def train(run, columns=(), images=()) -> dict:
             lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
             result = book.step(step, lr)
             done = step + 1
-            signum, timed = book.agree()  # every process stops (or saves) at the same step
             is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
-            if done % tc.log_interval == 0 or is_eval or signum:
+            at_row = done % tc.log_interval == 0 or is_eval
+            signum, timed = book.agree(at_row)  # every process stops (or saves) at the same step
+            if at_row or signum or timed:
+                book.check(done)  # skipped updates, read back: before the row and any checkpoint
+            if at_row or signum:
                 row = book.row(done, result, lr)
                 if is_eval:
                     evaluate_and_save(run, row, log, bar, columns, images)

@@ -51,20 +51,25 @@ def select_positions(B: int, T: int, rate: float, span: int, generator: torch.Ge
     for k in range(span):  # position i is covered by the span starting at i - k if that span is longer than k
         covers = starts & (lengths > k)
         selected |= covers[:, span - 1 - k:span - 1 - k + T]
-    empty = ~selected.any(dim=1)
-    if empty.any():  # a row without a target would contribute nothing; give it one
-        selected[empty, torch.randint(0, T, (int(empty.sum()),), generator=generator)] = True
+    # a row without a target would contribute nothing: it gets one at a random position (drawn for every row, so
+    # that no count is read back: nothing here waits)
+    empty = ~selected.any(dim=1)  # (B,)
+    rows, fallback = torch.arange(B), torch.randint(0, T, (B,), generator=generator)
+    selected[rows, fallback] |= empty
     return selected
 
 
 def corrupt(x: torch.Tensor, selected: torch.Tensor, mask_id: int, replacements: torch.Tensor,
             generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (B, T) token ids, selected (B, T) bool -> (inputs, targets), both (B, T). replacements: the ids a random
-    replacement is drawn from (real tokens only). targets are -1 (no loss) except at the selected positions."""
+    """x (B, T) token ids, selected (B, T) bool -> (inputs, targets), both (B, T) on x's device. replacements: the
+    ids a random replacement is drawn from (real tokens only). targets are -1 (no loss) except at the selected
+    positions. The draws come from generator, on the CPU (the same masks on every device), and go to x's device:
+    x itself is never copied back."""
     r = torch.rand(x.shape, generator=generator)
     masked = selected & (r < MASKED)
     randomised = selected & (r >= MASKED) & (r < MASKED + RANDOM)
     random_ids = replacements[torch.randint(len(replacements), x.shape, generator=generator)]
+    selected, masked, randomised, random_ids = (t.to(x.device) for t in (selected, masked, randomised, random_ids))
     inputs = torch.where(masked, mask_id, torch.where(randomised, random_ids, x))
     targets = torch.where(selected, x, -1)
     return inputs, targets
@@ -95,8 +100,7 @@ class Masker:
         mixed = np.random.SeedSequence(list(seed) if isinstance(seed, tuple) else [seed]).generate_state(2)
         g = torch.Generator().manual_seed(int(mixed[0]) << 32 | int(mixed[1]))
         selected = select_positions(*x.shape, rate or self.rate, span or self.span, g)
-        inputs, targets = corrupt(x.cpu(), selected, self.mask_id, self.replacements, g)
-        return inputs.to(x.device), targets.to(x.device)
+        return corrupt(x, selected, self.mask_id, self.replacements, g)
 
     def validation(self, x: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed validation mask of batch `index`: the same for every run, whatever its training rate/span."""

@@ -70,8 +70,10 @@ class Muon(Optimizer):
                                      f"give vectors and embeddings to AdamW")
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, *, skip: torch.Tensor | None = None):
+        """skip: a 0-d bool tensor; where True, nothing changes (parameters, momentum): decided on the device."""
         loss = closure_loss(closure)
+        keep = None if skip is None else ~skip
         for group in self.param_groups:
             lr, mu = group["lr"] * group["lr_scale"], group["momentum"]
             stacks = {}  # (small, large) -> [(p, its look-ahead gradient turned wide)]: orthogonalised together
@@ -82,7 +84,10 @@ class Muon(Optimizer):
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buf = state["momentum_buffer"]
-                buf.mul_(mu).add_(p.grad)  # (m, n) running sum of gradients
+                if keep is None:
+                    buf.mul_(mu).add_(p.grad)  # (m, n) running sum of gradients
+                else:
+                    buf.copy_(torch.where(keep, buf * mu + p.grad, buf))  # a skipped step's NaN never gets in
                 g = p.grad.add(buf, alpha=mu) if group["nesterov"] else buf  # look one momentum step ahead
                 g = g if g.size(0) <= g.size(1) else g.T  # U V^T of G^T is (U V^T)^T: a (512, 128) joins (128, 512)s
                 stacks.setdefault(tuple(g.shape), []).append((p, g))
@@ -90,6 +95,10 @@ class Muon(Optimizer):
                 updates = orthogonalize(torch.stack([g for _, g in items]), group["ns_steps"], dtype=self.ns_dtype)
                 for (p, _), update in zip(items, updates):  # update: (small, large)
                     update = update if p.size(0) <= p.size(1) else update.T  # (m, n), as p
-                    p.mul_(1 - lr * group["weight_decay"])
+                    if keep is not None:
+                        update = torch.where(keep, update, 0.0)
+                        p.mul_(torch.where(keep, 1 - lr * group["weight_decay"], 1.0))
+                    else:
+                        p.mul_(1 - lr * group["weight_decay"])
                     p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
         return loss

@@ -63,10 +63,10 @@ class Combined:
     def param_groups(self) -> list[dict]:
         return [g for opt in self.parts.values() for g in opt.param_groups]
 
-    def step(self, closure=None):
+    def step(self, closure=None, *, skip=None):
         loss = closure_loss(closure)  # once: its backward fills every part's gradients
         for opt in self.parts.values():
-            opt.step()
+            opt.step(skip=skip)
         return loss
 
     def zero_grad(self, set_to_none: bool = True):
