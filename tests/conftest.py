@@ -71,9 +71,9 @@ def before_each_step(monkeypatch, hook):
     from training.muon import Muon
 
     for cls in (AdamW, Muon):
-        def step(self, closure=None, _step=cls.step):
+        def step(self, closure=None, _step=cls.step, **kwargs):
             hook(self)
-            _step(self, closure)
+            return _step(self, closure, **kwargs)
         monkeypatch.setattr(cls, "step", step)
 
 
