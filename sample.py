@@ -196,9 +196,10 @@ def main(argv) -> None:
                                              **sampling)
             else:
                 idx = torch.tensor([prompt], device=device)
-                for token in generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
-                                             stop_tokens=stop, **sampling, **compiled):
-                    yield int(token[0])
+                tokens = generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
+                                         stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling,
+                                         **compiled)
+                yield from until_stop(read_in_chunks(tokens, READ_EVERY.get(device.type, 1)), stop)
     note = ("encoder: a full forward per token, no cache" if encoder
             else f"speculative, {sc.draft_tokens} guesses per round" if draft is not None
             else f"kv_cache={use_cache}" + (", compiled step (the first sample includes the compile)" if compiled
@@ -207,6 +208,30 @@ def main(argv) -> None:
     if stats:
         print(f"[draft: {stats['accepted']} of {stats['proposed']} guesses kept "
               f"({stats['accepted'] / max(1, stats['proposed']):.0%}) in the last sample]", file=sys.stderr)
+
+
+# On a GPU the sampled tokens are read back (a host sync) this many at a time, so the GPU runs ahead of the terminal
+READ_EVERY = {"cuda": 8}
+
+
+def read_in_chunks(tokens, n: int):
+    """(1,) device tensors -> ints, read back n at a time (one sync per chunk)."""
+    chunk = []
+    for token in tokens:
+        chunk.append(token)
+        if len(chunk) == n:
+            yield from torch.cat(chunk).tolist()
+            chunk = []
+    if chunk:
+        yield from torch.cat(chunk).tolist()
+
+
+def until_stop(ids, stop: list[int] | None):
+    """ids up to and including the first stop token (a stream checked every few tokens runs a little past it)."""
+    for i in ids:
+        yield i
+        if stop and i in stop:
+            return
 
 
 def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config: SpeedConfig):

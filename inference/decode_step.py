@@ -26,8 +26,9 @@ from model.attention import AttentionContext
 from model.kv_cache import KVCache
 
 
-# cpp_wrapper: inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token here
-COMPILE_OPTIONS = {"cpp_wrapper": True}
+# cpp_wrapper: on a CPU inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token
+# here; on a GPU the same option compiles against CUDA's headers, which a pip install of torch may lack
+CPU_COMPILE_OPTIONS = {"cpp_wrapper": True}
 
 
 class ColumnWriter:
@@ -83,17 +84,25 @@ class StaticDecoder:
         if model.training:
             raise ValueError("the static decoder is for inference: call model.eval() first (dropout is off there)")
         self.model = model
+        on_cpu = next(model.parameters()).device.type == "cpu"
         # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
-        self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False, options=COMPILE_OPTIONS) if compile
-                     else decode_step)
+        self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False,
+                                   options=CPU_COMPILE_OPTIONS if on_cpu else None) if compile else decode_step)
+        self.col, self.cache, self.expected = None, None, None  # the column, kept on the device (see __call__)
 
     def __call__(self, idx, cache: KVCache):
         """idx: (B, 1) the newest token, not yet in the cache (a prefill has allocated its buffers).
         Returns logits (B, V) and advances the cache by one column."""
         cache.reserve(1, None, idx.device)  # raises when full; marks the column valid
-        col = torch.tensor([cache.pos], device=idx.device)  # (1,)
+        # the column lives on the device and counts up there: a fresh tensor each token would be a copy from the
+        # host each token (made again only for a new cache, after a prefill or a slide)
+        if self.cache is not cache or self.expected != cache.pos:
+            self.col, self.cache = torch.tensor([cache.pos], device=idx.device), cache  # (1,)
+        else:
+            self.col += 1
+        self.expected = cache.pos + 1
         idx = idx.new_empty(idx.shape).copy_(idx)  # (B, 1) with its own strides: a slice's would change each step
         k, v = [slot.k for slot in cache.layers], [slot.v for slot in cache.layers]  # n_layer x (B, H, L, D)
-        logits = self.step(self.model, idx, k, v, col, cache.valid)
+        logits = self.step(self.model, idx, k, v, self.col, cache.valid)
         cache.advance(1)
         return logits

@@ -94,10 +94,11 @@ def kept_on_slide(block_size: int) -> int:
 
 @torch.no_grad()
 def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, min_p=None,
-                    stop_tokens=None, use_cache=True, generator=None, decoder=None):
+                    stop_tokens=None, use_cache=True, generator=None, decoder=None, check_every=1):
     """Yields the next token of every row, (B,), as soon as it is sampled. A row that produced one of stop_tokens
-    keeps repeating it; the loop ends when every row has stopped. decoder: runs the one-token cached steps instead
-    of the model's forward (a StaticDecoder, inference/decode_step.py: fixed shapes, optionally compiled)."""
+    keeps repeating it; the loop ends when every row has stopped, which it reads back every check_every tokens (a
+    read is a host sync: on a GPU the next steps can be queued meanwhile). decoder: runs the one-token cached steps
+    instead of the model's forward (a StaticDecoder, inference/decode_step.py: fixed shapes, optionally compiled)."""
     check_sampling(temperature, top_k, top_p, min_p)
     if decoder is not None and not use_cache:
         raise ValueError("a decoder runs cached steps: it needs use_cache=True")
@@ -112,7 +113,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
     start = max(0, idx.size(1) - block)  # first column of the context window
     cache = None
     with evaluating(model):
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             if idx.size(1) - start > block:  # window full: slide it (the cache must be rebuilt)
                 start, cache = idx.size(1) - keep, None
             window_pad = pad[:, start:] if pad is not None else None
@@ -134,7 +135,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
             yield nxt
             if len(stop):
                 done |= torch.isin(nxt, stop)
-                if bool(done.all()):
+                if (step + 1) % check_every == 0 and bool(done.all()):
                     return
 
 

@@ -24,6 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.errors import ConfigError
+
 QMAX = 127  # symmetric: -128 is never used, so Wq and -Wq are both representable
 QUANTIZE_CHOICES = ("int8",)
 KERNEL_K_BLOCK = 16  # the CPU kernel's step along K (AVX-512: 16 bf16 lanes; AVX2: 8, which 16 also satisfies)
@@ -89,9 +91,15 @@ def quantize_int8(model: nn.Module) -> int:
 
 
 def quantize(model: nn.Module, how: str | None) -> int:
-    """how: None (leave the model as it is) or one of QUANTIZE_CHOICES. Returns the layers changed."""
+    """how: None (leave the model as it is) or one of QUANTIZE_CHOICES. Returns the layers changed. Refused for a
+    model on a device without the int8 kernel: there every call would dequantise, slower than the float weights."""
     if how is None:
         return 0
     if how not in QUANTIZE_CHOICES:
         raise ValueError(f"quantize={how!r} is not one of {', '.join(QUANTIZE_CHOICES)}")
+    device = next(model.parameters()).device
+    if not has_int8_kernel(device):
+        raise ConfigError(f"--quantize=int8 speeds up decoding on a CPU only (its int8 kernel); on {device.type} the "
+                          f"weights would be dequantised at every call, slower than float: drop --quantize (bf16 "
+                          f"weights are the fast path on a GPU) or sample with --device=cpu")
     return quantize_int8(model)

@@ -95,3 +95,22 @@ def test_compiled_step_gives_the_same_tokens_and_compiles_once(weights):
         logits = decoder(idx[:, -1:], cache)  # (1, V)
         ref, _ = model(idx, last_only=True)
     assert torch.allclose(logits, ref[:, -1], atol=1e-4 if weights == "float32" else 2e-2)
+
+
+def test_a_step_copies_nothing_from_the_host(monkeypatch):
+    """The step's column lives on the device and counts up there: one tensor made from a host number per cache (the
+    prefill, and each slide of the window), not one per token."""
+    model = tiny_model(block_size=16)
+    made, tensor = [], torch.tensor
+
+    def counted(*args, **kwargs):
+        made.append(args)
+        return tensor(*args, **kwargs)
+    want = generate(model, torch.tensor([[1, 2, 3]]), 40, temperature=0.0)  # 40 tokens: several slides
+    decoder = StaticDecoder(model, compile=False)
+    monkeypatch.setattr(torch, "tensor", counted)
+    got = generate(model, tensor([[1, 2, 3]]), 40, temperature=0.0, decoder=decoder)
+    monkeypatch.undo()
+    assert torch.equal(got, want)
+    columns = [a for a in made if a and isinstance(a[0], list) and len(a[0]) == 1]  # torch.tensor([cache.pos])
+    assert 1 <= len(columns) <= 40 // 4  # a prefill, then one per slide (a quarter of the window each)

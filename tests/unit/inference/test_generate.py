@@ -132,3 +132,17 @@ def test_a_tiny_temperature_is_greedy_not_nan(temperature):
     prompt = torch.tensor([[1, 2, 3]])
     assert torch.equal(generate(model, prompt, 5, temperature=temperature, generator=torch.Generator().manual_seed(0)),
                        generate(model, prompt, 5, temperature=0.0))
+
+
+@pytest.mark.parametrize("check_every", [1, 3, 8])
+def test_stop_checked_every_few_tokens_gives_the_same_text_and_runs_past_by_less_than_that(check_every):
+    model = tiny_model()
+    prompts = [[3, 4], [5]]
+    free = generate(model, prompts, 12, temperature=0.0)
+    stop = free[0][4]  # the first row's third generated token
+    want = generate(model, prompts, 12, temperature=0.0, stop_tokens=[stop])
+    assert generate(model, prompts, 12, temperature=0.0, stop_tokens=[stop], check_every=check_every) == want
+    every_row_stopped = max(len(row) - len(p) for row, p in zip(want, prompts))  # tokens until the last row stops
+    streamed = list(generate_stream(model, prompts, 12, temperature=0.0, stop_tokens=[stop], check_every=check_every))
+    if every_row_stopped < 12:
+        assert every_row_stopped <= len(streamed) < every_row_stopped + check_every

@@ -139,3 +139,12 @@ def test_int8_costs_under_a_hundredth_of_a_nat_on_a_trained_model(corpus):
     assert abs(after - before) < 0.01, f"float32 {before:.4f}, int8 {after:.4f}"
     # the greedy choice at each position: equal except where the float model's top two are nearly tied
     assert (top1(model, val_ids) == top1_before).float().mean() > 0.97
+
+
+def test_int8_is_refused_on_a_device_without_the_int8_kernel():
+    """Off the CPU every Int8Linear call dequantises its weights: slower than float, so one line instead."""
+    model = tiny_model().to("meta")
+    with pytest.raises(ConfigError, match="CPU only") as e:
+        quantize(model, "int8")
+    assert "\n" not in str(e.value)
+    assert not any(isinstance(m, Int8Linear) for m in model.modules())  # refused before any layer changed
