@@ -9,8 +9,12 @@ and a second run with the same fingerprint returns at once without reading the i
 its files' names, sizes and modification times). Shards are renamed into place only when complete and meta.json
 is written last, so a folder without meta.json is simply "not prepared"; a killed run resumes (data/build.py).
 """
+import contextlib
+import errno
+import fcntl
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -72,7 +76,7 @@ def prepare(**settings) -> Path:
     cfg = PrepareConfig(**settings)
     root = Path(cfg.data_root) if cfg.data_root is not None else DATA_DIR
     if cfg.input is None:
-        identity, kinds, n_files = SHAKESPEARE_SHA256, {"txt"}, 0
+        source, identity, kinds, n_files = None, SHAKESPEARE_SHA256, {"txt"}, 0  # the source: opened to build
     else:
         source = Source.open(cfg.input, cfg.text_field)
         identity, kinds, n_files = stat_fingerprint(source.path, source.files), source.kinds, len(source.files)
@@ -92,7 +96,35 @@ def prepare(**settings) -> Path:
         fingerprint["input_rules"] = INPUT_RULES
     if _is_prepared(out, fingerprint):
         return out
+    with _build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
+        if _is_prepared(out, fingerprint):  # another process built it while this one waited
+            return out
+        return _build(cfg, t0, root, source, split, out, fingerprint, identity)
 
+
+@contextlib.contextmanager
+def _build_lock(out: Path):
+    """An exclusive lock on a file beside the prepared folder, held while it is built. On a filesystem without
+    locks a single process goes on; under torchrun, where several may build the same folder, it refuses."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)  # blocks while another process builds
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+                raise
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                raise DataError(f"{out.parent} is on a filesystem without file locks ({os.strerror(e.errno)}), and "
+                                f"under torchrun several processes may prepare the same folder there; prepare it "
+                                f"first with python data/prepare.py (same flags), or give a --data_root on a "
+                                f"local disk") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:
     if cfg.input is None:
         source = ShakespeareSource(shakespeare_archive(root / "cache", cfg.archive))
     val_works = _val_works(cfg, source, split)

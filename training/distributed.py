@@ -6,6 +6,7 @@ gradients across processes during the last backward of a step, and every replica
 step. Without torchrun, world_size is 1 and nothing here does anything.
 """
 import contextlib
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -55,6 +56,19 @@ def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
 def barrier(d: Dist) -> None:
     if d.enabled:
         dist.barrier()
+
+
+# Tokenizing a large corpus takes hours; NCCL's collectives time out after 10 minutes, so the processes that wait
+# for it wait on a CPU (gloo) group of their own with this timeout instead
+PREPARE_TIMEOUT = datetime.timedelta(hours=12)
+
+
+def wait_for_data(d: Dist) -> None:
+    """A barrier for the processes waiting while the data is prepared, with PREPARE_TIMEOUT."""
+    if d.enabled:
+        group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
+        dist.barrier(group=group)
+        dist.destroy_process_group(group)
 
 
 def all_mean(value: torch.Tensor, d: Dist) -> torch.Tensor:

@@ -157,14 +157,16 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
 
 
 def load_data(tc: TrainConfig, d: distributed.Dist):
-    """(prepared folder, its meta.json, its tokenizer). Rank 0 downloads and tokenizes; the others wait, then find
-    it ready."""
+    """(prepared folder, its meta.json, its tokenizer). The first process of each node prepares the data (a node
+    that does not share rank 0's disk needs its own copy; where several share one folder, prepare's lock lets one
+    build it); the others wait, however long that takes, then find it ready."""
     def prepared():  # the data settings are the PrepareConfig fields TrainConfig inherits
         return prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
-    if d.master:
+    first_on_node = d.master or d.local_rank == 0
+    if first_on_node:
         data_dir = prepared()
-    distributed.barrier(d)
-    if not d.master:
+    distributed.wait_for_data(d)
+    if not first_on_node:
         data_dir = prepared()
     meta, tokenizer = read_meta(data_dir), load_tokenizer(data_dir)
     if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size

@@ -279,3 +279,30 @@ def test_a_resumed_prepare_counts_each_bad_document_once(tmp_path):
     assert resumed["bad_documents"] == clean["bad_documents"] and clean["bad_documents"]["count"] == 3
     assert resumed["val_dropped"] == clean["val_dropped"] and clean["val_dropped"]["docs"] > 0
     assert resumed["shards"] == clean["shards"]
+
+
+BUILD_ONCE = """
+import sys, time
+from data import prepare as p
+encode = p.Build.encode
+def logged(self, *args, **kwargs):
+    with open(sys.argv[3], "a") as f:
+        f.write("built\\n")
+    time.sleep(2)  # long enough that the other process asks for the folder while this one builds it
+    return encode(self, *args, **kwargs)
+p.Build.encode = logged
+print(p.prepare(input=sys.argv[1], data_root=sys.argv[2], tokenizer="char", progress=False))
+"""
+
+
+def test_processes_preparing_one_folder_at_once_build_it_once(corpus, tmp_path):
+    """What torchrun's nodes do when they share a disk: the first to take the folder's lock builds it, the others
+    wait, then find it ready."""
+    log = tmp_path / "builds.txt"
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD_ONCE, str(corpus), str(tmp_path / "data"), str(log)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert log.read_text().splitlines() == ["built"]
+    folders = {out.strip() for out, _ in outs}
+    assert len(folders) == 1 and json.loads((Path(folders.pop()) / "meta.json").read_text())["train_tokens"] > 0
