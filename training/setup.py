@@ -239,8 +239,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     else:
         model = GPT(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
     speed.apply(model, sc)  # the same parameters: before the optimizer, sharding and compile see them
-    if tc.fsdp:
-        fsdp.shard(model)  # before the optimizer: it must hold the sharded parameters
+    if tc.fsdp:  # before the optimizer: it must hold the sharded parameters
+        fsdp.shard(model, dtype, compile=compiles(tc, device))
     optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2),
                                tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps, matmul_dtype=dtype)
     # float16 needs loss scaling: its smallest normal number is 6e-5, and with a large vocabulary most of the
@@ -259,7 +259,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         if ckpt.rng is not None:  # None: not written by a training run (an import), no stream to continue
             set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)  # each process continues its own random stream
 
-    train_model = torch.compile(model) if compiles(tc, device) else model
+    train_model = torch.compile(model) if compiles(tc, device) and not tc.fsdp else model  # FSDP compiled its blocks
     if d.enabled and not tc.fsdp:
         train_model = DDP(train_model, device_ids=[device.index] if device.type == "cuda" else None)
     accum = tc.accumulation(model.config.block_size, d.world_size)

@@ -152,3 +152,31 @@ def test_the_encoders_validation_mask_is_the_same_for_one_and_two_processes(corp
     losses = [[row["train_loss"] for row in metrics(out)] for out in (one, two)]
     assert all(abs(a - b) < 1e-5 for a, b in zip(*losses)), losses  # the training masks agree too
     assert len(val[0]) == 1 and abs(val[0][0] - val[1][0]) < 1e-5, val
+
+
+FSDP_DTYPES = """
+import sys, torch, torch.distributed as dist
+from model import GPT, GPTConfig
+from training import fsdp
+dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}", rank=0, world_size=1)
+model = GPT(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=32)).train()
+fsdp.shard(model, torch.bfloat16)
+seen = []
+model.blocks[0].attn.qkv.register_forward_pre_hook(lambda m, args: seen.append(m.weight.dtype))
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = model(torch.randint(0, 37, (2, 16)), torch.randint(0, 37, (2, 16)))[1]
+loss.backward()
+shard = model.blocks[0].attn.qkv.weight
+print(seen[0], shard.dtype, shard.grad.dtype)
+dist.destroy_process_group()
+"""
+
+
+def test_fsdp_in_bf16_gathers_and_runs_bf16_weights_and_keeps_float32_shards(tmp_path):
+    """MixedPrecisionPolicy: a block's weights are gathered in bf16 (half of float32's traffic) and run so; the
+    shards the optimizer steps, and their gradients, stay float32."""
+    from conftest import run_code
+
+    r = run_code(FSDP_DTYPES, tmp_path / "store")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["torch.bfloat16", "torch.float32", "torch.float32"]
