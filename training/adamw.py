@@ -13,7 +13,7 @@ checkpoints and ours load into each other. tests/unit/training/test_optimizers.p
 """
 import torch
 
-from .optimizer import Optimizer, closure_loss
+from .optimizer import Optimizer, closure_loss, scaler_skip
 
 
 class AdamW(Optimizer):
@@ -26,6 +26,7 @@ class AdamW(Optimizer):
         """skip: a 0-d bool tensor; where True, nothing changes (parameters, moments, step counts): decided on the
         device, so the caller need not read its verdict back first."""
         loss = closure_loss(closure)
+        skip = scaler_skip(self, skip)
         found_inf = None if skip is None else skip.to(torch.float32)  # the fused kernel's own skip flag
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]

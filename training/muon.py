@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from .optimizer import Optimizer, closure_loss
+from .optimizer import Optimizer, closure_loss, scaler_skip
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)  # (a, b, c) of the quintic, from Keller Jordan's Muon
 NS_STEPS = 5
@@ -73,6 +73,7 @@ class Muon(Optimizer):
     def step(self, closure=None, *, skip: torch.Tensor | None = None):
         """skip: a 0-d bool tensor; where True, nothing changes (parameters, momentum): decided on the device."""
         loss = closure_loss(closure)
+        skip = scaler_skip(self, skip)
         keep = None if skip is None else ~skip
         for group in self.param_groups:
             lr, mu = group["lr"] * group["lr_scale"], group["momentum"]

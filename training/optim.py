@@ -12,7 +12,7 @@ import torch
 from common.errors import CheckpointError, ConfigError
 
 from .adamw import AdamW
-from .optimizer import closure_loss
+from .optimizer import closure_loss, scaler_skip
 
 
 OPTIMIZERS = ("adamw", "muon")
@@ -63,8 +63,11 @@ class Combined:
     def param_groups(self) -> list[dict]:
         return [g for opt in self.parts.values() for g in opt.param_groups]
 
+    _step_supports_amp_scaling = True  # as its parts (training/optimizer.py): GradScaler sets found_inf here
+
     def step(self, closure=None, *, skip=None):
         loss = closure_loss(closure)  # once: its backward fills every part's gradients
+        skip = scaler_skip(self, skip)
         for opt in self.parts.values():
             opt.step(skip=skip)
         return loss

@@ -27,6 +27,9 @@ import torch
 class Optimizer(torch.optim.Optimizer):
     """params: tensors, or dicts {"params": tensors, <hyperparameters overriding defaults>}."""
 
+    # float16's GradScaler hands step() its overflow flag as a tensor (scaler_skip) instead of reading it on the host
+    _step_supports_amp_scaling = True
+
     def __init__(self, params, defaults: dict):
         super().__init__(params, dict(defaults))  # torch's hooks; each group through add_param_group below
 
@@ -78,6 +81,20 @@ class Optimizer(torch.optim.Optimizer):
                              for s, g in zip(saved, self.param_groups)]
         for hook in self._optimizer_load_state_dict_post_hooks.values():
             hook(self)
+
+
+def scaler_skip(optimizer, skip: torch.Tensor | None) -> torch.Tensor | None:
+    """The skip flag step() obeys: `skip`, or'ed with the overflow flag GradScaler.step sets as optimizer.found_inf
+    (a float tensor) on optimizers with _step_supports_amp_scaling. Gradients it has not unscaled yet (it then sets
+    optimizer.grad_scale) are divided by the scale here."""
+    grad_scale, found_inf = getattr(optimizer, "grad_scale", None), getattr(optimizer, "found_inf", None)
+    if grad_scale is not None:
+        torch._foreach_div_([p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None],
+                            grad_scale)
+    if found_inf is None:
+        return skip
+    overflow = found_inf > 0
+    return overflow if skip is None else skip | overflow
 
 
 def closure_loss(closure):

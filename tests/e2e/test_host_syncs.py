@@ -39,6 +39,8 @@ def count_reads_in_steps(monkeypatch) -> list:
     ("--optimizer=muon",),
     ("--model=encoder", "--optimizer=adamw"),  # the masked-LM batch is drawn on the device it trains on
     ("--on_nonfinite=skip", "--gradient_accumulation_steps=2"),
+    ("--dtype=float16",),  # the loss scaler hands the optimizer its overflow flag on the device
+    ("--dtype=float16", "--optimizer=muon"),
 ])
 def test_a_training_step_reads_nothing_back_from_the_device(corpus, tmp_path, monkeypatch, flags):
     reads = count_reads_in_steps(monkeypatch)

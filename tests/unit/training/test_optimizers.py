@@ -178,3 +178,33 @@ def test_step_and_state_dict_hooks_run_as_in_torch():
         assert state["note"] == who
         opt.load_state_dict(state)
     assert calls["ours"] == calls["torch"] == ["step pre", "step post", "state_dict pre", "load pre", "load post"]
+
+
+@pytest.mark.parametrize("name", ["adamw", "muon"])
+def test_the_float16_scaler_skips_an_overflow_on_the_device_and_the_next_step_updates(name):
+    """GradScaler hands our optimizers its overflow flag as a tensor (no host read): an inf gradient changes no
+    weight and halves the scale; a finite one then steps."""
+    from model import GPT, GPTConfig
+    from training.optim import make_optimizer
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    opt, scaler = make_optimizer(model, 1e-3, 0.1, (0.9, 0.95), name), torch.amp.GradScaler("cpu")
+    x = torch.randint(0, 37, (2, 16))
+
+    def step(poison):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, x)[1]
+        scaler.scale(loss).backward()
+        if poison:
+            model.blocks[0].attn.qkv.weight.grad[0, 0] = float("inf")
+        scaler.unscale_(opt)
+        scaler.step(opt)
+        scaler.update()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    step(poison=True)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert scaler.get_scale() == 2.0 ** 15
+    step(poison=False)
+    assert not torch.equal(before["blocks.0.attn.qkv.weight"], model.state_dict()["blocks.0.attn.qkv.weight"])
