@@ -8,6 +8,8 @@ same text but where compiled rounding breaks a near-tie, faster per token once c
 seconds, once per run).
 `--draft=out-small` decodes speculatively (inference/speculative.py): a small checkpoint trained on the same tokens
 guesses `--draft_tokens` ahead and the model checks them in one forward; greedy gives the model's own text.
+`--batch=true` draws the `--num_samples` samples as one batch and prints each when all are done (the default on a
+GPU, where one batch costs about what one sample does); on a GPU `--compile` is on and the weights are bf16 by default.
 `--start=FILE:prompt.txt` reads the prompt from a file. The KV cache is on by default; `--kv_cache=false` runs
 the uncached reference loop, which gives the same text for the same seed (only slower), unless float rounding
 breaks a near-tie between two tokens.
@@ -62,9 +64,13 @@ class SampleConfig:
     seed: int = 1337
     kv_cache: bool = True
     device: str = "auto"
-    dtype: str = "float32"  # 'auto' picks bf16 where it is faster; float32 is the reference
+    dtype: str | None = None  # None: float32 on a CPU (the reference), 'auto' on a GPU; 'auto' picks bf16 where it
+    #                           is native. On a GPU a half dtype casts the weights too (decoding reads them per token)
     quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (inference/quantize.py)
-    compile: bool = False  # torch.compile the one-token decoding step (inference/decode_step.py); needs kv_cache
+    compile: bool | None = None  # torch.compile the one-token decoding step (inference/decode_step.py); needs
+    #                              kv_cache. None: on for a cached decoder on CUDA, off elsewhere
+    batch: bool | None = None  # draw the num_samples samples as one batch, each printed when all are done (instead
+    #                            of one after another, streamed); None: on CUDA
     draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (inference/speculative.py)
     draft_tokens: int = 4  # the draft's guesses per forward of the model
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
@@ -141,12 +147,15 @@ def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
         print(flags.help_text((SampleConfig, SpeedConfig), {}))
         return
-    per_class, _ = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
+    per_class, explicit = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
     sc, speed_config = SampleConfig(**per_class[SampleConfig]), SpeedConfig(**per_class[SpeedConfig])
     device = pick_device(sc.device)
-    dtype = pick_dtype(sc.dtype, device)
+    on_gpu = device.type == "cuda"
+    dtype = pick_dtype(sc.dtype or ("auto" if on_gpu else "float32"), device)
     model, tokenizer, ckpt = load_for_inference(path_in(sc.out_dir, sc.ckpt), device)
-    speed.apply(model, speed_config)
+    if on_gpu and dtype != torch.float32:
+        model = model.to(dtype)  # half the bytes to read for every token
+    speed.apply(model, speed.for_device(speed_config, explicit, device.type))
     quantize(model, sc.quantize)
     text = read_prompt(sc.start)
     if sc.attention:  # works for encoders too: it draws, it does not generate
@@ -180,7 +189,7 @@ def main(argv) -> None:
     use_cache = sc.kv_cache and model.config.causal
     stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
     compiled = {}  # the decoder, when --compile: passed only to the causal objectives (an encoder has no cache)
-    if sc.compile and use_cache:
+    if compiles(sc, device, model) and use_cache:
         compiled["decoder"] = StaticDecoder(model, compile=True)
 
     sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p)
@@ -200,6 +209,11 @@ def main(argv) -> None:
                                          stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling,
                                          **compiled)
                 yield from until_stop(read_in_chunks(tokens, READ_EVERY.get(device.type, 1)), stop)
+    if (sc.batch if sc.batch is not None else on_gpu) and sc.num_samples > 1 and not (encoder or draft):
+        with autocast(device, dtype):
+            print_batch(sc, model, tokenizer, prompt, device, use_cache, stop, sampling, compiled,
+                        f" (step {ckpt.step} checkpoint)")
+        return
     note = ("encoder: a full forward per token, no cache" if encoder
             else f"speculative, {sc.draft_tokens} guesses per round" if draft is not None
             else f"kv_cache={use_cache}" + (", compiled step (the first sample includes the compile)" if compiled
@@ -232,6 +246,33 @@ def until_stop(ids, stop: list[int] | None):
         yield i
         if stop and i in stop:
             return
+
+
+def compiles(sc: SampleConfig, device, model) -> bool:
+    """--compile, or where it is not given: on CUDA, for a model the compiled step supports, without a draft."""
+    if sc.compile is not None:
+        return sc.compile
+    return device.type == "cuda" and sc.kv_cache and sc.draft is None and model.config.pos_emb != "alibi"
+
+
+def print_batch(sc: SampleConfig, model, tokenizer, prompt: list[int], device, use_cache, stop, sampling, compiled,
+                header: str) -> None:
+    """The num_samples samples drawn as one batch (the prompt in every row), printed when all are done, each cut at
+    its end-of-text token; the batch's speed on stderr."""
+    generator = torch.Generator(device=device).manual_seed(sc.seed)
+    idx = torch.tensor([prompt] * sc.num_samples, device=device)  # (B, T)
+    t0 = time.perf_counter()
+    steps = list(generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
+                                 stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling, **compiled))
+    rows = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in range(sc.num_samples)]  # one read
+    elapsed = time.perf_counter() - t0
+    rows = [list(until_stop(row, stop)) for row in rows]
+    for i, row in enumerate(rows):
+        print(f"---------- sample {i + 1}{header} ----------")
+        print(tokenizer.decode(prompt + row))
+    n = sum(len(row) for row in rows)
+    print(f"[{sc.num_samples} samples as one batch: {n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} "
+          f"tokens/s, kv_cache={use_cache}" + (", compiled step" if compiled else "") + "]", file=sys.stderr)
 
 
 def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config: SpeedConfig):

@@ -91,3 +91,21 @@ def test_sample_py_compile_prints_the_same_text(corpus, tmp_path, capsys):
         text[flag], err = capsys.readouterr()
         assert ("compiled step" in err) == (flag == "true")
     assert text["true"] == text["false"] and text["true"].count("ROMEO:") == 2
+
+
+def test_samples_drawn_as_one_batch_are_the_samples_drawn_one_by_one_when_greedy(corpus, tmp_path, capsys):
+    """--batch=true (a GPU's default): every row of the batch is the prompt's greedy continuation, cut at its
+    end, printed in order; sampled rows differ from one another."""
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=20", "--eval_interval=20")) == 0
+    common = [f"--out_dir={out}", "--start=ROMEO:", "--max_new_tokens=30", "--num_samples=3"]
+    capsys.readouterr()
+    outputs = {}
+    for batch in ("false", "true"):
+        assert sample.cli.run(sample.main, common + ["--temperature=0", f"--batch={batch}"]) == 0
+        outputs[batch] = capsys.readouterr()
+    assert outputs["true"].out.replace("\n", "") == outputs["false"].out.replace("\n", "")
+    assert outputs["true"].out.count("---------- sample") == 3 and "as one batch" in outputs["true"].err
+    assert sample.cli.run(sample.main, common + ["--temperature=1.5", "--batch=true"]) == 0
+    samples = capsys.readouterr().out.split("---------- sample")[1:]
+    assert len(set(s.split("----------", 1)[1] for s in samples)) == 3
