@@ -186,6 +186,7 @@ class Bookkeeping:
         self.run, self.bar = run, bar
         self.peak = peak_matmul_flops(run.device, run.dtype) * run.dist.world_size  # MFU's denominator, measured once
         self.flops_per_token = run.model.flops_per_token()
+        self.disturbed = False  # whether a row has shown the peak measurement to be low
         self.steps, self.seconds = 0, 0.0  # since the last row
         self.train_s, self.skipped, self.t_start = 0.0, 0, time.time()
         self.unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # skipped updates not yet read
@@ -247,7 +248,11 @@ class Bookkeeping:
         run = self.run
         tok_per_s = run.tokens_per_step * self.steps / max(self.seconds, 1e-9)
         self.steps, self.seconds = 0, 0.0
-        self.peak = max(self.peak, self.flops_per_token * tok_per_s)  # the machine has shown this (training/mfu.py)
+        if self.flops_per_token * tok_per_s > self.peak and not self.disturbed:  # the probe read low: say so once
+            self.disturbed = True
+            self.bar.write(f"note: training ran at {self.flops_per_token * tok_per_s / 1e9:,.0f} GFLOP/s, above the "
+                           f"matmul peak measured at the start ({self.peak / 1e9:,.0f}): that measurement was "
+                           f"disturbed (another process?), so the mfu column reads high")
         row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
                "grad_norm": result.grad_norm.item(), "tokens": done * run.tokens_per_step,
                "elapsed_s": round(time.time() - self.t_start, 3), "train_s": round(self.train_s, 3),

@@ -89,3 +89,16 @@ def test_tokens_per_second_count_steps_and_training_time_only(corpus, tmp_path, 
     # the rates' time excludes the three slow saves: it fits in the wall time without them
     assert sum(seconds) <= rows[-1]["elapsed_s"] - 3 * SAVE_S, (sum(seconds), rows[-1]["elapsed_s"])
     assert sum(seconds) == pytest.approx(rows[-1]["train_s"], rel=0.01)
+
+
+def test_mfu_is_never_raised_to_the_models_own_rate_and_a_low_peak_is_said(corpus, tmp_path, monkeypatch, capsys):
+    """A peak measured low (a disturbed probe: here 1 kFLOP/s) is kept as measured, so mfu reads above 1, and the
+    run says once why, instead of quietly raising the peak to what training reached."""
+    from training import loop
+
+    monkeypatch.setattr(loop, "peak_matmul_flops", lambda device, dtype: 1e3)
+    assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=4", "--eval_interval=4")) == 0
+    rows = metrics(tmp_path / "run")
+    assert all(row["mfu"] > 1 for row in rows)
+    err = capsys.readouterr()
+    assert (err.out + err.err).count("that measurement was disturbed") == 1
