@@ -107,7 +107,7 @@ def _build_lock(out: Path):
     """An exclusive lock on a file beside the prepared folder, held while it is built. On a filesystem without
     locks a single process goes on; under torchrun, where several may build the same folder, it refuses."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "a") as f:
+    with open(out.parent / f".{out.name}.lock", "a") as f:  # closing the file releases the lock
         try:
             fcntl.flock(f, fcntl.LOCK_EX)  # blocks while another process builds
         except OSError as e:
@@ -118,10 +118,7 @@ def _build_lock(out: Path):
                                 f"under torchrun several processes may prepare the same folder there; prepare it "
                                 f"first with python data/prepare.py (same flags), or give a --data_root on a "
                                 f"local disk") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield
 
 
 def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:

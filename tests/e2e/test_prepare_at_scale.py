@@ -306,3 +306,22 @@ def test_processes_preparing_one_folder_at_once_build_it_once(corpus, tmp_path):
     assert log.read_text().splitlines() == ["built"]
     folders = {out.strip() for out, _ in outs}
     assert len(folders) == 1 and json.loads((Path(folders.pop()) / "meta.json").read_text())["train_tokens"] > 0
+
+
+def test_without_file_locks_one_process_prepares_and_torchrun_is_refused(corpus, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from common.errors import DataError
+    from data import prepare as p
+
+    def flock(f, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+    monkeypatch.setattr(p.fcntl, "flock", flock)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(DataError, match="filesystem without file locks") as e:
+        p.prepare(input=str(corpus), data_root=str(tmp_path / "data"), tokenizer="char", progress=False)
+    assert "\n" not in str(e.value) and not list((tmp_path / "data" / "prepared").glob("*/meta.json"))
+    monkeypatch.delenv("WORLD_SIZE")
+    out = p.prepare(input=str(corpus), data_root=str(tmp_path / "data"), tokenizer="char", progress=False)
+    assert (out / "meta.json").exists()
