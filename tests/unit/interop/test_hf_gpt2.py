@@ -61,10 +61,14 @@ def test_gpt2_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path):
 def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
     from data.tokenizer import gpt2_tokenizer
 
-    ours = tiny_model(pos_emb="learned", vocab_size=50257)
+    ours = tiny_model(pos_emb="learned", vocab_size=50257, vocab_multiple=64)  # the gpt2 preset's 50,304 rows
+    assert ours.wte.weight.size(0) == 50304
     meta = {"tokenizer": "gpt2", "vocab_size": 50257, "eot_id": 50256}
     export(as_checkpoint(ours, meta), tmp_path / "hf")
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert len(tok) == 50257
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf")
+    assert hf.transformer.wte.weight.size(0) == 50257  # the export has no padding rows
     text = "Hello world! ROMEO: O, she doth teach the torches to burn bright.\n  ça va?"
     assert tok(text)["input_ids"] == gpt2_tokenizer().encode(text)
     assert tok.eos_token_id == 50256
