@@ -104,10 +104,12 @@ def prepare(**settings) -> Path:
 
 @contextlib.contextmanager
 def _build_lock(out: Path):
-    """An exclusive lock on a file beside the prepared folder, held while it is built. On a filesystem without
-    locks a single process goes on; under torchrun, where several may build the same folder, it refuses."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "a") as f:  # closing the file releases the lock
+    """An exclusive lock on DATA_ROOT/locks/NAME.lock (beside prepared/, whose entries are all prepared folders),
+    held while the folder NAME is built. On a filesystem without locks a single process goes on; under torchrun,
+    where several may build the same folder, it refuses."""
+    locks = out.parent.parent / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{out.name}.lock", "a") as f:  # closing the file releases the lock
         try:
             fcntl.flock(f, fcntl.LOCK_EX)  # blocks while another process builds
         except OSError as e:
