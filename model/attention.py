@@ -106,8 +106,8 @@ BACKENDS = {"sdpa": SDPA, "math": Math, "tiled": Tiled}
 
 
 class MultiHeadAttention(nn.Module):
-    """Self-attention: queries, keys and values all come from x. (Cross-attention is the same formula with k, v
-    projected from another sequence, so S != T.)"""
+    """Self-attention: queries, keys and values all come from x. (CrossAttention, below, is the same formula with
+    k, v projected from another sequence, so S != T.)"""
 
     def __init__(self, config):
         super().__init__()
@@ -142,6 +142,45 @@ class MultiHeadAttention(nn.Module):
         return self.proj(y)
 
 
+class CrossAttention(nn.Module):
+    """Cross-attention (the encoder-decoder's, model/seq2seq.py): queries from the decoder stream x (B, T, C), keys
+    and values projected from the encoder's output, the memory (B, S, C). The same formula, backends and score
+    functions as self-attention. No positions are applied here: the memory already carries the source's (the
+    encoder's pos_emb), and a target position and a source position share no origin, so a rotation or a distance
+    bias between them would mean nothing."""
+
+    def __init__(self, config):
+        super().__init__()
+        C, self.n_head, self.head_dim, self.qk_norm = config.n_embd, config.n_head, config.head_dim, config.qk_norm
+        self.q = nn.Linear(C, C, bias=config.bias)  # from the decoder stream
+        self.kv = nn.Linear(C, 2 * C, bias=config.bias)  # from the memory: K and V in one matmul
+        self.proj = nn.Linear(C, C, bias=config.bias)
+        self.proj.residual_scale = True
+        self.score = build_score(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.backend = Math() if self.score is not None else SDPA()
+
+    def memory_kv(self, memory):
+        """memory (B, S, C) -> (k, v), (B, H, S, D) each: computed once per source, reused by every decoding step."""
+        B, S, C = memory.shape
+        k, v = self.kv(memory).view(B, S, 2, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)  # 2 x (B, H, S, D)
+        if self.qk_norm:
+            k = F.rms_norm(k, (self.head_dim,))
+        return k, v
+
+    def forward(self, x, memory_kv, source_mask):
+        """x: (B, T, C); memory_kv: memory_kv(memory); source_mask: (B, 1, 1, S) bool, False at source padding."""
+        B, T, C = x.shape
+        q = self.q(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        if self.qk_norm:
+            q = F.rms_norm(q, (self.head_dim,))
+        k, v = memory_kv
+        dropout = self.drop if self.training and self.drop.p > 0 else None
+        ctx = AttentionContext(mask=source_mask, empty=None, bias=None, rope=None, is_causal=False)
+        y, _ = self.backend(q, k, v, ctx, dropout, self.score)  # (B, H, T, D)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
 def use_backend(model: nn.Module, name: str) -> nn.Module:
     """Every attention layer of model computes with backend `name` (a key of BACKENDS) from now on. A learned
     score function is computed on the math path only: asking another backend for it is refused, not switched."""
@@ -158,5 +197,6 @@ def use_backend(model: nn.Module, name: str) -> nn.Module:
     return model
 
 
-def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
-    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+def attention_layers(model: nn.Module) -> list[nn.Module]:
+    """Every self- and cross-attention layer of model."""
+    return [m for m in model.modules() if isinstance(m, (MultiHeadAttention, CrossAttention))]

@@ -8,7 +8,7 @@ import functools
 import torch
 import torch.nn as nn
 
-from .attention import MultiHeadAttention
+from .attention import CrossAttention, MultiHeadAttention
 
 
 class ReLU2(nn.Module):
@@ -50,5 +50,27 @@ class Block(nn.Module):
 
     def forward(self, x, ctx, kv=None):  # (B, T, C) -> (B, T, C); kv: this block's slot of a KV cache
         x = x + self.drop(self.attn(self.norm1(x), ctx, kv))
+        x = x + self.mlp(self.norm2(x))
+        return x
+
+
+class DecoderBlock(nn.Module):
+    """The encoder-decoder's decoder block (model/seq2seq.py): causal self-attention over the target so far, then
+    cross-attention from it to the encoder's memory, then the MLP; each pre-norm, each a residual branch."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = MultiHeadAttention(config)
+        self.norm_cross = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.cross = CrossAttention(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, ctx, memory_kv, source_mask, kv=None):
+        """x (B, T, C) -> (B, T, C); memory_kv: this block's cross-attention keys and values of the source."""
+        x = x + self.drop(self.attn(self.norm1(x), ctx, kv))
+        x = x + self.drop(self.cross(self.norm_cross(x), memory_kv, source_mask))
         x = x + self.mlp(self.norm2(x))
         return x

@@ -40,21 +40,7 @@ class GPT(nn.Module):
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
-        # GPT-2: N(0, 0.02) everywhere; the projections that write into the residual stream are scaled by
-        # 1/sqrt(2 * n_layer) so the stream's variance does not grow with depth (two writes per block).
-        # zero_init: those projections (and an untied head) start at zero instead (modded-nanogpt's choice).
-        if isinstance(module, nn.Linear):
-            zeroed = self.config.zero_init and (getattr(module, "residual_scale", False)
-                                                or getattr(module, "zero_init", False))
-            std = 0.02 / math.sqrt(2 * self.config.n_layer) if getattr(module, "residual_scale", False) else 0.02
-            if zeroed:
-                nn.init.zeros_(module.weight)
-            else:
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        init_weights(module, self.config)
 
     def forward(self, idx, targets=None, *, cache: KVCache | None = None, pad_mask=None, last_only=False):
         """idx: (B, T) token ids; targets: (B, T) ids, -1 = no loss here; pad_mask: (B, T) bool, False at left
@@ -138,3 +124,21 @@ class GPT(nn.Module):
         T = T or cfg.block_size
         matmul_params = self.num_params() - (0 if cfg.tie_head else self.wte.weight.numel())  # a lookup is no matmul
         return 6 * matmul_params + 12 * cfg.n_layer * T * cfg.n_embd
+
+
+def init_weights(module: nn.Module, config: GPTConfig) -> None:
+    """GPT-2's initialisation of one module (model.apply(...) visits them all), shared with model/seq2seq.py."""
+    # GPT-2: N(0, 0.02) everywhere; the projections that write into the residual stream are scaled by
+    # 1/sqrt(2 * n_layer) so the stream's variance does not grow with depth (two writes per block).
+    # zero_init: those projections (and an untied head) start at zero instead (modded-nanogpt's choice).
+    if isinstance(module, nn.Linear):
+        zeroed = config.zero_init and (getattr(module, "residual_scale", False) or getattr(module, "zero_init", False))
+        std = 0.02 / math.sqrt(2 * config.n_layer) if getattr(module, "residual_scale", False) else 0.02
+        if zeroed:
+            nn.init.zeros_(module.weight)
+        else:
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)

@@ -1,0 +1,117 @@
+"""The encoder-decoder transformer (Vaswani et al. 2017): the sequence-to-sequence model attention was invented for.
+
+Before attention, an encoder read the source into one fixed vector and a decoder wrote the target from that vector
+alone, which fails as sources grow (Cho et al. 2014); attention (Bahdanau et al. 2015) let the decoder look back at
+every encoder state at every step. Here the decoder does it with cross-attention:
+
+    source (B, S) -> embedding + positions -> n_layer encoder blocks (bidirectional, source padding masked)
+                  -> final norm = the memory (B, S, C)
+    target (B, T) -> embedding + positions -> n_layer decoder blocks, each:
+                       causal self-attention -> cross-attention (queries: target; keys, values: memory) -> MLP
+                  -> final norm -> head -> logits (B, T, V)
+
+Built from GPT's pieces (model/gpt.py): the encoder's blocks are Block, the decoder's self-attention is
+MultiHeadAttention, each side takes config.pos_emb for its own positions, and config.attn_score applies to the
+cross-attention as well. One token embedding serves the source, the target and the tied head (one vocabulary).
+The memory's keys and values are computed once per source (memory_kvs) and reused by every decoding step;
+decode() takes a KV cache for the target's self-attention, as GPT.forward does.
+
+Sources are right-padded (source_valid False at padding: masked from every attention); targets are right-padded
+too and need no mask: causal attention never reads a later position, and the loss ignores targets of -1.
+Shapes: B batch, S source length, T target length (t0 already cached), C n_embd, V vocab_size.
+"""
+from dataclasses import replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import AttentionContext, with_empty_rows
+from .blocks import Block, DecoderBlock
+from .config import GPTConfig
+from .gpt import init_weights
+from .kv_cache import KVCache
+from .masks import build_mask
+from .positional import build_positional
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config = replace(config, causal=True)  # the decoder's; the encoder's is bidirectional
+        self.encoder_config = replace(config, causal=False)
+        self.wte = nn.Embedding(config.padded_vocab, config.n_embd)  # (Vp, C): source and target tokens
+        self.source_pos = build_positional(self.encoder_config)
+        self.target_pos = build_positional(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.encoder = nn.ModuleList([Block(self.encoder_config) for _ in range(config.n_layer)])
+        self.encoder_norm = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.decoder = nn.ModuleList([DecoderBlock(config) for _ in range(config.n_layer)])
+        self.norm = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.head = nn.Linear(config.n_embd, config.padded_vocab, bias=False)
+        self.head.weight = self.wte.weight  # tied
+        self.apply(lambda module: init_weights(module, config))
+
+    def encode(self, source, source_valid=None):
+        """source (B, S) ids, source_valid (B, S) bool or None (no padding) -> (memory (B, S, C), source_mask
+        (B|1, 1, 1, S) bool or None), the mask every cross-attention takes."""
+        B, S = source.shape
+        cfg = self.encoder_config
+        pos = torch.arange(S, device=source.device).unsqueeze(0)  # (1, S): right padding, so rows start at 0
+        mask = empty = None
+        if source_valid is not None or cfg.window is not None:
+            mask = build_mask(0, S, causal=False, window=cfg.window, key_valid=source_valid, device=source.device)
+            mask, empty = with_empty_rows(mask)  # (B, 1, S, S); a source of only padding would have no key
+        ctx = AttentionContext(mask=mask, empty=empty, bias=self.source_pos.bias(0, S, S),
+                               rope=self.source_pos.rotation(pos), is_causal=False)
+        x = self.drop(self.source_pos.embed(self.wte(source), pos))  # (B, S, C)
+        for block in self.encoder:
+            x = block(x, ctx)
+        source_mask = None if source_valid is None else source_valid.view(B, 1, 1, S)
+        return self.encoder_norm(x), source_mask
+
+    def memory_kvs(self, memory) -> list:
+        """Every decoder layer's cross-attention keys and values of the memory: once per source."""
+        return [block.cross.memory_kv(memory) for block in self.decoder]
+
+    def decode(self, target, memory_kvs, source_mask, cache: KVCache | None = None):
+        """target (B, T) ids after the t0 = cache.pos already cached -> logits (B, T, V)."""
+        B, T = target.shape
+        cfg = self.config
+        t0 = cache.pos if cache is not None else 0
+        if cache is not None:
+            cache.reserve(T, None, target.device)
+        pos = torch.arange(t0, t0 + T, device=target.device).unsqueeze(0)  # (1, T)
+        bias = self.target_pos.bias(t0, T, t0 + T)
+        is_causal = T > 1 and t0 == 0 and cfg.window is None and bias is None
+        mask = None  # one new token after a cache needs no mask: it may see every cached key
+        if not is_causal and (T > 1 or cfg.window is not None):
+            mask = build_mask(t0, T, causal=True, window=cfg.window, device=target.device)  # (1, 1, T, t0 + T)
+        ctx = AttentionContext(mask=mask, empty=None, bias=bias, rope=self.target_pos.rotation(pos),
+                               is_causal=is_causal)
+        x = self.drop(self.target_pos.embed(self.wte(target), pos))  # (B, T, C)
+        slots = cache.layers if cache is not None else [None] * len(self.decoder)
+        for block, kv, slot in zip(self.decoder, memory_kvs, slots):
+            x = block(x, ctx, kv, source_mask, slot)  # (B, T, C)
+        if cache is not None:
+            cache.advance(T)
+        logits = self.head(self.norm(x))  # (B, T, Vp)
+        return logits[..., :cfg.vocab_size] if logits.size(-1) != cfg.vocab_size else logits
+
+    def forward(self, source, target, targets=None, source_valid=None):
+        """Teacher forcing: source (B, S), target (B, T) = the decoder's inputs (a start token, then the target
+        shifted right), targets (B, T) = the tokens to predict, -1 where there is none (padding).
+        Returns (logits (B, T, V), loss or None)."""
+        memory, source_mask = self.encode(source, source_valid)
+        logits = self.decode(target, self.memory_kvs(memory), source_mask)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
+        cfg = self.config
+        return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len or cfg.block_size, cfg.head_dim)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
