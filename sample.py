@@ -153,9 +153,10 @@ def main(argv) -> None:
     on_gpu = device.type == "cuda"
     dtype = pick_dtype(sc.dtype or ("auto" if on_gpu else "float32"), device)
     model, tokenizer, ckpt = load_for_inference(path_in(sc.out_dir, sc.ckpt), device)
+    speed_config = speed.for_device(speed_config, explicit, device.type)
     if on_gpu and dtype != torch.float32:
-        model = model.to(dtype)  # half the bytes to read for every token
-    speed.apply(model, speed.for_device(speed_config, explicit, device.type))
+        model = half_weights(model, dtype)
+    speed.apply(model, speed_config)
     quantize(model, sc.quantize)
     text = read_prompt(sc.start)
     if sc.attention:  # works for encoders too: it draws, it does not generate
@@ -193,7 +194,9 @@ def main(argv) -> None:
         compiled["decoder"] = StaticDecoder(model, compile=True)
 
     sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p)
-    draft, stats = (load_draft(sc, ckpt.objective, tokenizer, device, speed_config), {}) if sc.draft else (None, None)
+    draft, stats = None, None
+    if sc.draft:
+        draft, stats = load_draft(sc, ckpt.objective, tokenizer, device, speed_config, dtype), {}
 
     def stream(generator):
         with autocast(device, dtype):
@@ -248,6 +251,15 @@ def until_stop(ids, stop: list[int] | None):
             return
 
 
+def half_weights(model, dtype):
+    """The weights in dtype (decoding reads every one of them for every token: half the bytes), but the positions'
+    tables (RoPE's frequencies, ALiBi's slopes) stay float32, as trained: bf16 frequencies rotate far positions by
+    visibly wrong angles."""
+    model = model.to(dtype)
+    model.pos.float()
+    return model
+
+
 def compiles(sc: SampleConfig, device, model) -> bool:
     """--compile, or where it is not given: on CUDA, for a model the compiled step supports, without a draft."""
     if sc.compile is not None:
@@ -275,7 +287,7 @@ def print_batch(sc: SampleConfig, model, tokenizer, prompt: list[int], device, u
           f"tokens/s, kv_cache={use_cache}" + (", compiled step" if compiled else "") + "]", file=sys.stderr)
 
 
-def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config: SpeedConfig):
+def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config: SpeedConfig, dtype):
     """The --draft checkpoint, checked to speak the model's tokens."""
     if objective != "decoder":
         raise UserError(f"--draft needs a decoder checkpoint; this one is {objective}")
@@ -284,6 +296,8 @@ def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config
     if not os.path.exists(path):
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
     draft, draft_tokenizer, _ = load_for_inference(path, device)
+    if device.type == "cuda" and dtype != torch.float32:
+        draft = half_weights(draft, dtype)
     if not draft.config.causal or [draft_tokenizer.decode([i]) for i in range(draft_tokenizer.vocab_size)] != \
             [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]:
         raise UserError(f"--draft={sc.draft} is not a decoder over this model's tokens (another tokenizer or "

@@ -18,6 +18,8 @@ a greedy pick can differ where two logits are nearly tied.
 
 Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V vocab_size.
 """
+import weakref
+
 import torch
 
 from common.errors import ConfigError
@@ -88,7 +90,8 @@ class StaticDecoder:
         # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
         self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False,
                                    options=CPU_COMPILE_OPTIONS if on_cpu else None) if compile else decode_step)
-        self.col, self.cache, self.expected = None, None, None  # the column, kept on the device (see __call__)
+        # the column, kept on the device, and the cache it counts for (a weak reference: it need not outlive generate)
+        self.col, self.cache, self.expected = None, lambda: None, None
 
     def __call__(self, idx, cache: KVCache):
         """idx: (B, 1) the newest token, not yet in the cache (a prefill has allocated its buffers).
@@ -96,8 +99,8 @@ class StaticDecoder:
         cache.reserve(1, None, idx.device)  # raises when full; marks the column valid
         # the column lives on the device and counts up there: a fresh tensor each token would be a copy from the
         # host each token (made again only for a new cache, after a prefill or a slide)
-        if self.cache is not cache or self.expected != cache.pos:
-            self.col, self.cache = torch.tensor([cache.pos], device=idx.device), cache  # (1,)
+        if self.cache() is not cache or self.expected != cache.pos:
+            self.col, self.cache = torch.tensor([cache.pos], device=idx.device), weakref.ref(cache)  # (1,)
         else:
             self.col += 1
         self.expected = cache.pos + 1

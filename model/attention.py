@@ -19,6 +19,7 @@ model's config or its checkpoint, so a model trained with one runs with any othe
 - 'tiled': FlashAttention's algorithm in plain PyTorch (model/tiled_attention.py): tiles of keys, an online
            softmax, memory linear in T. A teaching path, slower than both others.
 """
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -84,14 +85,16 @@ class Math(nn.Module):
 
 class SDPA(nn.Module):
     def forward(self, q, k, v, ctx: AttentionContext, dropout, score):
-        mask, dtype = ctx.mask, q.dtype
+        mask, dtype, in_float32 = ctx.mask, q.dtype, contextlib.nullcontext()
         if ctx.bias is not None:  # fold the bool mask into the float bias: -inf where not allowed
             mask = ctx.bias if mask is None else ctx.bias.masked_fill(~mask, float("-inf"))
             # the kernel takes a bias of q's dtype: in bf16 an ALiBi bias of -700 is rounded to a multiple of 4,
-            # so under bf16/fp16 this call runs in float32, where the bias is added as computed
+            # so this call runs in float32, where the bias is added as computed (autocast would lower it again)
             q, k, v, mask = q.float(), k.float(), v.float(), mask.float()
+            in_float32 = torch.autocast(q.device.type, enabled=False)
         p = dropout.p if dropout is not None else 0.0  # the kernel draws its own mask
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=ctx.is_causal)
+        with in_float32:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=ctx.is_causal)
         return out.to(dtype), None
 
 
@@ -176,8 +179,13 @@ class CrossAttention(nn.Module):
             q = F.rms_norm(q, (self.head_dim,))
         k, v = memory_kv
         dropout = self.drop if self.training and self.drop.p > 0 else None
-        ctx = AttentionContext(mask=source_mask, empty=None, bias=None, rope=None, is_causal=False)
+        mask = empty = None
+        if source_mask is not None:  # a source of only padding has no key: its rows attend everywhere, then zeros
+            mask, empty = with_empty_rows(source_mask)  # (B, 1, 1, S), (B, 1, 1, 1)
+        ctx = AttentionContext(mask=mask, empty=empty, bias=None, rope=None, is_causal=False)
         y, _ = self.backend(q, k, v, ctx, dropout, self.score)  # (B, H, T, D)
+        if empty is not None:
+            y = y.masked_fill(empty, 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 

@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.errors import UserError
+
 from .attention import AttentionContext, with_empty_rows
 from .blocks import Block, DecoderBlock
 from .config import GPTConfig
@@ -33,6 +35,12 @@ from .gpt import init_weights
 from .kv_cache import KVCache
 from .masks import build_mask
 from .positional import build_positional
+
+
+def check_length(n: int, positions, side: str) -> None:
+    if positions.max_len is not None and n > positions.max_len:
+        raise UserError(f"a {side} of {n} tokens is longer than block_size={positions.max_len}, the most these learned "
+                        f"positions encode; crop it, or train with a larger --block_size")
 
 
 class Seq2Seq(nn.Module):
@@ -57,6 +65,7 @@ class Seq2Seq(nn.Module):
         (B|1, 1, 1, S) bool or None), the mask every cross-attention takes."""
         B, S = source.shape
         cfg = self.encoder_config
+        check_length(S, self.source_pos, "source")
         pos = torch.arange(S, device=source.device).unsqueeze(0)  # (1, S): right padding, so rows start at 0
         mask = empty = None
         if source_valid is not None or cfg.window is not None:
@@ -79,6 +88,7 @@ class Seq2Seq(nn.Module):
         B, T = target.shape
         cfg = self.config
         t0 = cache.pos if cache is not None else 0
+        check_length(t0 + T, self.target_pos, "target")
         if cache is not None:
             cache.reserve(T, None, target.device)
         pos = torch.arange(t0, t0 + T, device=target.device).unsqueeze(0)  # (1, T)

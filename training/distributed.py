@@ -63,6 +63,20 @@ def barrier(d: Dist) -> None:
 PREPARE_TIMEOUT = datetime.timedelta(hours=12)
 
 
+_cpu_group = None
+
+
+def cpu_group():
+    """A gloo group over every process, for the loop's small agreements (a signal, a clock): an all-reduce of a CPU
+    tensor over it never waits for a GPU. Where the default group is gloo already, that one (None)."""
+    global _cpu_group
+    if dist.get_backend() == "gloo":
+        return None
+    if _cpu_group is None:  # made at the same step by every process: they all agree at every step
+        _cpu_group = dist.new_group(backend="gloo")
+    return _cpu_group
+
+
 def wait_for_data(d: Dist) -> None:
     """A barrier for the processes waiting while the data is prepared, with PREPARE_TIMEOUT."""
     if d.enabled:

@@ -230,12 +230,8 @@ class Bookkeeping:
         why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
         self.bar.write(f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
 
-    def agree(self, at_row: bool) -> tuple[int | None, bool]:
-        """(the signal that stops every process after this step or None, whether every process saves now). Several
-        processes agree at logging steps only (an all-reduce read back is a host sync): a signal or a timed
-        checkpoint waits for the next one."""
-        if self.run.dist.enabled and not at_row:
-            return None, False
+    def agree(self) -> tuple[int | None, bool]:
+        """(the signal that stops every process after this step or None, whether every process saves now)."""
         every = self.run.tc.checkpoint_every_s
         timed = every > 0 and time.monotonic() - self.last_save >= every
         return self.stop.agreed(self.run.dist, self.run.device, timed)
@@ -280,7 +276,7 @@ def train(run, columns=(), images=()) -> dict:
             done = step + 1
             is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
             at_row = done % tc.log_interval == 0 or is_eval
-            signum, timed = book.agree(at_row)  # every process stops (or saves) at the same step
+            signum, timed = book.agree()  # every process stops (or saves) at the same step
             if at_row or signum or timed:
                 book.check(done)  # skipped updates, read back: before the row and any checkpoint
             if at_row or signum:

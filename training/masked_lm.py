@@ -69,10 +69,19 @@ def corrupt(x: torch.Tensor, selected: torch.Tensor, mask_id: int, replacements:
     masked = selected & (r < MASKED)
     randomised = selected & (r >= MASKED) & (r < MASKED + RANDOM)
     random_ids = replacements[torch.randint(len(replacements), x.shape, generator=generator)]
-    selected, masked, randomised, random_ids = (t.to(x.device) for t in (selected, masked, randomised, random_ids))
+    selected, masked, randomised, random_ids = (to_device(t, x.device) for t in (selected, masked, randomised,
+                                                                                random_ids))
     inputs = torch.where(masked, mask_id, torch.where(randomised, random_ids, x))
     targets = torch.where(selected, x, -1)
     return inputs, targets
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A CPU tensor onto device; to a GPU from pinned memory, asynchronously (a copy from ordinary memory would wait
+    for the GPU to finish its queue)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 @dataclass

@@ -63,11 +63,13 @@ class StopRequests:
         """(the signal number if any process was asked to stop, whether any process says a timed checkpoint is due).
 
         Every process must call this each step: one all-reduce carries both, so all processes act at the same step.
+        It runs on the CPU (a gloo group), so reading its result never waits for a GPU.
         """
         if not d.enabled:
             return self.signum, save_due
-        flags = torch.tensor([self.signum or 0, int(save_due)], device=device)
-        signum, due = distributed.all_max(flags, d).tolist()
+        flags = torch.tensor([self.signum or 0, int(save_due)])  # on the CPU
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=distributed.cpu_group())
+        signum, due = flags.tolist()
         return signum or None, bool(due)
 
 

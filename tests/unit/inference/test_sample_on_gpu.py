@@ -27,3 +27,12 @@ def test_the_text_ends_at_the_first_stop_token():
     assert list(until_stop([5, 6, 0, 0, 0], [0])) == [5, 6, 0]
     assert list(until_stop([5, 6], [0])) == [5, 6]
     assert list(until_stop([5, 0, 6], None)) == [5, 0, 6]
+
+
+def test_half_weights_keep_the_positions_tables_in_float32():
+    from sample import half_weights
+
+    for pos_emb in ("rope", "alibi"):
+        model = half_weights(tiny_model(pos_emb=pos_emb), torch.bfloat16)
+        assert model.wte.weight.dtype == torch.bfloat16 and model.blocks[0].attn.qkv.weight.dtype == torch.bfloat16
+        assert all(b.dtype == torch.float32 for b in model.pos.buffers())

@@ -301,3 +301,10 @@ def test_the_fused_path_adds_an_alibi_bias_in_float32_under_bf16():
     assert out.dtype == torch.bfloat16
     ref = reference_attention(q.double(), k.double(), v.double(), allowed, bias)
     assert (out.double() - ref).abs().max() < 2 ** -7
+
+
+def test_the_alibi_bias_stays_float32_inside_autocast():
+    """Autocast lowers scaled_dot_product_attention to bf16 by itself: the backend must keep it from doing so where
+    it handed the kernel a float32 bias, or the rounding comes back. The case above, run as training runs it."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        test_the_fused_path_adds_an_alibi_bias_in_float32_under_bf16()

@@ -164,3 +164,26 @@ def test_a_tiny_model_learns_to_reverse_its_source():
     exact = ((got[:, :9] == targets) | ~real).all(dim=1).float().mean().item()
     print(f"reversal: token accuracy {accuracy:.3f}, exact match {exact:.3f}")
     assert accuracy > 0.8 and exact > 0.5, (accuracy, exact)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+def test_a_source_of_only_padding_gives_finite_logits_on_every_backend(impl):
+    model = use_backend(tiny_seq2seq(), impl)
+    source, target, valid = batch()
+    valid[1] = False  # row 1: no real source token at all
+    with torch.no_grad():
+        logits, _ = model(source, target, source_valid=valid)
+    assert torch.isfinite(logits).all()
+    reference = use_backend(tiny_seq2seq(), "math" if impl == "sdpa" else "sdpa")
+    with torch.no_grad():
+        assert torch.allclose(logits, reference(source, target, source_valid=valid)[0], atol=1e-5)
+
+
+def test_a_source_or_target_longer_than_learned_positions_is_one_line():
+    from common.errors import UserError
+
+    model = tiny_seq2seq(pos_emb="learned")  # block_size 16
+    with pytest.raises(UserError, match="source of 17 tokens is longer than block_size=16"):
+        model(torch.zeros(1, 17, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(UserError, match="target of 17 tokens"):
+        model(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 17, dtype=torch.long))
