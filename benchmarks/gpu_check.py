@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from common import cli
-from common.device import pick_device, pick_dtype
+from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import FlagError
 from common.flags import config_from_argv
 from model import GPT, GPTConfig
@@ -74,9 +74,7 @@ class Check:
         self.cfg, self.smoke = cfg, cfg.smoke
         self.device = pick_device(cfg.device)
         self.cuda = self.device.type == "cuda"
-        if self.cuda:
-            torch.backends.cuda.matmul.allow_tf32 = True  # as training/setup.py sets it on CUDA
-            torch.backends.cudnn.allow_tf32 = True
+        use_tf32(self.device)  # as training/setup.py does
         self.dtype = pick_dtype("auto", self.device)
         self.shape = SMOKE_MODEL if cfg.smoke else GPT2_SMALL
         self.vocab = 97 if cfg.smoke else GPT2_VOCAB

@@ -84,6 +84,22 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]  # float16 runs on a CPU too (slowly): training/setup.py gives it a loss scaler
 
 
+def use_tf32(device: torch.device) -> None:
+    """On CUDA, float32 matmuls on the tensor cores (TF32: 10 bits of mantissa), for training and the GPU check."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A CPU tensor onto device. To a GPU from pinned memory, asynchronously: a copy from ordinary memory would make
+    the host wait for the GPU's queue to drain."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def autocast(device: torch.device, dtype: torch.dtype):
     """The context that runs matmuls in `dtype`; a no-op for float32."""
     if dtype == torch.float32:

@@ -14,6 +14,7 @@ at 280 us/batch.
 import numpy as np
 import torch
 
+from common.device import to_device
 from common.errors import DataError
 from data.shards import TokenShards
 
@@ -31,11 +32,7 @@ def _to_device(buf: np.ndarray, device, n_masked=None) -> tuple[torch.Tensor, to
     if n_masked is not None:  # the first n_masked[b] targets of row b were scored by an earlier window: -1
         # out of place: for one row, x and y are views of the same buffer w
         y = y.masked_fill(torch.arange(y.shape[1]) < torch.as_tensor(n_masked)[:, None], -1)
-    device = torch.device(device)
-    if device.type == "cuda":
-        # pinned host memory lets the copy run asynchronously while the GPU is still busy with the last step
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
+    return to_device(x, device), to_device(y, device)  # to a GPU while it is still busy with the last step
 
 
 class TrainBatches:

@@ -31,7 +31,7 @@ from common.errors import UserError
 from .attention import AttentionContext, with_empty_rows
 from .blocks import Block, DecoderBlock
 from .config import GPTConfig
-from .gpt import init_weights
+from .gpt import GPT, init_weights
 from .kv_cache import KVCache
 from .masks import build_mask
 from .positional import build_positional
@@ -105,8 +105,9 @@ class Seq2Seq(nn.Module):
             x = block(x, ctx, kv, source_mask, slot)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
-        logits = self.head(self.norm(x))  # (B, T, Vp)
-        return logits[..., :cfg.vocab_size] if logits.size(-1) != cfg.vocab_size else logits
+        return self.logits(self.norm(x))  # (B, T, V)
+
+    logits = GPT.logits  # the tied head, its padding rows cut (model/gpt.py)
 
     def forward(self, source, target, targets=None, source_valid=None):
         """Teacher forcing: source (B, S), target (B, T) = the decoder's inputs (a start token, then the target

@@ -101,10 +101,10 @@ def all_sum(value: torch.Tensor, d: Dist) -> torch.Tensor:
     return value
 
 
-def all_max(value: torch.Tensor, d: Dist) -> torch.Tensor:
+def all_max(value: torch.Tensor, d: Dist, group=None) -> torch.Tensor:
     if d.enabled:
         value = value.clone()
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
     return value
 
 

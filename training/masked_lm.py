@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from common.device import to_device
 from common.errors import ConfigError
 
 MASKED, RANDOM = 0.8, 0.1  # of the selected positions; the remaining 0.1 stay unchanged
@@ -74,14 +75,6 @@ def corrupt(x: torch.Tensor, selected: torch.Tensor, mask_id: int, replacements:
     inputs = torch.where(masked, mask_id, torch.where(randomised, random_ids, x))
     targets = torch.where(selected, x, -1)
     return inputs, targets
-
-
-def to_device(t: torch.Tensor, device) -> torch.Tensor:
-    """A CPU tensor onto device; to a GPU from pinned memory, asynchronously (a copy from ordinary memory would wait
-    for the GPU to finish its queue)."""
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
 
 
 @dataclass

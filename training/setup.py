@@ -13,7 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import malloc
-from common.device import pick_device, pick_dtype
+from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError
 from data import TrainBatches, load_tokenizer, read_meta, val_batches
 from data.config import PrepareConfig
@@ -214,9 +214,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if device.type == "cpu" and tc.reuse_freed_memory:
         malloc.keep_freed_memory()  # no page faults for each step's activations (common/malloc.py)
     dtype = pick_dtype(tc.dtype, device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on the tensor cores (10 bits of mantissa)
-        torch.backends.cudnn.allow_tf32 = True
+    use_tf32(device)
     sc = speed.for_device(sc or SpeedConfig(), explicit, device.type)  # on a GPU, the fused kernels
     if tc.fsdp and not d.enabled:
         raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "

@@ -68,8 +68,7 @@ class StopRequests:
         if not d.enabled:
             return self.signum, save_due
         flags = torch.tensor([self.signum or 0, int(save_due)])  # on the CPU
-        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=distributed.cpu_group())
-        signum, due = flags.tolist()
+        signum, due = distributed.all_max(flags, d, group=distributed.cpu_group()).tolist()
         return signum or None, bool(due)
 
 
