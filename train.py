@@ -57,6 +57,8 @@ def evaluation_hooks(tc) -> tuple[list, list]:
     """What each evaluation adds besides the validation loss: (metrics columns, wandb images), each a function of
     (model, tokenizer). The looking-inside lives in insight/, which the training loop does not import."""
     columns, images = [], []
+    if tc.model == "seq2seq":  # both read a text model's attention; the encoder-decoder reports exact matches
+        return columns, images
     if tc.log_induction:  # the best head's induction score and which head (metrics.jsonl, wandb)
         from insight.induction import training_row
 

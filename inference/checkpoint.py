@@ -22,7 +22,7 @@ import torch
 
 from common.errors import CheckpointError
 from common.files import write_atomic
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, Seq2Seq
 
 FORMAT_VERSION = 2
 LAST, BEST = "ckpt_last.pt", "ckpt_best.pt"
@@ -39,7 +39,7 @@ class Checkpoint:
     data_meta: dict  # the prepared data's meta.json (tokenizer, fingerprint, ...): data/ owns its keys
     data_dir: str | None = None  # the prepared folder (a bpe tokenizer's merges live there)
     train_config: dict = field(default_factory=dict)  # training.config.TrainConfig as a dict
-    objective: str = "decoder"  # 'decoder', 'encoder' or 'cheater' (training/objectives.py)
+    objective: str = "decoder"  # 'decoder', 'encoder', 'cheater' or 'seq2seq' (training/objectives.py)
     mask_id: int | None = None  # the [MASK] id when the vocabulary has one (encoder, or a decoder beside one)
     best_val_loss: float = math.inf
     optimizer: dict | None = None  # the optimizer's state dict (training/optim.py)
@@ -98,8 +98,13 @@ class Checkpoint:
                    scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"),
                    wandb_run_id=raw.get("wandb_run_id"))
 
+    @property
+    def model_class(self) -> type:
+        return Seq2Seq if self.objective == "seq2seq" else GPT
+
     def build_model(self, device="cpu") -> GPT:
-        expected = model_shapes(self.model_config)  # no memory: a config the weights do not back allocates nothing
+        # no memory: a config the weights do not back allocates nothing
+        expected = model_shapes(self.model_config, self.model_class)
         found = {k: tuple(v.shape) for k, v in self.weights.items() if isinstance(v, torch.Tensor)}
         if expected != found:
             wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
@@ -109,7 +114,7 @@ class Checkpoint:
         if bad is not None:
             raise CheckpointError(f"checkpoint weight {bad} holds NaN or inf: the file is corrupt (a run of this "
                                   f"project never saves a non-finite update)")
-        model = GPT(self.model_config)
+        model = self.model_class(self.model_config)
         model.load_state_dict(self.weights)  # names and shapes were checked above: this cannot refuse them
         return model.to(device)
 
@@ -122,6 +127,10 @@ class Checkpoint:
         if tokenizer.vocab_size > self.model_config.vocab_size:
             raise CheckpointError(f"the checkpoint's tokenizer has {tokenizer.vocab_size} tokens but its model only "
                                   f"{self.model_config.vocab_size}: the file is corrupt or not ours")
+        if self.objective == "seq2seq":
+            from data.pairs import with_stop_token
+
+            return with_stop_token(tokenizer)
         return with_mask_token(tokenizer) if self.mask_id is not None else tokenizer
 
 
@@ -140,15 +149,15 @@ class _ShapesOnly(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def meta_model(config: GPTConfig) -> GPT:
-    """GPT(config) on the meta device, for its shapes and parameter count: no memory however large, no values."""
+def meta_model(config: GPTConfig, cls: type = GPT) -> GPT:
+    """cls(config) on the meta device, for its shapes and parameter count: no memory however large, no values."""
     with torch.device("meta"), _ShapesOnly():
-        return GPT(config)
+        return cls(config)
 
 
-def model_shapes(config: GPTConfig) -> dict[str, tuple]:
-    """{state_dict key: shape} of GPT(config)."""
-    return {k: tuple(v.shape) for k, v in meta_model(config).state_dict().items()}
+def model_shapes(config: GPTConfig, cls: type = GPT) -> dict[str, tuple]:
+    """{state_dict key: shape} of cls(config) (GPT or Seq2Seq)."""
+    return {k: tuple(v.shape) for k, v in meta_model(config, cls).state_dict().items()}
 
 
 def field_problem(raw: dict, vocab_size: int) -> str | None:
@@ -165,8 +174,8 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return "a weight's name is not a string"
     if not all(isinstance(v, torch.Tensor) for v in raw["model"].values()):
         return "a weight is not a tensor"
-    if raw.get("variant") not in (None, "decoder", "encoder", "cheater"):
-        return f"variant={raw.get('variant')!r} is not decoder, encoder or cheater"
+    if raw.get("variant") not in (None, "decoder", "encoder", "cheater", "seq2seq"):
+        return f"variant={raw.get('variant')!r} is not decoder, encoder, cheater or seq2seq"
     if mask_id is not None and not (isinstance(mask_id, int) and 0 <= mask_id < vocab_size):
         return f"mask_id={mask_id!r} is not an id of its vocabulary"
     if not number(raw.get("best_val_loss", 0.0)):

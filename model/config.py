@@ -12,6 +12,7 @@ from common.errors import need
 POS_EMBS = ("rope", "sinusoidal", "learned", "alibi", "none")
 ATTN_SCORES = ("dot", "additive", "bilinear")  # see model/scores.py
 MLP_ACTS = ("gelu", "gelu_exact", "relu2")  # see model/blocks.py
+CROSS_ATTNS = ("attention", "mean")  # the encoder-decoder's: see model/seq2seq.py
 
 MAX_SIZE = 2**31  # sizes and windows are indices: torch's int32 kernels and index math stay below this
 
@@ -35,6 +36,9 @@ class GPTConfig:
     attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k (Luong), 'additive' = v^T tanh(W1 q + W2 k)
     causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
     window: int | None = None  # sliding-window attention: each query sees at most `window` keys
+    cross_attn: str = "attention"  # the encoder-decoder only (--model=seq2seq): 'attention' = every decoder layer
+    #                                cross-attends to every source position; 'mean' = the decoder reads one fixed
+    #                                vector, the mean of the encoder's outputs (the bottleneck attention removed)
     # The defaults are the architecture every earlier checkpoint has, so old checkpoints (which lack these keys) load
     # unchanged.
     # recipe levers (what each does to the loss and the step time: docs/speed.md)
@@ -58,6 +62,8 @@ class GPTConfig:
         need(self.pos_emb in POS_EMBS, f"pos_emb={self.pos_emb!r} is not one of {', '.join(POS_EMBS)}")
         need(self.attn_score in ATTN_SCORES,
              f"attn_score={self.attn_score!r} is not one of {', '.join(ATTN_SCORES)}")
+        need(self.cross_attn in CROSS_ATTNS,
+             f"cross_attn={self.cross_attn!r} is not one of {', '.join(CROSS_ATTNS)}")
         need(self.mlp_act in MLP_ACTS, f"mlp_act={self.mlp_act!r} is not one of {', '.join(MLP_ACTS)}")
         need(self.rope_base > 1.0, f"rope_base={self.rope_base} must be > 1")
         if self.pos_emb == "rope":

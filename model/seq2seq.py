@@ -16,6 +16,10 @@ cross-attention as well. One token embedding serves the source, the target and t
 The memory's keys and values are computed once per source (memory_kvs) and reused by every decoding step;
 decode() takes a KV cache for the target's self-attention, as GPT.forward does.
 
+config.cross_attn='mean' is the classic bottleneck, kept as a baseline: the memory is one vector, the mean of the
+encoder's outputs over the real source positions, so every decoder layer reads the same fixed summary whatever the
+source's length (a softmax over one key is 1: that cross-attention is a learned projection of the mean).
+
 Sources are right-padded (source_valid False at padding: masked from every attention); targets are right-padded
 too and need no mask: causal attention never reads a later position, and the loss ignores targets of -1.
 Shapes: B batch, S source length, T target length (t0 already cached), C n_embd, V vocab_size.
@@ -76,8 +80,12 @@ class Seq2Seq(nn.Module):
         x = self.drop(self.source_pos.embed(self.wte(source), pos))  # (B, S, C)
         for block in self.encoder:
             x = block(x, ctx)
+        memory = self.encoder_norm(x)  # (B, S, C)
+        if cfg.cross_attn == "mean":  # one fixed vector per source: the mean over its real positions
+            w = torch.ones(B, S, 1, device=x.device) if source_valid is None else source_valid.unsqueeze(-1).float()
+            return (memory * w).sum(1, keepdim=True) / w.sum(1, keepdim=True).clamp(min=1), None  # (B, 1, C)
         source_mask = None if source_valid is None else source_valid.view(B, 1, 1, S)
-        return self.encoder_norm(x), source_mask
+        return memory, source_mask
 
     def memory_kvs(self, memory) -> list:
         """Every decoder layer's cross-attention keys and values of the memory: once per source."""
@@ -126,3 +134,11 @@ class Seq2Seq(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, T: int | None = None) -> int:
+        """Training FLOPs per position pair (one source and one target position at length T each, block_size
+        unless given), as GPT.flops_per_token counts them: 6 per matmul parameter, plus attention's scores and
+        weighted sums (encoder self, decoder self and cross: 3 x 12 x n_layer x T x C)."""
+        cfg = self.config
+        T = T or cfg.block_size
+        return 6 * self.num_params() + 3 * 12 * cfg.n_layer * T * cfg.n_embd

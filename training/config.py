@@ -12,6 +12,7 @@ from common.errors import ConfigError, SetupError, need
 from common import flags
 from common.flags import parse_configs
 from data.config import PrepareConfig
+from data.pairs import TASKS
 from model import GPTConfig
 from speed import SpeedConfig
 from training.objectives import OBJECTIVES, objective_class
@@ -31,10 +32,19 @@ class TrainConfig(PrepareConfig):
     # what is trained (training/objectives.py, compare.py)
     model: str = "decoder"  # 'decoder' = causal attention, next-token objective; 'encoder' = bidirectional
     #                         attention, masked-LM objective (BERT); 'cheater' = bidirectional attention with the
-    #                         next-token objective (each position sees its own target: what the causal mask prevents)
+    #                         next-token objective (each position sees its own target: what the causal mask
+    #                         prevents); 'seq2seq' = the encoder-decoder, trained on --pairs or --task
     mask_rate: float = 0.15  # encoder: share of positions selected for the loss (80% [MASK], 10% random, 10% kept)
     mask_span: int = 1  # encoder: selected runs of 1..mask_span positions (span masking; 1 = single positions)
     mask_token: bool = False  # give a decoder the [MASK] id too (unused), so its parameters equal the encoder's
+    # seq2seq: the encoder-decoder trains on pairs (data/pairs.py): a file, or a built-in task
+    pairs: str | None = None  # a .tsv (source TAB target) or .jsonl file of pairs, tokenized by --tokenizer
+    source_field: str = "source"  # .jsonl pairs: the key of the source text
+    target_field: str = "target"  # .jsonl pairs: the key of the target text
+    task: str | None = None  # 'reverse' or 'sort': random letter strings and their answer; None without --pairs:
+    #                          reverse
+    task_min_len: int = 4  # the task's sources have task_min_len..task_max_len letters
+    task_max_len: int = 16
     # batches and schedule
     batch_size: int = 32  # sequences per micro-step (per process)
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step (per process)
@@ -97,6 +107,19 @@ class TrainConfig(PrepareConfig):
         need(self.mask_span >= 1, f"mask_span={self.mask_span} must be >= 1 (1 = single positions)")
         need(self.model == "decoder" or not self.init_from.startswith("hf:"),
              f"init_from={self.init_from} loads a GPT-2 decoder; it cannot start --model={self.model}")
+        if self.model == "seq2seq":
+            need(self.pairs is None or self.task is None, "--pairs and --task both name the pairs to train on; give "
+                 "one of them")
+            need(self.task is None or self.task in TASKS, f"task={self.task!r} is not one of {', '.join(TASKS)}")
+            need(0 < self.task_min_len <= self.task_max_len, f"task_min_len={self.task_min_len} and task_max_len="
+                 f"{self.task_max_len} must be positive with task_min_len <= task_max_len")
+            need(not self.fsdp, "--fsdp=true shards a GPT's blocks; train --model=seq2seq with DDP (torchrun without "
+                 "--fsdp)")
+            need(not self.mask_token, "--mask_token=true gives a decoder the encoder's [MASK] id; --model=seq2seq has "
+                 "no use for it: drop the flag")
+        else:
+            need(self.pairs is None and self.task is None, f"--pairs and --task are data for --model=seq2seq; "
+                 f"--model={self.model} trains on text (--dataset or --input)")
         for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
                      "log_interval"):
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")

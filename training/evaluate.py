@@ -17,19 +17,27 @@ from training import distributed
 def evaluate(run) -> dict:
     """{'val_loss', and for a next-token objective 'val_bpb' (bits per byte of text) and 'val_ppl'}."""
     model = run.model
-    sums = torch.zeros(3, dtype=torch.float64, device=run.device)  # (sum of token losses, tokens, their bytes)
+    objective = run.objective
+    decodes = hasattr(objective, "decode_counts")  # seq2seq: greedy decoding's exact matches too
+    # (sum of token losses, tokens, their bytes) [+ (exact pairs, pairs, right tokens, reference tokens)]
+    sums = torch.zeros(7 if decodes else 3, dtype=torch.float64, device=run.device)
     token_bytes = run.token_bytes.to(run.device)
     with evaluating(model):
         for x, y in run.val_set:
             with autocast(run.device, run.dtype):
-                _, loss = model(x, y)
-            scored = y[y >= 0]  # positions with a target (the encoder's are the masked ones)
+                loss = objective.loss(model, x, y)
+                counts = objective.decode_counts(model, x, y).to(run.device) if decodes else None
+            scored = y[y >= 0]  # positions with a target (the encoder's are the masked ones; seq2seq's: the target)
             n = scored.numel()
-            sums += torch.tensor([loss.item() * n, n, token_bytes[scored].sum().item()], dtype=torch.float64,
-                                 device=run.device)
-    total, count, n_bytes = (sums if run.tc.fsdp else distributed.all_sum(sums, run.dist)).tolist()
+            row = torch.tensor([loss.item() * n, n, token_bytes[scored].sum().item()], dtype=torch.float64,
+                               device=run.device)
+            sums += row if counts is None else torch.cat([row, counts])
+    total, count, n_bytes, *decoded = (sums if run.tc.fsdp else distributed.all_sum(sums, run.dist)).tolist()
     val = total / count
     out = {"val_loss": val}
+    if decoded:
+        exact, n_pairs, right, n_tokens = decoded
+        out.update(val_exact=exact / n_pairs, val_token_acc=right / n_tokens)
     if run.objective.val_is_next_token:  # a masked-token loss has no bits/byte or perplexity to compare
         # bits per byte of the text actually scored: counted from the targets, not the split's average
         out.update(val_bpb=total / math.log(2) / max(n_bytes, 1), val_ppl=math.exp(min(val, 50)))
@@ -48,12 +56,20 @@ def describe(row: dict) -> str:
     """'val 1.7400 (2.511 bits/byte, ppl 5.70)', or for an encoder 'val 1.6300 (masked-token loss)'."""
     if "val_bpb" in row:
         return f"val {row['val_loss']:.4f} ({row['val_bpb']:.3f} bits/byte, ppl {row['val_ppl']:.2f})"
+    if "val_exact" in row:
+        return (f"val {row['val_loss']:.4f} (target tokens), exact match {row['val_exact']:.1%}, tokens "
+                f"{row['val_token_acc']:.1%}")
     return f"val {row['val_loss']:.4f} (masked-token loss, not comparable to a decoder's)"
 
 
 def sample_text(run, n_tokens: int) -> str:
     """A sample from the run's prompt, with its own generator (training's random stream is untouched)."""
     tokenizer = run.tokenizer
+    if run.tc.model == "seq2seq":  # the first validation source and what the model writes for it
+        (source, source_valid, _), _ = run.val_set[0]
+        prompt = source[0][source_valid[0]].tolist()
+        new = list(run.objective.stream(run.model, prompt, n_tokens))
+        return f"{tokenizer.decode(prompt)} -> {tokenizer.decode(new)}"
     prompt = tokenizer.encode(run.tc.sample_prompt) or [0]
     g = torch.Generator(device=run.device).manual_seed(run.tc.seed)
     new = list(run.objective.stream(run.model, prompt, n_tokens, generator=g, temperature=0.8, top_k=200))

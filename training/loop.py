@@ -58,7 +58,7 @@ def train_step(run, step: int, lr: float) -> StepResult:
         x, y = run.objective.train_batch(x, y, (tc.seed, step, micro * run.dist.world_size + run.dist.rank, 0))
         with distributed.no_sync(run.train_model, skip=micro < run.accum - 1):  # sync gradients once per step
             with autocast(run.device, run.dtype):
-                _, loss = run.train_model(x, y)
+                loss = run.objective.loss(run.train_model, x, y)
             loss = loss / run.accum  # the accumulated gradient is the mean over micro-steps
             scaler.scale(loss).backward()  # float16: the loss times the scale; otherwise unchanged
         loss_sum += loss.detach()
@@ -102,7 +102,7 @@ def save(run, step: int, best: bool) -> None:
     if not run.dist.master:
         return
     ckpt = Checkpoint(weights=weights, model_config=run.config, step=step, data_meta=run.data_meta,
-                      data_dir=os.path.abspath(run.data_dir), train_config=run.tc.to_dict(),
+                      data_dir=os.path.abspath(run.data_dir) if run.data_dir else None, train_config=run.tc.to_dict(),
                       objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,
                       optimizer=optim_state, scaler=run.scaler.state_dict() if run.scaler.is_enabled() else None,
                       rng=rng, wandb_run_id=run.wandb_run_id)
@@ -127,11 +127,10 @@ def open_log(run) -> MetricsLog | None:
 
 
 def announce(run) -> None:
-    tc, cfg, meta = run.tc, run.config, run.data_meta
+    tc, cfg = run.tc, run.config
     print(f"{tc.model}: {run.model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
           f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={run.speed.attn_impl}"
-          f"{run.objective.describe()} | data: {run.data_dir} ({meta['train_tokens']:,} train / "
-          f"{meta['val_tokens']:,} val {tc.tokenizer} tokens) | {run.device.type} "
+          f"{run.objective.describe()} | data: {describe_data(run)} | {run.device.type} "
           f"{str(run.dtype).replace('torch.', '')}"
           + (f" ({torch.get_num_threads()} threads)" if run.device.type == "cpu" else "")
           + f", {run.tokens_per_step:,} tokens/step"
@@ -144,6 +143,17 @@ def announce(run) -> None:
         lr = lr_at(run.start_step, tc.learning_rate, tc.min_lr, tc.warmup_iters, horizon)
         print(f"resumed from step {run.start_step}: {tc.max_iters - run.start_step} steps to go to {tc.max_iters}, "
               f"lr {lr:.2e} (warmup {tc.warmup_iters}, cosine to {tc.min_lr:.1e} at step {horizon})", flush=True)
+
+
+def describe_data(run) -> str:
+    meta = run.data_meta
+    if meta.get("kind") == "task":
+        return f"task {meta['task']}, sources of {meta['min_len']}-{meta['max_len']} letters, drawn every step"
+    if meta.get("kind") == "pairs":
+        return (f"{run.data_dir} ({meta['train_pairs']:,} train / {meta['val_pairs']:,} val pairs, "
+                f"{meta['tokenizer']} tokens)")
+    return (f"{run.data_dir} ({meta['train_tokens']:,} train / {meta['val_tokens']:,} val {run.tc.tokenizer} "
+            f"tokens)")
 
 
 def log_extras(run, log, step: int, images) -> None:

@@ -6,6 +6,8 @@ how its model generates text, and what a checkpoint records about it; the attent
     cheater  bidirectional attention with the next-token loss: position t sees token t+1, its own target. It shows
              what the causal mask prevents: its training loss collapses, and behind a causal mask it predicts worse
              than the decoder (tests/e2e/test_encoder_runs.py).
+    seq2seq  the encoder-decoder (model/seq2seq.py) on pairs (data/pairs.py): the loss on the target tokens, and
+             the exact-match accuracy of greedy decoding on the validation pairs
 
 Adding an objective: subclass Objective, register it in OBJECTIVES, and test it; train.py, sample.py and the
 checkpoint pick it up by name (`--model=NAME`).
@@ -16,8 +18,10 @@ Shapes: B batch, T positions.
 import torch
 
 from data.mask_token import with_mask_token
+from data.pairs import with_stop_token
 from inference.generate import generate_stream
 from inference.masked import generate_by_masks
+from inference.translate import translate
 from training.masked_lm import Masker
 
 
@@ -40,6 +44,10 @@ class Objective:
 
     def describe(self) -> str:
         return ""
+
+    def loss(self, model, x, y) -> torch.Tensor:
+        """The training (and validation) loss of one batch from train_batch / val_batch."""
+        return model(x, y)[1]
 
     def stream(self, model, prompt: list[int], max_new_tokens: int, generator=None, use_cache: bool = True,
                **sampling):
@@ -81,11 +89,51 @@ class MaskedLM(Objective):
         yield from generate_by_masks(model, prompt, max_new_tokens, self.mask_id, generator=generator, **sampling)
 
 
-OBJECTIVES = ("decoder", "encoder", "cheater")  # --model=NAME
+class Seq2SeqObjective(Objective):
+    """The encoder-decoder's: a batch is ((source, source_valid, target_in), targets) (data/pairs.py's collate)."""
+    name = "seq2seq"
+    val_is_next_token = False  # a loss on the target given the source: no bits/byte of a text to compare
+
+    def __init__(self, stop_id: int):
+        super().__init__(None)
+        self.stop_id = stop_id
+
+    def loss(self, model, x, y):
+        source, source_valid, target_in = x
+        return model(source, target_in, y, source_valid)[1]
+
+    def describe(self) -> str:
+        return ", encoder-decoder"
+
+    @torch.no_grad()
+    def decode_counts(self, model, x, y) -> torch.Tensor:
+        """Greedy decoding of a validation batch against its targets (target + STOP): (exact pairs, pairs,
+        right tokens, tokens), the token counts over the reference's positions."""
+        source, source_valid, _ = x
+        out = translate(model, source, y.size(1), self.stop_id, self.stop_id, source_valid)  # (B, N), N <= T
+        pred = torch.full_like(y, -2)
+        pred[:, :out.size(1)] = out
+        real = y >= 0
+        right = (pred == y) & real
+        exact = (right | ~real).all(dim=1)
+        return torch.stack([exact.sum(), torch.tensor(y.size(0)), right.sum(), real.sum()]).double()
+
+    def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=True, stop_tokens=None, **sampling):
+        """prompt: the source's ids; yields the target's ids, ending before STOP."""
+        source = torch.tensor([prompt], device=next(model.parameters()).device)
+        out = translate(model, source, min(max_new_tokens, model.config.block_size - 1), self.stop_id, self.stop_id,
+                        generator=generator, use_cache=use_cache, **sampling)
+        for token in out[0].tolist():
+            if token == self.stop_id:
+                return
+            yield token
+
+
+OBJECTIVES = ("decoder", "encoder", "cheater", "seq2seq")  # --model=NAME
 
 
 def objective_class(name: str) -> type[Objective]:
-    return {"decoder": Objective, "encoder": MaskedLM, "cheater": Cheater}[name]
+    return {"decoder": Objective, "encoder": MaskedLM, "cheater": Cheater, "seq2seq": Seq2SeqObjective}[name]
 
 
 def build(name: str, tokenizer, mask_token: bool = False, mask_rate: float = 0.15, mask_span: int = 1):
@@ -97,4 +145,7 @@ def build(name: str, tokenizer, mask_token: bool = False, mask_rate: float = 0.1
     mask_id = getattr(tokenizer, "mask_id", None)
     if name == "encoder":
         return cls(tokenizer, mask_rate, mask_span), tokenizer
+    if name == "seq2seq":
+        tokenizer = with_stop_token(tokenizer)
+        return cls(tokenizer.stop_id), tokenizer
     return cls(mask_id), tokenizer

@@ -32,7 +32,8 @@ def roles(model) -> dict[str, list]:
                 continue
             seen.add(id(p))
             if isinstance(module, torch.nn.Linear) and name == "weight":
-                role = "matrix" if module_name.startswith("blocks.") else "weight"
+                # GPT's blocks, or the encoder-decoder's two stacks (model/seq2seq.py)
+                role = "matrix" if module_name.startswith(("blocks.", "encoder.", "decoder.")) else "weight"
             elif isinstance(module, (torch.nn.Embedding, AdditiveScore, BilinearScore)):
                 role = "weight"
             else:

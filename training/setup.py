@@ -4,6 +4,7 @@
 `build` checks everything and returns a Run; `claim_out_dir` makes its first writes into out_dir, under the lock
 (training/stopping.py); training/loop.py trains it. Nothing here runs a training step.
 """
+import json
 import math
 import os
 import shutil
@@ -15,10 +16,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common import malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError
-from data import TrainBatches, load_tokenizer, read_meta, val_batches
+from data import TrainBatches, load_tokenizer, pairs, read_meta, val_batches
 from data.config import PrepareConfig
 from data.prepare import prepare
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, Seq2Seq
 import speed
 from speed import SpeedConfig
 from training import distributed, fsdp, objectives
@@ -175,10 +176,50 @@ def load_data(tc: TrainConfig, d: distributed.Dist):
     return data_dir, meta, tokenizer
 
 
+def load_pairs(tc: TrainConfig, d: distributed.Dist):
+    """seq2seq: (prepared pairs folder, or '' for a task; its meta; its tokenizer). A pairs file is prepared as
+    load_data prepares text: the first process of each node builds it, the others wait and find it ready."""
+    if tc.pairs is None:
+        return "", pairs.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len), pairs.task_tokenizer()
+
+    def prepared():
+        return pairs.prepare_pairs(tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field,
+                                   tc.on_bad, tc.data_root, progress=tc.progress and d.master)
+    first_on_node = d.master or d.local_rank == 0
+    if first_on_node:
+        data_dir = prepared()
+    distributed.wait_for_data(d)
+    if not first_on_node:
+        data_dir = prepared()
+    meta = json.loads((data_dir / "meta.json").read_text())
+    return str(data_dir), meta, load_tokenizer(meta, folder=data_dir)
+
+
+def pair_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
+                 device):
+    """seq2seq: (the training batches, this process's share of the fixed validation batches)."""
+    if meta["kind"] == "task":
+        if meta["max_len"] + 1 > block_size:
+            raise ConfigError(f"--task_max_len={meta['max_len']} needs --block_size of at least {meta['max_len'] + 1} "
+                              f"(a target holds its letters and STOP); block_size is {block_size}")
+        train = pairs.TaskPairs(meta["task"], "train", meta["min_len"], meta["max_len"], tc.seed)
+        val = pairs.TaskPairs(meta["task"], "val", meta["min_len"], meta["max_len"], tc.seed)
+    else:
+        train, val = (pairs.FilePairs(data_dir, split, meta, block_size) for split in ("train", "val"))
+        if (train.too_long or val.too_long) and d.master:
+            print(f"{train.too_long:,} train and {val.too_long:,} val pairs are longer than block_size={block_size} "
+                  f"tokens on a side and are left out", flush=True)
+    train_data = pairs.PairBatches(train, tc.batch_size, tc.seed, objective.stop_id, rank=d.rank,
+                                   world_size=d.world_size, device=device)
+    val_set = pairs.val_pair_batches(val, tc.batch_size, tc.eval_iters, objective.stop_id, rank=d.rank,
+                                     world_size=d.world_size, device=device)
+    return train_data, val_set
+
+
 def check_prompt(tc: TrainConfig, tokenizer) -> None:
     """The samples' prompt is encoded at every evaluation (with wandb) and at the end: a character the vocabulary
     lacks is refused before training, not after it."""
-    if not (tc.sample_tokens or tc.wandb_log):
+    if not (tc.sample_tokens or tc.wandb_log) or tc.model == "seq2seq":  # seq2seq samples a validation source
         return
     try:
         tokenizer.encode(tc.sample_prompt)
@@ -220,7 +261,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
         raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "
                          "(torchrun --standalone --nproc_per_node=2 train.py ...)")
 
-    data_dir, meta, tokenizer = load_data(tc, d)
+    data_dir, meta, tokenizer = load_pairs(tc, d) if tc.model == "seq2seq" else load_data(tc, d)
     if ckpt is not None and ckpt.data_meta.get("fingerprint") != meta.get("fingerprint"):
         raise SetupError(f"the data in {data_dir} is not the data this checkpoint was trained on; resume with the "
                          f"same --dataset/--input/--split/--tokenizer, or start a new --out_dir")
@@ -235,7 +276,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     elif init_model is not None:
         model = init_model(tokenizer).to(device)
     else:
-        model = GPT(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
+        model_class = Seq2Seq if tc.model == "seq2seq" else GPT
+        model = model_class(GPTConfig(**{**model_overrides, "vocab_size": tokenizer.vocab_size})).to(device)
     speed.apply(model, sc)  # the same parameters: before the optimizer, sharding and compile see them
     if tc.fsdp:  # before the optimizer: it must hold the sharded parameters
         fsdp.shard(model, dtype, compile=compiles(tc, device))
@@ -261,13 +303,16 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if d.enabled and not tc.fsdp:
         train_model = DDP(train_model, device_ids=[device.index] if device.type == "cuda" else None)
     accum = tc.accumulation(model.config.block_size, d.world_size)
-    train_data = TrainBatches(data_dir, model.config.block_size, tc.batch_size, tc.seed, rank=d.rank,
-                              world_size=d.world_size, grad_accum=accum, device=device)
     rank, world = (0, 1) if tc.fsdp else (d.rank, d.world_size)  # FSDP: every process evaluates everything
-    val = val_batches(data_dir, model.config.block_size, tc.batch_size, max_batches=tc.eval_iters, rank=rank,
-                      world_size=world, device=device)
-    # this process holds the validation batches rank, rank + world, ...: the objective sees their global index
-    val_set = [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
+    if tc.model == "seq2seq":
+        train_data, val_set = pair_batches(tc, d, data_dir, meta, model.config.block_size, objective, device)
+    else:
+        train_data = TrainBatches(data_dir, model.config.block_size, tc.batch_size, tc.seed, rank=d.rank,
+                                  world_size=d.world_size, grad_accum=accum, device=device)
+        val = val_batches(data_dir, model.config.block_size, tc.batch_size, max_batches=tc.eval_iters, rank=rank,
+                          world_size=world, device=device)
+        # this process holds the validation batches rank, rank + world, ...: the objective sees their global index
+        val_set = [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
     return Run(tc=tc, speed=sc, dist=d, device=device, dtype=dtype, model=model,
                train_model=train_model, optimizer=optimizer, scaler=scaler, objective=objective, tokenizer=tokenizer,
                data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,

@@ -1,0 +1,353 @@
+"""Pairs of sequences for the encoder-decoder (`train.py --model=seq2seq`): a file of (source, target) pairs, or a
+task generated on the fly.
+
+    --pairs=FILE.tsv     one pair per line: source TAB target (exactly one tab)
+    --pairs=FILE.jsonl   one JSON object per line: --source_field (default source) and --target_field (target)
+    --task=reverse|sort  random letter strings and their reversal / their letters sorted, --task_min_len to
+                         --task_max_len letters: answers that need the whole source, with no file
+
+A pairs file is prepared once into DATA_ROOT/prepared/pairs-NAME-TOKENIZER-HASH/ (read as a stream, never whole):
+each side tokenized by the chosen tokenizer (char and bpe learn their vocabulary from both sides), the pairs of
+each split as one token file and a table of lengths. A pair goes to validation by a hash of its text, so a pair
+that occurs twice is on one side only. A bad line (no tab or several, an empty side, invalid UTF-8, bad JSON, a
+missing field) stops with its file and line, or is skipped and counted with --on_bad=skip.
+
+The target side is framed by one extra token, STOP (one id past the tokenizer's vocabulary): the decoder's input
+is STOP + target (STOP doubles as the start token) and it learns to predict target + STOP, so generation knows where
+to end. Batches pad sources with id 0 (masked out by source_valid) and targets with -1 (ignored by the loss).
+
+Shapes: B pairs, S source length, T target length + 1.
+"""
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common.device import to_device
+from common.errors import DataError
+from data.readers import BadDocuments, _lines, stat_fingerprint
+from data.split import is_val_hash
+from data.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
+
+PAIRS_FORMAT = 1  # bump when the prepared layout or a reading rule changes: old folders are rebuilt
+TASKS = ("reverse", "sort")
+TASK_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+STOP_TEXT = "[STOP]"
+BPE_SAMPLE_CHARS = 64 << 20  # both sides of the training pairs, up to this much text, train a bpe vocabulary
+
+
+class StopTokenizer(Tokenizer):
+    """A tokenizer with one id more, STOP (the last id): the target's start and end."""
+
+    def __init__(self, base: Tokenizer):
+        self.base, self.name, self.eot_id = base, base.name, base.eot_id
+        self.stop_id = base.vocab_size
+        self.vocab_size = base.vocab_size + 1
+        self.special_ids = [self.stop_id] + ([base.eot_id] if base.eot_id is not None else [])
+
+    def __getattr__(self, name):  # anything else (a char tokenizer's `chars`) is the base tokenizer's
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def encode(self, text: str, allow_eot: bool = False) -> list[int]:
+        return self.base.encode(text, allow_eot)
+
+    def encode_documents(self, texts):
+        return self.base.encode_documents(texts)
+
+    def decode_bytes(self, ids) -> bytes:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return self.base.decode_bytes([i for i in ids if int(i) != self.stop_id])
+
+
+def with_stop_token(tokenizer: Tokenizer) -> StopTokenizer:
+    return tokenizer if isinstance(tokenizer, StopTokenizer) else StopTokenizer(tokenizer)
+
+
+# ---- reading a pairs file ----
+
+def kind_of(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".tsv"):
+        return "tsv"
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    raise DataError(f"--pairs={path}: a pairs file is .tsv (source TAB target) or .jsonl (one object per line); "
+                    f"rename it or convert it")
+
+
+def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_field: str = "target"):
+    """Yields (where, source, target) for every good line of a .tsv or .jsonl pairs file, streamed; a bad line goes
+    to `bad` (stop: a DataError naming the file and line; skip: counted). Blank lines are no pairs and are passed."""
+    path = Path(path)
+    kind = kind_of(path)
+    if not path.is_file():
+        raise DataError(f"--pairs={path} does not exist; give a .tsv or .jsonl file of pairs")
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(_lines(f), 1):
+            where = f"{path}:{line_no}"
+            raw = raw.removesuffix(b"\r")
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                bad.report(where, f"not UTF-8 (byte at offset {e.start} of the line)")
+                continue
+            if kind == "tsv":
+                parts = line.split("\t")
+                if len(parts) != 2:
+                    bad.report(where, "no tab: a pair is source TAB target" if len(parts) == 1 else
+                               f"{len(parts) - 1} tabs: a pair is source TAB target, with one tab")
+                    continue
+                source, target = parts
+            else:
+                try:
+                    obj = json.loads(line)
+                except ValueError as e:
+                    bad.report(where, f"malformed JSON ({str(e).splitlines()[0]})")
+                    continue
+                fields = [obj.get(k) if isinstance(obj, dict) else None for k in (source_field, target_field)]
+                missing = [k for k, v in zip((source_field, target_field), fields) if not isinstance(v, str)]
+                if missing:
+                    bad.report(where, f"no string field {missing[0]!r} (set --source_field and --target_field)")
+                    continue
+                source, target = fields
+                try:
+                    (source + target).encode("utf-8")
+                except UnicodeEncodeError:
+                    bad.report(where, "half of a surrogate pair, which is not Unicode text")
+                    continue
+            empty = "source" if not source.strip() else "target" if not target.strip() else None
+            if empty:
+                bad.report(where, f"the {empty} is empty")
+                continue
+            yield where, source, target
+
+
+def is_val_pair(source: str, target: str) -> bool:
+    """A pair's split, by a hash of both sides: duplicates land together, never on both sides."""
+    return is_val_hash(source + "\0" + target)
+
+
+# ---- preparing a pairs file ----
+
+def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 2048, source_field: str = "source",
+                  target_field: str = "target", on_bad: str = "stop", data_root=None, progress: bool = True) -> Path:
+    """The prepared folder of a pairs file (built unless it already is; a second call with the same file and
+    settings reads nothing). Written into a temporary folder renamed into place when complete: never half-built."""
+    path = Path(pairs)
+    kind_of(path)
+    if not path.is_file():
+        raise DataError(f"--pairs={path} does not exist; give a .tsv or .jsonl file of pairs")
+    settings = {"format": PAIRS_FORMAT, "input": stat_fingerprint(path, [path]), "tokenizer": tokenizer,
+                "bpe_vocab_size": bpe_vocab_size if tokenizer == "bpe" else None,
+                "fields": [source_field, target_field] if path.name.lower().endswith(".jsonl") else None,
+                "on_bad": on_bad}
+    fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    tok_name = f"bpe{bpe_vocab_size}" if tokenizer == "bpe" else tokenizer
+    root = Path(data_root) if data_root else Path(__file__).resolve().parent
+    out = root / "prepared" / f"pairs-{path.stem}-{tok_name}-{fingerprint[:8]}"
+    if _prepared(out, fingerprint):
+        return out
+    tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        meta = _build(path, tmp, tokenizer, bpe_vocab_size, source_field, target_field, on_bad)
+        meta.update(fingerprint=fingerprint, input=str(path))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        try:
+            tmp.rename(out)
+        except OSError:  # another process built it first (torchrun: one per node), or an old build is in the way
+            if not _prepared(out, fingerprint):
+                shutil.rmtree(out, ignore_errors=True)
+                tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if progress:
+        print(f"{out}: {meta['train_pairs']:,} train / {meta['val_pairs']:,} val pairs, {tok_name} vocab "
+              f"{meta['vocab_size']}" + (f", {meta['bad_pairs']['count']} bad line(s) skipped"
+                                         if meta["bad_pairs"]["count"] else ""), file=sys.stderr)
+    return out
+
+
+def _prepared(out: Path, fingerprint: str) -> bool:
+    try:
+        return json.loads((out / "meta.json").read_text()).get("fingerprint") == fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_bad) -> dict:
+    def pairs(bad):
+        return read_pairs(path, bad, source_field, target_field)
+
+    if tokenizer == "char":  # a first pass: every character of both sides
+        chars = set()
+        for _, s, t in pairs(BadDocuments(on_bad)):
+            chars.update(s, t)
+        if not chars:
+            raise DataError(f"--pairs={path} holds no pair; give a file with at least one line of source TAB target")
+        tok = CharTokenizer("".join(sorted(chars)))
+        meta = {"tokenizer": "char", "chars": tok.chars}
+    elif tokenizer == "gpt2":
+        tok = load_tokenizer({"tokenizer": "gpt2"})
+        meta = {"tokenizer": "gpt2"}
+    else:
+        from data.bpe_fast import train_bpe_fast
+        from data.tokenizer import bpe_tokenizer, ranks_to_bytes
+
+        def sample():
+            left = BPE_SAMPLE_CHARS
+            for _, s, t in pairs(BadDocuments("skip")):
+                if not is_val_pair(s, t) and left > 0:
+                    left -= len(s) + len(t)
+                    yield s
+                    yield t
+        ranks = train_bpe_fast(sample(), bpe_vocab_size - 1)  # the last id is <|endoftext|>
+        (out / "bpe.ranks").write_bytes(ranks_to_bytes(ranks))
+        tok = bpe_tokenizer(ranks)
+        meta = {"tokenizer": "bpe", "bpe_file": "bpe.ranks"}
+    dtype = np.dtype(np.uint16 if tok.vocab_size + 1 <= 2**16 else np.uint32)
+    bad = BadDocuments(on_bad)
+    counts = {s: {"pairs": 0, "tokens": 0} for s in ("train", "val")}
+    lengths = {"train": [], "val": []}
+    token_files = {s: open(out / f"{s}.tokens", "wb") for s in ("train", "val")}
+    try:
+        for _, s, t in pairs(bad):
+            split = "val" if is_val_pair(s, t) else "train"
+            src, tgt = tok.encode(s), tok.encode(t)
+            token_files[split].write(np.asarray(src + tgt, dtype=dtype).tobytes())
+            lengths[split].append((len(src), len(tgt)))
+            counts[split]["pairs"] += 1
+            counts[split]["tokens"] += len(src) + len(tgt)
+    finally:
+        for f in token_files.values():
+            f.close()
+    for s in ("train", "val"):
+        np.save(out / f"{s}.lengths.npy", np.asarray(lengths[s], dtype=np.int64).reshape(-1, 2))
+    if not counts["train"]["pairs"] or not counts["val"]["pairs"]:
+        empty = "train" if not counts["train"]["pairs"] else "val"
+        raise DataError(f"--pairs={path}: its {counts['train']['pairs'] + counts['val']['pairs']} pair(s) leave the "
+                        f"{empty} split empty (about 1 pair in 10 validates, by a hash); give a file with more pairs")
+    return {**meta, "kind": "pairs", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "dtype": dtype.name,
+            **{f"{s}_{k}": v for s, c in counts.items() for k, v in c.items()},
+            "bad_pairs": {"count": bad.count, "examples": bad.examples}}
+
+
+# ---- the pairs a run draws from ----
+
+class FilePairs:
+    """One split of a prepared pairs folder, memory-mapped. Pairs longer than the model takes are left out."""
+
+    def __init__(self, folder, split: str, meta: dict, block_size: int):
+        folder = Path(folder)
+        lengths = np.load(folder / f"{split}.lengths.npy")  # (N, 2) source and target lengths
+        n_tokens = int(lengths.sum())
+        self.tokens = (np.memmap(folder / f"{split}.tokens", dtype=meta["dtype"], mode="r", shape=(n_tokens,))
+                       if n_tokens else np.zeros(0, dtype=meta["dtype"]))
+        starts = np.concatenate([[0], np.cumsum(lengths.sum(1))[:-1]]).astype(np.int64)
+        fits = (lengths[:, 0] <= block_size) & (lengths[:, 1] + 1 <= block_size)  # + 1: the STOP token
+        self.too_long = int((~fits).sum())
+        self.starts, self.lengths = starts[fits], lengths[fits]
+        if not len(self.starts):
+            raise DataError(f"every {split} pair of {folder} is longer than block_size={block_size} tokens on one "
+                            f"side; train with a larger --block_size")
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def pair(self, i: int) -> tuple[list[int], list[int]]:
+        start, (ns, nt) = int(self.starts[i]), self.lengths[i]
+        ids = self.tokens[start:start + ns + nt].tolist()
+        return ids[:ns], ids[ns:]
+
+    def draw(self, rng: np.random.Generator, n: int) -> list:
+        return [self.pair(int(i)) for i in rng.integers(0, len(self), n)]
+
+    def first(self, n: int) -> list:
+        return [self.pair(i) for i in range(min(n, len(self)))]
+
+
+def task_pair(task: str, rng: np.random.Generator, min_len: int, max_len: int) -> tuple[str, str]:
+    """One random source of min_len..max_len letters and its answer."""
+    source = "".join(rng.choice(list(TASK_LETTERS), int(rng.integers(min_len, max_len + 1))))
+    return source, source[::-1] if task == "reverse" else "".join(sorted(source))
+
+
+class TaskPairs:
+    """Pairs of a built-in task, drawn fresh every step. A generated pair that hashes into validation never trains,
+    so the validation pairs are unseen whatever the run's length."""
+
+    def __init__(self, task: str, split: str, min_len: int, max_len: int, seed: int):
+        self.task, self.split, self.min_len, self.max_len, self.seed = task, split, min_len, max_len, seed
+        self.tokenizer = task_tokenizer()
+        self.too_long = 0
+
+    def _pairs(self, rng):
+        while True:
+            s, t = task_pair(self.task, rng, self.min_len, self.max_len)
+            if is_val_pair(s, t) == (self.split == "val"):
+                yield self.tokenizer.encode(s), self.tokenizer.encode(t)
+
+    def draw(self, rng, n):
+        pairs = self._pairs(rng)
+        return [next(pairs) for _ in range(n)]
+
+    def first(self, n):  # the validation set: the same pairs in every run of this seed-independent stream
+        return self.draw(np.random.default_rng([self.min_len, self.max_len, len(self.task)]), n)
+
+
+def task_tokenizer() -> CharTokenizer:
+    return CharTokenizer(TASK_LETTERS)
+
+
+def task_meta(task: str, min_len: int, max_len: int) -> dict:
+    return {"kind": "task", "task": task, "min_len": min_len, "max_len": max_len, "tokenizer": "char",
+            "chars": TASK_LETTERS, "vocab_size": len(TASK_LETTERS), "eot_id": None,
+            "fingerprint": f"task-{task}-{min_len}-{max_len}"}
+
+
+def collate(pairs: list, stop_id: int, device="cpu"):
+    """[(source ids, target ids)] -> ((source (B, S), source_valid (B, S), target_in (B, T)), targets (B, T)):
+    target_in = STOP + target and targets = target + STOP; right padding (source 0 and invalid, targets -1)."""
+    B, S, T = len(pairs), max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs) + 1
+    source = torch.zeros(B, S, dtype=torch.long)
+    valid = torch.zeros(B, S, dtype=torch.bool)
+    target_in = torch.zeros(B, T, dtype=torch.long)
+    targets = torch.full((B, T), -1, dtype=torch.long)
+    for b, (s, t) in enumerate(pairs):
+        source[b, :len(s)], valid[b, :len(s)] = torch.tensor(s), True
+        target_in[b, :len(t) + 1] = torch.tensor([stop_id] + t)
+        targets[b, :len(t) + 1] = torch.tensor(t + [stop_id])
+    return tuple(to_device(x, device) for x in (source, valid, target_in)), to_device(targets, device)
+
+
+class PairBatches:
+    """Training batches of pairs, seeded by (seed, step, global micro-batch index): any number of processes that
+    accumulate the same global batch draw the same pairs."""
+
+    def __init__(self, pairs, batch_size: int, seed: int, stop_id: int, rank: int = 0, world_size: int = 1,
+                 device="cpu"):
+        self.pairs, self.batch_size, self.seed, self.stop_id = pairs, batch_size, seed, stop_id
+        self.rank, self.world_size, self.device = rank, world_size, device
+
+    def get(self, step: int, micro: int = 0):
+        rng = np.random.default_rng([self.seed, step, micro * self.world_size + self.rank])
+        return collate(self.pairs.draw(rng, self.batch_size), self.stop_id, self.device)
+
+
+def val_pair_batches(pairs, batch_size: int, max_batches: int, stop_id: int, rank: int = 0, world_size: int = 1,
+                     device="cpu") -> list:
+    """The fixed validation batches (the first max_batches x batch_size pairs); this process holds batches rank,
+    rank + world_size, ..."""
+    fixed = pairs.first(batch_size * max_batches)
+    chunks = [fixed[i:i + batch_size] for i in range(0, len(fixed), batch_size)]
+    return [collate(chunk, stop_id, device) for chunk in chunks[rank::world_size]]
