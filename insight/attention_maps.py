@@ -55,3 +55,23 @@ def attention_maps(model, idx, pad_mask=None) -> torch.Tensor:
     if pad_mask is not None:
         maps = maps.masked_fill(~pad_mask.view(1, pad_mask.size(0), 1, -1, 1), 0.0)
     return maps
+
+
+
+@torch.no_grad()
+def cross_attention_maps(model, source, target, source_valid=None) -> torch.Tensor:
+    """An encoder-decoder's (model/seq2seq.py) cross-attention weights for target (B, T) given source (B, S):
+    (L, B, H, T, S), one per decoder layer; each row sums to 1 over the real source positions (padding gets 0).
+    With cross_attn='mean' the memory is one vector and S is 1."""
+    crosses = {id(block.cross) for block in model.decoder}
+    weights = []
+    with on_math(model) as backends:
+        handles = [backend.register_forward_hook(lambda module, args, out: weights.append(out[1]))
+                   for layer, backend in zip(attention_layers(model), backends) if id(layer) in crosses]
+        try:
+            memory, source_mask = model.encode(source, source_valid)
+            model.decode(target, model.memory_kvs(memory), source_mask)
+        finally:
+            for handle in handles:
+                handle.remove()
+    return torch.stack(weights)  # (L, B, H, T, S)
