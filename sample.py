@@ -73,6 +73,9 @@ class SampleConfig:
     #                            of one after another, streamed); None: on CUDA
     draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (inference/speculative.py)
     draft_tokens: int = 4  # the draft's guesses per forward of the model
+    source: str | None = None  # an encoder-decoder (seq2seq) checkpoint: the text to translate, or FILE:path to
+    #                            translate every line of a file (one output line per input line)
+    source_batch: int = 64  # sources translated together, right-padded
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
     top_tokens: int = 8  # rows of that table
@@ -92,6 +95,8 @@ class SampleConfig:
                               "and --kv_cache=false, or the draft")
         if self.draft_tokens < 1:
             raise ConfigError(f"draft_tokens={self.draft_tokens} must be >= 1 (the draft's guesses per round)")
+        if self.source_batch < 1:
+            raise ConfigError(f"source_batch={self.source_batch} must be >= 1")
         if self.top_tokens < 1:
             raise ConfigError(f"top_tokens={self.top_tokens} must be >= 1")
         for t in parse_temperatures(self.temperatures):
@@ -158,6 +163,9 @@ def main(argv) -> None:
         model = half_weights(model, dtype)
     speed.apply(model, speed_config)
     quantize(model, sc.quantize)
+    if ckpt.objective == "seq2seq" or sc.source is not None:
+        print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
+        return
     text = read_prompt(sc.start)
     if sc.attention:  # works for encoders too: it draws, it does not generate
         from insight.attention_figures import attention_figure, save_figure  # here: matplotlib is slow to import
@@ -227,6 +235,42 @@ def main(argv) -> None:
               f"({stats['accepted'] / max(1, stats['proposed']):.0%}) in the last sample]", file=sys.stderr)
 
 
+def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, sampled: bool) -> None:
+    """An encoder-decoder's targets for --source: one line, or one line per line of --source=FILE:path, in order.
+    Greedy unless --temperature is given."""
+    if ckpt.objective != "seq2seq":
+        raise UserError(f"--source is for an encoder-decoder checkpoint (train.py --model=seq2seq); this one is "
+                        f"{ckpt.objective}: pass --start=... to sample from it")
+    if sc.source is None:
+        raise UserError("this is an encoder-decoder checkpoint: it writes a target for a source; pass "
+                        "--source=\"TEXT\" or --source=FILE:path (one source per line)")
+    if sc.attention or sc.temperatures or sc.draft or sc.compile:
+        raise UserError("--attention, --temperatures, --draft and --compile are for decoders; an encoder-decoder "
+                        "takes --source and the sampling flags (visualize.py draws its cross-attention)")
+    texts = read_prompt(sc.source).splitlines() if sc.source.startswith("FILE:") else [sc.source]
+    from data import DataError  # an unknown character: name the line, not only the character
+
+    for n, text in enumerate(texts, 1):
+        try:
+            tokenizer.encode(text)
+        except DataError as e:
+            where = f"line {n} of {sc.source[len('FILE:'):]}" if sc.source.startswith("FILE:") else "--source"
+            raise UserError(f"{where}: {e}") from None
+    sampling = (dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p) if sampled
+                else dict(temperature=0.0))
+    generator = torch.Generator(device=device).manual_seed(sc.seed)
+    from inference.translate import translate_texts
+
+    t0 = time.perf_counter()
+    with autocast(device, dtype):
+        out = translate_texts(model, tokenizer, texts, sc.max_new_tokens, sc.source_batch, generator, **sampling)
+    for line in out:
+        print(line)
+    print(f"[{len(texts)} source(s) in {time.perf_counter() - t0:.2f} s, "
+          f"{'sampled' if sampled else 'greedy (pass --temperature=... to sample)'}, step {ckpt.step} checkpoint]",
+          file=sys.stderr)
+
+
 # On a GPU the sampled tokens are read back (a host sync) this many at a time, so the GPU runs ahead of the terminal
 READ_EVERY = {"cuda": 8}
 
@@ -256,7 +300,9 @@ def half_weights(model, dtype):
     tables (RoPE's frequencies, ALiBi's slopes) stay float32, as trained: bf16 frequencies rotate far positions by
     visibly wrong angles."""
     model = model.to(dtype)
-    model.pos.float()
+    for name in ("pos", "source_pos", "target_pos"):  # a GPT's, or an encoder-decoder's two sides
+        if hasattr(model, name):
+            getattr(model, name).float()
     return model
 
 

@@ -41,3 +41,26 @@ def translate(model, source, max_new_tokens: int, start_id: int, stop_id: int | 
             if stop_id is not None and bool(done.all()):
                 break
     return target[:, 1:]
+
+
+def translate_texts(model, tokenizer, texts: list[str], max_new_tokens: int, batch_size: int = 64, generator=None,
+                    **sampling) -> list[str]:
+    """Each source text -> the target text the model writes for it, in order. Sources go through in right-padded
+    batches of batch_size; an empty source gives an empty target. tokenizer.stop_id starts and ends each target."""
+    device = next(model.parameters()).device
+    max_new_tokens = min(max_new_tokens, model.config.block_size - 1)
+    ids = [tokenizer.encode(text) for text in texts]
+    out = [""] * len(texts)
+    todo = [i for i, s in enumerate(ids) if s]
+    for start in range(0, len(todo), batch_size):
+        rows = todo[start:start + batch_size]
+        S = max(len(ids[i]) for i in rows)
+        source = torch.zeros(len(rows), S, dtype=torch.long)  # (B, S)
+        valid = torch.zeros(len(rows), S, dtype=torch.bool)
+        for b, i in enumerate(rows):
+            source[b, :len(ids[i])], valid[b, :len(ids[i])] = torch.tensor(ids[i]), True
+        new = translate(model, source.to(device), max_new_tokens, tokenizer.stop_id, tokenizer.stop_id,
+                        valid.to(device), generator=generator, **sampling).tolist()  # (B, N)
+        for i, row in zip(rows, new):
+            out[i] = tokenizer.decode(row[:row.index(tokenizer.stop_id)] if tokenizer.stop_id in row else row)
+    return out

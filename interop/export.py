@@ -106,6 +106,11 @@ def main(argv) -> None:
         raise UserError("nothing to write: pass --to=FOLDER (Hugging Face) and/or --to_gguf=FILE (llama.cpp)")
     path = path_in(ec.out_dir, ec.ckpt)
     ckpt = Checkpoint.load(path)
+    if ckpt.objective == "seq2seq":  # before anything is written
+        raise UserError(f"{path} is an encoder-decoder (train.py --model=seq2seq); its export is not written: "
+                        f"Hugging Face's encoder-decoders (T5, BART, Marian) differ from it in their positions and "
+                        f"norms, and llama.cpp runs decoders only, so no file would compute this model. Use it "
+                        f"here: python sample.py --out_dir={ec.out_dir} --source=...")
     if ec.to:
         export(ckpt, ec.to, ec.overwrite)
         print(f"exported {path} to {os.path.abspath(ec.to)}: pipeline('text-generation', model='{ec.to}') runs it")

@@ -1,0 +1,140 @@
+"""train.py --model=seq2seq end to end: a task and a pairs file through the same engine as the other models (metrics,
+exact match, checkpoints, a bitwise resume, torchrun), sample.py --source, and the refusals."""
+import math
+
+import pytest
+import torch
+
+import train
+from conftest import metrics, run_code, run_script, workers_said
+from data.pairs import collate
+from inference.checkpoint import Checkpoint, load_for_inference
+from inference.translate import translate
+from model import Seq2Seq
+
+S2S = ["--model=seq2seq", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=8",
+       "--eval_iters=2", "--log_interval=1", "--sample_tokens=0", "--device=cpu", "--dtype=float32",
+       "--warmup_iters=2", "--optimizer=adamw", "--attn_impl=sdpa", "--learning_rate=3e-3", "--task_max_len=8"]
+TIMING = ("elapsed_s", "train_s", "eval_s", "tok_per_s", "rss_mb", "mfu")
+
+
+def args(out, *extra):
+    return S2S + [f"--out_dir={out}", f"--data_root={out.parent / 'data'}", *extra]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("s2s")
+    out = {name: base / name for name in ("whole", "part")}
+    same = ["--eval_interval=4", "--lr_decay_iters=8"]  # one schedule for the whole run and its two halves
+    assert train.cli.run(train.main, args(out["whole"], "--max_iters=8", *same)) == 0
+    assert train.cli.run(train.main, args(out["part"], "--max_iters=4", *same)) == 0
+    assert train.cli.run(train.main, args(out["part"], "--max_iters=8", *same, "--init_from=resume")) == 0
+    return out
+
+
+def test_a_task_run_logs_exact_match_and_saves_an_encoder_decoder(runs):
+    rows = metrics(runs["whole"])
+    evals = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in rows] == list(range(1, 9)) and [r["step"] for r in evals] == [4, 8]
+    for r in evals:
+        assert 0 <= r["val_exact"] <= r["val_token_acc"] <= 1 and math.isfinite(r["val_loss"])
+        assert "val_bpb" not in r
+    model, tokenizer, ckpt = load_for_inference(str(runs["whole"] / "ckpt_last.pt"), "cpu")
+    assert isinstance(model, Seq2Seq) and ckpt.objective == "seq2seq" and tokenizer.stop_id == 26
+
+
+def test_a_resumed_run_continues_bitwise(runs):
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+    assert strip(metrics(runs["part"])) == strip(metrics(runs["whole"]))
+    a = Checkpoint.load(str(runs["whole"] / "ckpt_last.pt")).weights
+    b = Checkpoint.load(str(runs["part"] / "ckpt_last.pt")).weights
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_logged_exact_match_is_greedy_decodings(runs):
+    """val_exact recomputed here from the checkpoint, the task's validation pairs and translate()."""
+    from data.pairs import TaskPairs
+
+    model, tokenizer, ckpt = load_for_inference(str(runs["whole"] / "ckpt_last.pt"), "cpu")
+    pairs = TaskPairs("reverse", "val", 4, 8, seed=0).first(16)  # eval_iters x batch_size
+    (source, valid, _), _ = collate(pairs, tokenizer.stop_id)
+    out = translate(model, source, 9, tokenizer.stop_id, tokenizer.stop_id, valid).tolist()
+    exact = sum((row + [tokenizer.stop_id])[:len(t) + 1] == t + [tokenizer.stop_id] for row, (_, t) in zip(out, pairs))
+    assert metrics(runs["whole"])[-1]["val_exact"] == exact / len(pairs)
+
+
+def test_sample_translates_a_source_and_every_line_of_a_file_in_order(runs, tmp_path):
+    model, tokenizer, _ = load_for_inference(str(runs["whole"] / "ckpt_last.pt"), "cpu")
+    lines = ["abcd", "zz", "", "hello"]
+    want = []
+    for line in lines:
+        if not line:
+            want.append("")
+            continue
+        new = translate(model, torch.tensor([tokenizer.encode(line)]), 15, tokenizer.stop_id, tokenizer.stop_id)
+        want.append(tokenizer.decode(new[0].tolist()))  # decode drops STOP
+    (tmp_path / "src.txt").write_text("\n".join(lines) + "\n")
+    r = run_script("sample.py", [f"--out_dir={runs['whole']}", f"--source=FILE:{tmp_path / 'src.txt'}",
+                                 "--source_batch=2"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:-1] == want and "greedy" in r.stderr
+    r = run_script("sample.py", [f"--out_dir={runs['whole']}", "--source=abcd"])
+    assert r.returncode == 0 and r.stdout == want[0] + "\n"
+    r = run_script("sample.py", [f"--out_dir={runs['whole']}", "--source=ABC"])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--source" in r.stderr
+
+
+def test_export_refuses_an_encoder_decoder_in_one_line(runs, tmp_path):
+    r = run_code("import sys; from interop import export; sys.exit(export.entry())", f"--out_dir={runs['whole']}",
+                 f"--to={tmp_path / 'hf'}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "encoder-decoder" in r.stderr
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_pairs_file_trains_and_a_bad_one_is_refused_before_anything_is_written(tmp_path):
+    lines = [f"{w}\t{w[::-1]}" for w in ("tiger", "lion", "cat", "dog", "horse", "zebra") * 30]
+    good = tmp_path / "pairs.tsv"
+    good.write_text("\n".join(f"{s}{i % 7}\t{t}" for i, line in enumerate(lines) for s, t in [line.split("\t")]))
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, args(out, f"--pairs={good}", "--max_iters=2", "--eval_interval=2")) == 0
+    assert "val_exact" in metrics(out)[-1]
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).data_meta["kind"] == "pairs"
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a\tb\nno tab\n")
+    r = run_script("train.py", args(tmp_path / "refused", f"--pairs={bad}"))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert f"{bad}:2: no tab" in r.stderr and not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("flags,said", [
+    (["--model=decoder", "--task=reverse"], "--model=seq2seq"),
+    (["--pairs=x.tsv", "--task=sort"], "one of them"),
+    (["--task=copy"], "task='copy' is not one of"),
+    (["--task_max_len=20"], "--block_size of at least 21"),
+])
+def test_seq2seq_flags_are_checked(tmp_path, flags, said):
+    r = run_script("train.py", args(tmp_path / "out", "--max_iters=1", *flags))
+    assert r.returncode == 2 and said in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+
+
+def test_two_processes_train_like_one(tmp_path):
+    """torchrun with 2 CPU processes, one micro-step each, against 1 process accumulating 2: the same pairs, the
+    same losses, gradients and weights."""
+    common = ["--max_iters=4", "--eval_interval=4"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    r = run_script("train.py", args(one, *common, "--gradient_accumulation_steps=2"))
+    assert r.returncode == 0, r.stderr
+    r = run_script("train.py", args(two, *common),
+                   launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"))
+    assert r.returncode == 0, workers_said(r.stderr)
+    a, b = metrics(one), metrics(two)
+    for x, y in zip(a, b):
+        assert math.isclose(x["train_loss"], y["train_loss"], rel_tol=1e-5), (x, y)
+        assert math.isclose(x["grad_norm"], y["grad_norm"], rel_tol=1e-4), (x, y)
+    assert a[-1]["val_loss"] == pytest.approx(b[-1]["val_loss"], rel=1e-5) and a[-1]["val_exact"] == b[-1]["val_exact"]
+    wa = Checkpoint.load(str(one / "ckpt_last.pt")).weights
+    wb = Checkpoint.load(str(two / "ckpt_last.pt")).weights
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4, msg=k)

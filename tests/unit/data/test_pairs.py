@@ -1,0 +1,163 @@
+"""The encoder-decoder's data (data/pairs.py): the pairs reader's bad lines, the hash split, the prepared folder read
+back, the tasks' answers, and batches that any number of processes draw alike."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from common.errors import DataError
+from data.pairs import (FilePairs, PairBatches, TaskPairs, collate, is_val_pair, prepare_pairs, read_pairs,
+                        task_pair, val_pair_batches, with_stop_token)
+from data.readers import BadDocuments
+from data.tokenizer import CharTokenizer, load_tokenizer
+
+
+def write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+BAD_TSV = [
+    (b"no tab here\n", "no tab"),
+    (b"a\tb\tc\n", "2 tabs"),
+    (b"\tb\n", "the source is empty"),
+    (b"a\t  \n", "the target is empty"),
+    (b"a\t\xff\xfe\n", "not UTF-8"),
+]
+BAD_JSONL = [
+    (b'{"source": "a", "target": \n', "malformed JSON"),
+    (b'{"source": "a"}\n', "no string field 'target'"),
+    (b'{"source": 3, "target": "b"}\n', "no string field 'source'"),
+    (b'["a", "b"]\n', "no string field 'source'"),
+    (b'{"source": "\\ud83d", "target": "b"}\n', "surrogate"),
+    (b'{"source": "", "target": "b"}\n', "the source is empty"),
+]
+
+
+@pytest.mark.parametrize("line,problem", [(line, p, ) for line, p in BAD_TSV])
+def test_a_bad_tsv_line_names_its_file_and_line(tmp_path, line, problem):
+    path = write(tmp_path / "p.tsv", b"good\tpair\n\n" + line + b"x\ty\n")
+    with pytest.raises(DataError) as e:
+        list(read_pairs(path, BadDocuments("stop")))
+    assert f"{path}:3: " in str(e.value) and problem in str(e.value) and "--on_bad=skip" in str(e.value)
+    bad = BadDocuments("skip")
+    assert [(s, t) for _, s, t in read_pairs(path, bad)] == [("good", "pair"), ("x", "y")]
+    assert bad.count == 1
+
+
+@pytest.mark.parametrize("line,problem", BAD_JSONL)
+def test_a_bad_jsonl_line_names_its_file_and_line(tmp_path, line, problem):
+    path = write(tmp_path / "p.jsonl", b'{"source": "a", "target": "b"}\n' + line)
+    with pytest.raises(DataError) as e:
+        list(read_pairs(path, BadDocuments("stop")))
+    assert f"{path}:2: " in str(e.value) and problem in str(e.value)
+    bad = BadDocuments("skip")
+    assert [(s, t) for _, s, t in read_pairs(path, bad)] == [("a", "b")] and bad.count == 1
+
+
+def test_good_files_read_their_pairs(tmp_path):
+    tsv = write(tmp_path / "p.tsv", "\ufeffhé llo\twörld\r\nx y\tz\n".encode())  # a BOM, CRLF, spaces kept
+    assert [(s, t) for _, s, t in read_pairs(tsv, BadDocuments("stop"))] == [("hé llo", "wörld"), ("x y", "z")]
+    jsonl = write(tmp_path / "p.jsonl", b'{"q": "a\\tb", "a": "c"}\n')
+    assert [(s, t) for _, s, t in read_pairs(jsonl, BadDocuments("stop"), "q", "a")] == [("a\tb", "c")]
+
+
+def test_other_kinds_and_missing_files_are_refused(tmp_path):
+    with pytest.raises(DataError, match=r"\.tsv .* or \.jsonl"):
+        list(read_pairs(write(tmp_path / "p.csv", b"a,b\n"), BadDocuments("stop")))
+    with pytest.raises(DataError, match="does not exist"):
+        prepare_pairs(str(tmp_path / "none.tsv"), data_root=tmp_path)
+
+
+def pairs_file(tmp_path, n=300):
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(n):
+        s = "".join(rng.choice(list("abcdé "), int(rng.integers(1, 12))))
+        lines.append(f"{s}x\t{s[::-1]}y")
+    lines += lines[:40]  # duplicates: each must land on the side its first copy did
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path, [tuple(line.split("\t")) for line in lines]
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2", "bpe"])
+def test_a_prepared_folder_gives_back_every_pair_on_its_hashed_side(tmp_path, tokenizer):
+    path, pairs = pairs_file(tmp_path)
+    folder = prepare_pairs(str(path), tokenizer, bpe_vocab_size=300, data_root=tmp_path, progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    tok = load_tokenizer(meta, folder=folder)
+    for split in ("train", "val"):
+        want = [p for p in pairs if is_val_pair(*p) == (split == "val")]
+        got = FilePairs(folder, split, meta, block_size=64)
+        assert len(got) == len(want) == meta[f"{split}_pairs"] > 0
+        assert [(tok.decode(s), tok.decode(t)) for s, t in got.first(len(got))] == want
+    train = {p for p in pairs if not is_val_pair(*p)}
+    assert train and not train & {p for p in pairs if is_val_pair(*p)}
+    mtime = os.stat(folder / "meta.json").st_mtime_ns
+    assert prepare_pairs(str(path), tokenizer, bpe_vocab_size=300, data_root=tmp_path, progress=False) == folder
+    assert os.stat(folder / "meta.json").st_mtime_ns == mtime  # prepared once
+    assert sorted(p.name for p in (tmp_path / "prepared").iterdir()) == [folder.name]  # no temporary left
+
+
+def test_a_refused_file_leaves_no_folder(tmp_path):
+    path = write(tmp_path / "p.tsv", b"a\tb\nbroken\n")
+    with pytest.raises(DataError, match=":2: no tab"):
+        prepare_pairs(str(path), data_root=tmp_path, progress=False)
+    assert not list((tmp_path / "prepared").iterdir())
+
+
+def test_pairs_longer_than_the_model_takes_are_left_out(tmp_path):
+    path, pairs = pairs_file(tmp_path)
+    folder = prepare_pairs(str(path), data_root=tmp_path, progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    short = FilePairs(folder, "train", meta, block_size=6)
+    assert short.too_long > 0 and len(short) + short.too_long == meta["train_pairs"]
+    assert all(len(s) <= 6 and len(t) + 1 <= 6 for s, t in short.first(len(short)))
+
+
+def test_the_tasks_answers():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        s, t = task_pair("reverse", rng, 3, 9)
+        assert 3 <= len(s) <= 9 and t == s[::-1]
+        s, t = task_pair("sort", rng, 3, 9)
+        assert list(t) == sorted(s)
+
+
+def test_a_task_never_trains_on_a_validation_pair():
+    train, val = (TaskPairs("reverse", split, 2, 6, seed=0) for split in ("train", "val"))
+    tok = train.tokenizer
+    drawn = {tuple(map(tok.decode, p)) for p in train.draw(np.random.default_rng(0), 2000)}
+    held = {tuple(map(tok.decode, p)) for p in val.first(200)}
+    assert not any(is_val_pair(*p) for p in drawn) and all(is_val_pair(*p) for p in held)
+    assert not drawn & held
+    assert val.first(200) == TaskPairs("reverse", "val", 2, 6, seed=99).first(200)  # the same in every run
+
+
+def test_collate_shifts_the_target_and_pads_both_sides():
+    (source, valid, target_in), targets = collate([([1, 2, 3], [4]), ([5], [6, 7])], stop_id=9)
+    assert source.tolist() == [[1, 2, 3], [5, 0, 0]] and valid.tolist() == [[True] * 3, [True, False, False]]
+    assert target_in.tolist() == [[9, 4, 0], [9, 6, 7]]
+    assert targets.tolist() == [[4, 9, -1], [6, 7, 9]]
+
+
+def test_two_processes_draw_what_one_accumulating_process_draws():
+    pairs = TaskPairs("sort", "train", 2, 8, seed=0)
+    one = PairBatches(pairs, 4, seed=3, stop_id=26)
+    ranks = [PairBatches(pairs, 4, seed=3, stop_id=26, rank=r, world_size=2) for r in (0, 1)]
+    for step in (0, 5):
+        for micro, rank in ((0, 0), (1, 1)):
+            a, b = one.get(step, micro), ranks[rank].get(step, 0)
+            assert all(torch.equal(x, y) for x, y in zip(a[0] + (a[1],), b[0] + (b[1],)))
+    assert not torch.equal(one.get(0, 0)[1], one.get(1, 0)[1])  # each step draws afresh
+    shares = [val_pair_batches(pairs, 4, 5, 26, rank=r, world_size=2) for r in (0, 1)]
+    assert len(shares[0]) == 3 and len(shares[1]) == 2
+
+
+def test_the_stop_token_is_one_id_past_the_vocabulary_and_decodes_to_nothing():
+    tok = with_stop_token(CharTokenizer("abc"))
+    assert tok.stop_id == 3 and tok.vocab_size == 4 and tok.decode([0, 3, 2]) == "ac"
+    assert with_stop_token(tok) is tok
