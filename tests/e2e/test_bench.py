@@ -63,3 +63,12 @@ def test_contenders_take_turns_with_the_order_flipped_every_other_round():
     from benchmarks.rounds import alternated
     assert list(alternated({"a": 1, "b": 2, "c": 3}, 3)) == [(0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"),
                                                               (1, "a"), (2, "a"), (2, "b"), (2, "c")]
+
+
+def test_the_translate_benchmark_times_both_loops_on_the_same_tokens():
+    from benchmarks.translate import TranslateBench, measure
+
+    res = measure(TranslateBench(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab_size=50, source_len=8,
+                                 new_tokens=12, repeats=2))
+    assert res["same_tokens"] and set(res["ms_per_token"]) == {"cached", "recomputed"}
+    assert all(ms > 0 for ms in res["ms_per_token"].values())
