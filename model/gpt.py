@@ -88,16 +88,7 @@ class GPT(nn.Module):
         return self.norm(x)
 
     def attention_context(self, t0: int, T: int, key_valid, pos) -> AttentionContext:
-        """The masks, bias and rotation every layer of a forward over T new tokens after t0 cached ones shares."""
-        cfg = self.config
-        bias = self.pos.bias(t0, T, t0 + T)  # (1, H, T, S) or None
-        padded = key_valid is not None
-        is_causal = cfg.causal and T > 1 and t0 == 0 and cfg.window is None and not padded and bias is None
-        mask = empty = None  # exactly SDPA's top-left-aligned causal mask when is_causal: the kernel needs no tensor
-        if (cfg.causal and T > 1 or cfg.window is not None or padded) and not is_causal:
-            mask = build_mask(t0, T, cfg.causal, cfg.window, key_valid, device=pos.device)  # (B|1, 1, T, S)
-            mask, empty = with_empty_rows(mask)  # padding queries see no key: zeroed after attention
-        return AttentionContext(mask=mask, empty=empty, bias=bias, rope=self.pos.rotation(pos), is_causal=is_causal)
+        return attention_context(self.config, self.pos, t0, T, key_valid, pos)
 
     # ---- helpers ----------------------------------------------------------------------------------------------
     def unpadded_state_dict(self) -> dict:
@@ -124,6 +115,20 @@ class GPT(nn.Module):
         T = T or cfg.block_size
         matmul_params = self.num_params() - (0 if cfg.tie_head else self.wte.weight.numel())  # a lookup is no matmul
         return 6 * matmul_params + 12 * cfg.n_layer * T * cfg.n_embd
+
+
+def attention_context(cfg: GPTConfig, positions, t0: int, T: int, key_valid, pos) -> AttentionContext:
+    """The masks, bias and rotation every layer of a forward over T new tokens after t0 cached ones shares
+    (cfg.causal: a decoder's, or an encoder's; also each side of model/seq2seq.py). key_valid (B, t0 + T) bool or
+    None; pos (B|1, T) the new tokens' positions."""
+    bias = positions.bias(t0, T, t0 + T)  # (1, H, T, S) or None
+    padded = key_valid is not None
+    is_causal = cfg.causal and T > 1 and t0 == 0 and cfg.window is None and not padded and bias is None
+    mask = empty = None  # exactly SDPA's top-left-aligned causal mask when is_causal: the kernel needs no tensor
+    if (cfg.causal and T > 1 or cfg.window is not None or padded) and not is_causal:
+        mask = build_mask(t0, T, cfg.causal, cfg.window, key_valid, device=pos.device)  # (B|1, 1, T, S)
+        mask, empty = with_empty_rows(mask)  # padding queries see no key: zeroed after attention
+    return AttentionContext(mask=mask, empty=empty, bias=bias, rope=positions.rotation(pos), is_causal=is_causal)
 
 
 def init_weights(module: nn.Module, config: GPTConfig) -> None:

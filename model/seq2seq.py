@@ -32,12 +32,10 @@ import torch.nn.functional as F
 
 from common.errors import UserError
 
-from .attention import AttentionContext, with_empty_rows
 from .blocks import Block, DecoderBlock
 from .config import GPTConfig
-from .gpt import GPT, init_weights
+from .gpt import GPT, attention_context, init_weights
 from .kv_cache import KVCache
-from .masks import build_mask
 from .positional import build_positional
 
 
@@ -71,12 +69,7 @@ class Seq2Seq(nn.Module):
         cfg = self.encoder_config
         check_length(S, self.source_pos, "source")
         pos = torch.arange(S, device=source.device).unsqueeze(0)  # (1, S): right padding, so rows start at 0
-        mask = empty = None
-        if source_valid is not None or cfg.window is not None:
-            mask = build_mask(0, S, causal=False, window=cfg.window, key_valid=source_valid, device=source.device)
-            mask, empty = with_empty_rows(mask)  # (B, 1, S, S); a source of only padding would have no key
-        ctx = AttentionContext(mask=mask, empty=empty, bias=self.source_pos.bias(0, S, S),
-                               rope=self.source_pos.rotation(pos), is_causal=False)
+        ctx = attention_context(cfg, self.source_pos, 0, S, source_valid, pos)  # bidirectional, padding masked
         x = self.drop(self.source_pos.embed(self.wte(source), pos))  # (B, S, C)
         for block in self.encoder:
             x = block(x, ctx)
@@ -100,13 +93,7 @@ class Seq2Seq(nn.Module):
         if cache is not None:
             cache.reserve(T, None, target.device)
         pos = torch.arange(t0, t0 + T, device=target.device).unsqueeze(0)  # (1, T)
-        bias = self.target_pos.bias(t0, T, t0 + T)
-        is_causal = T > 1 and t0 == 0 and cfg.window is None and bias is None
-        mask = None  # one new token after a cache needs no mask: it may see every cached key
-        if not is_causal and (T > 1 or cfg.window is not None):
-            mask = build_mask(t0, T, causal=True, window=cfg.window, device=target.device)  # (1, 1, T, t0 + T)
-        ctx = AttentionContext(mask=mask, empty=None, bias=bias, rope=self.target_pos.rotation(pos),
-                               is_causal=is_causal)
+        ctx = attention_context(cfg, self.target_pos, t0, T, None, pos)  # causal, as GPT's (no padding to mask)
         x = self.drop(self.target_pos.embed(self.wte(target), pos))  # (B, T, C)
         slots = cache.layers if cache is not None else [None] * len(self.decoder)
         for block, kv, slot in zip(self.decoder, memory_kvs, slots):
