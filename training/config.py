@@ -115,6 +115,10 @@ class TrainConfig(PrepareConfig):
                  f"{self.task_max_len} must be positive with task_min_len <= task_max_len")
             need(not self.fsdp, "--fsdp=true shards a GPT's blocks; train --model=seq2seq with DDP (torchrun without "
                  "--fsdp)")
+            need(self.input is None, f"--input={self.input} is text for the other models; --model=seq2seq trains on "
+                 f"--pairs=FILE (.tsv or .jsonl) or --task")
+            need(self.pairs is not None or self.tokenizer == "char", f"--tokenizer={self.tokenizer} tokenizes a "
+                 f"--pairs file; a --task's letters are their own char vocabulary: drop the flag")
             need(not self.mask_token, "--mask_token=true gives a decoder the encoder's [MASK] id; --model=seq2seq has "
                  "no use for it: drop the flag")
         else:

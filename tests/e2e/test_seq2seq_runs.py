@@ -113,6 +113,8 @@ def test_a_pairs_file_trains_and_a_bad_one_is_refused_before_anything_is_written
     (["--pairs=x.tsv", "--task=sort"], "one of them"),
     (["--task=copy"], "task='copy' is not one of"),
     (["--task_max_len=20"], "--block_size of at least 21"),
+    (["--tokenizer=gpt2"], "drop the flag"),
+    (["--input=play.txt"], "--pairs=FILE"),
 ])
 def test_seq2seq_flags_are_checked(tmp_path, flags, said):
     r = run_script("train.py", args(tmp_path / "out", "--max_iters=1", *flags))
