@@ -5,10 +5,20 @@
     python visualize.py --out_dir=out --html=attention.html --text="..."   # the interactive explorer, one file
     python visualize.py --out_dir=out --induction=induction.png            # induction scores, layer x head
     python visualize.py --out_dir=out --induction_curve=curve.png          # the logged score against the loss
+    python visualize.py --out_dir=s2s --source="abcdef"                    # an encoder-decoder's cross-attention
+    python visualize.py --out_dir=s2s --source="abcdef" --target="fedcba" --html=cross.html
 
 --html (insight/explorer_html.py) writes one self-contained page, up to 512 tokens; with --wandb_log=true it is
 also logged to wandb as an HTML panel. --induction (insight/induction.py) draws each head's prefix-matching and
 copying scores. With either, the PNG grid is drawn only when --out is given too.
+
+A seq2seq checkpoint (train.py --model=seq2seq) shows its cross-attention instead, for --source: the PNG grid is
+target x source per decoder layer and head (and the mean of heads), the page (--html) puts the target's tokens in
+one row and the source's in another, and a target token shades the source tokens it reads. The target is what
+greedy decoding writes for the source, or --target when given (teacher forcing); either way row t is the decoder
+step that writes target token t, and the last row of a target that ends writes [STOP] (insight/cross_attention.py).
+--text, --induction and --induction_curve are about self-attention and are refused for a seq2seq checkpoint;
+--source and --target are refused for any other.
 
 The pictures are drawn by insight/attention_figures.py; what they show and do not explain: docs/probes.md,
 "Attention maps".
@@ -20,9 +30,13 @@ from dataclasses import dataclass
 import torch
 
 from common import cli
+from common.errors import FlagError
 from common.files import write_atomic
-from common.flags import config_from_argv
+from common.flags import config_from_argv, parse_configs
 from inference.checkpoint import load_for_inference, path_in
+
+SELF_ATTENTION_ONLY = ("text", "induction", "induction_curve")  # refused for a seq2seq checkpoint
+SEQ2SEQ_ONLY = ("source", "target")  # refused for a decoder's or an encoder's
 
 
 @dataclass
@@ -30,6 +44,8 @@ class VisualizeConfig:
     out_dir: str = "out"
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
     text: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
+    source: str = ""  # a seq2seq checkpoint: the source whose cross-attention is drawn (its --text)
+    target: str = ""  # a seq2seq checkpoint: the target to read it with ('' = what greedy decoding writes)
     out: str = "attention.png"
     device: str = "cpu"
     max_tokens: int = 64  # the longest text a figure shows (token labels stop fitting beyond); longer is refused
@@ -47,23 +63,59 @@ def main(argv) -> None:
         return
     from insight.attention_figures import attention_figure, save_figure  # matplotlib: once the flags are good
 
+    given = set(parse_configs(argv, (VisualizeConfig,), {})[1])  # the flags set on the command line or in a file
     if vc.induction_curve:
-        write_induction_curve(vc)
+        write_induction_curve(vc, given)
         if not (vc.html or vc.induction):
             return
-    model, tokenizer, _ = load_for_inference(path_in(vc.out_dir, vc.ckpt), torch.device(vc.device))
+    model, tokenizer, ckpt = load_for_inference(path_in(vc.out_dir, vc.ckpt), torch.device(vc.device))
+    if ckpt.objective == "seq2seq":
+        refuse_self_attention_flags(given)
+        return write_cross(vc, model, tokenizer, png=not vc.html or "out" in given)
+    wrong = [f"--{name}" for name in SEQ2SEQ_ONLY if name in given]
+    if wrong:
+        raise FlagError(f"{' and '.join(wrong)} {'are' if len(wrong) > 1 else 'is'} for a seq2seq checkpoint's "
+                        f"cross-attention and this is a {ckpt.objective}'s; drop {'them' if len(wrong) > 1 else 'it'} "
+                        f"and give the text as --text=TEXT")
     if vc.html:
-        write_html(vc, model, tokenizer)
+        from insight.explorer_html import explorer_html
+
+        write_html(vc, model, explorer_html(model, tokenizer, vc.text, vc.html_max_tokens))
     if vc.induction:
         write_induction(vc, model, tokenizer)
-    if not (vc.html or vc.induction) or any(a.startswith("--out=") for a in argv):
+    if not (vc.html or vc.induction) or "out" in given:
         print(f"wrote {save_figure(attention_figure(model, tokenizer, vc.text, vc.max_tokens), vc.out)}")
 
 
-def write_html(vc: VisualizeConfig, model, tokenizer) -> None:
-    from insight.explorer_html import explorer_html
+def refuse_self_attention_flags(given: set) -> None:
+    wrong = [f"--{name}" for name in SELF_ATTENTION_ONLY if name in given]
+    if wrong:
+        several = len(wrong) > 1
+        raise FlagError(f"{' and '.join(wrong)} {'are' if several else 'is'} about self-attention and a seq2seq "
+                        f"checkpoint is drawn as its cross-attention; drop {'them' if several else 'it'} and give "
+                        f"--source=TEXT (and --target=TEXT to choose the target)")
 
-    page = explorer_html(model, tokenizer, vc.text, vc.html_max_tokens)
+
+def write_cross(vc: VisualizeConfig, model, tokenizer, png: bool) -> None:
+    """A seq2seq checkpoint: its cross-attention for --source, as the page and/or the PNG grid. Each is limited to
+    its own token count (--html_max_tokens, --max_tokens), a generated target as well."""
+    from insight.cross_attention import cross_attention_view
+
+    if not vc.source:
+        raise FlagError("a seq2seq checkpoint is drawn as its cross-attention for a source; give --source=TEXT")
+    if vc.html:
+        from insight.explorer_html import cross_explorer_html
+
+        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens)
+        write_html(vc, model, cross_explorer_html(model, view))
+    if png:
+        from insight.attention_figures import cross_attention_figure, save_figure
+
+        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.max_tokens)
+        print(f"wrote {save_figure(cross_attention_figure(model, view), vc.out)}")
+
+
+def write_html(vc: VisualizeConfig, model, page: str) -> None:
     write_atomic(vc.html, lambda f: f.write(page.encode("utf-8")))
     print(f"wrote {vc.html} ({len(page) / 1e6:.1f} MB; open it in a browser, no network needed)")
     if vc.wandb_log:
@@ -72,14 +124,15 @@ def write_html(vc: VisualizeConfig, model, tokenizer) -> None:
         import wandb
 
         run = wandb.init(project=vc.wandb_project, job_type="visualize", dir=vc.out_dir,
-                         config={"ckpt": vc.ckpt, "text": vc.text, **model.config.to_dict()})
+                         config={"ckpt": vc.ckpt, "text": vc.text, "source": vc.source, "target": vc.target,
+                                 **model.config.to_dict()})
         run.log({"attention/explorer": wandb.Html(page, inject=False)})
         where = os.path.dirname(run.dir)
         run.finish()
         print(f"logged the page to wandb as attention/explorer ({where})")
 
 
-def write_induction_curve(vc: VisualizeConfig) -> None:
+def write_induction_curve(vc: VisualizeConfig, given: set) -> None:
     from common.errors import UserError
     from insight.attention_figures import induction_curve_figure, save_figure
     from training.metrics import read_metrics
@@ -88,6 +141,8 @@ def write_induction_curve(vc: VisualizeConfig) -> None:
         rows = read_metrics(vc.out_dir)
     except FileNotFoundError:
         raise UserError(f"{vc.out_dir} has no metrics.jsonl; give the folder of a training run (--out_dir)") from None
+    if any("val_exact" in r for r in rows):  # greedy decoding's exact match: only a seq2seq run logs it
+        refuse_self_attention_flags(given)
     if not any(r.get("induction_score") is not None for r in rows):
         raise UserError(f"the run in {vc.out_dir} logged no induction score; train with --log_induction=true")
     title = f"{vc.out_dir}: the best head's induction score at each evaluation, and the loss"

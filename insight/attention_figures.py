@@ -6,6 +6,9 @@ are lower triangles (nothing attends to the future); an encoder's (train.py --mo
 The weights come from the math path (insight/attention_maps.py), whatever backend the model runs with: the
 paths compute the same function, and only the math path materialises the weights.
 
+An encoder-decoder's cross-attention (cross_attention_figure) is drawn the same way, one panel per decoder layer
+and head: row t is the step that writes target token t, column s is source token s (insight/cross_attention.py).
+
 What the maps do and do not explain: docs/probes.md, "Attention maps". The command is visualize.py.
 """
 import matplotlib
@@ -26,9 +29,13 @@ GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few l
 
 def token_labels(tokenizer, ids) -> list[str]:
     """Printable labels: whitespace made visible, long BPE pieces shortened."""
+    return printable([tokenizer.decode([i]) for i in ids])
+
+
+def printable(texts: list[str]) -> list[str]:
     labels = []
-    for i in ids:
-        s = tokenizer.decode([i]).replace(" ", "\u2423").replace("\n", "\\n").replace("\t", "\\t")
+    for s in texts:
+        s = s.replace(" ", "\u2423").replace("\n", "\\n").replace("\t", "\\t")
         labels.append(s if len(s) <= 8 else s[:7] + "\u2026")
     return labels
 
@@ -55,12 +62,15 @@ def attention_data(model, idx: torch.Tensor) -> torch.Tensor:
     return torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)  # (n_layer, H + 1, T, T)
 
 
-def plot_maps(data: torch.Tensor, labels: list[str], title: str):
-    """data: (n_layer, H + 1, T, T) -> a matplotlib Figure, one panel per layer and head."""
-    L, P, T, _ = data.shape
-    cell = max(1.6, 0.11 * T)  # inches per panel: room for T token labels
-    fig, axes = plt.subplots(L, P, figsize=(cell * P + 1.0, cell * L + 0.6), squeeze=False, layout="constrained")
-    font = max(5.0, min(8.0, 300.0 / (T + 1)))
+def plot_maps(data: torch.Tensor, labels: list[str], title: str, key_labels: list[str] | None = None,
+              axes_names: tuple[str, str] = ("query (attending)", "key (attended to)")):
+    """data: (n_layer, H + 1, T, S) -> a matplotlib Figure, one panel per layer and head. Rows are labelled by
+    labels, columns by key_labels (default: the same tokens, S = T)."""
+    L, P, T, S = data.shape
+    key_labels = labels if key_labels is None else key_labels
+    width, height = max(1.6, 0.11 * S), max(1.6, 0.11 * T)  # inches per panel: room for the token labels
+    fig, axes = plt.subplots(L, P, figsize=(width * P + 1.0, height * L + 0.6), squeeze=False, layout="constrained")
+    font = max(5.0, min(8.0, 300.0 / (max(T, S) + 1)))
     image = None
     for layer in range(L):
         for p in range(P):
@@ -69,16 +79,16 @@ def plot_maps(data: torch.Tensor, labels: list[str], title: str):
                               interpolation="nearest")
             head = "mean of heads" if p == P - 1 else f"head {p}"
             ax.set_title(f"layer {layer}, {head}", fontsize=9)
-            ax.set_xticks(range(T))
+            ax.set_xticks(range(S))
             ax.set_yticks(range(T))
             # keys along x on the bottom row, queries along y in the first column: every panel shares them
-            ax.set_xticklabels(labels if layer == L - 1 else [], rotation=90, fontsize=font)
+            ax.set_xticklabels(key_labels if layer == L - 1 else [], rotation=90, fontsize=font)
             ax.set_yticklabels(labels if p == 0 else [], fontsize=font)
             ax.tick_params(length=0)
     for ax in axes[-1]:
-        ax.set_xlabel("key (attended to)", fontsize=7)
+        ax.set_xlabel(axes_names[1], fontsize=7)
     for ax in axes[:, 0]:
-        ax.set_ylabel("query (attending)", fontsize=7)
+        ax.set_ylabel(axes_names[0], fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (colour ~ sqrt)")
     return fig
@@ -96,6 +106,19 @@ def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, 
     title = (f"attention weights: {kind}, {cfg.n_layer} layers x {cfg.n_head} heads, pos_emb={cfg.pos_emb}, "
              f"{idx.size(1)} tokens")
     return plot_maps(data, token_labels(tokenizer, idx[0].tolist()), title)
+
+
+def cross_attention_figure(model, view):
+    """An encoder-decoder's cross-attention (view: insight/cross_attention.py) as a Figure: target x source per
+    decoder layer and head, and the mean over heads."""
+    maps = view.weights  # (L, H, T, S)
+    data = torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)  # (L, H + 1, T, S)
+    cfg = model.config
+    how = "written by greedy decoding" if view.generated else "given"
+    title = (f"cross-attention weights: encoder-decoder, {cfg.n_layer} decoder layers x {cfg.n_head} heads, "
+             f"{len(view.source)} source tokens, {len(view.target)} target token{'s' * (len(view.target) > 1)} ({how})")
+    return plot_maps(data, printable(view.target_texts), title, printable(view.source_texts),
+                     ("target token written", "source token (attended to)"))
 
 
 def attention_image(model, tokenizer, text: str, dpi: int = 80):

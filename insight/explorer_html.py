@@ -10,7 +10,12 @@ Storage: the weights are quantised to 16 bits (w -> round(w * 65535), error <= 7
 the lower triangle is kept (row t has t + 1 keys): 512 tokens x 16 heads is 4.2 MB before base64. The page decodes
 them once into a Uint16Array; shading a row then reads T numbers.
 Each shaded token carries its weight in data-weight (6 decimals) so that a browser test can read it back.
-Shapes: L layers, H heads, T tokens.
+
+An encoder-decoder's page (cross_explorer_html) shows its cross-attention instead: the target tokens in one row
+(the queries: what each decoder step writes, insight/cross_attention.py), the real source tokens in another (the
+keys, padding never shown); a target token shades the source tokens by the weight it gives them. Every row is
+full there (T x S per head: a target step may read any source token) and the thumbnails have no induction scores.
+Shapes: L layers, H heads, T tokens (the target's, in a cross-attention page), S source tokens.
 """
 import base64
 import html
@@ -30,8 +35,8 @@ SCALE = 65535  # 16-bit quantisation of weights in [0, 1]
 
 
 def quantise(maps: torch.Tensor, causal: bool) -> bytes:
-    """maps (L, H, T, T) -> little-endian uint16 bytes, per head the rows one after another (a decoder's row t
-    holds keys 0..t only)."""
+    """maps (L, H, T, T), or (L, H, T, S) when not causal -> little-endian uint16 bytes, per head the rows one after
+    another (a decoder's row t holds keys 0..t only)."""
     q = (maps.double().clamp(0, 1) * SCALE).round().to(torch.int32)  # (L, H, T, T)
     T = maps.size(-1)
     if causal:
@@ -40,17 +45,18 @@ def quantise(maps: torch.Tensor, causal: bool) -> bytes:
     return q.to(torch.int32).numpy().astype("<u2").tobytes()
 
 
-def dequantise(blob: bytes, L: int, H: int, T: int, causal: bool) -> torch.Tensor:
-    """The inverse of quantise, for tests and tools: (L, H, T, T) float32."""
+def dequantise(blob: bytes, L: int, H: int, T: int, causal: bool, S: int | None = None) -> torch.Tensor:
+    """The inverse of quantise, for tests and tools: (L, H, T, S) float32, S = T unless given."""
     import numpy as np
 
+    S = T if S is None else S
     flat = torch.from_numpy(np.frombuffer(blob, dtype="<u2").astype("float32") / SCALE)
-    maps = torch.zeros(L, H, T, T)
+    maps = torch.zeros(L, H, T, S)
     if causal:
         rows, cols = torch.tril_indices(T, T)
         maps[..., rows, cols] = flat.view(L, H, -1)
     else:
-        maps[:] = flat.view(L, H, T, T)
+        maps[:] = flat.view(L, H, T, S)
     return maps
 
 
@@ -84,9 +90,32 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
             "weights": base64.b64encode(quantise(maps, cfg.causal)).decode("ascii")}
 
 
+def cross_page_data(model, view) -> dict:
+    """An encoder-decoder's page data from its cross-attention view (insight/cross_attention.py): the target's
+    tokens are the queries ('tokens'), the source's the keys ('source')."""
+    cfg = model.config
+    L, H, T, S = view.weights.shape
+    how = "written by greedy decoding" if view.generated else "given"
+    return {"tokens": [shown(t) for t in view.target_texts], "newline": ["\n" in t for t in view.target_texts],
+            "source": [shown(t) for t in view.source_texts], "source_newline": ["\n" in t for t in view.source_texts],
+            "layers": L, "heads": H, "causal": False,
+            "title": (f"encoder-decoder cross-attention, {cfg.n_layer} decoder layers x {cfg.n_head} heads, "
+                      f"{S} source tokens, {T} target token{'s' * (T > 1)} ({how})"),
+            "weights": base64.b64encode(quantise(view.weights, causal=False)).decode("ascii")}
+
+
 def explorer_html(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> str:
     """The page as one string."""
-    data = page_data(model, tokenizer, text, max_tokens)
+    return page_html(page_data(model, tokenizer, text, max_tokens))
+
+
+def cross_explorer_html(model, view) -> str:
+    """An encoder-decoder's cross-attention page as one string (view: insight/cross_attention.py)."""
+    return page_html(cross_page_data(model, view))
+
+
+def page_html(data: dict) -> str:
+    data = dict(data)
     weights = data.pop("weights")
     meta = json.dumps(data).replace("</", "<\\/")  # no '</script>' inside the script
     return (PAGE.replace("__TITLE__", html.escape(data["title"]))

@@ -2,7 +2,8 @@
 
 The test opens the page from disk, picks a layer and head (the selects, and a thumbnail), clicks a token, reads
 every token's shading back from the DOM and compares it with attention_maps(model, ) to 1e-4; and times a 512-token
-page. Not in the default run (pytest -m browser; .ci/run installs Debian's chromium and chromium-driver first).
+page. An encoder-decoder's page: a clicked target token shades every source token by cross_attention_maps' weight.
+Not in the default run (pytest -m browser; .ci/run installs Debian's chromium and chromium-driver first).
 """
 import shutil
 import time
@@ -10,15 +11,16 @@ import time
 import pytest
 import torch
 
-from conftest import tiny_args, tiny_model
-from insight.attention_maps import attention_maps
+from conftest import TINY_TRAIN_FLAGS, tiny_args, tiny_model
+from insight.attention_maps import attention_maps, cross_attention_maps
 
 pytestmark = pytest.mark.browser
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--window-size=1300,900"]
-READ_SHADING = "return [...document.querySelectorAll('.tok')].map(s => [s.dataset.weight, s.style.backgroundColor])"
+READ_SHADING = ("return [...document.querySelectorAll(arguments[0])]"
+                ".map(s => [s.dataset.weight, s.style.backgroundColor])")
 
 
 @pytest.fixture(autouse=True)
@@ -67,20 +69,21 @@ def choose(driver, layer, head):
     Select(driver.find_element("id", "head")).select_by_value(str(head))
 
 
-def shading(driver):
-    """[(weight, background alpha)] of every token, as the DOM holds them."""
+def shading(driver, tokens=".tok"):
+    """[(weight, background alpha)] of every token (every source token: tokens='.src'), as the DOM holds them."""
     out = []
-    for weight, colour in driver.execute_script(READ_SHADING):
+    for weight, colour in driver.execute_script(READ_SHADING, tokens):
         alpha = float(colour.rsplit(",", 1)[1].rstrip(")")) if colour.startswith("rgba") else None
         out.append((float(weight), alpha))
     return out
 
 
-def check_row(got, want: torch.Tensor, query: int):
+def check_row(got, want: torch.Tensor, query: int | None):
+    """query: the token that is outlined, not shaded (None: a cross-attention page, where every key is shaded)."""
     weights = torch.tensor([w for w, _ in got])
     torch.testing.assert_close(weights, want.float(), atol=1e-4, rtol=0)
     for s, (w, alpha) in enumerate(got):
-        if s != query:  # the query token is outlined, not shaded; the others' opacity is sqrt(weight)
+        if s != query:  # the others' opacity is sqrt(weight)
             assert alpha is None and w < 1e-4 or abs(alpha - w ** 0.5) < 5e-3, (s, w, alpha)
 
 
@@ -125,6 +128,46 @@ def test_encoder_page_shades_both_sides(browser, tmp_path):
     got = shading(browser)
     check_row(got, maps[0, 1, 3], 3)
     assert all(w > 0 for w, _ in got[4:])  # bidirectional: the future is shaded too
+
+
+@pytest.fixture(scope="module")
+def seq2seq_run(tmp_path_factory):
+    import train
+
+    out = tmp_path_factory.mktemp("explorer-browser") / "s2s"
+    train.main(TINY_TRAIN_FLAGS + ["--model=seq2seq", "--task=reverse", "--task_max_len=8", "--max_iters=4",
+                                   "--eval_interval=4", "--eval_iters=1", f"--out_dir={out}",
+                                   f"--data_root={out.parent / 'data'}"])
+    return out
+
+
+def test_clicked_target_token_shades_the_source_tokens_it_reads(browser, seq2seq_run, tmp_path):
+    import visualize
+    from inference.checkpoint import load_for_inference, path_in
+
+    page = tmp_path / "s2s.html"
+    visualize.main([f"--out_dir={seq2seq_run}", "--source=abcdefgh", "--target=hgfedcba", f"--html={page}"])
+    model, tokenizer = load_for_inference(path_in(str(seq2seq_run), "best"), torch.device("cpu"))[:2]
+    stop = tokenizer.stop_id
+    source = torch.tensor([tokenizer.encode("abcdefgh")])  # (1, S)
+    target_in = torch.tensor([[stop] + tokenizer.encode("hgfedcba")])  # (1, T): STOP + the target shifted right
+    maps = cross_attention_maps(model, source, target_in)[:, 0]  # (L, H, T, S): T = 9 (the last writes STOP)
+    open_page(browser, page)
+    assert [e.text for e in browser.find_elements("css selector", ".src")] == list("abcdefgh")
+    assert browser.find_element("id", "tok-8").text == "[STOP]"
+    for layer, head, query in ((1, 0, 2), (0, 1, 8)):
+        choose(browser, layer, head)
+        browser.find_element("id", f"tok-{query}").click()  # pins the target token
+        check_row(shading(browser, ".src"), maps[layer, head, query], None)
+        queries = browser.execute_script(READ_SHADING, ".tok")
+        assert all(w is None and colour == "" for w, colour in queries)  # target tokens: outlined, never shaded
+        browser.find_element("id", f"tok-{query}").click()  # unpins it
+    choose(browser, 1, "mean")
+    browser.find_element("id", "tok-5").click()
+    check_row(shading(browser, ".src"), maps[1].mean(0)[5], None)
+    browser.find_element("css selector", "#grid canvas[data-layer='0'][data-head='0']").click()  # a thumbnail
+    check_row(shading(browser, ".src"), maps[0, 0, 5], None)
+    assert browser.find_element("id", "score-0-0").text == ""  # no induction scores for cross-attention heads
 
 
 def test_512_tokens_load_and_shade_quickly(browser, tmp_path):

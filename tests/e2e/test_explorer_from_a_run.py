@@ -1,12 +1,13 @@
 """The attention explorer and the induction scores from a run train.py wrote: the logged induction column, the page
-visualize.py writes, its heatmap and curve, and its wandb panel."""
+visualize.py writes, its heatmap and curve, and its wandb panel; an encoder-decoder's cross-attention grid and page,
+and the flags that make no sense for one (or only for one) refused with one line."""
 import re
 
 import pytest
 import torch
 
-from conftest import metrics, tiny_args
-from insight.attention_maps import attention_maps
+from conftest import TINY_TRAIN_FLAGS, is_png, metrics, tiny_args
+from insight.attention_maps import attention_maps, cross_attention_maps
 from pages import QUANTISATION_ERROR, page_parts
 
 
@@ -102,3 +103,67 @@ def test_wandb_gets_the_page_as_an_html_panel(decoder_run, tmp_path, monkeypatch
     kind, page, inject = logged["attention/explorer"]
     assert kind == "html" and page == out.read_text() and not inject and logged["finished"]
     assert logged["init"]["job_type"] == "visualize"
+
+
+@pytest.fixture(scope="module")
+def seq2seq_run(tmp_path_factory):
+    """A tiny encoder-decoder trained by train.py on the reversal task."""
+    import train
+
+    out = tmp_path_factory.mktemp("explorer") / "s2s"
+    train.main(TINY_TRAIN_FLAGS + ["--model=seq2seq", "--task=reverse", "--task_max_len=8", "--max_iters=4",
+                                   "--eval_interval=4", "--eval_iters=1", f"--out_dir={out}",
+                                   f"--data_root={out.parent / 'data'}"])
+    return out
+
+
+def test_seq2seq_checkpoint_draws_its_cross_attention_as_png_and_page(seq2seq_run, tmp_path, capsys):
+    import visualize
+    from inference.translate import translate
+
+    png, page = tmp_path / "cross.png", tmp_path / "cross.html"
+    visualize.main([f"--out_dir={seq2seq_run}", "--source=abcdefg", f"--out={png}", f"--html={page}"])
+    assert is_png(png) and f"wrote {png}" in capsys.readouterr().out
+    text = page.read_text()
+    assert not re.search(r"(src|href)\s*=|https?://|@import|fetch\(", text)
+    meta, blob = page_parts(text)
+    model, tokenizer = load(seq2seq_run)
+    stop, source = tokenizer.stop_id, torch.tensor([tokenizer.encode("abcdefg")])
+    written = translate(model, source, 15, stop, stop)[0].tolist()  # greedy: the target the page shows
+    written = written[:written.index(stop) + 1] if stop in written else written
+    assert meta["source"] == list("abcdefg")
+    assert meta["tokens"] == [tokenizer.decode([i]) if i != stop else "[STOP]" for i in written]
+    want = cross_attention_maps(model, source, torch.tensor([[stop] + written[:-1]]))[:, 0]  # (L, H, T, S)
+    torch.testing.assert_close(stored(blob, len(written), 7), want, atol=QUANTISATION_ERROR, rtol=0)
+    # four steps of training may write STOP at once (one row): a given target has rows to get wrong
+    given = tmp_path / "given.html"
+    visualize.main([f"--out_dir={seq2seq_run}", "--source=abcdefg", "--target=gfedcba", f"--html={given}"])
+    meta, blob = page_parts(given.read_text())
+    assert meta["tokens"] == list("gfedcba") + ["[STOP]"] and meta["source"] == list("abcdefg")
+    want = cross_attention_maps(model, source, torch.tensor([[stop] + tokenizer.encode("gfedcba")]))[:, 0]
+    torch.testing.assert_close(stored(blob, 8, 7), want, atol=QUANTISATION_ERROR, rtol=0)
+    assert not (tmp_path / "attention.png").exists()  # --html alone draws no PNG grid
+
+
+def stored(blob: bytes, T: int, S: int) -> torch.Tensor:
+    """An independent reading of a cross-attention page's weights: per layer and head, T rows of S little-endian
+    uint16s (the tiny runs have 2 layers x 2 heads)."""
+    values = torch.tensor([int.from_bytes(blob[i:i + 2], "little") / 65535 for i in range(0, len(blob), 2)])
+    return values.view(2, 2, T, S)
+
+
+def test_self_attention_flags_on_a_seq2seq_checkpoint_and_back_end_with_one_line(seq2seq_run, decoder_run, tmp_path,
+                                                                                 capsys):
+    from common import cli
+    import visualize
+
+    refusals = [(seq2seq_run, [f"--induction={tmp_path / 'i.png'}", "--source=abc"], "--induction is about self-"),
+                (seq2seq_run, [f"--induction_curve={tmp_path / 'c.png'}"], "--induction_curve is about self-"),
+                (seq2seq_run, ["--text=abc"], "--text is about self-attention"),
+                (seq2seq_run, [], "give --source=TEXT"),
+                (decoder_run, ["--source=Love", "--target=evoL"], "--source and --target are for a seq2seq")]
+    for run, flags, message in refusals:
+        assert cli.run(visualize.main, [f"--out_dir={run}", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, (flags, err)
+    assert not list(tmp_path.iterdir())  # nothing drawn before the refusal

@@ -1,0 +1,81 @@
+"""An encoder-decoder's cross-attention for one source, as the PNG grid and the explorer page show it.
+
+    view = cross_attention_view(model, tokenizer, "abcdef")            # the target: what greedy decoding writes
+    view = cross_attention_view(model, tokenizer, "abcdef", "fedcba")  # the target given (teacher forcing)
+    view.weights                                                       # (L, H, T, S)
+
+Row t belongs to the decoder step that writes target token t (its query has read STOP, the start token, and the
+target tokens before t); the last row of a target that ends writes STOP, which shows where the model looks to
+decide that the target is complete. Columns are the real source tokens only: padding gets weight 0 and is not
+shown. The weights come from the math path (insight/attention_maps.py), whatever backend the model runs with.
+
+Shapes: L decoder layers, H heads, T target tokens (rows), S real source tokens (columns).
+"""
+from dataclasses import dataclass
+
+import torch
+
+from common.errors import UserError
+from common.eval_mode import evaluating
+from data.pairs import STOP_TEXT
+from inference.translate import translate
+
+from .attention_maps import cross_attention_maps
+
+
+@dataclass
+class CrossAttentionView:
+    source: list[int]  # the source's ids (S)
+    target: list[int]  # what each decoder step writes (T); a target that ends has STOP last
+    source_texts: list[str]  # each source token as text
+    target_texts: list[str]  # each target token as text, STOP spelled STOP_TEXT
+    weights: torch.Tensor  # (L, H, T, S) float32 on the CPU; each row sums to 1
+    generated: bool  # True: greedy decoding wrote the target; False: it was given
+
+
+@torch.no_grad()
+def cross_weights(model, source, target_in, source_valid=None) -> torch.Tensor:
+    """source (1, S), target_in (1, T) = STOP + the target shifted right, source_valid (1, S) or None ->
+    (L, H, T, S') with S' the real source positions only (right padding: the first S')."""
+    maps = cross_attention_maps(model, source, target_in, source_valid)[:, 0].float().cpu()  # (L, H, T, S)
+    real = source.size(1) if source_valid is None else int(source_valid[0].sum())
+    return maps[..., :real]  # (L, H, T, S')
+
+
+def token_texts(tokenizer, ids) -> list[str]:
+    """Each id as its own text; STOP (which the tokenizer decodes to nothing) as STOP_TEXT."""
+    return [STOP_TEXT if i == tokenizer.stop_id else tokenizer.decode([i]) for i in ids]
+
+
+def cross_attention_view(model, tokenizer, source_text: str, target_text: str = "",
+                         max_tokens: int | None = None) -> CrossAttentionView:
+    """The cross-attention of source_text, for target_text or (when empty) the target greedy decoding writes.
+    max_tokens: the longest source or target shown (the model's block_size at most)."""
+    if model.config.cross_attn == "mean":
+        raise UserError("this checkpoint was trained with cross_attn='mean': the decoder reads one fixed summary of "
+                        "the source, not its tokens, so there is no target x source map to draw; visualise a "
+                        "checkpoint trained with the default cross-attention")
+    limit = min(max_tokens or model.config.block_size, model.config.block_size)
+    source = tokenizer.encode(source_text)
+    if not source:
+        raise UserError("the source to visualise is empty; pass some text with --source=...")
+    if len(source) > limit:
+        raise UserError(f"the source is {len(source)} tokens and at most {limit} can be shown "
+                        f"(block_size={model.config.block_size}, --max_tokens={max_tokens}); shorten it")
+    device = next(model.parameters()).device
+    src = torch.tensor([source], device=device)  # (1, S)
+    stop = tokenizer.stop_id
+    if target_text:
+        target = tokenizer.encode(target_text) + [stop]  # the last step writes STOP
+        if len(target) > limit:
+            raise UserError(f"the target is {len(target) - 1} tokens and STOP makes {len(target)}, more than the "
+                            f"{limit} that can be shown; shorten --target")
+    else:  # a row per written token: at most block_size - 1, the start token takes one position
+        target = translate(model, src, min(limit, model.config.block_size - 1), stop, stop)[0].tolist()
+        if stop in target:
+            target = target[:target.index(stop) + 1]
+    target_in = torch.tensor([[stop] + target[:-1]], device=device)  # (1, T): the decoder's input
+    with evaluating(model):
+        weights = cross_weights(model, src, target_in)  # (L, H, T, S)
+    return CrossAttentionView(source, target, token_texts(tokenizer, source), token_texts(tokenizer, target),
+                              weights, generated=not target_text)

@@ -1,0 +1,121 @@
+"""An encoder-decoder's cross-attention as the PNG grid and the explorer page show it (insight/cross_attention.py,
+attention_figures.cross_attention_figure, explorer_html.cross_explorer_html): the shown weights are
+cross_attention_maps' for STOP + the target shifted right, the source's padding is never a column, a generated
+target is greedy decoding's. (From a run train.py wrote: tests/e2e/test_explorer_from_a_run.py; in a browser:
+tests/e2e/test_explorer_browser.py.)"""
+import pytest
+import torch
+
+from conftest import tiny_config
+from insight.attention_maps import cross_attention_maps
+from pages import QUANTISATION_ERROR, page_parts
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def tiny_seq2seq(seed=0, **overrides):
+    """Larger weights than the init: peaked rows, so that a wrong row or column shows."""
+    from model.seq2seq import Seq2Seq
+
+    torch.manual_seed(seed)
+    model = Seq2Seq(tiny_config(vocab_size=len(LETTERS) + 1, **overrides)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0)
+    return model
+
+
+def stop_tokenizer():
+    from data.pairs import with_stop_token
+    from data.tokenizer import CharTokenizer
+
+    return with_stop_token(CharTokenizer(LETTERS))
+
+
+def ids(text):
+    return [LETTERS.index(c) for c in text]
+
+
+def test_page_weights_equal_the_cross_attention_of_stop_and_the_target_shifted_right():
+    from insight.cross_attention import cross_attention_view
+    from insight.explorer_html import cross_explorer_html, dequantise
+
+    model, tokenizer = tiny_seq2seq(), stop_tokenizer()
+    stop = tokenizer.stop_id
+    meta, blob = page_parts(cross_explorer_html(model, cross_attention_view(model, tokenizer, "hello", "olleh")))
+    assert meta["source"] == list("hello") and meta["tokens"] == list("olleh") + ["[STOP]"]
+    assert len(blob) == 2 * 2 * 2 * 6 * 5 and not meta["causal"] and "prefix" not in meta
+    want = cross_attention_maps(model, torch.tensor([ids("hello")]), torch.tensor([[stop] + ids("olleh")]))[:, 0]
+    # an independent reading of the stored bytes: per layer and head, 6 rows of 5 little-endian uint16s
+    values = torch.tensor([int.from_bytes(blob[i:i + 2], "little") / 65535 for i in range(0, len(blob), 2)])
+    torch.testing.assert_close(values.view(2, 2, 6, 5), want, atol=QUANTISATION_ERROR, rtol=0)
+    torch.testing.assert_close(dequantise(blob, 2, 2, 6, False, S=5), want, atol=QUANTISATION_ERROR, rtol=0)
+    assert want.amax() > 0.5 and (want.amax(-1) - want.amin(-1)).amin() > 1e-3  # peaked rows: a swap would show
+
+
+def test_padding_of_the_source_is_not_a_column():
+    from insight.cross_attention import cross_weights
+
+    model = tiny_seq2seq(seed=1)
+    source, target_in = torch.tensor([ids("abcdef") + [0, 0, 0]]), torch.tensor([[26] + ids("fed")])
+    valid = torch.tensor([[True] * 6 + [False] * 3])
+    padded = cross_attention_maps(model, source, target_in, valid)[:, 0]  # (L, H, T, 9)
+    assert (padded[..., 6:] == 0).all()  # what a page would show as three blank source tokens
+    got = cross_weights(model, source, target_in, valid)
+    assert got.shape == (2, 2, 4, 6)
+    alone = cross_attention_maps(model, source[:, :6], target_in)[:, 0]  # the same source, never padded
+    torch.testing.assert_close(got, alone, atol=1e-6, rtol=0)
+    torch.testing.assert_close(got.sum(-1), torch.ones(2, 2, 4))
+
+
+def test_a_generated_target_is_greedy_decoding_and_its_rows_are_the_steps_that_write_it():
+    from inference.translate import translate
+    from insight.cross_attention import cross_attention_view
+
+    model, tokenizer = tiny_seq2seq(seed=2), stop_tokenizer()
+    stop = tokenizer.stop_id
+    view = cross_attention_view(model, tokenizer, "abcabc")
+    written = translate(model, torch.tensor([ids("abcabc")]), 15, stop, stop)[0].tolist()
+    assert view.generated and view.target == written[:written.index(stop) + 1 if stop in written else 15]
+    want = cross_attention_maps(model, torch.tensor([ids("abcabc")]), torch.tensor([[stop] + view.target[:-1]]))
+    torch.testing.assert_close(view.weights, want[:, 0])
+    assert view.target_texts == [("[STOP]" if i == stop else LETTERS[i]) for i in view.target]
+
+
+def test_figure_panels_hold_each_heads_map_and_the_mean_with_token_labels():
+    from insight.attention_figures import cross_attention_figure
+    from insight.cross_attention import cross_attention_view
+
+    model, tokenizer = tiny_seq2seq(), stop_tokenizer()
+    view = cross_attention_view(model, tokenizer, "abcde", "edcba")
+    fig = cross_attention_figure(model, view)
+    panels = fig.axes[:-1]  # the last axes is the colour bar
+    assert len(panels) == 2 * 3
+    for k, ax in enumerate(panels):
+        layer, p = divmod(k, 3)
+        want = view.weights[layer].mean(0) if p == 2 else view.weights[layer, p]  # (T, S)
+        torch.testing.assert_close(torch.tensor(ax.get_images()[0].get_array().data), want)
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == list("edcba") + ["[STOP]"]  # rows: the target
+    assert [t.get_text() for t in panels[-1].get_xticklabels()] == list("abcde")  # columns: the source
+    assert "given" in fig._suptitle.get_text()
+
+
+def test_what_cannot_be_drawn_is_refused_with_one_line():
+    from common.errors import UserError
+    from insight.cross_attention import cross_attention_view
+
+    tokenizer = stop_tokenizer()
+    with pytest.raises(UserError, match="cross_attn='mean'"):
+        cross_attention_view(tiny_seq2seq(cross_attn="mean"), tokenizer, "abc")
+    model = tiny_seq2seq()
+    with pytest.raises(UserError, match="source is 17 tokens"):
+        cross_attention_view(model, tokenizer, "a" * 17)
+    with pytest.raises(UserError, match="shorten --target"):
+        cross_attention_view(model, tokenizer, "abc", "a" * 16)  # with STOP, 17 rows
+    with pytest.raises(UserError, match="empty"):
+        cross_attention_view(model, tokenizer, "")
