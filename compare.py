@@ -3,6 +3,7 @@
     python compare.py                                # decoder vs encoder vs cheater (~12 min on 2 CPU cores)
     python compare.py --study=positions              # every positional encoding, evaluated past its context
     python compare.py --study=attention --ckpt_dir=out   # attention weight vs ablation effect (a minute)
+    python compare.py --study=seq2seq                # studies/seq2seq.py: a fixed vector vs attention, by length
     python compare.py --study=encoder --help         # a study's flags (the budget: --max_iters, sizes, ...)
 
 --study=encoder (studies/encoder.py; docs/encoder.md): the causal decoder, the bidirectional
@@ -18,7 +19,8 @@ import sys
 from common import cli, flags
 from common.errors import FlagError
 
-STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions", "attention": "studies.attention_limits"}
+STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions", "attention": "studies.attention_limits",
+           "seq2seq": "studies.seq2seq"}
 
 
 def main(argv) -> None:
