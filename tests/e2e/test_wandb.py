@@ -152,3 +152,22 @@ def test_a_resumed_run_continues_its_wandb_run(corpus, tmp_path):
                       for item in r.history.item if (item.key or item.nested_key[0]) == "step"])
     assert len(ids) == 2 and ids[0] == ids[1], ids
     assert steps == [[1, 2], [3, 4]]
+
+
+def test_an_encoder_decoder_logs_its_exact_match_and_a_translation(tmp_path):
+    """--model=seq2seq through the same wandb log: the exact match in the history, and the sample (a validation
+    source and what the model writes for it) as a text table."""
+    out = tmp_path / "s2s"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    args = ["--model=seq2seq", "--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--task_max_len=8",
+            "--batch_size=4", "--eval_iters=1", "--max_iters=2", "--eval_interval=2", "--device=cpu",
+            "--dtype=float32", "--wandb_log=true", f"--out_dir={out}"]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    (log,) = glob.glob(str(out / "wandb" / "offline-run-*" / "run-*.wandb"))
+    records = list(read_records(log))
+    keys = {item.key or "/".join(item.nested_key) for rec in records if rec.WhichOneof("record_type") == "history"
+            for item in rec.history.item}
+    assert any("val_exact" in k for k in keys) and any("val_token_acc" in k for k in keys), keys
+    assert any("sample" in k for k in keys), keys
