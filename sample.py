@@ -136,14 +136,14 @@ def temperature_table(model, tokenizer, prompt: list[int], temperatures: list[fl
     return "\n".join(lines)
 
 
-def read_prompt(start: str) -> str:
+def read_prompt(start: str, flag: str = "start") -> str:
     if start.startswith("FILE:"):
         path = start[len("FILE:"):]
         try:
             with open(path, encoding="utf-8") as f:
                 return f.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise UserError(f"--start=FILE:{path} cannot be read ({type(e).__name__}); "
+            raise UserError(f"--{flag}=FILE:{path} cannot be read ({type(e).__name__}); "
                             f"give a UTF-8 text file") from None
     return start
 
@@ -247,7 +247,10 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
     if sc.attention or sc.temperatures or sc.draft or sc.compile:
         raise UserError("--attention, --temperatures, --draft and --compile are for decoders; an encoder-decoder "
                         "takes --source and the sampling flags (visualize.py draws its cross-attention)")
-    texts = read_prompt(sc.source).splitlines() if sc.source.startswith("FILE:") else [sc.source]
+    if sc.source.startswith("FILE:"):  # lines end at \n only: one output line per line an editor shows
+        texts = [line.removesuffix("\r") for line in read_prompt(sc.source, "source").removesuffix("\n").split("\n")]
+    else:
+        texts = [sc.source]
     from data import DataError  # an unknown character: name the line, not only the character
 
     for n, text in enumerate(texts, 1):
@@ -263,7 +266,8 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
 
     t0 = time.perf_counter()
     with autocast(device, dtype):
-        out = translate_texts(model, tokenizer, texts, sc.max_new_tokens, sc.source_batch, generator, **sampling)
+        out = translate_texts(model, tokenizer, texts, sc.max_new_tokens, sc.source_batch, generator,
+                              use_cache=sc.kv_cache, **sampling)
     for line in out:
         print(line)
     print(f"[{len(texts)} source(s) in {time.perf_counter() - t0:.2f} s, "

@@ -103,16 +103,17 @@ def write_cross(vc: VisualizeConfig, model, tokenizer, png: bool) -> None:
 
     if not vc.source:
         raise FlagError("a seq2seq checkpoint is drawn as its cross-attention for a source; give --source=TEXT")
-    if vc.html:
+    # both views first: a source one of them refuses writes neither file
+    page_view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens) if vc.html else None
+    png_view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.max_tokens) if png else None
+    if page_view is not None:
         from insight.explorer_html import cross_explorer_html
 
-        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens)
-        write_html(vc, model, cross_explorer_html(model, view))
-    if png:
+        write_html(vc, model, cross_explorer_html(model, page_view))
+    if png_view is not None:
         from insight.attention_figures import cross_attention_figure, save_figure
 
-        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.max_tokens)
-        print(f"wrote {save_figure(cross_attention_figure(model, view), vc.out)}")
+        print(f"wrote {save_figure(cross_attention_figure(model, png_view), vc.out)}")
 
 
 def write_html(vc: VisualizeConfig, model, page: str) -> None:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from common import cli
+from common.errors import UserError
 from common.flags import config_from_argv
 from inference.translate import translate
 from model import GPTConfig, Seq2Seq
@@ -61,8 +62,15 @@ def measure(cfg: TranslateBench) -> dict:
 
 def main(argv) -> None:
     cfg = config_from_argv(argv, TranslateBench)
-    if cfg is not None:
-        print(json.dumps(measure(cfg)))
+    if cfg is None:
+        return
+    if cfg.new_tokens > cfg.block_size:
+        raise UserError(f"--new_tokens={cfg.new_tokens} is more than block_size={cfg.block_size} target positions")
+    result = measure(cfg)
+    print(json.dumps(result))
+    if not result["same_tokens"]:
+        raise UserError("the cached and recomputed loops gave different tokens: the timing compares two different "
+                        "computations")
 
 
 if __name__ == "__main__":

@@ -179,6 +179,21 @@ def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 204
     return out
 
 
+def read_pairs_meta(folder) -> tuple[dict, Tokenizer]:
+    """(a prepared pairs folder's meta.json, its tokenizer), checked against each other."""
+    path = Path(folder) / "meta.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        tokenizer = load_tokenizer(meta, folder=folder)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{path} cannot be read ({type(e).__name__}); delete {folder} and train again to prepare "
+                        f"the pairs anew") from None
+    if meta.get("kind") != "pairs" or tokenizer.vocab_size != meta.get("vocab_size"):
+        raise DataError(f"{path} is not the manifest of these pairs (its tokenizer has {tokenizer.vocab_size} tokens, "
+                        f"it says {meta.get('vocab_size')}): the folder is corrupt; delete it and train again")
+    return meta, tokenizer
+
+
 def _prepared(out: Path, fingerprint: str) -> bool:
     try:
         return json.loads((out / "meta.json").read_text()).get("fingerprint") == fingerprint
@@ -208,7 +223,9 @@ def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_
         def sample():
             left = BPE_SAMPLE_CHARS
             for _, s, t in pairs(BadDocuments("skip")):
-                if not is_val_pair(s, t) and left > 0:
+                if left <= 0:
+                    return
+                if not is_val_pair(s, t):
                     left -= len(s) + len(t)
                     yield s
                     yield t

@@ -18,9 +18,9 @@ def translate(model, source, max_new_tokens: int, start_id: int, stop_id: int | 
     temperature 0. N <= max_new_tokens: the loop ends once every row has produced stop_id (a row that has repeats
     it). The target starts with start_id, which is not returned."""
     check_sampling(temperature, top_k, top_p, min_p)
-    if max_new_tokens >= model.config.block_size:
-        raise ValueError(f"max_new_tokens={max_new_tokens}: a target holds at most block_size="
-                         f"{model.config.block_size} tokens, the start token included")
+    if max_new_tokens > model.config.block_size:  # the decoder reads the start token + all but the last new one
+        raise ValueError(f"max_new_tokens={max_new_tokens}: at most block_size={model.config.block_size} new "
+                         f"tokens, read after the start token")
     B = source.size(0)
     with evaluating(model):
         memory, source_mask = model.encode(source, source_valid)  # (B, S, C): once per source
@@ -44,11 +44,11 @@ def translate(model, source, max_new_tokens: int, start_id: int, stop_id: int | 
 
 
 def translate_texts(model, tokenizer, texts: list[str], max_new_tokens: int, batch_size: int = 64, generator=None,
-                    **sampling) -> list[str]:
+                    use_cache: bool = True, **sampling) -> list[str]:
     """Each source text -> the target text the model writes for it, in order. Sources go through in right-padded
     batches of batch_size; an empty source gives an empty target. tokenizer.stop_id starts and ends each target."""
     device = next(model.parameters()).device
-    max_new_tokens = min(max_new_tokens, model.config.block_size - 1)
+    max_new_tokens = min(max_new_tokens, model.config.block_size)
     ids = [tokenizer.encode(text) for text in texts]
     out = [""] * len(texts)
     todo = [i for i, s in enumerate(ids) if s]
@@ -60,7 +60,7 @@ def translate_texts(model, tokenizer, texts: list[str], max_new_tokens: int, bat
         for b, i in enumerate(rows):
             source[b, :len(ids[i])], valid[b, :len(ids[i])] = torch.tensor(ids[i]), True
         new = translate(model, source.to(device), max_new_tokens, tokenizer.stop_id, tokenizer.stop_id,
-                        valid.to(device), generator=generator, **sampling).tolist()  # (B, N)
+                        valid.to(device), generator=generator, use_cache=use_cache, **sampling).tolist()  # (B, N)
         for i, row in zip(rows, new):
             out[i] = tokenizer.decode(row[:row.index(tokenizer.stop_id)] if tokenizer.stop_id in row else row)
     return out

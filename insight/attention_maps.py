@@ -57,7 +57,6 @@ def attention_maps(model, idx, pad_mask=None) -> torch.Tensor:
     return maps
 
 
-
 @torch.no_grad()
 def cross_attention_maps(model, source, target, source_valid=None) -> torch.Tensor:
     """An encoder-decoder's (model/seq2seq.py) cross-attention weights for target (B, T) given source (B, S):

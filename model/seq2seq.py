@@ -124,8 +124,9 @@ class Seq2Seq(nn.Module):
 
     def flops_per_token(self, T: int | None = None) -> int:
         """Training FLOPs per position pair (one source and one target position at length T each, block_size
-        unless given), as GPT.flops_per_token counts them: 6 per matmul parameter, plus attention's scores and
-        weighted sums (encoder self, decoder self and cross: 3 x 12 x n_layer x T x C)."""
+        unless given), estimated as GPT.flops_per_token estimates them: 6 per parameter (here every parameter,
+        position tables and norms too, a slight overcount), plus attention's scores and weighted sums (encoder
+        self, decoder self and cross: 3 x 12 x n_layer x T x C)."""
         cfg = self.config
         T = T or cfg.block_size
         return 6 * self.num_params() + 3 * 12 * cfg.n_layer * T * cfg.n_embd

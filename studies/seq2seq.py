@@ -1,6 +1,6 @@
 """The bottleneck study: an encoder-decoder whose decoder reads one fixed vector, against three that attend.
 
-    python compare.py --study=seq2seq --out=study-seq2seq      # ~10 min on 2 CPU cores (docs/seq2seq.md)
+    python compare.py --study=seq2seq --out=study-seq2seq      # 10-15 min on 2 CPU cores (docs/seq2seq.md)
 
 Four runs of train.py --model=seq2seq with the same sizes, data, seed and budget on a task whose answer needs the
 whole source (reversal, or --task=sort), sources of min_len..max_len letters. They differ only in how the decoder

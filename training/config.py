@@ -115,6 +115,8 @@ class TrainConfig(PrepareConfig):
                  f"{self.task_max_len} must be positive with task_min_len <= task_max_len")
             need(not self.fsdp, "--fsdp=true shards a GPT's blocks; train --model=seq2seq with DDP (torchrun without "
                  "--fsdp)")
+            need(self.total_batch_size is None, "--total_batch_size counts block_size tokens a row, which pairs do "
+                 "not fill; set --batch_size and --gradient_accumulation_steps for --model=seq2seq")
             need(self.input is None, f"--input={self.input} is text for the other models; --model=seq2seq trains on "
                  f"--pairs=FILE (.tsv or .jsonl) or --task")
             need(self.pairs is not None or self.tokenizer == "char", f"--tokenizer={self.tokenizer} tokenizes a "

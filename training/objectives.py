@@ -121,7 +121,7 @@ class Seq2SeqObjective(Objective):
     def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=True, stop_tokens=None, **sampling):
         """prompt: the source's ids; yields the target's ids, ending before STOP."""
         source = torch.tensor([prompt], device=next(model.parameters()).device)
-        out = translate(model, source, min(max_new_tokens, model.config.block_size - 1), self.stop_id, self.stop_id,
+        out = translate(model, source, min(max_new_tokens, model.config.block_size), self.stop_id, self.stop_id,
                         generator=generator, use_cache=use_cache, **sampling)
         for token in out[0].tolist():
             if token == self.stop_id:

@@ -4,7 +4,6 @@
 `build` checks everything and returns a Run; `claim_out_dir` makes its first writes into out_dir, under the lock
 (training/stopping.py); training/loop.py trains it. Nothing here runs a training step.
 """
-import json
 import math
 import os
 import shutil
@@ -191,8 +190,8 @@ def load_pairs(tc: TrainConfig, d: distributed.Dist):
     distributed.wait_for_data(d)
     if not first_on_node:
         data_dir = prepared()
-    meta = json.loads((data_dir / "meta.json").read_text())
-    return str(data_dir), meta, load_tokenizer(meta, folder=data_dir)
+    meta, tokenizer = pairs.read_pairs_meta(data_dir)
+    return str(data_dir), meta, tokenizer
 
 
 def pair_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
@@ -263,8 +262,10 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
 
     data_dir, meta, tokenizer = load_pairs(tc, d) if tc.model == "seq2seq" else load_data(tc, d)
     if ckpt is not None and ckpt.data_meta.get("fingerprint") != meta.get("fingerprint"):
-        raise SetupError(f"the data in {data_dir} is not the data this checkpoint was trained on; resume with the "
-                         f"same --dataset/--input/--split/--tokenizer, or start a new --out_dir")
+        same = ("--pairs/--task/--task_min_len/--task_max_len/--tokenizer" if tc.model == "seq2seq"
+                else "--dataset/--input/--split/--tokenizer")
+        raise SetupError(f"the data in {data_dir or 'the task'} is not the data this checkpoint was trained on; "
+                         f"resume with the same {same}, or start a new --out_dir")
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
     check_prompt(tc, tokenizer)
 

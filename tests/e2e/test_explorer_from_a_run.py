@@ -167,3 +167,16 @@ def test_self_attention_flags_on_a_seq2seq_checkpoint_and_back_end_with_one_line
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and message in err, (flags, err)
     assert not list(tmp_path.iterdir())  # nothing drawn before the refusal
+
+
+def test_a_source_one_view_refuses_writes_neither_file(seq2seq_run, tmp_path, capsys):
+    """--html takes 512 tokens, the PNG --max_tokens: a source between the two limits is refused before the page is
+    written, not after."""
+    from common import cli
+    import visualize
+
+    flags = [f"--out_dir={seq2seq_run}", "--source=abcdefgh", "--max_tokens=4", f"--out={tmp_path / 'x.png'}",
+             f"--html={tmp_path / 'x.html'}"]
+    assert cli.run(visualize.main, flags) == 2
+    assert "at most 4 can be shown" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -73,13 +73,17 @@ def test_sample_translates_a_source_and_every_line_of_a_file_in_order(runs, tmp_
         if not line:
             want.append("")
             continue
-        new = translate(model, torch.tensor([tokenizer.encode(line)]), 15, tokenizer.stop_id, tokenizer.stop_id)
+        new = translate(model, torch.tensor([tokenizer.encode(line)]), 16, tokenizer.stop_id, tokenizer.stop_id)
         want.append(tokenizer.decode(new[0].tolist()))  # decode drops STOP
     (tmp_path / "src.txt").write_text("\n".join(lines) + "\n")
     r = run_script("sample.py", [f"--out_dir={runs['whole']}", f"--source=FILE:{tmp_path / 'src.txt'}",
                                  "--source_batch=2"])
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:-1] == want and "greedy" in r.stderr
+    (tmp_path / "crlf.txt").write_bytes(("\r\n".join(lines) + "\r\n").encode())  # CRLF, the uncached loop
+    r = run_script("sample.py", [f"--out_dir={runs['whole']}", f"--source=FILE:{tmp_path / 'crlf.txt'}",
+                                 "--kv_cache=false"])
+    assert r.returncode == 0 and r.stdout.split("\n")[:-1] == want, r.stderr
     r = run_script("sample.py", [f"--out_dir={runs['whole']}", "--source=abcd"])
     assert r.returncode == 0 and r.stdout == want[0] + "\n"
     r = run_script("sample.py", [f"--out_dir={runs['whole']}", "--source=ABC"])
@@ -114,6 +118,7 @@ def test_a_pairs_file_trains_and_a_bad_one_is_refused_before_anything_is_written
     (["--task=copy"], "task='copy' is not one of"),
     (["--task_max_len=20"], "--block_size of at least 21"),
     (["--tokenizer=gpt2"], "drop the flag"),
+    (["--total_batch_size=1024"], "--gradient_accumulation_steps"),
     (["--input=play.txt"], "--pairs=FILE"),
 ])
 def test_seq2seq_flags_are_checked(tmp_path, flags, said):
@@ -140,3 +145,14 @@ def test_two_processes_train_like_one(tmp_path):
     wb = Checkpoint.load(str(two / "ckpt_last.pt")).weights
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_a_target_that_fills_the_context_is_evaluated_and_translated(tmp_path):
+    """A target of block_size - 1 tokens (+ STOP = block_size positions) trains, evaluates and decodes to its end."""
+    out = tmp_path / "full"
+    assert train.cli.run(train.main, args(out, "--task_min_len=15", "--task_max_len=15", "--max_iters=2",
+                                          "--eval_interval=2")) == 0
+    assert "val_exact" in metrics(out)[-1]
+    model, tokenizer, _ = load_for_inference(str(out / "ckpt_last.pt"), "cpu")
+    new = translate(model, torch.tensor([tokenizer.encode("a" * 15)]), 16, tokenizer.stop_id, None)
+    assert new.shape == (1, 16)
