@@ -3,9 +3,10 @@
 A float32 matmul on a CPU goes to MKL's sgemm in torch; bf16 ones (autocast) already go to oneDNN, the deep-learning
 kernel library that ships inside torch (formerly MKL-DNN). At training shapes oneDNN's float32 linear product is the
 faster one for the forward product and for the input gradient (grad @ W); MKL stays faster for the weight gradient
-(grad^T @ x), and for small products, where oneDNN's call costs more (decoding: one row per step through the
-blocks); docs/speed.md has the figures. So, for float32 on an x86 CPU (the only kind measured) and a product of at
-least MIN_ROWS rows and MIN_MACS multiply-adds (rows x in x out), OneDNNLinear computes
+(grad^T @ x), and for small products, where oneDNN's call costs more (decoding: one row per step through a small
+model's blocks); docs/speed.md has the figures. So, for float32 on an x86 CPU (the only kind measured) and a product
+of at least MIN_ROWS rows and MIN_MACS multiply-adds (rows x in x out), or without autograd a weight of at least
+MIN_INFERENCE_WEIGHT elements at any number of rows (decoding with a large head), OneDNNLinear computes
 
     forward   y  = x W^T + b      oneDNN  (torch.ops.mkldnn._linear_pointwise)
     backward  dx = dy W           oneDNN  (the same op with W^T as its weight)
@@ -32,6 +33,11 @@ import torch.nn.functional as F
 # training steps with 1,024 rows were no faster, so fewer rows than nanoGPT's 2,048 stay on MKL.
 MIN_MACS = 2**25
 MIN_ROWS = 2048
+# Without autograd (decoding, evaluation) oneDNN's forward product was faster for every weight of at least this many
+# elements at every row count measured, 1 to 1,024 (a head over GPT-2's vocabulary, 384 wide: 2.9x at one row, where
+# torch's mm reads the weight on one core); a smaller weight at one row (a 384 x 384 projection) stays on MKL, where
+# oneDNN's per-call cost is larger.
+MIN_INFERENCE_WEIGHT = 2**19
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                and platform.machine().lower() in ("x86_64", "amd64"))
 
@@ -73,7 +79,8 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and type(x) is torch.Tensor and type(weight) in (torch.Tensor, nn.Parameter)  # no DTensor or other subclass
             and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
-            and x.numel() >= MIN_ROWS * x.size(-1) and x.numel() * weight.size(0) >= MIN_MACS)
+            and (x.numel() >= MIN_ROWS * x.size(-1) and x.numel() * weight.size(0) >= MIN_MACS
+                 or not torch.is_grad_enabled() and weight.numel() >= MIN_INFERENCE_WEIGHT))
 
 
 class OneDNNLinear(nn.Linear):

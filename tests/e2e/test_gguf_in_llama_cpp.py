@@ -137,3 +137,13 @@ def test_a_trained_bpe_run_exported_by_the_cli_completes_as_sample_py(tmp_path, 
     theirs = llm(prompt, max_tokens=new, temperature=0.0, top_k=1, repeat_penalty=1.0)["choices"][0]["text"]
     print(f"sample.py: {ours!r}; llama.cpp: {prompt + theirs!r}")
     assert prompt + theirs == ours and len(ours) > len(prompt)
+
+
+def test_the_llama_cpp_benchmark_times_every_contender_on_the_same_weights():
+    """benchmarks/llama_cpp.py on a tiny model: a row per contender, prefill and decoding timed apart, every
+    contender writing all the tokens asked for (no timing asserted: a test is no place for a speed claim)."""
+    from benchmarks.llama_cpp import LlamaBench, measure
+
+    rows = measure(LlamaBench(shapes="1x64x32", prompt_tokens=8, new_tokens=6, repeats=1, compiled=False))
+    assert [r["contender"] for r in rows] == ["ours f32", "ours bf16", "llama.cpp f32", "llama.cpp f16"]
+    assert all(r["new_tokens"] == 6 and r["prefill_ms"] > 0 and r["decode_ms_per_token"] > 0 for r in rows)

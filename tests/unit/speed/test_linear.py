@@ -8,6 +8,7 @@ import torch.nn as nn
 from common.errors import UserError
 from model import GPT, GPTConfig
 import speed
+import speed.linear
 from speed import SpeedConfig
 from speed.linear import HAVE_ONEDNN, MIN_MACS, MIN_ROWS, OneDNNLinear, uses_onednn
 
@@ -116,6 +117,26 @@ def test_gating():
         torch.backends.mkldnn.enabled = True
     assert _path(layer(few)) == "aten"
     assert _path(nn.Linear(64, 64)(many)) == "aten"
+
+
+def test_without_autograd_a_large_weight_goes_to_onednn_at_any_row_count(monkeypatch):
+    """Decoding: one row against a large head. Under no_grad oneDNN takes it (and gives F.linear's numbers to float32
+    rounding); with autograd, and for a smaller weight, torch's mm keeps it."""
+    from speed.linear import MIN_INFERENCE_WEIGHT
+
+    big = OneDNNLinear(256, MIN_INFERENCE_WEIGHT // 256)
+    small = OneDNNLinear(256, MIN_INFERENCE_WEIGHT // 256 - 1)
+    row = torch.randn(1, 256)
+    assert not uses_onednn(row, big.weight)  # autograd on: training's rule (MIN_ROWS rows)
+    with torch.no_grad():
+        assert uses_onednn(row, big.weight) == HAVE_ONEDNN and not uses_onednn(row, small.weight)
+        want = nn.functional.linear(row, big.weight, big.bias)
+        calls = []
+        product = speed.linear.onednn_product
+        monkeypatch.setattr(speed.linear, "onednn_product", lambda *a: calls.append(1) or product(*a))
+        torch.testing.assert_close(big(row), want, rtol=1e-5, atol=1e-5)
+        small(row)
+        assert len(calls) == HAVE_ONEDNN  # the big layer's call only
 
 
 def test_the_lever_turns_a_models_linears_into_onednn_ones_with_the_same_parameters():

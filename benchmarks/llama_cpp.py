@@ -1,0 +1,153 @@
+"""python -m benchmarks.llama_cpp: decoding speed against llama.cpp, the engine CPU users pick, on the same weights.
+
+One model per --shapes entry (LAYERSxWIDTHxCONTEXT, heads = width / 64), randomly initialised (speed does not
+depend on the values), with GPT-2's tokenizer (llama.cpp needs byte-level BPE: the char default cannot be a GGUF
+file), exported by interop/gguf_file.py and loaded by llama-cpp-python. Batch 1, greedy, --new_tokens after a
+--prompt_tokens prompt, the same number of threads, alternated rounds in one process; prefill (time to the first new
+token) and decoding (tokens/s after it) are timed apart.
+
+    ours f32             inference.generate's cached loop, float32 weights and sample.py's default speed levers
+    ours f32 compiled    the same with the torch.compile'd one-token step (sample.py --compile=true)
+    ours bf16            every weight in bfloat16 (a bf16 cache too)
+    llama.cpp f32 / f16  the GGUF file in float32 / float16 (its f16 matmuls on this CPU), through Llama.generate
+
+llama.cpp keeps every token in its context (n_ctx = prompt + new tokens), while our loop attends to at most
+block_size tokens and slides its window past that (inference/generate.py): past the context the two do not do the
+same attention work, so --new_tokens below block_size - prompt_tokens compares like with like.
+llama-cpp-python is not a dependency: install it built for this CPU (-O3, native; CI's build is -O0):
+    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" pip install --no-cache-dir llama-cpp-python==0.3.36
+"""
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from common import cli
+from common.errors import UserError
+from common.flags import config_from_argv
+from data.tokenizer import gpt2_tokenizer
+from inference.decode_step import StaticDecoder
+from inference.generate import generate_stream
+from interop.gguf_file import write_gguf
+from model import GPT, GPTConfig
+import speed
+from speed import SpeedConfig
+
+from .rounds import alternated
+
+
+@dataclass
+class LlamaBench:
+    shapes: str = "6x384x256,4x128x128"  # LAYERSxWIDTHxCONTEXT per model: nanoGPT's shakespeare_char, the default's
+    prompt_tokens: int = 32
+    new_tokens: int = 200
+    repeats: int = 3
+    threads: int | None = None  # None: torch's count, given to llama.cpp too
+    compiled: bool = True  # also time our compiled step (its compile is a warm-up, not timed)
+
+
+def timed(tokens):
+    """(seconds to the first token, seconds per token after it, the tokens) of a stream of ids."""
+    t0 = time.perf_counter()
+    out, first = [], None
+    for token in tokens:
+        out.append(int(token))
+        if first is None:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    return first - t0, (end - first) / max(len(out) - 1, 1), out
+
+
+def ours(model, prompt, n, decoder=None):
+    idx = torch.tensor([prompt])
+    with torch.no_grad():
+        return timed(t[0] for t in generate_stream(model, idx, n, temperature=0.0, decoder=decoder))
+
+
+def llama(llm, prompt, n):
+    def stream():
+        for i, token in enumerate(llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
+                                               reset=True)):
+            yield token
+            if i + 1 == n:
+                return
+    return timed(stream())
+
+
+def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
+    import llama_cpp
+
+    L, C, T = (int(x) for x in shape.split("x"))
+    tok = gpt2_tokenizer()
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=L, n_head=max(1, C // 64), n_embd=C,
+                          block_size=T)).eval()
+    speed.apply(model, SpeedConfig())  # the levers sample.py applies on a CPU (oneDNN for the large head)
+    out = {"ours f32": lambda p, n: ours(model, p, n)}
+    if cfg.compiled:
+        decoder = StaticDecoder(model, compile=True)
+        out["ours f32 compiled"] = lambda p, n: ours(model, p, n, decoder)
+    bf16 = GPT(model.config).eval()
+    bf16.load_state_dict(model.state_dict())
+    bf16 = bf16.to(torch.bfloat16)
+    bf16.pos.float()  # RoPE's frequencies stay float32, as sample.py keeps them
+    out["ours bf16"] = lambda p, n: ours(bf16, p, n)
+    n_ctx = cfg.prompt_tokens + cfg.new_tokens + 8
+    for dtype in ("f32", "f16"):
+        path = os.path.join(folder, f"{shape}-{dtype}.gguf")
+        write_gguf(model, tok, path, dtype)
+        llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads,
+                              n_threads_batch=threads, verbose=False)
+        out[f"llama.cpp {dtype}"] = lambda p, n, llm=llm: llama(llm, p, n)
+    return out
+
+
+def measure(cfg: LlamaBench) -> list[dict]:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise UserError("this benchmark needs llama-cpp-python; install it built for this CPU (see "
+                        "benchmarks/llama_cpp.py)") from None
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    threads = torch.get_num_threads()
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for shape in cfg.shapes.split(","):
+            runners = contenders(shape, cfg, folder, threads)
+            prompt = torch.randint(0, 50000, (cfg.prompt_tokens,), generator=torch.Generator().manual_seed(1)).tolist()
+            for run in runners.values():  # warm-up: kernels, allocator, the compile
+                run(prompt, 8)
+            times = {name: [] for name in runners}
+            for _, name in alternated(runners, cfg.repeats):
+                prefill, per_token, tokens = runners[name](prompt, cfg.new_tokens)
+                times[name].append((prefill, per_token, len(tokens)))
+            for name, t in times.items():
+                prefill = statistics.median(x[0] for x in t)
+                per_token = statistics.median(x[1] for x in t)
+                rows.append({"shape": shape, "contender": name, "prefill_ms": round(prefill * 1e3, 2),
+                             "prefill_tok_per_s": round(cfg.prompt_tokens / prefill, 1),
+                             "decode_ms_per_token": round(per_token * 1e3, 3),
+                             "decode_tok_per_s": round(1 / per_token, 1), "new_tokens": t[0][2]})
+    return rows
+
+
+def main(argv) -> None:
+    cfg = config_from_argv(argv, LlamaBench)
+    if cfg is None:
+        return
+    rows = measure(cfg)
+    print(json.dumps({"config": asdict(cfg), "threads": torch.get_num_threads(), "rows": rows}))
+    for r in rows:
+        print(f"{r['shape']:>12} {r['contender']:<18} prefill {r['prefill_ms']:8.2f} ms "
+              f"({r['prefill_tok_per_s']:8.1f} tok/s)   decode {r['decode_ms_per_token']:7.3f} ms/token "
+              f"({r['decode_tok_per_s']:7.1f} tok/s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(main, sys.argv[1:]))
