@@ -2,9 +2,9 @@
 
 One model per --shapes entry (LAYERSxWIDTHxCONTEXT, heads = width / 64), randomly initialised (speed does not
 depend on the values), with GPT-2's tokenizer (llama.cpp needs byte-level BPE: the char default cannot be a GGUF
-file), exported by interop/gguf_file.py and loaded by llama-cpp-python. Batch 1, greedy, --new_tokens after a
---prompt_tokens prompt, the same number of threads, alternated rounds in one process; prefill (time to the first new
-token) and decoding (tokens/s after it) are timed apart.
+file), exported by `python -m interop.export --to_gguf` and loaded by llama-cpp-python. Batch 1, greedy,
+--new_tokens after a --prompt_tokens prompt, the same number of threads, alternated rounds in one process; prefill
+(time to the first new token) and decoding (tokens/s after it) are timed apart.
 
     ours f32             inference.generate's cached loop, float32 weights and sample.py's default speed levers
     ours f32 compiled    the same with the torch.compile'd one-token step (sample.py --compile=true)
@@ -20,6 +20,7 @@ llama-cpp-python is not a dependency: install it built for this CPU (-O3, native
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +34,7 @@ from common.flags import config_from_argv
 from data.tokenizer import gpt2_tokenizer
 from inference.decode_step import StaticDecoder
 from inference.generate import generate_stream
-from interop.gguf_file import write_gguf
+from inference.checkpoint import Checkpoint, clean_state_dict
 from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
@@ -79,6 +80,15 @@ def llama(llm, prompt, n):
     return timed(stream())
 
 
+def export_gguf(ckpt: str, path: str, dtype: str) -> None:
+    """The checkpoint as a GGUF file, by `python -m interop.export` as a user would run it."""
+    r = subprocess.run([sys.executable, "-m", "interop.export", f"--ckpt={ckpt}", f"--to_gguf={path}",
+                        f"--gguf_dtype={dtype}"], capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if r.returncode:
+        raise UserError(f"the GGUF export failed: {r.stderr.strip().splitlines()[-1]}")
+
+
 def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     import llama_cpp
 
@@ -98,9 +108,12 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     bf16.pos.float()  # RoPE's frequencies stay float32, as sample.py keeps them
     out["ours bf16"] = lambda p, n: ours(bf16, p, n)
     n_ctx = cfg.prompt_tokens + cfg.new_tokens + 8
+    ckpt = os.path.join(folder, f"{shape}.pt")
+    Checkpoint(weights=clean_state_dict(model), model_config=model.config,
+               step=0, data_meta={"tokenizer": "gpt2", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id}).save(ckpt)
     for dtype in ("f32", "f16"):
         path = os.path.join(folder, f"{shape}-{dtype}.gguf")
-        write_gguf(model, tok, path, dtype)
+        export_gguf(ckpt, path, dtype)
         llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads,
                               n_threads_batch=threads, verbose=False)
         out[f"llama.cpp {dtype}"] = lambda p, n, llm=llm: llama(llm, p, n)
