@@ -1,5 +1,5 @@
-"""Pairs of sequences for the encoder-decoder (`train.py --model=seq2seq`): a file of (source, target) pairs, or a
-task generated on the fly.
+"""Pairs of sequences for the encoder-decoder (`train.py --model=seq2seq`): a file of (source, target) pairs, read
+and prepared here, or a task generated on the fly (data/pair_batches.py, which also batches both).
 
     --pairs=FILE.tsv     one pair per line: source TAB target (exactly one tab)
     --pairs=FILE.jsonl   one JSON object per line: --source_field (default source) and --target_field (target)
@@ -14,30 +14,23 @@ missing field) stops with its file and line, or is skipped and counted with --on
 
 The target side is framed by one extra token, STOP (one id past the tokenizer's vocabulary): the decoder's input
 is STOP + target (STOP doubles as the start token) and it learns to predict target + STOP, so generation knows where
-to end. Batches pad sources with id 0 (masked out by source_valid) and targets with -1 (ignored by the loss).
-
-Shapes: B pairs, S source length, T target length + 1.
+to end.
 """
 import hashlib
 import json
 import os
 import shutil
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from common.device import to_device
 from common.errors import DataError
 from data.readers import BadDocuments, _lines, stat_fingerprint
 from data.split import is_val_hash
 from data.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
 
 PAIRS_FORMAT = 1  # bump when the prepared layout or a reading rule changes: old folders are rebuilt
-TASKS = ("reverse", "sort")
-TASK_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 STOP_TEXT = "[STOP]"
 BPE_SAMPLE_CHARS = 64 << 20  # both sides of the training pairs, up to this much text, train a bpe vocabulary
 
@@ -258,114 +251,3 @@ def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_
     return {**meta, "kind": "pairs", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "dtype": dtype.name,
             **{f"{s}_{k}": v for s, c in counts.items() for k, v in c.items()},
             "bad_pairs": {"count": bad.count, "examples": bad.examples}}
-
-
-# ---- the pairs a run draws from ----
-
-class FilePairs:
-    """One split of a prepared pairs folder, memory-mapped. Pairs longer than the model takes are left out."""
-
-    def __init__(self, folder, split: str, meta: dict, block_size: int):
-        folder = Path(folder)
-        lengths = np.load(folder / f"{split}.lengths.npy")  # (N, 2) source and target lengths
-        n_tokens = int(lengths.sum())
-        self.tokens = (np.memmap(folder / f"{split}.tokens", dtype=meta["dtype"], mode="r", shape=(n_tokens,))
-                       if n_tokens else np.zeros(0, dtype=meta["dtype"]))
-        starts = np.concatenate([[0], np.cumsum(lengths.sum(1))[:-1]]).astype(np.int64)
-        fits = (lengths[:, 0] <= block_size) & (lengths[:, 1] + 1 <= block_size)  # + 1: the STOP token
-        self.too_long = int((~fits).sum())
-        self.starts, self.lengths = starts[fits], lengths[fits]
-        if not len(self.starts):
-            raise DataError(f"every {split} pair of {folder} is longer than block_size={block_size} tokens on one "
-                            f"side; train with a larger --block_size")
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def pair(self, i: int) -> tuple[list[int], list[int]]:
-        start, (ns, nt) = int(self.starts[i]), self.lengths[i]
-        ids = self.tokens[start:start + ns + nt].tolist()
-        return ids[:ns], ids[ns:]
-
-    def draw(self, rng: np.random.Generator, n: int) -> list:
-        return [self.pair(int(i)) for i in rng.integers(0, len(self), n)]
-
-    def first(self, n: int) -> list:
-        return [self.pair(i) for i in range(min(n, len(self)))]
-
-
-def task_pair(task: str, rng: np.random.Generator, min_len: int, max_len: int) -> tuple[str, str]:
-    """One random source of min_len..max_len letters and its answer."""
-    source = "".join(rng.choice(list(TASK_LETTERS), int(rng.integers(min_len, max_len + 1))))
-    return source, source[::-1] if task == "reverse" else "".join(sorted(source))
-
-
-class TaskPairs:
-    """Pairs of a built-in task, drawn fresh every step. A generated pair that hashes into validation never trains,
-    so the validation pairs are unseen whatever the run's length."""
-
-    def __init__(self, task: str, split: str, min_len: int, max_len: int, seed: int):
-        self.task, self.split, self.min_len, self.max_len, self.seed = task, split, min_len, max_len, seed
-        self.tokenizer = task_tokenizer()
-        self.too_long = 0
-
-    def _pairs(self, rng):
-        while True:
-            s, t = task_pair(self.task, rng, self.min_len, self.max_len)
-            if is_val_pair(s, t) == (self.split == "val"):
-                yield self.tokenizer.encode(s), self.tokenizer.encode(t)
-
-    def draw(self, rng, n):
-        pairs = self._pairs(rng)
-        return [next(pairs) for _ in range(n)]
-
-    def first(self, n):  # the validation set: the same pairs in every run, whatever its --seed
-        return self.draw(np.random.default_rng([zlib.crc32(self.task.encode()), self.min_len, self.max_len]), n)
-
-
-def task_tokenizer() -> CharTokenizer:
-    return CharTokenizer(TASK_LETTERS)
-
-
-def task_meta(task: str, min_len: int, max_len: int) -> dict:
-    return {"kind": "task", "task": task, "min_len": min_len, "max_len": max_len, "tokenizer": "char",
-            "chars": TASK_LETTERS, "vocab_size": len(TASK_LETTERS), "eot_id": None,
-            "fingerprint": f"task-{task}-{min_len}-{max_len}"}
-
-
-def collate(pairs: list, stop_id: int, device="cpu"):
-    """[(source ids, target ids)] -> ((source (B, S), source_valid (B, S), target_in (B, T)), targets (B, T)):
-    target_in = STOP + target and targets = target + STOP; right padding (source 0 and invalid, targets -1)."""
-    B, S, T = len(pairs), max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs) + 1
-    source = torch.zeros(B, S, dtype=torch.long)
-    valid = torch.zeros(B, S, dtype=torch.bool)
-    target_in = torch.zeros(B, T, dtype=torch.long)
-    targets = torch.full((B, T), -1, dtype=torch.long)
-    for b, (s, t) in enumerate(pairs):
-        source[b, :len(s)], valid[b, :len(s)] = torch.tensor(s), True
-        target_in[b, :len(t) + 1] = torch.tensor([stop_id] + t)
-        targets[b, :len(t) + 1] = torch.tensor(t + [stop_id])
-    return tuple(to_device(x, device) for x in (source, valid, target_in)), to_device(targets, device)
-
-
-class PairBatches:
-    """Training batches of pairs, seeded by (seed, step, global micro-batch index): any number of processes that
-    accumulate the same global batch draw the same pairs."""
-
-    def __init__(self, pairs, batch_size: int, seed: int, stop_id: int, rank: int = 0, world_size: int = 1,
-                 device="cpu"):
-        self.pairs, self.batch_size, self.seed, self.stop_id = pairs, batch_size, seed, stop_id
-        self.rank, self.world_size, self.device = rank, world_size, device
-
-    def get(self, step: int, micro: int = 0):
-        rng = np.random.default_rng([self.seed, step, micro * self.world_size + self.rank])
-        return collate(self.pairs.draw(rng, self.batch_size), self.stop_id, self.device)
-
-
-def val_pair_batches(pairs, batch_size: int, max_batches: int, stop_id: int, rank: int = 0, world_size: int = 1,
-                     device="cpu") -> list:
-    """The fixed validation batches (the first max_batches x batch_size pairs); this process holds batches rank,
-    rank + world_size, ..."""
-    fixed = pairs.first(batch_size * max_batches)
-    chunks = [fixed[i:i + batch_size] for i in range(0, len(fixed), batch_size)]
-    return [collate(chunk, stop_id, device) for chunk in chunks[rank::world_size]]

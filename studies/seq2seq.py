@@ -25,7 +25,8 @@ import torch
 
 from common.errors import ConfigError
 from common.flags import config_from_argv
-from data.pairs import TASKS, collate, is_val_pair, task_pair
+from data.pair_batches import TASKS, collate, task_pair
+from data.pairs import is_val_pair
 from inference.checkpoint import load_for_inference, path_in
 from insight.attention_maps import cross_attention_maps
 from studies.runs import train_run, train_speed

@@ -12,7 +12,7 @@ from common.errors import ConfigError, SetupError, need
 from common import flags
 from common.flags import parse_configs
 from data.config import PrepareConfig
-from data.pairs import TASKS
+from data.pair_batches import TASKS
 from model import GPTConfig
 from speed import SpeedConfig
 from training.objectives import OBJECTIVES, objective_class

@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common import malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError
-from data import TrainBatches, load_tokenizer, pairs, read_meta, val_batches
+from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
 from data.config import PrepareConfig
 from data.prepare import prepare
 from model import GPT, GPTConfig, Seq2Seq
@@ -179,7 +179,8 @@ def load_pairs(tc: TrainConfig, d: distributed.Dist):
     """seq2seq: (prepared pairs folder, or '' for a task; its meta; its tokenizer). A pairs file is prepared as
     load_data prepares text: the first process of each node builds it, the others wait and find it ready."""
     if tc.pairs is None:
-        return "", pairs.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len), pairs.task_tokenizer()
+        meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
+        return "", meta, pair_batches.task_tokenizer()
 
     def prepared():
         return pairs.prepare_pairs(tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field,
@@ -194,23 +195,23 @@ def load_pairs(tc: TrainConfig, d: distributed.Dist):
     return str(data_dir), meta, tokenizer
 
 
-def pair_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
+def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
                  device):
     """seq2seq: (the training batches, this process's share of the fixed validation batches)."""
     if meta["kind"] == "task":
         if meta["max_len"] + 1 > block_size:
             raise ConfigError(f"--task_max_len={meta['max_len']} needs --block_size of at least {meta['max_len'] + 1} "
                               f"(a target holds its letters and STOP); block_size is {block_size}")
-        train = pairs.TaskPairs(meta["task"], "train", meta["min_len"], meta["max_len"], tc.seed)
-        val = pairs.TaskPairs(meta["task"], "val", meta["min_len"], meta["max_len"], tc.seed)
+        train = pair_batches.TaskPairs(meta["task"], "train", meta["min_len"], meta["max_len"], tc.seed)
+        val = pair_batches.TaskPairs(meta["task"], "val", meta["min_len"], meta["max_len"], tc.seed)
     else:
-        train, val = (pairs.FilePairs(data_dir, split, meta, block_size) for split in ("train", "val"))
+        train, val = (pair_batches.FilePairs(data_dir, split, meta, block_size) for split in ("train", "val"))
         if (train.too_long or val.too_long) and d.master:
             print(f"{train.too_long:,} train and {val.too_long:,} val pairs are longer than block_size={block_size} "
                   f"tokens on a side and are left out", flush=True)
-    train_data = pairs.PairBatches(train, tc.batch_size, tc.seed, objective.stop_id, rank=d.rank,
+    train_data = pair_batches.PairBatches(train, tc.batch_size, tc.seed, objective.stop_id, rank=d.rank,
                                    world_size=d.world_size, device=device)
-    val_set = pairs.val_pair_batches(val, tc.batch_size, tc.eval_iters, objective.stop_id, rank=d.rank,
+    val_set = pair_batches.val_pair_batches(val, tc.batch_size, tc.eval_iters, objective.stop_id, rank=d.rank,
                                      world_size=d.world_size, device=device)
     return train_data, val_set
 
@@ -306,7 +307,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     accum = tc.accumulation(model.config.block_size, d.world_size)
     rank, world = (0, 1) if tc.fsdp else (d.rank, d.world_size)  # FSDP: every process evaluates everything
     if tc.model == "seq2seq":
-        train_data, val_set = pair_batches(tc, d, data_dir, meta, model.config.block_size, objective, device)
+        train_data, val_set = seq2seq_batches(tc, d, data_dir, meta, model.config.block_size, objective, device)
     else:
         train_data = TrainBatches(data_dir, model.config.block_size, tc.batch_size, tc.seed, rank=d.rank,
                                   world_size=d.world_size, grad_accum=accum, device=device)

@@ -7,7 +7,7 @@ import torch
 
 import train
 from conftest import metrics, run_code, run_script, workers_said
-from data.pairs import collate
+from data.pair_batches import collate
 from inference.checkpoint import Checkpoint, load_for_inference
 from inference.translate import translate
 from model import Seq2Seq
@@ -55,7 +55,7 @@ def test_a_resumed_run_continues_bitwise(runs):
 
 def test_the_logged_exact_match_is_greedy_decodings(runs):
     """val_exact recomputed here from the checkpoint, the task's validation pairs and translate()."""
-    from data.pairs import TaskPairs
+    from data.pair_batches import TaskPairs
 
     model, tokenizer, ckpt = load_for_inference(str(runs["whole"] / "ckpt_last.pt"), "cpu")
     pairs = TaskPairs("reverse", "val", 4, 8, seed=0).first(16)  # eval_iters x batch_size

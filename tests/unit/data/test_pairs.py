@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from common.errors import DataError
-from data.pairs import (FilePairs, PairBatches, TaskPairs, collate, is_val_pair, prepare_pairs, read_pairs,
-                        task_pair, val_pair_batches, with_stop_token)
+from data.pair_batches import FilePairs, PairBatches, TaskPairs, collate, task_pair, val_pair_batches
+from data.pairs import is_val_pair, prepare_pairs, read_pairs, with_stop_token
 from data.readers import BadDocuments
 from data.tokenizer import CharTokenizer, load_tokenizer
 
