@@ -156,18 +156,22 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
     return TrainConfig(**saved), ckpt
 
 
-def load_data(tc: TrainConfig, d: distributed.Dist):
-    """(prepared folder, its meta.json, its tokenizer). The first process of each node prepares the data (a node
-    that does not share rank 0's disk needs its own copy; where several share one folder, prepare's lock lets one
-    build it); the others wait, however long that takes, then find it ready."""
-    def prepared():  # the data settings are the PrepareConfig fields TrainConfig inherits
-        return prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
+def prepared_per_node(d: distributed.Dist, prepared):
+    """prepared() (-> the prepared folder) in the first process of each node, then, once it is done, in the others,
+    which find the folder ready."""
     first_on_node = d.master or d.local_rank == 0
     if first_on_node:
         data_dir = prepared()
     distributed.wait_for_data(d)
-    if not first_on_node:
-        data_dir = prepared()
+    return data_dir if first_on_node else prepared()
+
+
+def load_data(tc: TrainConfig, d: distributed.Dist):
+    """(prepared folder, its meta.json, its tokenizer). The first process of each node prepares the data (a node
+    that does not share rank 0's disk needs its own copy; where several share one folder, prepare's lock lets one
+    build it); the others wait, however long that takes, then find it ready."""
+    # the data settings are the PrepareConfig fields TrainConfig inherits
+    data_dir = prepared_per_node(d, lambda: prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)}))
     meta, tokenizer = read_meta(data_dir), load_tokenizer(data_dir)
     if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
         raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
@@ -181,22 +185,15 @@ def load_pairs(tc: TrainConfig, d: distributed.Dist):
     if tc.pairs is None:
         meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
         return "", meta, pair_batches.task_tokenizer()
-
-    def prepared():
-        return pairs.prepare_pairs(tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field,
-                                   tc.on_bad, tc.data_root, progress=tc.progress and d.master)
-    first_on_node = d.master or d.local_rank == 0
-    if first_on_node:
-        data_dir = prepared()
-    distributed.wait_for_data(d)
-    if not first_on_node:
-        data_dir = prepared()
+    data_dir = prepared_per_node(d, lambda: pairs.prepare_pairs(
+        tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field, tc.on_bad, tc.data_root,
+        progress=tc.progress and d.master))
     meta, tokenizer = pairs.read_pairs_meta(data_dir)
     return str(data_dir), meta, tokenizer
 
 
 def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
-                 device):
+                    device):
     """seq2seq: (the training batches, this process's share of the fixed validation batches)."""
     if meta["kind"] == "task":
         if meta["max_len"] + 1 > block_size:
