@@ -1,5 +1,4 @@
 """The decoder-vs-encoder study's outputs: report.md, its figures, results.json, and the same on wandb."""
-import json
 import math
 import os
 
@@ -10,6 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from insight.attention_figures import attention_figure, save_figure  # noqa: E402
 from insight.attention_maps import attention_maps
+from studies.runs import report_run, write_report
 
 SCORER_NAMES = {"decoder_left": "decoder, left only", "decoder_both": "decoder, both sides (Bayes)",
                 "encoder_left": "encoder, left only", "encoder_both": "encoder, both sides"}
@@ -251,11 +251,7 @@ def write(sc, res, models, tokenizer) -> str:
               f"The probe {res['probe']!r}, every layer and head. The decoder's maps are lower triangles; "
               f"the encoder's are full. {next_token_note(models, tokenizer, res['probe'])}",
               ""] + [f"![{v}](attention_{v}.png)" for v in models] + [""]
-    path = os.path.join(sc.out, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(parts))
-    with open(os.path.join(sc.out, "results.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    path = write_report(sc.out, parts, res)
     if sc.wandb_log:
         log_wandb(sc, res, figs)
     return path
@@ -263,18 +259,12 @@ def write(sc, res, models, tokenizer) -> str:
 
 def log_wandb(sc, res, figs: dict) -> None:
     """One summary run in the study's wandb group: the tables, the figures and the headline numbers."""
-    os.environ.setdefault("WANDB_MODE", "offline")
-    os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb
-
-    run = wandb.init(project=sc.wandb_project, name="compare-encoder-report", group="compare-encoder",
-                     job_type="report", config=res["config"], dir=sc.out)
     summary = {f"cloze/{s}/{k}/acc": res["cloze"][s][k][0] for s in SCORER_NAMES for k in KINDS}
     summary.update({f"cloze/{s}/{k}/ce": res["cloze"][s][k][1] for s in SCORER_NAMES for k in KINDS})
     summary.update({f"nll/{k}": v for k, v in res["nll"].items()})
     summary["pppl/encoder"] = res["pppl_encoder"]
     summary.update({f"train_tok_per_s/{v}": r["train_tok_per_s"] for v, r in res["runs"].items()})
-    run.log({**summary, **{f"figures/{k}": wandb.Image(p) for k, p in figs.items()}})
+    run, wandb = report_run(sc, "encoder", res, figs, summary)
     rows = [[v, s["prompt"], s["text"]] for v, ss in res["samples"].items() for s in ss]
     run.log({"samples": wandb.Table(columns=["model", "prompt", "text"], data=rows)})
     run.finish()

@@ -1,6 +1,7 @@
 """What every study needs: train one model with train.py (a process of its own, as a user would run it), read its
 speed back, and take validation windows from its data."""
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -67,3 +68,27 @@ def val_windows(ckpt, length: int, count: int) -> torch.Tensor:
         raise DataError(f"the validation split has {len(tokens)} tokens, fewer than a window of {length + 1}")
     starts = np.linspace(0, len(tokens) - length - 1, count).round().astype(np.int64)
     return torch.from_numpy(np.stack([tokens[s:s + length + 1] for s in starts]).astype(np.int64))
+
+
+def write_report(out: str, parts: list[str], res: dict) -> str:
+    """out/report.md from its parts (lines), and out/results.json beside it; returns report.md's path."""
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(parts))
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    return path
+
+
+def report_run(sc, study: str, res: dict, figs: dict, summary: dict):
+    """The study's wandb summary run (offline unless logged in) in the group compare-STUDY: its config, the summary
+    numbers and the figures logged. Returns (the open run, the wandb module) for the study's own tables; the caller
+    finishes the run."""
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import wandb
+
+    run = wandb.init(project=sc.wandb_project, name=f"compare-{study}-report", group=f"compare-{study}",
+                     job_type="report", config=res["config"], dir=sc.out)
+    run.log({**summary, **{f"figures/{k}": wandb.Image(p) for k, p in figs.items()}})
+    return run, wandb

@@ -1,6 +1,5 @@
 """The bottleneck study's outputs (studies/seq2seq.py): report.md with every sentence computed from the measured
 numbers, accuracy_by_length.png, cross_attention.png, results.json, and the same on wandb."""
-import json
 import os
 
 import matplotlib
@@ -9,6 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from insight.attention_figures import save_figure  # noqa: E402
+from studies.runs import report_run, write_report  # noqa: E402
 
 COLOURS = {"no-attention": "tab:red", "dot": "tab:blue", "additive": "tab:green", "bilinear": "tab:purple"}
 KINDS = {"no-attention": "the mean of the encoder's outputs (one fixed vector)", "dot": "scaled dot product",
@@ -194,11 +194,7 @@ def write(sc, res) -> str:
         f"largest share on {target_word(sc)}" + (" (the anti-diagonal)" if sc.task == "reverse" else "") + ".", "",
         "![cross-attention](cross_attention.png)", "",
         "## By source length", "", length_table(sc, res), ""]
-    path = os.path.join(sc.out, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(parts))
-    with open(os.path.join(sc.out, "results.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    path = write_report(sc.out, parts, res)
     if sc.wandb_log:
         log_wandb(sc, res, figs)
     return path
@@ -206,19 +202,13 @@ def write(sc, res) -> str:
 
 def log_wandb(sc, res, figs: dict) -> None:
     """One summary run in the study's wandb group: accuracy by length per variant, the figures, the scores."""
-    os.environ.setdefault("WANDB_MODE", "offline")
-    os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb
-
-    run = wandb.init(project=sc.wandb_project, name="compare-seq2seq-report", group="compare-seq2seq",
-                     job_type="report", config=res["config"], dir=sc.out)
     summary = {}
     for name, r in res["variants"].items():
         summary[f"{name}/params"] = r["params"]
         summary[f"{name}/train_tok_per_s"] = r["tok_per_s"]
         if r["alignment"]:
             summary[f"{name}/alignment_best_head"] = r["alignment"]["best"]["score"]
-    run.log({**summary, **{f"figures/{k}": wandb.Image(p) for k, p in figs.items()}})
+    run, wandb = report_run(sc, "seq2seq", res, figs, summary)
     rows = [[name, length, a["exact"], a["token_acc"], a["n"]] for name, r in res["variants"].items()
             for length, a in r["by_length"].items()]
     run.log({"by_length": wandb.Table(columns=["variant", "length", "exact", "token_acc", "pairs"], data=rows)})
