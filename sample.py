@@ -31,7 +31,7 @@ import torch
 
 from common import cli
 from common.device import autocast, pick_device, pick_dtype
-from common.errors import ConfigError, UserError
+from common.errors import ConfigError, DataError, UserError
 from common import flags
 from data.mask_token import MASK_TEXT
 import speed
@@ -251,23 +251,22 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
         texts = [line.removesuffix("\r") for line in read_prompt(sc.source, "source").removesuffix("\n").split("\n")]
     else:
         texts = [sc.source]
-    from data import DataError  # an unknown character: name the line, not only the character
-
+    ids = []  # an unknown character is named with its line
     for n, text in enumerate(texts, 1):
         try:
-            tokenizer.encode(text)
+            ids.append(tokenizer.encode(text))
         except DataError as e:
             where = f"line {n} of {sc.source[len('FILE:'):]}" if sc.source.startswith("FILE:") else "--source"
             raise UserError(f"{where}: {e}") from None
     sampling = (dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p) if sampled
                 else dict(temperature=0.0))
     generator = torch.Generator(device=device).manual_seed(sc.seed)
-    from inference.translate import translate_texts
+    from inference.translate import translate_sources
 
     t0 = time.perf_counter()
     with autocast(device, dtype):
-        out = translate_texts(model, tokenizer, texts, sc.max_new_tokens, sc.source_batch, generator,
-                              use_cache=sc.kv_cache, **sampling)
+        out = translate_sources(model, tokenizer, ids, sc.max_new_tokens, sc.source_batch, generator,
+                                use_cache=sc.kv_cache, **sampling)
     for line in out:
         print(line)
     print(f"[{len(texts)} source(s) in {time.perf_counter() - t0:.2f} s, "

@@ -43,14 +43,14 @@ def translate(model, source, max_new_tokens: int, start_id: int, stop_id: int | 
     return target[:, 1:]
 
 
-def translate_texts(model, tokenizer, texts: list[str], max_new_tokens: int, batch_size: int = 64, generator=None,
-                    use_cache: bool = True, **sampling) -> list[str]:
-    """Each source text -> the target text the model writes for it, in order. Sources go through in right-padded
-    batches of batch_size; an empty source gives an empty target. tokenizer.stop_id starts and ends each target."""
+def translate_sources(model, tokenizer, ids: list[list[int]], max_new_tokens: int, batch_size: int = 64,
+                      generator=None, use_cache: bool = True, **sampling) -> list[str]:
+    """Each source (its ids) -> the target text the model writes for it, in order. Sources go through in
+    right-padded batches of batch_size; an empty source gives an empty target. tokenizer.stop_id starts and ends
+    each target."""
     device = next(model.parameters()).device
     max_new_tokens = min(max_new_tokens, model.config.block_size)
-    ids = [tokenizer.encode(text) for text in texts]
-    out = [""] * len(texts)
+    out = [""] * len(ids)
     todo = [i for i, s in enumerate(ids) if s]
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
