@@ -77,6 +77,18 @@ def before_each_step(monkeypatch, hook):
         monkeypatch.setattr(cls, "step", step)
 
 
+@pytest.fixture(scope="session")
+def seq2seq_run(tmp_path_factory):
+    """A tiny encoder-decoder trained by train.py on the reversal task (for the tests that draw its attention)."""
+    import train
+
+    out = tmp_path_factory.mktemp("seq2seq") / "s2s"
+    train.main(TINY_TRAIN_FLAGS + ["--model=seq2seq", "--task=reverse", "--task_max_len=8", "--max_iters=4",
+                                   "--eval_interval=4", "--eval_iters=1", f"--out_dir={out}",
+                                   f"--data_root={out.parent / 'data'}"])
+    return out
+
+
 def tiny_args(corpus, out_dir, *extra):
     return TINY_TRAIN_FLAGS + [f"--input={corpus}", f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}",
                                *extra]

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import TINY_TRAIN_FLAGS, tiny_args, tiny_model
+from conftest import tiny_args, tiny_model
 from insight.attention_maps import attention_maps, cross_attention_maps
 
 pytestmark = pytest.mark.browser
@@ -128,17 +128,6 @@ def test_encoder_page_shades_both_sides(browser, tmp_path):
     got = shading(browser)
     check_row(got, maps[0, 1, 3], 3)
     assert all(w > 0 for w, _ in got[4:])  # bidirectional: the future is shaded too
-
-
-@pytest.fixture(scope="module")
-def seq2seq_run(tmp_path_factory):
-    import train
-
-    out = tmp_path_factory.mktemp("explorer-browser") / "s2s"
-    train.main(TINY_TRAIN_FLAGS + ["--model=seq2seq", "--task=reverse", "--task_max_len=8", "--max_iters=4",
-                                   "--eval_interval=4", "--eval_iters=1", f"--out_dir={out}",
-                                   f"--data_root={out.parent / 'data'}"])
-    return out
 
 
 def test_clicked_target_token_shades_the_source_tokens_it_reads(browser, seq2seq_run, tmp_path):

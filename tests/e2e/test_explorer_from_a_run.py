@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import TINY_TRAIN_FLAGS, is_png, metrics, tiny_args
+from conftest import is_png, metrics, tiny_args
 from insight.attention_maps import attention_maps, cross_attention_maps
 from pages import QUANTISATION_ERROR, page_parts
 
@@ -103,18 +103,6 @@ def test_wandb_gets_the_page_as_an_html_panel(decoder_run, tmp_path, monkeypatch
     kind, page, inject = logged["attention/explorer"]
     assert kind == "html" and page == out.read_text() and not inject and logged["finished"]
     assert logged["init"]["job_type"] == "visualize"
-
-
-@pytest.fixture(scope="module")
-def seq2seq_run(tmp_path_factory):
-    """A tiny encoder-decoder trained by train.py on the reversal task."""
-    import train
-
-    out = tmp_path_factory.mktemp("explorer") / "s2s"
-    train.main(TINY_TRAIN_FLAGS + ["--model=seq2seq", "--task=reverse", "--task_max_len=8", "--max_iters=4",
-                                   "--eval_interval=4", "--eval_iters=1", f"--out_dir={out}",
-                                   f"--data_root={out.parent / 'data'}"])
-    return out
 
 
 def test_seq2seq_checkpoint_draws_its_cross_attention_as_png_and_page(seq2seq_run, tmp_path, capsys):
