@@ -21,7 +21,7 @@ from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
 from training.evaluate import describe, evaluate, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
-from training.mfu import mfu, peak_matmul_flops
+from training.mfu import matmul_shapes, mfu, peak_matmul_flops
 from training.optim import lr_at
 from training.stopping import StopRequests, Stopped
 
@@ -194,7 +194,9 @@ class Bookkeeping:
 
     def __init__(self, run, bar):
         self.run, self.bar = run, bar
-        self.peak = peak_matmul_flops(run.device, run.dtype) * run.dist.world_size  # MFU's denominator, measured once
+        # MFU's denominator, measured once: the fastest matmul kernel at the model's own shapes (training/mfu.py)
+        shapes = matmul_shapes(run.model, run.tc.batch_size * run.config.block_size)
+        self.peak = peak_matmul_flops(run.device, run.dtype, shapes) * run.dist.world_size
         self.flops_per_token = run.model.flops_per_token()
         self.disturbed = False  # whether a row has shown the peak measurement to be low
         self.steps, self.seconds = 0, 0.0  # since the last row
@@ -263,6 +265,7 @@ class Bookkeeping:
                "grad_norm": result.grad_norm.item(), "tokens": done * run.tokens_per_step,
                "elapsed_s": round(time.time() - self.t_start, 3), "train_s": round(self.train_s, 3),
                "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(self.flops_per_token, tok_per_s, self.peak), 5),
+               "peak_gflops": round(self.peak / 1e9, 1),
                "rss_mb": resident_mb(), "skipped_steps": self.skipped}
         self.bar.set_postfix(loss=f"{row['train_loss']:.4f}", tok_s=f"{tok_per_s:,.0f}", refresh=False)
         return row

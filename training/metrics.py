@@ -21,7 +21,8 @@ from common.files import disk_errors, write_all
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
               "val_loss": "val/loss", "val_bpb": "val/bpb", "val_ppl": "val/ppl",
               "skipped_steps": "train/skipped_steps", "tok_per_s": "perf/tok_per_s", "mfu": "perf/mfu",
-              "elapsed_s": "perf/elapsed_s", "train_s": "perf/train_s", "eval_s": "perf/eval_s",
+              "peak_gflops": "perf/peak_gflops", "elapsed_s": "perf/elapsed_s", "train_s": "perf/train_s",
+              "eval_s": "perf/eval_s",
               "rss_mb": "perf/rss_mb", "induction_score": "insight/induction_score",
               "induction_head": "insight/induction_head"}
 SECTIONS = ("train/*", "val/*", "perf/*", "insight/*")

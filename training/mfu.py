@@ -3,23 +3,26 @@
     mfu = flops_per_token * tokens_per_second / peak
 
 `flops_per_token` is GPT.flops_per_token() (6 per parameter + attention, forward and backward). The peak is not a
-datasheet number (none exists for an arbitrary CPU): it is measured once per device and dtype by timing a large
-square matmul, the best case of the operation training is made of. So MFU here reads "fraction of what this
-machine's matmul actually achieves": comparable between runs on one machine, and on a GPU higher than MFU against
-the vendor's peak (on an H200: 740 TFLOP/s measured in bf16 against ~990 on the datasheet; 51 in float32, 362 with
-TF32 allowed: the measurement uses the matmul precision set when it runs, the one training then uses).
+datasheet number (none exists for an arbitrary CPU): it is measured, as the fastest rate any matmul kernel this
+process can call reaches, at a large square size and at the model's own linear-layer shapes (forward, input gradient
+and weight gradient). Several kernels because one library is not always the fastest: on AMD CPUs torch's float32 mm
+(MKL) can run at half of what oneDNN's float32 kernel reaches on the same shape (docs/speed.md), and an MFU measured
+against the slower one reads above 100%. The peak is never raised to what training reached: a probe disturbed by
+another process reads low, MFU then reads high, and the training loop says so.
 """
 import functools
 import time
 
 import torch
+import torch.nn as nn
 
-MATMUL_N = {"cuda": 4096, "mps": 2048}  # big enough to reach the plateau; the CPU default below is cheaper
-CPU_N = 1024  # ~0.1 s per matmul on a 2-core laptop CPU; larger sizes gain little
-# time budget of the measurement after warm-up. Training's MFU column takes the short one: it is paid at the start of
-# every run (fast-cpu's whole run is ~15 s), and the best of ~10 repetitions read within the noise of the best of ~50
-# (docs/speed.md, "The process"). bench.py reports the peak itself and measures longer.
-MEASURE_S = 0.05
+from speed.linear import HAVE_ONEDNN, _onednn
+
+SQUARE_N = {"cuda": 4096, "mps": 2048, "cpu": 1024}  # the square probe; the model's shapes are probed beside it
+MAX_PROBE_FLOPS = 4e9  # rows of a probe shape are cut to stay under this (a head over a large vocabulary)
+# Training's MFU column probes each shape with 1 warm-up and at least 3 timed calls, so its cost stays a small share
+# of a short run's start; bench.py times each shape for a second.
+MEASURE_S = 0.0
 
 
 def _sync(device: torch.device) -> None:
@@ -29,28 +32,63 @@ def _sync(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-@functools.lru_cache(maxsize=None)
-def _measure(device_str: str, dtype: torch.dtype, seconds: float) -> float:
-    device = torch.device(device_str)
-    n = MATMUL_N.get(device.type, CPU_N)
+def matmul_shapes(model: nn.Module, rows: int) -> tuple[tuple[int, int, int], ...]:
+    """The distinct (M, K, N) products of model's linear layers for `rows` tokens a step: the forward x W^T
+    (rows, in, out), the input gradient dy W (rows, out, in) and the weight gradient dy^T x (out, rows, in)."""
+    shapes = set()
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            i, o = m.in_features, m.out_features
+            shapes |= {(rows, i, o), (rows, o, i), (o, rows, i)}
+    return tuple(sorted(shapes))
+
+
+def _kernels(device: torch.device, dtype: torch.dtype) -> dict:
+    """name -> f(a (M, K), b (N, K)) computing a @ b^T: every matmul path a model's linear layer may take here."""
+    kernels = {"mm": lambda a, b: a @ b.t()}
+    if device.type == "cpu" and dtype == torch.float32 and HAVE_ONEDNN and torch.backends.mkldnn.enabled:
+        kernels["onednn"] = lambda a, b: _onednn(a, b, None)  # speed/linear.py's float32 kernel
+    return kernels
+
+
+def _fit(shape: tuple[int, int, int]) -> tuple[int, int, int]:
+    m, k, n = shape
+    return max(1, min(m, int(MAX_PROBE_FLOPS / (2 * k * n)))), k, n
+
+
+def probe_rates(device, dtype: torch.dtype, shapes=(), seconds: float = MEASURE_S) -> list[dict]:
+    """One row per (shape, kernel): {'shape', 'kernel', 'flops'}, the FLOP/s of the fastest of at least 3 timed calls
+    after a warm-up, and of as many more as fit in `seconds`. shapes: (M, K, N) products beside the square one."""
+    device = torch.device(device)
+    n = SQUARE_N.get(device.type, 1024)
     g = torch.Generator(device=device).manual_seed(0)  # its own: drawing from the global RNG would shift training's
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    a @ b  # warm-up: kernel selection, allocator, thread pool
-    _sync(device)
-    best, start = float("inf"), time.perf_counter()
-    while time.perf_counter() - start < seconds or best == float("inf"):
-        t = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - t)  # the fastest repetition: the least disturbed by other work
-    return 2 * n ** 3 / best  # a matmul of two n x n matrices is n^3 multiply-adds
+    rows = []
+    for shape in dict.fromkeys([(n, n, n), *map(_fit, shapes)]):
+        m, k, out = shape
+        a = torch.randn(m, k, device=device, dtype=dtype, generator=g)
+        b = torch.randn(out, k, device=device, dtype=dtype, generator=g)
+        for name, f in _kernels(device, dtype).items():
+            f(a, b)  # warm-up: kernel selection, allocator, thread pool
+            _sync(device)
+            best, calls, start = float("inf"), 0, time.perf_counter()
+            while calls < 3 or time.perf_counter() - start < seconds:
+                t = time.perf_counter()
+                f(a, b)
+                _sync(device)
+                best, calls = min(best, time.perf_counter() - t), calls + 1  # the fastest: the least disturbed
+            rows.append({"shape": shape, "kernel": name, "flops": 2 * m * k * out / best})
+    return rows
 
 
-def peak_matmul_flops(device, dtype: torch.dtype = torch.float32, seconds: float = MEASURE_S) -> float:
-    """Measured matmul FLOP/s of device in dtype (the autocast dtype training uses), the best repetition within
-    `seconds`; cached per process."""
-    return _measure(str(torch.device(device)), dtype, seconds)
+@functools.lru_cache(maxsize=None)
+def _peak(device_str: str, dtype: torch.dtype, shapes: tuple, seconds: float) -> float:
+    return max(r["flops"] for r in probe_rates(device_str, dtype, shapes, seconds))
+
+
+def peak_matmul_flops(device, dtype: torch.dtype = torch.float32, shapes=(), seconds: float = MEASURE_S) -> float:
+    """The measured matmul peak of device in dtype (the autocast dtype training uses): the fastest rate of
+    probe_rates over its kernels, the square size and `shapes`; cached per process."""
+    return _peak(str(torch.device(device)), dtype, tuple(shapes), seconds)
 
 
 def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:

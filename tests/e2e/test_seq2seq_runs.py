@@ -15,7 +15,7 @@ from model import Seq2Seq
 S2S = ["--model=seq2seq", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=8",
        "--eval_iters=2", "--log_interval=1", "--sample_tokens=0", "--device=cpu", "--dtype=float32",
        "--warmup_iters=2", "--optimizer=adamw", "--attn_impl=sdpa", "--learning_rate=3e-3", "--task_max_len=8"]
-TIMING = ("elapsed_s", "train_s", "eval_s", "tok_per_s", "rss_mb", "mfu")
+TIMING = ("elapsed_s", "train_s", "eval_s", "tok_per_s", "rss_mb", "mfu", "peak_gflops")
 
 
 def args(out, *extra):

@@ -87,7 +87,8 @@ def test_only_rank_zero_writes(runs):
     assert len(ckpt.rng) == 2  # both processes' random states, for resume
 
 
-TIMING = ("elapsed_s", "train_s", "eval_s", "tok_per_s", "rss_mb", "mfu")  # the only logged values that may differ
+# the only logged values that may differ
+TIMING = ("elapsed_s", "train_s", "eval_s", "tok_per_s", "rss_mb", "mfu", "peak_gflops")
 #                                                                            between runs
 
 

@@ -65,7 +65,7 @@ def test_offline_run_logs_sectioned_metrics_against_step_and_tokens(offline_run)
             for r in records["history"]]
     assert [row["step"] for row in rows] == [1, 2, 3, 4] and [row["_step"] for row in rows] == [1, 2, 3, 4]
     every = {"step", "tokens", "train/loss", "train/lr", "train/grad_norm", "perf/tok_per_s", "perf/mfu",
-             "perf/elapsed_s"}
+             "perf/peak_gflops", "perf/elapsed_s"}
     evals = {"val/loss", "val/bpb", "val/ppl", "samples"}
     for row in rows:
         assert every <= set(row), every - set(row)

@@ -1,0 +1,55 @@
+"""The MFU peak: probed at the model's own shapes with every kernel its linear layers may call, never raised."""
+import pytest
+import torch
+
+import speed
+from model import GPT, GPTConfig
+from speed import SpeedConfig
+from speed.linear import HAVE_ONEDNN, uses_onednn
+from training import mfu
+
+
+def tiny(**kw):
+    return GPT(GPTConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=32, block_size=16, bias=False, **kw))
+
+
+def test_matmul_shapes_are_every_linear_layers_forward_and_two_gradient_products():
+    rows, C, V = 64, 32, 50
+    # written out from the architecture: qkv (C -> 3C), the attention's output (C -> C), the MLP (C -> 4C -> C) and
+    # the head (C -> V); each as (rows, in, out), (rows, out, in) and (out, rows, in)
+    layers = [(C, 3 * C), (C, C), (C, 4 * C), (4 * C, C), (C, V)]
+    expected = set()
+    for i, o in layers:
+        expected |= {(rows, i, o), (rows, o, i), (o, rows, i)}
+    assert set(mfu.matmul_shapes(tiny(), rows)) == expected
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_probe_kernel_computes_a_times_b_transposed(dtype):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8, 16, generator=g).to(dtype), torch.randn(4, 16, generator=g).to(dtype)
+    expected = a.double() @ b.double().t()
+    for name, f in mfu._kernels(torch.device("cpu"), dtype).items():
+        torch.testing.assert_close(f(a, b).double(), expected, rtol=1e-2, atol=1e-2, msg=name)
+
+
+@pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch has no oneDNN float32 linear")
+def test_the_float32_peak_probes_the_kernel_the_linear_layers_multiply_in():
+    """The probe timed torch's mm only; on CPUs where oneDNN's float32 kernel, the one speed/linear.py trains
+    with, is ~2x faster, MFU read above 100%."""
+    model = tiny()
+    speed.apply(model, SpeedConfig())
+    rows = 16384  # enough rows and multiply-adds for the linear layers to choose oneDNN
+    x, w = torch.zeros(rows, 32), model.blocks[0].mlp.up.weight
+    with torch.enable_grad():
+        assert uses_onednn(x, w)
+    probed = mfu.probe_rates("cpu", torch.float32, mfu.matmul_shapes(model, rows))
+    assert {(r["shape"], r["kernel"]) for r in probed} >= {((rows, 32, 128), "onednn"), ((rows, 32, 128), "mm")}
+
+
+def test_the_peak_is_the_fastest_probe_and_a_huge_shape_is_cut_to_the_probe_budget(monkeypatch):
+    rows = [{"shape": (1, 1, 1), "kernel": "mm", "flops": 3.0}, {"shape": (2, 2, 2), "kernel": "x", "flops": 7.0}]
+    monkeypatch.setattr(mfu, "probe_rates", lambda *args: rows)
+    assert mfu.peak_matmul_flops("cpu", torch.float16, ((9, 9, 9),)) == 7.0  # a dtype no other test caches
+    m, k, n = mfu._fit((10**6, 384, 50257))
+    assert (k, n) == (384, 50257) and 2 * m * k * n <= mfu.MAX_PROBE_FLOPS < 2 * (m + 1) * k * n
