@@ -20,7 +20,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from common.device import pick_dtype
 from common.malloc import keep_freed_memory
-from training.mfu import peak_matmul_flops
+from training.mfu import matmul_shapes, probe_rates
 from training.optim import make_optimizer
 from model import GPT, GPTConfig
 import speed
@@ -30,14 +30,23 @@ from . import nanogpt_ref
 from .rounds import alternated
 
 SHAPE = dict(n_layer=6, n_head=6, n_embd=384, block_size=256)  # nanoGPT's config/train_shakespeare_char.py
+DEFAULT_SHAPE = dict(n_layer=4, n_head=4, n_embd=128, block_size=128)  # train.py's default model
+DEFAULT_BATCH = 32
+PEAK_S = 0.25  # each probe of the MFU peak: shape x kernel, timed this long (training's own probe is ~3 calls)
+DISTURBED = 0.10  # the two peak measurements (before and after the timed steps) differing by more: said in the row
 VOCAB, DROPOUT, LR, WD, BETAS = 65, 0.2, 1e-3, 0.1, (0.9, 0.99)
 
 
-def ours(shape=SHAPE, **levers):
-    """Our model of nanoGPT's shape, with speed/'s levers (SpeedConfig fields in levers: the defaults, else)."""
+NANOGPT_MATH = dict(dropout=DROPOUT, bias=False, pos_emb="learned", mlp_act="gelu_exact")
+DEFAULT_MATH = dict(dropout=0.0, pos_emb="rope")  # train.py's default model (its optimizer is Muon, here AdamW)
+DEFAULT_LEVERS = dict(attn_impl="math")  # the default preset's attention path (configs/shakespeare-char.toml)
+
+
+def ours(shape=SHAPE, model_kw=NANOGPT_MATH, **levers):
+    """Our model of nanoGPT's shape and math (model_kw: other GPTConfig fields), with speed/'s levers (SpeedConfig
+    fields in levers: the defaults, else)."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, dropout=DROPOUT, bias=False, pos_emb="learned", mlp_act="gelu_exact",
-                          **shape)).train()
+    model = GPT(GPTConfig(vocab_size=VOCAB, **model_kw, **shape)).train()
     speed.apply(model, SpeedConfig(**levers))
     return model, make_optimizer(model, LR, WD, BETAS)
 
@@ -73,7 +82,7 @@ def step_seconds(model, opt, batch, steps: int, dtype=None) -> float:
 
 
 def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE, ablate_dropout=False,
-            ablate_linear=False) -> dict:
+            ablate_linear=False, model_kw=NANOGPT_MATH, levers=None, peak_s=PEAK_S) -> dict:
     """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
     float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=bernoulli
     (torch's nn.Dropout and SDPA's attention dropout instead of our bulk-drawn masks, speed/dropout.py) as
@@ -88,22 +97,23 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     g = torch.Generator().manual_seed(0)
     batch = tuple(torch.randint(0, VOCAB, (batch_size, T), generator=g) for _ in range(2))  # x, y: (B, T) each
     auto = pick_dtype("auto", torch.device("cpu"))
-    models = {"ours": ours(shape)}
+    levers = levers or {}
+    models = {"ours": ours(shape, model_kw, **levers)}
     if auto != torch.float32:
-        models["ours-auto"] = ours(shape)
+        models["ours-auto"] = ours(shape, model_kw, **levers)
     if ablate_dropout:
-        models["ours-bernoulli"] = ours(shape, dropout_impl="bernoulli")
+        models["ours-bernoulli"] = ours(shape, model_kw, **{**levers, "dropout_impl": "bernoulli"})
     if ablate_linear:
-        models["ours-aten"] = ours(shape, linear_impl="aten")
+        models["ours-aten"] = ours(shape, model_kw, **{**levers, "linear_impl": "aten"})
     if nanogpt:
         models["nanogpt"] = theirs(nanogpt, shape)
     per = {who: [] for who in models}
+    before = peaks(models["ours"][0], batch_size * T, peak_s=peak_s)
     for _, who in alternated(models, repeats):
         per[who].append(step_seconds(*models[who], batch, steps, auto if who == "ours-auto" else None))
     flops_per_token = models["ours"][0].flops_per_token(T)
     out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token,
-           "peak_fp32": peak_matmul_flops("cpu", torch.float32, seconds=1.0),
-           "peak_bf16": peak_matmul_flops("cpu", torch.bfloat16, seconds=1.0)}
+           **peaks(models["ours"][0], batch_size * T, peak_s, before)}
     for who, secs in per.items():
         s = statistics.median(secs)
         out[who] = {"step_s": s, "tok_per_s": batch_size * T / s, "runs": secs}
@@ -115,6 +125,24 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     auto_peak = out["peak_bf16"] if auto == torch.bfloat16 else out["peak_fp32"]
     out["ours-auto"]["mfu_auto"] = flops_per_token * out["ours-auto"]["tok_per_s"] / auto_peak
     out["profile"] = top_ops(*models["ours"], batch)
+    return out
+
+
+def peaks(model, rows: int, peak_s: float = PEAK_S, before=None) -> dict:
+    """The float32 and bf16 matmul peaks of this CPU at model's shapes (training/mfu.py: every kernel, the square
+    size and the model's linear products, each the fastest call in peak_s seconds), as 'peak_fp32', 'peak_bf16' and
+    where each was reached; given `before` (this function's earlier result) the peaks are the higher of the two
+    and 'peak_spread' is how far apart the two measurements were, the larger dtype's."""
+    out, spread = {}, 0.0
+    for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        best = max(probe_rates("cpu", dtype, matmul_shapes(model, rows), peak_s), key=lambda r: r["flops"])
+        if before is not None:
+            spread = max(spread, abs(best["flops"] - before["peak_" + key]) / max(best["flops"], before["peak_" + key]))
+            if before["peak_" + key] > best["flops"]:
+                best = {"flops": before["peak_" + key], "shape": before["where_" + key][0],
+                        "kernel": before["where_" + key][1]}
+        out["peak_" + key], out["where_" + key] = best["flops"], (best["shape"], best["kernel"])
+    out["peak_spread"] = spread
     return out
 
 
