@@ -38,7 +38,9 @@ def _init(spec: tuple):
 def _encode_one(tok, text: str, dtype) -> np.ndarray:
     if isinstance(tok, CharTokenizer):
         return tok.encode_array(text).astype(dtype)  # vectorised
-    return np.array(tok.encoding.encode_ordinary(text), dtype=dtype)
+    # encode_ordinary's tokens (special-token text is plain text: none allowed, none refused) straight into an array,
+    # without the Python list of ints that np.array would then convert
+    return tok.encoding.encode_to_numpy(text, disallowed_special=()).astype(dtype, copy=False)
 
 
 def peak_rss_mb() -> int:

@@ -67,6 +67,19 @@ def test_byte_level_tokenizers_round_trip_prepared_splits(tmp_path, tokenizer):
         assert meta["vocab_size"] == 300 and (out / "bpe.tiktoken").is_file() and out.name.startswith("t-bpe300-")
 
 
+def test_gpt2_preparation_gives_tiktokens_ordinary_encoding_even_of_special_token_text(tmp_path):
+    """A corpus's own "<|endoftext|>" is text, encoded as tiktoken's encode_ordinary encodes it (no special token)."""
+    from data.tokenizer import gpt2_tokenizer
+    text = synthetic_text(5_000) + "the end<|endoftext|>and again <|endoftext|>\n" + synthetic_text(5_000, seed=1)
+    (tmp_path / "t.txt").write_text(text)
+    out = prepare(input=tmp_path / "t.txt", tokenizer="gpt2", data_root=tmp_path)
+    n_train = int(len(text) * 0.9)
+    enc = gpt2_tokenizer().encoding
+    assert tokens(out, "train").tolist() == enc.encode_ordinary(text[:n_train])
+    assert tokens(out, "val").tolist() == enc.encode_ordinary(text[n_train:])
+    assert enc.eot_token not in tokens(out, "train")
+
+
 def test_folder_of_many_files_splits_by_whole_files(tmp_path):
     texts = make_folder(tmp_path / "works", 12)
     out = prepare(input=tmp_path / "works", tokenizer="gpt2", data_root=tmp_path / "root")
