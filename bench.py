@@ -16,6 +16,12 @@ Targets (--target=NAME, or all):
     sampling    3. ms per new token, 6L/384/256, batch 1: our KV cache (eager, and with the torch.compile'd decode
                    step unless --compile_sampling=false) vs nanoGPT's uncached generate vs HF GPT-2's cached
                    generate (benchmarks/sampling.py)
+    llama_cpp      decoding ms/token, batch 1, greedy, our cached loop vs llama.cpp (llama-cpp-python, which you install
+                   built for this CPU: benchmarks/llama_cpp.py) on the same random weights, f32 and f16/bf16, at
+                   6L/384/256 and the default's 4L/128/128 with GPT-2's vocabulary; goal: ours >= llama.cpp
+    prepare        data/prepare.py's MB/s on documents of --input's paragraphs (--prepare_sizes MB, .txt and .jsonl,
+                   char and gpt2, 1 and 2 workers) over tiktoken's one-thread encode of the same text
+                   (benchmarks/prepare.py); goals >= 1.0x with 1 worker, >= 1.9x with 2, peak RSS <= 1 GB
     memory         attention time and peak memory vs T: math vs SDPA vs sliding window, plotted
                    (benchmarks/attention_cost.py); the SDPA / math peak-memory ratio at T=4096
 Every timed ratio but memory's is of medians over --repeats rounds in which the contenders alternate (the order
@@ -33,7 +39,7 @@ from common import cli  # noqa: E402
 from common.errors import FlagError  # noqa: E402
 from common.flags import config_from_argv  # noqa: E402
 
-TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "memory")
+TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "llama_cpp", "prepare", "memory")
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
 QUALITY_LOSS = 1.70  # the goal for our best recipe given nanoGPT's CPU recipe's wall time
 MFU_GOAL = 0.80  # of the bf16 peak measured at the model's shapes, train.py's step
@@ -161,6 +167,60 @@ def run_sampling(args, table):
             print(f"  sampling {name:48s} compile + 8-token warm-up {seconds:.1f} s (once per process)")
 
 
+def run_llama_cpp(args, table):
+    from benchmarks import llama_cpp
+    try:
+        import llama_cpp as _  # noqa: F401
+    except ImportError:
+        table.append(("decoding vs llama.cpp", "-", "n/a: llama-cpp-python not installed", "-", "ours >= llama.cpp",
+                      "n/a"))
+        return
+    cfg = llama_cpp.LlamaBench(shapes="1x64x64" if args.quick else "6x384x256,4x128x128",
+                               new_tokens=8 if args.quick else args.new_tokens_llama, repeats=args.repeats,
+                               compiled=False)
+    rows = llama_cpp.measure(cfg)
+    for r in rows:
+        print(f"  decoding {r['shape']:>10} {r['contender']:<18} prefill {r['prefill_tok_per_s']:8.1f} tok/s, decode "
+              f"{r['decode_ms_per_token']:7.3f} ms/token ({r['decode_tok_per_s']:.1f} tok/s)")
+    by = {(r["shape"], r["contender"]): r for r in rows}
+    for shape in cfg.shapes.split(","):
+        for ours_name, theirs_name in (("ours f32", "llama.cpp f32"), ("ours bf16", "llama.cpp f16")):
+            o, t = by[(shape, ours_name)], by[(shape, theirs_name)]
+            table.append((f"decoding {shape}, {ours_name[5:]} weights", f"{o['decode_tok_per_s']:.0f} tok/s "
+                          f"(prefill {o['prefill_tok_per_s']:.0f})", f"{theirs_name} {t['decode_tok_per_s']:.0f} "
+                          f"tok/s (prefill {t['prefill_tok_per_s']:.0f})",
+                          fmt_ratio(o["decode_tok_per_s"], t["decode_tok_per_s"]), "ours >= llama.cpp",
+                          o["decode_tok_per_s"] >= t["decode_tok_per_s"]))
+
+
+def run_prepare(args, table):
+    import shutil
+    import tempfile
+    from pathlib import Path
+    from benchmarks import prepare
+    with open(args.input, encoding="utf-8") as f:
+        paras = [p for p in f.read().split("\n\n") if p.strip()]
+    sample = "\n\n\n".join(prepare.documents(paras, (1 if args.quick else 20) * prepare.MB, seed=2))
+    tiktoken_mbs = prepare.tiktoken_speeds(sample)["single_thread"]
+    workers = (1, 2) if (os.cpu_count() or 1) >= 2 else (1,)
+    with tempfile.TemporaryDirectory(prefix="bench-prepare-") as tmp:
+        for size in [1] if args.quick else [int(x) for x in args.prepare_sizes.split(",")]:
+            for fmt in ("txt", "jsonl"):
+                corpus = prepare.write_corpus(paras, fmt, size, Path(tmp))
+                for tok in ("char", "gpt2"):
+                    for w in workers:
+                        r = prepare.run_prepare(corpus, tok, w, Path(tmp) / "root")
+                        shutil.rmtree(r["out"])
+                        mbs = corpus.stat().st_size / prepare.MB / r["wall"]
+                        rss = max(r["meta"]["timing"]["peak_rss_mb"].values())
+                        goal = 1.0 if w == 1 else 1.9
+                        table.append((f"data prep {size} MB .{fmt}, {tok}, {w} worker{'s' * (w > 1)}",
+                                      f"{mbs:.1f} MB/s, peak RSS {rss} MB", f"tiktoken 1 thread {tiktoken_mbs:.1f} "
+                                      f"MB/s", f"{mbs / tiktoken_mbs:.2f}x", f">= {goal}x, RSS <= 1 GB",
+                                      mbs >= goal * tiktoken_mbs and rss <= 1024))
+                corpus.unlink()
+
+
 def run_memory(args, table):
     lengths = QUICK["lengths"] if args.quick else [int(t) for t in args.lengths.split(",")]
     rows = attention_cost.measure(lengths, repeats=1 if args.quick else args.repeats, skip=("tiled",))
@@ -186,6 +246,8 @@ class BenchConfig:
     batch_size: int = 8  # throughput/MFU batch (nanoGPT's is 64: ~10 s/step)
     steps: int = 3  # timed steps per round (throughput)
     new_tokens: int = 500
+    new_tokens_llama: int = 200  # llama_cpp: within the 256 context after a 32-token prompt (benchmarks/llama_cpp.py)
+    prepare_sizes: str = "100,1000"  # prepare: corpus sizes in MB
     no_hf: bool = False  # leave Hugging Face transformers out of sampling
     compile_sampling: bool = True  # also time the torch.compile'd decode step (--quick leaves it out: compiles)
     lengths: str = "256,512,1024,2048,4096,8192"
@@ -205,7 +267,7 @@ def main(argv) -> None:
         args.repeats = 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    if "ttq" in want and not os.path.isfile(args.input):
+    if ("ttq" in want or "quality" in want or "prepare" in want) and not os.path.isfile(args.input):
         raise FlagError(f"--input={args.input} does not exist; give the tiny-shakespeare text file")
 
     table = []
@@ -215,6 +277,10 @@ def main(argv) -> None:
         run_throughput(args, table, want)
     if "sampling" in want:
         run_sampling(args, table)
+    if "llama_cpp" in want:
+        run_llama_cpp(args, table)
+    if "prepare" in want:
+        run_prepare(args, table)
     if "memory" in want:
         run_memory(args, table)
     print(f"\n{'target':44s} | {'ours':44s} | {'reference':40s} | {'ratio':26s} | {'goal':22s} | met")
