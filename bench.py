@@ -124,7 +124,7 @@ def run_throughput(args, table, want):
 def peak_note(res, key) -> str:
     """The peak beside its MFU figure: GFLOP/s, the kernel and product (M x K x N) that reached it, and a warning
     when the measurements before and after the timed steps disagree."""
-    (m, k, n), kernel = res["where_" + key]
+    (m, k, n), kernel = res["probe_" + key]["shape"], res["probe_" + key]["kernel"]
     note = f"{res['peak_' + key] / 1e9:.0f} GFLOP/s, {kernel} {m}x{k}x{n}"
     if res["peak_spread"] > throughput.DISTURBED:
         note += f"; probes {res['peak_spread']:.0%} apart: disturbed?"
@@ -169,10 +169,9 @@ def run_sampling(args, table):
 
 
 def run_llama_cpp(args, table):
+    import importlib.util
     from benchmarks import llama_cpp
-    try:
-        import llama_cpp as _  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("llama_cpp") is None:  # llama-cpp-python, not a dependency
         table.append(("decoding vs llama.cpp", "-", "n/a: llama-cpp-python not installed", "-", "ours >= llama.cpp",
                       "n/a"))
         return
@@ -214,7 +213,7 @@ def run_prepare(args, table):
                         shutil.rmtree(r["out"])
                         mbs = corpus.stat().st_size / prepare.MB / r["wall"]
                         rss = max(r["meta"]["timing"]["peak_rss_mb"].values())
-                        goal = 1.0 if w == 1 else 1.9
+                        goal = prepare.GOALS[w]
                         table.append((f"data prep {size} MB .{fmt}, {tok}, {w} worker{'s' * (w > 1)}",
                                       f"{mbs:.1f} MB/s, peak RSS {rss} MB", f"tiktoken 1 thread {tiktoken_mbs:.1f} "
                                       f"MB/s", f"{mbs / tiktoken_mbs:.2f}x", f">= {goal}x, RSS <= 1 GB",

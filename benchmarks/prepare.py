@@ -27,6 +27,7 @@ from data.tokenizer import gpt2_tokenizer, read_meta
 ROOT = Path(__file__).resolve().parent.parent
 
 MB = 1_000_000
+GOALS = {1: 1.0, 2: 1.9}  # workers -> MB/s over tiktoken's one-thread encode of the same text
 
 
 def paragraphs() -> list[str]:
@@ -204,7 +205,7 @@ def main(argv):
                     m, t = r["meta"], r["meta"]["timing"]
                     mbs = corpus.stat().st_size / MB / r["wall"]
                     ratio = mbs / speeds["single_thread"]  # against tiktoken's one thread on the same kind of text
-                    goal = 1.0 if t["workers"] == 1 else 1.9 if t["workers"] == 2 else None
+                    goal = GOALS.get(t["workers"])
                     met = "" if goal is None else f">={goal}x " + ("yes" if ratio >= goal else "no")
                     print(f"{corpus.name:>22} {tok:>5} {t['workers']:>7} {r['wall']:>8.1f} {mbs:>7.1f} "
                           f"{m['train_tokens'] + m['val_tokens']:>14,} {len(m['shards']['train']):>6} "

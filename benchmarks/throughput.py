@@ -34,6 +34,7 @@ DEFAULT_SHAPE = dict(n_layer=4, n_head=4, n_embd=128, block_size=128)  # train.p
 DEFAULT_BATCH = 32
 PEAK_S = 0.25  # each probe of the MFU peak: shape x kernel, timed this long (training's own probe is ~3 calls)
 DISTURBED = 0.10  # the two peak measurements (before and after the timed steps) differing by more: said in the row
+PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 VOCAB, DROPOUT, LR, WD, BETAS = 65, 0.2, 1e-3, 0.1, (0.9, 0.99)
 
 
@@ -108,12 +109,17 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     if nanogpt:
         models["nanogpt"] = theirs(nanogpt, shape)
     per = {who: [] for who in models}
-    before = peaks(models["ours"][0], batch_size * T, peak_s=peak_s)
+    probe = {key: [best_probe(models["ours"][0], batch_size * T, dtype, peak_s)] for key, dtype in PEAK_DTYPES.items()}
     for _, who in alternated(models, repeats):
         per[who].append(step_seconds(*models[who], batch, steps, auto if who == "ours-auto" else None))
     flops_per_token = models["ours"][0].flops_per_token(T)
-    out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token,
-           **peaks(models["ours"][0], batch_size * T, peak_s, before)}
+    out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token, "peak_spread": 0.0}
+    for key, dtype in PEAK_DTYPES.items():  # measured again after the steps: the higher is the peak
+        probe[key].append(best_probe(models["ours"][0], batch_size * T, dtype, peak_s))
+        lo, hi = sorted(r["flops"] for r in probe[key])
+        out["peak_spread"] = max(out["peak_spread"], (hi - lo) / hi)
+        out["probe_" + key] = max(probe[key], key=lambda r: r["flops"])  # {'shape', 'kernel', 'flops'}
+        out["peak_" + key] = out["probe_" + key]["flops"]
     for who, secs in per.items():
         s = statistics.median(secs)
         out[who] = {"step_s": s, "tok_per_s": batch_size * T / s, "runs": secs}
@@ -128,22 +134,10 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     return out
 
 
-def peaks(model, rows: int, peak_s: float = PEAK_S, before=None) -> dict:
-    """The float32 and bf16 matmul peaks of this CPU at model's shapes (training/mfu.py: every kernel, the square
-    size and the model's linear products, each the fastest call in peak_s seconds), as 'peak_fp32', 'peak_bf16' and
-    where each was reached; given `before` (this function's earlier result) the peaks are the higher of the two
-    and 'peak_spread' is how far apart the two measurements were, the larger dtype's."""
-    out, spread = {}, 0.0
-    for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        best = max(probe_rates("cpu", dtype, matmul_shapes(model, rows), peak_s), key=lambda r: r["flops"])
-        if before is not None:
-            spread = max(spread, abs(best["flops"] - before["peak_" + key]) / max(best["flops"], before["peak_" + key]))
-            if before["peak_" + key] > best["flops"]:
-                best = {"flops": before["peak_" + key], "shape": before["where_" + key][0],
-                        "kernel": before["where_" + key][1]}
-        out["peak_" + key], out["where_" + key] = best["flops"], (best["shape"], best["kernel"])
-    out["peak_spread"] = spread
-    return out
+def best_probe(model, rows: int, dtype: torch.dtype, peak_s: float) -> dict:
+    """The fastest of training/mfu.py's probes (every kernel, the square size and model's linear products for
+    `rows` tokens, each the fastest call in peak_s seconds): {'shape', 'kernel', 'flops'}."""
+    return max(probe_rates("cpu", dtype, matmul_shapes(model, rows), peak_s), key=lambda r: r["flops"])
 
 
 def top_ops(model, opt, batch, n: int = 8) -> list[tuple[str, float, float]]:

@@ -21,7 +21,7 @@ from speed.linear import HAVE_ONEDNN, _onednn
 SQUARE_N = {"cuda": 4096, "mps": 2048, "cpu": 1024}  # the square probe; the model's shapes are probed beside it
 MAX_PROBE_FLOPS = 4e9  # rows of a probe shape are cut to stay under this (a head over a large vocabulary)
 # Training's MFU column probes each shape with 1 warm-up and at least 3 timed calls, so its cost stays a small share
-# of a short run's start; bench.py times each shape for a second.
+# of a short run's start; bench.py times each probe for 0.25 s, before and after its timed steps.
 MEASURE_S = 0.0
 
 
