@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import POS_EMBS, tiny_model
-from inference.generate import generate, generate_stream, next_token_probs, sample_next
+from inference.generate import generate, generate_stream, greedy, next_token_probs, sample_next
 
 
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
@@ -68,6 +68,18 @@ def test_top_k_1_equals_greedy():
     g = torch.Generator().manual_seed(0)
     assert torch.equal(sample_next(logits, temperature=1.3, top_k=1, generator=g), logits.argmax(-1))
     assert torch.equal(sample_next(logits, temperature=0.0), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_greedy_is_torch_argmax_with_ties_and_nan(dtype):
+    logits = torch.randn(6, 50257).to(dtype)
+    logits[1, [7, 300, 9000]] = 100.0  # a tie: the first of equals
+    logits[2, [40, 41]] = float("nan")  # NaN counts as the largest, the first one
+    logits[3] = 0.0  # all equal
+    logits[4, -1] = float("inf")
+    logits[5] = float("-inf")
+    assert torch.equal(greedy(logits), logits.argmax(-1))
+    assert greedy(logits).dtype == torch.long
 
 
 def test_top_p_keeps_smallest_set_reaching_p():
