@@ -3,6 +3,8 @@
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=500 --temperature=0.8
 
 `--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost: docs/speed.md).
+`--dtype=bfloat16` decodes with bf16 weights: half the bytes to read per token. On an x86 CPU the float32 or bf16
+linear weights are packed once into oneDNN's layout (speed/packed.py; `--pack_weights=false` is the off switch).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the
 same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
 seconds, once per run).
@@ -36,6 +38,7 @@ from common import flags
 from data.mask_token import MASK_TEXT
 import speed
 from speed import SpeedConfig
+from speed.packed import pack_weights
 from inference.checkpoint import in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder
 from inference.generate import check_sampling, generate_stream, next_token_probs
@@ -65,8 +68,9 @@ class SampleConfig:
     kv_cache: bool = True
     device: str = "auto"
     dtype: str | None = None  # None: float32 on a CPU (the reference), 'auto' on a GPU; 'auto' picks bf16 where it
-    #                           is native. On a GPU a half dtype casts the weights too (decoding reads them per token)
+    #                           is native. A half dtype casts the weights too (decoding reads each once per token)
     quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (inference/quantize.py)
+    pack_weights: bool = True  # float32/bf16 linear weights in oneDNN's packed layout on an x86 CPU (speed/packed.py)
     compile: bool | None = None  # torch.compile the one-token decoding step (inference/decode_step.py); needs
     #                              kv_cache. None: on for a cached decoder on CUDA, off elsewhere
     batch: bool | None = None  # draw the num_samples samples as one batch, each printed when all are done (instead
@@ -159,10 +163,7 @@ def main(argv) -> None:
     dtype = pick_dtype(sc.dtype or ("auto" if on_gpu else "float32"), device)
     model, tokenizer, ckpt = load_for_inference(path_in(sc.out_dir, sc.ckpt), device)
     speed_config = speed.for_device(speed_config, explicit, device.type)
-    if on_gpu and dtype != torch.float32:
-        model = half_weights(model, dtype)
-    speed.apply(model, speed_config)
-    quantize(model, sc.quantize)
+    model = for_decoding(model, sc, speed_config, dtype)
     if ckpt.objective == "seq2seq" or sc.source is not None:
         print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
         return
@@ -298,6 +299,18 @@ def until_stop(ids, stop: list[int] | None):
             return
 
 
+def for_decoding(model, sc: SampleConfig, speed_config: SpeedConfig, dtype):
+    """A loaded model with the decoding levers applied: half weights for a half dtype, the speed levers, int8,
+    packed weights."""
+    if dtype != torch.float32:
+        model = half_weights(model, dtype)
+    speed.apply(model, speed_config)
+    quantize(model, sc.quantize)
+    if sc.pack_weights:
+        pack_weights(model)
+    return model
+
+
 def half_weights(model, dtype):
     """The weights in dtype (decoding reads every one of them for every token: half the bytes), but the positions'
     tables (RoPE's frequencies, ALiBi's slopes) stay float32, as trained: bf16 frequencies rotate far positions by
@@ -345,15 +358,11 @@ def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config
     if not os.path.exists(path):
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
     draft, draft_tokenizer, _ = load_for_inference(path, device)
-    if device.type == "cuda" and dtype != torch.float32:
-        draft = half_weights(draft, dtype)
     if not draft.config.causal or [draft_tokenizer.decode([i]) for i in range(draft_tokenizer.vocab_size)] != \
             [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]:
         raise UserError(f"--draft={sc.draft} is not a decoder over this model's tokens (another tokenizer or "
                         f"vocabulary); train the draft on the same data and --tokenizer")
-    speed.apply(draft, speed_config)
-    quantize(draft, sc.quantize)
-    return draft
+    return for_decoding(draft, sc, speed_config, dtype)
 
 
 def print_filled(model, tokenizer, prompt: list[int], mask_id: int, top: int) -> None:

@@ -7,8 +7,10 @@ file), exported by `python -m interop.export --to_gguf` and loaded by llama-cpp-
 (time to the first new token) and decoding (tokens/s after it) are timed apart.
 
     ours f32             inference.generate's cached loop, float32 weights and sample.py's default speed levers
+                         (speed.apply, and the linear weights packed for oneDNN: speed/packed.py)
     ours f32 compiled    the same with the torch.compile'd one-token step (sample.py --compile=true)
-    ours bf16            every weight in bfloat16 (a bf16 cache too)
+    ours bf16            the same with every weight in bfloat16, a bf16 cache too (sample.py --dtype=bfloat16)
+    ours bf16 compiled   and its compiled step (sample.py --dtype=bfloat16 --compile=true)
     llama.cpp f32 / f16  the GGUF file in float32 / float16 (its f16 matmuls on this CPU), through Llama.generate
 
 llama.cpp keeps every token in its context (n_ctx = prompt + new tokens), while our loop attends to at most
@@ -38,6 +40,7 @@ from inference.checkpoint import Checkpoint, clean_state_dict
 from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
+from speed.packed import pack_weights
 
 from .rounds import alternated
 
@@ -97,16 +100,16 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=L, n_head=max(1, C // 64), n_embd=C,
                           block_size=T)).eval()
-    speed.apply(model, SpeedConfig())  # the levers sample.py applies on a CPU (oneDNN for the large head)
-    out = {"ours f32": lambda p, n: ours(model, p, n)}
-    if cfg.compiled:
-        decoder = StaticDecoder(model, compile=True)
-        out["ours f32 compiled"] = lambda p, n: ours(model, p, n, decoder)
     bf16 = GPT(model.config).eval()
     bf16.load_state_dict(model.state_dict())
     bf16 = bf16.to(torch.bfloat16)
     bf16.pos.float()  # RoPE's frequencies stay float32, as sample.py keeps them
-    out["ours bf16"] = lambda p, n: ours(bf16, p, n)
+    out = {}
+    for name, m in (("f32", model), ("bf16", bf16)):
+        pack_weights(speed.apply(m, SpeedConfig()))  # the levers sample.py applies on a CPU
+        out[f"ours {name}"] = lambda p, n, m=m: ours(m, p, n)
+        if cfg.compiled:
+            out[f"ours {name} compiled"] = lambda p, n, m=m, d=StaticDecoder(m, compile=True): ours(m, p, n, d)
     n_ctx = cfg.prompt_tokens + cfg.new_tokens + 8
     ckpt = os.path.join(folder, f"{shape}.pt")
     Checkpoint(weights=clean_state_dict(model), model_config=model.config,

@@ -21,6 +21,7 @@ Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V voc
 import weakref
 
 import torch
+import torch._inductor.config
 
 from common.errors import ConfigError
 
@@ -31,6 +32,9 @@ from model.kv_cache import KVCache
 # cpp_wrapper: on a CPU inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token
 # here; on a GPU the same option compiles against CUDA's headers, which a pip install of torch may lack
 CPU_COMPILE_OPTIONS = {"cpp_wrapper": True}
+# freezing: the weights become constants of the compiled code, and inductor packs bf16 ones into oneDNN's layout
+# once (speed/packed.py does the same for the eager step). It is read while the step is traced, so it is set then.
+CPU_FREEZING = True
 
 
 class ColumnWriter:
@@ -90,8 +94,10 @@ class StaticDecoder:
         # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
         self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False,
                                    options=CPU_COMPILE_OPTIONS if on_cpu else None) if compile else decode_step)
+        self.freezing = compile and on_cpu and CPU_FREEZING
         # the column, kept on the device, and the cache it counts for (a weak reference: it need not outlive generate)
         self.col, self.cache, self.expected = None, lambda: None, None
+        self.traced = set()  # the inputs' shapes the compiled step has been traced for
 
     def __call__(self, idx, cache: KVCache):
         """idx: (B, 1) the newest token, not yet in the cache (a prefill has allocated its buffers).
@@ -106,6 +112,23 @@ class StaticDecoder:
         self.expected = cache.pos + 1
         idx = idx.new_empty(idx.shape).copy_(idx)  # (B, 1) with its own strides: a slice's would change each step
         k, v = [slot.k for slot in cache.layers], [slot.v for slot in cache.layers]  # n_layer x (B, H, L, D)
-        logits = self.step(self.model, idx, k, v, self.col, cache.valid)
+        args = (self.model, idx, k, v, self.col, cache.valid)
+        logits = self.step(*args) if self.step is decode_step else self.compiled(args, (idx.shape, k[0].shape,
+                                                                                       k[0].dtype, cache.valid is None))
         cache.advance(1)
         return logits
+
+    def compiled(self, args, shapes):
+        """The compiled step. Its first call with these shapes traces it, with every guard checked. After that
+        torch.compile's guards (a check of every weight and input, ~0.2 ms a token at 6 layers) are skipped: these
+        shapes have their graph. Where torch says it needs another (its caches were reset), it traces again."""
+        if shapes in self.traced:
+            try:
+                with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                    return self.step(*args)
+            except RuntimeError as e:
+                if "skip_guard_eval_unsafe" not in str(e):
+                    raise
+        self.traced.add(shapes)
+        with torch._inductor.config.patch(freezing=self.freezing):
+            return self.step(*args)

@@ -1,0 +1,95 @@
+"""speed/packed.py: a linear layer packed for oneDNN computes nn.Linear's product (to rounding) with its packed copy
+where autograd is off, refreshes the copy after the weight changes, and computes as before everywhere else."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from inference.generate import generate
+from model import GPT, GPTConfig
+import speed
+from speed import SpeedConfig
+from speed.linear import HAVE_ONEDNN, OneDNNLinear
+from speed.packed import PackedLinear, pack_weights
+
+needs_onednn = pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch build has no oneDNN linear op (not x86?)")
+BF16 = HAVE_ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+DTYPES = [torch.float32] + ([torch.bfloat16] if BF16 else [])
+
+
+def packed_layer(i, o, bias, dtype):
+    torch.manual_seed(0)
+    return pack_weights(nn.Sequential(nn.Linear(i, o, bias=bias))).to(dtype)[0]
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 48), (1, 1, 48), (3, 7, 48)])  # one row (decoding), and a prefill's rows
+def test_matches_a_float64_reference(dtype, bias, shape):
+    layer = packed_layer(48, 80, bias, dtype)
+    assert type(layer) is PackedLinear
+    x = torch.randn(shape).to(dtype)
+    with torch.no_grad():
+        y = layer(x)
+    assert getattr(layer, "_packed_for", None) is not None  # the packed copy did the product
+    y64 = x.double() @ layer.weight.detach().double().t() + (layer.bias.detach().double() if bias else 0.0)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: the output's own rounding (8 bits of mantissa)
+    assert y.dtype == dtype and y.shape == y64.shape
+    torch.testing.assert_close(y.double(), y64, rtol=tol, atol=tol)
+
+
+@needs_onednn
+def test_a_changed_weight_is_packed_again():
+    layer = packed_layer(32, 16, True, torch.float32)
+    x = torch.randn(1, 32)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(-2.0)  # in place, as an optimizer step: the same tensor, a new version
+        y = layer(x)
+    torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_with_autograd_or_autocast_it_computes_as_before():
+    layer = packed_layer(32, 16, True, torch.float32)
+    reference = nn.Linear(32, 16)
+    reference.load_state_dict(layer.state_dict())
+    x = torch.randn(4, 32, requires_grad=True)
+    y = layer(x)
+    assert torch.equal(y, reference(x)) and y.grad_fn is not None
+    y.sum().backward()
+    assert layer.weight.grad is not None
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(layer(x), reference(x))
+    assert getattr(layer, "_packed_for", None) is None  # neither call packed
+
+
+@needs_onednn
+def test_onednn_layers_keep_their_training_path():
+    model = GPT(GPTConfig(vocab_size=40, n_layer=1, n_head=2, n_embd=32, block_size=16))
+    speed.apply(model, SpeedConfig(linear_impl="onednn"))
+    keys = list(model.state_dict())
+    pack_weights(model)
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert layers and all(type(m) is PackedLinear and m.unpacked is OneDNNLinear for m in layers)
+    assert list(model.state_dict()) == keys  # the same parameters and keys: checkpoints do not see it
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_packed_model_decodes_as_the_unpacked_one(dtype):
+    torch.manual_seed(0)
+    plain = GPT(GPTConfig(vocab_size=300, n_layer=2, n_head=2, n_embd=64, block_size=32)).eval()
+    packed = GPT(plain.config).eval()
+    packed.load_state_dict(plain.state_dict())
+    pack_weights(packed)
+    plain, packed = plain.to(dtype), packed.to(dtype)
+    idx = torch.randint(0, 300, (1, 12))
+    with torch.no_grad():
+        a, _ = plain(idx)
+        b, _ = packed(idx)
+    tol = 1e-5 if dtype == torch.float32 else 5e-2
+    torch.testing.assert_close(b, a, rtol=tol, atol=tol)
+    if dtype == torch.float32:  # bf16's rounding can break a near-tie between two tokens
+        assert torch.equal(generate(packed, idx, 20, temperature=0.0), generate(plain, idx, 20, temperature=0.0))
