@@ -53,6 +53,7 @@ class LlamaBench:
     repeats: int = 3
     threads: int | None = None  # None: torch's count, given to llama.cpp too
     compiled: bool = True  # also time our compiled step (its compile is a warm-up, not timed)
+    unpacked: bool = False  # also time our eager loop without packed weights (--pack_weights=false): the ablation
 
 
 def timed(tokens):
@@ -106,6 +107,11 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     bf16.pos.float()  # RoPE's frequencies stay float32, as sample.py keeps them
     out = {}
     for name, m in (("f32", model), ("bf16", bf16)):
+        if cfg.unpacked:
+            plain = GPT(m.config).eval()
+            plain.load_state_dict(m.state_dict())
+            speed.apply(plain.to(next(m.parameters()).dtype), SpeedConfig()).pos.float()
+            out[f"ours {name} unpacked"] = lambda p, n, m=plain: ours(m, p, n)
         pack_weights(speed.apply(m, SpeedConfig()))  # the levers sample.py applies on a CPU
         out[f"ours {name}"] = lambda p, n, m=m: ours(m, p, n)
         if cfg.compiled:
