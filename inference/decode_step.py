@@ -32,9 +32,6 @@ from model.kv_cache import KVCache
 # cpp_wrapper: on a CPU inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token
 # here; on a GPU the same option compiles against CUDA's headers, which a pip install of torch may lack
 CPU_COMPILE_OPTIONS = {"cpp_wrapper": True}
-# freezing: the weights become constants of the compiled code, and inductor packs bf16 ones into oneDNN's layout
-# once (speed/packed.py does the same for the eager step). It is read while the step is traced, so it is set then.
-CPU_FREEZING = True
 
 
 class ColumnWriter:
@@ -94,7 +91,9 @@ class StaticDecoder:
         # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
         self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False,
                                    options=CPU_COMPILE_OPTIONS if on_cpu else None) if compile else decode_step)
-        self.freezing = compile and on_cpu and CPU_FREEZING
+        # on a CPU the weights are frozen: constants of the compiled code, so inductor packs bf16 ones into oneDNN's
+        # layout once (speed/packed.py does the same for the eager step); read while tracing, so set then
+        self.freezing = compile and on_cpu
         # the column, kept on the device, and the cache it counts for (a weak reference: it need not outlive generate)
         self.col, self.cache, self.expected = None, lambda: None, None
         self.traced = set()  # the inputs' shapes the compiled step has been traced for
@@ -120,8 +119,9 @@ class StaticDecoder:
 
     def compiled(self, args, shapes):
         """The compiled step. Its first call with these shapes traces it, with every guard checked. After that
-        torch.compile's guards (a check of every weight and input, ~0.2 ms a token at 6 layers) are skipped: these
-        shapes have their graph. Where torch says it needs another (its caches were reset), it traces again."""
+        torch.compile's guards (a check of every weight and input before each call: a visible share of a small
+        model's step) are skipped: these shapes have their graph. Where torch says it needs another (its caches were
+        reset), it traces again."""
         if shapes in self.traced:
             try:
                 with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
