@@ -21,7 +21,6 @@ Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V voc
 import weakref
 
 import torch
-import torch._inductor.config
 
 from common.errors import ConfigError
 
@@ -130,5 +129,6 @@ class StaticDecoder:
                 if "skip_guard_eval_unsafe" not in str(e):
                     raise
         self.traced.add(shapes)
-        with torch._inductor.config.patch(freezing=self.freezing):
+        from torch._inductor import config  # here: it imports torch._dynamo, start-up a run without compile skips
+        with config.patch(freezing=self.freezing):
             return self.step(*args)
