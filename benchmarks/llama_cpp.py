@@ -93,6 +93,15 @@ def export_gguf(ckpt: str, path: str, dtype: str) -> None:
         raise UserError(f"the GGUF export failed: {r.stderr.strip().splitlines()[-1]}")
 
 
+def copy_as(model, dtype):
+    """A copy of model with its weights in dtype, as sample.py --dtype loads it (RoPE's frequencies stay float32),
+    with sample.py's speed levers applied."""
+    copy = GPT(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    copy.to(dtype).pos.float()
+    return speed.apply(copy, SpeedConfig())
+
+
 def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     import llama_cpp
 
@@ -101,18 +110,11 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=L, n_head=max(1, C // 64), n_embd=C,
                           block_size=T)).eval()
-    bf16 = GPT(model.config).eval()
-    bf16.load_state_dict(model.state_dict())
-    bf16 = bf16.to(torch.bfloat16)
-    bf16.pos.float()  # RoPE's frequencies stay float32, as sample.py keeps them
     out = {}
-    for name, m in (("f32", model), ("bf16", bf16)):
+    for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         if cfg.unpacked:
-            plain = GPT(m.config).eval()
-            plain.load_state_dict(m.state_dict())
-            speed.apply(plain.to(next(m.parameters()).dtype), SpeedConfig()).pos.float()
-            out[f"ours {name} unpacked"] = lambda p, n, m=plain: ours(m, p, n)
-        pack_weights(speed.apply(m, SpeedConfig()))  # the levers sample.py applies on a CPU
+            out[f"ours {name} unpacked"] = lambda p, n, m=copy_as(model, dtype): ours(m, p, n)
+        m = pack_weights(copy_as(model, dtype))  # the levers sample.py applies on a CPU
         out[f"ours {name}"] = lambda p, n, m=m: ours(m, p, n)
         if cfg.compiled:
             out[f"ours {name} compiled"] = lambda p, n, m=m, d=StaticDecoder(m, compile=True): ours(m, p, n, d)

@@ -22,7 +22,9 @@ import torch.nn as nn
 
 from .linear import HAVE_ONEDNN, OneDNNLinear
 
-PACKED_DTYPES = (torch.float32, torch.bfloat16)
+# float32 always; bf16 where the CPU multiplies it natively (asked once: packs() runs for every product decoded)
+PACKED_DTYPES = (torch.float32,) + ((torch.bfloat16,) if HAVE_ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+                                    else ())
 
 
 def packs(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -30,7 +32,6 @@ def packs(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (HAVE_ONEDNN and torch.backends.mkldnn.enabled and not torch.is_grad_enabled()
             and not torch.compiler.is_compiling() and type(x) is torch.Tensor
             and x.device.type == "cpu" and x.dtype == weight.dtype and x.dtype in PACKED_DTYPES
-            and (x.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
             and not torch.is_autocast_enabled("cpu"))
 
 

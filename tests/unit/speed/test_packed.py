@@ -10,11 +10,10 @@ from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
 from speed.linear import HAVE_ONEDNN, OneDNNLinear
-from speed.packed import PackedLinear, pack_weights
+from speed.packed import PACKED_DTYPES, PackedLinear, pack_weights
 
 needs_onednn = pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch build has no oneDNN linear op (not x86?)")
-BF16 = HAVE_ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-DTYPES = [torch.float32] + ([torch.bfloat16] if BF16 else [])
+DTYPES = list(PACKED_DTYPES)
 
 
 def packed_layer(i, o, bias, dtype):
