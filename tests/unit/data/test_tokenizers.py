@@ -3,6 +3,7 @@ import json
 import socket
 from collections import Counter
 
+import numpy as np
 import pytest
 import regex
 import tiktoken.load
@@ -10,8 +11,8 @@ import tiktoken.load
 from data.bpe import N_BYTES, tie_key, train_bpe
 from data.bpe_fast import train_bpe_fast
 from common.errors import DataError
-from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, gpt2_tokenizer,
-                            ranks_from_bytes, ranks_to_bytes)
+from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, gpt2_ranks,
+                            gpt2_ranks_from_files, gpt2_tokenizer, ranks_from_bytes, ranks_to_bytes)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
         "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"
@@ -62,6 +63,39 @@ def test_gpt2_known_ids():
         assert tok.encode(text) == [encoder[key]]
     assert tok.encode("<|endoftext|>", allow_eot=True) == [encoder["<|endoftext|>"]] == [50256]
     assert 50256 not in tok.encode("<|endoftext|>")  # plain text unless asked for
+
+
+def test_gpt2_ranks_cache_holds_the_files_ranks(tmp_path):
+    reference = gpt2_ranks_from_files()
+    cache = tmp_path / "gpt2_ranks.npz"
+    assert gpt2_ranks(cache) == reference and cache.exists()  # written
+    assert gpt2_ranks(cache) == reference  # read back
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other key", "truncated"])
+def test_a_damaged_or_stale_gpt2_cache_is_written_again(tmp_path, damage):
+    cache = tmp_path / "gpt2_ranks.npz"
+    gpt2_ranks(cache)
+    if damage == "garbage":
+        cache.write_bytes(b"not an npz")
+    elif damage == "truncated":
+        cache.write_bytes(cache.read_bytes()[:1000])
+    else:
+        with np.load(cache) as z:
+            arrays = dict(z)
+        arrays["key"] = np.array("0" * 128)
+        arrays["ends"] = arrays["ends"][:10]  # would give 10 tokens if it were believed
+        with open(cache, "wb") as f:
+            np.savez(f, **arrays)
+    reference = gpt2_ranks_from_files()
+    assert gpt2_ranks(cache) == reference
+    with np.load(cache) as z:  # the cache is whole again
+        assert len(z["ends"]) == len(reference)
+
+
+def test_gpt2_ranks_without_a_writable_cache_folder(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert gpt2_ranks(tmp_path / "file" / "gpt2_ranks.npz") == gpt2_ranks_from_files()  # a folder under a file
 
 
 def test_gpt2_builds_with_the_network_off(monkeypatch):
