@@ -21,7 +21,7 @@ import numpy as np
 from common import files
 from common.errors import DataError
 from data.bpe_fast import train_bpe_fast
-from data.encode import encode_stream, make_tokenizer
+from data.encode import encode_stream
 from data.readers import BadDocuments
 from data.shard_writer import ShardWriter, StateMismatch
 from data.split import assign_docs, assign_tail, assign_works, is_val_hash, joined
@@ -91,12 +91,14 @@ class Build:
     def scan(self):
         if "scan" in self.state or (self.cfg.tokenizer != "char" and self.split != "tail"):
             return
+        vocab = self.cfg.tokenizer == "char"  # `tail` alone needs only the count
         seen, n_chars = np.zeros(MAX_CODEPOINT, dtype=bool), 0
         for text in joined(self.pieces(BadDocuments(self.cfg.on_bad), "scan")):
-            cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-            seen[cps] = True  # a bitmap: ~10x faster than set(text)
+            if vocab:
+                cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+                seen[cps] = True  # a bitmap: ~10x faster than set(text)
             n_chars += len(text)
-        chars = "".join(map(chr, np.flatnonzero(seen))) if self.cfg.tokenizer == "char" else None
+        chars = "".join(map(chr, np.flatnonzero(seen))) if vocab else None
         self.state["scan"] = {"n_chars": n_chars, "chars": chars}
 
     def tokenizer_spec(self) -> tuple:
@@ -126,8 +128,9 @@ class Build:
                 if left <= 0:
                     return
 
-    def encode(self, spec: tuple, dtype) -> dict:
-        """Writes every split's shards; returns {split: (manifest entries, Counters)}."""
+    def encode(self, spec: tuple, tok, dtype) -> dict:
+        """Writes every split's shards; returns {split: (manifest entries, Counters)}. tok: the tokenizer that
+        `spec` makes, built once by the caller (loading GPT-2's takes a third of a second)."""
         st = self.state
         fresh = "writers" not in st
         try:
@@ -136,11 +139,10 @@ class Build:
         except StateMismatch:  # the files do not match the saved progress: start this pass over
             for key in ("writers", "items_done", "current", "counters", "dropped"):
                 st.pop(key, None)
-            return self.encode(spec, dtype)
+            return self.encode(spec, tok, dtype)
         counters = {s: Counters(**st.get("counters", {}).get(s, {})) for s in writers}
         dropped = Counters(**st.get("dropped", {}))  # `docs`: val documents past --val_tokens
         done, current = st.get("items_done", 0), st.get("current")
-        tok = make_tokenizer(spec)
         sep = np.array([tok.eot_id] if tok.eot_id is not None else tok.encode(CHAR_SEPARATOR), dtype=dtype)
         sep_bytes = 0 if tok.eot_id is not None else len(CHAR_SEPARATOR)
         # Not restored from the progress: the items done are read again (not encoded), which reports their bad
@@ -149,14 +151,18 @@ class Build:
         items = itertools.islice(self.items(bad), done, None)
         want_hash = (lambda i: i.first) if self.split == "docs" else (lambda i: False)
         self.peak = {}
-        for batch, results in encode_stream(items, spec, dtype.name, self.cfg.n_workers, want_hash, self.peak):
+        for batch, results in encode_stream(items, spec, tok, dtype.name, self.cfg.n_workers, want_hash, self.peak):
             n_shards = sum(len(w.shards) for w in writers.values())
+            # A batch's tokens are gathered per split and written at once: one write per document was a third of
+            # the main process's time
+            out, n_out = {s: [] for s in writers}, dict.fromkeys(writers, 0)
             for item, (tokens, n_bytes, val_hash) in zip(batch, results):
                 if item.first:
                     # `docs`: by the hash; a val document past --val_tokens is dropped (None), not trained on, so
                     # that no copy of a validation document trains
+                    n_val = writers["val"].n_tokens + n_out["val"]
                     current = item.split or ("train" if not val_hash else
-                                             "val" if writers["val"].n_tokens < self.cfg.val_tokens else None)
+                                             "val" if n_val < self.cfg.val_tokens else None)
                 if current is None:
                     dropped.add(item, n_bytes)
                     continue
@@ -165,9 +171,14 @@ class Build:
                 if item.first:
                     w.n_docs += 1
                     if w.n_docs > 1:  # between documents, not after the last
-                        w.write(sep)
+                        out[current].append(sep)
+                        n_out[current] += len(sep)
                         c.bytes += sep_bytes
-                w.write(tokens)
+                out[current].append(tokens)
+                n_out[current] += len(tokens)
+            for s, parts in out.items():
+                if parts:
+                    writers[s].write(np.concatenate(parts))
             done += len(batch)
             if sum(len(w.shards) for w in writers.values()) > n_shards:  # a shard completed: save the progress
                 st.update(items_done=done, current=current,

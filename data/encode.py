@@ -30,9 +30,11 @@ def make_tokenizer(spec: tuple):
     return bpe_tokenizer(ranks_from_bytes(spec[1]))
 
 
-def _init(spec: tuple):
+def _init(spec: tuple, tok=None):
+    """A worker's start: a forked worker is handed the parent's tokenizer (nothing is copied or loaded), a spawned
+    one builds its own from the spec."""
     global _TOKENIZER
-    _TOKENIZER = make_tokenizer(spec)
+    _TOKENIZER = tok if tok is not None else make_tokenizer(spec)
 
 
 def _encode_one(tok, text: str, dtype) -> np.ndarray:
@@ -56,8 +58,13 @@ def peak_rss_mb() -> int:
 
 def encode_batch(texts: list[str], dtype: str, with_hash: list[bool]) -> tuple[list[tuple], int]:
     """([(tokens, UTF-8 bytes, is_val_hash or None)] for each text, this worker's peak RSS in MB)."""
-    return [(_encode_one(_TOKENIZER, t, dtype), len(t.encode("utf-8")),
+    return [(_encode_one(_TOKENIZER, t, dtype), utf8_len(t),
              is_val_hash(t) if h else None) for t, h in zip(texts, with_hash)], peak_rss_mb()
+
+
+def utf8_len(text: str) -> int:
+    """len(text.encode("utf-8")) without the copy for ASCII text (str.isascii reads a flag: O(1))."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _batches(items):
@@ -72,24 +79,26 @@ def _batches(items):
         yield batch
 
 
-def encode_stream(items, spec: tuple, dtype: str, workers: int, want_hash, peak: dict):
-    """Yields (batch of items, their encode_batch results) in input order. want_hash(item) -> bool; peak["worker"]
-    is kept at the largest worker's peak RSS in MB."""
-    for batch, (results, rss) in _ordered(items, spec, dtype, workers, want_hash):
+def encode_stream(items, spec: tuple, tok, dtype: str, workers: int, want_hash, peak: dict):
+    """Yields (batch of items, their encode_batch results) in input order. tok: the tokenizer `spec` makes, already
+    built; want_hash(item) -> bool; peak["worker"] is kept at the largest worker's peak RSS in MB."""
+    for batch, (results, rss) in _ordered(items, spec, tok, dtype, workers, want_hash):
         peak["worker"] = max(peak.get("worker", 0), rss)
         yield batch, results
 
 
-def _ordered(items, spec, dtype, workers, want_hash):
+def _ordered(items, spec, tok, dtype, workers, want_hash):
     batches = _batches(items)
     if workers <= 1:
-        _init(spec)
+        _init(spec, tok)
         for batch in batches:
             yield batch, encode_batch([i.text for i in batch], dtype, [want_hash(i) for i in batch])
         return
     methods = mp.get_all_start_methods()
-    ctx = mp.get_context("fork" if "fork" in methods else "spawn")
-    with ctx.Pool(workers, initializer=_init, initargs=(spec,)) as pool:
+    fork = "fork" in methods
+    ctx = mp.get_context("fork" if fork else "spawn")
+    # A forked worker receives initargs in memory; a spawned one would have them pickled, so it gets the spec only
+    with ctx.Pool(workers, initializer=_init, initargs=(spec, tok if fork else None)) as pool:
         pending = deque()
         for batch in batches:
             pending.append((batch, pool.apply_async(encode_batch, ([i.text for i in batch], dtype,

@@ -138,7 +138,7 @@ def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:
     dtype = np.dtype(np.uint16 if tok.vocab_size <= 2 ** 16 else np.uint32)
     t_enc = time.time()
     with files.disk_errors(out, needed=source.total_bytes * dtype.itemsize):  # at most a token per byte
-        result = build.encode(spec, dtype)
+        result = build.encode(spec, tok, dtype)
     t_enc = time.time() - t_enc
     check_result(result, f"--input={cfg.input}" if cfg.input else "shakespeare")
     meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad, build.dropped)
