@@ -16,6 +16,7 @@ error with its location; with skip the whole document is left out, counted once 
 decoded once before any of its pieces goes out, so a bad byte late in a file leaves out the file, not only the
 bytes.
 """
+import codecs
 import gzip
 import hashlib
 import json
@@ -198,11 +199,13 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
         try:
             for line_no, line in enumerate(_lines(stream), 1):
                 loc = f"{where}:{line_no}"
-                if not line.strip():
+                if not line or line.isspace():  # bytes.isspace: ASCII whitespace, as bytes.strip removes
                     bad.report(loc, "empty line")
                     continue
-                try:  # strictly: json.loads(bytes) would let surrogate bytes through; -sig drops a leading BOM
-                    obj = json.loads(line.decode("utf-8-sig"))
+                if line.startswith(codecs.BOM_UTF8):  # as the utf-8-sig codec, without its Python-level wrapper
+                    line = line[3:]
+                try:  # strictly: json.loads(bytes) would let surrogate bytes through
+                    obj = json.loads(line.decode("utf-8"))
                 except UnicodeDecodeError as e:
                     bad.report(loc, f"not UTF-8 (byte at offset {e.start} of the line)")
                     continue
@@ -212,7 +215,7 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                 text = obj.get(text_field) if isinstance(obj, dict) else None
                 if not isinstance(text, str):
                     bad.report(loc, f"no string field {text_field!r} (set --text_field)")
-                elif not text.strip():
+                elif not text or text.isspace():  # the whitespace str.strip removes, without copying the text
                     bad.report(loc, "the document is empty")
                 elif half := _half_pair(line, text):
                     bad.report(loc, f"the text holds {half}, half of a surrogate pair, which is not Unicode text")
@@ -226,7 +229,7 @@ def _half_pair(line: bytes, text: str) -> str | None:
     """JSON's \\ud83d without the other half of its pair gives a str that no UTF-8 encoder (so no tokenizer) takes:
     tiktoken would encode U+FFFD in its place, char would crash. Only a \\uDxxx escape makes one (the line was
     decoded strictly)."""
-    if b"\\ud" in line or b"\\uD" in line:
+    if not text.isascii() and (b"\\ud" in line or b"\\uD" in line):  # isascii reads a flag: ASCII text has none
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:
