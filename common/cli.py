@@ -57,7 +57,7 @@ def exit_process(code: int) -> None:
     last, when every file is closed and every checkpoint renamed into place: the teardown has nothing left to do
     for them but free objects. Two reasons, both measured:
     - Time. Once torch._dynamo is imported (a --compile=true run), freeing its objects at exit takes up to about a
-      second, against fast-cpu's ~15 s whole run (docs/speed.md, "The process").
+      second, against fast-cpu's 8-15 s whole run (docs/speed.md, "The process").
     - torchrun. DDP keeps references to the gloo process group that destroy_process_group does not drop (torch
       2.13), so its worker threads live until the process ends. A worker still releasing the tensors of the last
       collective after the main thread has begun finalizing must take the GIL, which no thread can during
