@@ -153,8 +153,8 @@ class Build:
         self.peak = {}
         for batch, results in encode_stream(items, spec, tok, dtype.name, self.cfg.n_workers, want_hash, self.peak):
             n_shards = sum(len(w.shards) for w in writers.values())
-            # A batch's tokens are gathered per split and written at once: one write per document was a third of
-            # the main process's time
+            # A batch's tokens are gathered per split and written at once: a write per document is thousands of
+            # small calls in the main process, which the workers wait on
             out, n_out = {s: [] for s in writers}, dict.fromkeys(writers, 0)
             for item, (tokens, n_bytes, val_hash) in zip(batch, results):
                 if item.first:
