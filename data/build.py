@@ -130,7 +130,7 @@ class Build:
 
     def encode(self, spec: tuple, tok, dtype) -> dict:
         """Writes every split's shards; returns {split: (manifest entries, Counters)}. tok: the tokenizer that
-        `spec` makes, built once by the caller (loading GPT-2's takes a third of a second)."""
+        `spec` makes, built once by the caller."""
         st = self.state
         fresh = "writers" not in st
         try:
