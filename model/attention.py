@@ -129,11 +129,7 @@ class MultiHeadAttention(nn.Module):
         qk, v = self.qkv(x).split((2 * C, C), dim=2)  # (B, T, 2C), (B, T, C)
         qk = qk.view(B, T, 2 * H, D).transpose(1, 2)  # (B, 2H, T, D): q's heads, then k's
         v = v.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        # q and k take the same per-head normalisation and the same per-position rotation: one op each for both
-        if self.qk_norm:  # each head's q and k to unit RMS over D (rotation keeps norms: order does not matter)
-            qk = F.rms_norm(qk, (D,))
-        if ctx.rope is not None:
-            qk = ctx.rope.rotate(qk)  # RoPE: rotate by position before caching k
+        qk = self.normalize_and_rotate(qk, ctx.rope)  # RoPE: rotate by position before caching k
         q, k = qk.split(H, dim=1)  # (B, H, T, D) each
         if kv is not None:
             k, v = kv.update(k, v)  # (B, H, S, D): all keys and values so far
@@ -143,6 +139,15 @@ class MultiHeadAttention(nn.Module):
             y = y.masked_fill(ctx.empty, 0.0)  # a query with no key (padding) outputs zeros
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H*D): concatenate the heads
         return self.proj(y)
+
+    def normalize_and_rotate(self, qk, rope):
+        """qk: (B, 2H, T, D), q's heads then k's, which take the same per-head normalisation and the same
+        per-position rotation: one op each for both. speed/qk_rope.py computes the same in one autograd function."""
+        if self.qk_norm:  # each head's q and k to unit RMS over D (rotation keeps norms: order does not matter)
+            qk = F.rms_norm(qk, (qk.size(-1),))
+        if rope is not None:
+            qk = rope.rotate(qk)
+        return qk
 
 
 class CrossAttention(nn.Module):

@@ -13,6 +13,8 @@ Each lever has its off switch (a flag of train.py and sample.py) and an ablation
 - dropout_impl: 'rand' draws dropout masks in bulk (speed/dropout.py), 'bernoulli' keeps torch's nn.Dropout
 - linear_impl:  'onednn' multiplies float32 linear layers on an x86 CPU in oneDNN (speed/linear.py), 'aten' keeps
                 nn.Linear
+- qk_impl:      'fused' computes QK-norm and RoPE in one autograd function (speed/qk_rope.py), 'aten' keeps the
+                module's torch ops
 and ReLU^2's one-pass backward (speed/relu2.py), which changes no number, is always applied.
 """
 from dataclasses import dataclass, replace
@@ -22,6 +24,7 @@ from common.errors import need
 ATTN_IMPLS = ("auto", "sdpa", "math", "tiled")
 DROPOUT_IMPLS = ("rand", "bernoulli")
 LINEAR_IMPLS = ("onednn", "aten")
+QK_IMPLS = ("fused", "aten")
 
 
 @dataclass
@@ -34,6 +37,8 @@ class SpeedConfig:
     #                             'bernoulli': torch's nn.Dropout and SDPA's own attention dropout
     linear_impl: str = "onednn"  # 'onednn': float32 linear layers on an x86 CPU in oneDNN where it is faster
     #                              (speed/linear.py); 'aten': torch's nn.Linear
+    qk_impl: str = "fused"  # 'fused': QK-norm and RoPE in one autograd function, fewer passes over q and k
+    #                         (speed/qk_rope.py); 'aten': the attention module's own torch ops
 
     def __post_init__(self):
         need(self.attn_impl in ATTN_IMPLS, f"attn_impl={self.attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
@@ -41,12 +46,14 @@ class SpeedConfig:
              f"dropout_impl={self.dropout_impl!r} is not one of {', '.join(DROPOUT_IMPLS)}")
         need(self.linear_impl in LINEAR_IMPLS,
              f"linear_impl={self.linear_impl!r} is not one of {', '.join(LINEAR_IMPLS)}")
+        need(self.qk_impl in QK_IMPLS, f"qk_impl={self.qk_impl!r} is not one of {', '.join(QK_IMPLS)}")
 
 
 # On a GPU the fused kernels win: SDPA runs FlashAttention, which never stores the T x S scores the math path keeps
 # for every layer, and torch's dropout is one kernel where the bulk masks are several. The presets' choices were
-# measured on a CPU, so on CUDA these replace them; only a flag or a config file chooses otherwise.
-GPU_CHOICES = {"attn_impl": "auto", "dropout_impl": "bernoulli"}
+# measured on a CPU, so on CUDA these replace them (QK-norm and RoPE are left to torch.compile there: the fused
+# function is measured on a CPU only); only a flag or a config file chooses otherwise.
+GPU_CHOICES = {"attn_impl": "auto", "dropout_impl": "bernoulli", "qk_impl": "aten"}
 
 
 def for_device(sc: SpeedConfig, explicit: dict, device_type: str) -> SpeedConfig:
@@ -63,6 +70,7 @@ def apply(model, sc: SpeedConfig | None = None):
     from speed.causal_blocks import CausalBlocks
     from speed.dropout import use_bulk_dropout
     from speed.linear import use_onednn_linear
+    from speed.qk_rope import use_fused_qk_norm_rope
     from speed.relu2 import use_fused_relu2
 
     sc = sc or SpeedConfig()
@@ -75,4 +83,6 @@ def apply(model, sc: SpeedConfig | None = None):
         use_bulk_dropout(model, CausalBlocks)
     if sc.linear_impl == "onednn":
         use_onednn_linear(model)
+    if sc.qk_impl == "fused":
+        use_fused_qk_norm_rope(model)
     return use_fused_relu2(model)

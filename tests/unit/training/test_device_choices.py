@@ -15,15 +15,15 @@ def on(device_type, argv):
 
 def test_on_cuda_the_presets_cpu_choices_give_way_to_the_fused_kernels():
     _, preset = on("cpu", [])
-    assert (preset.attn_impl, preset.dropout_impl) == ("math", "rand")  # the default preset, measured on a CPU
+    assert (preset.attn_impl, preset.dropout_impl, preset.qk_impl) == ("math", "rand", "fused")  # measured on a CPU
     _, sc = on("cuda", [])
-    assert (sc.attn_impl, sc.dropout_impl) == ("auto", "bernoulli")
+    assert (sc.attn_impl, sc.dropout_impl, sc.qk_impl) == ("auto", "bernoulli", "aten")
     assert sc.linear_impl == preset.linear_impl  # a CPU-only lever (speed/linear.py): left as it is
 
 
 def test_a_flag_or_a_config_file_still_chooses_on_cuda(tmp_path):
-    _, sc = on("cuda", ["--attn_impl=math", "--dropout_impl=rand"])
-    assert (sc.attn_impl, sc.dropout_impl) == ("math", "rand")
+    _, sc = on("cuda", ["--attn_impl=math", "--dropout_impl=rand", "--qk_impl=fused"])
+    assert (sc.attn_impl, sc.dropout_impl, sc.qk_impl) == ("math", "rand", "fused")
     config = tmp_path / "run.toml"
     config.write_text('attn_impl = "tiled"\n')
     _, sc = on("cuda", [f"--config={config}"])
