@@ -161,3 +161,31 @@ def test_muon_overfits_a_batch_and_resumes_exactly():
     assert _train(twin, twin_opt, idx, 3) == _train(model, opt, idx, 3)
     with pytest.raises(ValueError, match="--optimizer"):
         twin_opt.load_state_dict(make_optimizer(twin, 1e-3, 0.0, (0.9, 0.99)).state_dict())
+
+
+def test_a_skipped_step_changes_nothing_and_the_next_step_is_as_if_it_never_came():
+    """skip (a 0-d bool tensor) is decided on the device: with it set, a NaN or inf gradient must reach neither the
+    weights nor the momentum, and a later step must give what a run without the skipped one gives."""
+    g = torch.Generator().manual_seed(5)
+    shapes = [(48, 16), (16, 48), (16, 16)]
+    w0 = [torch.randn(*s, generator=g) for s in shapes]
+    grads = [[torch.randn(*s, generator=g) for s in shapes] for _ in range(2)]
+    runs = []
+    for skipped_one in (False, True):
+        params = [torch.nn.Parameter(w.clone()) for w in w0]
+        opt = Muon(params, lr=0.05, momentum=0.9, weight_decay=0.1)
+        for i, step in enumerate(grads):
+            if skipped_one and i == 1:  # a poisoned step between the two good ones
+                before = [(p.detach().clone(), opt.state[p]["momentum_buffer"].clone()) for p in params]
+                for p, grad in zip(params, step):
+                    p.grad = torch.full_like(grad, float("nan"))
+                params[0].grad[0, 0] = float("inf")
+                opt.step(skip=torch.tensor(True))
+                for p, (w, buf) in zip(params, before):
+                    assert torch.equal(p.detach(), w) and torch.equal(opt.state[p]["momentum_buffer"], buf)
+            for p, grad in zip(params, step):
+                p.grad = grad.clone()
+            opt.step(skip=torch.tensor(False))
+        runs.append([p.detach() for p in params])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
