@@ -6,8 +6,8 @@ autograd's backward of each op about as many again; at small widths these passes
 training step on a CPU. Here, for x (B, 2H, T, D) in float32 (float64 stays float64):
 
     forward   r = 1 / sqrt(mean(x^2) + eps)                one scale per head and position, (B, 2H, T, 1)
-              y = r * (x * cos + swap(x) * sin)            swap(x) = (x2, x1), sin = (-sin, sin): RoPE's rotation R
-    backward  dx = r * R^T(g) - r^2 * mean(g * y) * x      R^T(g) = g * cos - swap(g) * sin, the rotation undone
+              y = r * R(x)                                 R(x) = (x1 cos - x2 sin, x2 cos + x1 sin): RoPE's rotation
+    backward  dx = r * R^T(g) - r^2 * mean(g * y) * x      R^T(g) = (g1 cos + g2 sin, g2 cos - g1 sin): undone
 
 mean(g * y) needs no rotation because R is orthogonal: R^T(g) . (r x) = g . R(r x) = g . y. The output is rounded
 once, to x's dtype: under bf16 autocast the module's path rounds to bf16 after the norm and after each product of
@@ -20,21 +20,26 @@ import torch.nn as nn
 from model.attention import MultiHeadAttention
 
 
-def _swap(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x2, x1], dim=-1)
+def _rotate(x, cos, sin, sign: float, out):
+    """out = R(x) for sign 1, R^T(x) for sign -1: the halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), written
+    into out's halves (no concatenation)."""
+    h = x.size(-1) // 2
+    x1, x2, out1, out2 = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
+    torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-sign)
+    torch.mul(x2, cos, out=out2).addcmul_(x1, sin, value=sign)
+    return out
 
 
 class _NormRotate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos, sin):
-        """x: (B, 2H, T, D); cos, sin: (B|1, 1, T, D), sin's first half negated. Returns (B, 2H, T, D) in x's dtype."""
+        """x: (B, 2H, T, D); cos, sin: (B|1, 1, T, D/2), RoPE's. Returns (B, 2H, T, D) in x's dtype."""
         dtype = torch.promote_types(x.dtype, torch.float32)
         xf = x.to(dtype, memory_format=torch.contiguous_format)  # one contiguous copy: every pass below is dense
         eps = torch.finfo(dtype).eps  # F.rms_norm's default (for bf16 input too: it computes in float32)
         r = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.size(-1)).add_(eps).rsqrt_()
         cos, sin = cos.to(dtype), sin.to(dtype)
-        y = torch.addcmul(xf * cos, _swap(xf), sin).mul_(r)
+        y = _rotate(xf, cos, sin, 1.0, torch.empty_like(xf)).mul_(r)
         ctx.save_for_backward(xf, y, r, cos, sin)
         return y.to(x.dtype)
 
@@ -43,16 +48,14 @@ class _NormRotate(torch.autograd.Function):
         xf, y, r, cos, sin = ctx.saved_tensors
         gf = g.to(xf.dtype, memory_format=torch.contiguous_format)
         dot = torch.linalg.vecdot(gf, y, dim=-1).unsqueeze(-1).div_(xf.size(-1))  # mean(g * y) over D
-        dx = torch.addcmul(gf * cos, _swap(gf), sin, value=-1.0).mul_(r)  # r * R^T(g)
+        dx = _rotate(gf, cos, sin, -1.0, torch.empty_like(gf)).mul_(r)  # r * R^T(g)
         dx.addcmul_(xf, r * r * dot, value=-1.0)
         return dx.to(g.dtype), None, None
 
 
 def normalize_and_rotate(qk, rope):
     """model/attention.py's normalize_and_rotate for qk_norm with RoPE, in one function. qk: (B, 2H, T, D)."""
-    cos = torch.cat([rope.cos, rope.cos], dim=-1)  # (B|1, 1, T, D)
-    sin = torch.cat([-rope.sin, rope.sin], dim=-1)
-    return _NormRotate.apply(qk, cos, sin)
+    return _NormRotate.apply(qk, rope.cos, rope.sin)
 
 
 class FusedQKNormRoPE(MultiHeadAttention):
