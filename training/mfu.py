@@ -62,11 +62,14 @@ def probe_rates(device, dtype: torch.dtype, shapes=(), seconds: float = MEASURE_
     device = torch.device(device)
     n = SQUARE_N.get(device.type, 1024)
     g = torch.Generator(device=device).manual_seed(0)  # its own: drawing from the global RNG would shift training's
-    rows = []
-    for shape in dict.fromkeys([(n, n, n), *map(_fit, shapes)]):
+    rows, shapes = [], list(dict.fromkeys([(n, n, n), *map(_fit, shapes)]))
+    # one draw of random numbers for every shape, which takes the first m*k and out*k of them: drawing them afresh
+    # for each shape took longer than the products timed
+    a_all = torch.randn(max(m * k for m, k, _ in shapes), device=device, dtype=dtype, generator=g)
+    b_all = torch.randn(max(out * k for _, k, out in shapes), device=device, dtype=dtype, generator=g)
+    for shape in shapes:
         m, k, out = shape
-        a = torch.randn(m, k, device=device, dtype=dtype, generator=g)
-        b = torch.randn(out, k, device=device, dtype=dtype, generator=g)
+        a, b = a_all[:m * k].view(m, k), b_all[:out * k].view(out, k)
         for name, f in _kernels(device, dtype).items():
             f(a, b)  # warm-up: kernel selection, allocator, thread pool
             _sync(device)
