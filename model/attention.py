@@ -129,7 +129,7 @@ class MultiHeadAttention(nn.Module):
         qk, v = self.qkv(x).split((2 * C, C), dim=2)  # (B, T, 2C), (B, T, C)
         qk = qk.view(B, T, 2 * H, D).transpose(1, 2)  # (B, 2H, T, D): q's heads, then k's
         v = v.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        qk = self.normalize_and_rotate(qk, ctx.rope)  # RoPE: rotate by position before caching k
+        qk = self.normalize_and_rotate(qk, ctx.rope)  # QK-norm, then RoPE: rotated by position before k is cached
         q, k = qk.split(H, dim=1)  # (B, H, T, D) each
         if kv is not None:
             k, v = kv.update(k, v)  # (B, H, S, D): all keys and values so far

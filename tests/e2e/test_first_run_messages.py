@@ -58,7 +58,7 @@ def test_warmup_longer_than_the_run_is_shortened_and_said(capsys):
 def test_help_shows_the_values_of_the_chosen_preset_with_descriptions(capsys):
     train.main(["--preset=fast-cpu", "--help"])
     text = capsys.readouterr().out
-    assert "--optimizer=muon" in text and "--n_layer=2" in text and "--max_iters=210" in text
+    assert "--optimizer=muon" in text and "--n_layer=2" in text and "--max_iters=180" in text
     assert "--vocab_size" not in text and "sequences per micro-step" in text
     assert "meant for a GPU" in text  # the presets' cost
 
