@@ -119,11 +119,11 @@ def tiktoken_speeds(corpus_text: str, repeats: int = 3) -> dict:
 _HALF = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
+from benchmarks.prepare import encode_one_thread
 from data.tokenizer import gpt2_tokenizer
 enc, docs = gpt2_tokenizer().encoding, sys.stdin.read().split("\\n\\n\\n")
 t0 = time.perf_counter()
-for d in docs:
-    enc.encode_ordinary(d)
+encode_one_thread(enc, docs)
 print(time.perf_counter() - t0)
 """
 
