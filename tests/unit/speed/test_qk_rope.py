@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_model
 import speed
 from speed import SpeedConfig
-from speed.qk_rope import FusedQKNormRoPE
+from speed.qk_rope import FusedQKNormRoPE, use_fused_qk_norm_rope
 from model.attention import MultiHeadAttention, attention_layers
 from model.positional import Rotation
 
@@ -26,8 +26,8 @@ def rope(dtype=torch.float32, rows=1, T=T, D=D):
 def paths():
     """(the module's normalize_and_rotate, the fused one), bound to a qk_norm layer each."""
     layer = tiny_model(qk_norm=True, pos_emb="rope").blocks[0].attn
-    fused = copy.deepcopy(layer)
-    fused.__class__ = FusedQKNormRoPE
+    fused = use_fused_qk_norm_rope(copy.deepcopy(layer))
+    assert type(fused) is FusedQKNormRoPE
     return layer.normalize_and_rotate, fused.normalize_and_rotate
 
 
