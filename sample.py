@@ -7,7 +7,8 @@
 linear weights are packed once into oneDNN's layout (speed/packed.py; `--pack_weights=false` is the off switch).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the
 same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
-seconds, once per run).
+seconds, once per run); on a CPU its small products and its attention are loops the compiler fuses
+(speed/one_token.py; `--step_loops=false` is the off switch).
 `--draft=out-small` decodes speculatively (inference/speculative.py): a small checkpoint trained on the same tokens
 guesses `--draft_tokens` ahead and the model checks them in one forward; greedy gives the model's own text.
 `--batch=true` draws the `--num_samples` samples as one batch and prints each when all are done (the default on a
@@ -38,6 +39,7 @@ from common import flags
 from data.mask_token import MASK_TEXT
 import speed
 from speed import SpeedConfig
+from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 from inference.checkpoint import in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder
@@ -73,6 +75,8 @@ class SampleConfig:
     pack_weights: bool = True  # float32/bf16 linear weights in oneDNN's packed layout on an x86 CPU (speed/packed.py)
     compile: bool | None = None  # torch.compile the one-token decoding step (inference/decode_step.py); needs
     #                              kv_cache. None: on for a cached decoder on CUDA, off elsewhere
+    step_loops: bool = True  # on a CPU the compiled step computes its small products and its one-query attention
+    #                          as loops of its own, not oneDNN's and SDPA's kernels (speed/one_token.py)
     batch: bool | None = None  # draw the num_samples samples as one batch, each printed when all are done (instead
     #                            of one after another, streamed); None: on CUDA
     draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (inference/speculative.py)
@@ -200,7 +204,7 @@ def main(argv) -> None:
     stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
     compiled = {}  # the decoder, when --compile: passed only to the causal objectives (an encoder has no cache)
     if compiles(sc, device, model) and use_cache:
-        compiled["decoder"] = StaticDecoder(model, compile=True)
+        compiled["decoder"] = StaticDecoder(model, compile=True, mode=OneTokenLoops if sc.step_loops else None)
 
     sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p)
     draft, stats = None, None

@@ -8,7 +8,10 @@ file), exported by `python -m interop.export --to_gguf` and loaded by llama-cpp-
 
     ours f32             inference.generate's cached loop, float32 weights and sample.py's default speed levers
                          (speed.apply, and the linear weights packed for oneDNN: speed/packed.py)
-    ours f32 compiled    the same with the torch.compile'd one-token step (sample.py --compile=true)
+    ours f32 compiled    the same with the torch.compile'd one-token step (sample.py --compile=true), its small
+                         products and attention as loops of its own (speed/one_token.py)
+    ... compiled kernels the compiled step calling oneDNN's and SDPA's kernels instead (--step_loops=false): the
+                         ablation, with --kernels=true
     ours bf16            the same with every weight in bfloat16, a bf16 cache too (sample.py --dtype=bfloat16)
     ours bf16 compiled   and its compiled step (sample.py --dtype=bfloat16 --compile=true)
     llama.cpp f32 / f16  the GGUF file in float32 / float16 (its f16 matmuls on this CPU), through Llama.generate
@@ -40,6 +43,7 @@ from inference.checkpoint import Checkpoint, clean_state_dict
 from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
+from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 
 from .rounds import alternated
@@ -54,6 +58,7 @@ class LlamaBench:
     threads: int | None = None  # None: torch's count, given to llama.cpp too
     compiled: bool = True  # also time our compiled step (its compile is a warm-up, not timed)
     unpacked: bool = False  # also time our eager loop without packed weights (--pack_weights=false): the ablation
+    kernels: bool = False  # also time our compiled step calling oneDNN's and SDPA's kernels (--step_loops=false)
 
 
 def timed(tokens):
@@ -117,7 +122,9 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
         m = pack_weights(copy_as(model, dtype))  # the levers sample.py applies on a CPU
         out[f"ours {name}"] = lambda p, n, m=m: ours(m, p, n)
         if cfg.compiled:
-            out[f"ours {name} compiled"] = lambda p, n, m=m, d=StaticDecoder(m, compile=True): ours(m, p, n, d)
+            out[f"ours {name} compiled"] = lambda p, n, m=m, d=StaticDecoder(m, mode=OneTokenLoops): ours(m, p, n, d)
+        if cfg.compiled and cfg.kernels:
+            out[f"ours {name} compiled kernels"] = lambda p, n, m=m, d=StaticDecoder(m): ours(m, p, n, d)
     n_ctx = cfg.prompt_tokens + cfg.new_tokens + 8
     ckpt = os.path.join(folder, f"{shape}.pt")
     Checkpoint(weights=clean_state_dict(model), model_config=model.config,
@@ -168,7 +175,7 @@ def main(argv) -> None:
     rows = measure(cfg)
     print(json.dumps({"config": asdict(cfg), "threads": torch.get_num_threads(), "rows": rows}))
     for r in rows:
-        print(f"{r['shape']:>12} {r['contender']:<18} prefill {r['prefill_ms']:8.2f} ms "
+        print(f"{r['shape']:>12} {r['contender']:<26} prefill {r['prefill_ms']:8.2f} ms "
               f"({r['prefill_tok_per_s']:8.1f} tok/s)   decode {r['decode_ms_per_token']:7.3f} ms/token "
               f"({r['decode_tok_per_s']:7.1f} tok/s)", file=sys.stderr)
 

@@ -10,7 +10,9 @@ compiler fuses them, but only into a graph it can reuse token after token, which
 - its K and V are written into that column in place (index_copy_), with no allocation.
 
 The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attention backends); only the
-per-forward context is built differently. The prompt (prefill) and each slide of the context window stay on the
+per-forward context is built differently. The head, one large product, is applied after it, eagerly. A caller may
+have the step traced inside a TorchFunctionMode that computes some of its ops another way (sample.py does on a CPU:
+speed/one_token.py). The prompt (prefill) and each slide of the context window stay on the
 model's ordinary forward: they are run once every block_size/4 tokens. Run eagerly, a step's logits equal the
 uncached forward's to float32 rounding for every positional option it takes (ALiBi is refused), with or without a
 window and left padding (tests/unit/inference/test_decode_step.py); compiled, the fused kernels round differently, so
@@ -55,7 +57,8 @@ class Columns:
 
 def decode_step(model, idx, k, v, col, key_valid):
     """idx: (B, 1) the newest token; k, v: n_layer cache buffers (B, H, L, D) each; col: (1,) long, the column idx
-    goes in; key_valid: (B, L) bool, False at left padding, or None. Returns logits (B, V)."""
+    goes in; key_valid: (B, L) bool, False at left padding, or None. Returns the new token's final hidden state
+    (B, C), the head's input: the head is applied outside the compiled step (see StaticDecoder)."""
     cfg = model.config
     L = k[0].size(2)
     k_idx = torch.arange(L, device=idx.device)  # (L,) key columns
@@ -69,7 +72,15 @@ def decode_step(model, idx, k, v, col, key_valid):
         # the position counts every real token so far, not only those inside the window band it attends to
         pos = (key_valid & written).sum(-1, keepdim=True) - 1  # (B, 1)
     ctx = AttentionContext(mask=mask, empty=None, bias=None, rope=model.pos.rotation(pos), is_causal=False)
-    return model.logits(model.trunk(idx, pos, ctx, Columns(k, v, col)))[:, -1]  # (B, V)
+    return model.trunk(idx, pos, ctx, Columns(k, v, col))[:, -1]  # (B, C)
+
+
+def traced_in(mode):
+    """decode_step run inside the TorchFunctionMode class `mode`, for torch.compile to trace."""
+    def step(*args):
+        with mode():
+            return decode_step(*args)
+    return step
 
 
 class StaticDecoder:
@@ -77,9 +88,12 @@ class StaticDecoder:
 
     decoder = StaticDecoder(model, compile=True)
     generate(model, prompt, 500, temperature=0.0, decoder=decoder)   # the tokens of a run without it, but for near-ties
+
+    mode: a TorchFunctionMode class the compiled step is traced in, to change how some ops are computed there (on a
+    CPU sample.py passes speed/one_token.py's OneTokenLoops); None traces the step as it is.
     """
 
-    def __init__(self, model, compile: bool = True):
+    def __init__(self, model, compile: bool = True, mode=None):
         if model.config.pos_emb == "alibi":
             raise ConfigError("pos_emb='alibi' builds its score bias from Python ints: the compiled decoding step "
                               "does not support it; sample without --compile")
@@ -88,7 +102,7 @@ class StaticDecoder:
         self.model = model
         on_cpu = next(model.parameters()).device.type == "cpu"
         # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
-        self.step = (torch.compile(decode_step, fullgraph=True, dynamic=False,
+        self.step = (torch.compile(traced_in(mode) if mode else decode_step, fullgraph=True, dynamic=False,
                                    options=CPU_COMPILE_OPTIONS if on_cpu else None) if compile else decode_step)
         # on a CPU the weights are frozen: constants of the compiled code, so inductor packs bf16 ones into oneDNN's
         # layout once (speed/packed.py does the same for the eager step); read while tracing, so set then
@@ -111,10 +125,12 @@ class StaticDecoder:
         idx = idx.new_empty(idx.shape).copy_(idx)  # (B, 1) with its own strides: a slice's would change each step
         k, v = [slot.k for slot in cache.layers], [slot.v for slot in cache.layers]  # n_layer x (B, H, L, D)
         args = (self.model, idx, k, v, self.col, cache.valid)
-        logits = self.step(*args) if self.step is decode_step else self.compiled(args, (idx.shape, k[0].shape,
+        hidden = self.step(*args) if self.step is decode_step else self.compiled(args, (idx.shape, k[0].shape,
                                                                                        k[0].dtype, cache.valid is None))
         cache.advance(1)
-        return logits
+        # the head, the one large product, outside the compiled step: on a CPU its eager call multiplies with
+        # speed/packed.py's packed weight, where inductor would call MKL's slower product for a float32 one
+        return self.model.logits(hidden)  # (B, V)
 
     def compiled(self, args, shapes):
         """The compiled step. Its first call with these shapes traces it, with every guard checked. After that

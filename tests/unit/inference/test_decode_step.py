@@ -6,6 +6,7 @@ from conftest import POS_EMBS, tiny_model
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
 from inference.generate import generate
+from speed.one_token import OneTokenLoops
 
 STATIC_POS_EMBS = [p for p in POS_EMBS if p != "alibi"]
 
@@ -76,10 +77,12 @@ def test_decoder_needs_the_cache():
 
 @pytest.mark.slow  # ~10-20 s each on 2 cores: inductor writes and builds C++ (run with -m slow)
 @pytest.mark.parametrize("weights", ["float32", "int8", "bfloat16"])
-def test_compiled_step_gives_the_same_tokens_and_compiles_once(weights):
+@pytest.mark.parametrize("loops", [False, True])
+def test_compiled_step_gives_the_same_tokens_and_compiles_once(weights, loops):
     """torch.compile (inductor, C++ on CPU) of the step: same greedy tokens, close logits, and one graph for every
     position and every slide of the window (a recompile per token would be slower than no compile at all). bf16
-    weights are frozen into the compiled code (packed for oneDNN on a CPU)."""
+    weights are frozen into the compiled code (packed for oneDNN on a CPU). loops: traced in speed/one_token.py's
+    OneTokenLoops, as sample.py compiles it on a CPU."""
     torch._dynamo.reset()
     model = tiny_model(pos_emb="rope")
     if weights == "int8":
@@ -88,7 +91,7 @@ def test_compiled_step_gives_the_same_tokens_and_compiles_once(weights):
         model = model.to(torch.bfloat16)
         model.pos.float()
     prompt = torch.randint(0, 37, (1, 3), generator=torch.Generator().manual_seed(0))
-    decoder = StaticDecoder(model, compile=True)
+    decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops if loops else None)
     with torch._dynamo.config.patch(recompile_limit=1):  # with fullgraph=True a second graph is an error
         want, got = generate_both(model, prompt, 30, decoder, temperature=0.0)
     assert torch.equal(got, want)

@@ -1,0 +1,95 @@
+"""speed/one_token.py: one-row products and one-query attention written as loops equal F.linear and SDPA (float64 to
+1e-12; bf16 within its own rounding), and the mode swaps them in only while torch.compile traces."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import speed.one_token as one_token
+from speed.one_token import OneTokenLoops, one_query_attention, one_row_linear
+
+
+def data(*shapes, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g, dtype=torch.float64).to(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("shape", [(1, 48), (1, 1, 48)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_row_linear_is_f_linear_in_float64(shape, bias):
+    x, w, b = data(shape, (80, 48), (80,))
+    b = b if bias else None
+    torch.testing.assert_close(one_row_linear(x, w, b), F.linear(x, w, b), rtol=0, atol=1e-12)
+
+
+def test_one_row_linear_in_bf16_rounds_once():
+    """bf16 in, bf16 out, a float32 sum: within one bf16 rounding of the exact product, no farther from it than
+    F.linear's bf16 result."""
+    x, w, b = data((1, 1, 384), (1152, 384), (1152,), dtype=torch.bfloat16)
+    exact = F.linear(x.double(), w.double(), b.double())
+    got, kernel = one_row_linear(x, w, b), F.linear(x, w, b)
+    assert got.dtype == torch.bfloat16
+    err, kernel_err = (got.double() - exact).abs(), (kernel.double() - exact).abs()
+    assert (err <= exact.abs() * 2 ** -8 + 1e-6).all()  # half a unit of bf16's 8-bit mantissa, and float32's sum
+    assert err.max() <= kernel_err.max() * 1.01
+
+
+@pytest.mark.parametrize("mask_batch", [1, 3])  # one mask for every row, or one per row (left padding)
+def test_one_query_attention_is_sdpa_in_float64(mask_batch):
+    q, k, v = data((3, 4, 1, 16), (3, 4, 10, 16), (3, 4, 10, 16))
+    mask = torch.rand(mask_batch, 1, 1, 10, generator=torch.Generator().manual_seed(1)) < 0.6
+    mask[..., 0] = True  # every row attends to at least one key
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(one_query_attention(q, k, v, mask), want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(one_query_attention(q, k, v), F.scaled_dot_product_attention(q, k, v), rtol=0,
+                               atol=1e-12)
+
+
+def traced_graph(fn, *args):
+    """The FX graph torch.compile traces for fn(*args), and its output."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=keep, fullgraph=True)(*args)
+    return graphs[0], out
+
+
+def calls(gm) -> set:
+    return {node.target for node in gm.graph.nodes if node.op == "call_function"}
+
+
+def test_the_mode_rewrites_one_row_products_and_one_query_attention_while_tracing():
+    x, w, b = data((1, 1, 48), (80, 48), (80,), dtype=torch.float32)
+    q, k, v = data((1, 2, 1, 8), (1, 2, 6, 8), (1, 2, 6, 8), dtype=torch.float32)
+    mask = torch.tensor([True, True, False, True, False, False]).view(1, 1, 1, 6)
+
+    def step(x, q, k, v):
+        with OneTokenLoops():
+            return F.linear(x, w, b), F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    gm, (y, out) = traced_graph(step, x, q, k, v)
+    assert F.linear not in calls(gm) and F.scaled_dot_product_attention not in calls(gm)
+    torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-6, atol=1e-6)
+
+
+def test_the_mode_keeps_the_kernels_elsewhere(monkeypatch):
+    """Two rows (a prefill), two queries, a weight above MAX_LOOP_WEIGHT: traced as they are. Outside a trace the
+    mode changes nothing, bit for bit."""
+    x2, w, q, k = data((1, 2, 48), (80, 48), (1, 2, 2, 8), (1, 2, 6, 8), dtype=torch.float32)
+
+    def step(x, q, k):
+        with OneTokenLoops():
+            return F.linear(x, w), F.scaled_dot_product_attention(q, k, k)
+    gm, _ = traced_graph(step, x2, q, k)
+    assert {F.linear, F.scaled_dot_product_attention} <= calls(gm)
+
+    monkeypatch.setattr(one_token, "MAX_LOOP_WEIGHT", 80 * 48 - 1)
+    gm, _ = traced_graph(lambda x: step(x, q[:, :, :1], k)[0], x2[:, :1])
+    assert F.linear in calls(gm)
+
+    x1 = x2[:, :1]
+    with OneTokenLoops():
+        y, out = F.linear(x1, w), F.scaled_dot_product_attention(q[:, :, :1], k, k)
+    assert torch.equal(y, F.linear(x1, w)) and torch.equal(out, F.scaled_dot_product_attention(q[:, :, :1], k, k))
