@@ -105,6 +105,19 @@ def test_compiled_step_gives_the_same_tokens_and_compiles_once(weights, loops):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("window", [None, 3])
+def test_compiled_loops_handle_left_padded_prompts(window):
+    """The loops' attention takes the step's per-row mask (left padding, and a window narrower than the prompt): a
+    batch of prompts of different lengths gets the eager cached loop's greedy tokens."""
+    torch._dynamo.reset()
+    model = tiny_model(pos_emb="rope", window=window)
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
+    want, got = generate_both(model, prompts, 20, StaticDecoder(model, compile=True, mode=OneTokenLoops),
+                              temperature=0.0)
+    assert got == want
+
+
+@pytest.mark.slow
 def test_the_compiled_step_traces_again_for_other_shapes():
     """After its first call the decoder skips torch.compile's guards for shapes it has traced: a batch of another
     size must still be traced (with the guards) rather than run through the first graph."""
