@@ -10,14 +10,12 @@ compiler fuses them, but only into a graph it can reuse token after token, which
 - its K and V are written into that column in place (index_copy_), with no allocation.
 
 The step reuses the model's own trunk (GPT.trunk: same weights, same blocks, same attention backends); only the
-per-forward context is built differently. On a CPU the head of a float32 model, one large product, is applied
-after the compiled step, eagerly (see StaticDecoder). A caller may
-have the step traced inside a TorchFunctionMode that computes some of its ops another way (sample.py does on a CPU:
-speed/one_token.py). The prompt (prefill) and each slide of the context window stay on the
-model's ordinary forward: they are run once every block_size/4 tokens. Run eagerly, a step's logits equal the
-uncached forward's to float32 rounding for every positional option it takes (ALiBi is refused), with or without a
-window and left padding (tests/unit/inference/test_decode_step.py); compiled, the fused kernels round differently, so
-a greedy pick can differ where two logits are nearly tied.
+per-forward context is built differently. A caller may have the step traced inside a TorchFunctionMode that
+computes some of its ops another way (sample.py does on a CPU: speed/one_token.py). The prompt (prefill) and each
+slide of the context window stay on the model's ordinary forward: they are run once every block_size/4 tokens. Run
+eagerly, a step's logits equal the uncached forward's to float32 rounding for every positional option it takes
+(ALiBi is refused), with or without a window and left padding (tests/unit/inference/test_decode_step.py); compiled,
+the fused kernels round differently, so a greedy pick can differ where two logits are nearly tied.
 
 Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V vocab_size.
 """
@@ -56,10 +54,9 @@ class Columns:
         self.layers = [ColumnWriter(k_l, v_l, col) for k_l, v_l in zip(k, v)]
 
 
-def decode_step(model, idx, k, v, col, key_valid, head=True):
+def decode_step(model, idx, k, v, col, key_valid):
     """idx: (B, 1) the newest token; k, v: n_layer cache buffers (B, H, L, D) each; col: (1,) long, the column idx
-    goes in; key_valid: (B, L) bool, False at left padding, or None. Returns logits (B, V), or with head=False the
-    new token's final hidden state (B, C), the head's input."""
+    goes in; key_valid: (B, L) bool, False at left padding, or None. Returns logits (B, V)."""
     cfg = model.config
     L = k[0].size(2)
     k_idx = torch.arange(L, device=idx.device)  # (L,) key columns
@@ -73,8 +70,7 @@ def decode_step(model, idx, k, v, col, key_valid, head=True):
         # the position counts every real token so far, not only those inside the window band it attends to
         pos = (key_valid & written).sum(-1, keepdim=True) - 1  # (B, 1)
     ctx = AttentionContext(mask=mask, empty=None, bias=None, rope=model.pos.rotation(pos), is_causal=False)
-    hidden = model.trunk(idx, pos, ctx, Columns(k, v, col))[:, -1]  # (B, C)
-    return model.logits(hidden) if head else hidden  # (B, V) or (B, C)
+    return model.logits(model.trunk(idx, pos, ctx, Columns(k, v, col)))[:, -1]  # (B, V)
 
 
 def traced_in(mode):
@@ -109,10 +105,6 @@ class StaticDecoder:
         # on a CPU the weights are frozen: constants of the compiled code, so inductor packs bf16 ones into oneDNN's
         # layout once (speed/packed.py does the same for the eager step); read while tracing, so set then
         self.freezing = compile and on_cpu
-        # the head, the one large product, runs inside the compiled step, except a float32 one on a CPU: inductor
-        # would multiply it with MKL's product, slower here than the packed oneDNN one its eager call uses
-        # (speed/packed.py); a bf16 one it packs for oneDNN itself (docs/speed.md has both measurements)
-        self.head_in_step = not (compile and on_cpu and model.head.weight.dtype == torch.float32)
         # the column, kept on the device, and the cache it counts for (a weak reference: it need not outlive generate)
         self.col, self.cache, self.expected = None, lambda: None, None
         self.traced = set()  # the inputs' shapes the compiled step has been traced for
@@ -130,11 +122,11 @@ class StaticDecoder:
         self.expected = cache.pos + 1
         idx = idx.new_empty(idx.shape).copy_(idx)  # (B, 1) with its own strides: a slice's would change each step
         k, v = [slot.k for slot in cache.layers], [slot.v for slot in cache.layers]  # n_layer x (B, H, L, D)
-        args = (self.model, idx, k, v, self.col, cache.valid, self.head_in_step)
-        out = self.step(*args) if self.step is decode_step else self.compiled(args, (idx.shape, k[0].shape,
-                                                                                    k[0].dtype, cache.valid is None))
+        args = (self.model, idx, k, v, self.col, cache.valid)
+        logits = self.step(*args) if self.step is decode_step else self.compiled(args, (idx.shape, k[0].shape,
+                                                                                       k[0].dtype, cache.valid is None))
         cache.advance(1)
-        return out if self.head_in_step else self.model.logits(out)  # (B, V)
+        return logits
 
     def compiled(self, args, shapes):
         """The compiled step. Its first call with these shapes traces it, with every guard checked. After that

@@ -1,17 +1,19 @@
-"""A decoding step's small products and its one-query attention, written as loops the compiler fuses.
+"""A decoding step's one-row products and its one-query attention, written as loops the compiler fuses.
 
 At batch 1 a decoding step multiplies one row by each weight matrix and attends with one query. At small widths each
 of those is little arithmetic (a 128 x 384 product is 49k multiply-adds), yet called from a compiled step as an
 external kernel (oneDNN's product, torch's fused attention) each still pays that kernel's fixed cost per call: its
 setup and the start and join of its threads, which at these sizes is most of the time. Written as a broadcast
 multiply and a sum, the same product is a loop inductor generates itself, fused with the norms and additions around
-it; so is attention for one query: its scores are a sum over D, its output a sum over the keys.
+it; so is attention for one query: its scores are a sum over D, its output a sum over the keys. A large weight is
+a stream from memory either way; which code streams it faster depends on its dtype (below).
 
 `OneTokenLoops` is a TorchFunctionMode for the compiled decoding step (inference/decode_step.py): inside it, while
 torch.compile traces for a CPU,
-- F.linear of one row by a weight of at most MAX_LOOP_WEIGHT elements becomes `(x * W).sum(-1)`. A larger weight,
-  such as a 50k-token vocabulary's head, keeps its kernel, which streams a weight that large from memory faster
-  (the decoding step applies its head outside the compiled code anyway);
+- F.linear of one row becomes `(x * W).sum(-1)`: always for a float32 weight, whose kernel in compiled code is MKL's
+  product, slower at one row than the loop at every size measured, the vocabulary's head included; for a bf16 or
+  float16 weight up to MAX_HALF_LOOP_WEIGHT elements, above which oneDNN's bf16 product (inductor packs the weight
+  for it) was as fast or faster;
 - F.scaled_dot_product_attention of one query with a boolean mask (or none), no dropout and the default scale
   becomes the formula over the keys;
 and every other call runs as it is. Eager calls are never touched: outside a trace it changes nothing.
@@ -26,9 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-# elements: every weight of a model up to 512 wide. At 768 wide (weights of 0.6-2.4M elements) the step was faster with
-# the larger ones left to oneDNN (docs/speed.md)
-MAX_LOOP_WEIGHT = 1 << 20
+# elements: every block weight of a half-precision model up to 512 wide. At 768 wide in bf16 (weights of 0.6-2.4M
+# elements) the step was faster with the larger ones left to oneDNN (docs/speed.md)
+MAX_HALF_LOOP_WEIGHT = 1 << 20
+
+
+def as_loop(weight) -> bool:
+    """Whether a one-row product with this weight is computed as a loop (see the module's docstring)."""
+    return weight.dtype in (torch.float32, torch.float64) or weight.numel() <= MAX_HALF_LOOP_WEIGHT
 
 
 def accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -65,17 +72,16 @@ def _sdpa_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
 
 
 class OneTokenLoops(TorchFunctionMode):
-    """with OneTokenLoops(): ... - small one-row products and one-query attention as loops, while tracing for a
-    CPU (see the module's docstring)."""
+    """with OneTokenLoops(): ... - one-row products and one-query attention as loops, while tracing for a CPU (see
+    the module's docstring)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if torch.compiler.is_compiling():
             if func is F.linear:
                 x, weight, bias = _linear_args(*args, **kwargs)
-                if x.device.type == "cpu" and x.shape[:-1].numel() == 1:
-                    if weight.numel() <= MAX_LOOP_WEIGHT:
-                        return one_row_linear(x, weight, bias)
+                if x.device.type == "cpu" and x.shape[:-1].numel() == 1 and as_loop(weight):
+                    return one_row_linear(x, weight, bias)
             elif func is F.scaled_dot_product_attention:
                 q, k, v, mask, simple = _sdpa_args(*args, **kwargs)
                 if simple and q.device.type == "cpu" and q.size(-2) == 1:

@@ -74,9 +74,9 @@ def test_the_mode_rewrites_one_row_products_and_one_query_attention_while_tracin
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-6, atol=1e-6)
 
 
-def test_the_mode_keeps_the_kernels_elsewhere(monkeypatch):
-    """Two rows (a prefill), two queries, a weight above MAX_LOOP_WEIGHT: traced as they are. Outside a trace the
-    mode changes nothing, bit for bit."""
+def test_the_mode_keeps_the_kernels_elsewhere():
+    """Two rows (a prefill) and two queries: traced as they are. Outside a trace the mode changes nothing, bit for
+    bit."""
     x2, w, q, k = data((1, 2, 48), (80, 48), (1, 2, 2, 8), (1, 2, 6, 8), dtype=torch.float32)
 
     def step(x, q, k):
@@ -85,11 +85,20 @@ def test_the_mode_keeps_the_kernels_elsewhere(monkeypatch):
     gm, _ = traced_graph(step, x2, q, k)
     assert {F.linear, F.scaled_dot_product_attention} <= calls(gm)
 
-    monkeypatch.setattr(one_token, "MAX_LOOP_WEIGHT", 80 * 48 - 1)
-    gm, _ = traced_graph(lambda x: step(x, q[:, :, :1], k)[0], x2[:, :1])
-    assert F.linear in calls(gm)
-
     x1 = x2[:, :1]
     with OneTokenLoops():
         y, out = F.linear(x1, w), F.scaled_dot_product_attention(q[:, :, :1], k, k)
     assert torch.equal(y, F.linear(x1, w)) and torch.equal(out, F.scaled_dot_product_attention(q[:, :, :1], k, k))
+
+
+@pytest.mark.parametrize("dtype, loop", [(torch.bfloat16, False), (torch.float32, True)])
+def test_a_large_weight_is_a_loop_in_float32_only(monkeypatch, dtype, loop):
+    """Above MAX_HALF_LOOP_WEIGHT a bf16 product keeps oneDNN's kernel; a float32 one is a loop at every size."""
+    x, w = data((1, 1, 48), (80, 48), dtype=dtype)
+    monkeypatch.setattr(one_token, "MAX_HALF_LOOP_WEIGHT", 80 * 48 - 1)
+
+    def step(x):
+        with OneTokenLoops():
+            return F.linear(x, w)
+    gm, _ = traced_graph(step, x)
+    assert (F.linear not in calls(gm)) == loop
