@@ -21,6 +21,7 @@ import torch
 from model import GPT, GPTConfig
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
+from speed.one_token import OneTokenLoops
 
 from . import nanogpt_ref
 from .rounds import alternated
@@ -39,7 +40,7 @@ def ours(pos_emb: str, shape=SHAPE, weights: str = "float32", compile: bool = Fa
         quantize(model, "int8")
     elif weights == "bfloat16":
         model = model.to(torch.bfloat16)
-    decoder = StaticDecoder(model, compile=True) if compile else None
+    decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops) if compile else None  # as sample.py compiles it
     return lambda prompt, n: generate(model, prompt, n, temperature=0.0, decoder=decoder)
 
 

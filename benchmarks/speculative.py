@@ -19,6 +19,7 @@ import torch
 from common.flags import config_from_argv
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
+from speed.one_token import OneTokenLoops
 from inference.speculative import speculative_stream
 from inference.checkpoint import in_folder_or_file, load_for_inference
 
@@ -64,7 +65,7 @@ def main(argv) -> None:
                                                                   decoder=decoder, **sampling)]
     runners = {"plain cached loop (eager)": plain()}
     if bc.compile:
-        runners["plain cached loop (compiled step)"] = plain(StaticDecoder(model, compile=True))
+        runners["plain cached loop (compiled step)"] = plain(StaticDecoder(model, compile=True, mode=OneTokenLoops))
     kept = {}
     for k in ks:
         kept[k] = {}
