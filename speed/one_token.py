@@ -60,15 +60,15 @@ def one_query_attention(q, k, v, mask=None):
     return (weights.unsqueeze(-1) * v).sum(-2, keepdim=True).to(q.dtype)  # (B, H, S, D) -> (B, H, 1, D)
 
 
-def _linear_args(x, weight, bias=None):
-    return x, weight, bias
+def _linear_args(input, weight, bias=None):  # F.linear's signature, so keywords land where they belong
+    return input, weight, bias
 
 
-def _sdpa_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     simple = (dropout_p == 0.0 and not is_causal and scale is None and not enable_gqa
-              and (attn_mask is None or attn_mask.dtype == torch.bool) and k.shape == v.shape
-              and q.shape[:2] == k.shape[:2])
-    return q, k, v, attn_mask, simple
+              and (attn_mask is None or attn_mask.dtype == torch.bool) and key.shape == value.shape
+              and query.shape[:2] == key.shape[:2])
+    return query, key, value, attn_mask, simple
 
 
 class OneTokenLoops(TorchFunctionMode):
