@@ -66,8 +66,8 @@ def _linear_args(input, weight, bias=None):  # F.linear's signature, so keywords
 
 def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     simple = (dropout_p == 0.0 and not is_causal and scale is None and not enable_gqa
-              and (attn_mask is None or attn_mask.dtype == torch.bool) and key.shape == value.shape
-              and query.shape[:2] == key.shape[:2])
+              and (attn_mask is None or (attn_mask.dtype == torch.bool and attn_mask.dim() == 4))
+              and query.dim() == 4 and key.shape == value.shape and query.shape[:2] == key.shape[:2])
     return query, key, value, attn_mask, simple
 
 
