@@ -7,8 +7,8 @@
 linear weights are packed once into oneDNN's layout (speed/packed.py; `--pack_weights=false` is the off switch).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the
 same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
-seconds, once per run); on a CPU its small products and its attention are loops the compiler fuses
-(speed/one_token.py; `--step_loops=false` is the off switch).
+seconds, once per run); on a CPU its one-row products (all float32 ones, bf16 ones up to 2^20 weights) and its
+attention are loops the compiler fuses (speed/one_token.py; `--step_loops=false` is the off switch).
 `--draft=out-small` decodes speculatively (inference/speculative.py): a small checkpoint trained on the same tokens
 guesses `--draft_tokens` ahead and the model checks them in one forward; greedy gives the model's own text.
 `--batch=true` draws the `--num_samples` samples as one batch and prints each when all are done (the default on a
@@ -75,8 +75,8 @@ class SampleConfig:
     pack_weights: bool = True  # float32/bf16 linear weights in oneDNN's packed layout on an x86 CPU (speed/packed.py)
     compile: bool | None = None  # torch.compile the one-token decoding step (inference/decode_step.py); needs
     #                              kv_cache. None: on for a cached decoder on CUDA, off elsewhere
-    step_loops: bool = True  # on a CPU the compiled step computes its small products and its one-query attention
-    #                          as loops of its own, not oneDNN's and SDPA's kernels (speed/one_token.py)
+    step_loops: bool = True  # on a CPU the compiled step computes its one-row products and its one-query attention
+    #                          as loops of its own, not oneDNN's, MKL's and SDPA's kernels (speed/one_token.py)
     batch: bool | None = None  # draw the num_samples samples as one batch, each printed when all are done (instead
     #                            of one after another, streamed); None: on CUDA
     draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (inference/speculative.py)

@@ -8,10 +8,10 @@ file), exported by `python -m interop.export --to_gguf` and loaded by llama-cpp-
 
     ours f32             inference.generate's cached loop, float32 weights and sample.py's default speed levers
                          (speed.apply, and the linear weights packed for oneDNN: speed/packed.py)
-    ours f32 compiled    the same with the torch.compile'd one-token step (sample.py --compile=true), its small
+    ours f32 compiled    the same with the torch.compile'd one-token step (sample.py --compile=true), its one-row
                          products and attention as loops of its own (speed/one_token.py)
-    ... compiled kernels the compiled step calling oneDNN's and SDPA's kernels instead (--step_loops=false): the
-                         ablation, with --kernels=true
+    ... compiled kernels the compiled step calling oneDNN's, MKL's and SDPA's kernels instead (--step_loops=false):
+                         the ablation, with --kernels=true
     ours bf16            the same with every weight in bfloat16, a bf16 cache too (sample.py --dtype=bfloat16)
     ours bf16 compiled   and its compiled step (sample.py --dtype=bfloat16 --compile=true)
     llama.cpp f32 / f16  the GGUF file in float32 / float16 (its f16 matmuls on this CPU), through Llama.generate
@@ -58,7 +58,7 @@ class LlamaBench:
     threads: int | None = None  # None: torch's count, given to llama.cpp too
     compiled: bool = True  # also time our compiled step (its compile is a warm-up, not timed)
     unpacked: bool = False  # also time our eager loop without packed weights (--pack_weights=false): the ablation
-    kernels: bool = False  # also time our compiled step calling oneDNN's and SDPA's kernels (--step_loops=false)
+    kernels: bool = False  # also time our compiled step calling the external kernels (--step_loops=false)
 
 
 def timed(tokens):

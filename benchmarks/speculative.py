@@ -19,9 +19,9 @@ import torch
 from common.flags import config_from_argv
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
-from speed.one_token import OneTokenLoops
 from inference.speculative import speculative_stream
 from inference.checkpoint import in_folder_or_file, load_for_inference
+from speed.one_token import OneTokenLoops
 
 from .rounds import alternated
 from inference.generate import generate_stream
