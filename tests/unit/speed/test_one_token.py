@@ -70,6 +70,8 @@ def test_the_mode_rewrites_one_row_products_and_one_query_attention_while_tracin
             return F.linear(x, w, b), F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     gm, (y, out) = traced_graph(step, x, q, k, v)
     assert F.linear not in calls(gm) and F.scaled_dot_product_attention not in calls(gm)
+    torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-6, atol=1e-6)
 
     def by_keyword(x, q, k, v):  # F.linear's and SDPA's own argument names
         with OneTokenLoops():
@@ -77,8 +79,6 @@ def test_the_mode_rewrites_one_row_products_and_one_query_attention_while_tracin
                     F.scaled_dot_product_attention(query=q, key=k, value=v, attn_mask=mask))
     gm, _ = traced_graph(by_keyword, x, q, k, v)
     assert F.linear not in calls(gm) and F.scaled_dot_product_attention not in calls(gm)
-    torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-6, atol=1e-6)
 
 
 def test_the_mode_keeps_the_kernels_elsewhere():
