@@ -4,7 +4,8 @@ Workers are processes (fork where available), each holding its own tokenizer; ba
 characters go out in order and come back in order, and at most 2 batches per worker are in flight, so memory does
 not grow with the corpus. Each text is encoded on its own, so the tokens do not depend on the batching or on the
 number of workers: 1 worker and N workers write the same bytes. Measured in benchmarks/prepare.py: processes beat
-tiktoken's threaded `encode_ordinary_batch` on the same texts (see docs/data.md for the figures).
+tiktoken's threaded `encode_ordinary_batch` on the same texts (see docs/data.md for the figures). GPT-2 and bpe
+tokens come from a WordCache (data/word_cache.py): tiktoken's tokens, each word's encoded once per worker.
 """
 import multiprocessing as mp
 from collections import deque
@@ -13,11 +14,13 @@ import numpy as np
 
 from data.split import is_val_hash
 from data.tokenizer import CharTokenizer, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes
+from data.word_cache import WordCache
 
 BATCH_CHARS = 4 << 20  # ~4 MB of text per task: big enough to hide the hand-off, small enough to bound memory
 IN_FLIGHT_PER_WORKER = 2
 
 _TOKENIZER = None  # this worker's tokenizer, built once by _init
+_WORDS = None  # this worker's WordCache for a tiktoken tokenizer, built at its first batch
 
 
 def make_tokenizer(spec: tuple):
@@ -33,16 +36,19 @@ def make_tokenizer(spec: tuple):
 def _init(spec: tuple, tok=None):
     """A worker's start: a forked worker is handed the parent's tokenizer (nothing is copied or loaded), a spawned
     one builds its own from the spec."""
-    global _TOKENIZER
-    _TOKENIZER = tok if tok is not None else make_tokenizer(spec)
+    global _TOKENIZER, _WORDS
+    _TOKENIZER, _WORDS = (tok if tok is not None else make_tokenizer(spec)), None
 
 
-def _encode_one(tok, text: str, dtype) -> np.ndarray:
-    if isinstance(tok, CharTokenizer):
-        return tok.encode_array(text).astype(dtype)  # vectorised
-    # encode_ordinary's tokens (special-token text is plain text: none allowed, none refused) straight into an array,
-    # without the Python list of ints that np.array would then convert
-    return tok.encoding.encode_to_numpy(text, disallowed_special=()).astype(dtype, copy=False)
+def _encode(texts: list[str], dtype) -> list[np.ndarray]:
+    global _WORDS
+    if isinstance(_TOKENIZER, CharTokenizer):
+        return [_TOKENIZER.encode_array(t).astype(dtype) for t in texts]  # vectorised
+    # encode_ordinary's tokens (special-token text is plain text: none allowed, none refused), each word's BPE
+    # remembered from its first time (data/word_cache.py)
+    if _WORDS is None or _WORDS.dtype != np.dtype(dtype):
+        _WORDS = WordCache(_TOKENIZER.encoding, dtype)
+    return _WORDS.encode(texts)
 
 
 def peak_rss_mb() -> int:
@@ -58,8 +64,8 @@ def peak_rss_mb() -> int:
 
 def encode_batch(texts: list[str], dtype: str, with_hash: list[bool]) -> tuple[list[tuple], int]:
     """([(tokens, UTF-8 bytes, is_val_hash or None)] for each text, this worker's peak RSS in MB)."""
-    return [(_encode_one(_TOKENIZER, t, dtype), utf8_len(t),
-             is_val_hash(t) if h else None) for t, h in zip(texts, with_hash)], peak_rss_mb()
+    return [(tokens, utf8_len(t), is_val_hash(t) if h else None)
+            for tokens, t, h in zip(_encode(texts, dtype), texts, with_hash)], peak_rss_mb()
 
 
 def utf8_len(text: str) -> int:
