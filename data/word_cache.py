@@ -13,19 +13,24 @@ words, hashing and looking them up are numpy operations on a whole batch of text
 
 The table keys are a word's bytes themselves (up to KEY_BYTES of them, compared in full: no hash collision can give a
 wrong word), so the tokens are tiktoken's exactly; tests/unit/data/test_word_cache.py checks them against tiktoken on
-random text of every kind of character. Longer words, texts with non-ASCII characters, and encodings whose pattern is
-not GPT-2's go to tiktoken itself.
+random text of every kind of character. Longer words, texts with whitespace beyond ASCII's, and encodings whose
+pattern is not GPT-2's go to tiktoken itself.
 """
+import re
+
 import numpy as np
 import tiktoken
 
 # The GPT-2 ("r50k") pattern as tiktoken spells it now, and as older releases spelled it: the same pieces
 GPT2_PATTERNS = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",
                  r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
-# The pattern's \s is Unicode's White_Space; in ASCII that is these six (not Python's \s, which adds \x1c-\x1f)
-WHITE_SPACE = "\t\n\x0b\x0c\r "
-ASCII_SPACE = np.zeros(256, dtype=bool)
-ASCII_SPACE[[ord(c) for c in WHITE_SPACE]] = True
+# The pattern's \s is Unicode's White_Space. In ASCII that is these six (not Python's \s, which adds \x1c-\x1f);
+# a text with any of the others, or with half a surrogate pair (no UTF-8), goes to tiktoken whole. In UTF-8 no byte
+# of a non-ASCII character is an ASCII byte, so the words are found in the bytes.
+SPACE_BYTES = b"\t\n\x0b\x0c\r "
+IS_SPACE = np.zeros(256, dtype=bool)
+IS_SPACE[list(SPACE_BYTES)] = True
+NOT_FOR_WORDS = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ud800-\udfff]")
 
 KEY_BYTES = 16  # a word is a key of two little-endian uint64s (its first 16 bytes) and its length
 TABLE_BITS = 20  # 2^20 slots, at most half of them used: ~1-2 probes a lookup
@@ -51,23 +56,23 @@ class WordCache:
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         out = [None] * len(texts)
-        fast = [i for i, t in enumerate(texts) if self.applies and t.isascii()]
-        for i in sorted(set(range(len(texts))) - set(fast)):
+        by_words = [i for i, t in enumerate(texts) if self.applies and (t.isascii() or not NOT_FOR_WORDS.search(t))]
+        for i in sorted(set(range(len(texts))) - set(by_words)):
             out[i] = self._tiktoken(texts[i])
-        if fast:
-            for i, tokens in zip(fast, self._encode_ascii([texts[i] for i in fast])):
+        if by_words:
+            for i, tokens in zip(by_words, self._encode_by_words([texts[i].encode() for i in by_words])):
                 out[i] = tokens
         return out
 
-    def _encode_ascii(self, texts: list[str]) -> list[np.ndarray]:
-        joined = "".join(texts)
+    def _encode_by_words(self, texts: list[bytes]) -> list[np.ndarray]:
+        joined = b"".join(texts)  # UTF-8
         n = len(joined)
         if n == 0:
             return [np.zeros(0, dtype=self.dtype) for _ in texts]
         text_starts = np.cumsum([0] + [len(t) for t in texts])  # (texts + 1,): where each text starts, then n
         # A word starts where a text starts, and at whitespace after non-whitespace inside a text
-        buf = np.frombuffer(joined.encode("ascii") + bytes(2 * KEY_BYTES), dtype=np.uint8)
-        space = ASCII_SPACE[buf[:n]]
+        buf = np.frombuffer(joined + bytes(2 * KEY_BYTES), dtype=np.uint8)
+        space = IS_SPACE[buf[:n]]
         first = np.zeros(n + 1, dtype=bool)
         first[1:n] = space[1:] & ~space[:-1]
         first[text_starts] = True
@@ -154,19 +159,19 @@ class WordCache:
             left[won] = False
             todo, slot = todo[left], (slot[left] + 1) & mask
 
-    def _encode_words(self, words: list[str]):
+    def _encode_words(self, words: list[bytes]):
         """(tokens, start, count): the words' tokens in one array, and where each word's are. Words that start with
         whitespace and end without it are encoded in one tiktoken call: joined, each join is a cut like those inside
         a text. The others (a text's first word, a text's final whitespace) are encoded one by one."""
-        joinable = [i for i, w in enumerate(words) if w[0] in WHITE_SPACE and w[-1] not in WHITE_SPACE]
+        joinable = [i for i, w in enumerate(words) if w[0] in SPACE_BYTES and w[-1] not in SPACE_BYTES]
         alone = sorted(set(range(len(words))) - set(joinable))
-        parts = [self._tiktoken("".join(words[i] for i in joinable))]
+        parts = [self._tiktoken(b"".join(words[i] for i in joinable).decode())]
         ends = np.cumsum(self.token_bytes[parts[0]])  # byte offset after each token
         cuts = np.searchsorted(ends, np.cumsum([len(words[i]) for i in joinable]), side="right")
         count = np.zeros(len(words), dtype=np.int64)
         count[joinable] = np.diff(cuts, prepend=0)
         for i in alone:
-            parts.append(self._tiktoken(words[i]))
+            parts.append(self._tiktoken(words[i].decode()))
             count[i] = len(parts[-1])
         order = np.array(joinable + alone, dtype=np.int64)  # the words in the order their tokens are laid out
         start = np.zeros(len(words), dtype=np.int64)

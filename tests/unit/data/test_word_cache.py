@@ -14,7 +14,9 @@ from data.word_cache import WordCache
 # Every ASCII character, with Unicode's six ASCII whitespace characters, Python's other \s characters (\x1c-\x1f,
 # not whitespace to GPT-2) and the characters of contractions given more weight
 ALPHABET = ([chr(i) for i in range(128)] + list("\t\n\x0b\x0c\r    ") * 6 + list("\x1c\x1d\x1e\x1f") * 3 +
-            list("'''sdmtlvre") * 4 + list("aZ09.,!") * 4)
+            list("'''sdmtlvre") * 4 + list("aZ09.,!") * 4 +
+            # letters, a combining mark, digits, symbols, an emoji; invisible characters that are not whitespace
+            list("\xe9\xdf\u4e2d\u0301\u0663\xb2\u20ac\U0001F600\u200b\u180e\ufeff\u2019"))
 WORDS = [" the", "'s", "'ll", " 's", "\n\n", "  ", " \n", "\r\n", "123", " 4567", "...", "<|endoftext|>",
          "supercalifragilisticexpialidocious", " " * 20, "\t \x0b", "x\x1c y", "café", " naïve", "中文", "\u2003",
          "\xa0"]
@@ -100,9 +102,13 @@ def test_python_whitespace_that_is_not_gpt2s():
     check(WordCache(enc, np.uint16), ["a!\x1c?\x1f b", "!\x1c?\x1f!\x1c?\x1f", " \x1c?", "x\x1d\x1e\x1f"])
 
 
-def test_non_ascii_texts_beside_ascii_ones(gpt2):
-    texts = ["plain text", "caf\u00e9 au lait", "more plain text", "\u3000 wide space", "emoji \U0001F600 here"]
-    check(WordCache(gpt2, np.uint16), texts)
+@pytest.mark.parametrize("space", list("\x85\xa0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000"))
+def test_unicode_whitespace_goes_to_tiktoken(space):
+    """Whitespace beyond ASCII's joins the ASCII whitespace next to it in one piece, which the byte rule would cut:
+    with a merge across the two, such a text is right only from tiktoken itself."""
+    enc = bpe_tokenizer(train_bpe([(space + " ") * 50], 256 + 4, GPT2_PATTERN)).encoding
+    assert len(enc.encode_ordinary(space + " ")) == 1
+    check(WordCache(enc, np.uint16), [f"x{space} ", f"x{space}  y", "plain text", "caf\u00e9 au lait"])
 
 
 def test_a_trained_bpe_with_gpt2s_pattern():
