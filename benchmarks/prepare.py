@@ -3,6 +3,7 @@
 
     python -m benchmarks.prepare --sizes=100,1000 --formats=txt,jsonl,parquet --tokenizers=char,gpt2
     python -m benchmarks.prepare --sizes=4000 --formats=jsonl --tokenizers=gpt2 --workers=0 --train=true
+    python -m benchmarks.prepare --sizes= --encoder=20    # the gpt2 encoder alone: word cache vs tiktoken, 20 MB
 
 Corpora are documents of Shakespeare's text (1-40 consecutive paragraphs of a random work, seeded), written under
 --tmp and deleted afterwards, like the prepared folders. Each prepare runs as its own process; its wall time,
@@ -76,9 +77,9 @@ def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
     return path
 
 
-def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path) -> dict:
+def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path, word_cache: bool = True) -> dict:
     cmd = [sys.executable, str(ROOT / "data" / "prepare.py"), f"--input={corpus}", f"--tokenizer={tokenizer}",
-           f"--workers={workers}", f"--data_root={root}", "--progress=false"]
+           f"--workers={workers}", f"--data_root={root}", "--progress=false", f"--word_cache={word_cache}"]
     import resource
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -173,6 +174,48 @@ def diverse(doc: str, rng: random.Random) -> str:
     return " ".join(mutate(w) for w in doc.split(" "))
 
 
+def encoder_compare(paras, size_mb: int, rounds: int = 3):
+    """The gpt2 encoder alone, one thread: data/word_cache.py against tiktoken's encode on the same texts, in ~4 MB
+    batches as prepare hands them out, on three kinds of text. The word cache's first pass starts from an empty
+    table; "known words" encodes the same texts again. Rounds alternate; each figure is the best round. The tokens
+    are checked equal to tiktoken's."""
+    import numpy as np
+    from data.word_cache import WordCache
+    enc = gpt2_tokenizer().encoding
+    rng = random.Random(0)
+    base = list(documents(paras, size_mb * MB, seed=2))
+    kinds = {"Shakespeare's paragraphs": base,
+             "web-like (half the words with a random letter inserted)": [diverse(d, rng) for d in base],
+             "Shakespeare with curly apostrophes (nearly every text non-ASCII)":
+                 [d.replace("'", "\u2019") for d in base]}
+    for name, docs in kinds.items():
+        batches, batch, size = [], [], 0
+        for d in docs:
+            batch.append(d)
+            size += len(d)
+            if size >= 4 << 20:
+                batches.append(batch)
+                batch, size = [], 0
+        batches.append(batch)
+        n = sum(len(d.encode()) for d in docs) / MB
+        best = {"tiktoken": 0.0, "first pass": 0.0, "known words": 0.0}
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            expected = [enc.encode_to_numpy(d, disallowed_special=()) for d in docs]
+            best["tiktoken"] = max(best["tiktoken"], n / (time.perf_counter() - t0))
+            cache = WordCache(enc, np.uint16)
+            for label in ("first pass", "known words"):
+                t0 = time.perf_counter()
+                got = [tokens for b in batches for tokens in cache.encode(b)]
+                best[label] = max(best[label], n / (time.perf_counter() - t0))
+            if not all(np.array_equal(a, b) for a, b in zip(got, expected)):
+                raise SystemExit(f"word cache tokens differ from tiktoken's on {name}")
+        print(f"encoder on {size_mb} MB of {name}: tiktoken {best['tiktoken']:.1f} MB/s; word cache first pass "
+              f"{best['first pass']:.1f} MB/s ({best['first pass'] / best['tiktoken']:.2f}x), known words "
+              f"{best['known words']:.1f} MB/s ({best['known words'] / best['tiktoken']:.2f}x); "
+              f"{cache.words:,} distinct words of up to 16 bytes; tokens equal", flush=True)
+
+
 def bpe_compare(paras, sizes_mb, vocab: int = 2048):
     from data.bpe import train_bpe
     from data.bpe_fast import train_bpe_fast
@@ -226,8 +269,10 @@ class PrepareBenchConfig:
     formats: str = "txt,jsonl,parquet"
     tokenizers: str = "char,gpt2"
     workers: str = "1,0"  # 0: one per core
+    word_cache: str = "true"  # prepare's --word_cache for gpt2; "true,false" adds the rows without it (the ablation)
     tmp: str = "/tmp/prepare-bench"
     bpe: str = ""  # also compare BPE trainers on these sizes in MB, e.g. 10,100
+    encoder: int = 0  # also compare the gpt2 encoder alone (word cache vs tiktoken) on this many MB, e.g. 20
     train: bool = False  # train.py 200 steps on the largest jsonl corpus
     keep: bool = False  # keep the corpora and prepared folders
 
@@ -249,30 +294,35 @@ def main(argv):
     baseline = Baseline(sample)
     if a.bpe:
         bpe_compare(paras, [int(s) for s in a.bpe.split(",")])
-    print(f"{'corpus':>22} {'tok':>5} {'workers':>7} {'wall s':>8} {'MB/s':>7} {'tokens':>14} {'shards':>6} "
-          f"{'RSS main MB':>11} {'RSS worker MB':>13} {'CPU s':>7} {'main CPU s':>10} {'tiktoken':>8} "
+    if a.encoder:
+        encoder_compare(paras, a.encoder)
+    print(f"{'corpus':>22} {'tok':>5} {'cache':>5} {'workers':>7} {'wall s':>8} {'MB/s':>7} {'tokens':>14} "
+          f"{'shards':>6} {'RSS main MB':>11} {'RSS worker MB':>13} {'CPU s':>7} {'main CPU s':>10} {'tiktoken':>8} "
           f"{'x tiktoken':>10} {'goal':>7}",
           flush=True)
-    for size in map(int, a.sizes.split(",")):
+    for size in [int(x) for x in a.sizes.split(",") if x]:
         for fmt in a.formats.split(","):
             corpus = write_corpus(paras, fmt, size, tmp)
-            for tok in a.tokenizers.split(","):
-                for workers in map(int, a.workers.split(",")):
-                    root = tmp / "root"
-                    r = run_prepare(corpus, tok, workers, root)
-                    m, t = r["meta"], r["meta"]["timing"]
-                    mbs = corpus.stat().st_size / MB / r["wall"]
-                    tiktoken_mbs = baseline.around()  # tiktoken's one thread on the same kind of text, next to it
-                    ratio = mbs / tiktoken_mbs
-                    goal = GOALS.get(t["workers"])
-                    met = "" if goal is None else f">={goal}x " + ("yes" if ratio >= goal else "no")
-                    print(f"{corpus.name:>22} {tok:>5} {t['workers']:>7} {r['wall']:>8.1f} {mbs:>7.1f} "
-                          f"{m['train_tokens'] + m['val_tokens']:>14,} {len(m['shards']['train']):>6} "
-                          f"{t['peak_rss_mb']['main']:>11} {t['peak_rss_mb']['worker']:>13} {r['cpu']:>7.1f} "
-                          f"{t['main_cpu_s']:>10.1f} {tiktoken_mbs:>8.2f} {ratio:>9.2f}x {met:>7}", flush=True)
-                    keep_for_training = a.train and fmt == "jsonl" and tok == "gpt2"
-                    if not keep_for_training:
-                        shutil.rmtree(r["out"])
+            runs = [(tok, cache, w) for tok in a.tokenizers.split(",")
+                    for cache in ([c == "true" for c in a.word_cache.split(",")] if tok != "char" else [True])
+                    for w in map(int, a.workers.split(","))]
+            for tok, cache, workers in runs:
+                root = tmp / "root"
+                r = run_prepare(corpus, tok, workers, root, cache)
+                m, t = r["meta"], r["meta"]["timing"]
+                mbs = corpus.stat().st_size / MB / r["wall"]
+                tiktoken_mbs = baseline.around()  # tiktoken's one thread on the same kind of text, next to it
+                ratio = mbs / tiktoken_mbs
+                goal = GOALS.get(t["workers"])
+                met = "" if goal is None else f">={goal}x " + ("yes" if ratio >= goal else "no")
+                label = "-" if tok == "char" else "yes" if cache else "no"
+                print(f"{corpus.name:>22} {tok:>5} {label:>5} {t['workers']:>7} {r['wall']:>8.1f} {mbs:>7.1f} "
+                      f"{m['train_tokens'] + m['val_tokens']:>14,} {len(m['shards']['train']):>6} "
+                      f"{t['peak_rss_mb']['main']:>11} {t['peak_rss_mb']['worker']:>13} {r['cpu']:>7.1f} "
+                      f"{t['main_cpu_s']:>10.1f} {tiktoken_mbs:>8.2f} {ratio:>9.2f}x {met:>7}", flush=True)
+                keep_for_training = a.train and fmt == "jsonl" and tok == "gpt2"
+                if not keep_for_training:
+                    shutil.rmtree(r["out"])
             if a.train and fmt == "jsonl":
                 train_startup(corpus, tmp / "root", "gpt2")
             if not a.keep:

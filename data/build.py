@@ -151,7 +151,8 @@ class Build:
         items = itertools.islice(self.items(bad), done, None)
         want_hash = (lambda i: i.first) if self.split == "docs" else (lambda i: False)
         self.peak = {}
-        for batch, results in encode_stream(items, spec, tok, dtype.name, self.cfg.n_workers, want_hash, self.peak):
+        for batch, results in encode_stream(items, spec, tok, dtype.name, self.cfg.n_workers, want_hash, self.peak,
+                                            self.cfg.word_cache):
             n_shards = sum(len(w.shards) for w in writers.values())
             # A batch's tokens are gathered per split and written at once: a write per document is thousands of
             # small calls in the main process, which the workers wait on

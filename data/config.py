@@ -35,6 +35,8 @@ class PrepareConfig:
     text_field: str = "text"  # the JSON key / parquet column that holds each document's text
     val_tokens: int = 10_000_000  # split=docs: validation stops at this many tokens; later val documents are dropped
     workers: int = 0  # tokenizing processes; 0: one per CPU core (the output is the same for any number)
+    word_cache: bool = True  # gpt2/bpe: each distinct word encoded once, then looked up (data/word_cache.py);
+    #                          false: tiktoken encodes every text (the same tokens, for timing the difference)
     shard_tokens: int = 100_000_000  # tokens per shard file (the last shard of a split holds the rest)
     on_bad: str = "stop"  # a bad document (invalid UTF-8, malformed JSON, empty): 'stop' with its location,
     #                       or 'skip' it

@@ -20,6 +20,7 @@ BATCH_CHARS = 4 << 20  # ~4 MB of text per task: big enough to hide the hand-off
 IN_FLIGHT_PER_WORKER = 2
 
 _TOKENIZER = None  # this worker's tokenizer, built once by _init
+_WORD_CACHE = True  # whether gpt2/bpe texts go through a WordCache (prepare's --word_cache)
 _WORDS = None  # this worker's WordCache for a tiktoken tokenizer, built at its first batch
 
 
@@ -33,17 +34,19 @@ def make_tokenizer(spec: tuple):
     return bpe_tokenizer(ranks_from_bytes(spec[1]))
 
 
-def _init(spec: tuple, tok=None):
+def _init(spec: tuple, tok=None, word_cache: bool = True):
     """A worker's start: a forked worker is handed the parent's tokenizer (nothing is copied or loaded), a spawned
     one builds its own from the spec."""
-    global _TOKENIZER, _WORDS
-    _TOKENIZER, _WORDS = (tok if tok is not None else make_tokenizer(spec)), None
+    global _TOKENIZER, _WORDS, _WORD_CACHE
+    _TOKENIZER, _WORDS, _WORD_CACHE = (tok if tok is not None else make_tokenizer(spec)), None, word_cache
 
 
 def _encode(texts: list[str], dtype) -> list[np.ndarray]:
     global _WORDS
     if isinstance(_TOKENIZER, CharTokenizer):
         return [_TOKENIZER.encode_array(t).astype(dtype) for t in texts]  # vectorised
+    if not _WORD_CACHE:  # encode_ordinary's tokens straight into an array, without a Python list of ints
+        return [_TOKENIZER.encoding.encode_to_numpy(t, disallowed_special=()).astype(dtype, copy=False) for t in texts]
     # encode_ordinary's tokens (special-token text is plain text: none allowed, none refused), each word's BPE
     # remembered from its first time (data/word_cache.py)
     if _WORDS is None or _WORDS.dtype != np.dtype(dtype):
@@ -85,18 +88,18 @@ def _batches(items):
         yield batch
 
 
-def encode_stream(items, spec: tuple, tok, dtype: str, workers: int, want_hash, peak: dict):
+def encode_stream(items, spec: tuple, tok, dtype: str, workers: int, want_hash, peak: dict, word_cache: bool = True):
     """Yields (batch of items, their encode_batch results) in input order. tok: the tokenizer `spec` makes, already
     built; want_hash(item) -> bool; peak["worker"] is kept at the largest worker's peak RSS in MB."""
-    for batch, (results, rss) in _ordered(items, spec, tok, dtype, workers, want_hash):
+    for batch, (results, rss) in _ordered(items, spec, tok, dtype, workers, want_hash, word_cache):
         peak["worker"] = max(peak.get("worker", 0), rss)
         yield batch, results
 
 
-def _ordered(items, spec, tok, dtype, workers, want_hash):
+def _ordered(items, spec, tok, dtype, workers, want_hash, word_cache):
     batches = _batches(items)
     if workers <= 1:
-        _init(spec, tok)
+        _init(spec, tok, word_cache)
         for batch in batches:
             yield batch, encode_batch([i.text for i in batch], dtype, [want_hash(i) for i in batch])
         return
@@ -104,7 +107,7 @@ def _ordered(items, spec, tok, dtype, workers, want_hash):
     fork = "fork" in methods
     ctx = mp.get_context("fork" if fork else "spawn")
     # A forked worker receives initargs in memory; a spawned one would have them pickled, so it gets the spec only
-    with ctx.Pool(workers, initializer=_init, initargs=(spec, tok if fork else None)) as pool:
+    with ctx.Pool(workers, initializer=_init, initargs=(spec, tok if fork else None, word_cache)) as pool:
         pending = deque()
         for batch in batches:
             pending.append((batch, pool.apply_async(encode_batch, ([i.text for i in batch], dtype,

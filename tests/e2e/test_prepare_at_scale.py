@@ -64,6 +64,17 @@ def test_one_and_many_workers_write_the_same_shards(tmp_path, tokenizer):
     assert len(m1["shards"]["train"]) > 2
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_word_cache_writes_tiktokens_shards(tmp_path, workers):
+    """--word_cache=false is tiktoken on every text: the cache changes the speed, not a byte."""
+    src = write_jsonl(tmp_path / "c.jsonl", documents(300) + [
+        "Doc.\n\n  Indented\t\tand  tabs \r\n\r\nEnd.  \n", "  spaces\u3000 and\xa0 more ", "", " x"])
+    kw = dict(input=src, tokenizer="gpt2", shard_tokens=4096, progress=False, workers=workers, on_bad="skip")
+    cached = prepare(**kw, data_root=tmp_path / "cached")
+    plain = prepare(**kw, word_cache=False, data_root=tmp_path / "plain")
+    assert folder_bytes(cached) == folder_bytes(plain) and len(folder_bytes(cached)) > 4
+
+
 def test_documents_are_whole_separated_and_in_input_order(tmp_path):
     docs = documents(200)
     out = prepare(input=write_jsonl(tmp_path / "c.jsonl.gz", docs), tokenizer="gpt2", shard_tokens=2048,
