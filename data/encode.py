@@ -100,8 +100,11 @@ def _ordered(items, spec, tok, dtype, workers, want_hash, word_cache):
     batches = _batches(items)
     if workers <= 1:
         _init(spec, tok, word_cache)
-        for batch in batches:
-            yield batch, encode_batch([i.text for i in batch], dtype, [want_hash(i) for i in batch])
+        try:
+            for batch in batches:
+                yield batch, encode_batch([i.text for i in batch], dtype, [want_hash(i) for i in batch])
+        finally:  # this process goes on (to train, say): it need not keep the word table
+            _init(None, tok)
         return
     methods = mp.get_all_start_methods()
     fork = "fork" in methods
