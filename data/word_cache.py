@@ -43,7 +43,7 @@ class WordCache:
 
     def __init__(self, encoding: tiktoken.Encoding, dtype, table_bits: int = TABLE_BITS):
         self.encoding, self.dtype = encoding, np.dtype(dtype)
-        self.applies = encoding._pat_str in GPT2_PATTERNS
+        self.applies = getattr(encoding, "_pat_str", None) in GPT2_PATTERNS  # a private name: absent, tiktoken
         self.shift, self.max_words = np.uint64(64 - table_bits), 1 << (table_bits - 1)
         n = 1 << table_bits
         # slot -> the word's key (length 0: an empty slot) and where its tokens are in self.tokens
