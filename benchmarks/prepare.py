@@ -174,6 +174,20 @@ def diverse(doc: str, rng: random.Random) -> str:
     return " ".join(mutate(w) for w in doc.split(" "))
 
 
+def random_words(n_bytes: int, doc_lengths: list[int], seed: int = 0) -> list[str]:
+    """Words of 5-12 random letters and digits between single spaces, cut into documents of the given lengths."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", dtype=np.uint8)
+    text = alphabet[rng.integers(0, len(alphabet), n_bytes)]
+    spaces = np.cumsum(rng.integers(6, 14, n_bytes // 6))  # a space after each word of 5-12 characters
+    text[spaces[spaces < n_bytes]] = ord(" ")
+    text = text.tobytes().decode()
+    cuts = np.cumsum(doc_lengths)
+    cuts = cuts[cuts < n_bytes]
+    return [text[a:b] for a, b in zip(np.concatenate([[0], cuts]), np.append(cuts, n_bytes))]
+
+
 def encoder_compare(paras, size_mb: int, rounds: int = 3):
     """The gpt2 encoder alone, one thread: data/word_cache.py against tiktoken's encode on the same texts, in ~4 MB
     batches as prepare hands them out, on three kinds of text. The word cache's first pass starts from an empty
@@ -187,7 +201,9 @@ def encoder_compare(paras, size_mb: int, rounds: int = 3):
     kinds = {"Shakespeare's paragraphs": base,
              "web-like (half the words with a random letter inserted)": [diverse(d, rng) for d in base],
              "Shakespeare with curly apostrophes (nearly every text non-ASCII)":
-                 [d.replace("'", "\u2019") for d in base]}
+                 [d.replace("'", "\u2019") for d in base],
+             "random words of 5-12 letters and digits (nothing repeats: the worst case)":
+                 random_words(size_mb * MB, [len(d) for d in base])}
     for name, docs in kinds.items():
         batches, batch, size = [], [], 0
         for d in docs:

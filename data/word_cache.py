@@ -60,16 +60,17 @@ class WordCache:
         for i in sorted(set(range(len(texts))) - set(by_words)):
             out[i] = self._tiktoken(texts[i])
         if by_words:
-            for i, tokens in zip(by_words, self._encode_by_words([texts[i].encode() for i in by_words])):
+            for i, tokens in zip(by_words, self._encode_by_words([texts[i] for i in by_words])):
                 out[i] = tokens
         return out
 
-    def _encode_by_words(self, texts: list[bytes]) -> list[np.ndarray]:
-        joined = b"".join(texts)  # UTF-8
+    def _encode_by_words(self, texts: list[str]) -> list[np.ndarray]:
+        utf8 = [t.encode() for t in texts]
+        joined = b"".join(utf8)
         n = len(joined)
         if n == 0:
             return [np.zeros(0, dtype=self.dtype) for _ in texts]
-        text_starts = np.cumsum([0] + [len(t) for t in texts])  # (texts + 1,): where each text starts, then n
+        text_starts = np.cumsum([0] + [len(t) for t in utf8])  # (texts + 1,): where each text starts, then n
         # A word starts where a text starts, and at whitespace after non-whitespace inside a text
         buf = np.frombuffer(joined + bytes(2 * KEY_BYTES), dtype=np.uint8)
         space = IS_SPACE[buf[:n]]
@@ -86,8 +87,12 @@ class WordCache:
         src_start[hit], src_count[hit] = self.start[found[hit]], self.count[found[hit]]
         source = self.tokens[:self.used]
         missing = np.flatnonzero(~hit)
+        # Mostly words that cannot be kept (too long, or new while the table is full): tiktoken alone is faster
+        kept_later = 0 if self.words >= self.max_words else np.count_nonzero(lengths[missing] <= KEY_BYTES)
+        if 2 * (len(missing) - kept_later) > len(starts):
+            return [self._tiktoken(t) for t in texts]
         if len(missing):
-            source = self._learn(joined, starts, ends, lengths, lo, hi, missing, src_start, src_count)
+            source = self._learn(buf, starts, lengths, lo, hi, missing, src_start, src_count)
         # Every word's tokens in order: a gather from (table tokens + this batch's new ones)
         tokens = gather(source, src_start, src_count)
         offsets, total = np.cumsum(src_count) - src_count, len(tokens)  # (W,) where each word's tokens are
@@ -122,22 +127,26 @@ class WordCache:
             todo, slot = todo[going], (slot[going] + 1) & mask
         return found
 
-    def _learn(self, joined, starts, ends, lengths, lo, hi, missing, src_start, src_count):
+    def _learn(self, buf, starts, lengths, lo, hi, missing, src_start, src_count):
         """Encode the words not in the table with tiktoken, add the short ones while the table has room, and point
         src_start/src_count at their tokens. Returns the array those point into."""
-        distinct, index = {}, []  # each new word once, in text order; index: which one each missing word is
-        for a, b in zip(starts[missing].tolist(), ends[missing].tolist()):
-            index.append(distinct.setdefault(joined[a:b], len(distinct)))
-        new, new_start, counts = self._encode_words(list(distinct))
-        source = np.concatenate([self.tokens[:self.used], new])
-        index = np.array(index, dtype=np.int64)
-        src_start[missing], src_count[missing] = self.used + new_start[index], counts[index]
-        where = np.zeros(len(distinct), dtype=np.int64)  # a place where each new word occurs: its key
-        where[index] = missing
-        short = np.flatnonzero(lengths[where] <= KEY_BYTES)[:self.max_words - self.words]  # while there is room
+        # Each new short word once (equal keys: the same word), each long one every time it occurs
+        m_lo, m_hi, m_len = lo[missing], hi[missing], lengths[missing]
+        order = np.lexsort((m_len, m_hi, m_lo))  # equal keys side by side
+        head = np.ones(len(order), dtype=bool)  # the first of each run of equal keys
+        head[1:] = ((m_lo[order[1:]] != m_lo[order[:-1]]) | (m_hi[order[1:]] != m_hi[order[:-1]])
+                    | (m_len[order[1:]] != m_len[order[:-1]]))
+        head[m_len[order] > KEY_BYTES] = True  # a long word's key is only its start: never merged
+        which = np.empty(len(order), dtype=np.int64)  # (missing,) the new word each missing word is
+        which[order] = np.cumsum(head) - 1
+        new = missing[order[head]]  # (N,) a place in the text of each new word
+        new_start, counts, tokens = self._encode_words(buf, starts[new], lengths[new])
+        src_start[missing], src_count[missing] = self.used + new_start[which], counts[which]
+        source = np.concatenate([self.tokens[:self.used], tokens])
+        short = np.flatnonzero(lengths[new] <= KEY_BYTES)[:self.max_words - self.words]  # while there is room
         if len(short):
-            w = where[short]
-            self._insert(lo[w], hi[w], lengths[w], gather(new, new_start[short], counts[short]), counts[short])
+            w = new[short]
+            self._insert(lo[w], hi[w], lengths[w], gather(tokens, new_start[short], counts[short]), counts[short])
         return source
 
     def _insert(self, lo, hi, lengths, tokens, counts):
@@ -160,24 +169,24 @@ class WordCache:
             left[won] = False
             todo, slot = todo[left], (slot[left] + 1) & mask
 
-    def _encode_words(self, words: list[bytes]):
-        """(tokens, start, count): the words' tokens in one array, and where each word's are. Words that start with
-        whitespace and end without it are encoded in one tiktoken call: joined, each join is a cut like those inside
-        a text. The others (a text's first word, a text's final whitespace) are encoded one by one."""
-        joinable = [i for i, w in enumerate(words) if w[0] in SPACE_BYTES and w[-1] not in SPACE_BYTES]
-        alone = sorted(set(range(len(words))) - set(joinable))
-        parts = [self._tiktoken(b"".join(words[i] for i in joinable).decode())]
+    def _encode_words(self, buf, starts, lengths):
+        """(start, count, tokens): the words' tokens one after another, and where each word's are. Words that start
+        with whitespace and end without it are encoded in one tiktoken call: joined, each join is a cut like those
+        inside a text. The others (a text's first word, a text's final whitespace) are encoded one by one."""
+        joinable = IS_SPACE[buf[starts]] & ~IS_SPACE[buf[starts + lengths - 1]]
+        together, alone = np.flatnonzero(joinable), np.flatnonzero(~joinable)
+        parts = [self._tiktoken(gather(buf, starts[together], lengths[together]).tobytes().decode())]
         ends = np.cumsum(self.token_bytes[parts[0]])  # byte offset after each token
-        cuts = np.searchsorted(ends, np.cumsum([len(words[i]) for i in joinable]), side="right")
-        count = np.zeros(len(words), dtype=np.int64)
-        count[joinable] = np.diff(cuts, prepend=0)
-        for i in alone:
-            parts.append(self._tiktoken(words[i].decode()))
+        cuts = np.searchsorted(ends, np.cumsum(lengths[together]), side="right")  # tokens up to each word's end
+        count = np.zeros(len(starts), dtype=np.int64)
+        count[together] = np.diff(cuts, prepend=0)
+        for i in alone.tolist():
+            parts.append(self._tiktoken(buf[starts[i]:starts[i] + lengths[i]].tobytes().decode()))
             count[i] = len(parts[-1])
-        order = np.array(joinable + alone, dtype=np.int64)  # the words in the order their tokens are laid out
-        start = np.zeros(len(words), dtype=np.int64)
+        order = np.concatenate([together, alone])  # the words in the order their tokens are laid out
+        start = np.zeros(len(starts), dtype=np.int64)
         start[order] = np.cumsum(count[order]) - count[order]
-        return np.concatenate(parts), start, count
+        return start, count, np.concatenate(parts)
 
     def _tiktoken(self, text: str) -> np.ndarray:
         # encode_ordinary's tokens (special-token text is plain text) straight into an array, without a list of ints
