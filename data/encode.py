@@ -2,10 +2,11 @@
 
 Workers are processes (fork where available), each holding its own tokenizer; batches of about BATCH_CHARS
 characters go out in order and come back in order, and at most 2 batches per worker are in flight, so memory does
-not grow with the corpus. Each text is encoded on its own, so the tokens do not depend on the batching or on the
-number of workers: 1 worker and N workers write the same bytes. Measured in benchmarks/prepare.py: processes beat
-tiktoken's threaded `encode_ordinary_batch` on the same texts (see docs/data.md for the figures). GPT-2 and bpe
-tokens come from a WordCache (data/word_cache.py): tiktoken's tokens, each word's encoded once per worker.
+not grow with the corpus. Each text's tokens are those it has encoded alone, so they do not depend on the batching
+or on the number of workers: 1 worker and N workers write the same bytes. Measured in benchmarks/prepare.py:
+processes beat tiktoken's threaded `encode_ordinary_batch` on the same texts (see docs/data.md for the figures).
+GPT-2 and bpe tokens come from a WordCache (data/word_cache.py): tiktoken's tokens, each word encoded once per
+worker.
 """
 import multiprocessing as mp
 from collections import deque

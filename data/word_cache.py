@@ -13,8 +13,9 @@ words, hashing and looking them up are numpy operations on a whole batch of text
 
 The table keys are a word's bytes themselves (up to KEY_BYTES of them, compared in full: no hash collision can give a
 wrong word), so the tokens are tiktoken's exactly; tests/unit/data/test_word_cache.py checks them against tiktoken on
-random text of every kind of character. Longer words, texts with whitespace beyond ASCII's, and encodings whose
-pattern is not GPT-2's go to tiktoken itself.
+random text of every kind of character. Longer words, texts with whitespace beyond ASCII's, a batch made mostly of
+words the table cannot keep (long ones, or new ones once it is full), and encodings whose pattern is not GPT-2's go
+to tiktoken itself.
 """
 import re
 

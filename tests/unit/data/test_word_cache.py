@@ -127,3 +127,18 @@ def test_another_pattern_goes_to_tiktoken(gpt2):
     cache = WordCache(enc, np.uint16)
     assert not cache.applies
     check(cache, ["a word, and another", "the the the"])
+
+
+def test_a_batch_of_words_it_cannot_keep_goes_to_tiktoken(gpt2, monkeypatch):
+    """Words past 16 bytes, or new ones once the table is full, are never kept: a batch made mostly of them is
+    tiktoken's alone, without the lookups (and its tokens are still tiktoken's)."""
+    long_words = [" ".join(["antidisestablishmentarianism", "floccinaucinihilipilification"] * 20)]
+    cache = WordCache(gpt2, np.uint16)
+    monkeypatch.setattr(WordCache, "_learn", lambda *args: pytest.fail("looked up words it cannot keep"))
+    check(cache, long_words)
+    full = WordCache(gpt2, np.uint16, table_bits=5)
+    monkeypatch.undo()
+    check(full, ["one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"])
+    assert full.words == full.max_words
+    monkeypatch.setattr(WordCache, "_learn", lambda *args: pytest.fail("looked up words it cannot keep"))
+    check(full, ["alpha beta gamma delta epsilon zeta eta theta iota kappa one two"])  # 10 new of 12
