@@ -15,14 +15,13 @@ import numpy as np
 
 from data.split import is_val_hash
 from data.tokenizer import CharTokenizer, bpe_tokenizer, gpt2_tokenizer, ranks_from_bytes
-from data.word_cache import WordCache
+from data.word_cache import WordCache, tiktoken_tokens
 
 BATCH_CHARS = 4 << 20  # ~4 MB of text per task: big enough to hide the hand-off, small enough to bound memory
 IN_FLIGHT_PER_WORKER = 2
 
 _TOKENIZER = None  # this worker's tokenizer, built once by _init
-_WORD_CACHE = True  # whether gpt2/bpe texts go through a WordCache (prepare's --word_cache)
-_WORDS = None  # this worker's WordCache for a tiktoken tokenizer, built at its first batch
+_WORDS = None  # and its WordCache (gpt2/bpe with prepare's --word_cache), None: tiktoken encodes every text
 
 
 def make_tokenizer(spec: tuple):
@@ -35,24 +34,21 @@ def make_tokenizer(spec: tuple):
     return bpe_tokenizer(ranks_from_bytes(spec[1]))
 
 
-def _init(spec: tuple, tok=None, word_cache: bool = True):
+def _init(spec: tuple, tok=None, word_cache_dtype=None):
     """A worker's start: a forked worker is handed the parent's tokenizer (nothing is copied or loaded), a spawned
-    one builds its own from the spec."""
-    global _TOKENIZER, _WORDS, _WORD_CACHE
-    _TOKENIZER, _WORDS, _WORD_CACHE = (tok if tok is not None else make_tokenizer(spec)), None, word_cache
+    one builds its own from the spec. word_cache_dtype: the token dtype of its WordCache (gpt2/bpe); None: none."""
+    global _TOKENIZER, _WORDS
+    _TOKENIZER = tok if tok is not None else make_tokenizer(spec)
+    use_words = word_cache_dtype is not None and not isinstance(_TOKENIZER, CharTokenizer)
+    _WORDS = WordCache(_TOKENIZER.encoding, word_cache_dtype) if use_words else None
 
 
 def _encode(texts: list[str], dtype) -> list[np.ndarray]:
-    global _WORDS
     if isinstance(_TOKENIZER, CharTokenizer):
         return [_TOKENIZER.encode_array(t).astype(dtype) for t in texts]  # vectorised
-    if not _WORD_CACHE:  # encode_ordinary's tokens straight into an array, without a Python list of ints
-        return [_TOKENIZER.encoding.encode_to_numpy(t, disallowed_special=()).astype(dtype, copy=False) for t in texts]
-    # encode_ordinary's tokens (special-token text is plain text: none allowed, none refused), each word's BPE
-    # remembered from its first time (data/word_cache.py)
-    if _WORDS is None or _WORDS.dtype != np.dtype(dtype):
-        _WORDS = WordCache(_TOKENIZER.encoding, dtype)
-    return _WORDS.encode(texts)
+    if _WORDS is not None:  # each word's BPE remembered from its first time (data/word_cache.py)
+        return _WORDS.encode(texts)
+    return [tiktoken_tokens(_TOKENIZER.encoding, t, dtype) for t in texts]
 
 
 def peak_rss_mb() -> int:
@@ -99,8 +95,9 @@ def encode_stream(items, spec: tuple, tok, dtype: str, workers: int, want_hash, 
 
 def _ordered(items, spec, tok, dtype, workers, want_hash, word_cache):
     batches = _batches(items)
+    words_dtype = dtype if word_cache else None
     if workers <= 1:
-        _init(spec, tok, word_cache)
+        _init(spec, tok, words_dtype)
         try:
             for batch in batches:
                 yield batch, encode_batch([i.text for i in batch], dtype, [want_hash(i) for i in batch])
@@ -111,7 +108,7 @@ def _ordered(items, spec, tok, dtype, workers, want_hash, word_cache):
     fork = "fork" in methods
     ctx = mp.get_context("fork" if fork else "spawn")
     # A forked worker receives initargs in memory; a spawned one would have them pickled, so it gets the spec only
-    with ctx.Pool(workers, initializer=_init, initargs=(spec, tok if fork else None, word_cache)) as pool:
+    with ctx.Pool(workers, initializer=_init, initargs=(spec, tok if fork else None, words_dtype)) as pool:
         pending = deque()
         for batch in batches:
             pending.append((batch, pool.apply_async(encode_batch, ([i.text for i in batch], dtype,

@@ -59,7 +59,7 @@ class WordCache:
         out = [None] * len(texts)
         by_words = [i for i, t in enumerate(texts) if self.applies and (t.isascii() or not NOT_FOR_WORDS.search(t))]
         for i in sorted(set(range(len(texts))) - set(by_words)):
-            out[i] = self._tiktoken(texts[i])
+            out[i] = tiktoken_tokens(self.encoding, texts[i], self.dtype)
         if by_words:
             for i, tokens in zip(by_words, self._encode_by_words([texts[i] for i in by_words])):
                 out[i] = tokens
@@ -91,7 +91,7 @@ class WordCache:
         # Mostly words that cannot be kept (too long, or new while the table is full): tiktoken alone is faster
         kept_later = 0 if self.words >= self.max_words else np.count_nonzero(lengths[missing] <= KEY_BYTES)
         if 2 * (len(missing) - kept_later) > len(starts):
-            return [self._tiktoken(t) for t in texts]
+            return [tiktoken_tokens(self.encoding, t, self.dtype) for t in texts]
         if len(missing):
             source = self._learn(buf, starts, lengths, lo, hi, missing, src_start, src_count)
         # Every word's tokens in order: a gather from (table tokens + this batch's new ones)
@@ -176,22 +176,25 @@ class WordCache:
         inside a text. The others (a text's first word, a text's final whitespace) are encoded one by one."""
         joinable = IS_SPACE[buf[starts]] & ~IS_SPACE[buf[starts + lengths - 1]]
         together, alone = np.flatnonzero(joinable), np.flatnonzero(~joinable)
-        parts = [self._tiktoken(gather(buf, starts[together], lengths[together]).tobytes().decode())]
+        parts = [tiktoken_tokens(self.encoding, gather(buf, starts[together], lengths[together]).tobytes().decode(),
+                                 self.dtype)]
         ends = np.cumsum(self.token_bytes[parts[0]])  # byte offset after each token
         cuts = np.searchsorted(ends, np.cumsum(lengths[together]), side="right")  # tokens up to each word's end
         count = np.zeros(len(starts), dtype=np.int64)
         count[together] = np.diff(cuts, prepend=0)
         for i in alone.tolist():
-            parts.append(self._tiktoken(buf[starts[i]:starts[i] + lengths[i]].tobytes().decode()))
+            parts.append(tiktoken_tokens(self.encoding, buf[starts[i]:starts[i] + lengths[i]].tobytes().decode(),
+                                         self.dtype))
             count[i] = len(parts[-1])
         order = np.concatenate([together, alone])  # the words in the order their tokens are laid out
         start = np.zeros(len(starts), dtype=np.int64)
         start[order] = np.cumsum(count[order]) - count[order]
         return start, count, np.concatenate(parts)
 
-    def _tiktoken(self, text: str) -> np.ndarray:
-        # encode_ordinary's tokens (special-token text is plain text) straight into an array, without a list of ints
-        return self.encoding.encode_to_numpy(text, disallowed_special=()).astype(self.dtype, copy=False)
+def tiktoken_tokens(encoding: tiktoken.Encoding, text: str, dtype) -> np.ndarray:
+    """encode_ordinary's tokens (special-token text is plain text: none allowed, none refused) straight into an array
+    of dtype, without the Python list of ints that np.array would then convert."""
+    return encoding.encode_to_numpy(text, disallowed_special=()).astype(dtype, copy=False)
 
 
 def gather(source: np.ndarray, start: np.ndarray, count: np.ndarray) -> np.ndarray:
