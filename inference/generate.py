@@ -5,7 +5,7 @@ token (tests/unit/inference/test_generate.py; the two round differently, so a ne
 either way). Both follow the same context-window schedule, so they condition on the same tokens: at most block_size
 of them; when the context is full it drops the oldest quarter and carries on (the cached loop then re-prefills its
 cache with the kept three quarters, so a re-prefill costs one batched forward every block_size/4 tokens instead of
-one per token).
+one per token). With past_context="extend" neither slides: every token stays in the context, as in llama.cpp.
 """
 import torch
 
@@ -97,6 +97,20 @@ def left_pad(prompts, device):
     return idx, (None if min(lengths) == T else pad)
 
 
+PAST_CONTEXT = ("slide", "extend")
+
+
+def check_past_context(model, past_context: str) -> None:
+    """Raises unless the model can generate past its block_size this way (see generate_stream)."""
+    if past_context not in PAST_CONTEXT:
+        raise ConfigError(f"past_context={past_context!r} must be one of {', '.join(PAST_CONTEXT)}")
+    limit = model.pos.max_len
+    if past_context == "extend" and limit is not None:
+        raise ConfigError(f"past_context='extend' needs positions past block_size, which "
+                          f"pos_emb='{model.config.pos_emb}' cannot encode (at most {limit}); use "
+                          f"past_context='slide', or a model with other positions")
+
+
 def kept_on_slide(block_size: int) -> int:
     """Tokens of context kept when a full window slides: three quarters of it, at least the last token."""
     return max(1, block_size - max(1, block_size // 4))
@@ -104,12 +118,21 @@ def kept_on_slide(block_size: int) -> int:
 
 @torch.no_grad()
 def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, min_p=None,
-                    stop_tokens=None, use_cache=True, generator=None, decoder=None, check_every=1):
+                    stop_tokens=None, use_cache=True, generator=None, decoder=None, check_every=1,
+                    past_context="slide"):
     """Yields the next token of every row, (B,), as soon as it is sampled. A row that produced one of stop_tokens
     keeps repeating it; the loop ends when every row has stopped, which it reads back every check_every tokens (a
     read is a host sync: on a GPU the next steps can be queued meanwhile). decoder: runs the one-token cached steps
-    instead of the model's forward (a StaticDecoder, inference/decode_step.py: fixed shapes, optionally compiled)."""
+    instead of the model's forward (a StaticDecoder, inference/decode_step.py: fixed shapes, optionally compiled).
+
+    past_context: what happens once prompt and new tokens outgrow block_size.
+    - "slide": the window drops its oldest quarter (the module's docstring): the model never sees more tokens, nor
+      positions further apart, than it was trained on.
+    - "extend": every token stays in the context, as llama.cpp and Hugging Face do by default: no re-prefill ever,
+      but past block_size the model attends over longer distances than it was trained on, which may degrade what
+      it writes. Not for learned positions, which end at block_size; the cache holds prompt + new tokens."""
     check_sampling(temperature, top_k, top_p, min_p)
+    check_past_context(model, past_context)
     if decoder is not None and not use_cache:
         raise ValueError("a decoder runs cached steps: it needs use_cache=True")
     if use_cache and not model.config.causal:
@@ -117,6 +140,8 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
                          "pass use_cache=False")
     idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
     B, block = idx.size(0), model.config.block_size
+    if past_context == "extend":  # a window as long as the whole generation: it never slides
+        block = max(block, idx.size(1) + max_new_tokens)
     keep = kept_on_slide(block)
     stop = torch.tensor(sorted(stop_tokens or []), dtype=torch.long, device=idx.device)
     done = torch.zeros(B, dtype=torch.bool, device=idx.device)
@@ -130,7 +155,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
             if not use_cache:
                 logits, _ = model(idx[:, start:], pad_mask=window_pad, last_only=True)
             elif cache is None:  # prefill: the whole window in one forward
-                cache = model.new_cache(B)
+                cache = model.new_cache(B, max_len=block)
                 logits, _ = model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)
             elif decoder is None:  # one new token: only its own row of attention
                 logits, _ = model(idx[:, -1:], cache=cache, last_only=True)

@@ -150,3 +150,14 @@ def test_a_step_copies_nothing_from_the_host(monkeypatch):
     assert torch.equal(got, want)
     columns = [a for a in made if a and isinstance(a[0], list) and len(a[0]) == 1]  # torch.tensor([cache.pos])
     assert 1 <= len(columns) <= 40 // 4  # a prefill, then one per slide (a quarter of the window each)
+
+
+@pytest.mark.parametrize("pos_emb", ["rope", "none"])
+@pytest.mark.parametrize("window", [None, 5])
+def test_static_steps_extend_past_the_block_like_the_cached_loop(pos_emb, window):
+    model = tiny_model(pos_emb=pos_emb, window=window)
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
+    want, got = generate_both(model, prompts, 30, StaticDecoder(model, compile=False), temperature=0.0,
+                              past_context="extend")
+    assert got == want
+    assert len(got[1]) == 31  # 30 new tokens after a 1-token prompt: twice the block, no slide

@@ -158,3 +158,43 @@ def test_stop_checked_every_few_tokens_gives_the_same_text_and_runs_past_by_less
     streamed = list(generate_stream(model, prompts, 12, temperature=0.0, stop_tokens=[stop], check_every=check_every))
     if every_row_stopped < 12:
         assert every_row_stopped <= len(streamed) < every_row_stopped + check_every
+
+
+EXTENDABLE = ["rope", "alibi", "none", "sinusoidal"]  # positions without a maximum
+
+
+@pytest.mark.parametrize("pos_emb", EXTENDABLE)
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_extend_samples_from_a_forward_over_every_token(pos_emb, use_cache):
+    # block_size 16, 4 + 20 tokens: past the block, each token's logits must be those of one forward over the whole
+    # sequence so far, never of a cropped window
+    model = tiny_model(pos_emb=pos_emb)
+    seen = []  # the head's output of every forward: (1, 1, V) per sampled token, with last_only
+    hook = model.head.register_forward_hook(lambda mod, args, out: seen.append(out[:, -1].clone()))
+    prompt = torch.randint(0, 37, (1, 4), generator=torch.Generator().manual_seed(0))
+    out = generate(model, prompt, 20, use_cache=use_cache, generator=torch.Generator().manual_seed(3),
+                   past_context="extend")
+    hook.remove()
+    assert len(seen) == 20
+    for i, t in enumerate(range(4, 24)):
+        logits, _ = model(out[:, :t])  # (1, t, V): longer than block_size from t = 17 on
+        torch.testing.assert_close(seen[i], logits[:, -1], atol=1e-5, rtol=1e-5, msg=f"token {t}")
+
+
+@pytest.mark.parametrize("pos_emb", EXTENDABLE)
+def test_extend_cached_and_uncached_give_the_same_tokens(pos_emb):
+    model = tiny_model(pos_emb=pos_emb)
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]  # ragged: left padding past the block too
+    for kw in (dict(temperature=0.0), dict(temperature=1.0, top_k=10)):
+        out = [generate(model, prompts, 25, use_cache=c, generator=torch.Generator().manual_seed(7),
+                        past_context="extend", **kw) for c in (True, False)]
+        assert out[0] == out[1], kw
+
+
+def test_extend_is_refused_where_positions_end_at_the_block():
+    from common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs positions past block_size"):
+        next(generate_stream(tiny_model(pos_emb="learned"), torch.tensor([[1, 2]]), 3, past_context="extend"))
+    with pytest.raises(ConfigError, match="must be one of slide, extend"):
+        next(generate_stream(tiny_model(), torch.tensor([[1, 2]]), 3, past_context="keep"))
