@@ -43,7 +43,7 @@ from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 from inference.checkpoint import in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder
-from inference.generate import check_sampling, generate_stream, next_token_probs
+from inference.generate import PAST_CONTEXT, check_past_context, check_sampling, generate_stream, next_token_probs
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
 from inference.speculative import speculative_stream
@@ -68,6 +68,9 @@ class SampleConfig:
     min_p: float | None = None
     seed: int = 1337
     kv_cache: bool = True
+    past_context: str = "slide"  # past block_size: 'slide' drops the oldest quarter of the window (the model never
+    #                              sees more than it was trained on); 'extend' keeps every token, as llama.cpp does
+    #                              (no re-prefill; not for learned positions; inference/generate.py)
     device: str = "auto"
     dtype: str | None = None  # None: float32 on a CPU (the reference), 'auto' on a GPU; 'auto' picks bf16 where it
     #                           is native. A half dtype casts the weights too (decoding reads each once per token)
@@ -101,6 +104,10 @@ class SampleConfig:
         if self.draft is not None and (self.compile or not self.kv_cache):
             raise ConfigError("--draft decodes with both models' KV caches and eager forwards: drop --compile=true "
                               "and --kv_cache=false, or the draft")
+        if self.past_context not in PAST_CONTEXT:
+            raise ConfigError(f"past_context={self.past_context} must be one of {', '.join(PAST_CONTEXT)}")
+        if self.past_context == "extend" and self.draft is not None:
+            raise ConfigError("--draft slides its window past block_size: drop --past_context=extend or the draft")
         if self.draft_tokens < 1:
             raise ConfigError(f"draft_tokens={self.draft_tokens} must be >= 1 (the draft's guesses per round)")
         if self.source_batch < 1:
@@ -178,6 +185,11 @@ def main(argv) -> None:
         print(f"wrote {save_figure(attention_figure(model, tokenizer, text), sc.attention)}")
         return
     encoder = ckpt.objective == "encoder"
+    if sc.past_context == "extend":
+        if encoder:
+            raise ConfigError("--past_context=extend keeps a decoder's cached context; an encoder re-reads its window "
+                              "for every token: drop the flag")
+        check_past_context(model, sc.past_context)
     if encoder:
         prompt = tokenizer.encode(text)
         if sc.temperatures:
@@ -223,7 +235,7 @@ def main(argv) -> None:
                 idx = torch.tensor([prompt], device=device)
                 tokens = generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
                                          stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling,
-                                         **compiled)
+                                         past_context=sc.past_context, **compiled)
                 yield from until_stop(read_in_chunks(tokens, READ_EVERY.get(device.type, 1)), stop)
     if (sc.batch if sc.batch is not None else on_gpu) and sc.num_samples > 1 and not (encoder or draft):
         with autocast(device, dtype):
@@ -341,7 +353,8 @@ def print_batch(sc: SampleConfig, model, tokenizer, prompt: list[int], device, u
     idx = torch.tensor([prompt] * sc.num_samples, device=device)  # (B, T)
     t0 = time.perf_counter()
     steps = list(generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
-                                 stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling, **compiled))
+                                 stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling,
+                                 past_context=sc.past_context, **compiled))
     rows = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in range(sc.num_samples)]  # one read
     elapsed = time.perf_counter() - t0
     rows = [list(until_stop(row, stop)) for row in rows]

@@ -109,3 +109,24 @@ def test_samples_drawn_as_one_batch_are_the_samples_drawn_one_by_one_when_greedy
     assert sample.cli.run(sample.main, common + ["--temperature=1.5", "--batch=true"]) == 0
     samples = capsys.readouterr().out.split("---------- sample")[1:]
     assert len(set(s.split("----------", 1)[1] for s in samples)) == 3
+
+
+def test_sample_py_past_context_extend_cached_and_uncached_print_the_same_text(corpus, tmp_path, capsys):
+    """--past_context=extend writes past block_size without sliding, the cached loop as the uncached one; learned
+    positions and unknown values are one-line errors."""
+    rope, learned = tmp_path / "rope", tmp_path / "learned"
+    for run, pos in ((rope, "rope"), (learned, "learned")):
+        assert train.cli.run(train.main, tiny_args(corpus, run, "--max_iters=2", "--eval_interval=2",
+                                                   f"--pos_emb={pos}", "--block_size=16")) == 0
+    common = [f"--out_dir={rope}", "--start=ROMEO:", "--max_new_tokens=40", "--temperature=0",
+              "--past_context=extend"]
+    capsys.readouterr()
+    texts = []
+    for cache in ("true", "false"):
+        assert sample.cli.run(sample.main, common + [f"--kv_cache={cache}"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and "ROMEO:" in texts[0]
+    for extra, message in [([f"--out_dir={learned}"], "needs positions past block_size"),
+                           (["--past_context=keep"], "must be one of slide, extend")]:
+        assert sample.cli.run(sample.main, common + extra) == 2
+        assert message in capsys.readouterr().err
