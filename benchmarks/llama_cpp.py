@@ -14,11 +14,14 @@ file), exported by `python -m interop.export --to_gguf` and loaded by llama-cpp-
                          the ablation, with --kernels=true
     ours bf16            the same with every weight in bfloat16, a bf16 cache too (sample.py --dtype=bfloat16)
     ours bf16 compiled   and its compiled step (sample.py --dtype=bfloat16 --compile=true)
+    ... extend           the compiled step keeping every token past block_size (sample.py --past_context=extend), as
+                         llama.cpp does: the same attention work as llama.cpp's rows, with --extend=true
     llama.cpp f32 / f16  the GGUF file in float32 / float16 (its f16 matmuls on this CPU), through Llama.generate
 
-llama.cpp keeps every token in its context (n_ctx = prompt + new tokens), while our loop attends to at most
-block_size tokens and slides its window past that (inference/generate.py): past the context the two do not do the
-same attention work, so --new_tokens below block_size - prompt_tokens compares like with like.
+llama.cpp keeps every token in its context (n_ctx = prompt + new tokens), while our loop by default attends to at
+most block_size tokens and slides its window past that (inference/generate.py), re-filling its cache each slide: past
+the context the two do not do the same work. The "extend" rows keep every token as llama.cpp does; so does
+--new_tokens below block_size - prompt_tokens.
 llama-cpp-python is not a dependency: install it built for this CPU (-O3, native; CI's build is -O0):
     CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" pip install --no-cache-dir llama-cpp-python==0.3.36
 """
@@ -59,6 +62,7 @@ class LlamaBench:
     compiled: bool = True  # also time our compiled step (its compile is a warm-up, not timed)
     unpacked: bool = False  # also time our eager loop without packed weights (--pack_weights=false): the ablation
     kernels: bool = False  # also time our compiled step calling the external kernels (--step_loops=false)
+    extend: bool = True  # also time our compiled step keeping every token past block_size (--past_context=extend)
 
 
 def timed(tokens):
@@ -73,10 +77,11 @@ def timed(tokens):
     return first - t0, (end - first) / max(len(out) - 1, 1), out
 
 
-def ours(model, prompt, n, decoder=None):
+def ours(model, prompt, n, decoder=None, past_context="slide"):
     idx = torch.tensor([prompt])
     with torch.no_grad():
-        return timed(t[0] for t in generate_stream(model, idx, n, temperature=0.0, decoder=decoder))
+        return timed(t[0] for t in generate_stream(model, idx, n, temperature=0.0, decoder=decoder,
+                                                   past_context=past_context))
 
 
 def llama(llm, prompt, n):
@@ -123,6 +128,9 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
         out[f"ours {name}"] = lambda p, n, m=m: ours(m, p, n)
         if cfg.compiled:
             out[f"ours {name} compiled"] = lambda p, n, m=m, d=StaticDecoder(m, mode=OneTokenLoops): ours(m, p, n, d)
+        if cfg.compiled and cfg.extend:
+            out[f"ours {name} compiled, extend"] = lambda p, n, m=m, d=StaticDecoder(m, mode=OneTokenLoops): ours(
+                m, p, n, d, past_context="extend")
         if cfg.compiled and cfg.kernels:
             out[f"ours {name} compiled kernels"] = lambda p, n, m=m, d=StaticDecoder(m): ours(m, p, n, d)
     n_ctx = cfg.prompt_tokens + cfg.new_tokens + 8
@@ -152,8 +160,8 @@ def measure(cfg: LlamaBench) -> list[dict]:
         for shape in cfg.shapes.split(","):
             runners = contenders(shape, cfg, folder, threads)
             prompt = torch.randint(0, 50000, (cfg.prompt_tokens,), generator=torch.Generator().manual_seed(1)).tolist()
-            for run in runners.values():  # warm-up: kernels, allocator, the compile
-                run(prompt, 8)
+            for name, run in runners.items():  # warm-up: kernels, allocator, the compile
+                run(prompt, cfg.new_tokens if "extend" in name else 8)  # extend: its cache is as long as the run
             times = {name: [] for name in runners}
             for _, name in alternated(runners, cfg.repeats):
                 prefill, per_token, tokens = runners[name](prompt, cfg.new_tokens)

@@ -147,3 +147,31 @@ def test_the_llama_cpp_benchmark_times_every_contender_on_the_same_weights():
     rows = measure(LlamaBench(shapes="1x64x32", prompt_tokens=8, new_tokens=6, repeats=1, compiled=False))
     assert [r["contender"] for r in rows] == ["ours f32", "ours bf16", "llama.cpp f32", "llama.cpp f16"]
     assert all(r["new_tokens"] == 6 and r["prefill_ms"] > 0 and r["decode_ms_per_token"] > 0 for r in rows)
+
+
+def test_past_its_context_llama_cpp_keeps_every_token_as_past_context_extend_does(tmp_path):
+    """llama.cpp with n_ctx beyond the model's context attends to every token, at positions past the trained ones:
+    generate(..., past_context="extend") gives its logits and its greedy tokens (benchmarks/llama_cpp.py's
+    "extend" rows compare the two on that same work)."""
+    tok = small_bpe()
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, block_size=16), scale=0.3)  # rope
+    write_gguf(model, tok, tmp_path / "m.gguf", dtype="f32")
+    llm = load_in_llama_cpp(tmp_path / "m.gguf", n_ctx=48)
+    ids = (tok.encode(TEXT) * 3)[:40]  # 40 tokens: past block_size 16
+    llm.eval(ids)
+    theirs = torch.from_numpy(np.array(llm.scores[:len(ids)]))  # (40, V)
+    with torch.no_grad():
+        table = with_llama_cpp_gelu(perturb(tiny_model(vocab_size=tok.vocab_size, block_size=16),
+                                            scale=0.3))(torch.tensor([ids]))[0][0]  # one forward over all 40
+    assert (theirs - table).abs().amax(dim=-1).median().item() < ATOL
+
+    prompt, new = ids[:8], 40
+    want = generate(model, torch.tensor([prompt]), new, temperature=0, past_context="extend")[0, 8:].tolist()
+    slide = generate(model, torch.tensor([prompt]), new, temperature=0)[0, 8:].tolist()
+    got = []
+    for token in llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+        got.append(token)
+        if len(got) == new:
+            break
+    print(f"greedy past the context: llama.cpp {got}; extend {want}; slide {slide}")
+    assert got == want and slide != want  # and not what the sliding window writes
