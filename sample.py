@@ -176,6 +176,8 @@ def main(argv) -> None:
     speed_config = speed.for_device(speed_config, explicit, device.type)
     model = for_decoding(model, sc, speed_config, dtype)
     if ckpt.objective == "seq2seq" or sc.source is not None:
+        if sc.past_context != "slide":
+            raise ConfigError("--past_context applies to a decoder's samples, not to translation: drop the flag")
         print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
         return
     text = read_prompt(sc.start)

@@ -88,6 +88,8 @@ def test_sample_translates_a_source_and_every_line_of_a_file_in_order(runs, tmp_
     assert r.returncode == 0 and r.stdout == want[0] + "\n"
     r = run_script("sample.py", [f"--out_dir={runs['whole']}", "--source=ABC"])
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--source" in r.stderr
+    r = run_script("sample.py", [f"--out_dir={runs['whole']}", "--source=abcd", "--past_context=extend"])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--past_context" in r.stderr and not r.stdout
 
 
 def test_export_refuses_an_encoder_decoder_in_one_line(runs, tmp_path):
