@@ -43,7 +43,7 @@ from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 from inference.checkpoint import in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder
-from inference.generate import PAST_CONTEXT, check_past_context, check_sampling, generate_stream, next_token_probs
+from inference.generate import check_past_context, check_sampling, generate_stream, next_token_probs
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
 from inference.speculative import speculative_stream
@@ -104,8 +104,7 @@ class SampleConfig:
         if self.draft is not None and (self.compile or not self.kv_cache):
             raise ConfigError("--draft decodes with both models' KV caches and eager forwards: drop --compile=true "
                               "and --kv_cache=false, or the draft")
-        if self.past_context not in PAST_CONTEXT:
-            raise ConfigError(f"past_context={self.past_context} must be one of {', '.join(PAST_CONTEXT)}")
+        check_past_context(self.past_context)
         if self.past_context == "extend" and self.draft is not None:
             raise ConfigError("--draft slides its window past block_size: drop --past_context=extend or the draft")
         if self.draft_tokens < 1:
@@ -191,7 +190,7 @@ def main(argv) -> None:
         if encoder:
             raise ConfigError("--past_context=extend keeps a decoder's cached context; an encoder re-reads its window "
                               "for every token: drop the flag")
-        check_past_context(model, sc.past_context)
+        check_past_context(sc.past_context, model)
     if encoder:
         prompt = tokenizer.encode(text)
         if sc.temperatures:

@@ -100,11 +100,12 @@ def left_pad(prompts, device):
 PAST_CONTEXT = ("slide", "extend")
 
 
-def check_past_context(model, past_context: str) -> None:
-    """Raises unless the model can generate past its block_size this way (see generate_stream)."""
+def check_past_context(past_context: str, model=None) -> None:
+    """Raises unless past_context is one of PAST_CONTEXT and (given a model) the model can generate past its
+    block_size that way (see generate_stream)."""
     if past_context not in PAST_CONTEXT:
         raise ConfigError(f"past_context={past_context!r} must be one of {', '.join(PAST_CONTEXT)}")
-    limit = model.pos.max_len
+    limit = model.pos.max_len if model is not None else None
     if past_context == "extend" and limit is not None:
         raise ConfigError(f"past_context='extend' needs positions past block_size, which "
                           f"pos_emb='{model.config.pos_emb}' cannot encode (at most {limit}); use "
@@ -132,7 +133,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
       but past block_size the model attends over longer distances than it was trained on, which may degrade what
       it writes. Not for learned positions, which end at block_size; the cache holds prompt + new tokens."""
     check_sampling(temperature, top_k, top_p, min_p)
-    check_past_context(model, past_context)
+    check_past_context(past_context, model)
     if decoder is not None and not use_cache:
         raise ValueError("a decoder runs cached steps: it needs use_cache=True")
     if use_cache and not model.config.causal:
