@@ -99,15 +99,31 @@ class StaticDecoder:
             raise ValueError("the static decoder is for inference: call model.eval() first (dropout is off there)")
         self.model = model
         on_cpu = next(model.parameters()).device.type == "cpu"
+        self.options = CPU_COMPILE_OPTIONS if on_cpu else None
         # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
         self.step = (torch.compile(traced_in(mode) if mode else decode_step, fullgraph=True, dynamic=False,
-                                   options=CPU_COMPILE_OPTIONS if on_cpu else None) if compile else decode_step)
+                                   backend=self.inductor) if compile else decode_step)
         # on a CPU the weights are frozen: constants of the compiled code, so inductor packs bf16 ones into oneDNN's
         # layout once (speed/packed.py does the same for the eager step); read while tracing, so set then
         self.freezing = compile and on_cpu
         # the column, kept on the device, and the cache it counts for (a weak reference: it need not outlive generate)
         self.col, self.cache, self.expected = None, lambda: None, None
-        self.traced = set()  # the inputs' shapes the compiled step has been traced for
+        self.graphs = {}  # the inputs' shapes -> their compiled graph, called directly (GraphCall), or None
+        self.compiling = None  # what inductor compiled during the last trace (GraphCall.of)
+
+    def inductor(self, gm, example_inputs):
+        """torch.compile's backend: inductor with the decoder's options, and a note of what it compiled."""
+        import torch._inductor  # here: it imports torch._dynamo, start-up a run without compile skips
+        graph = torch._inductor.compile(gm, example_inputs, options=self.options)
+        first = []  # the outputs of the graph's first call
+
+        def run(*inputs):
+            out = graph(*inputs)
+            if not first:
+                first.append(out)
+            return out
+        self.compiling = graph, list(example_inputs), first
+        return run
 
     def __call__(self, idx, cache: KVCache):
         """idx: (B, 1) the newest token, not yet in the cache (a prefill has allocated its buffers).
@@ -129,18 +145,56 @@ class StaticDecoder:
         return logits
 
     def compiled(self, args, shapes):
-        """The compiled step. Its first call with these shapes traces it, with every guard checked. After that
-        torch.compile's guards (a check of every weight and input before each call: a visible share of a small
-        model's step) are skipped: these shapes have their graph. Where torch says it needs another (its caches were
-        reset), it traces again."""
-        if shapes in self.traced:
-            try:
-                with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
-                    return self.step(*args)
-            except RuntimeError as e:
-                if "skip_guard_eval_unsafe" not in str(e):
-                    raise
-        self.traced.add(shapes)
-        from torch._inductor import config  # here: it imports torch._dynamo, start-up a run without compile skips
+        """The compiled step. Its first call with these shapes goes through torch.compile, which traces it and has
+        inductor compile the graph; after that the graph is called directly (GraphCall), without torch.compile's
+        per-call work: its guards (a check of every weight and input before each call: a visible share of a small
+        model's step) and the gathering of the weights from the model into the graph's inputs. Where the graph cannot
+        be called directly, every call goes through torch.compile."""
+        if shapes in self.graphs:
+            graph = self.graphs[shapes]
+            return graph(args) if graph else self.step(*args)
+        self.compiling = None
+        from torch._inductor import config
         with config.patch(freezing=self.freezing):
-            return self.step(*args)
+            logits = self.step(*args)
+        self.graphs[shapes] = GraphCall.of(self.compiling, args, logits)
+        return logits
+
+
+class GraphCall:
+    """A compiled step's graph, called with the inputs torch.compile gave it at its first call, the step's own inputs
+    (the token, the cache buffers, the column, the padding mask) replaced by this call's. The weights stay those of the
+    first call: the decoder is for inference, its model is not trained meanwhile."""
+
+    def __init__(self, graph, inputs, slots):
+        self.graph, self.inputs, self.slots = graph, inputs, slots
+
+    @staticmethod
+    def own_inputs(args):
+        """decode_step's tensors that change from call to call."""
+        _, idx, k, v, col, key_valid = args
+        return [idx, *k, *v, col] + ([] if key_valid is None else [key_valid])
+
+    @classmethod
+    def of(cls, compiling, args, logits):
+        """A GraphCall, or None where this graph cannot be called directly: torch.compile compiled nothing this
+        time (it reused a graph of its own), or the graph's inputs or output are not the step's as they were traced."""
+        if compiling is None:
+            return None
+        graph, inputs, first = compiling
+        where = {id(t): i for i, t in enumerate(inputs)}
+        own = cls.own_inputs(args)
+        if (not first or first[0][0] is not logits or any(id(t) not in where for t in own)
+                or len({id(t) for t in own}) != len(own)):
+            return None
+        first.clear()
+        slots = [where[id(t)] for t in own]
+        for i in slots:
+            inputs[i] = None  # the first call's cache is not kept alive
+        return cls(graph, inputs, slots)
+
+    def __call__(self, args):
+        inputs = list(self.inputs)  # a copy: the graph's caller empties the list it is given
+        for i, t in zip(self.slots, self.own_inputs(args)):
+            inputs[i] = t
+        return self.graph(*inputs)[0]

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import POS_EMBS, tiny_model
-from inference.decode_step import StaticDecoder
+from inference.decode_step import GraphCall, StaticDecoder
 from inference.quantize import quantize
 from inference.generate import generate
 from speed.one_token import OneTokenLoops
@@ -127,10 +127,49 @@ def test_the_compiled_step_traces_again_for_other_shapes():
     for prompt in (torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[7, 8, 9]])):
         want, got = generate_both(model, prompt, 12, decoder, temperature=0.0)
         assert torch.equal(got, want)
-    assert len(decoder.traced) == 2
+    assert len(decoder.graphs) == 2
     torch._dynamo.reset()  # every graph gone: the decoder traces again rather than fail
     want, got = generate_both(model, torch.tensor([[7, 8, 9]]), 12, decoder, temperature=0.0)
     assert torch.equal(got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loops", [False, True])
+def test_after_its_first_call_the_compiled_graph_runs_without_torch_compile(loops):
+    """Once traced, each step calls inductor's graph directly (GraphCall), with this call's token, cache buffers and
+    column: torch.compile itself is never called again, through the new caches of the window's slides and through
+    left padding, and the tokens stay the eager loop's."""
+    torch._dynamo.reset()
+    model = tiny_model(pos_emb="rope", block_size=16)
+    decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops if loops else None)
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
+    for prompt in (torch.tensor([[1, 2, 3]]), prompts):
+        generate(model, prompt, 2, decoder=decoder, temperature=0.0)  # traces this shape
+    assert len(decoder.graphs) == 2 and all(isinstance(g, GraphCall) for g in decoder.graphs.values())
+
+    def refused(*args):
+        raise AssertionError("torch.compile was called after the trace")
+    decoder.step = refused
+    for prompt in (torch.tensor([[1, 2, 3]]), prompts):
+        want, got = generate_both(model, prompt, 40, decoder, temperature=0.0)  # 40 tokens: several slides
+        assert got == want if isinstance(got, list) else torch.equal(got, want)
+
+
+def test_a_graph_is_not_called_directly_unless_its_inputs_and_output_are_the_steps():
+    """GraphCall.of falls back to torch.compile (None) where the compiled graph's inputs lack the step's own tensors,
+    or its first output is not the step's logits, or nothing was compiled."""
+    idx, k, v, col, logits = torch.zeros(1, 1), [torch.zeros(1)], [torch.zeros(1)], torch.zeros(1), torch.zeros(1, 5)
+    args = (None, idx, k, v, col, None)
+    weight = torch.ones(3)
+
+    def graph(*inputs):
+        return (logits,)
+    assert isinstance(GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits,)]), args, logits), GraphCall)
+    assert GraphCall.of(None, args, logits) is None
+    assert GraphCall.of((graph, [weight, idx, k[0], col], [(logits,)]), args, logits) is None  # v is not an input
+    assert GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits.clone(),)]), args, logits) is None
+    call = GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits,)]), args, logits)
+    assert call.inputs == [weight, None, None, None, None]  # the first call's cache is not kept
 
 
 def test_a_step_copies_nothing_from_the_host(monkeypatch):
