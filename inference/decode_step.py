@@ -158,6 +158,7 @@ class StaticDecoder:
         with config.patch(freezing=self.freezing):
             logits = self.step(*args)
         self.graphs[shapes] = GraphCall.of(self.compiling, args, logits)
+        self.compiling = None  # what it holds of this first call (its cache, its logits) is not kept alive
         return logits
 
 
