@@ -164,12 +164,12 @@ def test_a_graph_is_not_called_directly_unless_its_inputs_and_output_are_the_ste
 
     def graph(*inputs):
         return (logits,)
-    assert isinstance(GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits,)]), args, logits), GraphCall)
+    call = GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits,)]), args, logits)
+    assert isinstance(call, GraphCall)
+    assert call.inputs == [weight, None, None, None, None]  # the first call's cache is not kept
     assert GraphCall.of(None, args, logits) is None
     assert GraphCall.of((graph, [weight, idx, k[0], col], [(logits,)]), args, logits) is None  # v is not an input
     assert GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits.clone(),)]), args, logits) is None
-    call = GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits,)]), args, logits)
-    assert call.inputs == [weight, None, None, None, None]  # the first call's cache is not kept
 
 
 def test_a_step_copies_nothing_from_the_host(monkeypatch):
