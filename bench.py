@@ -12,7 +12,8 @@ Targets (--target=NAME, or all):
                    (same math), and as train.py runs by default (--dtype=auto: bf16 autocast where native)
     mfu            MFU of that step and of one at the default model's shape, float32 and as train.py runs it, each
                    against the float32 / bf16 matmul peak measured at the model's own shapes (training/mfu.py;
-                   goal >= 80% of the bf16 peak), and a profile of where the step's time goes
+                   goal >= 80% of the bf16 peak), the MFU the step would reach if only its matrix products cost
+                   anything (each recorded in one step and replayed alone), and a profile of where the step's time goes
     sampling    3. ms per new token, 6L/384/256, batch 1: our KV cache (eager, and with the torch.compile'd decode
                    step unless --compile_sampling=false) vs nanoGPT's uncached generate vs HF GPT-2's cached
                    generate (benchmarks/sampling.py)
@@ -145,6 +146,11 @@ def mfu_rows(table, res, size):
     else:  # bf16 emulated (slower than float32): the goal, stated against the bf16 peak, cannot be met or missed
         table.append(("MFU " + size + ", train.py's step", f"{a['mfu_auto']:.0%} of fp32 peak", "-", "-",
                       f">= {MFU_GOAL:.0%} of bf16 peak", "n/a: bf16 slower than fp32 here"))
+    mm, key = res["matmuls"], "bf16" if res["auto_dtype"] == "bfloat16" else "fp32"
+    ceiling = res["flops_per_token"] * res["batch_size"] * res["T"] / mm["seconds"] / res["peak_" + key]
+    table.append(("  the same step's matrix products alone", f"{ceiling:.0%} of {key} peak if nothing else cost "
+                  f"(products {mm['seconds'] * 1e3:.0f} ms of the step's {a['step_s'] * 1e3:.0f} ms)", "-", "-", "-",
+                  "-"))
 
 
 def run_sampling(args, table):

@@ -14,9 +14,11 @@ import contextlib
 import io
 import statistics
 import time
+from typing import NamedTuple
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from common.device import pick_dtype
 from common.malloc import keep_freed_memory
@@ -25,6 +27,7 @@ from training.optim import make_optimizer
 from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
+from speed.linear import HAVE_ONEDNN
 
 from . import nanogpt_ref
 from .rounds import alternated
@@ -131,6 +134,7 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     auto_peak = out["peak_bf16"] if auto == torch.bfloat16 else out["peak_fp32"]
     out["ours-auto"]["mfu_auto"] = flops_per_token * out["ours-auto"]["tok_per_s"] / auto_peak
     out["profile"] = top_ops(*models["ours"], batch)
+    out["matmuls"] = matmuls_alone(*models["ours-auto"], batch, auto if "ours-auto" in models else None)
     return out
 
 
@@ -149,3 +153,64 @@ def top_ops(model, opt, batch, n: int = 8) -> list[tuple[str, float, float]]:
     total = sum(e.self_cpu_time_total for e in events)
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:n]
     return [(e.key, e.self_cpu_time_total / 1e3, e.self_cpu_time_total / total) for e in top]
+
+
+
+class Operand(NamedTuple):
+    """A tensor argument of a recorded product: what a replay needs to make one like it."""
+    shape: tuple
+    stride: tuple
+    dtype: torch.dtype
+
+    def make(self, g: torch.Generator) -> torch.Tensor:
+        size = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride))  # storage the strides reach
+        return torch.randn(size, generator=g).to(self.dtype).as_strided(self.shape, self.stride)
+
+
+BATCHED = (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)  # (B, M, K) @ (B, K, N), baddbmm + a bias
+PLAIN = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)  # (M, K) @ (K, N), addmm + a bias
+ONEDNN = (torch.ops.mkldnn._linear_pointwise.default,) if HAVE_ONEDNN else ()  # x (..., K), W (N, K), bias
+
+
+def product_flops(op, args) -> int:
+    """2 * M * K * N of one recorded product (times the batch for bmm and baddbmm)."""
+    shapes = [a.shape for a in args if isinstance(a, Operand)]
+    if op in ONEDNN:
+        (*rows, k), (n, _) = shapes[:2]
+        return 2 * torch.Size(rows).numel() * k * n
+    (*batch, m, k), (*_, n) = shapes[-2:]
+    return 2 * torch.Size(batch).numel() * m * k * n
+
+
+class RecordMatmuls(TorchDispatchMode):
+    """Records every matrix product the code inside it runs, autograd's backward ones too: calls, a list of
+    (op, args) with each tensor argument an Operand."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.calls = set(BATCHED + PLAIN + ONEDNN), []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.ops:
+            self.calls.append((func, [Operand(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
+                                      else a for a in args]))
+        return func(*args, **(kwargs or {}))
+
+
+def matmuls_alone(model, opt, batch, dtype=None, repeats: int = 5) -> dict:
+    """What a training step would take if only its matrix products cost anything: every product one step runs
+    (forward and backward), recorded, then replayed on fresh tensors of the same shapes, strides and dtypes, the
+    best of `repeats` passes. {'seconds', 'flops' (the products' own), 'calls'}. A floor, not a forecast: replayed
+    back to back, the operands are warmer in the caches than they are inside a step."""
+    train_step(model, opt, *batch, dtype)  # warm-up: optimizer state, allocator
+    with RecordMatmuls() as rec:
+        train_step(model, opt, *batch, dtype)
+    g = torch.Generator().manual_seed(0)
+    calls = [(op, [a.make(g) if isinstance(a, Operand) else a for a in args]) for op, args in rec.calls]
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first pass warms up
+        t0 = time.perf_counter()
+        for op, args in calls:
+            op(*args)
+        best = min(best, time.perf_counter() - t0)
+    return {"seconds": best, "flops": sum(product_flops(op, args) for op, args in rec.calls), "calls": len(calls)}
