@@ -157,14 +157,34 @@ def top_ops(model, opt, batch, n: int = 8) -> list[tuple[str, float, float]]:
 
 
 class Operand(NamedTuple):
-    """A tensor argument of a recorded product: what a replay needs to make one like it."""
+    """A tensor argument of a recorded product: where it lay (its storage's address and size, its offset) and its
+    shape, strides and dtype, so a replay can lay one out alike."""
+    storage: int
+    nbytes: int
+    offset: int
     shape: tuple
     stride: tuple
     dtype: torch.dtype
 
-    def make(self, g: torch.Generator) -> torch.Tensor:
-        size = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride))  # storage the strides reach
-        return torch.randn(size, generator=g).to(self.dtype).as_strided(self.shape, self.stride)
+    @staticmethod
+    def of(t: torch.Tensor) -> "Operand":
+        st = t.untyped_storage()
+        return Operand(st.data_ptr(), st.nbytes(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def replay_operands(calls, g: torch.Generator) -> list:
+    """calls with each Operand replaced by a tensor laid out alike: operands that shared a storage in the step
+    (a weight and its transpose, an activation read forward and again backward, memory the allocator handed out
+    again) share one here too, so the replay reuses memory, and so the caches, as the step did."""
+    buffers = {}
+    for _, args in calls:
+        for a in args:
+            if isinstance(a, Operand):
+                buffers[a.storage] = max(buffers.get(a.storage, 0), -(-a.nbytes // 8) * 8)  # viewable as any dtype
+    # normal numbers read as bf16 or as float32 (no NaN, no subnormals)
+    buffers = {k: torch.randn(n // 2, generator=g).to(torch.bfloat16).view(torch.uint8) for k, n in buffers.items()}
+    return [(op, [buffers[a.storage].view(a.dtype).as_strided(a.shape, a.stride, a.offset) if isinstance(a, Operand)
+                  else a for a in args]) for op, args in calls]
 
 
 BATCHED = (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)  # (B, M, K) @ (B, K, N), baddbmm + a bias
@@ -192,21 +212,19 @@ class RecordMatmuls(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func in self.ops:
-            self.calls.append((func, [Operand(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
-                                      else a for a in args]))
+            self.calls.append((func, [Operand.of(a) if isinstance(a, torch.Tensor) else a for a in args]))
         return func(*args, **(kwargs or {}))
 
 
 def matmuls_alone(model, opt, batch, dtype=None, repeats: int = 5) -> dict:
     """What a training step would take if only its matrix products cost anything: every product one step runs
-    (forward and backward), recorded, then replayed on fresh tensors of the same shapes, strides and dtypes, the
-    best of `repeats` passes. {'seconds', 'flops' (the products' own), 'calls'}. A floor, not a forecast: replayed
-    back to back, the operands are warmer in the caches than they are inside a step."""
+    (forward and backward), recorded, then replayed back to back on tensors laid out as the step's were
+    (replay_operands), the best of `repeats` passes. {'seconds', 'flops' (the products' own), 'calls'}."""
     train_step(model, opt, *batch, dtype)  # warm-up: optimizer state, allocator
     with RecordMatmuls() as rec:
         train_step(model, opt, *batch, dtype)
     g = torch.Generator().manual_seed(0)
-    calls = [(op, [a.make(g) if isinstance(a, Operand) else a for a in args]) for op, args in rec.calls]
+    calls = replay_operands(rec.calls, g)
     best = float("inf")
     for _ in range(repeats + 1):  # the first pass warms up
         t0 = time.perf_counter()
