@@ -3,7 +3,7 @@ training step, forward and backward, and counts their FLOPs as the model's layer
 import torch
 import torch.nn as nn
 
-from benchmarks.throughput import matmuls_alone
+from benchmarks.throughput import RecordMatmuls, matmuls_alone, replay_operands
 from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
@@ -30,3 +30,21 @@ def test_a_steps_recorded_products_are_every_linear_layer_three_times_and_attent
         m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)))  # the estimate, less its norms
     assert got["calls"] == 3 * sum(isinstance(m, nn.Linear) for m in model.modules()) + cfg.n_layer * 6
     assert got["seconds"] > 0
+
+
+def test_the_replay_lays_operands_out_as_the_step_did():
+    """Operands that shared memory in the recorded code (a weight and its transpose, a slice of a larger tensor)
+    share one buffer in the replay, with the same shapes, strides and offsets; others get their own."""
+    w, x, g = torch.randn(6, 4), torch.randn(5, 4), torch.randn(5, 6)
+    big = torch.randn(10, 6)
+    with RecordMatmuls() as rec:
+        x @ w.t()  # (5, 4) @ (4, 6)
+        g @ w  # the same weight, untransposed
+        big[2:7] @ w  # a slice at an offset
+    replayed = replay_operands(rec.calls, torch.Generator().manual_seed(0))
+    (_, (x1, wt)), (_, (g1, w1)), (_, (b1, w2)) = replayed
+    assert wt.untyped_storage().data_ptr() == w1.untyped_storage().data_ptr() == w2.untyped_storage().data_ptr()
+    assert (wt.shape, wt.stride(), w1.stride()) == ((4, 6), (1, 4), (4, 1))
+    assert (b1.shape, b1.stride(), b1.storage_offset()) == ((5, 6), (6, 1), 12)
+    ptrs = {t.untyped_storage().data_ptr() for t in (x1, g1, b1, w1)}
+    assert len(ptrs) == 4 and torch.isfinite(b1).all()
