@@ -155,6 +155,10 @@ def top_ops(model, opt, batch, n: int = 8) -> list[tuple[str, float, float]]:
     return [(e.key, e.self_cpu_time_total / 1e3, e.self_cpu_time_total / total) for e in top]
 
 
+BATCHED = (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)  # (B, M, K) @ (B, K, N), baddbmm + a bias
+PLAIN = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)  # (M, K) @ (K, N), addmm + a bias
+ONEDNN = (torch.ops.mkldnn._linear_pointwise.default,) if HAVE_ONEDNN else ()  # x (..., K), W (N, K), bias
+
 
 class Operand(NamedTuple):
     """A tensor argument of a recorded product: where it lay (its storage's address and size, its offset) and its
@@ -172,24 +176,19 @@ class Operand(NamedTuple):
         return Operand(st.data_ptr(), st.nbytes(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
 
-def replay_operands(calls, g: torch.Generator) -> list:
-    """calls with each Operand replaced by a tensor laid out alike: operands that shared a storage in the step
-    (a weight and its transpose, an activation read forward and again backward, memory the allocator handed out
-    again) share one here too, so the replay reuses memory, and so the caches, as the step did."""
-    buffers = {}
-    for _, args in calls:
-        for a in args:
-            if isinstance(a, Operand):
-                buffers[a.storage] = max(buffers.get(a.storage, 0), -(-a.nbytes // 8) * 8)  # viewable as any dtype
-    # normal numbers read as bf16 or as float32 (no NaN, no subnormals)
-    buffers = {k: torch.randn(n // 2, generator=g).to(torch.bfloat16).view(torch.uint8) for k, n in buffers.items()}
-    return [(op, [buffers[a.storage].view(a.dtype).as_strided(a.shape, a.stride, a.offset) if isinstance(a, Operand)
-                  else a for a in args]) for op, args in calls]
+class RecordMatmuls(TorchDispatchMode):
+    """Records every matrix product the code inside it runs, autograd's backward ones too: calls, a list of
+    (op, args, kwargs) with each tensor argument an Operand."""
 
+    def __init__(self):
+        super().__init__()
+        self.ops, self.calls = set(BATCHED + PLAIN + ONEDNN), []
 
-BATCHED = (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)  # (B, M, K) @ (B, K, N), baddbmm + a bias
-PLAIN = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)  # (M, K) @ (K, N), addmm + a bias
-ONEDNN = (torch.ops.mkldnn._linear_pointwise.default,) if HAVE_ONEDNN else ()  # x (..., K), W (N, K), bias
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.ops:
+            self.calls.append((func, [Operand.of(a) if isinstance(a, torch.Tensor) else a for a in args],
+                               kwargs or {}))  # baddbmm's alpha and beta come as keywords
+        return func(*args, **(kwargs or {}))
 
 
 def product_flops(op, args) -> int:
@@ -202,18 +201,19 @@ def product_flops(op, args) -> int:
     return 2 * torch.Size(batch).numel() * m * k * n
 
 
-class RecordMatmuls(TorchDispatchMode):
-    """Records every matrix product the code inside it runs, autograd's backward ones too: calls, a list of
-    (op, args) with each tensor argument an Operand."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops, self.calls = set(BATCHED + PLAIN + ONEDNN), []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in self.ops:
-            self.calls.append((func, [Operand.of(a) if isinstance(a, torch.Tensor) else a for a in args]))
-        return func(*args, **(kwargs or {}))
+def replay_operands(calls, g: torch.Generator) -> list:
+    """calls with each Operand replaced by a tensor laid out alike: operands that shared a storage in the step
+    (a weight and its transpose, an activation read forward and again backward, memory the allocator handed out
+    again) share one here too, so the replay reuses memory, and so the caches, as the step did."""
+    buffers = {}
+    for _, args, _ in calls:
+        for a in args:
+            if isinstance(a, Operand):
+                buffers[a.storage] = max(buffers.get(a.storage, 0), -(-a.nbytes // 8) * 8)  # viewable as any dtype
+    # normal numbers read as bf16 or as float32 (no NaN, no subnormals)
+    buffers = {k: torch.randn(n // 2, generator=g).to(torch.bfloat16).view(torch.uint8) for k, n in buffers.items()}
+    return [(op, [buffers[a.storage].view(a.dtype).as_strided(a.shape, a.stride, a.offset) if isinstance(a, Operand)
+                  else a for a in args], kwargs) for op, args, kwargs in calls]
 
 
 def matmuls_alone(model, opt, batch, dtype=None, repeats: int = 5) -> dict:
@@ -228,7 +228,7 @@ def matmuls_alone(model, opt, batch, dtype=None, repeats: int = 5) -> dict:
     best = float("inf")
     for _ in range(repeats + 1):  # the first pass warms up
         t0 = time.perf_counter()
-        for op, args in calls:
-            op(*args)
+        for op, args, kwargs in calls:
+            op(*args, **kwargs)
         best = min(best, time.perf_counter() - t0)
-    return {"seconds": best, "flops": sum(product_flops(op, args) for op, args in rec.calls), "calls": len(calls)}
+    return {"seconds": best, "flops": sum(product_flops(op, args) for op, args, _ in rec.calls), "calls": len(calls)}

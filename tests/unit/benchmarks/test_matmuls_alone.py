@@ -42,7 +42,7 @@ def test_the_replay_lays_operands_out_as_the_step_did():
         g @ w  # the same weight, untransposed
         big[2:7] @ w  # a slice at an offset
     replayed = replay_operands(rec.calls, torch.Generator().manual_seed(0))
-    (_, (x1, wt)), (_, (g1, w1)), (_, (b1, w2)) = replayed
+    (_, (x1, wt), _), (_, (g1, w1), _), (_, (b1, w2), _) = replayed
     assert wt.untyped_storage().data_ptr() == w1.untyped_storage().data_ptr() == w2.untyped_storage().data_ptr()
     assert (wt.shape, wt.stride(), w1.stride()) == ((4, 6), (1, 4), (4, 1))
     assert (b1.shape, b1.stride(), b1.storage_offset()) == ((5, 6), (6, 1), 12)
