@@ -40,6 +40,7 @@ from benchmarks import attention_cost, sampling, throughput, ttq  # noqa: E402
 from common import cli  # noqa: E402
 from common.errors import FlagError  # noqa: E402
 from common.flags import config_from_argv  # noqa: E402
+from training.mfu import mfu  # noqa: E402
 
 TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "llama_cpp", "prepare", "memory")
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
@@ -147,7 +148,7 @@ def mfu_rows(table, res, size):
         table.append(("MFU " + size + ", train.py's step", f"{a['mfu_auto']:.0%} of fp32 peak", "-", "-",
                       f">= {MFU_GOAL:.0%} of bf16 peak", "n/a: bf16 slower than fp32 here"))
     mm, key = res["matmuls"], "bf16" if res["auto_dtype"] == "bfloat16" else "fp32"
-    ceiling = res["flops_per_token"] * res["batch_size"] * res["T"] / mm["seconds"] / res["peak_" + key]
+    ceiling = mfu(res["flops_per_token"], res["batch_size"] * res["T"] / mm["seconds"], res["peak_" + key])
     table.append(("  the same step's matrix products alone", f"{ceiling:.0%} of {key} peak if nothing else cost "
                   f"(products {mm['seconds'] * 1e3:.0f} ms of the step's {a['step_s'] * 1e3:.0f} ms)", "-", "-", "-",
                   "-"))

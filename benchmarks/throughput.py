@@ -134,7 +134,8 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     auto_peak = out["peak_bf16"] if auto == torch.bfloat16 else out["peak_fp32"]
     out["ours-auto"]["mfu_auto"] = flops_per_token * out["ours-auto"]["tok_per_s"] / auto_peak
     out["profile"] = top_ops(*models["ours"], batch)
-    out["matmuls"] = matmuls_alone(*models["ours-auto"], batch, auto if "ours-auto" in models else None)
+    auto_step = "ours-auto" if "ours-auto" in models else "ours"  # float32 where bf16 is not native
+    out["matmuls"] = matmuls_alone(*models[auto_step], batch, auto if auto_step == "ours-auto" else None)
     return out
 
 

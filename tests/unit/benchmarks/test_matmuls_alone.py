@@ -48,3 +48,13 @@ def test_the_replay_lays_operands_out_as_the_step_did():
     assert (b1.shape, b1.stride(), b1.storage_offset()) == ((5, 6), (6, 1), 12)
     ptrs = {t.untyped_storage().data_ptr() for t in (x1, g1, b1, w1)}
     assert len(ptrs) == 4 and torch.isfinite(b1).all()
+
+
+def test_the_throughput_measure_replays_the_float32_step_where_bf16_is_not_native(monkeypatch):
+    """Where --dtype=auto picks float32 (a CPU without native bf16) there is no separate 'ours-auto' model: the
+    products replayed are the float32 step's."""
+    from benchmarks import throughput
+    monkeypatch.setattr(throughput, "pick_dtype", lambda *args: torch.float32)
+    shape = dict(n_layer=1, n_head=2, n_embd=32, block_size=16)
+    res = throughput.measure(None, 2, 1, 1, shape, peak_s=0.0)
+    assert res["auto_dtype"] == "float32" and res["matmuls"]["flops"] > 0
