@@ -25,6 +25,9 @@ SHAKESPEARE_VAL_WORKS = ("coriolanus", "richard_ii", "tempest", "twelfth_night")
 # A folder needs this many files before whole files make a sensible split unit; fewer files means a single file
 # would be a large, lumpy share of validation, so the default falls back to `tail`.
 MIN_FILES_FOR_WORKS = 10
+# `works` on an arbitrary folder: validation's share of the bytes stays within half and one and a half times
+# VAL_FRACTION, or the split is refused (one large file among small ones would otherwise be most of the text)
+VAL_SHARE = (0.05, 0.15)
 TAIL_JOIN = "\n\n"  # between documents when `tail` treats several documents as one text
 SPLITS = ("works", "tail", "docs")
 
@@ -46,17 +49,38 @@ def default_split(n_files: int, kinds: set, is_shakespeare: bool) -> str:
 
 
 def pick_val_documents(sizes: dict[str, int]) -> list[str]:
-    # For an arbitrary folder there is no curated list, so order the files by a hash of their name (fixed, but
-    # not alphabetical, which would put all of one author or chapter range in validation) and take them until
-    # validation holds at least VAL_FRACTION of the bytes (file sizes: known without reading the files).
-    order = sorted(sizes, key=lambda n: hashlib.sha256(n.encode()).hexdigest())
-    total, val_bytes, names = sum(sizes.values()), 0, []
-    for name in order[:-1]:  # never the last one: training needs at least one document
-        if val_bytes >= VAL_FRACTION * total:
-            break
-        names.append(name)
-        val_bytes += sizes[name]
+    """`works` for an arbitrary folder: the files that validate, holding between VAL_SHARE[0] and VAL_SHARE[1] of
+    the bytes (file sizes: known without reading the files), aiming at VAL_FRACTION; a DataError if none do.
+
+    With no curated list, the files are taken in the order of a hash of their name (fixed, but not alphabetical,
+    which would put all of one author or chapter range in validation), skipping any that would push validation past
+    the upper bound, until it holds VAL_FRACTION. If that ends below the lower bound, every file it skipped is larger
+    than the gap between the bounds (at least the lower bound, and two of them exceed the upper one), so a sane
+    choice exists only around one such file: the first one within the bounds starts a second pass."""
+    total = sum(sizes.values())
+    lo, hi = (share * total for share in VAL_SHARE)
+    order = sorted((n for n in sizes if sizes[n]), key=lambda n: hashlib.sha256(n.encode()).hexdigest())
+    names = _fill([], order, sizes, hi)
+    if sum(sizes[n] for n in names) < lo:
+        big = next((n for n in order if lo <= sizes[n] <= hi), None)
+        if big is None:
+            largest = max(sizes.values()) / max(total, 1)
+            raise DataError(f"--split=works finds no whole files that hold {VAL_SHARE[0]:.0%} to {VAL_SHARE[1]:.0%} "
+                            f"of the text for validation (the largest of the {len(sizes)} files holds {largest:.0%}); "
+                            f"use --split=tail, or cut the large files into smaller ones")
+        names = _fill([big], order, sizes, hi)
     return sorted(names)
+
+
+def _fill(names: list[str], order: list[str], sizes: dict[str, int], most: float) -> list[str]:
+    """names, then the files of `order` that keep the total within `most`, until it reaches VAL_FRACTION."""
+    total, held = sum(sizes.values()), sum(sizes[n] for n in names)
+    for name in order:
+        if held >= VAL_FRACTION * total:
+            break
+        if name not in names and held + sizes[name] <= most:
+            names, held = names + [name], held + sizes[name]
+    return names
 
 
 def is_val_hash(text: str) -> bool:

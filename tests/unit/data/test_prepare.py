@@ -9,6 +9,7 @@ import data.prepare as prep
 from common.errors import ConfigError
 from data.prepare import prepare
 from data.readers import Source
+from data.split import VAL_SHARE
 from data.tokenizer import load_tokenizer, read_meta
 
 
@@ -86,7 +87,8 @@ def test_folder_of_many_files_splits_by_whole_files(tmp_path):
     meta, tok = read_meta(out), load_tokenizer(out)
     assert meta["split"] == "works" and 1 <= len(meta["val_works"]) < 12
     val_chars = sum(len(texts[n]) for n in meta["val_works"])
-    assert meta["val_chars"] == val_chars >= 0.1 * sum(map(len, texts.values()))
+    assert meta["val_chars"] == val_chars
+    assert VAL_SHARE[0] <= val_chars / sum(map(len, texts.values())) <= VAL_SHARE[1]
     train_ids, val_ids = tokens(out, "train"), tokens(out, "val")
     # <|endoftext|> separates works, so the splits decode to exactly the whole files of each side
     train_docs = tok.decode(train_ids).split("<|endoftext|>")

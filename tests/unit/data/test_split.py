@@ -1,0 +1,93 @@
+"""data/split.py: which whole files validate under `works` on an arbitrary folder."""
+import hashlib
+import itertools
+import random
+
+import pytest
+
+from common.errors import DataError
+from data.prepare import prepare
+from data.split import VAL_FRACTION, VAL_SHARE, pick_val_documents
+from data.tokenizer import read_meta
+
+
+def in_hash_order(names):
+    """The names in the order the split meets them, to set up a case (which file comes first)."""
+    return sorted(names, key=lambda n: hashlib.sha256(n.encode()).hexdigest())
+
+
+def share(sizes, names):
+    return sum(sizes[n] for n in names) / sum(sizes.values())
+
+
+def sane_choice_exists(sizes):
+    """Brute force: some set of files, not all, holds a share of the bytes within VAL_SHARE."""
+    names = list(sizes)
+    return any(VAL_SHARE[0] <= share(sizes, c) <= VAL_SHARE[1]
+               for k in range(1, len(names)) for c in itertools.combinations(names, k))
+
+
+def test_eleven_files_one_large_keep_validation_near_its_share(tmp_path):
+    """The large file first in hash order: taking it whole put 91% of the text in validation."""
+    names = in_hash_order([f"work_{i:02d}.txt" for i in range(11)])
+    folder = tmp_path / "books"
+    folder.mkdir()
+    texts = {n: f"{n} " + "lorem ipsum dolor sit amet\n" * (400 if n == names[0] else 40) for n in names}
+    for n, t in texts.items():
+        (folder / n).write_text(t)
+    meta = read_meta(prepare(input=folder, split="works", tokenizer="char", data_root=tmp_path / "root"))
+    total = sum(map(len, texts.values()))
+    assert names[0] not in meta["val_works"]
+    assert meta["val_chars"] == sum(len(texts[n]) for n in meta["val_works"])
+    assert VAL_SHARE[0] <= meta["val_chars"] / total <= VAL_SHARE[1], meta["val_works"]
+
+
+def test_a_large_file_alone_validates_when_the_small_ones_cannot_reach_the_share():
+    # the small file comes first; with it, the 12% file would pass 15%, and the 21% ones pass it alone
+    small, big, *rest = in_hash_order(["a", "b", "c", "d", "e", "f"])
+    sizes = {small: 4, big: 12, **{n: 21 for n in rest}}
+    assert pick_val_documents(sizes) == [big]
+
+
+@pytest.mark.parametrize("sizes", [
+    {"a.txt": 50, "b.txt": 50},
+    {"big.txt": 1000, "x.txt": 10, "y.txt": 10, "z.txt": 10},  # the small ones hold 2.9%, the big one 97%
+    {f"{i}.txt": 20 for i in range(5)},  # 20% each
+])
+def test_no_sane_choice_is_refused_in_one_line(sizes):
+    with pytest.raises(DataError) as e:
+        pick_val_documents(sizes)
+    assert "--split=tail" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_refused_split_writes_no_prepared_folder(tmp_path):
+    folder = tmp_path / "books"
+    folder.mkdir()
+    (folder / "big.txt").write_text("lorem ipsum\n" * 1000)
+    for n in "xyz":
+        (folder / f"{n}.txt").write_text("lorem ipsum\n")
+    with pytest.raises(DataError, match="--split=works finds no whole files"):
+        prepare(input=folder, split="works", tokenizer="char", data_root=tmp_path / "root")
+    assert not (tmp_path / "root" / "prepared").exists()
+
+
+def test_validation_share_stays_within_bounds_on_random_folders():
+    """Random folders of 2 to 12 files, sizes spread over three orders of magnitude: a split holds a share within
+    VAL_SHARE (at least VAL_FRACTION when files that fit add up to it), never every file, and does not depend on the
+    order the files are listed in; a refusal only where no set of files would do (brute force)."""
+    rng = random.Random(0)
+    refused = 0
+    for case in range(300):
+        n = rng.randint(2, 12)
+        sizes = {f"f{case}_{i}.txt": int(10 ** rng.uniform(1, 4)) for i in range(n)}
+        try:
+            val = pick_val_documents(sizes)
+        except DataError:
+            refused += 1
+            assert not sane_choice_exists(sizes), sizes
+            continue
+        assert VAL_SHARE[0] <= share(sizes, val) <= VAL_SHARE[1] and len(val) < n, sizes
+        assert share(sizes, val) >= VAL_FRACTION or all(share(sizes, [*val, m]) > VAL_SHARE[1]
+                                                        for m in set(sizes) - set(val)), sizes
+        assert pick_val_documents(dict(reversed(sizes.items()))) == val
+    assert 0 < refused < 150  # both outcomes were tried
