@@ -20,12 +20,15 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
 
 from common.errors import DataError
+from data.locks import build_lock
 from data.readers import BadDocuments, _lines, stat_fingerprint
 from data.split import is_val_hash
 from data.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
@@ -135,7 +138,8 @@ def is_val_pair(source: str, target: str) -> bool:
 def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 2048, source_field: str = "source",
                   target_field: str = "target", on_bad: str = "stop", data_root=None, progress: bool = True) -> Path:
     """The prepared folder of a pairs file (built unless it already is; a second call with the same file and
-    settings reads nothing). Written into a temporary folder renamed into place when complete: never half-built."""
+    settings reads nothing). Built by one process at a time (the others wait for it), in a temporary folder renamed
+    into place when complete: never half-built."""
     path = Path(pairs)
     kind_of(path)
     if not path.is_file():
@@ -150,26 +154,35 @@ def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 204
     out = root / "prepared" / f"pairs-{path.stem}-{tok_name}-{fingerprint[:8]}"
     if _prepared(out, fingerprint):
         return out
-    tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        meta = _build(path, tmp, tokenizer, bpe_vocab_size, source_field, target_field, on_bad)
-        meta.update(fingerprint=fingerprint, input=str(path))
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        try:
-            tmp.rename(out)
-        except OSError:  # another process built it first (torchrun: one per node), or an old build is in the way
-            if not _prepared(out, fingerprint):
-                shutil.rmtree(out, ignore_errors=True)
-                tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
+        if _prepared(out, fingerprint):  # another process built it while this one waited
+            return out
+        meta = _build_into(out, path, fingerprint, tokenizer, bpe_vocab_size, source_field, target_field, on_bad)
     if progress:
         print(f"{out}: {meta['train_pairs']:,} train / {meta['val_pairs']:,} val pairs, {tok_name} vocab "
               f"{meta['vocab_size']}" + (f", {meta['bad_pairs']['count']} bad line(s) skipped"
                                          if meta["bad_pairs"]["count"] else ""), file=sys.stderr)
     return out
+
+
+def _build_into(out: Path, path: Path, fingerprint: str, *how) -> dict:
+    """Builds the folder `out` in a temporary folder of a name no other process has (on any host sharing the
+    disk: a pid alone is not unique across nodes or containers), renamed into place when complete."""
+    tmp = out.parent / f".{out.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir(parents=True)
+    try:
+        meta = _build(path, tmp, *how)
+        meta.update(fingerprint=fingerprint, input=str(path))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        try:
+            tmp.rename(out)
+        except OSError:  # an out-of-date build is in the way, or where locks fail, another process's same one
+            if not _prepared(out, fingerprint):
+                shutil.rmtree(out, ignore_errors=True)
+                tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return meta
 
 
 def read_pairs_meta(folder) -> tuple[dict, Tokenizer]:

