@@ -2,7 +2,9 @@
 
 Inputs: a .txt file, a folder of .txt files (recursively), .jsonl / .jsonl.gz (one JSON object per line, the text
 in `--text_field`), .parquet (the same column, read one row group at a time through pyarrow), or a folder of any
-of these. A .txt file is one document; the others hold one document per line or row.
+of these. A .txt file is one document; the others hold one document per line or row. A UTF-8 byte-order mark that
+starts a .txt file or a JSON line is left out, as the utf-8-sig codec reads it (anywhere else it is text; a parquet
+column holds strings, not a file's encoding, and is read as it is).
 
 A long document comes in pieces of about PIECE_CHARS characters, cut only before the last character of a
 whitespace run that a non-space character follows (`_cut`): GPT-2's pre-tokenisation splits there too, so encoding
@@ -135,8 +137,9 @@ class _NotUTF8(ValueError):
 
 def _utf8_text(f, on_raw=lambda raw: None):
     """The text of a binary UTF-8 stream, read READ_BYTES at a time, in blocks that end on a whole character (on_raw
-    sees every block of bytes read); _NotUTF8 at the first undecodable byte."""
-    carry, offset = b"", 0
+    sees every block of bytes read); _NotUTF8 at the first undecodable byte. A byte-order mark at the start of the
+    stream is left out, as the utf-8-sig codec does (an editor's marker, not text); one further in is text."""
+    carry, offset, start = b"", 0, True
     while True:
         raw = f.read(READ_BYTES)
         on_raw(raw)
@@ -147,6 +150,8 @@ def _utf8_text(f, on_raw=lambda raw: None):
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise _NotUTF8.at(e, offset) from None
+        if start and text:
+            text, start = text.removeprefix("\ufeff"), False
         yield text
         offset += len(data)
         if not raw:
@@ -337,8 +342,9 @@ class Source:
         return f.name if self.path.is_file() else f.relative_to(self.path).as_posix()
 
     def pieces(self, bad: BadDocuments, on_bytes=lambda n: None):
-        """Every piece of every document, in order. One file's sha256 is `sha256sum`'s; a folder's hashes its
-        names and its files' hashes, so renaming a file is a new input too."""
+        """Every piece of every document, in order. One file's sha256 is `sha256sum`'s (of its bytes as stored, a
+        byte-order mark the text leaves out included); a folder's hashes its names and its files' hashes, so
+        renaming a file is a new input too."""
         per_file = []
         for f in self.files:
             name, sha, kind = self.name_of(f), hashlib.sha256(), kind_of(f) or "txt"

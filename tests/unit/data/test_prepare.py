@@ -102,6 +102,15 @@ def test_folder_of_many_files_splits_by_whole_files(tmp_path):
     assert (tokens(again, "val") == val_ids).all()
 
 
+def test_a_byte_order_mark_is_no_token(tmp_path):
+    """An editor's mark before a .txt file's text is neither in the char vocabulary nor in the tokens."""
+    text = synthetic_text(2000)
+    (tmp_path / "t.txt").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    out = prepare(input=tmp_path / "t.txt", tokenizer="char", data_root=tmp_path)
+    tok = load_tokenizer(out)
+    assert "\ufeff" not in tok.chars and tok.decode(tokens(out, "train")) + tok.decode(tokens(out, "val")) == text
+
+
 def test_folder_of_few_files_defaults_to_tail(tmp_path):
     make_folder(tmp_path / "few", 3)
     assert read_meta(prepare(input=tmp_path / "few", data_root=tmp_path))["split"] == "tail"

@@ -139,9 +139,27 @@ def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
         texts_of(tmp_path / "c.jsonl")
 
 
-def test_a_json_file_may_start_with_a_byte_order_mark(tmp_path):
-    (tmp_path / "c.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n')
-    assert texts_of(tmp_path / "c.jsonl") == ["first", "second"]
+@pytest.mark.parametrize("name", ["c.jsonl", "c.jsonl.gz"])
+def test_a_json_file_may_start_with_a_byte_order_mark(tmp_path, name):
+    data = b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n'
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert texts_of(tmp_path / name) == ["first", "second"]
+
+
+@pytest.mark.parametrize("read_bytes", [1, 2, 1 << 20])  # the mark split over reads, or whole in the first
+def test_a_text_file_may_start_with_a_byte_order_mark(tmp_path, monkeypatch, read_bytes):
+    """Left out at the start of a file, as utf-8-sig reads it; one further in (files joined with cat) is text.
+    The input's sha256 is still that of the bytes as stored."""
+    monkeypatch.setattr(readers, "READ_BYTES", read_bytes)
+    text = "First line,\nthen \ufeffone inside.\n"
+    (tmp_path / "t.txt").write_bytes(("\ufeff" + text).encode())
+    (tmp_path / "mark.txt").write_bytes("\ufeff \n".encode())
+    assert texts_of(tmp_path / "t.txt") == [text] == [(tmp_path / "t.txt").read_text(encoding="utf-8-sig")]
+    source = readers.Source.open(tmp_path / "t.txt")
+    list(source.pieces(readers.BadDocuments("stop")))
+    assert source.sha256 == hashlib.sha256((tmp_path / "t.txt").read_bytes()).hexdigest()
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "mark.txt", bad) == [] and bad.examples == ["mark.txt (the document is empty)"]
 
 
 def test_a_parquet_string_that_is_not_utf8_is_a_bad_document(tmp_path):
