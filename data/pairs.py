@@ -16,6 +16,7 @@ The target side is framed by one extra token, STOP (one id past the tokenizer's 
 is STOP + target (STOP doubles as the start token) and it learns to predict target + STOP, so generation knows where
 to end.
 """
+import codecs
 import hashlib
 import json
 import os
@@ -90,10 +91,12 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
         for line_no, raw in enumerate(_lines(f), 1):
             where = f"{path}:{line_no}"
             raw = raw.removesuffix(b"\r")
+            if line_no == 1:  # a byte-order mark before the file's text, as utf-8-sig reads it
+                raw = raw.removeprefix(codecs.BOM_UTF8)
             if not raw.strip():
                 continue
             try:
-                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 bad.report(where, f"not UTF-8 (byte at offset {e.start} of the line)")
                 continue

@@ -60,8 +60,16 @@ def test_a_bad_jsonl_line_names_its_file_and_line(tmp_path, line, problem):
 def test_good_files_read_their_pairs(tmp_path):
     tsv = write(tmp_path / "p.tsv", "\ufeffhé llo\twörld\r\nx y\tz\n".encode())  # a BOM, CRLF, spaces kept
     assert [(s, t) for _, s, t in read_pairs(tsv, BadDocuments("stop"))] == [("hé llo", "wörld"), ("x y", "z")]
-    jsonl = write(tmp_path / "p.jsonl", b'{"q": "a\\tb", "a": "c"}\n')
+    jsonl = write(tmp_path / "p.jsonl", b'\xef\xbb\xbf{"q": "a\\tb", "a": "c"}\n')  # a BOM
     assert [(s, t) for _, s, t in read_pairs(jsonl, BadDocuments("stop"), "q", "a")] == [("a\tb", "c")]
+
+
+@pytest.mark.parametrize("name", ["p.tsv", "p.jsonl"])
+def test_a_byte_order_mark_alone_on_the_first_line_leaves_a_blank_line(tmp_path, name):
+    """As utf-8-sig reads the file: a blank first line (passed), not a bad pair made of the mark."""
+    pair = b"ab\tcd\n" if name.endswith(".tsv") else b'{"source": "ab", "target": "cd"}\n'
+    path = write(tmp_path / name, b"\xef\xbb\xbf\r\n" + pair)
+    assert [(s, t) for _, s, t in read_pairs(path, BadDocuments("stop"))] == [("ab", "cd")]
 
 
 def test_other_kinds_and_missing_files_are_refused(tmp_path):
