@@ -154,7 +154,7 @@ def read_prompt(start: str, flag: str = "start") -> str:
     if start.startswith("FILE:"):
         path = start[len("FILE:"):]
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:  # without the byte-order mark an editor may put first
                 return f.read()
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"--{flag}=FILE:{path} cannot be read ({type(e).__name__}); "

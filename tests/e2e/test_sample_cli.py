@@ -130,3 +130,19 @@ def test_sample_py_past_context_extend_cached_and_uncached_print_the_same_text(c
                            (["--past_context=keep"], "must be one of slide, extend")]:
         assert sample.cli.run(sample.main, common + extra) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_prompt_file_may_start_with_a_byte_order_mark(corpus, tmp_path, capsys):
+    """--start=FILE: reads the file as utf-8-sig: the mark an editor puts first is no token (a char vocabulary has
+    none for it), and the text is the same as the same prompt without it."""
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2")) == 0
+    (tmp_path / "marked.txt").write_bytes("\ufeffROMEO:\n".encode())
+    (tmp_path / "plain.txt").write_bytes(b"ROMEO:\n")
+    capsys.readouterr()
+    texts = []
+    for name in ("marked.txt", "plain.txt"):
+        assert sample.cli.run(sample.main, [f"--out_dir={out}", f"--start=FILE:{tmp_path / name}",
+                                            "--max_new_tokens=10", "--temperature=0"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and "ROMEO:" in texts[0] and "\ufeff" not in texts[0]

@@ -92,6 +92,18 @@ def test_sample_translates_a_source_and_every_line_of_a_file_in_order(runs, tmp_
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--past_context" in r.stderr and not r.stdout
 
 
+def test_a_source_file_may_start_with_a_byte_order_mark(runs, tmp_path, capsys):
+    """--source=FILE: reads the file as utf-8-sig: its first line translates as it does without the mark."""
+    import sample
+
+    texts = []
+    for name, mark in (("marked.txt", "\ufeff"), ("plain.txt", "")):
+        (tmp_path / name).write_bytes(f"{mark}abcd\nzz\n".encode())
+        assert sample.cli.run(sample.main, [f"--out_dir={runs['whole']}", f"--source=FILE:{tmp_path / name}"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and texts[0].count("\n") == 2
+
+
 def test_export_refuses_an_encoder_decoder_in_one_line(runs, tmp_path):
     r = run_code("import sys; from interop import export; sys.exit(export.entry())", f"--out_dir={runs['whole']}",
                  f"--to={tmp_path / 'hf'}")
