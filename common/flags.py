@@ -89,8 +89,8 @@ def split_argv(argv) -> dict:
 
 def load_toml(path: str) -> dict:
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        with open(path, "rb") as f:  # utf-8-sig: tomllib would read an editor's byte-order mark as a bad statement
+            return tomllib.loads(f.read().decode("utf-8-sig"))
     except FileNotFoundError:
         raise FlagError(f"--config={path} does not exist; give the path of a TOML file") from None
     except tomllib.TOMLDecodeError as e:

@@ -29,6 +29,12 @@ def test_toml_config_file_between_preset_and_flags(tmp_path):
     assert v == dict(n_layer=7, learning_rate=1.0, dataset="shakespeare")
 
 
+def test_a_toml_file_may_start_with_a_byte_order_mark(tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_bytes("\ufeffn_layer = 5\n".encode())
+    assert parse([f"--config={f}"], CLASSES, PRESETS)[0] == dict(n_layer=5)
+
+
 @pytest.mark.parametrize("argv, msg", [
     (["--n_layers=4"], "unknown flag --n_layers; did you mean --n_layer?"),
     (["--learning_rat=1"], "did you mean --learning_rate?"),
