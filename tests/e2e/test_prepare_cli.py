@@ -64,6 +64,15 @@ def test_corpus_too_small_to_split(tmp_path):
     assert_one_line_error(run_cli(f"--input={tmp_path / 'one.txt'}", root=tmp_path), tmp_path, "too few")
 
 
+def test_whole_files_that_cannot_hold_a_sane_validation_share(tmp_path):
+    (tmp_path / "books").mkdir()
+    for name in ("a.txt", "b.txt"):  # half the text each
+        (tmp_path / "books" / name).write_text("some text\n" * 20)
+    assert_one_line_error(run_cli(f"--input={tmp_path / 'books'}", "--split=works", root=tmp_path / "r"),
+                          tmp_path / "r", "--split=works finds no whole files", "--split=tail")
+    assert not (tmp_path / "r" / "prepared").exists()
+
+
 def test_unknown_tokenizer_suggests_the_closest(tmp_path):
     (tmp_path / "t.txt").write_text("some text\n" * 20)
     assert_one_line_error(run_cli(f"--input={tmp_path / 't.txt'}", "--tokenizer=gtp2", root=tmp_path), tmp_path,
