@@ -18,6 +18,7 @@ from common.errors import CheckpointError, ConfigError, DataError, FlagError, Se
 from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
 from data.config import PrepareConfig
 from data.prepare import prepare
+from data.tokenizer import carry_tokenizer
 from model import GPT, GPTConfig, Seq2Seq
 import speed
 from speed import SpeedConfig
@@ -172,7 +173,8 @@ def load_data(tc: TrainConfig, d: distributed.Dist):
     build it); the others wait, however long that takes, then find it ready."""
     # the data settings are the PrepareConfig fields TrainConfig inherits
     data_dir = prepared_per_node(d, lambda: prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)}))
-    meta, tokenizer = read_meta(data_dir), load_tokenizer(data_dir)
+    meta = carry_tokenizer(read_meta(data_dir), data_dir)  # the checkpoints' copy: its tokenizer without the folder
+    tokenizer = load_tokenizer(meta)
     if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
         raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
                         f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data again")
@@ -189,7 +191,7 @@ def load_pairs(tc: TrainConfig, d: distributed.Dist):
         tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field, tc.on_bad, tc.data_root,
         progress=tc.progress and d.master))
     meta, tokenizer = pairs.read_pairs_meta(data_dir)
-    return str(data_dir), meta, tokenizer
+    return str(data_dir), carry_tokenizer(meta, data_dir), tokenizer
 
 
 def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
