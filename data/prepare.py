@@ -119,6 +119,20 @@ def folder_name(cfg: PrepareConfig, split: str, fingerprint: dict) -> str:
     return f"shakespeare-{cfg.tok_name}-{split}" + ("" if fingerprint == plain else f"-{digest}")
 
 
+def same_corpus(old: dict, new: dict) -> bool:
+    """Whether two prepared folders' meta.json (a checkpoint's copy, and today's) describe the same data: the same
+    fingerprint, or one that differs only in the input's quick identity (a corpus touched, copied without its times,
+    or moved) over the same content (source_sha256) and the same vocabulary."""
+    a, b = old.get("fingerprint"), new.get("fingerprint")
+    if a == b:
+        return True
+    if not (isinstance(a, dict) and isinstance(b, dict)) or old.get("source_sha256") is None:
+        return False
+    beyond_identity = [k for k in {*a, *b} if k != "source" and a.get(k) != b.get(k)]
+    tokenizer = [k for k in ("vocab_size", "eot_id", "chars", "bpe_ranks") if k in old and old[k] != new.get(k)]
+    return not beyond_identity and not tokenizer and old["source_sha256"] == new.get("source_sha256")
+
+
 @contextlib.contextmanager
 def _build_lock(out: Path):
     """An exclusive lock on DATA_ROOT/locks/NAME.lock (beside prepared/, whose entries are all prepared folders),

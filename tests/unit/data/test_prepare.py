@@ -209,3 +209,17 @@ def test_two_corpora_of_the_same_names_sizes_and_times_are_two_inputs(tmp_path):
     for version, text in texts.items():
         tok = load_tokenizer(folders[version])
         assert tok.decode(tokens(folders[version], "train")) + tok.decode(tokens(folders[version], "val")) == text
+
+
+def test_a_touched_corpus_is_the_same_corpus_and_a_changed_one_is_not(tmp_path):
+    """A touched file is prepared again (its quick identity changed); same_corpus compares what it holds."""
+    src = tmp_path / "t.txt"
+    src.write_text(synthetic_text(3000))
+    first = read_meta(prepare(input=src, progress=False, data_root=tmp_path))
+    os.utime(src, ns=(1_700_000_000_000_000_000,) * 2)
+    touched = read_meta(prepare(input=src, progress=False, data_root=tmp_path))
+    assert touched["fingerprint"] != first["fingerprint"] and prep.same_corpus(first, touched)
+    other_shards = read_meta(prepare(input=src, shard_tokens=2048, progress=False, data_root=tmp_path))
+    assert not prep.same_corpus(first, other_shards)
+    src.write_text(synthetic_text(3000, seed=1))
+    assert not prep.same_corpus(first, read_meta(prepare(input=src, progress=False, data_root=tmp_path)))
