@@ -6,9 +6,11 @@ See docs/data.md for the formats.
 
 A folder is prepared once: meta.json (the manifest) holds a fingerprint of everything that decides its contents,
 and a second run with the same fingerprint returns at once without reading the input (a large input is named by
-its files' names, sizes and modification times). Shards are renamed into place only when complete and meta.json
+where it is and its files' names, sizes and modification times). The folder's name holds a hash of the fingerprint,
+so other settings are another folder. Shards are renamed into place only when complete and meta.json
 is written last, so a folder without meta.json is simply "not prepared"; a killed run resumes (data/build.py).
 """
+import hashlib
 import json
 import math
 import sys
@@ -79,11 +81,18 @@ def prepare(**settings) -> Path:
         source = Source.open(cfg.input, cfg.text_field)
         identity, kinds, n_files = stat_fingerprint(source.path, source.files), source.kinds, len(source.files)
     split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
-    if cfg.input is None:
-        folder_name = f"shakespeare-{cfg.tok_name}-{split}"
-    else:
-        folder_name = f"{Path(cfg.input).resolve().name.split('.')[0]}-{cfg.tok_name}-{split}-{identity[:8]}"
-    out = root / "prepared" / folder_name
+    fingerprint = _fingerprint(cfg, identity, kinds, split)
+    out = root / "prepared" / folder_name(cfg, split, fingerprint)
+    if _is_prepared(out, fingerprint):
+        return out
+    with _build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
+        if _is_prepared(out, fingerprint):  # another process built it while this one waited
+            return out
+        return _build(cfg, t0, root, source, split, out, fingerprint, identity)
+
+
+def _fingerprint(cfg: PrepareConfig, identity: str, kinds: set, split: str) -> dict:
+    """Everything that decides a folder's bytes (not --workers or --word_cache, which change none)."""
     fingerprint = {"format_version": FORMAT_VERSION, "source": identity, "split": split, "tokenizer": cfg.tokenizer,
                    "bpe_vocab_size": cfg.bpe_vocab_size if cfg.tokenizer == "bpe" else None,
                    "val_works": list(SHAKESPEARE_VAL_WORKS) if cfg.input is None and split == "works" else None,
@@ -92,12 +101,34 @@ def prepare(**settings) -> Path:
                    "shard_tokens": cfg.shard_tokens, "on_bad": cfg.on_bad}
     if cfg.input is not None:
         fingerprint["input_rules"] = INPUT_RULES
-    if _is_prepared(out, fingerprint):
-        return out
-    with _build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
-        if _is_prepared(out, fingerprint):  # another process built it while this one waited
-            return out
-        return _build(cfg, t0, root, source, split, out, fingerprint, identity)
+    return fingerprint
+
+
+def folder_name(cfg: PrepareConfig, split: str, fingerprint: dict) -> str:
+    """NAME-TOK-SPLIT-HASH, HASH from the whole fingerprint: two settings that give other bytes never share a folder
+    (one would rebuild the other's under a run or a checkpoint that reads it). The built-in corpus with the default
+    settings (--shard_tokens, --on_bad, --val_tokens) keeps the name it always had, shakespeare-TOK-SPLIT, and so
+    its folders."""
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:8]
+    if cfg.input is not None:
+        return f"{Path(cfg.input).resolve().name.split('.')[0]}-{cfg.tok_name}-{split}-{digest}"
+    defaults = PrepareConfig(tokenizer=cfg.tokenizer, bpe_vocab_size=cfg.bpe_vocab_size)
+    plain = _fingerprint(defaults, SHAKESPEARE_SHA256, {"txt"}, split)
+    return f"shakespeare-{cfg.tok_name}-{split}" + ("" if fingerprint == plain else f"-{digest}")
+
+
+def same_corpus(old: dict, new: dict) -> bool:
+    """Whether two prepared folders' meta.json (a checkpoint's copy, and today's) describe the same data: the same
+    fingerprint, or one that differs only in the input's quick identity (a corpus touched, copied without its times,
+    or moved) over the same content (source_sha256) and the same vocabulary."""
+    a, b = old.get("fingerprint"), new.get("fingerprint")
+    if a == b:
+        return True
+    if not (isinstance(a, dict) and isinstance(b, dict)) or old.get("source_sha256") is None:
+        return False
+    beyond_identity = [k for k in {*a, *b} if k != "source" and a.get(k) != b.get(k)]
+    tokenizer = [k for k in ("vocab_size", "eot_id", "chars", "bpe_ranks") if k in old and old[k] != new.get(k)]
+    return not beyond_identity and not tokenizer and old["source_sha256"] == new.get("source_sha256")
 
 
 def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:

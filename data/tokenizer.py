@@ -225,7 +225,10 @@ def meta_problem(meta) -> str | None:
         return f"eot_id={eot!r} is not an id below vocab_size"
     if meta["tokenizer"] == "char" and not (isinstance(meta.get("chars"), str) and meta["chars"]):
         return "chars (the character vocabulary) is missing or not a string"
-    if meta["tokenizer"] == "bpe" and not plain_name(meta.get("bpe_file")):
+    if meta["tokenizer"] == "bpe" and "bpe_ranks" in meta:
+        if not (isinstance(meta["bpe_ranks"], str) and meta["bpe_ranks"].isascii()):
+            return "bpe_ranks (the bpe merges) is not the text of a .tiktoken file"
+    elif meta["tokenizer"] == "bpe" and not plain_name(meta.get("bpe_file")):
         return f"bpe_file={meta.get('bpe_file')!r} is not a file name"
     if "dtype" in meta and meta["dtype"] not in ("uint16", "uint32"):
         return f"dtype={meta['dtype']!r} is not uint16 or uint32"
@@ -274,10 +277,30 @@ def load_tokenizer(folder_or_meta, folder=None) -> Tokenizer:
     if kind == "gpt2":
         return gpt2_tokenizer()
     if kind == "bpe":
-        if folder is None:
-            raise DataError("a bpe tokenizer lives in its data folder; pass load_tokenizer(meta, folder=...)")
-        ranks_path = Path(folder) / meta["bpe_file"]
-        if not ranks_path.is_file():
-            raise DataError(f"{ranks_path} is missing; prepare the data again: python data/prepare.py")
-        return bpe_tokenizer(ranks_from_bytes(ranks_path.read_bytes()))
+        return bpe_tokenizer(_bpe_ranks(meta, folder))
     raise DataError(f"unknown tokenizer {kind!r} in meta.json; choose one of {', '.join(TOKENIZERS)}")
+
+
+def _bpe_ranks(meta: dict, folder) -> dict[bytes, int]:
+    """A bpe's merges: those meta carries (a checkpoint's copy, see carry_tokenizer), else its folder's file."""
+    if "bpe_ranks" in meta:
+        try:
+            return ranks_from_bytes(meta["bpe_ranks"].encode())
+        except ValueError:  # a line that is not `base64 rank`
+            raise DataError("the bpe merges this checkpoint carries (bpe_ranks) are corrupt; the file is damaged "
+                            "or not ours") from None
+    if folder is None:
+        raise DataError("a bpe tokenizer lives in its data folder; pass load_tokenizer(meta, folder=...)")
+    ranks_path = Path(folder) / meta["bpe_file"]
+    if not ranks_path.is_file():
+        raise DataError(f"{ranks_path} is missing; prepare the data again: python data/prepare.py")
+    return ranks_from_bytes(ranks_path.read_bytes())
+
+
+def carry_tokenizer(meta: dict, folder) -> dict:
+    """meta (a prepared folder's meta.json) with what its tokenizer reads from the folder put inside it: a bpe's
+    merges, the text of its .tiktoken file, as `bpe_ranks` (a str: torch.load(weights_only=True) reads it). A
+    checkpoint keeps this copy, so it decodes as it was trained after its folder is removed or rebuilt."""
+    if meta["tokenizer"] != "bpe" or "bpe_ranks" in meta:
+        return meta
+    return {**meta, "bpe_ranks": ranks_to_bytes(_bpe_ranks(meta, folder)).decode("ascii")}

@@ -11,7 +11,10 @@ renamed over the old file, and the folder is fsynced so the rename itself is dur
 moment leaves either the old checkpoint or the new one, never half of one.
 
 Versions: 1 (no "format_version" key, written before the format had an owner) and 2 (adds the version and the
-float16 loss scaler's state). Both load. Keys added since, optional in every version: "wandb_run_id".
+float16 loss scaler's state). Both load. Keys added since, optional in every version: "wandb_run_id"; and in
+data_meta, "bpe_ranks": a bpe tokenizer's merges, which training puts there (data/tokenizer.py's carry_tokenizer) so
+that the checkpoint decodes without its data folder, which may be removed or rebuilt. A bpe checkpoint without them
+(older, or imported) reads them from data_dir.
 """
 import math
 import os
@@ -37,7 +40,7 @@ class Checkpoint:
     model_config: GPTConfig
     step: int  # optimizer steps done
     data_meta: dict  # the prepared data's meta.json (tokenizer, fingerprint, ...): data/ owns its keys
-    data_dir: str | None = None  # the prepared folder (a bpe tokenizer's merges live there)
+    data_dir: str | None = None  # the prepared folder (the merges of a bpe checkpoint without bpe_ranks live there)
     train_config: dict = field(default_factory=dict)  # training.config.TrainConfig as a dict
     objective: str = "decoder"  # 'decoder', 'encoder', 'cheater' or 'seq2seq' (training/objectives.py)
     mask_id: int | None = None  # the [MASK] id when the vocabulary has one (encoder, or a decoder beside one)
@@ -119,7 +122,8 @@ class Checkpoint:
         return model.to(device)
 
     def tokenizer(self):
-        """The tokenizer the model was trained with ([MASK] included when the vocabulary has it)."""
+        """The tokenizer the model was trained with ([MASK] included when the vocabulary has it): from data_meta, or
+        for a bpe checkpoint that does not carry its merges, from data_dir."""
         from data.mask_token import with_mask_token
         from data.tokenizer import load_tokenizer
 

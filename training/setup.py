@@ -4,6 +4,7 @@
 `build` checks everything and returns a Run; `claim_out_dir` makes its first writes into out_dir, under the lock
 (training/stopping.py); training/loop.py trains it. Nothing here runs a training step.
 """
+import filecmp
 import math
 import os
 import shutil
@@ -17,7 +18,8 @@ from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError
 from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
 from data.config import PrepareConfig
-from data.prepare import prepare
+from data.prepare import prepare, same_corpus
+from data.tokenizer import carry_tokenizer
 from model import GPT, GPTConfig, Seq2Seq
 import speed
 from speed import SpeedConfig
@@ -172,7 +174,8 @@ def load_data(tc: TrainConfig, d: distributed.Dist):
     build it); the others wait, however long that takes, then find it ready."""
     # the data settings are the PrepareConfig fields TrainConfig inherits
     data_dir = prepared_per_node(d, lambda: prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)}))
-    meta, tokenizer = read_meta(data_dir), load_tokenizer(data_dir)
+    meta = carry_tokenizer(read_meta(data_dir), data_dir)  # the checkpoints' copy: its tokenizer without the folder
+    tokenizer = load_tokenizer(meta)
     if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
         raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
                         f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data again")
@@ -189,7 +192,30 @@ def load_pairs(tc: TrainConfig, d: distributed.Dist):
         tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field, tc.on_bad, tc.data_root,
         progress=tc.progress and d.master))
     meta, tokenizer = pairs.read_pairs_meta(data_dir)
-    return str(data_dir), meta, tokenizer
+    return str(data_dir), carry_tokenizer(meta, data_dir), tokenizer
+
+
+def same_data(ckpt: Checkpoint, data_dir: str, meta: dict) -> bool:
+    """Whether the data prepared now is what the checkpoint was trained on. The fingerprints hold the input's quick
+    identity (where it is, names, sizes, modification times), so a corpus touched or copied elsewhere gets another
+    one: then the content decides, a text corpus's by its sha256, a pairs file's by the prepared folders' bytes."""
+    old = ckpt.data_meta
+    if old.get("kind") != "pairs" or old.get("fingerprint") == meta.get("fingerprint"):
+        return same_corpus(old, meta)
+    return same_prepared_pairs(ckpt.data_dir, old, data_dir, meta)
+
+
+def same_prepared_pairs(old_dir: str | None, old: dict, new_dir: str, new: dict) -> bool:
+    """Whether the checkpoint's pairs folder (if it is still there) holds the bytes of the new one: the same token
+    files and lengths, the same vocabulary, the same meta.json but for where the pairs file was."""
+    if not old_dir or not os.path.isdir(old_dir) or os.path.realpath(old_dir) == os.path.realpath(new_dir):
+        return False
+    where = ("fingerprint", "input") + (() if "bpe_ranks" in old else ("bpe_ranks",))  # older: the file is compared
+    if {k: v for k, v in old.items() if k not in where} != {k: v for k, v in new.items() if k not in where}:
+        return False
+    names = sorted(set(os.listdir(new_dir)) - {"meta.json"})
+    return names == sorted(set(os.listdir(old_dir)) - {"meta.json"}) and all(
+        filecmp.cmp(os.path.join(old_dir, n), os.path.join(new_dir, n), shallow=False) for n in names)
 
 
 def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
@@ -259,11 +285,11 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                          "(torchrun --standalone --nproc_per_node=2 train.py ...)")
 
     data_dir, meta, tokenizer = load_pairs(tc, d) if tc.model == "seq2seq" else load_data(tc, d)
-    if ckpt is not None and ckpt.data_meta.get("fingerprint") != meta.get("fingerprint"):
+    if ckpt is not None and not same_data(ckpt, data_dir, meta):
         same = ("--pairs/--task/--task_min_len/--task_max_len/--tokenizer" if tc.model == "seq2seq"
                 else "--dataset/--input/--split/--tokenizer")
         raise SetupError(f"the data in {data_dir or 'the task'} is not the data this checkpoint was trained on; "
-                         f"resume with the same {same}, or start a new --out_dir")
+                         f"resume with the same {same} (and the same content), or start a new --out_dir")
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
     check_prompt(tc, tokenizer)
 

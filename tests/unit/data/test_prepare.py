@@ -1,15 +1,18 @@
 """prepare(): splits, outputs, idempotence, atomic writes, on small synthetic corpora in tmp_path."""
 import hashlib
 import json
+import os
 
 import numpy as np
 import pytest
 
 import data.prepare as prep
 from common.errors import ConfigError
+from data.config import PrepareConfig
 from data.prepare import prepare
 from data.readers import Source
-from data.split import VAL_SHARE
+from data.sources import SHAKESPEARE_SHA256
+from data.split import SHAKESPEARE_VAL_WORKS, VAL_SHARE
 from data.tokenizer import load_tokenizer, read_meta
 
 
@@ -46,7 +49,8 @@ def test_tail_split_reproduces_nanogpt_counts(tmp_path):
     meta = read_meta(out)
     assert (meta["split"], meta["train_tokens"], meta["val_tokens"]) == ("tail", 1_003_854, 111_540)
     assert meta["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
-    assert out.name == f"tiny-char-tail-{meta['source_fingerprint'][:8]}"  # names, sizes, mtimes: no read
+    digest = hashlib.sha256(json.dumps(meta["fingerprint"], sort_keys=True).encode()).hexdigest()[:8]
+    assert out.name == f"tiny-char-tail-{digest}"  # the whole fingerprint (place, names, sizes, mtimes): no read
     tok = load_tokenizer(out)
     assert tok.vocab_size == len(set(text)) and tok.chars == "".join(sorted(set(text)))
     assert tok.decode(tokens(out, "train")) + tok.decode(tokens(out, "val")) == text
@@ -162,3 +166,70 @@ def test_bpe_vocab_too_small_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text(synthetic_text(1000))
     with pytest.raises(ConfigError, match="at least 257"):
         prepare(input=tmp_path / "t.txt", tokenizer="bpe", bpe_vocab_size=100, data_root=tmp_path)
+
+
+def write_jsonl(path, n_docs=40):
+    """Documents with two fields of different words: `text` and `body` give two corpora from one file."""
+    with open(path, "w") as f:
+        for i in range(n_docs):
+            doc = {"text": synthetic_text(300, seed=i), "body": f"Body {i}: " + "zebra quay " * 20}
+            f.write(json.dumps(doc) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("setting,value", [("text_field", "body"), ("shard_tokens", 2048), ("val_tokens", 500),
+                                           ("on_bad", "skip")])
+def test_a_setting_that_changes_the_bytes_gets_its_own_folder(tmp_path, setting, value):
+    """Every setting in the fingerprint names the folder: preparing with another value leaves the first folder
+    (its shards, its tokenizer) as it was, under the runs and checkpoints that read it."""
+    src = write_jsonl(tmp_path / "c.jsonl")
+    base = dict(input=src, shard_tokens=1024, progress=False, data_root=tmp_path)
+    first = prepare(**base)
+    stamps = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
+    other = prepare(**{**base, setting: value})
+    assert other != first and read_meta(other)["fingerprint"][setting] == value
+    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == stamps  # not rebuilt
+    assert prepare(**base) == first
+
+
+def test_the_built_in_corpus_keeps_its_folder_name_unless_a_setting_changes_its_bytes():
+    def name(**settings):
+        cfg = PrepareConfig(**settings)
+        return prep.folder_name(cfg, "works", prep._fingerprint(cfg, SHAKESPEARE_SHA256, {"txt"}, "works"))
+
+    assert name() == "shakespeare-char-works" and name(tokenizer="bpe") == "shakespeare-bpe2048-works"
+    # the fingerprint its checkpoints hold, as it has been since format 2: they still resume on it
+    assert prep._fingerprint(PrepareConfig(), SHAKESPEARE_SHA256, {"txt"}, "works") == {
+        "format_version": 2, "source": SHAKESPEARE_SHA256, "split": "works", "tokenizer": "char",
+        "bpe_vocab_size": None, "val_works": list(SHAKESPEARE_VAL_WORKS), "text_field": None, "val_tokens": None,
+        "shard_tokens": 100_000_000, "on_bad": "stop"}
+    assert name(workers=3, word_cache=False) == "shakespeare-char-works"  # they change no byte
+    others = [name(shard_tokens=4096), name(on_bad="skip"), name(tokenizer="bpe", shard_tokens=4096)]
+    assert len(set(others)) == 3 and all(n.startswith("shakespeare-") and n.count("-") == 3 for n in others)
+
+
+def test_two_corpora_of_the_same_names_sizes_and_times_are_two_inputs(tmp_path):
+    texts = {"v1": synthetic_text(3000, seed=1), "v2": synthetic_text(3000, seed=2)}
+    for version, text in texts.items():
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "book.txt").write_text(text)
+        os.utime(tmp_path / version / "book.txt", ns=(1_700_000_000_000_000_000,) * 2)
+    folders = {v: prepare(input=tmp_path / v / "book.txt", progress=False, data_root=tmp_path) for v in texts}
+    assert folders["v1"] != folders["v2"]
+    for version, text in texts.items():
+        tok = load_tokenizer(folders[version])
+        assert tok.decode(tokens(folders[version], "train")) + tok.decode(tokens(folders[version], "val")) == text
+
+
+def test_a_touched_corpus_is_the_same_corpus_and_a_changed_one_is_not(tmp_path):
+    """A touched file is prepared again (its quick identity changed); same_corpus compares what it holds."""
+    src = tmp_path / "t.txt"
+    src.write_text(synthetic_text(3000))
+    first = read_meta(prepare(input=src, progress=False, data_root=tmp_path))
+    os.utime(src, ns=(1_700_000_000_000_000_000,) * 2)
+    touched = read_meta(prepare(input=src, progress=False, data_root=tmp_path))
+    assert touched["fingerprint"] != first["fingerprint"] and prep.same_corpus(first, touched)
+    other_shards = read_meta(prepare(input=src, shard_tokens=2048, progress=False, data_root=tmp_path))
+    assert not prep.same_corpus(first, other_shards)
+    src.write_text(synthetic_text(3000, seed=1))
+    assert not prep.same_corpus(first, read_meta(prepare(input=src, progress=False, data_root=tmp_path)))

@@ -11,8 +11,9 @@ import tiktoken.load
 from data.bpe import N_BYTES, tie_key, train_bpe
 from data.bpe_fast import train_bpe_fast
 from common.errors import DataError
-from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, gpt2_ranks,
-                            gpt2_ranks_from_files, gpt2_tokenizer, ranks_from_bytes, ranks_to_bytes)
+from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, carry_tokenizer,
+                            gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer, load_tokenizer, meta_problem,
+                            ranks_from_bytes, ranks_to_bytes)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
         "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"
@@ -169,3 +170,24 @@ def test_library_bpe_trainer_equals_the_reference(n_tokens):
     # prepare() trains with Hugging Face tokenizers (data/bpe_fast.py); data/bpe.py is the readable reference.
     text = TEXT + "the thee then there these theatre other brother " * 5
     assert train_bpe_fast([text], n_tokens) == train_bpe([text], n_tokens, GPT2_PATTERN)
+
+
+def test_a_meta_that_carries_its_bpe_merges_needs_no_folder(tmp_path):
+    ranks = train_bpe([TEXT], 300, GPT2_PATTERN)
+    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(ranks))
+    meta = {"tokenizer": "bpe", "vocab_size": 301, "eot_id": 300, "bpe_file": "bpe.tiktoken"}
+    carried = carry_tokenizer(meta, tmp_path)
+    assert "bpe_ranks" not in meta and isinstance(carried["bpe_ranks"], str) and meta_problem(carried) is None
+    (tmp_path / "bpe.tiktoken").unlink()
+    with pytest.raises(DataError, match="is missing"):
+        load_tokenizer(meta, folder=tmp_path)  # without them: the folder's file, as before
+    tok = load_tokenizer(carried, folder=tmp_path)
+    assert tok.encode(TEXT) == bpe_tokenizer(ranks).encode(TEXT) and tok.vocab_size == 301
+    assert carry_tokenizer(carried, None) is carried
+    for kind in ("char", "gpt2"):  # nothing of theirs lives in the folder
+        other = {"tokenizer": kind, "chars": "ab"}
+        assert carry_tokenizer(other, None) is other
+    assert "bpe_ranks" in meta_problem({**carried, "bpe_ranks": 7})
+    with pytest.raises(DataError, match="corrupt") as e:
+        load_tokenizer({**carried, "bpe_ranks": "not a rank\n"})
+    assert "\n" not in str(e.value)

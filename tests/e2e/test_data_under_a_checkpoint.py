@@ -1,0 +1,80 @@
+"""A checkpoint and the data it was trained on: a touched or copied corpus resumes, a changed one is refused, and a
+bpe checkpoint decodes as it was trained whatever happens to its prepared folder."""
+import json
+import os
+import shutil
+
+import train
+from conftest import TINY_TRAIN_FLAGS, tiny_args
+from data.prepare import prepare
+from data.tokenizer import load_tokenizer
+from inference.checkpoint import Checkpoint
+
+REFUSED = "not the data this checkpoint was trained on"
+LATER = 1_800_000_000_000_000_000  # a modification time (ns) after any the tests' files have
+
+
+def run(corpus, out, *extra):
+    return train.cli.run(train.main, tiny_args(corpus, out, "--eval_interval=2", *extra))
+
+
+def test_a_touched_or_copied_corpus_resumes_and_a_changed_one_is_refused(corpus, tmp_path, capsys):
+    src, out = tmp_path / "play.txt", tmp_path / "run"
+    shutil.copyfile(corpus, src)
+    assert run(src, out, "--max_iters=2") == 0
+    os.utime(src, ns=(LATER, LATER))  # touch: a new modification time, the same text
+    assert run(src, out, "--max_iters=4", "--init_from=resume") == 0
+    (tmp_path / "elsewhere").mkdir()
+    copy = shutil.copyfile(src, tmp_path / "elsewhere" / "play.txt")  # cp without -p, to another place
+    assert run(copy, out, "--max_iters=6", "--init_from=resume") == 0
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 6
+    capsys.readouterr()
+    src.write_text(src.read_text() + "ROMEO:\nAnother line.\n")
+    os.utime(src, ns=(LATER, LATER))  # the time it had: only the content says it changed
+    assert run(src, out, "--max_iters=8", "--init_from=resume") == 2
+    err = capsys.readouterr().err
+    assert REFUSED in err and err.count("\n") == 1, err
+
+
+def test_a_bpe_checkpoint_decodes_as_trained_after_its_folder_is_rebuilt_or_removed(tmp_path):
+    src, out = tmp_path / "docs.jsonl", tmp_path / "run"
+    with open(src, "w") as f:  # two fields of different words: --text_field=body is another corpus
+        for i in range(200):
+            doc = {"text": f"ROMEO {i}: love night light sweet death fair dear.\n",
+                   "body": f"Quay {i}: zebra jinx vex wolf qoph.\n"}
+            f.write(json.dumps(doc) + "\n")
+    assert run(src, out, "--max_iters=2", "--tokenizer=bpe", "--bpe_vocab_size=300") == 0
+    ckpt = Checkpoint.load(str(out / "ckpt_last.pt"))
+    text = "ROMEO 7: sweet light. Quay 7: zebra vex."
+    trained = load_tokenizer(ckpt.data_dir).encode(text)
+    other = prepare(input=src, tokenizer="bpe", bpe_vocab_size=300, split="tail", text_field="body",
+                    progress=False, data_root=tmp_path / "data")
+    assert load_tokenizer(other).encode(text) != trained  # the other corpus's merges cut the text otherwise
+    assert ckpt.tokenizer().encode(text) == trained
+    shutil.rmtree(tmp_path / "data")
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).tokenizer().encode(text) == trained
+
+
+def test_a_touched_pairs_file_resumes_and_a_changed_one_is_refused(tmp_path, capsys):
+    pairs, out = tmp_path / "pairs.tsv", tmp_path / "run"
+    pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(["tiger", "lion", "zebra"] * 60)))
+    s2s = [*TINY_TRAIN_FLAGS, "--model=seq2seq", f"--pairs={pairs}", "--batch_size=8", "--tokenizer=bpe",
+           "--bpe_vocab_size=300", "--eval_interval=2", "--progress=false", f"--out_dir={out}",
+           f"--data_root={tmp_path / 'data'}"]
+
+    def run_pairs(*extra):
+        return train.cli.run(train.main, s2s + list(extra))
+
+    assert run_pairs("--max_iters=2") == 0
+    os.utime(pairs, ns=(LATER, LATER))
+    assert run_pairs("--max_iters=4", "--init_from=resume") == 0
+    ckpt = Checkpoint.load(str(out / "ckpt_last.pt"))
+    trained = load_tokenizer(ckpt.data_dir).encode("tiger3")
+    capsys.readouterr()
+    pairs.write_text(pairs.read_text() + "horse\tesroh\n")
+    os.utime(pairs, ns=(LATER, LATER))
+    assert run_pairs("--max_iters=6", "--init_from=resume") == 2
+    err = capsys.readouterr().err
+    assert REFUSED in err and err.count("\n") == 1, err
+    shutil.rmtree(tmp_path / "data")
+    assert ckpt.step == 4 and ckpt.tokenizer().encode("tiger3") == trained
