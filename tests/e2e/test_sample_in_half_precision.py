@@ -52,7 +52,9 @@ def modes(runs, pos_emb):
             ("fill masks", [f"--out_dir={runs['encoder', pos_emb]}", "--start=ab[MASK]c"], "[MASK] 1"),
             ("append masks", [f"--out_dir={runs['encoder', pos_emb]}", *common], "sample 1"),
             ("translate", seq2seq, "1 source(s)"),
-            ("translate uncached", [*seq2seq, "--kv_cache=false"], "1 source(s)")]
+            ("translate uncached", [*seq2seq, "--kv_cache=false"], "1 source(s)"),
+            ("int8", [decoder, *common, "--quantize=int8"], "sample 1"),
+            ("int8 translate", [*seq2seq, "--quantize=int8"], "1 source(s)")]
 
 
 @pytest.mark.parametrize("dtype", HALF)
