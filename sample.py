@@ -329,13 +329,16 @@ def for_decoding(model, sc: SampleConfig, speed_config: SpeedConfig, dtype):
 
 
 def half_weights(model, dtype):
-    """The weights in dtype (decoding reads every one of them for every token: half the bytes), but the positions'
-    tables (RoPE's frequencies, ALiBi's slopes) stay float32, as trained: bf16 frequencies rotate far positions by
-    visibly wrong angles."""
+    """The weights in dtype (decoding reads every one of them for every token: half the bytes), a learned position
+    table with them (a weight like the others: the token embeddings it is added to are in dtype), but the positions'
+    fixed tables, computed once (RoPE's frequencies, ALiBi's slopes: buffers), stay float32, as trained: bf16
+    frequencies rotate far positions by visibly wrong angles."""
     model = model.to(dtype)
     for name in ("pos", "source_pos", "target_pos"):  # a GPT's, or an encoder-decoder's two sides
-        if hasattr(model, name):
-            getattr(model, name).float()
+        positions = getattr(model, name, None)
+        if positions is not None:
+            for key, table in list(positions.named_buffers(recurse=False)):
+                setattr(positions, key, table.float())  # the registered buffer replaced, persistence kept
     return model
 
 

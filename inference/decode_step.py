@@ -19,6 +19,7 @@ the fused kernels round differently, so a greedy pick can differ where two logit
 
 Shapes: B batch, H heads, L = max_len cache columns, D head_dim, C n_embd, V vocab_size.
 """
+import types
 import weakref
 
 import torch
@@ -73,6 +74,13 @@ def decode_step(model, idx, k, v, col, key_valid):
     return model.logits(model.trunk(idx, pos, ctx, Columns(k, v, col)))[:, -1]  # (B, V)
 
 
+def own_copy(fn):
+    """fn as a new function with a code object of its own. torch.compile keeps the graphs it compiled, and counts them
+    against torch._dynamo.config.recompile_limit (8), per code object: one shared by every decoder would fail at the
+    ninth model or shape in a process; a copy per decoder counts only that decoder's shapes."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 def traced_in(mode):
     """decode_step run inside the TorchFunctionMode class `mode`, for torch.compile to trace."""
     def step(*args):
@@ -100,8 +108,9 @@ class StaticDecoder:
         self.model = model
         on_cpu = next(model.parameters()).device.type == "cpu"
         self.options = CPU_COMPILE_OPTIONS if on_cpu else None
-        # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here
-        self.step = (torch.compile(traced_in(mode) if mode else decode_step, fullgraph=True, dynamic=False,
+        # dynamic=False: one graph for every position (col is a tensor); fullgraph: a graph break is a bug here; a copy
+        # of the step's code for this decoder alone, so that other models in the process do not count as its recompiles
+        self.step = (torch.compile(own_copy(traced_in(mode) if mode else decode_step), fullgraph=True, dynamic=False,
                                    backend=self.inductor) if compile else decode_step)
         # on a CPU the weights are frozen: constants of the compiled code, so inductor packs bf16 ones into oneDNN's
         # layout once (speed/packed.py does the same for the eager step); read while tracing, so set then

@@ -16,8 +16,9 @@ another width gets zero columns too: the zeros add nothing to the product. Where
 device, decided at each call, so a quantized model can still be moved; other builds) the weights are dequantised
 and multiplied in the input's dtype: the same int8 numbers, no speed-up.
 
-Only the linear layers inside the blocks are quantized: the output head shares its matrix with the token
-embedding (a lookup, not a product) and is small next to them; quantizing it would cost quality for little.
+Only the linear layers inside the blocks are quantized (an encoder-decoder's: both stacks, the decoder's
+cross-attention included): the output head shares its matrix with the token embedding (a lookup, not a product) and
+is small next to them; quantizing it would cost quality for little.
 Shapes: N out_features, K in_features, M rows of activations (batch x tokens).
 """
 import torch
@@ -25,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.errors import ConfigError
+from model import Seq2Seq
 
 QMAX = 127  # symmetric: -128 is never used, so Wq and -Wq are both representable
 QUANTIZE_CHOICES = ("int8",)
@@ -79,10 +81,16 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weight-only"
 
 
+def block_stacks(model: nn.Module) -> list[nn.Module]:
+    """The stacks of blocks whose linear layers are quantized: a GPT's blocks, an encoder-decoder's two stacks."""
+    return [model.encoder, model.decoder] if isinstance(model, Seq2Seq) else [model.blocks]
+
+
 def quantize_int8(model: nn.Module) -> int:
-    """Replaces every nn.Linear inside model.blocks by an Int8Linear, in place. Returns how many were replaced."""
+    """Replaces every nn.Linear inside the model's block stacks by an Int8Linear, in place. Returns how many were
+    replaced."""
     count = 0
-    for parent in model.blocks.modules():
+    for parent in (module for stack in block_stacks(model) for module in stack.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
                 setattr(parent, name, Int8Linear(child))

@@ -65,6 +65,17 @@ def test_sample_py_quantize_int8_end_to_end(corpus, tmp_path, capsys):
     assert "quantize=int4" in capsys.readouterr().err
 
 
+def test_sample_py_translates_with_int8_weights(seq2seq_run, capsys):
+    """--quantize=int8 on an encoder-decoder checkpoint quantizes both stacks (it stopped with AttributeError: no
+    'blocks'); the translation is printed and timed as with float weights."""
+    args = [f"--out_dir={seq2seq_run}", "--source=abcdefg", "--max_new_tokens=8", "--device=cpu"]
+    capsys.readouterr()
+    for extra in ([], ["--kv_cache=false"]):
+        assert cli.run(sample.main, args + extra + ["--quantize=int8"]) == 0
+        out = capsys.readouterr()
+        assert len(out.out.splitlines()) == 1 and "1 source(s)" in out.err, out
+
+
 def test_sample_py_compile_needs_the_cache(tmp_path, capsys):
     import sample
 

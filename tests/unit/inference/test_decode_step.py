@@ -155,6 +155,29 @@ def test_after_its_first_call_the_compiled_graph_runs_without_torch_compile(loop
         assert got == want if isinstance(got, list) else torch.equal(got, want)
 
 
+@pytest.mark.slow
+def test_one_process_compiles_the_steps_of_twelve_models(monkeypatch):
+    """torch.compile keeps at most recompile_limit (8) graphs per code object: with one step shared by every decoder,
+    the ninth model of another shape in a process was refused (a notebook, an evaluation of several checkpoints,
+    bench.py). Twelve decoders of twelve widths each compile their own step, call it directly (GraphCall) and give
+    the eager loop's tokens. The limit is dynamo's, so the first eleven graphs run as dynamo traced them
+    (torch._inductor.compile stood in for: seconds per graph saved); the last is inductor's, as sample.py's."""
+    import torch._inductor
+
+    torch._dynamo.reset()
+    inductor = torch._inductor.compile
+    monkeypatch.setattr(torch._inductor, "compile", lambda gm, example_inputs, options=None: gm)
+    prompt = torch.tensor([[1, 2, 3]])
+    for i in range(12):
+        if i == 11:
+            monkeypatch.setattr(torch._inductor, "compile", inductor)
+        model = tiny_model(seed=i, n_layer=1, n_embd=8 * (i + 2), pos_emb=STATIC_POS_EMBS[i % len(STATIC_POS_EMBS)])
+        decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops)
+        want, got = generate_both(model, prompt, 6, decoder, temperature=0.0)
+        assert torch.equal(got, want), i
+        assert [type(g) for g in decoder.graphs.values()] == [GraphCall], i
+
+
 def test_a_graph_is_not_called_directly_unless_its_inputs_and_output_are_the_steps():
     """GraphCall.of falls back to torch.compile (None) where the compiled graph's inputs lack the step's own tensors,
     or its first output is not the step's logits, or nothing was compiled."""

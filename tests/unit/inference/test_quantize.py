@@ -1,13 +1,15 @@
 """Int8 weight-only quantization (inference/quantize.py): the layer against a dequantised reference written here, with
 the error bound that rounding implies; and its quality cost on a small trained model (validation loss, greedy text)."""
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from common.errors import ConfigError
-from conftest import tiny_model
-from model import GPT, GPTConfig
+from conftest import tiny_config, tiny_model
+from model import GPT, GPTConfig, Seq2Seq
 from inference.quantize import Int8Linear, has_int8_kernel, quantize
 
 BF16_EPS = 2.0 ** -8  # bfloat16 keeps 8 significant bits: relative rounding <= 2^-8
@@ -80,6 +82,46 @@ def test_quantize_replaces_the_blocks_linears_only():
     assert isinstance(model.head, nn.Linear) and torch.equal(model.head.weight, head_before)
     with pytest.raises(ValueError, match="int4"):
         quantize(tiny_model(), "int4")
+
+
+def rounded_by_hand(model):
+    """A copy of model whose block linears hold what int8 weights say (absmax / 127 per row, round to nearest),
+    still as float32 nn.Linears."""
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for stack in (model.encoder, model.decoder):
+            for m in stack.modules():
+                if isinstance(m, nn.Linear):
+                    scale = m.weight.abs().amax(dim=1, keepdim=True) / 127  # (N, 1)
+                    m.weight.copy_(torch.round(m.weight / scale) * scale)
+    return model
+
+
+def test_an_encoder_decoder_quantizes_both_stacks_and_the_cross_attention():
+    """Every linear of the encoder's and the decoder's blocks (self-attention, cross-attention, MLP) becomes int8; the
+    model then computes what its rounded weights say: the dequantised product to float32 rounding, the CPU kernel
+    (bf16 activations) close to it, both close to the float model; the head (the embedding) stays float."""
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config()).eval()
+    source, target = torch.randint(0, 37, (2, 10)), torch.randint(0, 37, (2, 7))
+    source_valid = torch.ones(2, 10, dtype=torch.bool)
+    source_valid[1, 6:] = False  # a right-padded source
+    with torch.no_grad():
+        want = model(source, target, source_valid=source_valid)[0]  # (B, T, V)
+        rounded = rounded_by_hand(model)(source, target, source_valid=source_valid)[0]
+    head = model.head.weight.clone()
+    assert quantize(model, "int8") == 2 * 4 + 2 * (4 + 3)  # per layer: qkv, proj, up, down; the decoder's q, kv, proj
+    assert not any(isinstance(m, nn.Linear) for stack in (model.encoder, model.decoder) for m in stack.modules())
+    assert isinstance(model.decoder[0].cross.kv, Int8Linear) and torch.equal(model.head.weight, head)
+    for kernel in [False] + [True] * has_int8_kernel("cpu"):
+        for m in model.modules():
+            if isinstance(m, Int8Linear):
+                m.use_kernel = kernel
+        with torch.no_grad():
+            got = model(source, target, source_valid=source_valid)[0]
+        scale = want.abs().max()
+        assert (got - rounded).abs().max() < (1e-2 if kernel else 1e-5) * scale, kernel
+        assert (got - want).abs().max() < 2e-2 * scale, kernel
 
 
 def test_sample_config_refuses_an_unknown_quantization():
