@@ -166,7 +166,8 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
         raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
     ckpt = Checkpoint(weights=clean_state_dict(model), model_config=model.config, step=0, data_meta=meta,
                       data_dir=folder,  # a bpe tokenizer's merges file lives next to the weights
-                      train_config=TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"]).to_dict(),
+                      train_config=TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"],
+                                               mask_token=mask_id is not None).to_dict(),
                       mask_id=mask_id, source=f"hf:{folder}")
     for path in paths:
         ckpt.save(path)

@@ -3,6 +3,8 @@ tokenizer's (data/mask_token.py): every tool sees as many tokens as the model ha
 (config.json, AutoTokenizer, the model's logits), the gguf package's reader (the token list, token_embd) and our own
 import, for the char, gpt2 and a trained BPE tokenizer. (llama.cpp reads the same GGUF file in
 tests/e2e/test_gguf_in_llama_cpp.py.)"""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ from data.mask_token import MASK_TEXT, with_mask_token  # noqa: E402
 from data.tokenizer import CharTokenizer, gpt2_tokenizer, ranks_to_bytes  # noqa: E402
 from exports import ATOL, CHARS, as_checkpoint, perturb, read_gguf, small_bpe  # noqa: E402
 from inference.checkpoint import Checkpoint  # noqa: E402
-from interop.export import export  # noqa: E402
+from interop.export import TOKENIZER_META, export  # noqa: E402
 from interop.import_hf import check_same_tokenizer, import_checkpoint  # noqa: E402
 
 TEXTS = {"char": "!#[MASK]$%&[MASK]", "bpe": "the [MASK] night, ça va?[MASK]", "gpt2": "the [MASK] night, ça va?[MASK]"}
@@ -86,10 +88,20 @@ def test_a_mask_token_export_imports_with_its_mask_id(tmp_path, capsys):
     export(ckpt, tmp_path / "hf")
     back = Checkpoint.load(import_checkpoint(tmp_path / "hf", tmp_path / "run"))
     assert back.mask_id == ours.mask_id and back.tokenizer().vocab_size == back.model_config.vocab_size == 38
+    assert back.train_config["mask_token"]  # a run resumed from it keeps the [MASK] id
     assert back.tokenizer().encode(TEXTS["char"]) == ours.encode(TEXTS["char"])
     check_same_tokenizer(str(tmp_path / "hf"), 38, ours)  # training from the folder on --mask_token=true data
     with pytest.raises(ValueError, match="it has 38 tokens, the data 37"):
         check_same_tokenizer(str(tmp_path / "hf"), 38, CharTokenizer(CHARS))
+
+
+def test_import_refuses_a_mask_token_the_model_has_no_row_for(tmp_path):
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")  # 37 tokens, 37 rows: no [MASK]
+    meta = json.loads((tmp_path / "hf" / TOKENIZER_META).read_text())
+    (tmp_path / "hf" / TOKENIZER_META).write_text(json.dumps({**meta, "mask_token": True}))
+    with pytest.raises(ValueError, match="mask_token=True, which does not fit 37 tokens and a 37-token model") as e:
+        import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    assert "\n" not in str(e.value) and not (tmp_path / "run").exists()
 
 
 def test_no_bpe_token_is_the_mask_text():
