@@ -4,7 +4,8 @@ One model per --shapes entry (LAYERSxWIDTHxCONTEXT, heads = width / 64), randoml
 depend on the values), with GPT-2's tokenizer (llama.cpp needs byte-level BPE: the char default cannot be a GGUF
 file), exported by `python -m interop.export --to_gguf` and loaded by llama-cpp-python. Batch 1, greedy,
 --new_tokens after a --prompt_tokens prompt, the same number of threads, alternated rounds in one process; prefill
-(time to the first new token) and decoding (tokens/s after it) are timed apart.
+(time to the first new token) and decoding (tokens/s after it) are timed apart. Every round prefills its whole
+prompt on every side: each round has a prompt of its own, and llama.cpp's context is reset before each.
 
     ours f32             inference.generate's cached loop, float32 weights and sample.py's default speed levers
                          (speed.apply, and the linear weights packed for oneDNN: speed/packed.py)
@@ -85,6 +86,11 @@ def ours(model, prompt, n, decoder=None, past_context="slide"):
 
 
 def llama(llm, prompt, n):
+    # Llama.generate(reset=True) keeps the KV cells of the prefix the prompt shares with the tokens it last saw and
+    # evaluates the rest only: one token of a repeated prompt (llama-cpp-python 0.3.36). reset() forgets them, so
+    # every round prefills the whole prompt, as ours does.
+    llm.reset()
+
     def stream():
         for i, token in enumerate(llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
                                                reset=True)):
@@ -146,6 +152,15 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     return out
 
 
+def round_prompts(length: int, rounds: int, vocab: int = 50000) -> list[list[int]]:
+    """A random prompt per round, each with a first token of its own: no round shares a prefix with an earlier one,
+    so no contender can keep a cached prefix from one round to the next."""
+    g = torch.Generator().manual_seed(1)
+    firsts = torch.randperm(vocab, generator=g)[:rounds]  # (rounds,) distinct
+    rest = torch.randint(0, vocab, (rounds, length - 1), generator=g)
+    return torch.cat([firsts[:, None], rest], dim=1).tolist()
+
+
 def measure(cfg: LlamaBench) -> list[dict]:
     try:
         import llama_cpp  # noqa: F401
@@ -159,12 +174,12 @@ def measure(cfg: LlamaBench) -> list[dict]:
     with tempfile.TemporaryDirectory() as folder:
         for shape in cfg.shapes.split(","):
             runners = contenders(shape, cfg, folder, threads)
-            prompt = torch.randint(0, 50000, (cfg.prompt_tokens,), generator=torch.Generator().manual_seed(1)).tolist()
+            warm_up, *prompts = round_prompts(cfg.prompt_tokens, cfg.repeats + 1)
             for name, run in runners.items():  # warm-up: kernels, allocator, the compile
-                run(prompt, cfg.new_tokens if "extend" in name else 8)  # extend: its cache is as long as the run
+                run(warm_up, cfg.new_tokens if "extend" in name else 8)  # extend: its cache is as long as the run
             times = {name: [] for name in runners}
-            for _, name in alternated(runners, cfg.repeats):
-                prefill, per_token, tokens = runners[name](prompt, cfg.new_tokens)
+            for r, name in alternated(runners, cfg.repeats):
+                prefill, per_token, tokens = runners[name](prompts[r], cfg.new_tokens)
                 times[name].append((prefill, per_token, len(tokens)))
             for name, t in times.items():
                 prefill = statistics.median(x[0] for x in t)

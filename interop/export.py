@@ -10,7 +10,8 @@ The folder holds config.json, model.safetensors, README.md and the tokenizer: to
 `tokenizers` library, interop/hf_tokenizer.py: our ids for char, gpt2 and bpe, the literal text "<|endoftext|>"
 aside) and
 small_gpt_tokenizer.json, the meta.json keys `data.load_tokenizer(path)` reads (with the merges file of a bpe
-tokenizer), by which interop/import_hf.py brings the tokenizer back.
+tokenizer), by which interop/import_hf.py brings the tokenizer back. A model with the [MASK] id (--mask_token=true)
+has it in both tokenizers, so that each has the model's vocabulary size.
 """
 import json
 import os
@@ -23,6 +24,7 @@ from common import cli
 from common.errors import CheckpointError, UserError
 from common.files import current_umask, disk_errors
 from common.flags import config_from_argv
+from data.mask_token import with_mask_token
 from data.tokenizer import load_tokenizer
 from interop import safetensors_file
 from interop.mappings import hf_target
@@ -31,6 +33,7 @@ from inference.checkpoint import Checkpoint, path_in, tensor_bytes
 
 TOKENIZER_META = "small_gpt_tokenizer.json"
 META_KEYS = ("tokenizer", "vocab_size", "eot_id", "chars", "bpe_file")  # what load_tokenizer needs, no more
+MASK_KEY = "mask_token"  # true in small_gpt_tokenizer.json: the vocabulary ends with the [MASK] id
 
 
 @dataclass
@@ -43,16 +46,18 @@ class ExportConfig:
     overwrite: bool = False  # replace an existing folder at --to or file at --to_gguf
 
 
-def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: int) -> None:
-    """tokenizer.json for Hugging Face, and ours (small_gpt_tokenizer.json, a bpe's merges file) for import."""
+def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: int, mask: bool = False) -> None:
+    """tokenizer.json for Hugging Face, and ours (small_gpt_tokenizer.json, a bpe's merges file) for import; mask:
+    the model has the [MASK] id past the vocabulary (data/mask_token.py), so both tokenizers have it too."""
     meta = {k: meta[k] for k in META_KEYS if k in meta}
     if meta.get("tokenizer") not in ("char", "gpt2", "bpe"):
         raise CheckpointError(f"unknown tokenizer {meta.get('tokenizer')!r} in the checkpoint")
     with open(os.path.join(folder, TOKENIZER_META), "w") as f:
-        json.dump(meta, f, indent=1)
+        json.dump({**meta, MASK_KEY: True} if mask else meta, f, indent=1)
     if meta["tokenizer"] == "bpe":
         shutil.copyfile(os.path.join(data_dir, meta["bpe_file"]), os.path.join(folder, meta["bpe_file"]))
-    write_hf_tokenizer(load_tokenizer(meta, folder=folder), folder, block_size)
+    tokenizer = load_tokenizer(meta, folder=folder)
+    write_hf_tokenizer(with_mask_token(tokenizer) if mask else tokenizer, folder, block_size)
 
 
 def model_card(ckpt: Checkpoint, arch: str) -> str:
@@ -88,7 +93,7 @@ def write_folder(ckpt: Checkpoint, model, target, folder: str) -> None:
             json.dump(target.hf_config(model.config, meta.get("eot_id")), f, indent=1)
         safetensors_file.save(target.to_hf_state_dict(model), os.path.join(tmp, "model.safetensors"),
                               metadata={"format": "pt"})  # transformers checks that the weights are PyTorch's
-        write_tokenizer(meta, ckpt.data_dir, tmp, model.config.block_size)
+        write_tokenizer(meta, ckpt.data_dir, tmp, model.config.block_size, mask=ckpt.mask_id is not None)
         with open(os.path.join(tmp, "README.md"), "w") as f:
             f.write(model_card(ckpt, target.ARCH))
         if os.path.exists(folder):

@@ -13,7 +13,9 @@ cannot express either (interop/export.py's refusals). The head is always written
 embedding when tied): llama.cpp's gptneox graph requires it.
 
 The tokenizer: gpt2 and our trained bpe become llama.cpp's byte-level BPE ("gpt2" model, GPT-2's split pattern),
-from the same vocabulary and merges as tokenizer.json (interop/hf_tokenizer.py). A char vocabulary is refused:
+from the same vocabulary and merges as tokenizer.json (interop/hf_tokenizer.py), the [MASK] id of a
+--mask_token=true model included (a user-defined token, as our encode() reads the text "[MASK]": whole, wherever it
+stands), so that the token list has a token for every row of the embedding. A char vocabulary is refused:
 llama.cpp's byte-level BPE needs every single byte as a token (a non-ASCII character is several bytes), and its
 SentencePiece tokenizer, which could keep whole characters, needs the 256 byte tokens <0x00>..<0xFF> (it looks up
 the newline as <0x0A> when loading) and takes ids 0, 1, 2 as unknown, start and end tokens whatever the file says:
@@ -29,15 +31,15 @@ import numpy as np
 
 from common.errors import UserError
 from common.files import disk_errors, write_atomic
-from data.tokenizer import load_tokenizer
 from interop.mappings import hf_target
-from interop.hf_tokenizer import bpe_vocab_and_merges
+from interop.hf_tokenizer import bpe_vocab_and_merges, mask_token
 from inference.checkpoint import Checkpoint, tensor_bytes
 
 ARCHS = {"learned": "gpt2", "rope": "gptneox"}  # pos_emb -> llama.cpp's architecture
 DTYPES = ("f32", "f16")
 LN_EPS = 1e-5  # nn.LayerNorm's default, which our model uses
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3  # llama.cpp's token types: an ordinary token, a special one (<|endoftext|>)
+TOKEN_USER_DEFINED = 4  # matched in the text whole and written back as its text, as our [MASK] is
 
 
 def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:
@@ -80,6 +82,8 @@ def _add_tokenizer(writer, tokenizer) -> None:
     tokens[tokenizer.eot_id] = "<|endoftext|>"
     types = [TOKEN_NORMAL] * tokenizer.vocab_size
     types[tokenizer.eot_id] = TOKEN_CONTROL
+    for text, i in mask_token(tokenizer).items():  # the [MASK] id, the last, when the model has it
+        tokens[i], types[i] = text, TOKEN_USER_DEFINED
     writer.add_tokenizer_model("gpt2")  # llama.cpp's byte-level BPE
     writer.add_tokenizer_pre("gpt-2")  # GPT-2's split pattern, the one tiktoken uses for both of ours
     writer.add_token_list(tokens)
@@ -100,6 +104,10 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
     refusal = gguf_refusal(cfg, tokenizer.name, dtype)
     if refusal:
         raise UserError(refusal)
+    if tokenizer.vocab_size != cfg.vocab_size:  # llama.cpp takes the embedding's rows from the token list
+        raise UserError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model {cfg.vocab_size} embedding "
+                        f"rows; a GGUF file holds one row per token: export with the tokenizer the model was "
+                        f"trained with")
     arch = ARCHS[cfg.pos_emb]
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -143,4 +151,4 @@ def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool
     if refusal:  # before loading the tokenizer: a char vocabulary is refused, not loaded
         raise UserError(refusal)
     with disk_errors(path, needed=2 * tensor_bytes(model.state_dict())):  # the draft, then the file beside it
-        write_gguf(model, load_tokenizer(ckpt.data_meta, folder=ckpt.data_dir), path, dtype)
+        write_gguf(model, ckpt.tokenizer(), path, dtype)  # [MASK] included when the model has it

@@ -4,7 +4,9 @@ files and no `transformers` import here, as in interop/hf_gpt2.py; the tests hol
 GPT-NeoX with `use_parallel_residual=false` (x + attn(ln1(x)), then x + mlp(ln2(x))) and `partial_rotary_factor=1`
 (every pair of every head rotates) is our pre-norm RoPE decoder:
 - RoPE: the same convention. Ours rotates pairs (i, i + D/2) (model/positional.py); NeoX's `rotate_half` does the
-  same, with theta_i = base^(-2i/D) over the full head_dim. So q and k need no permutation.
+  same, with theta_i = base^(-2i/D) over the full head_dim. So q and k need no permutation. Scaled RoPE (a
+  rope_type other than "default": linear, dynamic, ...) is refused on import, under either key transformers reads
+  it from: `rope_parameters`, or the older top-level `rope_scaling`, which wins when both are there.
 - The fused qkv matrix: ours stacks [all q heads; all k heads; all v heads] (rows 3C); NeoX interleaves per head
   [q_h; k_h; v_h] for h = 0..H-1. Export regroups the rows (and the bias), import undoes it.
 - MLP: tanh GELU is "gelu_pytorch_tanh" (the same torch op as ours), the erf GELU "gelu" (mlp_act="gelu_exact"),
@@ -111,18 +113,29 @@ def to_hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
+def rope_settings(hf: dict) -> tuple[str, dict]:
+    """(the key, the dict) transformers takes RoPE's settings from: the older top-level `rope_scaling` wins over
+    `rope_parameters` when both are there, as transformers' GPTNeoXConfig decides; {} when neither is."""
+    for key in ("rope_scaling", "rope_parameters"):
+        if hf.get(key):
+            return key, hf[key]
+    return "rope_parameters", {}
+
+
 def config_from_hf(hf: dict, dropout: float = 0.0) -> GPTConfig:
     """A GPT-NeoX config.json -> our GPTConfig; refuses (one line) a variant our model cannot run exactly."""
     def need(ok, msg):
         if not ok:
             raise UserError(f"this Hugging Face model cannot be imported: {msg}")
 
-    rope = hf.get("rope_parameters") or {}
+    key, rope = rope_settings(hf)
+    need(isinstance(rope, dict), f"{key} is a JSON {type(rope).__name__}, not an object")
     partial = rope.get("partial_rotary_factor", hf.get("rotary_pct", 0.25))  # 0.25: NeoX's default
+    kind = rope.get("rope_type", rope.get("type", "default"))  # "type": the older name
     need(hf.get("model_type") == "gpt_neox", f"model_type={hf.get('model_type')!r}, not 'gpt_neox'")
     need(not hf.get("use_parallel_residual", True), "use_parallel_residual=true (our blocks are sequential)")
     need(partial == 1.0, f"partial_rotary_factor={partial}; our RoPE rotates the whole head")
-    need(rope.get("rope_type", "default") == "default", f"rope_type={rope.get('rope_type')!r} (scaled RoPE)")
+    need(kind == "default", f"{key} has rope_type={kind!r} (scaled RoPE); our RoPE is unscaled")
     need(hf.get("hidden_act", "gelu") in ACTS_BACK,
          f"hidden_act={hf.get('hidden_act', 'gelu')!r}; ours is one of {', '.join(ACTS_BACK)}")
     need(hf.get("intermediate_size") == 4 * hf["hidden_size"],

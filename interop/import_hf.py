@@ -6,7 +6,8 @@ learned positions (interop/hf_gpt2.py), GPT-NeoX with sequential residuals and f
     python sample.py --out_dir=out-gpt2 --start="Hello"
 
 The checkpoint written is a step-0 run (ckpt_last.pt and ckpt_best.pt) with its tokenizer: the one a small-gpt
-export left in the folder (small_gpt_tokenizer.json), else GPT-2's own when the vocabulary is GPT-2's 50,257.
+export left in the folder (small_gpt_tokenizer.json, [MASK] included when the model had it), else GPT-2's own when
+the vocabulary is GPT-2's 50,257.
 """
 import json
 import os
@@ -19,7 +20,7 @@ from common import cli
 from common.errors import SetupError, UserError
 from common.flags import config_from_argv
 from interop import safetensors_file
-from interop.export import TOKENIZER_META
+from interop.export import MASK_KEY, TOKENIZER_META
 from interop.mappings import BY_MODEL_TYPE
 from data.tokenizer import meta_problem
 from model import GPT
@@ -123,12 +124,27 @@ def tokenizer_meta(folder: str, vocab_size: int) -> dict:
                      f"project can run; load the weights alone with model.import_hf.load_hf_gpt2(folder)")
 
 
+def folder_tokenizer(folder: str, vocab_size: int) -> tuple[dict, int | None]:
+    """(tokenizer_meta, the [MASK] id or None): the export of a --mask_token=true model says so in its metadata
+    (its tokenizers end with the [MASK] id, one past the vocabulary: data/mask_token.py)."""
+    meta = dict(tokenizer_meta(folder, vocab_size))
+    mask = meta.pop(MASK_KEY, False)
+    if not isinstance(mask, bool) or (mask and vocab_size != meta["vocab_size"] + 1):
+        raise UserError(f"{os.path.join(folder, TOKENIZER_META)} has {MASK_KEY}={mask!r}, which does not fit "
+                        f"{meta['vocab_size']} tokens and a {vocab_size}-token model: the folder's files do not "
+                        f"belong together")
+    return meta, meta["vocab_size"] if mask else None
+
+
 def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
     """Refuses (one line) to train the folder's model on data of another tokenizer: same vocabulary size is not
     enough (two char vocabularies of 65 characters differ), so every id's bytes are compared."""
+    from data.mask_token import with_mask_token
     from data.tokenizer import load_tokenizer
 
-    ours = load_tokenizer(tokenizer_meta(folder, vocab_size), folder=folder)
+    meta, mask_id = folder_tokenizer(folder, vocab_size)
+    ours = load_tokenizer(meta, folder=folder)
+    ours = with_mask_token(ours) if mask_id is not None else ours
     same_size = ours.vocab_size == tokenizer.vocab_size
     differ = [i for i in range(ours.vocab_size) if same_size and ours.decode_bytes([i]) != tokenizer.decode_bytes([i])]
     if not same_size or differ:
@@ -144,14 +160,15 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
 
     folder, out_dir = os.path.abspath(folder), os.fspath(out_dir)  # plain strings: weights_only loads no Path
     model = load_hf_gpt2(folder, dropout)
-    meta = tokenizer_meta(folder, model.config.vocab_size)
+    meta, mask_id = folder_tokenizer(folder, model.config.vocab_size)
     paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
     if any(os.path.exists(p) for p in paths) and not overwrite:
         raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
     ckpt = Checkpoint(weights=clean_state_dict(model), model_config=model.config, step=0, data_meta=meta,
                       data_dir=folder,  # a bpe tokenizer's merges file lives next to the weights
-                      train_config=TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"]).to_dict(),
-                      source=f"hf:{folder}")
+                      train_config=TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"],
+                                               mask_token=mask_id is not None).to_dict(),
+                      mask_id=mask_id, source=f"hf:{folder}")
     for path in paths:
         ckpt.save(path)
     return paths[0]

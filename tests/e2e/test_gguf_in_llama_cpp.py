@@ -175,3 +175,39 @@ def test_past_its_context_llama_cpp_keeps_every_token_as_past_context_extend_doe
             break
     print(f"greedy past the context: llama.cpp {got}; extend {want}; slide {slide}")
     assert got == want and slide != want  # and not what the sliding window writes
+
+
+@pytest.mark.parametrize("tokenizer", ["bpe", "gpt2"])
+def test_llama_cpp_runs_a_mask_token_decoder_with_a_token_for_every_row(tmp_path, tokenizer):
+    """A decoder trained with --mask_token=true has the [MASK] id one past its tokenizer (data/mask_token.py): the
+    GGUF export lists it, so llama.cpp loads as many tokens as rows, reads the text "[MASK]" as that id as we do,
+    writes it back as that text, and gives our logits."""
+    from data.mask_token import with_mask_token
+    from exports import as_checkpoint
+    from interop.gguf_file import export_gguf
+
+    base = small_bpe() if tokenizer == "bpe" else gpt2_tokenizer()
+    tok = with_mask_token(base)
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, block_size=32), scale=0.3)
+    meta = {"tokenizer": tokenizer, "vocab_size": base.vocab_size, "eot_id": base.eot_id}
+    if tokenizer == "bpe":  # its merges file lives in the data folder
+        from data.tokenizer import ranks_to_bytes
+
+        (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(base.encoding._mergeable_ranks))
+        meta["bpe_file"] = "bpe.tiktoken"
+    ckpt = as_checkpoint(model, meta, data_dir=tmp_path)
+    ckpt.mask_id = tok.mask_id
+    export_gguf(ckpt, tmp_path / "m.gguf")
+    llm = load_in_llama_cpp(tmp_path / "m.gguf", n_ctx=32)
+    assert llm.n_vocab() == tok.vocab_size == model.config.vocab_size
+
+    text = "the [MASK] night, ça va?[MASK]"
+    ids = tok.encode(text)
+    assert ids.count(tok.mask_id) == 2
+    assert llm.tokenize(text.encode(), add_bos=False, special=False) == ids
+    assert llm.detokenize(ids).decode() == text
+    llm.eval(ids)
+    theirs = torch.from_numpy(np.array(llm.scores[:len(ids)]))  # (T, V)
+    with torch.no_grad():
+        plain = model(torch.tensor([ids]))[0][0]  # (T, V)
+    assert theirs.shape == plain.shape and (theirs - plain).abs().max().item() < LOOSE_ATOL

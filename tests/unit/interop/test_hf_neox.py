@@ -137,3 +137,45 @@ def test_an_older_gpt_neox_save_with_buffers_and_a_tied_head_imports(tmp_path):
     ours = load_hf(tmp_path)
     assert ours.config.tie_head
     assert_same_logits(hf, ours)
+
+
+def older_spelling(folder, rope_scaling, keep_rope_parameters, rotary_emb_base=10000.0):
+    """The folder's config.json with RoPE's settings as older transformers versions wrote them (top-level
+    rope_scaling, rotary_pct, rotary_emb_base), beside the newer rope_parameters or instead of it."""
+    config = json.loads((folder / "config.json").read_text())
+    if not keep_rope_parameters:
+        del config["rope_parameters"]
+    config.update(rope_scaling=rope_scaling, rotary_pct=1.0, rotary_emb_base=rotary_emb_base)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("rope_scaling, kind", [({"type": "linear", "factor": 2.0}, "linear"),
+                                                ({"rope_type": "linear", "factor": 2.0}, "linear"),
+                                                ({"type": "dynamic", "factor": 2.0}, "dynamic")])
+@pytest.mark.parametrize("keep_rope_parameters", [False, True], ids=["rope_scaling-only", "both-keys"])
+def test_import_refuses_scaled_rope_under_the_older_top_level_rope_scaling(tmp_path, rope_scaling, kind,
+                                                                           keep_rope_parameters):
+    hf = random_hf_neox(tmp_path, tie=True)
+    older_spelling(tmp_path, rope_scaling, keep_rope_parameters)
+    scaled = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert scaled.config.rope_parameters["rope_type"] == kind  # transformers applies it, rope_parameters or not
+    if kind == "linear":  # (dynamic only differs past max_position_embeddings)
+        idx = torch.randint(0, 61, (1, 16), generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            assert (scaled(idx).logits - hf(idx).logits).abs().max().item() > ATOL
+    with pytest.raises(ValueError, match=f"rope_scaling has rope_type='{kind}'") as e:
+        load_hf(tmp_path)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("keep_rope_parameters", [False, True], ids=["rope_scaling-only", "both-keys"])
+def test_unscaled_rope_under_rope_scaling_imports_with_transformers_logits(tmp_path, keep_rope_parameters):
+    """rope_scaling of type default is plain RoPE; transformers then takes the base from rotary_emb_base, not from
+    rope_parameters (10,000 here), and so does the import."""
+    random_hf_neox(tmp_path, tie=True)
+    older_spelling(tmp_path, {"type": "default"}, keep_rope_parameters, rotary_emb_base=500.0)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert hf.config.rope_parameters["rope_theta"] == 500.0
+    ours = load_hf(tmp_path)
+    assert ours.config.rope_base == 500.0
+    assert_same_logits(hf, ours)

@@ -1,0 +1,112 @@
+"""The exports of a decoder trained with --mask_token=true, whose vocabulary ends with the [MASK] id, one past its
+tokenizer's (data/mask_token.py): every tool sees as many tokens as the model has embedding rows. transformers
+(config.json, AutoTokenizer, the model's logits), the gguf package's reader (the token list, token_embd) and our own
+import, for the char, gpt2 and a trained BPE tokenizer. (llama.cpp reads the same GGUF file in
+tests/e2e/test_gguf_in_llama_cpp.py.)"""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+
+transformers = pytest.importorskip("transformers")
+
+from data.mask_token import MASK_TEXT, with_mask_token  # noqa: E402
+from data.tokenizer import CharTokenizer, gpt2_tokenizer, ranks_to_bytes  # noqa: E402
+from exports import ATOL, CHARS, as_checkpoint, perturb, read_gguf, small_bpe  # noqa: E402
+from inference.checkpoint import Checkpoint  # noqa: E402
+from interop.export import TOKENIZER_META, export  # noqa: E402
+from interop.import_hf import check_same_tokenizer, import_checkpoint  # noqa: E402
+
+TEXTS = {"char": "!#[MASK]$%&[MASK]", "bpe": "the [MASK] night, ça va?[MASK]", "gpt2": "the [MASK] night, ça va?[MASK]"}
+
+
+def masked_checkpoint(folder, kind, **overrides):
+    """(a --mask_token=true decoder's checkpoint with random weights, its tokenizer, [MASK] included)."""
+    if kind == "char":
+        base, meta = CharTokenizer(CHARS), None
+    else:
+        base = small_bpe() if kind == "bpe" else gpt2_tokenizer()
+        meta = {"tokenizer": kind, "vocab_size": base.vocab_size, "eot_id": base.eot_id}
+    if kind == "bpe":  # its merges file lives in the data folder
+        (folder / "bpe.tiktoken").write_bytes(ranks_to_bytes(base.encoding._mergeable_ranks))
+        meta["bpe_file"] = "bpe.tiktoken"
+    tokenizer = with_mask_token(base)
+    ckpt = as_checkpoint(perturb(tiny_model(vocab_size=tokenizer.vocab_size, **overrides)), meta, data_dir=folder)
+    ckpt.mask_id = tokenizer.mask_id
+    assert ckpt.tokenizer().vocab_size == ckpt.model_config.vocab_size == base.vocab_size + 1
+    return ckpt, tokenizer
+
+
+@pytest.mark.parametrize("kind, pos_emb", [("char", "learned"), ("bpe", "rope"), ("gpt2", "rope")])
+def test_a_mask_token_decoder_exports_to_hf_with_a_tokenizer_of_the_model_size(tmp_path, kind, pos_emb):
+    ckpt, ours = masked_checkpoint(tmp_path, kind, pos_emb=pos_emb)
+    export(ckpt, tmp_path / "hf")
+    config = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    V = ckpt.model_config.vocab_size
+    assert config.vocab_size == len(tok) == V
+    assert tok.mask_token == MASK_TEXT and tok.mask_token_id == ours.mask_id == V - 1
+    ids = ours.encode(TEXTS[kind])
+    assert ids.count(V - 1) == 2 and tok(TEXTS[kind])["input_ids"] == ids and tok.decode(ids) == TEXTS[kind]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        assert (hf(torch.tensor([ids])).logits - ckpt.build_model()(torch.tensor([ids]))[0]).abs().max() < ATOL
+
+
+def test_a_mask_token_decoder_exports_to_gguf_with_a_token_for_every_row(tmp_path):
+    """A trained BPE: the gguf package's reader takes ~10 s over GPT-2's 50,257 tokens (llama.cpp reads a gpt2 one
+    in tests/e2e/test_gguf_in_llama_cpp.py)."""
+    pytest.importorskip("gguf")
+    from interop.gguf_file import export_gguf
+
+    ckpt, ours = masked_checkpoint(tmp_path, "bpe")
+    export_gguf(ckpt, tmp_path / "m.gguf")
+    fields, tensors = read_gguf(tmp_path / "m.gguf")
+    tokens, types = list(fields["tokenizer.ggml.tokens"]), list(fields["tokenizer.ggml.token_type"])
+    V = ckpt.model_config.vocab_size
+    assert len(tokens) == len(types) == tensors["token_embd.weight"].shape[0] == tensors["output.weight"].shape[0] == V
+    assert tokens[ours.mask_id] == MASK_TEXT and types[ours.mask_id] == 4  # user-defined: matched whole in text
+    assert types[ours.eot_id] == 3 and types.count(1) == V - 2
+    assert np.array_equal(tensors["token_embd.weight"][ours.mask_id], ckpt.weights["wte.weight"][-1].numpy())
+
+
+def test_gguf_refuses_a_tokenizer_of_another_size_than_the_model(tmp_path):
+    pytest.importorskip("gguf")
+    from interop.gguf_file import write_gguf
+
+    tok = small_bpe()
+    with pytest.raises(ValueError, match=f"{tok.vocab_size} tokens but the model {tok.vocab_size + 1}") as e:
+        write_gguf(tiny_model(vocab_size=tok.vocab_size + 1), tok, tmp_path / "m.gguf")
+    assert "\n" not in str(e.value) and not list(tmp_path.iterdir())
+
+
+def test_a_mask_token_export_imports_with_its_mask_id(tmp_path, capsys):
+    ckpt, ours = masked_checkpoint(tmp_path, "char")
+    export(ckpt, tmp_path / "hf")
+    back = Checkpoint.load(import_checkpoint(tmp_path / "hf", tmp_path / "run"))
+    assert back.mask_id == ours.mask_id and back.tokenizer().vocab_size == back.model_config.vocab_size == 38
+    assert back.train_config["mask_token"]  # a run resumed from it keeps the [MASK] id
+    assert back.tokenizer().encode(TEXTS["char"]) == ours.encode(TEXTS["char"])
+    check_same_tokenizer(str(tmp_path / "hf"), 38, ours)  # training from the folder on --mask_token=true data
+    with pytest.raises(ValueError, match="it has 38 tokens, the data 37"):
+        check_same_tokenizer(str(tmp_path / "hf"), 38, CharTokenizer(CHARS))
+
+
+def test_import_refuses_a_mask_token_the_model_has_no_row_for(tmp_path):
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")  # 37 tokens, 37 rows: no [MASK]
+    meta = json.loads((tmp_path / "hf" / TOKENIZER_META).read_text())
+    (tmp_path / "hf" / TOKENIZER_META).write_text(json.dumps({**meta, "mask_token": True}))
+    with pytest.raises(ValueError, match="mask_token=True, which does not fit 37 tokens and a 37-token model") as e:
+        import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    assert "\n" not in str(e.value) and not (tmp_path / "run").exists()
+
+
+def test_no_bpe_token_is_the_mask_text():
+    """GPT-2's split pattern cuts "[MASK]" into "[", "MASK" and "]" before any merge: no byte-level BPE of ours has a
+    token "[MASK]" whose place in tokenizer.json's vocabulary the [MASK] id would take."""
+    for tok in (small_bpe(), gpt2_tokenizer()):
+        assert tok.encode(MASK_TEXT) == tok.encode("[") + tok.encode("MASK") + tok.encode("]")
+        assert not [t for t in tok.encoding._mergeable_ranks if MASK_TEXT.encode() in t]
