@@ -49,13 +49,18 @@ class ExportConfig:
 def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: int, mask: bool = False) -> None:
     """tokenizer.json for Hugging Face, and ours (small_gpt_tokenizer.json, a bpe's merges file) for import; mask:
     the model has the [MASK] id past the vocabulary (data/mask_token.py), so both tokenizers have it too."""
-    meta = {k: meta[k] for k in META_KEYS if k in meta}
+    carried, meta = meta, {k: meta[k] for k in META_KEYS if k in meta}
     if meta.get("tokenizer") not in ("char", "gpt2", "bpe"):
         raise CheckpointError(f"unknown tokenizer {meta.get('tokenizer')!r} in the checkpoint")
     with open(os.path.join(folder, TOKENIZER_META), "w") as f:
         json.dump({**meta, MASK_KEY: True} if mask else meta, f, indent=1)
-    if meta["tokenizer"] == "bpe":
-        shutil.copyfile(os.path.join(data_dir, meta["bpe_file"]), os.path.join(folder, meta["bpe_file"]))
+    if meta["tokenizer"] == "bpe":  # the merges the checkpoint carries; an older one's are in its data folder
+        merges = os.path.join(folder, meta["bpe_file"])
+        if "bpe_ranks" in carried:
+            with open(merges, "w", encoding="ascii") as f:
+                f.write(carried["bpe_ranks"])
+        else:
+            shutil.copyfile(os.path.join(data_dir, meta["bpe_file"]), merges)
     tokenizer = load_tokenizer(meta, folder=folder)
     write_hf_tokenizer(with_mask_token(tokenizer) if mask else tokenizer, folder, block_size)
 

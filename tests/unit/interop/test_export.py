@@ -110,3 +110,20 @@ def test_no_bpe_token_is_the_mask_text():
     for tok in (small_bpe(), gpt2_tokenizer()):
         assert tok.encode(MASK_TEXT) == tok.encode("[") + tok.encode("MASK") + tok.encode("]")
         assert not [t for t in tok.encoding._mergeable_ranks if MASK_TEXT.encode() in t]
+
+
+def test_a_bpe_checkpoint_exports_the_merges_it_carries_after_its_data_folder_is_gone(tmp_path):
+    """A checkpoint carries its bpe merges (data.tokenizer.carry_tokenizer): the export needs no data folder."""
+    from data.tokenizer import carry_tokenizer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    ckpt, ours = masked_checkpoint(data, "bpe")
+    ckpt.data_meta = carry_tokenizer(ckpt.data_meta, data)
+    (data / "bpe.tiktoken").unlink()
+    export(ckpt, tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    ids = ours.encode(TEXTS["bpe"])
+    assert tok(TEXTS["bpe"])["input_ids"] == ids and tok.decode(ids) == TEXTS["bpe"]
+    imported = Checkpoint.load(import_checkpoint(tmp_path / "hf", tmp_path / "run"))
+    assert imported.tokenizer().encode(TEXTS["bpe"]) == ids
