@@ -22,7 +22,7 @@ from common.flags import config_from_argv
 from interop import safetensors_file
 from interop.export import MASK_KEY, TOKENIZER_META
 from interop.mappings import BY_MODEL_TYPE
-from data.tokenizer import meta_problem
+from data.tokenizer import carry_tokenizer, meta_problem
 from model import GPT
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, meta_model
 
@@ -164,8 +164,9 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
     paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
     if any(os.path.exists(p) for p in paths) and not overwrite:
         raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
-    ckpt = Checkpoint(weights=clean_state_dict(model), model_config=model.config, step=0, data_meta=meta,
-                      data_dir=folder,  # a bpe tokenizer's merges file lives next to the weights
+    ckpt = Checkpoint(weights=clean_state_dict(model), model_config=model.config, step=0,
+                      data_meta=carry_tokenizer(meta, folder),  # a bpe's merges: the checkpoint needs no folder
+                      data_dir=folder,
                       train_config=TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"],
                                                mask_token=mask_id is not None).to_dict(),
                       mask_id=mask_id, source=f"hf:{folder}")

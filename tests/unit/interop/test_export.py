@@ -4,6 +4,7 @@ tokenizer's (data/mask_token.py): every tool sees as many tokens as the model ha
 import, for the char, gpt2 and a trained BPE tokenizer. (llama.cpp reads the same GGUF file in
 tests/e2e/test_gguf_in_llama_cpp.py.)"""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -113,7 +114,8 @@ def test_no_bpe_token_is_the_mask_text():
 
 
 def test_a_bpe_checkpoint_exports_the_merges_it_carries_after_its_data_folder_is_gone(tmp_path):
-    """A checkpoint carries its bpe merges (data.tokenizer.carry_tokenizer): the export needs no data folder."""
+    """A checkpoint carries its bpe merges (data.tokenizer.carry_tokenizer): the export needs no data folder, and
+    the checkpoint imported from the export needs no Hugging Face folder."""
     from data.tokenizer import carry_tokenizer
 
     data = tmp_path / "data"
@@ -125,5 +127,6 @@ def test_a_bpe_checkpoint_exports_the_merges_it_carries_after_its_data_folder_is
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     ids = ours.encode(TEXTS["bpe"])
     assert tok(TEXTS["bpe"])["input_ids"] == ids and tok.decode(ids) == TEXTS["bpe"]
-    imported = Checkpoint.load(import_checkpoint(tmp_path / "hf", tmp_path / "run"))
-    assert imported.tokenizer().encode(TEXTS["bpe"]) == ids
+    imported = import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    shutil.rmtree(tmp_path / "hf")  # the import carries the merges too
+    assert Checkpoint.load(imported).tokenizer().encode(TEXTS["bpe"]) == ids
