@@ -66,11 +66,10 @@ def corpus(tmp_path_factory):
 
 
 def before_each_step(monkeypatch, hook):
-    """Call hook(optimizer) before every AdamW and Muon step (the project's optimizers have no step hooks)."""
-    from training.adamw import AdamW
+    """Call hook(optimizer) before every AdamW and Muon step (each part of a Combined one)."""
     from training.muon import Muon
 
-    for cls in (AdamW, Muon):
+    for cls in (torch.optim.AdamW, Muon):
         def step(self, closure=None, _step=cls.step, **kwargs):
             hook(self)
             return _step(self, closure, **kwargs)

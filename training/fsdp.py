@@ -42,12 +42,10 @@ def full_state(model, optimizer) -> tuple[dict, dict]:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
     full = _full_options()
-    # (optimizer,): torch's helpers take a torch.optim.Optimizer alone, any other optimizer in an iterable
-    return get_model_state_dict(model, options=full), get_optimizer_state_dict(model, (optimizer,), options=full)
+    return get_model_state_dict(model, options=full), get_optimizer_state_dict(model, optimizer, options=full)
 
 
 def load_optimizer(model, optimizer, state: dict) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    set_optimizer_state_dict(model, (optimizer,), optim_state_dict=state,  # a 1-tuple: see full_state
-                             options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))

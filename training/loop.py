@@ -22,7 +22,7 @@ from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_
 from training.evaluate import describe, evaluate, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
 from training.mfu import matmul_shapes, mfu, peak_matmul_flops
-from training.optim import lr_at
+from training.optim import lr_at, step_or_skip
 from training.stopping import StopRequests, Stopped
 
 
@@ -71,7 +71,7 @@ def train_step(run, step: int, lr: float) -> StepResult:
         scaler.step(optimizer)
         scaler.update()
     else:
-        optimizer.step(skip=skipped)  # skipped: no parameter or optimizer state changes (decided on the device)
+        step_or_skip(optimizer, skipped)  # skipped: no parameter or optimizer state changes (decided on the device)
     optimizer.zero_grad(set_to_none=True)
     return StepResult(loss_sum, grad_norm, skipped)
 

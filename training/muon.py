@@ -21,8 +21,6 @@ import math
 
 import torch
 
-from .optimizer import Optimizer, closure_loss, scaler_skip
-
 NS_COEFFS = (3.4445, -4.7750, 2.0315)  # (a, b, c) of the quintic, from Keller Jordan's Muon
 NS_STEPS = 5
 
@@ -50,11 +48,21 @@ def orthogonalize(G: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7,
     return X[0] if one else X
 
 
-class Muon(Optimizer):
+class Muon(torch.optim.Optimizer):
     """params: 2-D tensors. lr: the step length of an orthogonal update, scaled by sqrt(max(1, m/n)) so tall
     matrices (m > n) move as far per entry as square ones. Weight decay is decoupled (AdamW-style). ns_steps: the
     Newton-Schulz iterations; each costs ~4 m^2 n + 2 m^3 FLOPs per (m <= n) matrix, which at 4L/128 and 1,024
-    tokens per step is ~30% of a training step on a CPU: fewer steps orthogonalise less, but cost less."""
+    tokens per step is ~30% of a training step on a CPU: fewer steps orthogonalise less, but cost less.
+
+    A torch.optim.Optimizer that overrides step alone: parameter groups, zero_grad, state dicts, hooks and schedulers
+    are torch's. state[p] = {"momentum_buffer": (m, n)}. Not torch.optim.Muon (torch >= 2.9): its steps equal these
+    only to bf16 rounding (it averages the momentum, which the orthogonalisation does not see, and always iterates in
+    bf16), one matrix at a time, and its lr has no lr_scale for the shared schedule."""
+
+    # GradScaler's contract with such optimizers: it sets self.found_inf (a float 0-d tensor, > 0 where this step
+    # must change nothing) and self.grad_scale (None once it has unscaled the gradients) before step() and reads
+    # nothing back; training/optim.step_or_skip hands over the loop's non-finite verdict the same way
+    _step_supports_amp_scaling = True
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  weight_decay: float = 0.0, lr_scale: float = 1.0, ns_steps: int = NS_STEPS,
@@ -70,36 +78,45 @@ class Muon(Optimizer):
                                      f"give vectors and embeddings to AdamW")
 
     @torch.no_grad()
-    def step(self, closure=None, *, skip: torch.Tensor | None = None):
-        """skip: a 0-d bool tensor; where True, nothing changes (parameters, momentum): decided on the device."""
-        loss = closure_loss(closure)
-        skip = scaler_skip(self, skip)
-        keep = None if skip is None else ~skip
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():  # torch.optim's contract: the closure recomputes the loss and its gradients
+                loss = closure()
+        found_inf, grad_scale = getattr(self, "found_inf", None), getattr(self, "grad_scale", None)
+        keep = None if found_inf is None else found_inf == 0  # a 0-d bool on the device: never read back
         for group in self.param_groups:
-            lr, mu = group["lr"] * group["lr_scale"], group["momentum"]
             stacks = {}  # (small, large) -> [(p, its look-ahead gradient turned wide)]: orthogonalised together
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buf = state["momentum_buffer"]
-                if keep is None:
-                    buf.mul_(mu).add_(p.grad)  # (m, n) running sum of gradients
-                else:
-                    buf.copy_(torch.where(keep, buf * mu + p.grad, buf))  # a skipped step's NaN never gets in
-                g = p.grad.add(buf, alpha=mu) if group["nesterov"] else buf  # look one momentum step ahead
-                g = g if g.size(0) <= g.size(1) else g.T  # U V^T of G^T is (U V^T)^T: a (512, 128) joins (128, 512)s
-                stacks.setdefault(tuple(g.shape), []).append((p, g))
+                if p.grad is not None:
+                    g = self._momentum(p, group, p.grad if grad_scale is None else p.grad / grad_scale, keep)
+                    g = g if g.size(0) <= g.size(1) else g.T  # U V^T of G^T is (U V^T)^T: (512, 128) joins (128, 512)
+                    stacks.setdefault(tuple(g.shape), []).append((p, g))
             for items in stacks.values():  # at 4L/128: 3 stacks instead of 16 matrices (docs/speed.md)
                 updates = orthogonalize(torch.stack([g for _, g in items]), group["ns_steps"], dtype=self.ns_dtype)
                 for (p, _), update in zip(items, updates):  # update: (small, large)
-                    update = update if p.size(0) <= p.size(1) else update.T  # (m, n), as p
-                    if keep is not None:
-                        update = torch.where(keep, update, 0.0)
-                        p.mul_(torch.where(keep, 1 - lr * group["weight_decay"], 1.0))
-                    else:
-                        p.mul_(1 - lr * group["weight_decay"])
-                    p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
+                    self._update(p, group, update if p.size(0) <= p.size(1) else update.T, keep)
         return loss
+
+    def _momentum(self, p, group, grad, keep):
+        """The running sum of gradients, updated (where keep); returns the gradient to orthogonalise, (m, n)."""
+        mu, state = group["momentum"], self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        buf = state["momentum_buffer"]
+        if keep is None:
+            buf.mul_(mu).add_(grad)  # (m, n)
+        else:
+            buf.copy_(torch.where(keep, buf * mu + grad, buf))  # a skipped step's NaN never gets in
+        return grad.add(buf, alpha=mu) if group["nesterov"] else buf  # look one momentum step ahead
+
+    @staticmethod
+    def _update(p, group, update, keep):
+        """p <- p (1 - lr wd) - lr sqrt(max(1, m/n)) update (where keep); update: (m, n), as p."""
+        lr = group["lr"] * group["lr_scale"]
+        if keep is None:
+            p.mul_(1 - lr * group["weight_decay"])
+        else:
+            update = torch.where(keep, update, 0.0)
+            p.mul_(torch.where(keep, 1 - lr * group["weight_decay"], 1.0))
+        p.add_(update.to(p.dtype), alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))

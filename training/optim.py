@@ -1,18 +1,19 @@
 """AdamW with weight decay on weight matrices only (or Muon for the blocks' matrices + AdamW), and the lr schedule.
 
-Decay pulls weights towards zero; it helps on weight matrices (linear layers, embeddings, the learned attention
-scores' projections) and only hurts biases and norm gains, which set scale and offset. Parameters are sorted by
-the role of the module that owns them, not by their number of dimensions: an (H, A) tensor of H separate score
-vectors is not a matrix for Muon to orthogonalise.
+AdamW is torch's (`torch.optim.AdamW`, its fused kernel); Muon is training/muon.py. Decay pulls weights towards
+zero; it helps on weight matrices (linear layers, embeddings, the learned attention scores' projections) and only
+hurts biases and norm gains, which set scale and offset. Parameters are sorted by the role of the module that owns
+them, not by their number of dimensions: an (H, A) tensor of H separate score vectors is not a matrix for Muon to
+orthogonalise.
+
+torch.optim's optimizers import torch._dynamo when they are built (~1 s, once per training process; sampling never
+builds one): docs/speed.md, "The process".
 """
 import math
 
 import torch
 
 from common.errors import CheckpointError, ConfigError
-
-from .adamw import AdamW
-from .optimizer import closure_loss, scaler_skip
 
 
 OPTIMIZERS = ("adamw", "muon")
@@ -48,7 +49,9 @@ def _adamw(decayed, rest, lr, weight_decay, betas):
         {"params": decayed, "weight_decay": weight_decay, "role": "decayed"},
         {"params": rest, "weight_decay": 0.0, "role": "not decayed"},
     ]
-    return AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
+    # fused: one kernel over a group's parameters, several times faster than foreach ops on a CPU (docs/speed.md);
+    # torch has it for every device a run trains on (CPU, CUDA, MPS)
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas, fused=True)
 
 
 class Combined:
@@ -58,19 +61,22 @@ class Combined:
     Not a torch.optim.Optimizer: a torch scheduler drives each part (parts["adamw"], parts["muon"])."""
 
     def __init__(self, **parts):
-        self.parts = parts  # name -> training.optimizer.Optimizer
+        self.parts = parts  # name -> torch.optim.Optimizer
 
     @property
     def param_groups(self) -> list[dict]:
         return [g for opt in self.parts.values() for g in opt.param_groups]
 
-    _step_supports_amp_scaling = True  # as its parts (training/optimizer.py): GradScaler sets found_inf here
+    _step_supports_amp_scaling = True  # as its parts (fused AdamW, Muon): GradScaler sets found_inf here
 
-    def step(self, closure=None, *, skip=None):
-        loss = closure_loss(closure)  # once: its backward fills every part's gradients
-        skip = scaler_skip(self, skip)
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():  # once: its backward fills every part's gradients
+                loss = closure()
+        flags = {name: getattr(self, name) for name in ("found_inf", "grad_scale") if hasattr(self, name)}
         for opt in self.parts.values():
-            opt.step(skip=skip)
+            _step_with(opt, flags)  # one verdict for all: a step skipped in one part is skipped in every part
         return loss
 
     def zero_grad(self, set_to_none: bool = True):
@@ -84,6 +90,25 @@ class Combined:
         check_kind(self, state)
         for name, opt in self.parts.items():
             opt.load_state_dict(state[name])
+
+
+def _step_with(optimizer, flags: dict) -> None:
+    """optimizer.step() with flags ({"found_inf": ..., "grad_scale": ...}) set on it as GradScaler sets them, and
+    removed after, as GradScaler removes them."""
+    for name, value in flags.items():
+        setattr(optimizer, name, value)
+    try:
+        optimizer.step()
+    finally:
+        for name in flags:
+            delattr(optimizer, name)
+
+
+def step_or_skip(optimizer, skip: torch.Tensor) -> None:
+    """optimizer.step(), except where skip (a 0-d bool tensor) is True: then no parameter and no optimizer state
+    (moments, momentum, step counts) changes. The optimizer gets skip as the float16 scaler hands it its overflow
+    flag (found_inf; fused AdamW, Muon and Combined take it), so the verdict is never read back to the host."""
+    _step_with(optimizer, {"found_inf": skip.to(torch.float32)})
 
 
 def optimizer_name(x) -> str | None:
@@ -111,16 +136,25 @@ def load_state(optimizer, state: dict, load=None) -> None:
     this run was configured with: load_state_dict would bring back the checkpoint's weight_decay, betas, Muon
     momentum and lr_scale, silently ignoring the flags a resumed run was given. `load`: how to load (FSDP's)."""
     check_kind(optimizer, state)
-    configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     try:
-        (load or optimizer.load_state_dict)(state)
+        (load or optimizer.load_state_dict)(configured(optimizer, state))
     except CheckpointError:
         raise
     except (KeyError, ValueError) as e:  # the file's groups or entries do not fit this model's parameters
         raise CheckpointError(f"the checkpoint's optimizer state does not fit this model's parameters ({e}); the "
                               f"file is corrupt or not ours") from None
-    for group, settings in zip(optimizer.param_groups, configured, strict=True):
-        group.update(settings)
+
+
+def configured(optimizer, state: dict) -> dict:
+    """state with each parameter group's settings replaced by this optimizer's (its parameter list kept). Before
+    loading, not after: torch's load_state_dict places the state by the group's settings (fused AdamW keeps its
+    step counts on the parameter's device), and a state written before this project used torch's AdamW carries
+    none of them (fused, foreach, amsgrad...)."""
+    if isinstance(optimizer, Combined):
+        return {name: configured(part, state[name]) for name, part in optimizer.parts.items()}
+    saved = state["param_groups"]
+    groups = [{**ours, "params": group["params"]} for group, ours in zip(saved, optimizer.param_groups)]
+    return {**state, "param_groups": groups + saved[len(groups):]}  # a count that differs: load_state_dict refuses
 
 
 def make_optimizer(model, lr, weight_decay, betas, optimizer="adamw", muon_lr=0.02, muon_momentum=0.95,

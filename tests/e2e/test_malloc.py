@@ -16,14 +16,13 @@ import resource, sys
 import torch
 from common.malloc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, glibc, keep_freed_memory
 from model import GPT, GPTConfig
-from training.adamw import AdamW
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 else:  # glibc's starting thresholds, held: setting them stops glibc from raising them
     assert glibc().mallopt(M_MMAP_THRESHOLD, 128 << 10) and glibc().mallopt(M_TRIM_THRESHOLD, 128 << 10)
 torch.manual_seed(0)
 model = GPT(GPTConfig(vocab_size=65, n_layer=2, n_head=4, n_embd=128, block_size=64, dropout=0.0))  # fast-cpu's size
-opt = AdamW(model.parameters())
+opt = torch.optim.AdamW(model.parameters(), fused=True)  # a training run's AdamW
 x, y = torch.randint(0, 65, (16, 64)), torch.randint(0, 65, (16, 64))  # its batch: activations of 0.5-2 MB
 def step():
     _, loss = model(x, y)
