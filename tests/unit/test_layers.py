@@ -136,3 +136,37 @@ def test_sampling_reaches_no_training_code_and_the_model_no_speed_tricks():
     assert "training" not in reached("sample.py")
     assert reached("model/gpt.py") <= {"model", "common"}
 
+
+
+# a private torch function may change or go with any release: only the speed levers, the benchmarks and the compiled
+# decoder (which drives torch.compile's internals) call one; and, until it has another way, int8 inference (the CPU
+# kernel torch.ops.aten._weight_int8pack_mm has no public name)
+PRIVATE_TORCH_ALLOWED = ("speed", "benchmarks", os.path.join("inference", "decode_step.py"),
+                         os.path.join("inference", "quantize.py"))
+
+
+def private_torch_uses(path: str):
+    """(line, name) of every call of a torch attribute whose path has a private part (torch._foo(), torch.x._y())
+    and every import of a private torch module, in the file."""
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Call):
+            parts, target = [], node.func
+            while isinstance(target, ast.Attribute):
+                parts.append(target.attr)
+                target = target.value
+            name = ".".join([getattr(target, "id", "?"), *reversed(parts)])
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            name = getattr(node, "module", None) or ",".join(a.name for a in node.names)
+        else:
+            continue
+        if name.startswith("torch.") and any(p.startswith("_") and not p.startswith("__") for p in name.split(".")):
+            yield node.lineno, name
+
+
+def test_private_torch_functions_are_called_only_by_the_speed_levers_benchmarks_and_the_compiled_decoder():
+    wrong = []
+    for _, path in project_modules():
+        relative = os.path.relpath(path, ROOT)
+        if not relative.startswith(PRIVATE_TORCH_ALLOWED):
+            wrong += [f"{relative}:{line} {name}" for line, name in private_torch_uses(path)]
+    assert not wrong, "private torch functions called:\n" + "\n".join(wrong)
