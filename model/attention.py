@@ -1,5 +1,8 @@
 """Multi-head scaled dot-product attention: the formula, and a small table of backends that compute it.
 
+`python train.py` (the default preset) on a CPU computes its causal attention in speed/causal_blocks.py, not attend():
+the same formula with the scale and mask in one matmul, equal to rounding (tests/unit/speed/test_causal_blocks.py).
+
 Shapes: B batch, T query length, S key length (cached + new), C n_embd, H heads, D head_dim.
 
     attention(Q, K, V) = softmax(Q K^T / sqrt(D) + bias, masked) V
