@@ -1,5 +1,8 @@
 """Multi-head scaled dot-product attention: the formula, and a small table of backends that compute it.
 
+`python train.py` (the default preset) on a CPU computes its causal attention in speed/causal_blocks.py, not attend():
+the same formula with the scale and mask in one matmul, equal to rounding (tests/unit/speed/test_causal_blocks.py).
+
 Shapes: B batch, T query length, S key length (cached + new), C n_embd, H heads, D head_dim.
 
     attention(Q, K, V) = softmax(Q K^T / sqrt(D) + bias, masked) V
@@ -108,19 +111,29 @@ class Tiled(nn.Module):
 BACKENDS = {"sdpa": SDPA, "math": Math, "tiled": Tiled}
 
 
-class MultiHeadAttention(nn.Module):
-    """Self-attention: queries, keys and values all come from x. (CrossAttention, below, is the same formula with
-    k, v projected from another sequence, so S != T.)"""
+class AttentionLayer(nn.Module):
+    """What self- and cross-attention share: n_head heads of head_dim, the input projections named in `inputs`
+    (name -> output width, each from C), the output projection, the score function, dropout on the weights and the
+    backend. The input projections are made first: parameters keep the order optimizer states count them in."""
 
-    def __init__(self, config):
+    def __init__(self, config, **inputs: int):
         super().__init__()
         C, self.n_head, self.head_dim, self.qk_norm = config.n_embd, config.n_head, config.head_dim, config.qk_norm
-        self.qkv = nn.Linear(C, 3 * C, bias=config.bias)  # Q, K and V projections in one matmul
+        for name, width in inputs.items():
+            self.add_module(name, nn.Linear(C, width, bias=config.bias))
         self.proj = nn.Linear(C, C, bias=config.bias)  # mixes the concatenated heads back into C
         self.proj.residual_scale = True  # GPT-2 init: scaled down by depth (see GPT._init_weights)
         self.score = build_score(config)  # None for 'dot'; additive / bilinear add parameters
         self.drop = nn.Dropout(config.dropout)  # on the attention weights
         self.backend = Math() if self.score is not None else SDPA()  # see use_backend
+
+
+class MultiHeadAttention(AttentionLayer):
+    """Self-attention: queries, keys and values all come from x. (CrossAttention, below, is the same formula with
+    k, v projected from another sequence, so S != T.)"""
+
+    def __init__(self, config):
+        super().__init__(config, qkv=3 * config.n_embd)  # Q, K and V projections in one matmul
 
     def forward(self, x, ctx: AttentionContext, kv=None):
         """x: (B, T, C); ctx: this forward's masks and positions; kv: this layer's slot of a KV cache, or None."""
@@ -150,7 +163,7 @@ class MultiHeadAttention(nn.Module):
         return qk
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(AttentionLayer):
     """Cross-attention (the encoder-decoder's, model/seq2seq.py): queries from the decoder stream x (B, T, C), keys
     and values projected from the encoder's output, the memory (B, S, C). The same formula, backends and score
     functions as self-attention. No positions are applied here: the memory already carries the source's (the
@@ -158,15 +171,8 @@ class CrossAttention(nn.Module):
     bias between them would mean nothing."""
 
     def __init__(self, config):
-        super().__init__()
-        C, self.n_head, self.head_dim, self.qk_norm = config.n_embd, config.n_head, config.head_dim, config.qk_norm
-        self.q = nn.Linear(C, C, bias=config.bias)  # from the decoder stream
-        self.kv = nn.Linear(C, 2 * C, bias=config.bias)  # from the memory: K and V in one matmul
-        self.proj = nn.Linear(C, C, bias=config.bias)
-        self.proj.residual_scale = True
-        self.score = build_score(config)
-        self.drop = nn.Dropout(config.dropout)
-        self.backend = Math() if self.score is not None else SDPA()
+        C = config.n_embd
+        super().__init__(config, q=C, kv=2 * C)  # q from the decoder stream; K and V from the memory in one matmul
 
     def memory_kv(self, memory):
         """memory (B, S, C) -> (k, v), (B, H, S, D) each: computed once per source, reused by every decoding step."""
@@ -212,4 +218,4 @@ def use_backend(model: nn.Module, name: str) -> nn.Module:
 
 def attention_layers(model: nn.Module) -> list[nn.Module]:
     """Every self- and cross-attention layer of model."""
-    return [m for m in model.modules() if isinstance(m, (MultiHeadAttention, CrossAttention))]
+    return [m for m in model.modules() if isinstance(m, AttentionLayer)]

@@ -30,7 +30,7 @@ class GPTConfig:
     n_head: int = 6
     n_embd: int = 384
     dropout: float = 0.0  # residual, attention and embedding dropout
-    bias: bool = False  # biases in Linear and LayerNorm (GPT-2 had them; without is a little faster and as good)
+    bias: bool = False  # biases in Linear and LayerNorm (GPT-2 has them; Llama-style models, and this default, not)
     pos_emb: str = "rope"  # one of POS_EMBS
     rope_base: float = 10000.0  # RoPE's theta: wavelength of the slowest-rotating pair
     attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k (Luong), 'additive' = v^T tanh(W1 q + W2 k)
@@ -39,14 +39,12 @@ class GPTConfig:
     cross_attn: str = "attention"  # the encoder-decoder only (--model=seq2seq): 'attention' = every decoder layer
     #                                cross-attends to every source position; 'mean' = the decoder reads one fixed
     #                                vector, the mean of the encoder's outputs (the bottleneck attention removed)
-    # The defaults are the architecture every earlier checkpoint has, so old checkpoints (which lack these keys) load
-    # unchanged.
-    # recipe levers (what each does to the loss and the step time: docs/speed.md)
+    # recipe levers (what each does to the loss and the step time: docs/speed.md); their defaults are the model
+    # without them (GPT-2's choices), which a checkpoint's config that lacks their keys gets (from_dict)
     qk_norm: bool = False  # RMS-normalise each head's q and k (no gain) before RoPE and the scores: with the dot
     #                        score, |q.k| / sqrt(D) <= sqrt(D), so high learning rates cannot blow the softmax up
     mlp_act: str = "gelu"  # one of MLP_ACTS: 'gelu' (GPT-2's tanh GELU), 'gelu_exact' (the erf GELU of BERT,
-    #                        nanoGPT and GPT-NeoX; ~2x cheaper than the tanh form on a CPU) or 'relu2' (relu(x)^2,
-    #                        So et al. 2021, a cheaper op on a CPU)
+    #                        nanoGPT and GPT-NeoX) or 'relu2' (relu(x)^2, So et al. 2021)
     tie_head: bool = True  # False: a separate output head instead of reusing the token embedding
     zero_init: bool = False  # zero-initialise the projections that write into the residual stream (and an untied
     #                          head): each block starts as the identity
@@ -86,7 +84,7 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
-        """Build from a dict (e.g. a checkpoint's), ignoring keys that are not model fields (an older checkpoint's
-        attn_impl, dropout_impl and linear_impl: run-time choices now)."""
+        """Build from a dict (e.g. a checkpoint's), ignoring keys that are not model fields (a checkpoint may carry
+        attn_impl, dropout_impl or linear_impl: run-time choices, speed/)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})

@@ -97,6 +97,8 @@ class GPT(nn.Module):
         return {k: v[:V] if k in ("wte.weight", "head.weight") else v for k, v in self.state_dict().items()}
 
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
+        """An empty KV cache for batch_size rows of up to max_len (block_size) tokens, one slot per layer (Seq2Seq's
+        decoder takes the same)."""
         cfg = self.config
         return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len or cfg.block_size, cfg.head_dim)
 

@@ -115,9 +115,7 @@ class Seq2Seq(nn.Module):
             loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
-        cfg = self.config
-        return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len or cfg.block_size, cfg.head_dim)
+    new_cache = GPT.new_cache  # one slot per decoder layer's self-attention, as GPT's one per block
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

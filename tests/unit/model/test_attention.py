@@ -5,9 +5,13 @@ import math
 import pytest
 import torch
 
-from model.attention import BACKENDS, AttentionContext, attend, with_empty_rows
+from conftest import tiny_config
+from model.attention import (BACKENDS, AttentionContext, AttentionLayer, CrossAttention, MultiHeadAttention, attend,
+                             with_empty_rows)
+from model.gpt import GPT
 from model.masks import build_mask
 from model.positional import alibi_slopes
+from model.seq2seq import Seq2Seq
 from speed import causal_blocks
 from speed.causal_blocks import CausalBlocks
 from speed.dropout import BulkDropout
@@ -308,3 +312,52 @@ def test_the_alibi_bias_stays_float32_inside_autocast():
     it handed the kernel a float32 bias, or the rounding comes back. The case above, run as training runs it."""
     with torch.autocast("cpu", dtype=torch.bfloat16):
         test_the_fused_path_adds_an_alibi_bias_in_float32_under_bf16()
+
+
+SCORE_PARAMETERS = {"dot": [], "bilinear": ["delta"], "additive": ["w_q", "w_k", "v"]}  # model/scores.py
+
+
+def described_names(model: str, n_layer: int, bias: bool, score: str, learned_pos: bool) -> list[str]:
+    """The state_dict keys, in order, of a GPT or Seq2Seq as written down from the architecture: what every
+    checkpoint holds (load_state_dict matches names; an optimizer's state counts parameters in this order)."""
+    def linear(name):  # nn.Linear and nn.LayerNorm alike: a weight, then a bias if the config has them
+        return [f"{name}.weight"] + ([f"{name}.bias"] if bias else [])
+
+    def attention(prefix, inputs):  # input projections, output projection, then the score function's parameters
+        return [n for i in inputs for n in linear(f"{prefix}.{i}")] + linear(f"{prefix}.proj") + \
+            [f"{prefix}.score.{p}" for p in SCORE_PARAMETERS[score]]
+
+    def block(prefix, cross):
+        crossing = linear(f"{prefix}.norm_cross") + attention(f"{prefix}.cross", ["q", "kv"]) if cross else []
+        return (linear(f"{prefix}.norm1") + attention(f"{prefix}.attn", ["qkv"]) + crossing + linear(f"{prefix}.norm2")
+                + linear(f"{prefix}.mlp.up") + linear(f"{prefix}.mlp.down"))
+
+    names = ["wte.weight"]
+    if model == "gpt":
+        names += ["pos.table.weight"] * learned_pos + [n for i in range(n_layer) for n in block(f"blocks.{i}", False)]
+    else:
+        names += ["source_pos.table.weight", "target_pos.table.weight"] * learned_pos
+        names += [n for i in range(n_layer) for n in block(f"encoder.{i}", False)] + linear("encoder_norm")
+        names += [n for i in range(n_layer) for n in block(f"decoder.{i}", True)]
+    return names + linear("norm") + ["head.weight"]  # a tied head is the embedding again in the state_dict
+
+
+@pytest.mark.parametrize("model", ["gpt", "seq2seq"])
+@pytest.mark.parametrize("options", [dict(), dict(bias=True, attn_score="bilinear", pos_emb="learned", tie_head=False),
+                                     dict(attn_score="additive", qk_norm=True)])
+def test_checkpoints_keep_their_parameter_names_and_order(model, options):
+    """Self- and cross-attention are set up by one AttentionLayer; the names and order they register their
+    parameters in are those every checkpoint, and every optimizer state, was written with."""
+    config = tiny_config(**options)
+    built = (GPT if model == "gpt" else Seq2Seq)(config)
+    want = described_names(model, config.n_layer, config.bias, config.attn_score, config.pos_emb == "learned")
+    assert list(built.state_dict()) == want
+    tied = config.tie_head or model == "seq2seq"  # a tied head is no parameter of its own
+    assert [name for name, _ in built.named_parameters()] == (want[:-1] if tied else want)
+
+
+def test_self_and_cross_attention_and_both_models_caches_are_set_up_in_one_place():
+    assert issubclass(MultiHeadAttention, AttentionLayer) and issubclass(CrossAttention, AttentionLayer)
+    assert Seq2Seq.new_cache is GPT.new_cache  # one KV cache constructor: a slot per layer, n_head x head_dim
+    cache = Seq2Seq(tiny_config(n_layer=3)).new_cache(2)
+    assert (len(cache.layers), cache.B, cache.H, cache.max_len, cache.D) == (3, 2, 2, 16, 16)
