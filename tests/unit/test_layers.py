@@ -170,3 +170,10 @@ def test_private_torch_functions_are_called_only_by_the_speed_levers_benchmarks_
         if not relative.startswith(PRIVATE_TORCH_ALLOWED):
             wrong += [f"{relative}:{line} {name}" for line, name in private_torch_uses(path)]
     assert not wrong, "private torch functions called:\n" + "\n".join(wrong)
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by their base name (tests/ has no packages): a second test_x.py stops collection."""
+    names = [f for _, _, files in os.walk(os.path.join(ROOT, "tests")) for f in files
+             if f.startswith("test_") and f.endswith(".py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
