@@ -49,7 +49,7 @@ def table(everywhere: str, *rules: Rule, set_by: dict | None = None) -> Table:
 
 
 TO_SEQ2SEQ = "--model=seq2seq trains on --pairs=FILE (.tsv or .jsonl) or --task"
-SEQ2SEQ_SAMPLE = "sample.py gives an encoder-decoder a --source to translate"
+SEQ2SEQ_SAMPLE = "give an encoder-decoder the text to translate as --source"
 
 TABLES = {
     "train.py": table(
