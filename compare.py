@@ -24,12 +24,14 @@ STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions", "atte
 
 
 def main(argv) -> None:
-    raw = flags.split_argv(argv)  # the one flag parser: --study picks the study, the rest are the study's flags
+    # the one flag parser: --study picks the study, the rest are the study's flags; -h asks for help, as in train.py
+    raw = flags.split_argv([a for a in argv if a != "-h"])
     study = raw.pop("study", "encoder")
+    asks_help = "-h" in argv or "help" in raw or "h" in raw
     if study not in STUDIES:
         raise FlagError(f"--study={study} is not one of {', '.join(STUDIES)}")
     rest = [f"--{k}={v}" for k, v in raw.items()]
-    if "help" in raw or "h" in raw:
+    if asks_help:
         print(f"--study: one of {', '.join(STUDIES)} (default encoder); the flags of --study={study}:")
         rest = ["--help"]
     importlib.import_module(STUDIES[study]).main(rest)

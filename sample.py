@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from common import cli
+from common import flag_scope
 from common.device import autocast, pick_device, pick_dtype
 from common.errors import ConfigError, DataError, UserError
 from common import flags
@@ -41,7 +42,7 @@ import speed
 from speed import SpeedConfig
 from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
-from inference.checkpoint import in_folder_or_file, load_for_inference, path_in
+from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder
 from inference.generate import check_past_context, check_sampling, generate_stream, next_token_probs
 from inference.masked import fill_masks, generate_by_masks
@@ -162,21 +163,30 @@ def read_prompt(start: str, flag: str = "start") -> str:
     return start
 
 
-def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
-        print(flags.help_text((SampleConfig, SpeedConfig), {}))
-        return
+def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint]:
+    """The flags -> (SampleConfig, SpeedConfig, the flags given explicitly, the Checkpoint). The checkpoint says what
+    kind of model it holds, so every explicit flag is checked against it (common/flag_scope.py) here: before the
+    model is built or anything is printed."""
     per_class, explicit = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
     sc, speed_config = SampleConfig(**per_class[SampleConfig]), SpeedConfig(**per_class[SpeedConfig])
+    ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
+    flag_scope.print_notes(flag_scope.check("sample.py", explicit, {"kind": ckpt.objective,
+                                                                    "draft": sc.draft is not None}))
+    return sc, speed_config, explicit, ckpt
+
+
+def main(argv) -> None:
+    if "--help" in argv or "-h" in argv:
+        print(flags.help_text((SampleConfig, SpeedConfig), {}, tags=flag_scope.tags("sample.py")))
+        return
+    sc, speed_config, explicit, ckpt = checked(argv)
     device = pick_device(sc.device)
     on_gpu = device.type == "cuda"
     dtype = pick_dtype(sc.dtype or ("auto" if on_gpu else "float32"), device)
-    model, tokenizer, ckpt = load_for_inference(path_in(sc.out_dir, sc.ckpt), device)
+    model, tokenizer = ckpt.build_model(device).eval(), ckpt.tokenizer()
     speed_config = speed.for_device(speed_config, explicit, device.type)
     model = for_decoding(model, sc, speed_config, dtype)
-    if ckpt.objective == "seq2seq" or sc.source is not None:
-        if sc.past_context != "slide":
-            raise ConfigError("--past_context applies to a decoder's samples, not to translation: drop the flag")
+    if ckpt.objective == "seq2seq":
         print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
         return
     text = read_prompt(sc.start)
@@ -186,16 +196,10 @@ def main(argv) -> None:
         print(f"wrote {save_figure(attention_figure(model, tokenizer, text), sc.attention)}")
         return
     encoder = ckpt.objective == "encoder"
-    if sc.past_context == "extend":
-        if encoder:
-            raise ConfigError("--past_context=extend keeps a decoder's cached context; an encoder re-reads its window "
-                              "for every token: drop the flag")
+    if sc.past_context == "extend":  # a decoder's (flag_scope refuses it elsewhere)
         check_past_context(sc.past_context, model)
     if encoder:
         prompt = tokenizer.encode(text)
-        if sc.temperatures:
-            raise UserError("--temperatures shows next-token distributions; an encoder predicts masks: put [MASK] "
-                            "in --start instead")
         if ckpt.mask_id in prompt:
             print_filled(model, tokenizer, prompt, ckpt.mask_id, sc.top_tokens)
             return
@@ -222,7 +226,7 @@ def main(argv) -> None:
     sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p)
     draft, stats = None, None
     if sc.draft:
-        draft, stats = load_draft(sc, ckpt.objective, tokenizer, device, speed_config, dtype), {}
+        draft, stats = load_draft(sc, tokenizer, device, speed_config, dtype), {}
 
     def stream(generator):
         with autocast(device, dtype):
@@ -256,15 +260,9 @@ def main(argv) -> None:
 def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, sampled: bool) -> None:
     """An encoder-decoder's targets for --source: one line, or one line per line of --source=FILE:path, in order.
     Greedy unless --temperature is given."""
-    if ckpt.objective != "seq2seq":
-        raise UserError(f"--source is for an encoder-decoder checkpoint (train.py --model=seq2seq); this one is "
-                        f"{ckpt.objective}: pass --start=... to sample from it")
     if sc.source is None:
         raise UserError("this is an encoder-decoder checkpoint: it writes a target for a source; pass "
                         "--source=\"TEXT\" or --source=FILE:path (one source per line)")
-    if sc.attention or sc.temperatures or sc.draft or sc.compile:
-        raise UserError("--attention, --temperatures, --draft and --compile are for decoders; an encoder-decoder "
-                        "takes --source and the sampling flags (visualize.py draws its cross-attention)")
     if sc.source.startswith("FILE:"):  # lines end at \n only: one output line per line an editor shows
         texts = [line.removesuffix("\r") for line in read_prompt(sc.source, "source").removesuffix("\n").split("\n")]
     else:
@@ -370,10 +368,8 @@ def print_batch(sc: SampleConfig, model, tokenizer, prompt: list[int], device, u
           f"tokens/s, kv_cache={use_cache}" + (", compiled step" if compiled else "") + "]", file=sys.stderr)
 
 
-def load_draft(sc: SampleConfig, objective: str, tokenizer, device, speed_config: SpeedConfig, dtype):
-    """The --draft checkpoint, checked to speak the model's tokens."""
-    if objective != "decoder":
-        raise UserError(f"--draft needs a decoder checkpoint; this one is {objective}")
+def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, dtype):
+    """The --draft checkpoint (the model's is a decoder's: common/flag_scope.py), checked to speak its tokens."""
     which = sc.ckpt if sc.ckpt in ("last", "best") else "best"  # --ckpt=FILE.pt names the model's file, not the draft's
     path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):

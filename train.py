@@ -4,6 +4,8 @@ in a minute or two; every setting is a flag (`--n_layer=4`, `--preset=fast-cpu`,
 
 A run, top to bottom (each step in the module named):
   1. the flags become the configs: what to train, the model, how it is computed   training/config.py
+     (a flag given where it does not apply is refused; a resume keeps its           common/flag_scope.py
+     checkpoint's device)
   2. under torchrun, this process joins the group (one process: nothing to join)  training/distributed.py
   3. a run already training in out_dir is refused at once                         training/stopping.py
   4. everything is built and checked, and nothing written: the data (prepared     training/setup.py
@@ -28,6 +30,7 @@ def main(argv) -> None:
         print(help_text(argv))
         return
     tc, model_overrides, sc, explicit = configure(argv)  # 1
+    tc = setup.checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
     init_model = None
     if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
         from interop.import_hf import initializer

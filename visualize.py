@@ -30,13 +30,11 @@ from dataclasses import dataclass
 import torch
 
 from common import cli
-from common.errors import FlagError
+from common import flag_scope
+from common.errors import FlagError, UserError
 from common.files import write_atomic
-from common.flags import config_from_argv, parse_configs
-from inference.checkpoint import load_for_inference, path_in
-
-SELF_ATTENTION_ONLY = ("text", "induction", "induction_curve")  # refused for a seq2seq checkpoint
-SEQ2SEQ_ONLY = ("source", "target")  # refused for a decoder's or an encoder's
+from common.flags import help_text, parse_configs
+from inference.checkpoint import Checkpoint, path_in
 
 
 @dataclass
@@ -58,25 +56,19 @@ class VisualizeConfig:
 
 
 def main(argv) -> None:
-    vc = config_from_argv(argv, VisualizeConfig)
-    if vc is None:  # --help
+    if "--help" in argv or "-h" in argv:
+        print(help_text((VisualizeConfig,), {}, tags=flag_scope.tags("visualize.py")))
         return
+    vc, given, ckpt = checked(argv)
     from insight.attention_figures import attention_figure, save_figure  # matplotlib: once the flags are good
 
-    given = set(parse_configs(argv, (VisualizeConfig,), {})[1])  # the flags set on the command line or in a file
     if vc.induction_curve:
-        write_induction_curve(vc, given)
-        if not (vc.html or vc.induction):
+        write_induction_curve(vc)
+        if ckpt is None:
             return
-    model, tokenizer, ckpt = load_for_inference(path_in(vc.out_dir, vc.ckpt), torch.device(vc.device))
+    model, tokenizer = ckpt.build_model(torch.device(vc.device)).eval(), ckpt.tokenizer()
     if ckpt.objective == "seq2seq":
-        refuse_self_attention_flags(given)
         return write_cross(vc, model, tokenizer, png=not vc.html or "out" in given)
-    wrong = [f"--{name}" for name in SEQ2SEQ_ONLY if name in given]
-    if wrong:
-        raise FlagError(f"{' and '.join(wrong)} {'are' if len(wrong) > 1 else 'is'} for a seq2seq checkpoint's "
-                        f"cross-attention and this is a {ckpt.objective}'s; drop {'them' if len(wrong) > 1 else 'it'} "
-                        f"and give the text as --text=TEXT")
     if vc.html:
         from insight.explorer_html import explorer_html
 
@@ -87,13 +79,22 @@ def main(argv) -> None:
         print(f"wrote {save_figure(attention_figure(model, tokenizer, vc.text, vc.max_tokens), vc.out)}")
 
 
-def refuse_self_attention_flags(given: set) -> None:
-    wrong = [f"--{name}" for name in SELF_ATTENTION_ONLY if name in given]
-    if wrong:
-        several = len(wrong) > 1
-        raise FlagError(f"{' and '.join(wrong)} {'are' if several else 'is'} about self-attention and a seq2seq "
-                        f"checkpoint is drawn as its cross-attention; drop {'them' if several else 'it'} and give "
-                        f"--source=TEXT (and --target=TEXT to choose the target)")
+def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
+    """The flags -> (VisualizeConfig, the flags given explicitly, the checkpoint, or None where only the logged
+    induction curve is drawn), every explicit flag checked against the checkpoint's kind (common/flag_scope.py)
+    before anything is drawn or written."""
+    per_class, explicit = parse_configs(argv, (VisualizeConfig,), {})
+    vc = VisualizeConfig(**per_class[VisualizeConfig])
+    path = path_in(vc.out_dir, vc.ckpt)
+    curve_only = vc.induction_curve and not (vc.html or vc.induction)
+    ckpt = None if curve_only else Checkpoint.load(path)
+    facts = {"html": bool(vc.html), "wandb_log": vc.wandb_log}
+    if ckpt is not None or os.path.isfile(path):
+        facts["kind"] = (ckpt or Checkpoint.load(path)).objective
+    elif curve_only and any("val_exact" in r for r in run_metrics(vc.out_dir)):  # exact match: a seq2seq run's
+        facts["kind"] = "seq2seq"
+    flag_scope.print_notes(flag_scope.check("visualize.py", explicit, facts))
+    return vc, set(explicit), ckpt
 
 
 def write_cross(vc: VisualizeConfig, model, tokenizer, png: bool) -> None:
@@ -133,17 +134,19 @@ def write_html(vc: VisualizeConfig, model, page: str) -> None:
         print(f"logged the page to wandb as attention/explorer ({where})")
 
 
-def write_induction_curve(vc: VisualizeConfig, given: set) -> None:
-    from common.errors import UserError
-    from insight.attention_figures import induction_curve_figure, save_figure
+def run_metrics(out_dir: str) -> list[dict]:
     from training.metrics import read_metrics
 
     try:
-        rows = read_metrics(vc.out_dir)
+        return read_metrics(out_dir)
     except FileNotFoundError:
-        raise UserError(f"{vc.out_dir} has no metrics.jsonl; give the folder of a training run (--out_dir)") from None
-    if any("val_exact" in r for r in rows):  # greedy decoding's exact match: only a seq2seq run logs it
-        refuse_self_attention_flags(given)
+        raise UserError(f"{out_dir} has no metrics.jsonl; give the folder of a training run (--out_dir)") from None
+
+
+def write_induction_curve(vc: VisualizeConfig) -> None:
+    from insight.attention_figures import induction_curve_figure, save_figure
+
+    rows = run_metrics(vc.out_dir)
     if not any(r.get("induction_score") is not None for r in rows):
         raise UserError(f"the run in {vc.out_dir} logged no induction score; train with --log_induction=true")
     title = f"{vc.out_dir}: the best head's induction score at each evaluation, and the loss"

@@ -155,12 +155,16 @@ def field_docs(cls) -> dict:
     return {k: tuple(v) for k, v in docs.items()}
 
 
-def help_text(classes, presets, values: dict | None = None, preset: str | None = None) -> str:
+def help_text(classes, presets, values: dict | None = None, preset: str | None = None,
+              tags: dict | None = None) -> str:
     """Every flag with its value for this run (values: the preset's and the command line's, over the defaults),
-    grouped as the classes' section comments group them, with the field's comment as its description."""
-    values = values or {}
+    grouped as the classes' section comments group them, with the field's comment as its description, after its
+    tag (tags: {name: '[encoder]'}, where the flag applies)."""
+    values, tags = values or {}, tags or {}
     head = "flags (--name=value); the values shown are " + (f"those of --preset={preset} and the flags given"
                                                               if preset else "the defaults")
+    if tags:
+        head += "; [...] says where a flag applies (given anywhere else, it is refused)"
     lines = [head]
     for cls in classes:
         docs, group = field_docs(cls), None
@@ -172,9 +176,11 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
                 lines.append(f"\n{g}:")
                 group = g
             value = values.get(f.name, f.default)
-            lines.append(f"  --{f.name}={value}" + (f"   {doc}" if doc else ""))
+            about = " ".join(t for t in (tags.get(f.name), doc) if t)
+            lines.append(f"  --{f.name}={value}" + (f"   {about}" if about else ""))
     if presets:
-        lines.append(f"\n  --preset=NAME   one of: {', '.join(presets)}")
+        tag = f"{tags['preset']} " if "preset" in tags else ""
+        lines.append(f"\n  --preset=NAME   {tag}one of: {', '.join(presets)}")
     lines.append("  --config=FILE.toml   the same fields as a TOML table")
     return "\n".join(lines)
 

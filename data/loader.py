@@ -37,7 +37,7 @@ def _to_device(buf: np.ndarray, device, n_masked=None) -> tuple[torch.Tensor, to
 
 class TrainBatches:
     def __init__(self, path, block_size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 grad_accum: int = 1, device="cpu"):
+                 grad_accum: int = 1, device="cpu", too_small: str = "lower --block_size or --batch_size"):
         if not 0 <= rank < world_size:
             raise DataError(f"rank={rank} is outside world_size={world_size}")
         self.tokens = TokenShards(path, "train")
@@ -51,7 +51,7 @@ class TrainBatches:
         if min_slots < self.global_batch:
             raise DataError(f"corpus too small for block_size={block_size}: the train split has {self.n_tokens:,} "
                             f"tokens, room for {min_slots} disjoint windows but a step needs {self.global_batch} "
-                            f"(batch_size*grad_accum*world_size); lower --block_size or --batch_size")
+                            f"(batch_size*grad_accum*world_size); {too_small}")
         self._cached_step, self._cached_starts = None, None
 
     def window_starts(self, step: int) -> np.ndarray:
@@ -84,14 +84,14 @@ class ValBatches:
     already-scored targets set to -1: weight each batch's loss by its number of targets, `(y >= 0).sum()`."""
 
     def __init__(self, path, block_size: int, batch_size: int, max_batches=None, rank: int = 0, world_size: int = 1,
-                 device="cpu"):
+                 device="cpu", too_small: str = "lower --block_size"):
         self.path, self.block_size, self.device = path, block_size, device
         self.n_tokens = TokenShards(path, "val").n_tokens
         # Consecutive windows with stride block_size: window k scores targets k*T+1 .. (k+1)*T.
         starts = np.arange(0, max(self.n_tokens - block_size, 0), block_size)
         if len(starts) == 0:
             raise DataError(f"corpus too small for block_size={block_size}: the val split has {self.n_tokens:,} "
-                            f"tokens, fewer than block_size+1; lower --block_size")
+                            f"tokens, fewer than block_size+1; {too_small}")
         masked = np.zeros(len(starts), dtype=np.int64)  # leading targets of each window already scored
         scored_to = len(starts) * block_size  # the last target the stride windows reach
         if scored_to < self.n_tokens - 1:
@@ -119,5 +119,6 @@ class ValBatches:
 
 
 def val_batches(path, block_size: int, batch_size: int, max_batches=None, rank: int = 0, world_size: int = 1,
-                device="cpu") -> ValBatches:
-    return ValBatches(path, block_size, batch_size, max_batches, rank, world_size, device)
+                device="cpu", too_small: str = "lower --block_size") -> ValBatches:
+    """too_small: what the error of a split too small for one window tells the user to change."""
+    return ValBatches(path, block_size, batch_size, max_batches, rank, world_size, device, too_small)

@@ -197,6 +197,18 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
     return f"its data_meta is not valid: {problem}" if problem else None
 
 
+def read_train_config(path: str) -> dict:
+    """The training settings of the run that wrote a checkpoint, without reading its weights (the file is mapped, not
+    loaded): what a resumed run needs before it starts. {} for an import (no run wrote it) and where the file cannot
+    be read so (Checkpoint.load then says why)."""
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # not a checkpoint, truncated, an old file torch cannot map: the full load decides
+        return {}
+    settings = raw.get("train_config") if isinstance(raw, dict) and raw.get("source") is None else None
+    return settings if isinstance(settings, dict) else {}
+
+
 def path_in(out_dir: str, which: str = "last") -> str:
     """`which` is 'last', 'best' or a path to a .pt file."""
     if which in ("last", "best"):

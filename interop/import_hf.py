@@ -139,10 +139,16 @@ def folder_tokenizer(folder: str, vocab_size: int) -> tuple[dict, int | None]:
 def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
     """Refuses (one line) to train the folder's model on data of another tokenizer: same vocabulary size is not
     enough (two char vocabularies of 65 characters differ), so every id's bytes are compared."""
-    from data.mask_token import with_mask_token
+    from data.mask_token import MaskTokenizer, with_mask_token
     from data.tokenizer import load_tokenizer
 
     meta, mask_id = folder_tokenizer(folder, vocab_size)
+    if isinstance(tokenizer, MaskTokenizer) != (mask_id is not None):  # the [MASK] id past the vocabulary
+        if mask_id is None:
+            raise UserError(f"--mask_token=true gives the data's tokenizer a [MASK] id and {folder}'s model has none; "
+                            f"drop --mask_token")
+        raise UserError(f"{folder}'s model has a [MASK] id past its tokenizer (a decoder trained with "
+                        f"--mask_token=true); pass --mask_token=true")
     ours = load_tokenizer(meta, folder=folder)
     ours = with_mask_token(ours) if mask_id is not None else ours
     same_size = ours.vocab_size == tokenizer.vocab_size

@@ -25,7 +25,7 @@ from common.flags import config_from_argv
 from data.tokenizer import drop_unknown
 from model.config import POS_EMBS
 from studies import cloze
-from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows
+from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows, wandb_flags
 from inference.checkpoint import load_for_inference, path_in
 from inference.masked import generate_by_masks as mask_append_stream
 from inference.generate import generate_stream
@@ -82,8 +82,8 @@ class EncoderStudyConfig:
 
 def train_all(sc: EncoderStudyConfig) -> dict:
     """The three runs, identical but for --model. Returns {variant: out_dir}."""
-    shared = dict(pos_emb=sc.pos_emb, eval_interval=max(1, sc.max_iters // sc.evals), wandb_log=sc.wandb_log,
-                  wandb_project=sc.wandb_project, wandb_group="compare-encoder")
+    shared = dict(pos_emb=sc.pos_emb, eval_interval=max(1, sc.max_iters // sc.evals),
+                  **wandb_flags(sc, "compare-encoder"))
     extra = {"decoder": dict(mask_token=True), "cheater": dict(mask_token=True),
              "encoder": dict(mask_rate=sc.mask_rate, mask_span=sc.mask_span)}
     return {v: train_run(sc, v, model=v, **shared, **extra[v]) for v in VARIANTS}

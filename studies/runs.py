@@ -34,6 +34,11 @@ def train_run(sc, name: str, **settings) -> str:
     return out_dir
 
 
+def wandb_flags(sc, group: str) -> dict:
+    """train.py's wandb flags for a study's runs: none unless the study logs (train.py notes them as ignored)."""
+    return dict(wandb_log=True, wandb_project=sc.wandb_project, wandb_group=group) if sc.wandb_log else {}
+
+
 def flag_text(value) -> str:
     """A value as train.py reads it back from a flag."""
     if value is None:

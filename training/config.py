@@ -3,17 +3,19 @@ turns train.py's flags into the configs.
 
 Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.py accepts both as flags.
 """
-import sys
+import os
 from dataclasses import asdict, dataclass, fields
 
 import configs
 from common.device import DTYPES
-from common.errors import ConfigError, SetupError, need
+from common.errors import ConfigError, FlagError, SetupError, need
 from common import flags
+from common import flag_scope
 from common.flags import parse_configs
 from data.config import PrepareConfig
 from data.pair_batches import TASKS
 from model import GPTConfig
+from inference.checkpoint import LAST
 from speed import SpeedConfig
 from training.objectives import OBJECTIVES, objective_class
 from training.optim import OPTIMIZERS
@@ -175,18 +177,27 @@ CLASSES = (TrainConfig, GPTConfig, SpeedConfig)  # train.py's flags: what to tra
 
 def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict]:
     """Flags -> (TrainConfig, GPTConfig overrides, SpeedConfig, the values the flags and config file set explicitly).
-    Model
-    fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is prepared.
-    The attention direction follows the objective (--model); a --causal that contradicts it is refused."""
+    Model fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is
+    prepared. The attention direction follows the objective (--model); a --causal that contradicts it is refused.
+    A fresh run's flags are checked against where they apply (common/flag_scope.py) here; a resumed one's once
+    its checkpoint is read (training/setup.py), since the checkpoint says what is trained."""
     per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset=configs.DEFAULT)
-    train_values = per_class[TrainConfig]
+    preset = flags.split_argv(argv).get("preset")  # given by the user: a resumed run has no use for it
+    train_values, notes = per_class[TrainConfig], []
     if train_values.get("fsdp") and train_values.get("optimizer") == "muon" and "optimizer" not in explicit:
         # the preset's Muon orthogonalises whole matrices, which FSDP shards: AdamW at its own default rates
         defaults = {f: TrainConfig.__dataclass_fields__[f].default for f in ("optimizer", "learning_rate", "min_lr")}
         train_values.update({f: v for f, v in defaults.items() if f not in explicit})
-        print("note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
-              "--optimizer=adamw (set --optimizer to choose)", file=sys.stderr)
+        notes.append("note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
+                     "--optimizer=adamw (set --optimizer to choose)")
+    notes += explicit_accumulation(train_values, explicit, "the preset's")
     tc = TrainConfig(**train_values)
+    given = set(explicit) | ({"preset"} if preset else set())
+    if tc.init_from in ("resume", "auto"):
+        notes += flag_scope.check("train.py", given, {"init_from": tc.init_from})
+        if preset and tc.init_from == "auto" and os.path.isfile(os.path.join(tc.out_dir, LAST)):
+            notes.append(f"note: --init_from=auto resumes {os.path.join(tc.out_dir, LAST)}, which keeps its own "
+                         f"settings: --preset={preset} applies to a fresh start only")
     model_overrides = per_class[GPTConfig]
     causal = objective_class(tc.model).causal
     if "causal" in explicit and explicit["causal"] != causal:
@@ -194,13 +205,52 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict]:
                          f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
     model_overrides["causal"] = causal
     GPTConfig(**model_overrides)
+    if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/setup.py)
+        notes += fresh_checks(tc, explicit)
+    flag_scope.print_notes(notes)
+    return tc, model_overrides, SpeedConfig(**per_class[SpeedConfig]), explicit
+
+
+def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
+    """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
+    a short run, the schedule checked. Returns the notes to print."""
+    notes = flag_scope.check("train.py", explicit, flag_scope.train_facts(tc))
     if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
         short = max(1, tc.max_iters // 10)
-        print(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
-              f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)",
-              file=sys.stderr)
+        notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
+                     f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)")
         tc.warmup_iters = short
-    return tc, model_overrides, SpeedConfig(**per_class[SpeedConfig]), explicit
+    check_schedule(tc, explicit, "the preset's")
+    return notes
+
+
+def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]:
+    """An explicit --gradient_accumulation_steps beats a total_batch_size the flags did not give (a preset's, a
+    checkpoint's), which is dropped with a note; both given explicitly are refused. values is changed in place."""
+    if "gradient_accumulation_steps" not in explicit or values.get("total_batch_size") is None:
+        return []
+    if "total_batch_size" in explicit:
+        raise FlagError(f"--total_batch_size={values['total_batch_size']} and --gradient_accumulation_steps="
+                        f"{values['gradient_accumulation_steps']} both set the micro-steps of an optimizer step; give "
+                        f"one of them")
+    dropped, values["total_batch_size"] = values["total_batch_size"], None
+    return [f"note: --gradient_accumulation_steps={values['gradient_accumulation_steps']} replaces {whose} "
+            f"total_batch_size={dropped}"]
+
+
+def check_schedule(tc: TrainConfig, explicit: dict, whose: str) -> None:
+    """Refuses a warmup that reaches lr_decay_iters before the run ends: the rate would fall from its peak straight to
+    min_lr there (the cosine has ended). A run that ends within its warmup only warms up: that is allowed (a short
+    run with the preset's warmup). Only where a flag set one of the three (a preset's own values are consistent)."""
+    if tc.lr_decay_iters is None or not tc.lr_decay_iters <= tc.warmup_iters < tc.max_iters:
+        return
+    if not {"warmup_iters", "lr_decay_iters", "max_iters"} & set(explicit):
+        return
+    said = {k: f"{k}={getattr(tc, k)}" + ("" if k in explicit else f" ({whose})")
+            for k in ("warmup_iters", "lr_decay_iters", "max_iters")}
+    raise ConfigError(f"{said['warmup_iters']} is not below {said['lr_decay_iters']}: the learning rate would fall "
+                      f"from its peak straight to min_lr at step {tc.warmup_iters} and stay there until "
+                      f"{said['max_iters']}; lower --warmup_iters or raise --lr_decay_iters")
 
 
 def saved_settings(saved: dict) -> dict:
@@ -210,18 +260,19 @@ def saved_settings(saved: dict) -> dict:
     known = flags.field_types(TrainConfig)
     gone = sorted(set(saved) - set(known))
     if gone:
-        print(f"note: the checkpoint's training settings {', '.join(gone)} are not this version's; ignored",
-              file=sys.stderr)
+        flag_scope.print_notes([f"note: the checkpoint's training settings {', '.join(gone)} are not this version's; "
+                                f"ignored"])
     return {**{f.name: f.default for f in fields(TrainConfig)},
             **{k: flags.convert(k, v, known[k][1]) for k, v in saved.items() if k in known}}
 
 
 def help_text(argv) -> str:
-    """train.py --help: every flag with the value this run would use (--preset=NAME --help shows that preset's)."""
+    """train.py --help: every flag with the value this run would use (--preset=NAME --help shows that preset's) and
+    where it applies."""
     args = [a for a in argv if a not in ("--help", "-h")]
     per_class, _ = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
-    preset = next((a.split("=", 1)[1] for a in args if a.startswith("--preset=")), configs.DEFAULT)
+    preset = flags.split_argv(args).get("preset", configs.DEFAULT)  # --preset=NAME or --preset NAME
     presets = "\n".join(f"  {name:18s} {configs.note(name)}" for name in PRESETS)
-    return (flags.help_text(CLASSES, PRESETS, values, preset)
+    return (flags.help_text(CLASSES, PRESETS, values, preset, flag_scope.tags("train.py"))
             + f"\n\npresets (--preset=NAME; what each costs):\n{presets}")

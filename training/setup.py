@@ -14,6 +14,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import malloc
+from common import flag_scope
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError
 from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
@@ -24,8 +25,8 @@ from model import GPT, GPTConfig, Seq2Seq
 import speed
 from speed import SpeedConfig
 from training import distributed, fsdp, objectives
-from inference.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries, set_rng_state
-from training.config import TrainConfig, saved_settings
+from inference.checkpoint import BEST, LAST, Checkpoint, read_train_config, remove_stale_temporaries, set_rng_state
+from training.config import TrainConfig, check_schedule, explicit_accumulation, fresh_checks, saved_settings
 from training.evaluate import token_byte_lengths
 from training.metrics import METRICS_FILE
 from training.optim import load_state, make_optimizer
@@ -135,11 +136,37 @@ def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
     return mode
 
 
+def checkpoint_system(tc: TrainConfig, explicit: dict) -> TrainConfig:
+    """A resumed run (--init_from=resume, or auto with a checkpoint in out_dir) runs where its checkpoint did: the
+    checkpoint's --device and --backend unless a flag gives them, which is said when it moves the run. Read before
+    the process group starts, which needs both, from the checkpoint's settings alone (its weights stay on disk)."""
+    path = os.path.join(tc.out_dir, LAST)
+    if tc.init_from not in ("resume", "auto") or not os.path.isfile(path):
+        return tc
+    saved, notes = read_train_config(path), []
+    for name in ("device", "backend"):
+        old = saved.get(name)
+        if not isinstance(old, str):  # an import's, or not a setting of ours: resumed_config says what it is
+            continue
+        if name not in explicit:
+            setattr(tc, name, old)
+        elif explicit[name] != old:
+            notes.append(f"note: resuming with --{name}={explicit[name]}; the checkpoint was trained with "
+                         f"--{name}={old}")
+    flag_scope.print_notes(notes)
+    return tc
+
+
 def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tuple[TrainConfig, Checkpoint]:
     """For --init_from=resume: the checkpoint's configs, with explicitly given training flags (e.g. a larger
-    --max_iters) applied on top. The model's shape cannot change under a checkpoint."""
+    --max_iters) applied on top, and those flags checked against where they apply to this checkpoint's run. The
+    model's shape cannot change under a checkpoint; out_dir is always the command line's (the folder may have
+    moved)."""
     path = os.path.join(tc.out_dir, LAST)
     ckpt = Checkpoint.load(path)
+    if ckpt.source is not None:  # an import (interop/import_hf.py): weights at step 0, no optimizer, no data
+        raise SetupError(f"{path} was imported from {ckpt.source}, not trained here: there is no run to resume; "
+                         f"start one from those weights with --init_from={ckpt.source} and another --out_dir")
     try:
         saved = saved_settings(ckpt.train_config)
     except FlagError as e:
@@ -150,12 +177,22 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
         if k in explicit and k in kept and kept[k] != v:
             raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={kept[k]}; a resumed run keeps its model "
                              f"and optimizer: drop the flag or start a new --out_dir")
+    if "max_iters" in explicit and explicit["max_iters"] < ckpt.step:
+        raise SetupError(f"--max_iters={explicit['max_iters']} is below step {ckpt.step}, where the checkpoint in "
+                         f"{tc.out_dir} is: there is nothing left to train; pass a --max_iters above {ckpt.step}")
     if "max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None:
         # a longer (or shorter) run keeps the schedule it started with: the cosine still ends where it was
         # planned to, then min_lr; --lr_decay_iters sets another horizon
         saved["lr_decay_iters"] = saved["max_iters"]
+    changed = {k for k in ("warmup_iters", "lr_decay_iters") if k in explicit and explicit[k] != saved[k]}
     saved.update({k: v for k, v in explicit.items() if k in saved})
-    return TrainConfig(**saved), ckpt
+    notes = explicit_accumulation(saved, explicit, "the checkpoint's")
+    resumed = TrainConfig(**{**saved, "out_dir": tc.out_dir})
+    notes += flag_scope.check("train.py", explicit, flag_scope.train_facts(resumed))
+    if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
+        check_schedule(resumed, explicit, "the checkpoint's")
+    flag_scope.print_notes(notes)
+    return resumed, ckpt
 
 
 def prepared_per_node(d: distributed.Dist, prepared):
@@ -239,6 +276,18 @@ def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: d
     return train_data, val_set
 
 
+def smaller_step(tc: TrainConfig, fixed_by: str | None) -> tuple[str, str]:
+    """What to change when the corpus is too small for (the windows of one step, one validation window): the flags
+    that set them, --block_size only where it is free (a resumed or imported model keeps its context)."""
+    larger = f"give a larger corpus (block_size is fixed by {fixed_by})" if fixed_by else ""
+    if tc.total_batch_size is not None:  # a step needs total_batch_size / block_size windows: block_size cannot help
+        step = "lower --total_batch_size"
+    else:
+        step = "lower " + ("--block_size or " if fixed_by is None else "") + "--batch_size" + (
+            " or --gradient_accumulation_steps" if tc.gradient_accumulation_steps > 1 else "")
+    return (f"{step}, or {larger}" if larger else step), (larger or "lower --block_size")
+
+
 def check_prompt(tc: TrainConfig, tokenizer) -> None:
     """The samples' prompt is encoded at every evaluation (with wandb) and at the end: a character the vocabulary
     lacks is refused before training, not after it."""
@@ -271,6 +320,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if start_mode(tc, d) == "resume":
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
     else:
+        if tc.init_from == "auto":  # a fresh start, known only now: checked as train.py checks a scratch run
+            flag_scope.print_notes(fresh_checks(tc, explicit))
         check_out_dir(tc)
     if tc.threads:
         torch.set_num_threads(tc.threads)
@@ -332,10 +383,12 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     if tc.model == "seq2seq":
         train_data, val_set = seq2seq_batches(tc, d, data_dir, meta, model.config.block_size, objective, device)
     else:
+        fixed_by = "the checkpoint" if ckpt is not None else tc.init_from if init_model is not None else None
+        too_small = smaller_step(tc, fixed_by)
         train_data = TrainBatches(data_dir, model.config.block_size, tc.batch_size, tc.seed, rank=d.rank,
-                                  world_size=d.world_size, grad_accum=accum, device=device)
+                                  world_size=d.world_size, grad_accum=accum, device=device, too_small=too_small[0])
         val = val_batches(data_dir, model.config.block_size, tc.batch_size, max_batches=tc.eval_iters, rank=rank,
-                          world_size=world, device=device)
+                          world_size=world, device=device, too_small=too_small[1])
         # this process holds the validation batches rank, rank + world, ...: the objective sees their global index
         val_set = [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
     return Run(tc=tc, speed=sc, dist=d, device=device, dtype=dtype, model=model,

@@ -145,11 +145,14 @@ def test_self_attention_flags_on_a_seq2seq_checkpoint_and_back_end_with_one_line
     from common import cli
     import visualize
 
-    refusals = [(seq2seq_run, [f"--induction={tmp_path / 'i.png'}", "--source=abc"], "--induction is about self-"),
-                (seq2seq_run, [f"--induction_curve={tmp_path / 'c.png'}"], "--induction_curve is about self-"),
-                (seq2seq_run, ["--text=abc"], "--text is about self-attention"),
+    self_attention = ("applies to a decoder, encoder or cheater checkpoint only (this is a seq2seq checkpoint); drop "
+                      "it: a seq2seq checkpoint is drawn as its cross-attention, so give --source=TEXT")
+    refusals = [(seq2seq_run, [f"--induction={tmp_path / 'i.png'}", "--source=abc"], f"--induction {self_attention}"),
+                (seq2seq_run, [f"--induction_curve={tmp_path / 'c.png'}"], f"--induction_curve {self_attention}"),
+                (seq2seq_run, ["--text=abc"], f"--text {self_attention}"),
                 (seq2seq_run, [], "give --source=TEXT"),
-                (decoder_run, ["--source=Love", "--target=evoL"], "--source and --target are for a seq2seq")]
+                (decoder_run, ["--source=Love", "--target=evoL"], "--source and --target apply to a seq2seq "
+                                                                  "checkpoint only (this is a decoder checkpoint)")]
     for run, flags, message in refusals:
         assert cli.run(visualize.main, [f"--out_dir={run}", *flags]) == 2
         err = capsys.readouterr().err

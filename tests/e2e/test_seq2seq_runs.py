@@ -116,12 +116,15 @@ def test_a_pairs_file_trains_and_a_bad_one_is_refused_before_anything_is_written
     good = tmp_path / "pairs.tsv"
     good.write_text("\n".join(f"{s}{i % 7}\t{t}" for i, line in enumerate(lines) for s, t in [line.split("\t")]))
     out = tmp_path / "run"
-    assert train.cli.run(train.main, args(out, f"--pairs={good}", "--max_iters=2", "--eval_interval=2")) == 0
+
+    def pairs_args(out, *extra):  # a file's pairs have their own lengths: no --task_max_len
+        return [a for a in args(out, *extra) if not a.startswith("--task_max_len")]
+    assert train.cli.run(train.main, pairs_args(out, f"--pairs={good}", "--max_iters=2", "--eval_interval=2")) == 0
     assert "val_exact" in metrics(out)[-1]
     assert Checkpoint.load(str(out / "ckpt_last.pt")).data_meta["kind"] == "pairs"
     bad = tmp_path / "bad.tsv"
     bad.write_text("a\tb\nno tab\n")
-    r = run_script("train.py", args(tmp_path / "refused", f"--pairs={bad}"))
+    r = run_script("train.py", pairs_args(tmp_path / "refused", f"--pairs={bad}"))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert f"{bad}:2: no tab" in r.stderr and not (tmp_path / "refused").exists()
 

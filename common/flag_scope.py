@@ -1,0 +1,219 @@
+"""Where each flag applies: for every command, a table of the conditions under which a flag does something. The
+commands' checks read it (a flag given where it does not apply is refused in one line naming it and why, before
+anything is written) and so does --help (each flag shows where it applies, e.g. `[encoder]`).
+
+A condition is a set of facts about the run that the command knows before it does any work: the model kind
+(train.py's --model; for sample.py and visualize.py the checkpoint's), the optimizer, how the run starts
+(--init_from), the data it trains on, and a few flags other flags need (--draft, --html, --wandb_log). A flag
+applies where every fact of every rule that names it holds; a fact the command does not know yet is not checked
+(train.py --init_from=resume learns the model kind from the checkpoint, and checks again then).
+
+Only explicit flags are checked (typed, or set in --config): a preset's values are not the user's choice, so a
+preset may set muon_lr and the user choose --optimizer=adamw. A rule that would break a habit (a config file that
+names a wandb project and leaves --wandb_log to the command line) notes the flag instead of refusing it.
+"""
+import os
+import sys
+from dataclasses import dataclass
+
+from common.errors import FlagError
+
+KINDS = ("decoder", "encoder", "cheater", "seq2seq")  # train.py --model; a checkpoint's kind
+TEXT = ("decoder", "encoder", "cheater")  # the kinds that read text (seq2seq reads pairs)
+
+
+@dataclass(frozen=True)
+class Rule:
+    flags: tuple[str, ...]
+    when: dict  # {fact: the values it must have}; every fact must hold
+    hint: str = ""  # what to do instead, said after "drop it"
+    note: bool = False  # True: an explicit flag where it does not apply is ignored with a one-line note
+
+
+def rule(flags: str, hint: str = "", note: bool = False, **when) -> Rule:
+    return Rule(tuple(flags.split()), when, hint, note)
+
+
+@dataclass(frozen=True)
+class Table:
+    everywhere: tuple[str, ...]  # the command's flags that apply wherever it runs
+    rules: tuple[Rule, ...]
+    set_by: dict  # {flag: the flag that sets it}: accepted when it agrees, refused when it contradicts
+
+    def flags(self) -> set:
+        return {*self.everywhere, *(f for r in self.rules for f in r.flags), *self.set_by}
+
+
+def table(everywhere: str, *rules: Rule, set_by: dict | None = None) -> Table:
+    return Table(tuple(everywhere.split()), rules, set_by or {})
+
+
+TO_SEQ2SEQ = "--model=seq2seq trains on --pairs=FILE (.tsv or .jsonl) or --task"
+SEQ2SEQ_SAMPLE = "give an encoder-decoder the text to translate as --source"
+
+TABLES = {
+    "train.py": table(
+        "out_dir init_from model tokenizer bpe_vocab_size data_root on_bad progress batch_size "
+        "gradient_accumulation_steps max_iters eval_interval eval_iters log_interval checkpoint_every_s "
+        "learning_rate min_lr warmup_iters lr_decay_iters weight_decay beta1 beta2 grad_clip optimizer on_nonfinite "
+        "device dtype compile reuse_freed_memory threads backend seed sample_tokens wandb_log "
+        "vocab_multiple block_size n_layer n_head n_embd dropout bias pos_emb rope_base attn_score window qk_norm "
+        "mlp_act zero_init attn_impl dropout_impl linear_impl qk_impl config",
+        rule("mask_rate mask_span", model=("encoder",)),
+        rule("mask_token", "an encoder has its [MASK] id already; --model=seq2seq has no use for one",
+             model=("decoder", "cheater")),
+        rule("cross_attn", model=("seq2seq",)),
+        rule("tie_head", "--model=seq2seq always ties its head to the token embedding", model=TEXT),
+        rule("pairs task", "--model=decoder, encoder and cheater train on text (--dataset or --input)",
+             model=("seq2seq",)),
+        rule("source_field target_field", "a --task has no keys to name", model=("seq2seq",),
+             data=("pairs",)),
+        rule("task_min_len task_max_len", "a --pairs file holds its own lengths", model=("seq2seq",),
+             data=("task",)),
+        rule("input split text_field val_tokens workers word_cache shard_tokens", TO_SEQ2SEQ, model=TEXT),
+        rule("dataset archive", TO_SEQ2SEQ, model=TEXT),
+        rule("dataset archive", "--input is read instead of the built-in dataset", data=("dataset",)),
+        rule("total_batch_size", "pairs do not fill block_size tokens a row; set --batch_size and "
+             "--gradient_accumulation_steps for --model=seq2seq", model=TEXT),
+        rule("fsdp", "train --model=seq2seq with DDP (torchrun without --fsdp)", model=TEXT),
+        rule("log_induction sample_prompt wandb_attention_probe", "an encoder-decoder is scored by exact match and "
+             "its sample is a validation source", model=TEXT),
+        rule("muon_lr muon_momentum muon_ns_steps", optimizer=("muon",)),
+        rule("overwrite", "--init_from=resume and auto continue the run in out_dir", init_from=("scratch", "hf")),
+        rule("preset", "a resumed run keeps its checkpoint's settings and changes those the flags give",
+             init_from=("scratch", "auto", "hf")),
+        rule("wandb_project wandb_run_name wandb_group wandb_attention_probe", note=True, wandb_log=(True,)),
+        set_by={"causal": "model"}),
+    "sample.py": table(
+        "out_dir ckpt max_new_tokens temperature top_k top_p min_p seed device dtype quantize pack_weights "
+        "attn_impl dropout_impl linear_impl qk_impl",
+        rule("start num_samples top_tokens", SEQ2SEQ_SAMPLE, kind=TEXT),
+        rule("attention", "visualize.py --source=TEXT draws an encoder-decoder's cross-attention", kind=TEXT),
+        rule("kv_cache", "an encoder's and a cheater's tokens attend to later ones, so there is no cache",
+             kind=("decoder", "seq2seq")),
+        rule("past_context compile step_loops draft", kind=("decoder",)),
+        rule("temperatures", "an encoder predicts masks, so put [MASK] in --start", kind=("decoder", "cheater")),
+        rule("batch", kind=("decoder", "cheater")),
+        rule("batch", "speculative decoding draws one sample at a time", draft=(False,)),
+        rule("draft_tokens", kind=("decoder",)),
+        rule("draft_tokens", draft=(True,)),
+        rule("source source_batch", "pass --start=... to sample from it", kind=("seq2seq",))),
+    "visualize.py": table(
+        "out_dir ckpt out device max_tokens html",
+        rule("text induction induction_curve", "a seq2seq checkpoint is drawn as its cross-attention, so give "
+             "--source=TEXT (and --target=TEXT to choose the target)", kind=TEXT),
+        rule("source target", "give the text as --text=TEXT", kind=("seq2seq",)),
+        rule("html_max_tokens", "--max_tokens limits the PNG", html=(True,)),
+        rule("wandb_log wandb_project", "it logs the --html page", html=(True,)),
+        rule("wandb_project", wandb_log=(True,))),
+    # compare.py: --study picks one study, whose own dataclass holds the rest; every flag of a study applies to it
+    "compare.py": table("study"),
+    "compare.py --study=encoder": table(
+        "out n_layer n_head n_embd block_size pos_emb batch_size max_iters learning_rate warmup_iters evals "
+        "eval_iters mask_rate mask_span input split data_root seed cloze_positions cloze_left cloze_right "
+        "nll_windows pppl_windows probe prompts gen_tokens temperature top_k wandb_log wandb_project"),
+    "compare.py --study=positions": table(
+        "out scores n_layer n_head n_embd block_size batch_size max_iters learning_rate warmup_iters eval_iters "
+        "input split data_root seed eval_windows sample_prompt"),
+    "compare.py --study=attention": table(
+        "out ckpt_dir ckpt windows query_every probe_task probe_n probe_pos_emb probe_steps probe_sequences seed"),
+    "compare.py --study=seq2seq": table(
+        "out task min_len max_len eval_max_len n_layer n_head n_embd block_size pos_emb batch_size max_iters "
+        "learning_rate warmup_iters eval_iters seed eval_per_length map_len map_pairs wandb_log wandb_project"),
+}
+
+
+# How a fact is said: where a flag applies (given the values it needs), and what this run has instead
+def _one_of(values) -> str:
+    words = [str(v) for v in values]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _article(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+
+
+DATA = {"dataset": "the built-in dataset", "input": "--input", "pairs": "--pairs", "task": "--task"}
+VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data": tuple(DATA),  # each fact's values
+          "init_from": ("scratch", "resume", "auto", "hf"), "wandb_log": (False, True), "draft": (False, True),
+          "html": (False, True)}
+SAY = {  # fact -> (where(values), this run(value), tag(values))
+    "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
+    "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
+             "/".join),
+    "optimizer": (lambda vs: f"to --optimizer={_one_of(vs)}", lambda v: f"this run is --optimizer={v}", "/".join),
+    "init_from": (lambda vs: f"to --init_from={_one_of(v if v != 'hf' else 'hf:FOLDER' for v in vs)}",
+                  lambda v: f"this run is --init_from={v if v != 'hf' else 'hf:FOLDER'}",
+                  lambda vs: "--init_from=" + "/".join(v if v != "hf" else "hf:" for v in vs)),
+    "data": (lambda vs: "without --input" if vs == ("dataset",) else f"to {_one_of(DATA[v] for v in vs)}",
+             lambda v: f"this run trains on {DATA[v]}",
+             lambda vs: "/".join(DATA[v] if v != "dataset" else "no --input" for v in vs)),
+    "wandb_log": (lambda vs: "with --wandb_log=true", lambda v: "this run is --wandb_log=false",
+                  lambda vs: "--wandb_log=true"),
+    "draft": (lambda vs: "with --draft" if vs[0] else "without --draft",
+              lambda v: "--draft is given" if v else "no --draft is given",
+              lambda vs: "--draft" if vs[0] else "no --draft"),
+    "html": (lambda vs: "with --html", lambda v: "no --html is given", lambda vs: "--html"),
+}
+
+
+def broken(r: Rule, facts: dict) -> str | None:
+    """The first fact of r that this run does not meet (facts it does not know are not checked), or None."""
+    return next((f for f, values in r.when.items() if f in facts and facts[f] not in values), None)
+
+
+def refusal(names: list[str], r: Rule, fact: str, facts: dict) -> str:
+    """'--mask_rate applies to --model=encoder only (this run is --model=decoder); drop it'"""
+    where, this, _ = SAY[fact]
+    several = len(names) > 1
+    flags = " and ".join(f"--{n}" for n in names)
+    line = f"{flags} appl{'y' if several else 'ies'} {where(r.when[fact])} only ({this(facts[fact])})"
+    if r.note:
+        return f"{line}; ignored"
+    return f"{line}; drop {'them' if several else 'it'}" + (f": {r.hint}" if r.hint else "")
+
+
+def check(command: str, given, facts: dict) -> list[str]:
+    """Refuses (FlagError, one line) the explicit flags (`given`) of the first rule that this run breaks; returns
+    the notes of the flags ignored instead (rules with note=True). `set_by` flags are checked by their command."""
+    notes = []
+    for r in TABLES[command].rules:
+        names = [n for n in r.flags if n in given]
+        fact = broken(r, facts) if names else None
+        if fact is None:
+            continue
+        if not r.note:
+            raise FlagError(refusal(names, r, fact, facts))
+        notes.append(f"note: {refusal(names, r, fact, facts)}")
+    return notes
+
+
+def applies(command: str, flag: str, facts: dict) -> bool:
+    return all(broken(r, facts) is None for r in TABLES[command].rules if flag in r.flags and not r.note)
+
+
+def tags(command: str) -> dict:
+    """{flag: '[encoder]'} for --help: where each flag with a rule applies."""
+    t = TABLES[command]
+    out = {f: f"[set by --{by}]" for f, by in t.set_by.items()}
+    for r in t.rules:
+        said = " ".join(SAY[fact][2](values) for fact, values in r.when.items())
+        for f in r.flags:
+            out[f] = f"{out[f][:-1]}; {said}]" if f in out else f"[{said}]"
+    return out
+
+
+def train_facts(tc) -> dict:
+    """The facts of a train.py run, from its TrainConfig."""
+    data = ("pairs" if tc.pairs is not None else "task") if tc.model == "seq2seq" else \
+        ("input" if tc.input is not None else "dataset")
+    return {"model": tc.model, "optimizer": tc.optimizer, "data": data, "wandb_log": tc.wandb_log,
+            "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from}
+
+
+def print_notes(notes: list[str]) -> None:
+    """The notes on stderr, once: under torchrun only rank 0 says them (the flags are checked before the process
+    group exists, so the rank is torchrun's RANK, as training/distributed.py reads it)."""
+    if os.environ.get("RANK", "0") == "0":
+        for line in notes:
+            print(line, file=sys.stderr)

@@ -1,0 +1,274 @@
+"""Every flag of every command, against every model kind: either it changes what the command records and acts on
+(train.py's configs, which the checkpoint records; sample.py's and visualize.py's parsed settings; a study's
+config, which its results.json records), or the command refuses it in one line naming it, as
+common/flag_scope.py's table says. The flags come from the commands' dataclasses: a new flag without a table entry
+fails here. Each command's parse-and-check function runs in-process (no data, no model built); a fresh process only
+where the exit code is the point.
+
+A new command registers in COMMANDS: its table in flag_scope.TABLES, its dataclasses, the runs to walk (BASES) and a
+function from argv to (what it records, its notes) that raises UserError on a refusal."""
+import dataclasses
+import importlib
+import re
+import shutil
+import typing
+
+import pytest
+import torch
+
+from common import flags
+from common.errors import UserError
+from conftest import run_script, tiny_args, tiny_config
+from inference.checkpoint import Checkpoint
+from model import GPT, GPTConfig, Seq2Seq
+from speed import SpeedConfig
+from common import flag_scope
+from training.config import CLASSES
+
+CHARS = "abcdefghijklmnopqrstuvwxyz .,:;!?ABCD"
+
+
+def save(folder, objective: str):
+    """A tiny checkpoint of the objective's model with random weights, as ckpt_best.pt and ckpt_last.pt."""
+    config = tiny_config(vocab_size=len(CHARS) + 1, causal=objective == "decoder")
+    torch.manual_seed(0)
+    model = Seq2Seq(config) if objective == "seq2seq" else GPT(config)
+    meta = {"tokenizer": "char", "vocab_size": len(CHARS), "eot_id": None, "chars": CHARS}
+    folder.mkdir(parents=True)
+    ckpt = Checkpoint(weights=model.state_dict(), model_config=model.config, step=1, data_meta=meta,
+                      objective=objective, mask_id=len(CHARS) if objective == "encoder" else None)
+    for name in ("ckpt_best.pt", "ckpt_last.pt"):
+        ckpt.save(str(folder / name))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """{kind: out_dir} and {kind + '2': another out_dir of that kind} (a value to give --out_dir)."""
+    root = tmp_path_factory.mktemp("kinds")
+    out = {kind: save(root / kind, kind) for kind in flag_scope.KINDS}
+    out.update({f"{kind}2": shutil.copytree(out[kind], root / f"{kind}2") for kind in flag_scope.KINDS})
+    out["metrics"] = root  # no metrics.jsonl: a curve-only visualize.py is refused for that, after the checks
+    return out
+
+
+# ---- each command: its flags, the runs walked, and its parse-and-check step ---------------------------------------
+def train_record(argv, ckpts):
+    from training.config import configure
+
+    tc, model, speed, _ = configure(argv)
+    return {**tc.to_dict(), **GPTConfig(**model).to_dict(), **vars(speed)}, flag_scope.train_facts(tc)
+
+
+def sample_record(argv, ckpts):
+    import sample
+
+    sc, speed, _, ckpt = sample.checked(argv)
+    return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None}
+
+
+def visualize_record(argv, ckpts):
+    import visualize
+
+    vc, _, ckpt = visualize.checked(argv)
+    kind = (ckpt or Checkpoint.load(f"{vc.out_dir}/ckpt_best.pt")).objective
+    return dataclasses.asdict(vc), {"kind": kind, "html": bool(vc.html), "wandb_log": vc.wandb_log}
+
+
+def study_record(study):
+    def record(argv, ckpts):
+        cls = study_class(study)
+        return dataclasses.asdict(flags.config_from_argv(argv, cls)), {}
+    return record
+
+
+def study_class(study):
+    module, name = {"encoder": ("studies.encoder", "EncoderStudyConfig"),
+                    "positions": ("studies.positions", "PositionsConfig"),
+                    "attention": ("studies.attention_limits", "AttentionLimitsConfig"),
+                    "seq2seq": ("studies.seq2seq", "Seq2SeqStudyConfig")}[study]
+    return getattr(importlib.import_module(module), name)
+
+
+def bases(command):
+    """The runs each flag is tried on: every model kind (train.py: and both optimizers)."""
+    if command == "train.py":
+        runs = {f"{k} {o}": [f"--model={k}", f"--optimizer={o}"] for k in flag_scope.KINDS for o in ("adamw", "muon")}
+        return {**runs, "seq2seq --pairs": ["--model=seq2seq", "--pairs=p.tsv"], "decoder --input": ["--input=b.txt"]}
+    if command in ("sample.py", "visualize.py"):
+        runs = {k: lambda c, k=k: [f"--out_dir={c[k]}"] for k in flag_scope.KINDS}
+        extra = ({"decoder --draft": lambda c: [f"--out_dir={c['decoder']}", f"--draft={c['decoder2']}"]}
+                 if command == "sample.py" else
+                 {f"{k} --html": lambda c, k=k: [f"--out_dir={c[k]}", "--html=p.html"] for k in flag_scope.KINDS})
+        return {**runs, **extra}
+    return {"study": []}
+
+
+COMMANDS = {  # command -> (its flags' dataclasses, its parse-and-check step)
+    "train.py": (CLASSES, train_record),
+    "sample.py": (("sample.SampleConfig", SpeedConfig), sample_record),
+    "visualize.py": (("visualize.VisualizeConfig",), visualize_record),
+    **{f"compare.py --study={s}": ((study_class(s),), study_record(s))
+       for s in ("encoder", "positions", "attention", "seq2seq")},
+}
+
+
+def classes_of(command):
+    return [getattr(importlib.import_module(c.rsplit(".", 1)[0]), c.rsplit(".", 1)[1]) if isinstance(c, str) else c
+            for c in COMMANDS[command][0]]
+
+
+def flags_of(command) -> dict:
+    """{flag: (its type, its default)}: every field of the command's dataclasses that is a flag."""
+    out = {}
+    for cls in classes_of(command):
+        for f in dataclasses.fields(cls):
+            if f.name not in getattr(cls, "NOT_FLAGS", {}):
+                out[f.name] = (typing.get_type_hints(cls)[f.name], f.default)
+    return out
+
+
+# ---- a value to try for each flag: not its default, valid on its own -------------------------------------------
+CHOICES = {  # flag -> values to try, the first that is not the run's
+    "tokenizer": ["gpt2"], "split": ["tail"], "on_bad": ["skip"], "init_from": ["auto"], "pos_emb": ["alibi"],
+    "attn_score": ["additive"], "cross_attn": ["mean"], "mlp_act": ["relu2"], "attn_impl": ["math", "tiled"],
+    "dropout_impl": ["bernoulli"], "linear_impl": ["aten"], "qk_impl": ["aten"], "on_nonfinite": ["skip"],
+    "dtype": ["bfloat16"], "device": ["cpu", "cuda"], "backend": ["gloo"], "task": ["sort"], "quantize": ["int8"],
+    "past_context": ["extend"], "temperatures": ["0.5,1"], "probe_task": ["copy"], "probe_pos_emb": ["alibi"],
+    "n_head": [2], "n_embd": [64, 128], "vocab_multiple": [64], "muon_ns_steps": [3], "muon_momentum": [0.9],
+    "max_iters": [30], "warmup_iters": [20], "lr_decay_iters": [300], "top_p": [0.9], "min_p": [0.05],
+    "dropout": [0.1], "mask_rate": [0.3], "total_batch_size": [8192], "sample_prompt": ["JULIET:"], "start": ["ab"],
+    "source": ["abc"], "target": ["cba"], "text": ["abc"], "prompts": ["a|b"], "probe": ["abc"]}
+ONLY_CHOICE = {"dataset"}  # one valid value, its default: accepted where it applies, changing nothing
+
+
+def try_value(command, flag, typ, default, baseline: dict, ckpts):
+    """A value for --flag on a run that records `baseline`."""
+    if flag == "model":
+        return "cheater" if baseline["model"] != "cheater" else "decoder"
+    if flag == "optimizer":
+        return "adamw" if baseline["optimizer"] == "muon" else "muon"
+    if flag == "causal":  # set by --model: the value that contradicts it
+        return not baseline["causal"]
+    if flag in ("out_dir", "draft") and command in ("sample.py", "visualize.py"):
+        kind = Checkpoint.load(f"{baseline['out_dir']}/ckpt_best.pt").objective
+        mine = [str(ckpts[k]) for k in ((kind, f"{kind}2") if flag == "out_dir" else ("decoder", "decoder2"))]
+        return next(v for v in mine if v != baseline[flag])
+    if flag == "ckpt" and command in ("sample.py", "visualize.py"):
+        return "last"
+    if flag in CHOICES:  # the first that is not the run's already
+        return next(v for v in CHOICES[flag] if v != baseline[flag])
+    if flag in ONLY_CHOICE:
+        return default
+    kinds = [t for t in typing.get_args(typ) if t is not type(None)] or [typ]
+    if kinds[0] is bool:
+        return not default if default is not None else True
+    if kinds[0] is int:
+        return default + 1 if default else 3
+    if kinds[0] is float:
+        return default / 2 if default else 0.5
+    return f"{flag}.out" if default in (None, "") or "." in str(default) or "/" in str(default) else f"{default}-x"
+
+
+def flag_text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+CASES = [(command, flag) for command in COMMANDS for flag in flags_of(command)]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flag_has_a_place_in_the_table(command):
+    table = flag_scope.TABLES[command].flags() - {"preset", "config"}
+    missing = set(flags_of(command)) - table
+    assert not missing, f"add {sorted(missing)} to common/flag_scope.py's {command!r} table"
+    assert not table - set(flags_of(command)), "a table entry for a flag the command does not have"
+
+
+@pytest.mark.parametrize("command, flag", CASES, ids=[f"{c} --{f}" for c, f in CASES])
+def test_a_flag_is_honoured_or_refused_naming_it_on_every_kind(command, flag, ckpts, capsys):
+    typ, default = flags_of(command)[flag]
+    record = COMMANDS[command][1]
+    for run, base in bases(command).items():
+        base = base(ckpts) if callable(base) else base
+        baseline, facts = record(base, ckpts)
+        value = try_value(command, flag, typ, default, baseline, ckpts)
+        capsys.readouterr()
+        try:
+            recorded, _ = record([*base, f"--{flag}={flag_text(value)}"], ckpts)
+        except UserError as e:  # refused: one line that names the flag
+            assert re.search(rf"(--|\b){flag}\b", str(e)) and "\n" not in str(e), (run, str(e))
+            continue
+        noted = [line for line in capsys.readouterr().err.splitlines() if f"--{flag} " in line and "note:" in line]
+        where = f"{command} --{flag}={value} on {run}"
+        assert flag_scope.applies(command, flag, facts), f"{where}: accepted, and the table says it does not apply"
+        if noted:  # applied with a note: a rule where refusing would break a habit
+            continue
+        assert recorded[flag] == flags.convert(flag, flag_text(value), typ), where
+        assert recorded[flag] != baseline[flag] or flag in ONLY_CHOICE, f"{where}: changes nothing recorded"
+
+
+def test_the_refusals_are_exit_2_and_one_line_in_a_fresh_process(ckpts, corpus, tmp_path):
+    r = run_script("train.py", tiny_args(corpus, tmp_path / "run", "--max_iters=1", "--mask_rate=0.2"))
+    assert r.returncode == 2 and r.stderr == ("error: --mask_rate applies to --model=encoder only (this run is "
+                                              "--model=decoder); drop it\n")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()  # nothing prepared or written
+    r = run_script("sample.py", [f"--out_dir={ckpts['encoder']}", "--compile=true", "--start=ab"])
+    assert r.returncode == 2 and not r.stdout and r.stderr == ("error: --compile applies to a decoder checkpoint "
+                                                               "only (this is an encoder checkpoint); drop it\n")
+
+
+@pytest.mark.parametrize("kind, extra, said", [
+    ("encoder", ["--compile=true"], "--compile applies to a decoder checkpoint only (this is an encoder checkpoint)"),
+    ("cheater", ["--compile=true"], "--compile applies to a decoder checkpoint only (this is a cheater checkpoint)"),
+    ("decoder", ["--batch=true", "--num_samples=2", "--draft=DRAFT"], "--batch applies without --draft only "
+                                                                      "(--draft is given); drop it"),
+    ("decoder", ["--source=abc"], "--source applies to a seq2seq checkpoint only (this is a decoder checkpoint)"),
+    ("seq2seq", ["--source=abc", "--start=ab"], "--start applies to a decoder, encoder or cheater checkpoint only"),
+    ("seq2seq", ["--source=abc", "--draft=DRAFT"], "--draft applies to a decoder checkpoint only"),
+    ("encoder", ["--kv_cache=false"], "--kv_cache applies to a decoder or seq2seq checkpoint only"),
+    ("cheater", ["--past_context=extend"], "--past_context applies to a decoder checkpoint only"),
+    ("decoder", ["--draft_tokens=2"], "--draft_tokens applies with --draft only (no --draft is given)"),
+])
+def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckpts, capsys, kind, extra, said):
+    import sample
+
+    prompt = [] if kind == "seq2seq" else ["--start=ab"]  # one the checkpoint's vocabulary holds
+    args = [f"--out_dir={ckpts[kind]}", "--max_new_tokens=3", *prompt,
+            *(a.replace("DRAFT", str(ckpts["decoder2"])) for a in extra)]
+    assert sample.cli.run(sample.main, args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and said in captured.err, captured.err
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--wandb_log=true"], "--wandb_log applies with --html only (no --html is given); drop it: it logs the --html"),
+    (["--html_max_tokens=100"], "--html_max_tokens applies with --html only"),
+    (["--html=p.html", "--wandb_project=p"], "--wandb_project applies with --wandb_log=true only"),
+])
+def test_visualize_refuses_wandb_without_the_page_it_logs(ckpts, tmp_path, capsys, monkeypatch, extra, said):
+    import visualize
+
+    monkeypatch.chdir(tmp_path)
+    assert visualize.cli.run(visualize.main, [f"--out_dir={ckpts['decoder']}", "--text=ab", *extra]) == 2
+    assert said in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+def test_sample_and_visualize_help_show_where_flags_apply(capsys):
+    import sample
+    import visualize
+
+    sample.main(["-h"])
+    text = capsys.readouterr().out
+    assert "[decoder/cheater; no --draft]" in text and "--source=None   [seq2seq] " in text
+    visualize.main(["--help"])
+    assert "--wandb_log=False   [--html] " in capsys.readouterr().out
+
+
+def test_compare_takes_dash_h_as_train_and_sample_do(capsys):
+    import compare
+
+    assert compare.cli.run(compare.main, ["-h"]) == 0
+    assert "the flags of --study=encoder" in capsys.readouterr().out
+    assert compare.cli.run(compare.main, ["--study=seq2seq", "-h"]) == 0
+    assert "--eval_max_len=48" in capsys.readouterr().out

@@ -1,0 +1,141 @@
+"""What a resumed run keeps and what it refuses, and the starts from an imported model: each message says what is
+true of the run (the checkpoint's step, where the weights came from, which flag to drop), and nothing is written
+on a refusal."""
+import pytest
+
+import train
+from common import cli
+from conftest import metrics, tiny_args
+from inference.checkpoint import Checkpoint
+from training import distributed
+
+
+def files_of(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def refused(args, capsys) -> str:
+    """train.py's one line for args (exit 2)."""
+    capsys.readouterr()
+    assert cli.run(train.main, args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def hf_folder(corpus, tmp_path_factory):
+    """A tiny decoder trained here, exported as a Hugging Face folder (GPT-2: learned positions)."""
+    from interop.export import export
+
+    base = tmp_path_factory.mktemp("hf")
+    assert cli.run(train.main, tiny_args(corpus, base / "run", "--max_iters=2", "--pos_emb=learned")) == 0
+    export(Checkpoint.load(str(base / "run" / "ckpt_last.pt")), base / "hf")
+    return base / "hf"
+
+
+def test_max_iters_below_the_checkpoints_step_is_refused_naming_the_step(corpus, tmp_path, capsys):
+    """It printed "-2 steps to go to 2" and exited 0."""
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=4")) == 0
+    before = files_of(out)
+    err = refused(tiny_args(corpus, out, "--max_iters=2", "--init_from=resume"), capsys)
+    assert f"--max_iters=2 is below step 4, where the checkpoint in {out} is" in err and "above 4" in err
+    assert files_of(out) == before
+
+
+def test_resuming_an_imported_checkpoint_says_to_start_from_it(corpus, tmp_path, hf_folder, capsys):
+    """It blamed the data ("not the data this checkpoint was trained on")."""
+    from interop.import_hf import import_checkpoint
+
+    out = tmp_path / "imported"
+    import_checkpoint(str(hf_folder), str(out))
+    err = refused(tiny_args(corpus, out, "--max_iters=2", "--init_from=resume"), capsys)
+    assert f"was imported from hf:{hf_folder}, not trained here" in err and f"--init_from=hf:{hf_folder}" in err
+    assert "data" not in err
+
+
+def test_an_hf_start_with_a_mask_token_names_that_flag(corpus, tmp_path, hf_folder, capsys):
+    """It said "prepare the data with the model's tokenizer (--tokenizer=gpt2 for GPT-2)"."""
+    err = refused(tiny_args(corpus, tmp_path / "run", "--max_iters=2", f"--init_from=hf:{hf_folder}",
+                            "--mask_token=true"), capsys)
+    assert "has none; drop --mask_token" in err and "--tokenizer" not in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("start", ["hf", "resume"])
+def test_a_corpus_too_small_for_a_step_does_not_advise_a_context_the_model_fixes(corpus, tmp_path, hf_folder, capsys,
+                                                                                 start):
+    """It advised "lower --block_size", which the folder or the checkpoint then refused."""
+    out = tmp_path / "run"
+    if start == "resume":
+        assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 0
+    how = f"--init_from=hf:{hf_folder}" if start == "hf" else "--init_from=resume"
+    err = refused(tiny_args(corpus, out, "--max_iters=4", how, "--batch_size=4000"), capsys)
+    fixed_by = f"hf:{hf_folder}" if start == "hf" else "the checkpoint"
+    assert "corpus too small" in err and "--block_size" not in err
+    assert f"lower --batch_size, or give a larger corpus (block_size is fixed by {fixed_by})" in err
+
+
+def test_a_fresh_corpus_too_small_names_what_sets_a_steps_windows(corpus, tmp_path, capsys):
+    err = refused(tiny_args(corpus, tmp_path / "a", "--batch_size=1000", "--gradient_accumulation_steps=4"), capsys)
+    assert "lower --block_size or --batch_size or --gradient_accumulation_steps" in err
+    err = refused(tiny_args(corpus, tmp_path / "b", "--total_batch_size=512000"), capsys)
+    assert err.rstrip().endswith("(batch_size*grad_accum*world_size); lower --total_batch_size")
+
+
+def test_a_resume_keeps_its_warmup_and_says_nothing_of_the_presets(corpus, tmp_path, capsys):
+    """The default preset's warmup_iters=10 is more than a quarter of 12 steps: on resume, configure noted "using
+    warmup_iters=1", and the run kept its checkpoint's 6."""
+    out = tmp_path / "run"
+    args = [a for a in tiny_args(corpus, out) if not a.startswith("--warmup_iters")]
+    assert cli.run(train.main, [*args, "--max_iters=8", "--warmup_iters=6"]) == 0
+    capsys.readouterr()
+    assert cli.run(train.main, [*args, "--max_iters=12", "--init_from=resume"]) == 0
+    captured = capsys.readouterr()
+    assert "warmup_iters" not in captured.err and "(warmup 6, " in captured.out
+
+
+def test_a_resume_runs_on_its_checkpoints_device_unless_told(corpus, tmp_path, capsys, monkeypatch):
+    """The checkpoint keeps --device=cpu; the new command line's default (auto: CUDA where there is one) moved it."""
+    seen = []
+    join = distributed.init
+    monkeypatch.setattr(distributed, "init", lambda device, backend: (seen.append((device, backend)),
+                                                                      join(device, backend))[1])
+    out = tmp_path / "run"
+    args = [a for a in tiny_args(corpus, out) if a != "--device=cpu"]
+    assert cli.run(train.main, [*args, "--max_iters=2", "--device=cpu"]) == 0
+    capsys.readouterr()
+    assert cli.run(train.main, [*args, "--max_iters=3", "--init_from=resume"]) == 0
+    assert seen[-1] == ("cpu", "auto") and "note:" not in capsys.readouterr().err
+    assert cli.run(train.main, [*args, "--max_iters=4", "--init_from=resume", "--backend=gloo"]) == 0
+    assert seen[-1] == ("cpu", "gloo")
+    assert "note: resuming with --backend=gloo; the checkpoint was trained with --backend=auto" in \
+        capsys.readouterr().err
+
+
+def test_an_explicit_accumulation_on_resume_replaces_the_checkpoints_total_batch_size(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--total_batch_size=128")) == 0  # 2 x 64
+    assert "128 tokens/step" in capsys.readouterr().out
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=3", "--init_from=resume",
+                                         "--gradient_accumulation_steps=1")) == 0
+    captured = capsys.readouterr()
+    assert "64 tokens/step" in captured.out
+    assert "note: --gradient_accumulation_steps=1 replaces the checkpoint's total_batch_size=128" in captured.err
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).train_config["total_batch_size"] is None
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--preset=fast-cpu"], "--preset applies to --init_from=scratch, auto or hf:FOLDER only (this run is "
+                            "--init_from=resume); drop it"),
+    (["--optimizer=adamw", "--muon_lr=0.01"], "--muon_lr applies to --optimizer=muon only"),
+    (["--mask_rate=0.3"], "--mask_rate applies to --model=encoder only (this run is --model=decoder)"),
+])
+def test_a_resumed_runs_flags_are_checked_against_its_checkpoint(corpus, tmp_path, capsys, extra, said):
+    """The checkpoint says what is trained and by which optimizer, whatever the command line's preset says."""
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 0
+    before = files_of(out)
+    assert said in refused(tiny_args(corpus, out, "--max_iters=4", "--init_from=resume", *extra), capsys)
+    assert files_of(out) == before and metrics(out)[-1]["step"] == 2

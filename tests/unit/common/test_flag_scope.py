@@ -1,0 +1,140 @@
+"""common/flag_scope.py: where each flag applies, as train.py's configure() and --help read it; and the explicit
+flags against a preset's values (accumulation, the schedule's warmup)."""
+import pytest
+
+import train
+from common.errors import UserError
+from common import flag_scope
+from training.config import configure
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--mask_rate=0.2"], "--mask_rate applies to --model=encoder only (this run is --model=decoder); drop it"),
+    (["--model=cheater", "--mask_span=3"], "--mask_span applies to --model=encoder only (this run is --model=cheater)"),
+    (["--cross_attn=mean"], "--cross_attn applies to --model=seq2seq only (this run is --model=decoder)"),
+    (["--model=seq2seq", "--tie_head=false"], "--tie_head applies to --model=decoder, encoder or cheater only (this "
+                                              "run is --model=seq2seq); drop it: --model=seq2seq always ties"),
+    (["--model=encoder", "--mask_token=true"], "--mask_token applies to --model=decoder or cheater only"),
+    (["--source_field=src", "--target_field=tgt"], "--source_field and --target_field apply to --model=seq2seq "
+                                                   "only (this run is --model=decoder); drop them"),
+    (["--model=seq2seq", "--source_field=src"], "--source_field applies to --pairs only (this run trains on --task)"),
+    (["--model=seq2seq", "--pairs=p.tsv", "--task_max_len=8"], "--task_max_len applies to --task only"),
+    (["--task_min_len=2"], "--task_min_len applies to --model=seq2seq only"),
+    (["--optimizer=adamw", "--muon_lr=0.01"], "--muon_lr applies to --optimizer=muon only (this run is "
+                                              "--optimizer=adamw); drop it"),
+    (["--preset=gpt2", "--muon_ns_steps=3"], "--muon_ns_steps applies to --optimizer=muon only"),
+    (["--input=book.txt", "--archive=s.tar.gz"], "--archive applies without --input only (this run trains on "
+                                                 "--input)"),
+    (["--init_from=resume", "--preset=fast-cpu"], "--preset applies to --init_from=scratch, auto or hf:FOLDER only "
+                                                  "(this run is --init_from=resume)"),
+    (["--init_from=resume", "--overwrite=true"], "--overwrite applies to --init_from=scratch or hf:FOLDER only"),
+    (["--model=seq2seq", "--log_induction=false"], "--log_induction applies to --model=decoder, encoder or cheater"),
+] + [(["--model=seq2seq", f"--{flag}={value}"], f"--{flag} applies to --model=decoder, encoder or cheater only")
+     for flag, value in [("split", "tail"), ("val_tokens", "100"), ("shard_tokens", "4096"), ("text_field", "body"),
+                         ("workers", "1"), ("word_cache", "false"), ("archive", "a.tar.gz"),
+                         ("dataset", "shakespeare")]])
+def test_a_flag_given_where_it_does_not_apply_is_one_line_naming_it(argv, said):
+    with pytest.raises(UserError) as e:
+        configure(argv)
+    assert said in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_presets_values_are_not_refused_only_the_flags_given(capsys):
+    tc, *_ = configure(["--optimizer=adamw"])  # the default preset sets muon_lr; the user chose AdamW
+    assert tc.optimizer == "adamw" and capsys.readouterr().err == ""
+    tc, *_ = configure(["--model=encoder", "--mask_rate=0.3", "--mask_span=2"])
+    assert (tc.mask_rate, tc.mask_span) == (0.3, 2)
+
+
+def test_wandb_names_without_wandb_log_are_noted_not_refused(capsys):
+    """A config file may name the project and leave --wandb_log to the command line (nanoGPT's habit)."""
+    tc, *_ = configure(["--wandb_project=mine", "--wandb_group=g"])
+    assert tc.wandb_project == "mine"
+    assert capsys.readouterr().err == ("note: --wandb_project and --wandb_group apply with --wandb_log=true only (this "
+                                       "run is --wandb_log=false); ignored\n")
+    configure(["--wandb_project=mine", "--wandb_log=true"])
+    assert capsys.readouterr().err == ""
+
+
+def test_an_explicit_accumulation_beats_the_presets_total_batch_size(capsys):
+    tc, *_ = configure(["--preset=gpt2", "--gradient_accumulation_steps=4"])
+    assert tc.total_batch_size is None and tc.accumulation(block_size=1024, world_size=1) == 4
+    assert "note: --gradient_accumulation_steps=4 replaces the preset's total_batch_size=524288" in \
+        capsys.readouterr().err
+    tc, *_ = configure(["--preset=gpt2", "--batch_size=8"])  # the preset's tokens per step, more micro-steps
+    assert tc.accumulation(block_size=1024, world_size=1) == 64
+
+
+def test_two_explicit_flags_that_set_the_accumulation_are_refused_naming_both():
+    with pytest.raises(UserError, match=r"^--total_batch_size=8192 and --gradient_accumulation_steps=2 both set"):
+        configure(["--total_batch_size=8192", "--gradient_accumulation_steps=2"])
+
+
+def test_a_warmup_that_reaches_the_end_of_the_decay_is_refused():
+    with pytest.raises(UserError) as e:
+        configure(["--lr_decay_iters=8"])  # the default preset's warmup_iters=10 and max_iters=400
+    assert str(e.value) == ("warmup_iters=10 (the preset's) is not below lr_decay_iters=8: the learning rate would "
+                            "fall from its peak straight to min_lr at step 10 and stay there until max_iters=400 (the "
+                            "preset's); lower --warmup_iters or raise --lr_decay_iters")
+    with pytest.raises(UserError, match="warmup_iters=50 is not below lr_decay_iters=50"):
+        configure(["--warmup_iters=50", "--lr_decay_iters=50", "--max_iters=60"])
+
+
+def test_a_run_that_ends_within_its_warmup_only_warms_up():
+    """Defined, not refused: a short run (the default preset's shortened warmup at --max_iters=1, a smoke test with
+    --warmup_iters above --max_iters) has no step after the warmup, so no step sees the jump to min_lr."""
+    from training.optim import lr_at
+
+    for argv in (["--max_iters=1"], ["--max_iters=4", "--warmup_iters=8"], ["--max_iters=4", "--lr_decay_iters=2",
+                                                                             "--warmup_iters=4"]):
+        tc, *_ = configure(argv)
+        horizon = tc.lr_decay_iters or tc.max_iters
+        lrs = [lr_at(s, tc.learning_rate, tc.min_lr, tc.warmup_iters, horizon) for s in range(tc.max_iters)]
+        assert lrs == sorted(lrs) and lrs[-1] <= tc.learning_rate, argv
+
+
+def test_the_warmup_note_is_for_a_fresh_run_only(capsys):
+    """A resumed run keeps its checkpoint's warmup: the note named a change that did not happen."""
+    tc, *_ = configure(["--max_iters=20"])
+    assert tc.warmup_iters == 2 and "using warmup_iters=2" in capsys.readouterr().err
+    configure(["--max_iters=20", "--init_from=resume"])
+    assert capsys.readouterr().err == ""
+
+
+def test_under_torchrun_only_rank_0_prints_the_notes(monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "1")
+    configure(["--max_iters=20"])
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    configure(["--max_iters=20"])
+    assert capsys.readouterr().err.count("note:") == 1
+
+
+def test_auto_with_a_checkpoint_notes_that_the_preset_is_not_applied(tmp_path, capsys):
+    (tmp_path / "ckpt_last.pt").write_bytes(b"")  # only its presence is read here
+    configure([f"--out_dir={tmp_path}", "--init_from=auto", "--preset=fast-cpu"])
+    assert "--preset=fast-cpu applies to a fresh start only" in capsys.readouterr().err
+    configure([f"--out_dir={tmp_path / 'new'}", "--init_from=auto", "--preset=fast-cpu"])  # a fresh start: applied
+    assert capsys.readouterr().err == ""
+
+
+def test_help_names_the_preset_it_shows_and_where_flags_apply(capsys):
+    train.main(["--preset", "fast-cpu", "--help"])  # the preset as a separate argument
+    text = capsys.readouterr().out
+    assert "the values shown are those of --preset=fast-cpu" in text and "--max_iters=180" in text
+    assert "--mask_rate=0.15   [encoder] encoder: share of positions" in text
+    assert "--muon_lr=0.02   [muon] " in text and "--cross_attn=attention   [seq2seq] " in text
+    assert "--task_min_len=4   [seq2seq --task] " in text and "--causal=True   [set by --model] " in text
+    assert "--preset=NAME   [--init_from=scratch/auto/hf:] one of" in text
+
+
+def test_every_rule_is_said_in_one_line_for_every_value_it_refuses():
+    for command, t in flag_scope.TABLES.items():
+        assert not set(t.everywhere) & {f for r in t.rules for f in r.flags}, command  # one place per flag
+        for r in t.rules:
+            assert set(r.when) <= set(flag_scope.SAY), (command, r)
+            for fact, values in r.when.items():
+                assert set(values) < set(flag_scope.VALUES[fact]), (command, r)  # some value is refused
+                for other in set(flag_scope.VALUES[fact]) - set(values):
+                    line = flag_scope.refusal(list(r.flags), r, fact, {fact: other})
+                    assert line.startswith(f"--{r.flags[0]} ") and "\n" not in line
