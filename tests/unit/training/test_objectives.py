@@ -69,3 +69,23 @@ def test_a_training_batch_and_its_loss_stay_on_the_batch_device(name):
         x, y = objective.train_batch(windows, windows, seed=(0, 0, 0, 0))
     loss = objective.loss(model, x, y)
     assert loss.device.type == "meta" and loss.shape == ()
+
+
+def test_seq2seq_counts_the_real_tokens_of_a_batch_on_its_device():
+    """The sources' tokens and the targets' (STOP + target, what the decoder reads), padding left out."""
+    objective, _ = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    x, y = seq2seq_batch("cpu")  # 3 sources of 5 (one with 2 padded), 3 targets of 6 (one with 1 padded)
+    assert objective.counts_tokens and objective.tokens(x, y).item() == (3 * 5 - 2) + (3 * 6 - 1)
+    meta = objective.tokens(*seq2seq_batch("meta"))
+    assert meta.device.type == "meta" and meta.shape == ()
+
+
+@pytest.mark.parametrize("name", objectives.OBJECTIVES)
+def test_flops_per_counted_token(name):
+    """A seq2seq token, of either side, costs half the model's estimate for a pair of positions; the others count
+    block_size tokens a row and take the model's estimate as it is."""
+    objective, tokenizer = objectives.build(name, CharTokenizer(LETTERS))
+    model = (Seq2Seq if name == "seq2seq" else GPT)(tiny_config(vocab_size=tokenizer.vocab_size))
+    share = 0.5 if name == "seq2seq" else 1.0
+    assert objective.flops_per_token(model) == share * model.flops_per_token()
+    assert objective.counts_tokens == (name == "seq2seq")
