@@ -12,8 +12,13 @@ import typing
 
 from common.errors import FlagError
 
-
-
+# The flags that name a file or folder, in every command that has them (train.py, sample.py, data/prepare.py,
+# visualize.py, probe.py, compare.py's studies, interop/, bench.py and benchmarks/). An empty value names nothing:
+# it is refused, before anything runs, rather than read as the default (for --input and --pairs, the built-in
+# data: an unset shell variable would train on Shakespeare without a word) or as a path ('' is no folder).
+PATHS = frozenset({"out_dir", "input", "pairs", "data_root", "archive", "ckpt", "ckpt_dir", "hf_dir", "to", "to_gguf",
+                   "out", "html", "induction", "induction_curve", "attention", "draft", "tmp", "nanogpt",
+                   "against_nanogpt"})
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -121,6 +126,8 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
                 raise FlagError(f"unknown flag --{key}{suggest(key, known)}")
+            if key in PATHS and isinstance(text, str) and not text.strip():
+                raise FlagError(f"--{key} is empty: it takes a path; give one, or leave the flag out for its default")
             values[key] = convert(key, text, known[key][1])
             explicit.add(key)
     return values, explicit

@@ -1,10 +1,11 @@
 """The training loop. Read `train` top to bottom: each step sets the learning rate, runs `train_step` (forward and
-backward over the micro-steps, clip, optimizer step), and every log_interval steps writes a metrics row; every
-eval_interval steps it also evaluates, checkpoints and samples. What those do lives beside the loop:
-training/evaluate.py, `save` below (the format: inference/checkpoint.py), training/metrics.py.
+backward over the micro-steps, clip, optimizer step), and every log_interval steps (and at every checkpoint) writes
+a metrics row; every eval_interval steps it also evaluates, checkpoints and samples. What those do lives beside the
+loop: training/evaluate.py, `save` below (the format: inference/checkpoint.py), training/metrics.py.
 
 Throughput is counted, not assumed: tokens/s and MFU divide the tokens of the steps really run since the last
-row by the time spent in those steps alone; evaluation, checkpointing and sampling are timed apart (eval_s).
+row by the time spent in those steps alone; evaluation, checkpointing and sampling are timed apart (eval_s). Where
+batches vary in length (seq2seq's pairs) their real tokens are counted on the device and read back with the row.
 """
 import math
 import os
@@ -41,6 +42,7 @@ class StepResult:
     loss: torch.Tensor  # the step's mean training loss (this process)
     grad_norm: torch.Tensor  # before clipping, after unscaling; the same on every process
     skipped: torch.Tensor  # bool: the update was skipped (a non-finite gradient, or the float16 scaler's overflow)
+    tokens: torch.Tensor | None = None  # long: the step's tokens (this process), where the objective counts them
 
 
 def train_step(run, step: int, lr: float) -> StepResult:
@@ -51,6 +53,7 @@ def train_step(run, step: int, lr: float) -> StepResult:
     for group in optimizer.param_groups:
         group["lr"] = lr
     loss_sum = torch.zeros((), device=run.device)
+    tokens = torch.zeros((), dtype=torch.long, device=run.device) if run.objective.counts_tokens else None
     for micro in range(run.accum):
         x, y = run.train_data.get(step, micro)
         # the micro-batch's global index (the loader's row order): 1 process accumulating 2 micro-steps draws what
@@ -62,6 +65,8 @@ def train_step(run, step: int, lr: float) -> StepResult:
             loss = loss / run.accum  # the accumulated gradient is the mean over micro-steps
             scaler.scale(loss).backward()  # float16: the loss times the scale; otherwise unchanged
         loss_sum += loss.detach()
+        if tokens is not None:
+            tokens += run.objective.tokens(x, y)
     scaler.unscale_(optimizer)  # true gradients before clipping (a no-op unless float16)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
     if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
@@ -73,7 +78,7 @@ def train_step(run, step: int, lr: float) -> StepResult:
     else:
         step_or_skip(optimizer, skipped)  # skipped: no parameter or optimizer state changes (decided on the device)
     optimizer.zero_grad(set_to_none=True)
-    return StepResult(loss_sum, grad_norm, skipped)
+    return StepResult(loss_sum, grad_norm, skipped, tokens)
 
 
 def on_disk(out_dir: str) -> str:
@@ -133,7 +138,8 @@ def announce(run) -> None:
           f"{run.objective.describe()} | data: {describe_data(run)} | {run.device.type} "
           f"{str(run.dtype).replace('torch.', '')}"
           + (f" ({torch.get_num_threads()} threads)" if run.device.type == "cpu" else "")
-          + f", {run.tokens_per_step:,} tokens/step"
+          + (f", {run.tokens_per_step:,} tokens/step" if run.tokens_per_step is not None else
+             f", {run.rows_per_step:,} pairs/step (tok/s counts their source and target tokens)")
           + (f" over {run.dist.world_size} processes" if run.dist.enabled else ""), flush=True)
     if run.compiled:
         print("torch.compile: the first step compiles the model (a minute or more on a CPU); the ETA settles after it",
@@ -192,14 +198,18 @@ class Bookkeeping:
     and the agreement of every process on stopping (a signal) and saving (the clock). A context: while it lasts,
     Ctrl-C and SIGTERM ask for a graceful stop (training/stopping.py)."""
 
-    def __init__(self, run, bar):
+    def __init__(self, run, bar, tokens_before: int | None = 0):
+        """tokens_before: the tokens trained on before run.start_step where the objective counts them (None:
+        unknown, the tokens column stays empty)."""
         self.run, self.bar = run, bar
         # MFU's denominator, measured once: the fastest matmul kernel at the model's own shapes (training/mfu.py)
         shapes = matmul_shapes(run.model, run.tc.batch_size * run.config.block_size)
         self.peak = peak_matmul_flops(run.device, run.dtype, shapes) * run.dist.world_size
-        self.flops_per_token = run.model.flops_per_token()
+        self.flops_per_token = run.objective.flops_per_token(run.model)
         self.disturbed = False  # whether a row has shown the peak measurement to be low
         self.steps, self.seconds = 0, 0.0  # since the last row
+        self.counted = torch.zeros((), dtype=torch.long, device=run.device)  # tokens counted since the last row
+        self.tokens = tokens_before  # counted since step 0
         self.train_s, self.skipped, self.t_start = 0.0, 0, time.time()
         self.unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # skipped updates not yet read
         self.first_unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # the first one's step (1-based)
@@ -219,6 +229,8 @@ class Bookkeeping:
         result = train_step(self.run, step, lr)
         seconds = time.perf_counter() - t0
         self.steps, self.seconds, self.train_s = self.steps + 1, self.seconds + seconds, self.train_s + seconds
+        if result.tokens is not None:
+            self.counted += result.tokens
         first = (self.unchecked == 0) & result.skipped
         self.first_unchecked = torch.where(first, step + 1, self.first_unchecked)
         self.unchecked += result.skipped
@@ -251,10 +263,22 @@ class Bookkeeping:
     def saved(self) -> None:
         self.last_save = time.monotonic()
 
+    def count_tokens(self, done: int) -> tuple[int, int | None]:
+        """(tokens trained on since the last row, since step 0), over all processes. Counted tokens are read back
+        here, with the row's other numbers."""
+        run = self.run
+        if run.tokens_per_step is not None:
+            return run.tokens_per_step * self.steps, done * run.tokens_per_step
+        recent = int(distributed.all_sum(self.counted, run.dist).item())
+        self.counted.zero_()
+        self.tokens = None if self.tokens is None else self.tokens + recent
+        return recent, self.tokens
+
     def row(self, done: int, result: StepResult, lr: float) -> dict:
         """The metrics row after `done` steps (the throughput counters start again)."""
         run = self.run
-        tok_per_s = run.tokens_per_step * self.steps / max(self.seconds, 1e-9)
+        recent, tokens = self.count_tokens(done)
+        tok_per_s = recent / max(self.seconds, 1e-9)
         self.steps, self.seconds = 0, 0.0
         if self.flops_per_token * tok_per_s > self.peak and not self.disturbed:  # the probe read low: say so once
             self.disturbed = True
@@ -262,7 +286,7 @@ class Bookkeeping:
                            f"matmul peak measured at the start ({self.peak / 1e9:,.0f}): that measurement was "
                            f"disturbed (another process?), so the mfu column reads high")
         row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
-               "grad_norm": result.grad_norm.item(), "tokens": done * run.tokens_per_step,
+               "grad_norm": result.grad_norm.item(), "tokens": tokens,
                "elapsed_s": round(time.time() - self.t_start, 3), "train_s": round(self.train_s, 3),
                "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(self.flops_per_token, tok_per_s, self.peak), 5),
                "peak_gflops": round(self.peak / 1e9, 1),
@@ -282,7 +306,7 @@ def train(run, columns=(), images=()) -> dict:
     run.model.train()
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
                dynamic_ncols=True, mininterval=1.0, disable=not run.dist.master)
-    with Bookkeeping(run, bar) as book:
+    with Bookkeeping(run, bar, tokens_before(run, log)) as book:
         for step in bar:
             lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
             result = book.step(step, lr)
@@ -290,9 +314,8 @@ def train(run, columns=(), images=()) -> dict:
             is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
             at_row = done % tc.log_interval == 0 or is_eval
             signum, timed = book.agree()  # every process stops (or saves) at the same step
-            if at_row or signum or timed:
+            if at_row or signum or timed:  # a row at every checkpoint's step too: a resumed run continues it
                 book.check(done)  # skipped updates, read back: before the row and any checkpoint
-            if at_row or signum:
                 row = book.row(done, result, lr)
                 if is_eval:
                     evaluate_and_save(run, row, log, bar, columns, images)
@@ -306,6 +329,19 @@ def train(run, columns=(), images=()) -> dict:
                 stop_here(run, log, bar, done, signum)
     bar.close()
     return finish(run, log, book)
+
+
+def tokens_before(run, log) -> int | None:
+    """The tokens trained on before run.start_step, where the objective counts them: the tokens column of the
+    metrics row at that step (every checkpoint's step has one); None, said once, where no such row is left."""
+    if run.start_step == 0 or not run.objective.counts_tokens or log is None:  # rank 0 alone writes the column
+        return 0
+    row = log.resumed_row or {}
+    if row.get("step") == run.start_step and row.get("tokens") is not None:
+        return row["tokens"]
+    print(f"note: {log.path} has no row at step {run.start_step} to continue the tokens column from; it stays empty "
+          f"in this run's rows", flush=True)
+    return None
 
 
 def stop_here(run, log, bar, done: int, signum: int):

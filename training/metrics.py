@@ -50,24 +50,27 @@ def run_layout(config: dict) -> dict:
             "job_type": variant, "tags": tags}
 
 
-def keep_through(path: str, step: int) -> None:
+def keep_through(path: str, step: int) -> dict | None:
     """A resumed run restarts after its checkpoint's step; lines a killed run logged past that step would be logged
-    again, so drop them (rewritten atomically, like a checkpoint)."""
+    again, so drop them (rewritten atomically, like a checkpoint). Returns the last row kept (None: none)."""
     if not os.path.exists(path):
-        return
+        return None
     with open(path) as f:
         lines = [line for line in f if line.strip()]
-    kept = []
+    kept, last = [], None
     for line in lines:
         try:
-            if json.loads(line).get("step", 0) <= step:
-                kept.append(line)
+            row = json.loads(line)
         except json.JSONDecodeError:  # a line cut short by a kill
-            pass
+            continue
+        if row.get("step", 0) <= step:
+            kept.append(line)
+            last = row
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.writelines(kept)
     os.replace(tmp, path)
+    return last
 
 
 class MetricsLog:
@@ -76,8 +79,8 @@ class MetricsLog:
         from the config), "config", "id" (a run to continue; None: a new one)}; None: no wandb."""
         self.path = os.path.join(out_dir, METRICS_FILE)
         os.makedirs(out_dir, exist_ok=True)
-        if not fresh:
-            keep_through(self.path, resume_step)
+        # a resumed run's last row kept: what it continues from
+        self.resumed_row = None if fresh else keep_through(self.path, resume_step)
         self.file = open(self.path, "wb" if fresh else "ab", buffering=0)  # unbuffered: each line lands whole
         self.wandb = None
         self.sample_rows = []  # every sample so far: the table logged at each evaluation holds the whole history

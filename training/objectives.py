@@ -30,6 +30,13 @@ class Objective:
     causal = True  # the model's attention direction (GPTConfig.causal follows it)
     val_is_next_token = True  # its validation loss is a next-token loss: bits/byte and perplexity mean something
     needs_mask_token = False  # its inputs contain [MASK]
+    counts_tokens = False  # its batches vary in length: tokens/s counts each one's tokens (`tokens`), not rows x
+    #                        block_size
+
+    @staticmethod
+    def flops_per_token(model) -> float:
+        """Training FLOPs per token counted by tokens/s (MFU's numerator per token)."""
+        return model.flops_per_token()
 
     def __init__(self, mask_id: int | None = None):
         self.mask_id = mask_id  # the [MASK] id when the vocabulary has one (an encoder, or a decoder beside one)
@@ -93,6 +100,7 @@ class Seq2SeqObjective(Objective):
     """The encoder-decoder's: a batch is ((source, source_valid, target_in), targets) (data/pairs.py's collate)."""
     name = "seq2seq"
     val_is_next_token = False  # a loss on the target given the source: no bits/byte of a text to compare
+    counts_tokens = True
 
     def __init__(self, stop_id: int):
         super().__init__(None)
@@ -105,6 +113,19 @@ class Seq2SeqObjective(Objective):
     def describe(self) -> str:
         return ", encoder-decoder"
 
+    @staticmethod
+    def tokens(x, y) -> torch.Tensor:
+        """The real tokens of a batch, padding left out: its sources' and its targets' (STOP + target, what the
+        decoder reads). A 0-d tensor on the batch's device: counting waits for nothing."""
+        _, source_valid, _ = x
+        return source_valid.sum() + (y >= 0).sum()
+
+    @staticmethod
+    def flops_per_token(model) -> float:
+        """Half the model's estimate per pair of positions (model/seq2seq.py), one source and one target position:
+        the source tokens run through the encoder, the target tokens through the decoder."""
+        return model.flops_per_token() / 2
+
     @torch.no_grad()
     def decode_counts(self, model, x, y) -> torch.Tensor:
         """Greedy decoding of a validation batch against its targets (target + STOP): (exact pairs, pairs,
@@ -116,7 +137,8 @@ class Seq2SeqObjective(Objective):
         real = y >= 0
         right = (pred == y) & real
         exact = (right | ~real).all(dim=1)
-        return torch.stack([exact.sum(), torch.tensor(y.size(0)), right.sum(), real.sum()]).double()
+        pairs = torch.full((), y.size(0), device=y.device)  # on the batch's device, as the counts beside it
+        return torch.stack([exact.sum(), pairs, right.sum(), real.sum()]).double()
 
     def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=True, stop_tokens=None, **sampling):
         """prompt: the source's ids; yields the target's ids, ending before STOP."""

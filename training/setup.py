@@ -70,8 +70,13 @@ class Run:
         return self.model.config
 
     @property
-    def tokens_per_step(self) -> int:  # over all processes
-        return self.tc.batch_size * self.accum * self.config.block_size * self.dist.world_size
+    def rows_per_step(self) -> int:  # sequences (seq2seq: pairs) per optimizer step, over all processes
+        return self.tc.batch_size * self.accum * self.dist.world_size
+
+    @property
+    def tokens_per_step(self) -> int | None:
+        """Over all processes; None where the batches vary in length and their tokens are counted (seq2seq)."""
+        return None if self.objective.counts_tokens else self.rows_per_step * self.config.block_size
 
     @property
     def everyone(self) -> bool:

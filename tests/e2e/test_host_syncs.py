@@ -48,3 +48,14 @@ def test_a_training_step_reads_nothing_back_from_the_device(corpus, tmp_path, mo
                      "--sample_tokens=0", *flags)
     assert train.cli.run(train.main, args) == 0
     assert reads == []
+
+
+def test_a_seq2seq_step_counts_its_tokens_without_reading_them_back(tmp_path, monkeypatch):
+    """Its pairs vary in length: each micro-step's real tokens are counted on the device, read at the logging steps."""
+    reads = count_reads_in_steps(monkeypatch)
+    args = ["--model=seq2seq", "--task_max_len=8", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16",
+            "--batch_size=4", "--eval_iters=1", "--device=cpu", "--dtype=float32", "--optimizer=adamw",
+            "--max_iters=6", "--log_interval=3", "--eval_interval=6", "--sample_tokens=0",
+            "--gradient_accumulation_steps=2", f"--out_dir={tmp_path / 'run'}"]
+    assert train.cli.run(train.main, args) == 0
+    assert reads == []

@@ -4,7 +4,14 @@ training run applies it unless --reuse_freed_memory=false.
 The baseline holds glibc's starting thresholds (128 KB) fixed. Left alone, glibc raises them as blocks are freed, by
 an amount that depends on the order the threads free in, so its fault count swings between runs and machines
 (~130 to ~1,000 per step at this size); held, every step maps its activations afresh (~16,000 faults per step) and
-the comparison can fail."""
+the comparison can fail.
+
+Each step's faults are counted, and the typical (median) step is compared: with memory kept, an occasional step
+still maps a few hundred fresh pages (a thread that finds its malloc arena locked by another takes or makes another
+one: which steps, and whether any, depends on how the threads were scheduled, more so on a busy machine), so the
+mean of a few steps swings with the machine's load; the median does not."""
+from statistics import median
+
 import pytest
 
 import train
@@ -29,26 +36,28 @@ def step():
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
-for _ in range(30):  # the first steps map what the loop needs (kept: no more faults after ~30)
+for _ in range(30):  # the first steps map what the loop needs (kept: no more faults after ~10)
     step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+faults = []
 for _ in range(30):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 30)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(*faults)
 """
 
 
-def faults_per_step(mode: str) -> float:
+def faults_per_step(mode: str) -> list[int]:
     proc = run_code(STEP_FAULTS, mode)  # a fresh process: a fresh allocator
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return float(proc.stdout.split()[-1])
+    return [int(n) for n in proc.stdout.split()]
 
 
 @pytest.mark.skipif(malloc.glibc() is None, reason="the C library is not glibc: no thresholds to raise")
 def test_kept_memory_leaves_a_training_step_without_page_faults():
     default, kept = faults_per_step("default"), faults_per_step("keep")
-    assert default > 200  # every step's activations on fresh pages: the comparison can fail
-    assert kept < 100, (kept, default)  # kept: ~0 (a few stray faults at most)
+    assert median(default) > 1000, default  # every step's activations on fresh pages: the comparison can fail
+    assert median(kept) < 10, (kept, default)  # kept: the typical step takes none (a stray fault at most)
 
 
 @pytest.mark.parametrize("flag", ["true", "false"])

@@ -1,13 +1,17 @@
 """train.py --model=seq2seq end to end: a task and a pairs file through the same engine as the other models (metrics,
 exact match, checkpoints, a bitwise resume, torchrun), sample.py --source, and the refusals."""
+import itertools
 import math
+import time
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
 import train
 from conftest import metrics, run_code, run_script, workers_said
-from data.pair_batches import collate
+from data.pair_batches import TaskPairs, collate
 from inference.checkpoint import Checkpoint, load_for_inference
 from inference.translate import translate
 from model import Seq2Seq
@@ -55,14 +59,51 @@ def test_a_resumed_run_continues_bitwise(runs):
 
 def test_the_logged_exact_match_is_greedy_decodings(runs):
     """val_exact recomputed here from the checkpoint, the task's validation pairs and translate()."""
-    from data.pair_batches import TaskPairs
-
     model, tokenizer, ckpt = load_for_inference(str(runs["whole"] / "ckpt_last.pt"), "cpu")
     pairs = TaskPairs("reverse", "val", 4, 8, seed=0).first(16)  # eval_iters x batch_size
     (source, valid, _), _ = collate(pairs, tokenizer.stop_id)
     out = translate(model, source, 9, tokenizer.stop_id, tokenizer.stop_id, valid).tolist()
     exact = sum((row + [tokenizer.stop_id])[:len(t) + 1] == t + [tokenizer.stop_id] for row, (_, t) in zip(out, pairs))
     assert metrics(runs["whole"])[-1]["val_exact"] == exact / len(pairs)
+
+
+def real_tokens(steps: int, micro_steps: int, seed: int = 1337, batch: int = 8) -> list[int]:
+    """Per step, the tokens of the pairs it trained on, counted from the pairs: each source's letters, each target's
+    letters and its STOP. The pairs are drawn as data/pair_batches.py draws them, seeded by (seed, step, micro)."""
+    task = TaskPairs("reverse", "train", 4, 8, seed)
+    return [sum(len(s) + len(t) + 1 for micro in range(micro_steps)
+                for s, t in task.draw(np.random.default_rng([seed, step, micro]), batch)) for step in range(steps)]
+
+
+def test_tokens_and_tok_per_s_count_the_real_tokens_of_the_pairs(tmp_path, monkeypatch, capsys):
+    """Not batch x block_size (2 x 8 x 16 = 256 a step): the pairs' own tokens, over two micro-steps, on a clock in
+    which every step takes 0.25 s."""
+    from training import loop
+
+    clock = itertools.count(step=0.25)  # each reading 0.25 s after the last: a step is timed by two
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: next(clock), monotonic=time.monotonic,
+                                                      time=time.time))
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, args(out, "--max_iters=5", "--eval_interval=5",
+                                          "--gradient_accumulation_steps=2")) == 0
+    rows, want = metrics(out), real_tokens(5, micro_steps=2)
+    assert [r["tokens"] for r in rows] == list(itertools.accumulate(want)) and max(want) < 2 * 8 * 16
+    assert [r["tok_per_s"] for r in rows] == [n / 0.25 for n in want]
+    assert "16 pairs/step (tok/s counts their source and target tokens)" in capsys.readouterr().out
+
+
+def test_a_resume_without_the_rows_tokens_leaves_the_column_empty(runs, tmp_path, capsys):
+    """The tokens trained on before a checkpoint come from its metrics row; without metrics.jsonl they are unknown,
+    and the run says so rather than counting from the resume."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(runs["whole"], out)
+    (out / "metrics.jsonl").unlink()
+    assert train.cli.run(train.main, args(out, "--max_iters=10", "--eval_interval=4", "--lr_decay_iters=8",
+                                          "--init_from=resume")) == 0
+    assert "has no row at step 8 to continue the tokens column from" in capsys.readouterr().out
+    assert [(r["step"], r["tokens"]) for r in metrics(out)] == [(9, None), (10, None)]
 
 
 def test_sample_translates_a_source_and_every_line_of_a_file_in_order(runs, tmp_path):
@@ -158,6 +199,7 @@ def test_two_processes_train_like_one(tmp_path):
         assert math.isclose(x["train_loss"], y["train_loss"], rel_tol=1e-5), (x, y)
         assert math.isclose(x["grad_norm"], y["grad_norm"], rel_tol=1e-4), (x, y)
     assert a[-1]["val_loss"] == pytest.approx(b[-1]["val_loss"], rel=1e-5) and a[-1]["val_exact"] == b[-1]["val_exact"]
+    assert [r["tokens"] for r in a] == [r["tokens"] for r in b] == list(itertools.accumulate(real_tokens(4, 2)))
     wa = Checkpoint.load(str(one / "ckpt_last.pt")).weights
     wb = Checkpoint.load(str(two / "ckpt_last.pt")).weights
     for k in wa:

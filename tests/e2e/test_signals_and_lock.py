@@ -104,7 +104,8 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_process_at_once(corpu
 def test_a_checkpoint_at_an_evaluation_restarts_the_timed_clock(corpus, tmp_path, monkeypatch, every_s,
                                                                 eval_interval, max_iters, saved):
     """--checkpoint_every_s counts from the last save of any kind, so no timed save follows an evaluation's at once,
-    and an evaluation due with a timed save saves once. A fake clock in which every step takes one second."""
+    and an evaluation due with a timed save saves once; every save has its metrics row (what a resumed run continues
+    from), here where no other row is due. A fake clock in which every step takes one second."""
     from types import SimpleNamespace
 
     from training import loop
@@ -124,29 +125,47 @@ def test_a_checkpoint_at_an_evaluation_restarts_the_timed_clock(corpus, tmp_path
     monkeypatch.setattr(loop, "time", SimpleNamespace(monotonic=lambda: now[0], perf_counter=time.perf_counter,
                                                       time=time.time))
     args = tiny_args(corpus, tmp_path / "run", f"--max_iters={max_iters}", f"--eval_interval={eval_interval}",
-                     f"--checkpoint_every_s={every_s}")
+                     f"--checkpoint_every_s={every_s}", "--log_interval=1000")
     assert train.cli.run(train.main, args) == 0
-    assert saves == saved
+    assert saves == saved == [r["step"] for r in metrics(tmp_path / "run")]
+
+
+# The run's clock counts its steps, and before step `pause` (0-based) it touches the file `paused` and waits to be
+# killed: where it stands when the kill comes is set by the run, not by how fast this machine is
+PACED = """
+import pathlib, time, types, training.loop as loop
+_train_step, steps = loop.train_step, [0]
+def train_step(run, step, lr):
+    if step == {pause}:
+        pathlib.Path({paused!r}).touch()
+        time.sleep(600)
+    steps[0] += 1
+    return _train_step(run, step, lr)
+loop.train_step = train_step
+loop.time = types.SimpleNamespace(monotonic=lambda: float(steps[0]), perf_counter=time.perf_counter, time=time.time)
+"""
 
 
 def test_timed_checkpoints_bound_what_a_crash_loses(corpus, tmp_path, whole):
     """--checkpoint_every_s writes ckpt_last.pt between evaluations (here there is none before the end): after a
-    kill -9 the run resumes from the last timed checkpoint and ends bitwise equal to the uninterrupted run."""
-    out = tmp_path / "crashed"
-    proc = start(corpus, out, "--checkpoint_every_s=0.2")
+    kill -9 the run resumes from the last timed checkpoint and ends bitwise equal to the uninterrupted run. On the
+    run's step clock a timed checkpoint is due every 10 steps; the kill comes when the run says it has paused after
+    step 45, so the last checkpoint is step 40's and the crash loses steps 41-45."""
+    out, paused = tmp_path / "crashed", tmp_path / "paused"
+    proc = start(corpus, out, "--checkpoint_every_s=10", prefix=PACED.format(pause=45, paused=str(paused)))
     try:
         t = time.time()
-        while not (out / "ckpt_last.pt").exists():
-            assert time.time() - t < 120 and proc.poll() is None, "no timed checkpoint was written"
+        while not paused.exists():  # however long that takes: the limit only catches a run that hangs
+            assert time.time() - t < 600 and proc.poll() is None, "the run did not reach its pause"
             time.sleep(0.01)
-        wait_for_rows(out, Checkpoint.load(str(out / "ckpt_last.pt")).step + 5)
         proc.send_signal(signal.SIGKILL)  # a crash: nothing runs after it
         proc.wait()
     finally:
         if proc.poll() is None:
             proc.kill()
-    step = Checkpoint.load(str(out / "ckpt_last.pt")).step
-    assert 0 < step < 150  # saved between evaluations (eval_interval is 1000)
+            proc.wait()
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 40  # timed: eval_interval is 1000
+    assert [r["step"] for r in metrics(out)] == list(range(1, 46))
     assert train.cli.run(train.main, tiny_args(corpus, out, *RUN, "--init_from=resume")) == 0
     b = Checkpoint.load(str(out / "ckpt_last.pt")).weights
     assert all(torch.equal(whole[k], b[k]) for k in whole)

@@ -50,6 +50,20 @@ def test_bad_flags_are_one_line_errors(argv, msg):
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_path_is_refused_from_the_command_line_and_from_a_file(tmp_path, value):
+    """Not read as the default (--input=: the built-in data) nor as a folder named '' (--out_dir=)."""
+    f = tmp_path / "run.toml"
+    f.write_text(f'input = "{value}"\n')
+    for argv, flag in (([f"--out_dir={value}"], "out_dir"), (["--input", value], "input"),
+                       ([f"--config={f}"], "input")):
+        with pytest.raises(FlagError) as e:
+            parse(argv, CLASSES, PRESETS)
+        assert str(e.value) == f"--{flag} is empty: it takes a path; give one, or leave the flag out for its default"
+    # what else an empty value means stays: 'none' for an optional path, None for an optional field that is no path
+    assert parse(["--input=none", "--wandb_run_name="], CLASSES, PRESETS)[0] == dict(input=None, wandb_run_name=None)
+
+
 def test_bad_toml_is_an_error(tmp_path):
     f = tmp_path / "bad.toml"
     f.write_text("n_layer = = 4")

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from conftest import tiny_config
+from conftest import POS_EMBS, tiny_config, tiny_model
 from model.attention import (BACKENDS, AttentionContext, AttentionLayer, CrossAttention, MultiHeadAttention, attend,
-                             with_empty_rows)
+                             attention_layers, use_backend, with_empty_rows)
 from model.gpt import GPT
 from model.masks import build_mask
 from model.positional import alibi_slopes
@@ -361,3 +361,85 @@ def test_self_and_cross_attention_and_both_models_caches_are_set_up_in_one_place
     assert Seq2Seq.new_cache is GPT.new_cache  # one KV cache constructor: a slot per layer, n_head x head_dim
     cache = Seq2Seq(tiny_config(n_layer=3)).new_cache(2)
     assert (len(cache.layers), cache.B, cache.H, cache.max_len, cache.D) == (3, 2, 2, 16, 16)
+
+
+# ---- queries that see no key, through the real modules ------------------------------------------------------------
+# A left-padded prompt's padding positions, and every position of a seq2seq source that is all padding (and every
+# target position's cross-attention to it), see no key at all. The layers themselves must zero their output there,
+# keep it finite and keep its gradients finite, whatever the backend and the positions.
+NO_KEY_CASES = [(backend, pos_emb, "dot") for backend in BACKENDS for pos_emb in POS_EMBS] + [
+    ("math", "rope", score) for score in ("additive", "bilinear")]  # the learned scores: on the math path only
+NO_KEY_IDS = [f"{b}-{p}" + ("" if s == "dot" else f"-{s}") for b, p, s in NO_KEY_CASES]
+
+
+def record_attention(model) -> list:
+    """[(layer, output (B, T, C))] of every attention layer call from now on. The configs here have no biases, so
+    the output projection keeps a zeroed row zero."""
+    calls = []
+    for layer in attention_layers(model):
+        layer.register_forward_hook(lambda layer, args, out: calls.append((layer, out)))
+    return calls
+
+
+def all_grads_finite(model) -> bool:
+    return all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("backend, pos_emb, score", NO_KEY_CASES, ids=NO_KEY_IDS)
+def test_left_padding_queries_output_zeros_and_the_real_tokens_are_the_rows_alone(backend, pos_emb, score):
+    """GPT over a left-padded batch (rows of 16, 11 and 5 real tokens): every attention layer outputs zeros at the
+    padding positions, the logits and gradients are finite, and each row's real tokens get the logits of that row
+    run alone, without padding (the independent reference)."""
+    model = tiny_model(attn_impl=backend, pos_emb=pos_emb, attn_score=score)
+    lengths = [16, 11, 5]
+    idx = torch.randint(0, 37, (3, 16), generator=torch.Generator().manual_seed(0))
+    real = torch.arange(16) >= 16 - torch.tensor(lengths).view(3, 1)  # (B, T) left padding
+    calls = record_attention(model)
+    logits, _ = model(idx, pad_mask=real)
+    assert len(calls) == 2 and all(out.shape == (3, 16, 32) for _, out in calls)
+    for _, out in calls:
+        assert torch.isfinite(out).all() and (out[~real] == 0).all() and (out[real] != 0).any(-1).all()
+    assert torch.isfinite(logits).all()
+    for b, n in enumerate(lengths):
+        alone, _ = model(idx[b:b + 1, 16 - n:])
+        torch.testing.assert_close(logits[b, 16 - n:], alone[0], atol=1e-5, rtol=1e-4)
+    logits[real].logsumexp(-1).sum().backward()
+    assert all_grads_finite(model)
+
+
+def seq2seq_with_an_empty_source(backend, pos_emb, score):
+    """(model, source (3, 6), valid: whole, 3 real tokens, none at all; target_in (3, 5), targets (3, 5))."""
+    torch.manual_seed(0)
+    model = use_backend(Seq2Seq(tiny_config(pos_emb=pos_emb, attn_score=score)), backend).eval()
+    g = torch.Generator().manual_seed(1)
+    source, target_in, targets = (torch.randint(0, 37, (3, n), generator=g) for n in (6, 5, 5))
+    valid = torch.arange(6) < torch.tensor([6, 3, 0]).view(3, 1)  # (B, S) right padding
+    return model, source, valid, target_in, targets
+
+
+@pytest.mark.parametrize("backend, pos_emb, score", NO_KEY_CASES, ids=NO_KEY_IDS)
+def test_a_source_of_only_padding_gives_zeros_where_nothing_is_seen(backend, pos_emb, score):
+    """Seq2Seq with a source row that is all padding: its encoder self-attention and every cross-attention to it
+    output zeros, everything is finite (gradients too), the other rows get the logits of their source alone, and the
+    empty row gets a decoder's that reads no source (its cross-attention layers replaced by zeros: the reference)."""
+    model, source, valid, target_in, targets = seq2seq_with_an_empty_source(backend, pos_emb, score)
+    calls = record_attention(model)
+    logits, loss = model(source, target_in, targets, valid)
+    encoder = {id(block.attn) for block in model.encoder}
+    cross = {id(block.cross) for block in model.decoder}
+    assert len(calls) == 3 * model.config.n_layer
+    for layer, out in calls:
+        assert torch.isfinite(out).all()
+        if id(layer) in encoder | cross:  # row 2 sees no key; rows 0 and 1 see theirs
+            assert (out[2] == 0).all() and (out[:2] != 0).any(-1).all()
+    assert torch.isfinite(logits).all() and torch.isfinite(loss)
+    loss.backward()
+    assert all_grads_finite(model)
+    with torch.no_grad():
+        for b, n in ((0, 6), (1, 3)):
+            alone, _ = model(source[b:b + 1, :n], target_in[b:b + 1])
+            torch.testing.assert_close(logits[b], alone[0], atol=1e-5, rtol=1e-4)
+        for block in model.decoder:
+            block.cross.forward = lambda x, memory_kv, source_mask: torch.zeros_like(x)
+        no_source = model.decode(target_in[2:], model.memory_kvs(torch.zeros(1, 6, 32)), None)
+    torch.testing.assert_close(logits[2], no_source[0], atol=1e-5, rtol=1e-4)

@@ -1,0 +1,72 @@
+"""An empty path flag, in every command that has one (`--out_dir=`, `--input=$UNSET`): one line naming the flag,
+exit 2, before anything runs or is written. Empty, --input and --pairs meant the built-in data (a run on
+Shakespeare where a shell variable was unset), and --out_dir= failed with a traceback after preparing the data."""
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from common import cli, flags
+from conftest import ROOT, tiny_args
+
+# command -> (module, its main, the dataclasses of its flags, flags put first)
+COMMANDS = {
+    "train.py": ("train", "main", ("training.config.CLASSES",), ()),
+    "sample.py": ("sample", "main", ("sample.SampleConfig",), ()),
+    "data/prepare.py": ("data.prepare", "_main", ("data.config.PrepareConfig",), ()),
+    "visualize.py": ("visualize", "main", ("visualize.VisualizeConfig",), ()),
+    "probe.py": ("probe", "main", ("probe.ProbeConfig",), ()),
+    **{f"compare.py --study={study}": ("compare", "main", (f"studies.{module}.{cls}",), (f"--study={study}",))
+       for study, module, cls in (("encoder", "encoder", "EncoderStudyConfig"),
+                                  ("positions", "positions", "PositionsConfig"),
+                                  ("attention", "attention_limits", "AttentionLimitsConfig"),
+                                  ("seq2seq", "seq2seq", "Seq2SeqStudyConfig"))},
+    "interop.export": ("interop.export", "main", ("interop.export.ExportConfig",), ()),
+    "interop.import_hf": ("interop.import_hf", "main", ("interop.import_hf.ImportConfig",), ()),
+    "bench.py": ("bench", "main", ("bench.BenchConfig",), ()),
+    **{f"benchmarks.{name}": (f"benchmarks.{name}", "main", (f"benchmarks.{name}.{cls}",), ())
+       for name, cls in (("speculative", "SpeculativeBench"), ("soak", "SoakConfig"), ("gpu_check", "GpuCheckConfig"),
+                         ("prepare", "PrepareBenchConfig"), ("sqrt_dk", "SqrtDkConfig"),
+                         ("attention_cost", "CostConfig"))},
+}
+
+
+def resolve(dotted: str):
+    module, name = dotted.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+def path_flags(command: str) -> list[str]:
+    classes = []
+    for dotted in COMMANDS[command][2]:
+        found = resolve(dotted)
+        classes += list(found) if isinstance(found, tuple) else [found]
+    return sorted(flags.PATHS & set(flags.field_types(*classes)))
+
+
+CASES = [(command, flag) for command in COMMANDS for flag in path_flags(command)]
+
+
+def test_every_name_in_paths_is_a_flag_of_some_command():
+    assert {flag for _, flag in CASES} == flags.PATHS
+
+
+@pytest.mark.parametrize("command, flag", CASES, ids=[f"{c} --{f}" for c, f in CASES])
+def test_an_empty_path_flag_is_one_line_and_nothing_is_written(command, flag, tmp_path, monkeypatch, capsys):
+    module, main, _, first = COMMANDS[command]
+    monkeypatch.chdir(tmp_path)  # a command that went on would write here (out/, data/, plots)
+    assert cli.run(getattr(importlib.import_module(module), main), [*first, f"--{flag}="]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --{flag} is empty: it takes a path; give one, or leave the flag out for its default\n"
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag", ["--out_dir=", "--input=", "--data_root="])
+def test_train_refuses_an_empty_path_before_preparing_data(corpus, tmp_path, flag):
+    """In a fresh process, as a shell runs it: the one line, and no data prepared, no run folder made."""
+    args = [a for a in tiny_args(corpus, tmp_path / "run", "--max_iters=1", f"--data_root={tmp_path / 'data'}")
+            if not a.startswith(flag)] + [flag]
+    r = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"{flag[:-1]} is empty" in r.stderr, r.stderr
+    assert not r.stdout and not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
