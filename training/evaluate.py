@@ -18,20 +18,13 @@ def evaluate(run) -> dict:
     """{'val_loss', and for a next-token objective 'val_bpb' (bits per byte of text) and 'val_ppl'}."""
     model = run.model
     objective = run.objective
-    decodes = hasattr(objective, "decode_counts")  # seq2seq: greedy decoding's exact matches too
-    # (sum of token losses, tokens, their bytes) [+ (exact pairs, pairs, right tokens, reference tokens)]
-    sums = torch.zeros(7 if decodes else 3, dtype=torch.float64, device=run.device)
     token_bytes = run.token_bytes.to(run.device)
+    # zeros: a process may hold no validation batch, and still adds its sums to the others'
+    sums = torch.zeros(7 if hasattr(objective, "decode_counts") else 3, dtype=torch.float64, device=run.device)
     with evaluating(model):
         for x, y in run.val_set:
             with autocast(run.device, run.dtype):
-                loss = objective.loss(model, x, y)
-                counts = objective.decode_counts(model, x, y).to(run.device) if decodes else None
-            scored = y[y >= 0]  # positions with a target (the encoder's are the masked ones; seq2seq's: the target)
-            n = scored.numel()
-            row = torch.tensor([loss.item() * n, n, token_bytes[scored].sum().item()], dtype=torch.float64,
-                               device=run.device)
-            sums += row if counts is None else torch.cat([row, counts])
+                sums += batch_sums(objective, model, x, y, token_bytes)
     total, count, n_bytes, *decoded = (sums if run.tc.fsdp else distributed.all_sum(sums, run.dist)).tolist()
     val = total / count
     out = {"val_loss": val}
@@ -42,6 +35,20 @@ def evaluate(run) -> dict:
         # bits per byte of the text actually scored: counted from the targets, not the split's average
         out.update(val_bpb=total / math.log(2) / max(n_bytes, 1), val_ppl=math.exp(min(val, 50)))
     return out
+
+
+def batch_sums(objective, model, x, y, token_bytes: torch.Tensor) -> torch.Tensor:
+    """One validation batch's (sum of token losses, tokens, their bytes) [+ seq2seq's (exact pairs, pairs, right
+    tokens, reference tokens)]: float64 on the batch's device, so nothing is read back until every batch is summed.
+    token_bytes: (V,) on the same device."""
+    loss = objective.loss(model, x, y)
+    scored = y >= 0  # positions with a target (the encoder's are the masked ones; seq2seq's: the target)
+    n = scored.sum().double()
+    n_bytes = torch.where(scored, token_bytes[y.clamp(min=0)], 0).sum()
+    row = torch.stack([loss.double() * n, n, n_bytes])
+    if hasattr(objective, "decode_counts"):  # seq2seq: greedy decoding's exact matches too
+        row = torch.cat([row, objective.decode_counts(model, x, y)])
+    return row
 
 
 def token_byte_lengths(tokenizer) -> torch.Tensor:

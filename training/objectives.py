@@ -116,7 +116,8 @@ class Seq2SeqObjective(Objective):
         real = y >= 0
         right = (pred == y) & real
         exact = (right | ~real).all(dim=1)
-        return torch.stack([exact.sum(), torch.tensor(y.size(0)), right.sum(), real.sum()]).double()
+        pairs = torch.full((), y.size(0), device=y.device)  # on the batch's device, as the counts beside it
+        return torch.stack([exact.sum(), pairs, right.sum(), real.sum()]).double()
 
     def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=True, stop_tokens=None, **sampling):
         """prompt: the source's ids; yields the target's ids, ending before STOP."""

@@ -1,0 +1,48 @@
+"""training/evaluate.py: a validation batch's sums, against sums written here, and on the batch's device (the meta
+device stands for a GPU: a CPU tensor met there raises, as it would on CUDA; nothing is read back per batch)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_config
+from data.tokenizer import CharTokenizer
+from model import GPT, Seq2Seq
+from training import objectives
+from training.evaluate import batch_sums, token_byte_lengths
+from test_objectives import LETTERS, decoding_stand_in, seq2seq_batch
+
+
+def setup(name, device):
+    objective, tokenizer = objectives.build(name, CharTokenizer(LETTERS))
+    config = tiny_config(vocab_size=tokenizer.vocab_size, causal=objective.causal)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = (Seq2Seq(config) if name == "seq2seq" else GPT(config)).eval()
+    if name == "seq2seq":
+        x, y = seq2seq_batch(device)
+    else:
+        windows = torch.randint(0, len(LETTERS), (2, 17), generator=torch.Generator().manual_seed(1)).to(device)
+        x, y = objective.val_batch(windows[:, :-1], windows[:, 1:], index=0)
+    return objective, model, x, y, token_byte_lengths(tokenizer).to(device)
+
+
+@pytest.mark.parametrize("name", objectives.OBJECTIVES)
+def test_a_batch_is_summed_on_its_device(name, monkeypatch):
+    monkeypatch.setattr(objectives, "translate", decoding_stand_in(lambda source, n: source.new_zeros(len(source), n)))
+    objective, model, x, y, token_bytes = setup(name, "meta")
+    with torch.no_grad():
+        sums = batch_sums(objective, model, x, y, token_bytes)
+    assert sums.device.type == "meta" and sums.shape == (7 if name == "seq2seq" else 3,)
+    assert sums.dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", objectives.OBJECTIVES)
+def test_a_batch_sums_its_token_losses_targets_and_bytes(name):
+    objective, model, x, y, token_bytes = setup(name, "cpu")
+    with torch.no_grad():
+        sums = batch_sums(objective, model, x, y, token_bytes)[:3].tolist()
+        logits = model(*x[::2], y, x[1])[0] if name == "seq2seq" else model(x, y)[0]  # (source, target_in, ...)
+    scored = [(b, t) for b in range(y.size(0)) for t in range(y.size(1)) if y[b, t] >= 0]
+    losses = [F.cross_entropy(logits[b, t].double(), y[b, t]).item() for b, t in scored]
+    assert sums[0] == pytest.approx(sum(losses), rel=1e-5) and sums[1] == len(scored)
+    assert sums[2] == sum(len(LETTERS[int(y[b, t])].encode()) if y[b, t] < len(LETTERS) else 0 for b, t in scored)

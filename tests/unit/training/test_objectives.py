@@ -1,0 +1,71 @@
+"""training/objectives.py: what each objective computes from a batch stays on the batch's device (the meta device
+stands for a GPU here: a CPU tensor met there raises, as it would on CUDA), and seq2seq's decoding counts."""
+import pytest
+import torch
+
+from conftest import tiny_config
+from data.tokenizer import CharTokenizer
+from model import GPT, Seq2Seq
+from training import objectives
+
+LETTERS = "abcdefgh"
+
+
+def seq2seq_batch(device, B=3, S=5, T=6):
+    """((source, source_valid, target_in), targets) of ids < len(LETTERS), the last row's target a token shorter."""
+    g = torch.Generator().manual_seed(0)
+    source, target_in, targets = (torch.randint(0, len(LETTERS), (B, n), generator=g) for n in (S, T, T))
+    valid = torch.ones(B, S, dtype=torch.bool)
+    valid[-1, -2:] = False
+    targets[-1, -1] = -1
+    return tuple(t.to(device) for t in (source, valid, target_in)), targets.to(device)
+
+
+def decoding_stand_in(outputs):
+    """translate() with fixed outputs: greedy decoding reads on the host whether every row has stopped, which a meta
+    tensor cannot answer; the counts around it are what is tested. outputs(source, n) -> (B, <= n) ids."""
+    def translate(model, source, n, start_id, stop_id, source_valid=None):
+        return outputs(source, n)
+    return translate
+
+
+def test_seq2seq_decode_counts_stay_on_the_batch_device(monkeypatch):
+    objective, _ = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    monkeypatch.setattr(objectives, "translate", decoding_stand_in(lambda source, n: source.new_zeros(len(source), n)))
+    with torch.device("meta"):
+        model = Seq2Seq(tiny_config(vocab_size=len(LETTERS) + 1))
+    x, y = seq2seq_batch("meta")
+    counts = objective.decode_counts(model, x, y)
+    assert counts.device.type == "meta" and counts.shape == (4,) and counts.dtype == torch.float64
+
+
+def test_seq2seq_decode_counts_count_exact_pairs_and_right_tokens(monkeypatch):
+    """Against counts written here: row 0 decoded right, row 1 one token wrong, row 2 (a shorter target) right up
+    to its STOP and stopped early; decoding may end before the targets' length."""
+    objective, tokenizer = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    x, y = seq2seq_batch("cpu")
+    out = y.clone()
+    out[1, 2] = (out[1, 2] + 1) % len(LETTERS)
+    out = out[:, :-1]  # decoding stopped one step before the longest target's end
+    monkeypatch.setattr(objectives, "translate", decoding_stand_in(lambda source, n: out))
+    exact, pairs, right, tokens = objective.decode_counts(None, x, y).tolist()
+    reference = [[t for t in row if t >= 0] for row in y.tolist()]
+    written = [row + [-2] * (y.size(1) - len(row)) for row in out.tolist()]  # nothing written past the end
+    assert pairs == 3 and tokens == sum(map(len, reference))
+    assert right == sum(a == b for ref, w in zip(reference, written) for a, b in zip(ref, w))
+    assert exact == sum(ref == w[:len(ref)] for ref, w in zip(reference, written)) == 1  # row 2 only
+
+
+@pytest.mark.parametrize("name", objectives.OBJECTIVES)
+def test_a_training_batch_and_its_loss_stay_on_the_batch_device(name):
+    objective, tokenizer = objectives.build(name, CharTokenizer(LETTERS))
+    config = tiny_config(vocab_size=tokenizer.vocab_size, causal=objective.causal)
+    with torch.device("meta"):
+        model = Seq2Seq(config) if name == "seq2seq" else GPT(config)
+    if name == "seq2seq":
+        x, y = seq2seq_batch("meta")
+    else:
+        windows = torch.zeros(2, 16, dtype=torch.long, device="meta")
+        x, y = objective.train_batch(windows, windows, seed=(0, 0, 0, 0))
+    loss = objective.loss(model, x, y)
+    assert loss.device.type == "meta" and loss.shape == ()
