@@ -33,8 +33,9 @@ def pretend(t) -> bool:
 def answer_reads(monkeypatch, truth: bool = False) -> list:
     """A read of a pretend tensor back to the host is answered instead of raising, and recorded in the returned list:
     for code that reads by design (a logging step, an evaluation's sums, a sampled token printed). The answers: ones
-    (a count read back divides), and `truth` for bool() (False: a loop that waits for every row to stop runs to its
-    end). A read of a real tensor is not touched."""
+    for floats and lists (a sum read back is divided by a count), 0 for a single integer (a count of skipped steps),
+    and `truth` for bool() (False: a loop that waits for every row to stop runs to its end). A read of a real tensor
+    is not touched."""
     reads = []
     for name in READS:
         original = getattr(torch.Tensor, name)
@@ -48,7 +49,7 @@ def answer_reads(monkeypatch, truth: bool = False) -> list:
             if _name in ("tolist", "numpy", "cpu"):
                 ones = torch.ones(self.shape, dtype=self.dtype, device="cpu")
                 return ones.tolist() if _name == "tolist" else ones.numpy() if _name == "numpy" else ones
-            return 1.0 if _name == "__float__" or (_name == "item" and self.is_floating_point()) else 1
+            return 1.0 if _name == "__float__" or (_name == "item" and self.is_floating_point()) else 0
         monkeypatch.setattr(torch.Tensor, name, answered)
     return reads
 
@@ -74,26 +75,29 @@ def meta_autocast(monkeypatch) -> None:
 
 
 class Unseeded:
-    """What a meta generator's manual_seed returns: nothing, so sampling draws from torch's default stream."""
+    """What a pretend device's generator's manual_seed returns: nothing, so sampling draws from torch's default
+    stream."""
 
     def manual_seed(self, seed):
         return None
 
 
-def meta_generators(monkeypatch) -> None:
-    """torch.Generator has no meta device: asked for one, sampling gets None (torch's default stream) instead."""
+def unseeded_generators(monkeypatch, device_type: str) -> None:
+    """torch.Generator has no meta device, and a CUDA one asks the driver: asked for one on device_type, sampling
+    gets None (torch's default stream) instead."""
     generator = torch.Generator
 
-    def made(device="cpu"):
-        return Unseeded() if torch.device(device).type == "meta" else generator(device)
-    monkeypatch.setattr(torch, "Generator", made)
+    class Generator(generator):  # a class still: torch's own modules annotate with it
+        def __new__(cls, device="cpu"):
+            return Unseeded() if torch.device(device).type == device_type else generator(device)
+    monkeypatch.setattr(torch, "Generator", Generator)
 
 
 def on_meta(monkeypatch) -> None:
     """The stand-ins every meta test takes (reads are answered only where a test asks)."""
     meta_optimizers(monkeypatch)
     meta_autocast(monkeypatch)
-    meta_generators(monkeypatch)
+    unseeded_generators(monkeypatch, "meta")
 
 
 def moved(module, *args, **kwargs):
@@ -123,22 +127,75 @@ def moved(module, *args, **kwargs):
     return module
 
 
+def mapped(x, fn):
+    """x with fn applied to every tensor in its nest of dicts, lists and tuples."""
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, dict):
+        return {k: mapped(v, fn) for k, v in x.items()}
+    return type(x)(mapped(v, fn) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def files_load_on_the_cpu(monkeypatch) -> None:
+    """A checkpoint of meta tensors holds no values: torch.load gives CPU zeros in their place, as a file written on
+    a GPU loads as CPU tensors (inference/checkpoint.py maps it to the CPU)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    load = torch.load
+
+    def loaded(*args, **kwargs):
+        with unset_fake_temporarily():  # real CPU tensors, also inside fake_cuda
+            return mapped(load(*args, **kwargs), lambda t: torch.zeros(t.shape, dtype=t.dtype)
+                          if t.device.type == "meta" else t)
+    monkeypatch.setattr(torch, "load", loaded)
+
+
+def saves_fakes_as_meta(monkeypatch) -> None:
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+    save = torch.save
+
+    def as_meta(t):
+        if not isinstance(t, FakeTensor):
+            return t
+        with unset_fake_temporarily():
+            return torch.empty(t.shape, dtype=t.dtype, device="meta")
+    monkeypatch.setattr(torch, "save", lambda obj, f, *args, **kwargs: save(mapped(obj, as_meta), f, *args, **kwargs))
+
+
 @contextlib.contextmanager
 def fake_cuda(monkeypatch):
     """Inside it, tensors put on 'cuda' are fake: torch's FakeTensorMode, with these stand-ins for what it lacks:
-    - CUDA counts as present (torch.cuda.is_available, bf16 support) so the project picks it, and autocast and the
-      float16 scaler do not switch themselves off;
+    - CUDA counts as present where the project asks (pick_device in train.py's setup and in sample.py; bf16
+      support), and autocast and the float16 scaler do not switch themselves off (torch.cuda.is_available itself
+      stays False: FakeTensorMode reads it to keep away from the driver);
     - nn.Module.to is `moved` above;
     - pin_memory returns the tensor (FakeTensorMode has no pinned memory; the copy to the device stays asynchronous);
+    - a CUDA generator is None (`unseeded_generators`), the CUDA random state a CPU tensor of zeros, and
+      torch.cuda.synchronize returns at once (they ask the driver);
+    - torch.save writes a meta tensor in place of each fake one (it cannot pickle a fake tensor), and torch.load
+      gives CPU zeros in place of those (`files_load_on_the_cpu`);
     - a backward sets every trainable parameter's gradient to zeros: the autograd engine cannot run on fake CUDA
       tensors (it asks the driver for the device's context). The meta tests run the real backward."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    import sample
+    from training import setup
+
+    for module in (setup, sample):
+        pick = module.pick_device
+        monkeypatch.setattr(module, "pick_device", lambda name, _pick=pick: torch.device(name) if name.startswith(
+            "cuda") else _pick(name))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
     monkeypatch.setattr(torch.nn.Module, "to", moved)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self)
+    unseeded_generators(monkeypatch, "cuda")
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.zeros(16, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    saves_fakes_as_meta(monkeypatch)
+    files_load_on_the_cpu(monkeypatch)
     params = []  # every parameter made in the mode: the ones a backward would reach
 
     def backward(self, *args, **kwargs):

@@ -7,7 +7,7 @@ import torch
 
 import sample
 from common import cli
-from conftest import POS_EMBS, tiny_args
+from conftest import POS_EMBS
 import pretend_device
 from training import distributed, loop, setup
 from training.config import configure
@@ -67,20 +67,6 @@ def test_an_evaluation_reads_its_sums_back_once(meta, corpus, tmp_path, name):
     assert "val_loss" in row
 
 
-def files_load_on_the_cpu(monkeypatch):
-    """A checkpoint of meta tensors holds no values: torch.load gives CPU zeros in their place, as a file written on
-    a GPU loads as CPU tensors (inference/checkpoint.py maps it to the CPU)."""
-    load = torch.load
-
-    def to_cpu(x):
-        if isinstance(x, torch.Tensor) and x.device.type == "meta":
-            return torch.zeros(x.shape, dtype=x.dtype)
-        if isinstance(x, dict):
-            return {k: to_cpu(v) for k, v in x.items()}
-        return type(x)(to_cpu(v) for v in x) if isinstance(x, (list, tuple)) else x
-    monkeypatch.setattr(torch, "load", lambda *args, **kwargs: to_cpu(load(*args, **kwargs)))
-
-
 @pytest.mark.parametrize("name", ["decoder float16 adamw sdpa, 2 micro-steps", "decoder float16 muon",
                                   "seq2seq"])
 def test_a_checkpoint_saved_on_the_device_resumes_there(meta, corpus, tmp_path, name):
@@ -92,22 +78,11 @@ def test_a_checkpoint_saved_on_the_device_resumes_there(meta, corpus, tmp_path, 
         pretend_device.answer_reads(reading)  # the scaler's state is read when saved
         setup.claim_out_dir(run)
         loop.save(run, 1, best=False)
-    files_load_on_the_cpu(meta)
+    pretend_device.files_load_on_the_cpu(meta)
     resumed = meta_run(corpus, tmp_path / "run", *RUNS[name], "--max_iters=4", "--init_from=resume")
     assert resumed.start_step == 1 and on_meta(*resumed.model.parameters())
     result = loop.train_step(resumed, 1, 1e-3)
     assert on_meta(result.loss, result.grad_norm) and resumed.scaler.is_enabled() == ("float16" in name)
-
-
-@pytest.fixture(scope="module")
-def checkpoints(corpus, tmp_path_factory, seq2seq_run):
-    """A decoder and an encoder trained for a step on the CPU by train.py, and conftest's encoder-decoder."""
-    import train
-
-    folder = tmp_path_factory.mktemp("checkpoints")
-    for name, flags in {"decoder": [], "encoder": ["--model=encoder"]}.items():
-        train.main(tiny_args(corpus, folder / name, "--max_iters=1", "--eval_interval=1", *flags))
-    return {"decoder": folder / "decoder", "encoder": folder / "encoder", "seq2seq": seq2seq_run}
 
 
 def compiled_eagerly(monkeypatch):
@@ -130,17 +105,18 @@ SAMPLING = {  # sample.py's modes: (checkpoint, flags)
 
 
 @pytest.mark.parametrize("name", SAMPLING)
-def test_every_sampling_mode_runs_on_the_device(meta, checkpoints, capsys, name):
+def test_every_sampling_mode_runs_on_the_device(meta, trained_checkpoints, capsys, name):
     which, flags = SAMPLING[name]
     compiled_eagerly(meta)
     reads = pretend_device.answer_reads(meta)  # the tokens, read back to be printed
-    flags = [f.format(**checkpoints) for f in flags]
-    args = [f"--out_dir={checkpoints[which]}", "--device=meta", "--max_new_tokens=5", "--seed=1", *flags]
+    flags = [f.format(**trained_checkpoints) for f in flags]
+    args = [f"--out_dir={trained_checkpoints[which]}", "--device=meta", "--max_new_tokens=5", "--seed=1", *flags]
     assert cli.run(sample.main, args) == 0, capsys.readouterr().err
     assert reads
 
 
-def test_int8_sampling_is_refused_on_a_device_in_one_line(meta, checkpoints, capsys):
-    assert cli.run(sample.main, [f"--out_dir={checkpoints['decoder']}", "--device=meta", "--quantize=int8"]) == 2
+def test_int8_sampling_is_refused_on_a_device_in_one_line(meta, trained_checkpoints, capsys):
+    args = [f"--out_dir={trained_checkpoints['decoder']}", "--device=meta", "--quantize=int8"]
+    assert cli.run(sample.main, args) == 2
     err = capsys.readouterr().err.strip()
     assert "int8 kernel" in err and "\n" not in err
