@@ -13,6 +13,7 @@ import pretend_device
 import sample
 import train
 from common import cli
+from conftest import POS_EMBS
 from test_meta_device import SAMPLING
 from training import distributed, loop, setup
 from training.config import configure
@@ -24,7 +25,8 @@ NOT_RUN = {
         "inductor compiles Triton kernels for a real GPU; the meta tests run the decoding step it would compile",
     "FlashAttention's and cuDNN's kernels, which SDPA picks on a GPU": "their choice reads the GPU's properties; fake "
         "tensors run SDPA's meta kernel, whatever the backend",
-    "NCCL (DDP and FSDP on GPUs)": "NCCL needs GPUs; the torchrun tests run gloo on CPUs",
+    "torchrun's processes on GPUs (one GPU each, NCCL, DDP's device_ids, FSDP's CUDA shards)":
+        "NCCL needs GPUs and a process group cannot hold fake devices; the torchrun tests run gloo on CPUs",
     "pinned memory and asynchronous copies": "FakeTensorMode has no pinned memory (pin_memory stands in as itself)",
     "a checkpoint's save and load on CUDA": "torch.save cannot write fake tensors and the CUDA random state comes from "
                                             "the driver; the meta tests save and resume (without the CUDA state)",
@@ -41,7 +43,7 @@ pytestmark = pytest.mark.skipif(not pretend_device.cuda_build(), reason="needs a
 FLAGS = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--eval_iters=2",
          "--split=tail", "--tokenizer=char", "--device=cuda", "--log_induction=false", "--sample_tokens=4"]
 RUNS = {  # train.py with CUDA's defaults (bf16, the fused attention, torch's dropout, compile on) and the other dtype
-    "decoder": [],
+    **{f"decoder {p}": [f"--pos_emb={p}"] for p in POS_EMBS},
     "decoder float16 adamw, 2 micro-steps": ["--dtype=float16", "--optimizer=adamw", "--gradient_accumulation_steps=2"],
     "decoder alibi, learned scores": ["--pos_emb=alibi", "--attn_score=bilinear", "--dropout=0.1"],
     "encoder": ["--model=encoder"],
