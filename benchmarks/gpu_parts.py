@@ -165,27 +165,42 @@ def part_train(c) -> dict:
              "datasheet": sheet}
     out = {"preset": "gpt2", "measured_peak_tflops": round(peaks["measured_peak"] / 1e12, 2),
            "datasheet_peak_tflops": sheet and sheet / 1e12}
-    for b in micro_batches:
-        run = preset_run(c, b)
-        contenders = {"ours": ours_step(run)}
-        if c.cfg.nanogpt and b == micro_batches[0]:
-            theirs, contenders["nanoGPT"] = nanogpt_contender(c, run)
-        best, first = timed_contenders(c, contenders, steps, rounds)
-        out[f"micro_batch {b}"] = {"accumulation": run.accum, "params": run.model.num_params(),
-                                   "pos_emb": run.model.config.pos_emb, "mlp_act": run.model.config.mlp_act,
-                                   "optimizer": run.tc.optimizer, "first_step_s": round(first["ours"], 2),
-                                   **rates(c, run, best["ours"], peaks)}
-        if "nanoGPT" in best:
-            out["nanoGPT"] = {"micro_batch": b, "tok_per_s": round(run.accum * run.train_data.x.numel()
-                                                                    / best["nanoGPT"])}
-            out["ours_over_nanogpt"] = round(best["nanoGPT"] / best["ours"], 3)
-            del theirs
-        if "preset_run" not in c.kept:  # the kernels part profiles a step of it
-            c.kept.update(preset_run=run, first_step_s=first["ours"])
+    for b in micro_batches:  # out of memory at the larger micro-batch, say, leaves the other's numbers
+        out.update(each_or_error(f"micro_batch {b}", lambda: train_at(c, b, b == micro_batches[0], steps, rounds,
+                                                                      peaks)))
+    measured = [v for k, v in out.items() if k.startswith("micro_batch") and not k.endswith("error")]
+    if not measured:
+        raise RuntimeError(f"no micro-batch trained: {out}")
     if sheet:
-        best_mfu = max(v["mfu_datasheet"] for k, v in out.items() if k.startswith("micro_batch"))
-        out["goals"] = {"mfu_datasheet >= 0.45": best_mfu >= 0.45,
+        out["goals"] = {"mfu_datasheet >= 0.45": max(v["mfu_datasheet"] for v in measured) >= 0.45,
                         "ours_over_nanogpt >= 1.2": out.get("ours_over_nanogpt", 0) >= 1.2}
+    return out
+
+
+def each_or_error(name: str, measure) -> dict:
+    """measure()'s dict, or {name + ' error': what it raised}: one case that fails leaves the others' numbers."""
+    try:
+        return measure()
+    except Exception as e:
+        return {f"{name} error": f"{type(e).__name__}: {e}"[:500]}
+
+
+def train_at(c, b: int, first_batch: bool, steps: int, rounds: int, peaks: dict) -> dict:
+    """The train part at micro-batch b, and nanoGPT's model beside ours at the first micro-batch."""
+    run = preset_run(c, b)
+    contenders = {"ours": ours_step(run)}
+    if c.cfg.nanogpt and first_batch:
+        _, contenders["nanoGPT"] = nanogpt_contender(c, run)
+    best, first = timed_contenders(c, contenders, steps, rounds)
+    out = {f"micro_batch {b}": {"accumulation": run.accum, "params": run.model.num_params(),
+                                "pos_emb": run.model.config.pos_emb, "mlp_act": run.model.config.mlp_act,
+                                "optimizer": run.tc.optimizer, "first_step_s": round(first["ours"], 2),
+                                **rates(c, run, best["ours"], peaks)}}
+    if "nanoGPT" in best:
+        out["nanoGPT"] = {"micro_batch": b, "tok_per_s": round(run.accum * run.train_data.x.numel() / best["nanoGPT"])}
+        out["ours_over_nanogpt"] = round(best["nanoGPT"] / best["ours"], 3)
+    if "preset_run" not in c.kept:  # the kernels part profiles a step of it
+        c.kept.update(preset_run=run, first_step_s=first["ours"])
     return out
 
 
@@ -261,37 +276,45 @@ def decoders(c, model) -> dict:
 def part_sampling(c) -> dict:
     """ms per new token after a 32-token prompt (4 in a smoke run), greedy and sampled (sample.py's temperature 0.8
     and top_k 200), batch 1 and 8, per way of running the step (each compiled one compiles per batch size). CUDA
-    graphs: their launches per token, counted (0: nothing was captured, and inductor's count of skipped graphs)."""
+    graphs: their launches per token, counted (0: nothing was captured, and inductor's count of skipped graphs).
+    A way that fails is reported with its error, and the next one runs."""
     dtype = c.dtype if c.cuda else torch.float32  # sample.py's: dtype auto on a GPU, float32 on a CPU
     model = decoding_model(c, dtype)
-    n = 8 if c.smoke else 200
     out = {"weights": str(dtype).replace("torch.", "")}
-    modes = {"greedy": dict(temperature=0.0), "sampled": dict(temperature=0.8, top_k=200)}
-    for name, make in decoders(c, model).items():
+    for name, make in decoders(c, model).items():  # a compile that fails, say, leaves the other ways' numbers
         for batch in ((1,) if c.smoke and name != "eager" else (1, 8)):
-            decoder = make()
-            prompt = torch.randint(0, c.vocab, (batch, 4 if c.smoke else 32), device=c.device)
-            with torch.no_grad(), c.autocast() if c.cuda else contextlib.nullcontext():
-                for mode, sampling in modes.items():
-                    decode(model, prompt, 4, decoder, **sampling)  # warm-up (and the compile)
-                    seconds = step_seconds(c, lambda i: decode(model, prompt, n, decoder, **sampling), 1)
-                    out[f"{name} {mode} batch {batch}"] = round(1e3 * seconds / n, 3)
-                if name == "cuda graphs":
-                    launches = graph_launches(c, lambda: decode(model, prompt, n, decoder, temperature=0.0))
-                    out[f"cuda graph launches per token, batch {batch}"] = round(launches / n, 2)
+            out.update(each_or_error(f"{name} batch {batch}", lambda: decoding_times(c, model, name, make(), batch)))
+    if not any(k.startswith("eager") for k in out):
+        raise RuntimeError(f"eager decoding failed: {out}")
     return {**out, **sampling_verdicts(c, out)}
+
+
+def decoding_times(c, model, name: str, decoder, batch: int) -> dict:
+    n = 8 if c.smoke else 200
+    prompt = torch.randint(0, c.vocab, (batch, 4 if c.smoke else 32), device=c.device)
+    out = {}
+    with torch.no_grad(), c.autocast() if c.cuda else contextlib.nullcontext():
+        for mode, sampling in {"greedy": dict(temperature=0.0), "sampled": dict(temperature=0.8, top_k=200)}.items():
+            decode(model, prompt, 4, decoder, **sampling)  # warm-up (and the compile)
+            seconds = step_seconds(c, lambda i: decode(model, prompt, n, decoder, **sampling), 1)
+            out[f"{name} {mode} batch {batch}"] = round(1e3 * seconds / n, 3)
+        if name == "cuda graphs":
+            launches = graph_launches(c, lambda: decode(model, prompt, n, decoder, temperature=0.0))
+            out[f"cuda graph launches per token, batch {batch}"] = round(launches / n, 2)
+    return out
 
 
 def sampling_verdicts(c, out: dict) -> dict:
     verdicts = {}
-    if "cuda graphs greedy batch 1" in out:
+    if "cuda graph launches per token, batch 1" in out:
         from torch._dynamo.utils import counters
 
         verdicts["cuda graphs captured"] = out["cuda graph launches per token, batch 1"] > 0
         verdicts["cuda graphs skipped (inductor's count)"] = counters["inductor"].get("cudagraph_skips", 0)
     if c.cuda and not c.smoke:
-        verdicts["goals"] = {"eager with cache <= 2 ms/token at batch 1": out["eager greedy batch 1"] <= 2.0,
-                             "cuda graphs <= 1 ms/token at batch 1": out.get("cuda graphs greedy batch 1", 1e9) <= 1.0}
+        verdicts["goals"] = {
+            "eager with cache <= 2 ms/token at batch 1": out.get("eager greedy batch 1", 1e9) <= 2.0,
+            "cuda graphs <= 1 ms/token at batch 1": out.get("cuda graphs greedy batch 1", 1e9) <= 1.0}
     return verdicts
 
 

@@ -84,3 +84,18 @@ def test_the_train_part_times_a_nanogpt_model_file_beside_ours(tmp_path, capsys)
     out = gpu_parts.part_train(c)
     assert out["nanoGPT"]["micro_batch"] == 2 and out["nanoGPT"]["tok_per_s"] > 0 and out["ours_over_nanogpt"] > 0
     assert "nanoGPT" not in out["micro_batch 4"] and "a line nanoGPT prints" not in capsys.readouterr().out
+
+
+def test_a_micro_batch_that_fails_leaves_the_others_numbers_and_all_failing_fails_the_part(monkeypatch):
+    train_at = gpu_parts.train_at
+
+    def out_of_memory_at_4(c, b, *args):
+        if b == 4:
+            raise RuntimeError("CUDA out of memory")
+        return train_at(c, b, *args)
+    monkeypatch.setattr(gpu_parts, "train_at", out_of_memory_at_4)
+    out = gpu_parts.part_train(smoke_check())
+    assert out["micro_batch 2"]["tok_per_s"] > 0 and out["micro_batch 4 error"] == "RuntimeError: CUDA out of memory"
+    monkeypatch.setattr(gpu_parts, "train_at", lambda *args: 1 / 0)
+    with pytest.raises(RuntimeError, match="no micro-batch trained"):
+        gpu_parts.part_train(smoke_check())
