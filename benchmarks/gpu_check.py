@@ -48,7 +48,7 @@ import torch
 from benchmarks import gpu_parts, gpu_runs
 from common import cli
 from common.device import pick_device, pick_dtype, use_tf32
-from common.errors import FlagError
+from common.errors import FlagError, need
 from common.flags import config_from_argv
 from model import GPT, GPTConfig
 import speed
@@ -75,6 +75,12 @@ class GpuCheckConfig:
     out: str = "gpu_check.jsonl"  # the JSON lines, each written as its part ends (the file is started afresh)
     budget_s: float = 420.0  # the whole run's seconds: a part running past it is stopped and the rest skipped
     micro_batches: str = "16,32"  # the train part's micro-batch sizes (sequences of 1024 tokens per forward)
+
+    def __post_init__(self):
+        need(self.budget_s > 0, f"--budget_s={self.budget_s:g} must be > 0 (the whole run's seconds)", FlagError)
+        need(all(b.strip().isdigit() and int(b) > 0 for b in self.micro_batches.split(",")),
+             f"--micro_batches={self.micro_batches} must be positive integers separated by commas (e.g. 16,32)",
+             FlagError)
 
 
 class OverBudget(BaseException):

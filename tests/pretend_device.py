@@ -36,6 +36,8 @@ def answer_reads(monkeypatch, truth: bool = False) -> list:
     for floats and lists (a sum read back is divided by a count), 0 for a single integer (a count of skipped steps),
     and `truth` for bool() (False: a loop that waits for every row to stop runs to its end). A read of a real tensor
     is not touched."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     reads = []
     for name in READS:
         original = getattr(torch.Tensor, name)
@@ -47,7 +49,8 @@ def answer_reads(monkeypatch, truth: bool = False) -> list:
             if _name == "__bool__":
                 return truth
             if _name in ("tolist", "numpy", "cpu"):
-                ones = torch.ones(self.shape, dtype=self.dtype, device="cpu")
+                with unset_fake_temporarily():  # a real tensor, also inside fake_cuda
+                    ones = torch.ones(self.shape, dtype=self.dtype, device="cpu")
                 return ones.tolist() if _name == "tolist" else ones.numpy() if _name == "numpy" else ones
             return 1.0 if _name == "__float__" or (_name == "item" and self.is_floating_point()) else 0
         monkeypatch.setattr(torch.Tensor, name, answered)

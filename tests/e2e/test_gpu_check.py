@@ -3,6 +3,8 @@ measured, so the check a GPU is lent for cannot rot in between; the budget stops
 each line is on disk as soon as its part ends."""
 import json
 
+import pytest
+
 from benchmarks import gpu_check, gpu_parts
 from conftest import run_code
 
@@ -70,6 +72,15 @@ def test_each_line_is_on_disk_when_its_part_ends(tmp_path):
     r = run_code(code, "--smoke", "--device=cpu", "--parts=env,train,sampling", f"--out={out}")
     assert r.returncode == 9
     assert [line["part"] for line in lines(out)] == ["env"]
+
+
+@pytest.mark.parametrize("flag, says", [("--budget_s=0", "--budget_s=0 must be > 0"),
+                                         ("--micro_batches=16,x", "--micro_batches=16,x must be positive integers")])
+def test_a_bad_budget_or_micro_batch_is_one_line(capsys, tmp_path, flag, says):
+    assert gpu_check.entry([flag, f"--out={tmp_path / 'o'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_an_unknown_part_is_one_line(capsys, tmp_path):
