@@ -139,10 +139,8 @@ def test_sampling_reaches_no_training_code_and_the_model_no_speed_tricks():
 
 
 # a private torch function may change or go with any release: only the speed levers, the benchmarks and the compiled
-# decoder (which drives torch.compile's internals) call one; and, until it has another way, int8 inference (the CPU
-# kernel torch.ops.aten._weight_int8pack_mm has no public name)
-PRIVATE_TORCH_ALLOWED = ("speed", "benchmarks", os.path.join("inference", "decode_step.py"),
-                         os.path.join("inference", "quantize.py"))
+# decoder (which drives torch.compile's internals) call one
+PRIVATE_TORCH_ALLOWED = ("speed", "benchmarks", os.path.join("inference", "decode_step.py"))
 
 
 def private_torch_uses(path: str):
