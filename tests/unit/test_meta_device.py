@@ -15,7 +15,7 @@ from training.evaluate import evaluate
 
 # train.py's flags for the tiny model on the meta device (the runs below add what they try)
 FLAGS = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--eval_iters=2",
-         "--split=tail", "--tokenizer=char", "--sample_tokens=0", "--device=meta", "--log_induction=false"]
+         "--tokenizer=char", "--sample_tokens=0", "--device=meta"]
 SEQ2SEQ = ["--model=seq2seq", "--task=reverse", "--task_max_len=8"]
 RUNS = {  # what a training step is tried with: the default preset (RoPE, Muon, the math path) and the other levers
     **{f"decoder {p}": [f"--pos_emb={p}", "--dtype=bfloat16"] for p in POS_EMBS},
@@ -38,8 +38,8 @@ def meta(monkeypatch):
 def meta_run(corpus, out_dir, *flags):
     """setup.build's Run on the meta device: the data prepared (on the CPU) and its batches moved as on a GPU."""
     argv = [*FLAGS, f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}", *flags]
-    if "--model=seq2seq" not in flags:
-        argv.append(f"--input={corpus}")
+    if "--model=seq2seq" not in flags:  # a text model's flags (seq2seq refuses them)
+        argv += [f"--input={corpus}", "--split=tail", "--log_induction=false"]
     tc, model_overrides, sc, explicit = configure(argv)
     return setup.build(tc, model_overrides, explicit, distributed.Dist(), "meta", None, sc)
 
