@@ -1,0 +1,130 @@
+"""Scoring a decoder: log-probabilities of token rows, in batches; multiple-choice accuracy; perplexity of a text.
+
+Everything here rests on `row_logprobs`: for each row of token ids, the sum of log p(token | the tokens before it)
+over its last n tokens. Rows of several items go through one forward, padded on the right: under causal attention
+a position never sees the ones after it, so the padding changes no real position's logits (the scores equal each row
+scored alone, to float rounding: tests/unit/inference/test_scoring.py). Rows are sorted longest first so that a
+batch holds rows of about one length, which keeps the padding small; the order changes no score.
+
+Multiple choice (docs/evaluation.md): a choice's score is the sum of its tokens' log-probabilities given the
+context. acc picks the highest sum; acc_norm the highest sum divided by the choice's length in UTF-8 bytes as
+written (lm-evaluation-harness's normalisation); acc_token the highest mean per token (llm.c's). Each comes with
+its standard error over the items (the sample standard deviation / sqrt(n)). A tie goes to the first choice.
+"""
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from common.device import autocast
+from common.eval_mode import evaluating
+from inference.tasks import Encoded
+
+METRICS = ("acc", "acc_norm", "acc_token")
+
+
+def progress_bar(total: int, desc: str, enabled: bool = True):
+    """A tqdm bar on stderr, shown only on a terminal (and when enabled)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="row", file=sys.stderr, mininterval=0.5, leave=False,
+                disable=None if enabled else True)
+
+
+@torch.no_grad()
+def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_size: int = 32,
+                 dtype: torch.dtype = torch.float32, bar=None) -> list[float]:
+    """For each row (at most block_size + 1 ids: the input is row[:-1], the targets row[1:]), the sum of the
+    log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded."""
+    device = next(model.parameters()).device
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))  # longest first (stable: ties keep file order)
+    sums = [0.0] * len(rows)
+    with evaluating(model):
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            T = len(rows[chunk[0]]) - 1
+            x = torch.zeros(len(chunk), T, dtype=torch.long)  # (B, T) inputs; 0 pads (never seen by a real position)
+            y = torch.full((len(chunk), T), -1, dtype=torch.long)  # (B, T) targets; -1 = not scored
+            for b, i in enumerate(chunk):
+                row, n = rows[i], len(rows[i]) - 1
+                x[b, :n] = torch.tensor(row[:-1])
+                y[b, n - n_scored[i]:n] = torch.tensor(row[len(row) - n_scored[i]:])
+            x, y = x.to(device), y.to(device)
+            with autocast(device, dtype):
+                logits, _ = model(x)  # (B, T, V)
+            scored = y >= 0  # (B, T)
+            logp = F.log_softmax(logits[scored].float(), dim=-1)  # (N, V): only the scored positions, in float32
+            picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (B, T)
+            picked[scored] = logp.gather(1, y[scored].unsqueeze(1)).squeeze(1).double()
+            for i, s in zip(chunk, picked.sum(1).tolist()):  # a sum per row, in a fixed order: deterministic
+                sums[i] = s
+            if bar is not None:
+                bar.update(len(chunk))
+    return sums
+
+
+def stderr(hits: list[bool]) -> float | None:
+    """The standard error of a mean of 0/1 outcomes: sample standard deviation / sqrt(n); None for one item."""
+    n = len(hits)
+    if n < 2:
+        return None
+    p = sum(hits) / n
+    return math.sqrt(p * (1 - p) / (n - 1))
+
+
+def first_max(values: list[float]) -> int:
+    return max(range(len(values)), key=lambda j: values[j])  # max keeps the first of equal values
+
+
+def score_task(model, items: list[Encoded], batch_size: int = 32, dtype: torch.dtype = torch.float32,
+               bar=None) -> dict:
+    """Every item's choices scored -> {'n', 'cut', 'chance', each metric and its '_stderr', 'items': [{'label',
+    'pred', 'pred_norm', 'pred_token', 'logprobs': [one sum per choice]}]}."""
+    rows = [row for item in items for row in item.rows]
+    sums = row_logprobs(model, rows, [n for item in items for n in item.n_tokens], batch_size, dtype, bar)
+    out_items, at = [], 0
+    for item in items:
+        logprobs = sums[at:at + len(item.rows)]
+        at += len(item.rows)
+        out_items.append({
+            "label": item.label, "pred": first_max(logprobs),
+            "pred_norm": first_max([s / b for s, b in zip(logprobs, item.n_bytes)]),
+            "pred_token": first_max([s / n for s, n in zip(logprobs, item.n_tokens)]),
+            "logprobs": logprobs})
+    report = {"n": len(items), "cut": sum(item.cut for item in items),
+              "chance": sum(1 / len(item.rows) for item in items) / max(len(items), 1)}
+    for metric, key in zip(METRICS, ("pred", "pred_norm", "pred_token")):
+        hits = [it[key] == it["label"] for it in out_items]
+        report[metric] = sum(hits) / max(len(hits), 1)
+        report[f"{metric}_stderr"] = stderr(hits)
+    report["items"] = out_items
+    return report
+
+
+# ---- perplexity of a text ----------------------------------------------------------------------------------------
+def sliding_windows(n_tokens: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
+    """Hugging Face's perplexity guide's windows over a text of n_tokens: (start, end, new) for the rows
+    tokens[start:end]. Every token but the first is a target exactly once: each window starts `stride` tokens
+    after the one before and scores its last `new` targets, those no window scored yet; the targets before them
+    serve as context only (up to block_size - stride)."""
+    windows, done, start = [], 0, 0  # done: targets tokens[1..done] are scored
+    while done < n_tokens - 1:
+        end = min(start + block_size, n_tokens - 1)  # the input is tokens[start:end], the targets one further
+        windows.append((start, end + 1, end - done))
+        done, start = end, start + stride
+    return windows
+
+
+def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_size: int = 32,
+               dtype: torch.dtype = torch.float32, bar=None) -> dict:
+    """{'tokens', 'scored', 'nll_per_token', 'ppl', 'bits_per_byte'} of a tokenized text (at least 2 tokens): the
+    mean negative log-likelihood of every token after the first (in nats), its exp, and the same sum in bits over
+    the UTF-8 bytes of the tokens scored."""
+    windows = sliding_windows(len(tokens), model.config.block_size, stride)
+    sums = row_logprobs(model, [tokens[s:e] for s, e, _ in windows], [new for _, _, new in windows], batch_size,
+                        dtype, bar)
+    nll, scored = -sum(sums), len(tokens) - 1
+    n_bytes = len(tokenizer.decode_bytes(tokens[1:]))
+    return {"tokens": len(tokens), "scored": scored, "nll_per_token": nll / scored,
+            "ppl": math.exp(min(nll / scored, 700)), "bits_per_byte": nll / math.log(2) / max(n_bytes, 1)}
