@@ -31,14 +31,14 @@ REFUSALS = {"encoder": "an encoder has no next-token log-probabilities (it predi
 @dataclass
 class EvaluateConfig:
     # what is scored
-    tasks: str | None = None  # multiple-choice .jsonl files, comma-separated (HellaSwag's format, or context/
-    #                           choices/label)
+    tasks: str | None = None  # multiple-choice .jsonl files, comma-separated: HellaSwag's format, or one object
+    #                           a line with context, choices and label
     text: str | None = None  # a UTF-8 text file: its perplexity and bits per byte, in sliding windows
     limit: int | None = None  # the first N items of each task file (None: all)
     stride: int | None = None  # --text: tokens each window moves on by and scores; the rest of the window (up to
     #                            block_size - stride tokens) is context. None: block_size // 2
     # the model: a run's checkpoint, or a Hugging Face folder
-    out_dir: str = "out"
+    out_dir: str = "out"  # the run whose checkpoint is scored
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
     init_from: str | None = None  # 'hf:FOLDER': a local Hugging Face GPT-2 (or GPT-NeoX) folder instead of a run
     # how
