@@ -42,7 +42,8 @@ class EvaluateConfig:
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
     init_from: str | None = None  # 'hf:FOLDER': a local Hugging Face GPT-2 (or GPT-NeoX) folder instead of a run
     # how
-    batch_size: int = 32  # (context, choice) rows or text windows per forward, padded on the right
+    batch_tokens: int = 8192  # input tokens per forward: (context, choice) rows or text windows, padded on the
+    #                           right to the longest in the batch. More is faster and takes more memory
     device: str = "auto"
     dtype: str = "float32"  # float32 gives figures to compare with other tools and machines; 'auto' picks bf16
     #                         autocast where it is native (faster; the scores move by its rounding)
@@ -52,7 +53,7 @@ class EvaluateConfig:
         need(bool(self.tasks or self.text), "nothing to score: pass --tasks=FILE.jsonl[,...] and/or --text=FILE")
         need(self.limit is None or self.limit > 0, f"limit={self.limit} must be a positive number of items")
         need(self.stride is None or self.stride > 0, f"stride={self.stride} must be a positive number of tokens")
-        need(self.batch_size > 0, f"batch_size={self.batch_size} must be >= 1")
+        need(self.batch_tokens > 0, f"batch_tokens={self.batch_tokens} must be >= 1")
         need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
         need(self.init_from is None or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be hf:FOLDER (a local Hugging Face GPT-2); leave it out to score "
@@ -95,7 +96,7 @@ def main(argv) -> None:
     dtype = pick_dtype(ec.dtype, device)
     model, tokenizer, source = load_model(ec, device)
     text = read_text(ec.text, tokenizer) if ec.text else None
-    report = evaluate(model, tokenizer, tasks, text, ec.stride, ec.batch_size, dtype)
+    report = evaluate(model, tokenizer, tasks, text, ec.stride, ec.batch_tokens, dtype)
     print(f"{source}, {str(dtype).removeprefix('torch.')} on {device}")
     print(report_table(report))
     if ec.out:  # written once everything is scored: a refused or interrupted command leaves no file

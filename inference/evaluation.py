@@ -44,7 +44,7 @@ def check_stride(stride: int | None, block_size: int) -> int:
 
 
 def evaluate(model, tokenizer, tasks: list[Task], text: list[int] | None = None, stride: int | None = None,
-             batch_size: int = 32, dtype: torch.dtype = torch.float32, progress: bool = True) -> dict:
+             batch_tokens: int = 8192, dtype: torch.dtype = torch.float32, progress: bool = True) -> dict:
     """Scores every task and the text's tokens (either may be absent). Every task is tokenized (and refused, in one
     line, where it cannot be) before anything is scored."""
     if not model.config.causal:
@@ -56,10 +56,10 @@ def evaluate(model, tokenizer, tasks: list[Task], text: list[int] | None = None,
     report = {"tasks": {}}
     for name, items in encoded:
         with progress_bar(sum(len(it.rows) for it in items), name, progress) as bar:
-            report["tasks"][name] = score_task(model, items, batch_size, dtype, bar)
+            report["tasks"][name] = score_task(model, items, batch_tokens, dtype, bar)
     if text is not None:
         with progress_bar(len(sliding_windows(len(text), block_size, stride)), "text", progress) as bar:
-            report["text"] = {**perplexity(model, text, tokenizer, stride, batch_size, dtype, bar), "stride": stride}
+            report["text"] = {**perplexity(model, text, tokenizer, stride, batch_tokens, dtype, bar), "stride": stride}
     return report
 
 
@@ -79,11 +79,11 @@ def report_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def task_columns(model, encoded: dict, dtype: torch.dtype = torch.float32, batch_size: int = 32) -> dict:
+def task_columns(model, encoded: dict, dtype: torch.dtype = torch.float32, batch_tokens: int = 8192) -> dict:
     """For training's evaluation hooks: {'tasks/NAME/acc': ..., 'tasks/NAME/acc_norm': ..., 'tasks/NAME/acc_token':
     ...} of already tokenized tasks ({name: [Encoded]}), without a progress bar (training has its own)."""
     row = {}
     for name, items in encoded.items():
-        scores = score_task(model, items, batch_size, dtype)
+        scores = score_task(model, items, batch_tokens, dtype)
         row.update({f"tasks/{name}/{m}": round(scores[m], 5) for m in METRICS})
     return row

@@ -32,36 +32,75 @@ def progress_bar(total: int, desc: str, enabled: bool = True):
                 disable=None if enabled else True)
 
 
+LOGITS_AT_ONCE = 1024  # scored positions whose log-softmax is taken together: at most (1024, V) floats at a time
+
+
+def batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Row indices grouped for one forward each: longest first (stable: ties keep their order), as many rows as
+    fit in batch_tokens input tokens once padded to the batch's longest row (at least one)."""
+    out = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if out and (len(out[-1]) + 1) * (lengths[out[-1][0]] - 1) <= batch_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def padded(rows: list[list[int]], n_scored: list[int], chunk: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of chunk (longest first) as inputs x (B, T), right-padded with 0, and targets y (B, T): a row's
+    last n_scored ids where they are scored, -1 everywhere else."""
+    T = len(rows[chunk[0]]) - 1
+    x = torch.zeros(len(chunk), T, dtype=torch.long)  # (B, T); a pad is never seen by a real position
+    y = torch.full((len(chunk), T), -1, dtype=torch.long)  # (B, T)
+    for b, i in enumerate(chunk):
+        row, n = rows[i], len(rows[i]) - 1
+        x[b, :n] = torch.tensor(row[:-1])
+        y[b, n - n_scored[i]:n] = torch.tensor(row[len(row) - n_scored[i]:])
+    return x, y
+
+
 @torch.no_grad()
-def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_size: int = 32,
+def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens: int = 8192,
                  dtype: torch.dtype = torch.float32, bar=None) -> list[float]:
     """For each row (at most block_size + 1 ids: the input is row[:-1], the targets row[1:]), the sum of the
     log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded."""
     device = next(model.parameters()).device
-    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))  # longest first (stable: ties keep file order)
     sums = [0.0] * len(rows)
     with evaluating(model):
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            T = len(rows[chunk[0]]) - 1
-            x = torch.zeros(len(chunk), T, dtype=torch.long)  # (B, T) inputs; 0 pads (never seen by a real position)
-            y = torch.full((len(chunk), T), -1, dtype=torch.long)  # (B, T) targets; -1 = not scored
-            for b, i in enumerate(chunk):
-                row, n = rows[i], len(rows[i]) - 1
-                x[b, :n] = torch.tensor(row[:-1])
-                y[b, n - n_scored[i]:n] = torch.tensor(row[len(row) - n_scored[i]:])
-            x, y = x.to(device), y.to(device)
-            with autocast(device, dtype):
-                logits, _ = model(x)  # (B, T, V)
+        for chunk in batches([len(r) for r in rows], batch_tokens):
+            x, y = (t.to(device) for t in padded(rows, n_scored, chunk))
             scored = y >= 0  # (B, T)
-            logp = F.log_softmax(logits[scored].float(), dim=-1)  # (N, V): only the scored positions, in float32
+            with autocast(device, dtype):
+                hidden = trunk(model, x)[scored]  # (N, C): only the positions with a target
             picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (B, T)
-            picked[scored] = logp.gather(1, y[scored].unsqueeze(1)).squeeze(1).double()
+            picked[scored] = target_logprobs(model, hidden, y[scored], dtype)
             for i, s in zip(chunk, picked.sum(1).tolist()):  # a sum per row, in a fixed order: deterministic
                 sums[i] = s
             if bar is not None:
                 bar.update(len(chunk))
     return sums
+
+
+def trunk(model, x: torch.Tensor) -> torch.Tensor:
+    """The final hidden states (B, T, C) of model's forward over x (B, T): the forward's own steps (model/gpt.py)
+    without the head, which target_logprobs applies only where a target is scored (with GPT-2's 50,257 tokens the
+    head is about a third of the work per position, and a choice is a fraction of its row)."""
+    T = x.size(1)
+    pos = torch.arange(T, device=x.device).unsqueeze(0)  # (1, T)
+    return model.trunk(x, pos, model.attention_context(0, T, None, pos))
+
+
+def target_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """hidden (N, C), targets (N,) -> log p(target) (N,) in float64, the log-softmax in float32, LOGITS_AT_ONCE
+    positions at a time."""
+    out = []
+    for h, t in zip(hidden.split(LOGITS_AT_ONCE), targets.split(LOGITS_AT_ONCE)):
+        with autocast(hidden.device, dtype):
+            logits = model.logits(h)  # (n, V)
+        logp = F.log_softmax(logits.float(), dim=-1)
+        out.append(logp.gather(1, t.unsqueeze(1)).squeeze(1).double())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=hidden.device)
 
 
 def stderr(hits: list[bool]) -> float | None:
@@ -77,12 +116,12 @@ def first_max(values: list[float]) -> int:
     return max(range(len(values)), key=lambda j: values[j])  # max keeps the first of equal values
 
 
-def score_task(model, items: list[Encoded], batch_size: int = 32, dtype: torch.dtype = torch.float32,
-               bar=None) -> dict:
+def score_task(model, items: list[Encoded], batch_tokens: int = 8192,
+               dtype: torch.dtype = torch.float32, bar=None) -> dict:
     """Every item's choices scored -> {'n', 'cut', 'chance', each metric and its '_stderr', 'items': [{'label',
     'pred', 'pred_norm', 'pred_token', 'logprobs': [one sum per choice]}]}."""
     rows = [row for item in items for row in item.rows]
-    sums = row_logprobs(model, rows, [n for item in items for n in item.n_tokens], batch_size, dtype, bar)
+    sums = row_logprobs(model, rows, [n for item in items for n in item.n_tokens], batch_tokens, dtype, bar)
     out_items, at = [], 0
     for item in items:
         logprobs = sums[at:at + len(item.rows)]
@@ -116,13 +155,13 @@ def sliding_windows(n_tokens: int, block_size: int, stride: int) -> list[tuple[i
     return windows
 
 
-def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_size: int = 32,
+def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_tokens: int = 8192,
                dtype: torch.dtype = torch.float32, bar=None) -> dict:
     """{'tokens', 'scored', 'nll_per_token', 'ppl', 'bits_per_byte'} of a tokenized text (at least 2 tokens): the
     mean negative log-likelihood of every token after the first (in nats), its exp, and the same sum in bits over
     the UTF-8 bytes of the tokens scored."""
     windows = sliding_windows(len(tokens), model.config.block_size, stride)
-    sums = row_logprobs(model, [tokens[s:e] for s, e, _ in windows], [new for _, _, new in windows], batch_size,
+    sums = row_logprobs(model, [tokens[s:e] for s, e, _ in windows], [new for _, _, new in windows], batch_tokens,
                         dtype, bar)
     nll, scored = -sum(sums), len(tokens) - 1
     n_bytes = len(tokenizer.decode_bytes(tokens[1:]))

@@ -58,7 +58,7 @@ def test_log_probabilities_equal_transformers_on_a_random_gpt2(tmp_path, capsys)
     tasks = write_jsonl(tmp_path / "mixed.jsonl", ITEMS)
     (tmp_path / "text.txt").write_text(TEXT)
     assert run(f"--init_from=hf:{tmp_path / 'hf'}", f"--tasks={tasks}", f"--text={tmp_path / 'text.txt'}",
-               "--stride=8", "--batch_size=4", f"--out={tmp_path / 'report.json'}") == 0
+               "--stride=8", "--batch_tokens=40", f"--out={tmp_path / 'report.json'}") == 0
     report = json.loads((tmp_path / "report.json").read_text())
     task = report["tasks"]["mixed"]
     ids = [CHARS.index(c) for c in TEXT]

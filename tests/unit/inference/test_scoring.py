@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from conftest import POS_EMBS, tiny_model
 from data.tokenizer import CharTokenizer
-from inference.scoring import perplexity, row_logprobs, score_task, sliding_windows, stderr
+from inference.scoring import batches, perplexity, row_logprobs, score_task, sliding_windows, stderr
 from inference.tasks import Task, encode_task, parse_item
 
 
@@ -35,17 +35,27 @@ def random_rows(seed=0, count=7, vocab=37, longest=17):
 def test_a_row_in_a_padded_batch_scores_as_it_does_alone(pos_emb):
     model = tiny_model(pos_emb=pos_emb)
     rows, n = random_rows()
-    batched = row_logprobs(model, rows, n, batch_size=len(rows))  # one forward: rows of 2..17 tokens, right-padded
+    batched = row_logprobs(model, rows, n, batch_tokens=1000)  # one forward: rows of 2..17 tokens, right-padded
     for row, k, got in zip(rows, n, batched):
         assert got == pytest.approx(alone(model, row, k), abs=1e-4)
 
 
-def test_the_batch_size_changes_no_score():
+def test_batches_take_rows_longest_first_up_to_the_token_budget():
+    lengths = [2, 17, 5, 9, 17, 3, 12]
+    groups = batches(lengths, batch_tokens=40)
+    assert sorted(i for g in groups for i in g) == list(range(7))
+    assert [i for g in groups for i in g] == [1, 4, 6, 3, 2, 5, 0]  # longest first; equal lengths keep their order
+    assert all(len(g) * (lengths[g[0]] - 1) <= 40 for g in groups) and len(groups) == 3
+    assert batches([30], batch_tokens=5) == [[0]]  # a row longer than the budget goes alone
+    assert len(batches(lengths, batch_tokens=1000)) == 1
+
+
+def test_the_batch_changes_no_score():
     model = tiny_model()
     rows, n = random_rows(seed=3)
-    one_by_one = row_logprobs(model, rows, n, batch_size=1)
-    for batch_size in (2, 3, 100):
-        assert row_logprobs(model, rows, n, batch_size=batch_size) == pytest.approx(one_by_one, abs=1e-5)
+    one_by_one = row_logprobs(model, rows, n, batch_tokens=1)  # one row a forward
+    for batch_tokens in (20, 40, 100):
+        assert row_logprobs(model, rows, n, batch_tokens=batch_tokens) == pytest.approx(one_by_one, abs=1e-5)
 
 
 def test_scoring_leaves_a_training_model_training_and_uses_no_dropout():
@@ -72,7 +82,7 @@ def test_each_metric_picks_what_its_normalisation_says_on_a_uniform_model():
              {"context": "abc", "choices": ["ab", "abcd", "abcdefg"], "label": 2},  # longest right: acc_norm only
              {"context": "abc", "choices": ["abc", "ab", "a"], "label": 0}]  # first right: acc_norm and acc_token
     items = [parse_item(json.dumps(obj), f"t:{i}", i) for i, obj in enumerate(lines)]
-    report = score_task(uniform_model(), encode_task(Task("t", "t", items), tok, block_size=16), batch_size=2)
+    report = score_task(uniform_model(), encode_task(Task("t", "t", items), tok, block_size=16), batch_tokens=20)
     log_v = math.log(11)
     assert [it["logprobs"] for it in report["items"]][0] == pytest.approx([-5 * log_v, -3 * log_v, -8 * log_v])
     assert [(it["pred"], it["pred_norm"], it["pred_token"]) for it in report["items"]] == [(1, 2, 0), (0, 2, 0),
@@ -125,7 +135,7 @@ def hf_guide_nll(model, tokens, block, stride) -> tuple[float, int]:
 def test_perplexity_is_hugging_faces_sliding_window(stride):
     model, tok = tiny_model(vocab_size=11), CharTokenizer(" abcdefghij")
     tokens = torch.randint(0, 11, (45,), generator=torch.Generator().manual_seed(1)).tolist()
-    got = perplexity(model, tokens, tok, stride=stride, batch_size=3)
+    got = perplexity(model, tokens, tok, stride=stride, batch_tokens=40)
     nll, n = hf_guide_nll(model, tokens, 16, stride)
     assert got["scored"] == n == 44 and got["tokens"] == 45
     assert got["nll_per_token"] == pytest.approx(nll / n, abs=1e-5)
