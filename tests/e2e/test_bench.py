@@ -15,7 +15,8 @@ def test_bench_quick_prints_every_target_row(corpus, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = proc.stdout.split("\ntarget ", 1)[1]  # the summary table printed last
     for row in ("1 time to quality", "2 quality in nanoGPT's time", "3 sampling", "4 throughput", "MFU",
-                "decoding", "data prep 1 MB .txt, gpt2, 1 worker", "data prep 1 MB .jsonl, char", "attention memory"):
+                "decoding", "data prep 1 MB .txt, gpt2, 1 worker", "data prep 1 MB .jsonl, char", "evaluate 2L/32",
+                "attention memory"):
         assert row in table, f"no '{row}' row in:\n{table}"
     assert (tmp_path / "memory.png").is_file()
 
