@@ -42,8 +42,9 @@ class EvaluateConfig:
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
     init_from: str | None = None  # 'hf:FOLDER': a local Hugging Face GPT-2 (or GPT-NeoX) folder instead of a run
     # how
-    batch_tokens: int = 8192  # input tokens per forward: (context, choice) rows or text windows, padded on the
-    #                           right to the longest in the batch. More is faster and takes more memory
+    batch_tokens: int | None = None  # input tokens per forward: (context, choice) rows or text windows, padded on
+    #                                  the right to the longest in the batch; more is faster and takes more memory.
+    #                                  None: 8192, fewer for a large vocabulary (logits within 256 MB)
     device: str = "auto"
     dtype: str = "float32"  # float32 gives figures to compare with other tools and machines; 'auto' picks bf16
     #                         autocast where it is native (faster; the scores move by its rounding)
@@ -53,7 +54,7 @@ class EvaluateConfig:
         need(bool(self.tasks or self.text), "nothing to score: pass --tasks=FILE.jsonl[,...] and/or --text=FILE")
         need(self.limit is None or self.limit > 0, f"limit={self.limit} must be a positive number of items")
         need(self.stride is None or self.stride > 0, f"stride={self.stride} must be a positive number of tokens")
-        need(self.batch_tokens > 0, f"batch_tokens={self.batch_tokens} must be >= 1")
+        need(self.batch_tokens is None or self.batch_tokens > 0, f"batch_tokens={self.batch_tokens} must be >= 1")
         need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
         need(self.init_from is None or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be hf:FOLDER (a local Hugging Face GPT-2); leave it out to score "

@@ -2,8 +2,8 @@
 Hugging Face transformers scoring one choice at a time, on the same weights and the same items.
 
     ours          inference/scoring.py's score_task, what evaluate.py runs: the (context, choice) rows of several
-                  items in one forward (up to 8,192 input tokens), right-padded, longest first; the head and the
-                  log-softmax at the scored positions only
+                  items in one forward (up to 8,192 input tokens), right-padded, longest first; the log-softmax at
+                  the scored positions only
     transformers  GPT2LMHeadModel, one forward per (context, choice) row, the log-softmax of every position, the
                   choice's tokens summed: the plain loop one writes first
 
@@ -69,7 +69,7 @@ def hf_logprobs(hf, items: list[Encoded]) -> list[list[float]]:
     return out
 
 
-def measure(ours, hf, items: list[Encoded], repeats: int = 3, batch_tokens: int = 8192) -> dict:
+def measure(ours, hf, items: list[Encoded], repeats: int = 3, batch_tokens: int | None = None) -> dict:
     """{'items', 'items_per_s': {contender: median}, 'speedup', 'same_picks', 'max_logprob_diff'}; hf may be None
     (ours alone)."""
     runners = {"ours": lambda: [it["logprobs"] for it in score_task(ours, items, batch_tokens)["items"]]}

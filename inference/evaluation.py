@@ -44,7 +44,7 @@ def check_stride(stride: int | None, block_size: int) -> int:
 
 
 def evaluate(model, tokenizer, tasks: list[Task], text: list[int] | None = None, stride: int | None = None,
-             batch_tokens: int = 8192, dtype: torch.dtype = torch.float32, progress: bool = True) -> dict:
+             batch_tokens: int | None = None, dtype: torch.dtype = torch.float32, progress: bool = True) -> dict:
     """Scores every task and the text's tokens (either may be absent). Every task is tokenized (and refused, in one
     line, where it cannot be) before anything is scored."""
     if not model.config.causal:
@@ -79,7 +79,7 @@ def report_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def task_columns(model, encoded: dict, dtype: torch.dtype = torch.float32, batch_tokens: int = 8192) -> dict:
+def task_columns(model, encoded: dict, dtype: torch.dtype = torch.float32, batch_tokens: int | None = None) -> dict:
     """For training's evaluation hooks: {'tasks/NAME/acc': ..., 'tasks/NAME/acc_norm': ..., 'tasks/NAME/acc_token':
     ...} of already tokenized tasks ({name: [Encoded]}), without a progress bar (training has its own)."""
     row = {}

@@ -1,10 +1,11 @@
 """Scoring a decoder: log-probabilities of token rows, in batches; multiple-choice accuracy; perplexity of a text.
 
 Everything here rests on `row_logprobs`: for each row of token ids, the sum of log p(token | the tokens before it)
-over its last n tokens. Rows of several items go through one forward, padded on the right: under causal attention
-a position never sees the ones after it, so the padding changes no real position's logits (the scores equal each row
-scored alone, to float rounding: tests/unit/inference/test_scoring.py). Rows are sorted longest first so that a
-batch holds rows of about one length, which keeps the padding small; the order changes no score.
+over its last n tokens. Rows of several items go through one forward (up to batch_tokens input tokens), padded on
+the right: under causal attention a position never sees the ones after it, so the padding changes no real
+position's logits (the scores equal each row scored alone, to float rounding: tests/unit/inference/test_scoring.py).
+Rows are sorted longest first so that a batch holds rows of about one length, which keeps the padding small; the
+order changes no score.
 
 Multiple choice (docs/evaluation.md): a choice's score is the sum of its tokens' log-probabilities given the
 context. acc picks the highest sum; acc_norm the highest sum divided by the choice's length in UTF-8 bytes as
@@ -22,6 +23,8 @@ from common.eval_mode import evaluating
 from inference.tasks import Encoded
 
 METRICS = ("acc", "acc_norm", "acc_token")
+LOGITS_BUDGET = 2 ** 26  # logits a forward may hold by default (256 MB in float32)
+LOGITS_AT_ONCE = 1024  # scored positions whose log-softmax is taken together
 
 
 def progress_bar(total: int, desc: str, enabled: bool = True):
@@ -30,9 +33,6 @@ def progress_bar(total: int, desc: str, enabled: bool = True):
 
     return tqdm(total=total, desc=desc, unit="row", file=sys.stderr, mininterval=0.5, leave=False,
                 disable=None if enabled else True)
-
-
-LOGITS_AT_ONCE = 1024  # scored positions whose log-softmax is taken together: at most (1024, V) floats at a time
 
 
 def batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
@@ -45,6 +45,12 @@ def batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
         else:
             out.append([i])
     return out
+
+
+def default_batch_tokens(vocab_size: int) -> int:
+    """Input tokens per forward when not given: 8,192, fewer for a large vocabulary, so that the forward's logits
+    (tokens x vocab_size floats) stay within LOGITS_BUDGET (GPT-2's 50,257 tokens: 1,335 a forward)."""
+    return max(1, min(8192, LOGITS_BUDGET // vocab_size))
 
 
 def padded(rows: list[list[int]], n_scored: list[int], chunk: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,20 +67,22 @@ def padded(rows: list[list[int]], n_scored: list[int], chunk: list[int]) -> tupl
 
 
 @torch.no_grad()
-def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens: int = 8192,
+def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens: int | None = None,
                  dtype: torch.dtype = torch.float32, bar=None) -> list[float]:
     """For each row (at most block_size + 1 ids: the input is row[:-1], the targets row[1:]), the sum of the
-    log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded."""
+    log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded, the
+    model's own forward (so a model sharded by FSDP or compiled runs as in training)."""
     device = next(model.parameters()).device
+    batch_tokens = batch_tokens or default_batch_tokens(model.config.vocab_size)
     sums = [0.0] * len(rows)
     with evaluating(model):
         for chunk in batches([len(r) for r in rows], batch_tokens):
             x, y = (t.to(device) for t in padded(rows, n_scored, chunk))
-            scored = y >= 0  # (B, T)
             with autocast(device, dtype):
-                hidden = trunk(model, x)[scored]  # (N, C): only the positions with a target
+                logits, _ = model(x)  # (B, T, V)
+            scored = y >= 0  # (B, T)
             picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (B, T)
-            picked[scored] = target_logprobs(model, hidden, y[scored], dtype)
+            picked[scored] = target_logprobs(logits[scored], y[scored])
             for i, s in zip(chunk, picked.sum(1).tolist()):  # a sum per row, in a fixed order: deterministic
                 sums[i] = s
             if bar is not None:
@@ -82,25 +90,12 @@ def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens
     return sums
 
 
-def trunk(model, x: torch.Tensor) -> torch.Tensor:
-    """The final hidden states (B, T, C) of model's forward over x (B, T): the forward's own steps (model/gpt.py)
-    without the head, which target_logprobs applies only where a target is scored (with GPT-2's 50,257 tokens the
-    head is about a third of the work per position, and a choice is a fraction of its row)."""
-    T = x.size(1)
-    pos = torch.arange(T, device=x.device).unsqueeze(0)  # (1, T)
-    return model.trunk(x, pos, model.attention_context(0, T, None, pos))
-
-
-def target_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """hidden (N, C), targets (N,) -> log p(target) (N,) in float64, the log-softmax in float32, LOGITS_AT_ONCE
-    positions at a time."""
-    out = []
-    for h, t in zip(hidden.split(LOGITS_AT_ONCE), targets.split(LOGITS_AT_ONCE)):
-        with autocast(hidden.device, dtype):
-            logits = model.logits(h)  # (n, V)
-        logp = F.log_softmax(logits.float(), dim=-1)
-        out.append(logp.gather(1, t.unsqueeze(1)).squeeze(1).double())
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=hidden.device)
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """logits (N, V), targets (N,) -> log p(target) (N,) in float64; the log-softmax in float32, LOGITS_AT_ONCE
+    positions at a time (only the scored positions: a choice is a fraction of its row)."""
+    out = [F.log_softmax(lg.float(), dim=-1).gather(1, t.unsqueeze(1)).squeeze(1).double()
+           for lg, t in zip(logits.split(LOGITS_AT_ONCE), targets.split(LOGITS_AT_ONCE))]
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=logits.device)
 
 
 def stderr(hits: list[bool]) -> float | None:
@@ -116,7 +111,7 @@ def first_max(values: list[float]) -> int:
     return max(range(len(values)), key=lambda j: values[j])  # max keeps the first of equal values
 
 
-def score_task(model, items: list[Encoded], batch_tokens: int = 8192,
+def score_task(model, items: list[Encoded], batch_tokens: int | None = None,
                dtype: torch.dtype = torch.float32, bar=None) -> dict:
     """Every item's choices scored -> {'n', 'cut', 'chance', each metric and its '_stderr', 'items': [{'label',
     'pred', 'pred_norm', 'pred_token', 'logprobs': [one sum per choice]}]}."""
@@ -155,7 +150,7 @@ def sliding_windows(n_tokens: int, block_size: int, stride: int) -> list[tuple[i
     return windows
 
 
-def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_tokens: int = 8192,
+def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_tokens: int | None = None,
                dtype: torch.dtype = torch.float32, bar=None) -> dict:
     """{'tokens', 'scored', 'nll_per_token', 'ppl', 'bits_per_byte'} of a tokenized text (at least 2 tokens): the
     mean negative log-likelihood of every token after the first (in nats), its exp, and the same sum in bits over

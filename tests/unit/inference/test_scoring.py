@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from conftest import POS_EMBS, tiny_model
 from data.tokenizer import CharTokenizer
-from inference.scoring import batches, perplexity, row_logprobs, score_task, sliding_windows, stderr
+from inference.scoring import (LOGITS_BUDGET, batches, default_batch_tokens, perplexity, row_logprobs, score_task,
+                               sliding_windows, stderr)
 from inference.tasks import Task, encode_task, parse_item
 
 
@@ -48,6 +49,11 @@ def test_batches_take_rows_longest_first_up_to_the_token_budget():
     assert all(len(g) * (lengths[g[0]] - 1) <= 40 for g in groups) and len(groups) == 3
     assert batches([30], batch_tokens=5) == [[0]]  # a row longer than the budget goes alone
     assert len(batches(lengths, batch_tokens=1000)) == 1
+
+
+def test_the_default_batch_keeps_the_logits_within_budget():
+    assert default_batch_tokens(65) == 8192 and default_batch_tokens(50257) == 1335
+    assert default_batch_tokens(50257) * 50257 <= LOGITS_BUDGET and default_batch_tokens(10 ** 9) == 1
 
 
 def test_the_batch_changes_no_score():
