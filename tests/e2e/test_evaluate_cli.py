@@ -152,3 +152,17 @@ def test_train_py_refuses_a_bad_task_file_before_it_writes_anything(corpus, tmp_
     assert train.cli.run(train.main, tiny_args(corpus, out, f"--eval_tasks={tmp_path / 'odd.jsonl'}")) == 2
     assert "odd.jsonl:1: character" in capsys.readouterr().err  # the corpus has no é: found once it is tokenized
     assert not out.exists()
+
+
+def test_a_text_that_cannot_be_scored_is_refused_in_one_line(tmp_path, capsys):
+    hf_gpt2_folder(tmp_path / "hf")
+    capsys.readouterr()  # save_pretrained's progress bar
+    model = f"--init_from=hf:{tmp_path / 'hf'}"
+    (tmp_path / "one.txt").write_text("a")
+    (tmp_path / "text.txt").write_text(TEXT)
+    assert "--text=" in refused(capsys, model, f"--text={tmp_path / 'missing.txt'}")
+    assert "is 1 token(s) long; perplexity needs at least 2" in refused(capsys, model, f"--text={tmp_path / 'one.txt'}")
+    assert "--stride=17 must be in 1..block_size=16" in refused(capsys, model, f"--text={tmp_path / 'text.txt'}",
+                                                                "--stride=17")
+    assert "is a folder" in refused(capsys, model, f"--text={tmp_path / 'text.txt'}", f"--out={tmp_path}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "one.txt", "text.txt"]  # nothing written
