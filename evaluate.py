@@ -44,7 +44,8 @@ class EvaluateConfig:
     # how
     batch_tokens: int | None = None  # input tokens per forward: (context, choice) rows or text windows, padded on
     #                                  the right to the longest in the batch; more is faster and takes more memory.
-    #                                  None: 8192, fewer for a large vocabulary (logits within 256 MB)
+    #                                  None: 2048 on a CPU, 16384 on a GPU, fewer for a large vocabulary (its
+    #                                  logits within 256 MB)
     device: str = "auto"
     dtype: str = "float32"  # float32 gives figures to compare with other tools and machines; 'auto' picks bf16
     #                         autocast where it is native (faster; the scores move by its rounding)

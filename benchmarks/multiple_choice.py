@@ -1,9 +1,9 @@
 """Multiple-choice scoring speed in items/s (bench.py --target=evaluate): evaluate.py's batched scoring against
 Hugging Face transformers scoring one choice at a time, on the same weights and the same items.
 
-    ours          inference/scoring.py's score_task, what evaluate.py runs: the (context, choice) rows of several
-                  items in one forward (up to 8,192 input tokens), right-padded, longest first; the log-softmax at
-                  the scored positions only
+    ours          inference/choices.py's score_task, what evaluate.py runs: several items in one forward (up to
+                  2,048 input tokens on a CPU), each context run once and its KV cache copied for its choices
+                  (inference/shared_context.py); the log-softmax at the scored positions only
     transformers  GPT2LMHeadModel, one forward per (context, choice) row, the log-softmax of every position, the
                   choice's tokens summed: the plain loop one writes first
 
@@ -18,7 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from inference.scoring import first_max, score_task
+from inference.choices import first_max, score_task
 from inference.tasks import Encoded
 
 from .rounds import alternated

@@ -1,6 +1,6 @@
 """What evaluate.py runs, and what train.py --eval_tasks logs: task files and a text scored into one report.
 
-    report = evaluate(model, tokenizer, read_tasks("hellaswag_val.jsonl"), read_text("book.txt"))
+    report = evaluate(model, tokenizer, read_tasks("hellaswag_val.jsonl"), read_text("book.txt", tokenizer))
     print(report_table(report))
 
 The report (docs/evaluation.md): {"tasks": {NAME: {"n", "cut", "chance", "acc", "acc_norm", "acc_token" and their
@@ -9,7 +9,8 @@ The report (docs/evaluation.md): {"tasks": {NAME: {"n", "cut", "chance", "acc", 
 import torch
 
 from common.errors import DataError, UserError
-from inference.scoring import METRICS, perplexity, progress_bar, score_task, sliding_windows
+from inference.choices import METRICS, score_task
+from inference.scoring import perplexity, progress_bar, sliding_windows
 from inference.tasks import Task, encode_task
 
 

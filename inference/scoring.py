@@ -1,4 +1,4 @@
-"""Scoring a decoder: log-probabilities of token rows, in batches; multiple-choice accuracy; perplexity of a text.
+"""Scoring a decoder: log-probabilities of token rows, in batches; the perplexity of a text.
 
 Everything here rests on `row_logprobs`: for each row of token ids, the sum of log p(token | the tokens before it)
 over its last n tokens. Rows of several items go through one forward (up to batch_tokens input tokens), padded on
@@ -6,11 +6,6 @@ the right: under causal attention a position never sees the ones after it, so th
 position's logits (the scores equal each row scored alone, to float rounding: tests/unit/inference/test_scoring.py).
 Rows are sorted longest first so that a batch holds rows of about one length, which keeps the padding small; the
 order changes no score.
-
-Multiple choice (docs/evaluation.md): a choice's score is the sum of its tokens' log-probabilities given the
-context. acc picks the highest sum; acc_norm the highest sum divided by the choice's length in UTF-8 bytes as
-written (lm-evaluation-harness's normalisation); acc_token the highest mean per token (llm.c's). Each comes with
-its standard error over the items (the sample standard deviation / sqrt(n)). A tie goes to the first choice.
 """
 import math
 import sys
@@ -20,10 +15,11 @@ import torch.nn.functional as F
 
 from common.device import autocast
 from common.eval_mode import evaluating
-from inference.tasks import Encoded
 
-METRICS = ("acc", "acc_norm", "acc_token")
 LOGITS_BUDGET = 2 ** 26  # logits a forward may hold by default (256 MB in float32)
+# input tokens per forward by default: on a CPU a larger batch runs no faster per token (its activations outgrow the
+# caches), on a GPU it fills the device
+BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
 LOGITS_AT_ONCE = 1024  # scored positions whose log-softmax is taken together
 
 
@@ -47,10 +43,11 @@ def batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     return out
 
 
-def default_batch_tokens(vocab_size: int) -> int:
-    """Input tokens per forward when not given: 8,192, fewer for a large vocabulary, so that the forward's logits
-    (tokens x vocab_size floats) stay within LOGITS_BUDGET (GPT-2's 50,257 tokens: 1,335 a forward)."""
-    return max(1, min(8192, LOGITS_BUDGET // vocab_size))
+def default_batch_tokens(model) -> int:
+    """Input tokens per forward when not given: BATCH_TOKENS for the model's device, fewer for a large vocabulary, so
+    that a forward's logits (tokens x vocab_size floats) stay within LOGITS_BUDGET (GPT-2's 50,257 tokens: 1,335)."""
+    device = next(model.parameters()).device.type
+    return max(1, min(BATCH_TOKENS.get(device, BATCH_TOKENS["cpu"]), LOGITS_BUDGET // model.config.vocab_size))
 
 
 def padded(rows: list[list[int]], n_scored: list[int], chunk: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,7 +70,7 @@ def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens
     log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded, the
     model's own forward (so a model sharded by FSDP or compiled runs as in training)."""
     device = next(model.parameters()).device
-    batch_tokens = batch_tokens or default_batch_tokens(model.config.vocab_size)
+    batch_tokens = batch_tokens or default_batch_tokens(model)
     sums = [0.0] * len(rows)
     with evaluating(model):
         for chunk in batches([len(r) for r in rows], batch_tokens):
@@ -98,45 +95,6 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=logits.device)
 
 
-def stderr(hits: list[bool]) -> float | None:
-    """The standard error of a mean of 0/1 outcomes: sample standard deviation / sqrt(n); None for one item."""
-    n = len(hits)
-    if n < 2:
-        return None
-    p = sum(hits) / n
-    return math.sqrt(p * (1 - p) / (n - 1))
-
-
-def first_max(values: list[float]) -> int:
-    return max(range(len(values)), key=lambda j: values[j])  # max keeps the first of equal values
-
-
-def score_task(model, items: list[Encoded], batch_tokens: int | None = None,
-               dtype: torch.dtype = torch.float32, bar=None) -> dict:
-    """Every item's choices scored -> {'n', 'cut', 'chance', each metric and its '_stderr', 'items': [{'label',
-    'pred', 'pred_norm', 'pred_token', 'logprobs': [one sum per choice]}]}."""
-    rows = [row for item in items for row in item.rows]
-    sums = row_logprobs(model, rows, [n for item in items for n in item.n_tokens], batch_tokens, dtype, bar)
-    out_items, at = [], 0
-    for item in items:
-        logprobs = sums[at:at + len(item.rows)]
-        at += len(item.rows)
-        out_items.append({
-            "label": item.label, "pred": first_max(logprobs),
-            "pred_norm": first_max([s / b for s, b in zip(logprobs, item.n_bytes)]),
-            "pred_token": first_max([s / n for s, n in zip(logprobs, item.n_tokens)]),
-            "logprobs": logprobs})
-    report = {"n": len(items), "cut": sum(item.cut for item in items),
-              "chance": sum(1 / len(item.rows) for item in items) / max(len(items), 1)}
-    for metric, key in zip(METRICS, ("pred", "pred_norm", "pred_token")):
-        hits = [it[key] == it["label"] for it in out_items]
-        report[metric] = sum(hits) / max(len(hits), 1)
-        report[f"{metric}_stderr"] = stderr(hits)
-    report["items"] = out_items
-    return report
-
-
-# ---- perplexity of a text ----------------------------------------------------------------------------------------
 def sliding_windows(n_tokens: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
     """Hugging Face's perplexity guide's windows over a text of n_tokens: (start, end, new) for the rows
     tokens[start:end]. Every token but the first is a target exactly once: each window starts `stride` tokens

@@ -38,8 +38,8 @@ def runs(corpus, tasks, tmp_path_factory):
     out = {name: base / name for name in ("one", "two", "two_part")}
     train_run(corpus, out["one"], "--max_iters=10", tasks)
     r = train_run(corpus, out["two"], "--max_iters=10", tasks, processes=2)
-    train_run(corpus, out["two_part"], "--max_iters=5", processes=2)
-    train_run(corpus, out["two_part"], "--max_iters=10", "--init_from=resume", processes=2)
+    train_run(corpus, out["two_part"], "--max_iters=5", tasks, processes=2)
+    train_run(corpus, out["two_part"], "--max_iters=10", "--init_from=resume", processes=2)  # the tasks kept
     return out, r
 
 
