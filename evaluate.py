@@ -6,7 +6,7 @@
 
 A task file is JSON lines in HellaSwag's own format (ctx, endings, label: its files load unchanged) or as
 {"context", "choices", "label"}; each is reported as acc, acc_norm (per UTF-8 byte) and acc_token (per token), with
-standard errors (inference/tasks.py, inference/scoring.py). Nothing is downloaded: you bring the files. The
+standard errors (inference/tasks.py, inference/choices.py). Nothing is downloaded: you bring the files. The
 defaults compute in float32 on any device, so the figures compare with other tools' and between machines.
 """
 import json
@@ -44,7 +44,7 @@ class EvaluateConfig:
     # how
     batch_tokens: int | None = None  # input tokens per forward: (context, choice) rows or text windows, padded on
     #                                  the right to the longest in the batch; more is faster and takes more memory.
-    #                                  None: 2048 on a CPU, 16384 on a GPU, fewer for a large vocabulary (its
+    #                                  None: 2048 on a CPU, 16384 on CUDA, fewer for a large vocabulary (its
     #                                  logits within 256 MB)
     device: str = "auto"
     dtype: str = "float32"  # float32 gives figures to compare with other tools and machines; 'auto' picks bf16

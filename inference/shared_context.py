@@ -3,8 +3,8 @@ the model once, its keys and values are kept in a KV cache (model/kv_cache.py), 
 choices' own tokens run after it.
 
     rows (inference/scoring.py's row_logprobs)   every (context, choice) row whole: k x (context + choice) tokens
-    shared context (here)                        context + k x choice tokens: HellaSwag's 4 endings of ~20 tokens
-                                                 after ~50 of context, about half the work
+    shared context (here)                        context + k x choice tokens: 4 choices half as long as their
+                                                 context, about half the work
 
 The contexts of several items go through one forward, padded on the left so that they end in the same column and
 every choice starts in the next; the masks hide the padding and each row's positions count only its real tokens

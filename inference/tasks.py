@@ -1,4 +1,4 @@
-"""Multiple-choice task files: read, checked and tokenized for scoring (inference/scoring.py, docs/evaluation.md).
+"""Multiple-choice task files: read, checked and tokenized for scoring (inference/choices.py, docs/evaluation.md).
 
 A task file is JSON lines, one item a line (blank lines are skipped), in either of two formats:
 
