@@ -74,3 +74,13 @@ def test_cut_items_go_through_the_rows_and_the_batch_changes_no_score():
         assert sum(got, []) == pytest.approx(sum(one, []), abs=1e-5)
     assert one[2] == pytest.approx([alone(model, row, n) for row, n in zip(items[2].rows, items[2].n_tokens)],
                                    abs=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_the_sums_are_the_cpus():
+    model = tiny_model(pos_emb="learned")
+    items = random_items(seed=2)
+    items.append(item(list(range(10)), [[11, 12, 13, 14, 15, 16, 17], [18]], cut=True))  # through the rows too
+    want = choice_logprobs(model, items, batch_tokens=40)
+    got = choice_logprobs(model.cuda(), items, batch_tokens=40)
+    assert sum(got, []) == pytest.approx(sum(want, []), abs=1e-4)
