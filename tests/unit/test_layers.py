@@ -2,7 +2,7 @@
 
     common (errors, cli, flags, device), configs  <-  model, data  <-  speed, inference  <-  training  <-  insight
     <-  interop, studies, benchmarks
-    <-  the scripts (train.py, sample.py, compare.py, bench.py, visualize.py, probe.py)
+    <-  the scripts (train.py, sample.py, evaluate.py, compare.py, bench.py, visualize.py, probe.py)
 
 Every import statement counts, also one inside a function.
 """
@@ -12,8 +12,8 @@ import os
 from conftest import ROOT
 
 LAYERS = {"common": 0, "configs": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "training": 3, "insight": 4,
-          "interop": 5, "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "compare": 6, "bench": 6,
-          "visualize": 6, "probe": 6}
+          "interop": 5, "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "evaluate": 6, "compare": 6,
+          "bench": 6, "visualize": 6, "probe": 6}
 
 
 def project_modules():
