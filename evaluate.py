@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from common import cli, flags
+from common import cli, flag_scope, flags
 from common.device import DTYPES, pick_device, pick_dtype
 from common.errors import CheckpointError, ConfigError, UserError, need
 from common.files import write_atomic
@@ -87,10 +87,19 @@ def load_model(ec: EvaluateConfig, device):
     return model, tokenizer, f"{path} (step {ckpt.step})"
 
 
+def checked(argv) -> EvaluateConfig:
+    """The flags as an EvaluateConfig, each explicit one checked against where it applies (common/flag_scope.py)."""
+    per_class, explicit = flags.parse_configs(argv, (EvaluateConfig,), {})
+    ec = EvaluateConfig(**per_class[EvaluateConfig])
+    flag_scope.check("evaluate.py", explicit, flag_scope.evaluate_facts(ec))
+    return ec
+
+
 def main(argv) -> None:
-    ec = flags.config_from_argv(argv, EvaluateConfig)
-    if ec is None:  # --help
+    if "--help" in argv or "-h" in argv:
+        print(flags.help_text((EvaluateConfig,), {}, tags=flag_scope.tags("evaluate.py")))
         return
+    ec = checked(argv)
     tasks = read_tasks(ec.tasks, ec.limit) if ec.tasks else []  # every line checked before a model is loaded
     if ec.out and os.path.isdir(ec.out):
         raise ConfigError(f"--out={ec.out} is a folder; give the path of the JSON file to write")
