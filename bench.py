@@ -13,7 +13,9 @@ Targets (--target=NAME, or all):
     mfu            MFU of that step and of one at the default model's shape, float32 and as train.py runs it, each
                    against the float32 / bf16 matmul peak measured at the model's own shapes (training/mfu.py;
                    goal >= 80% of the bf16 peak), the MFU the step would reach if only its matrix products cost
-                   anything (each recorded in one step and replayed alone), and a profile of where the step's time goes
+                   anything (each recorded in one step and replayed alone) and the ms outside them (goal: the step's
+                   MFU >= 0.75x the products'), the same step torch.compile'd (unless --compile_step=false or no
+                   g++), and where the step's time goes by kind of op (casts, softmax, activation, norms, optimizer)
     sampling    3. ms per new token, 6L/384/256, batch 1: our KV cache (eager, and with the torch.compile'd decode
                    step unless --compile_sampling=false) vs nanoGPT's uncached generate vs HF GPT-2's cached
                    generate (benchmarks/sampling.py)
@@ -49,6 +51,7 @@ TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shak
 TTQ_GOAL = 12  # times nanoGPT's wall time to that loss
 QUALITY_LOSS = 1.60  # the goal for our best recipe given nanoGPT's CPU recipe's wall time
 MFU_GOAL = 0.80  # of the bf16 peak measured at the model's shapes, train.py's step
+NEAR_PRODUCTS = 0.75  # the step's MFU over its matrix products' alone: the step near what its products take
 EVAL_GOAL = 3.0  # evaluate.py's items/s over transformers scoring one choice at a time
 QUICK = dict(  # tiny sizes: every code path, a few seconds, numbers meaningless
     shape=dict(n_layer=2, n_head=2, n_embd=32, block_size=32),
@@ -100,8 +103,9 @@ def run_throughput(args, table, want):
     shape = QUICK["shape"] if args.quick else throughput.SHAPE
     bs = QUICK["batch_size"] if args.quick else args.batch_size
     peak_s = 0.0 if args.quick else throughput.PEAK_S
+    compiled = "mfu" in want and args.compile_step and not args.quick and throughput.can_compile()
     res = throughput.measure(args.against_nanogpt, bs, args.repeats, QUICK["steps"] if args.quick else args.steps,
-                             shape, peak_s=peak_s)
+                             shape, peak_s=peak_s, compiled=compiled)
     o, n = res["ours"], res.get("nanogpt")
     size = f"{shape['n_layer']}L/{shape['n_embd']}/T{shape['block_size']}, B{bs}"
     if "throughput" in want:
@@ -119,12 +123,23 @@ def run_throughput(args, table, want):
         d_shape = QUICK["shape"] if args.quick else throughput.DEFAULT_SHAPE
         d = throughput.measure(None, d_bs, args.repeats, QUICK["steps"] if args.quick else args.steps, d_shape,
                                model_kw=throughput.DEFAULT_MATH, levers=throughput.DEFAULT_LEVERS,
-                               peak_s=peak_s)
+                               peak_s=peak_s, compiled=compiled)
         mfu_rows(table, d, f"{d_shape['n_layer']}L/{d_shape['n_embd']}/T{d_shape['block_size']}, B{d_bs} (the "
                            f"default's shape)")
         print(f"  profile of one training step ({size}, float32), top ops by self CPU time:")
         for name, ms, share in res["profile"]:
             print(f"    {name:40s} {ms:9.1f} ms  {share:5.1%}")
+        print_by_kind(res, size)
+        print_by_kind(d, f"{d_shape['n_layer']}L/{d_shape['n_embd']}/T{d_shape['block_size']}, B{d_bs}")
+
+
+def print_by_kind(res, size):
+    """Where train.py's step (--dtype=auto) goes, by kind of op (benchmarks/throughput.py: time_by_kind)."""
+    ms = dict(res["by_kind"])
+    step = ms.pop("step")
+    print(f"  train.py's step ({size}, {res['auto_dtype']}), {step:.0f} ms profiled, by kind of op (self CPU time):")
+    for kind, t in sorted(ms.items(), key=lambda kv: -kv[1]):
+        print(f"    {kind:48s} {t:8.1f} ms  {t / step:5.1%}")
 
 
 def peak_note(res, key) -> str:
@@ -152,9 +167,19 @@ def mfu_rows(table, res, size):
                       f">= {MFU_GOAL:.0%} of bf16 peak", "n/a: bf16 slower than fp32 here"))
     mm, key = res["matmuls"], "bf16" if res["auto_dtype"] == "bfloat16" else "fp32"
     ceiling = mfu(res["flops_per_token"], res["batch_size"] * res["T"] / mm["seconds"], res["peak_" + key])
+    near = mm["seconds"] / a["step_s"]  # the step's MFU over the products' alone
     table.append(("  the same step's matrix products alone", f"{ceiling:.0%} of {key} peak if nothing else cost "
-                  f"(products {mm['seconds'] * 1e3:.0f} ms of the step's {a['step_s'] * 1e3:.0f} ms)", "-", "-", "-",
-                  "-"))
+                  f"(products {mm['seconds'] * 1e3:.0f} ms of the step's {a['step_s'] * 1e3:.0f} ms, "
+                  f"{(a['step_s'] - mm['seconds']) * 1e3:.0f} ms outside them)", "-",
+                  f"step/products {near:.2f}x", f">= {NEAR_PRODUCTS:.2f}x", near >= NEAR_PRODUCTS))
+    if "ours-compiled" in res:
+        c = res["ours-compiled"]
+        mfu_c = res["flops_per_token"] * c["tok_per_s"] / res["peak_" + key]
+        near_c = mm["seconds"] / c["step_s"]
+        table.append(("  the same step torch.compile'd (--compile=true)", f"{mfu_c:.0%} of {key} peak "
+                      f"({c['step_s'] * 1e3:.0f} ms; first step {res['compile_s']:.1f} s)",
+                      f"eager {a['step_s'] * 1e3:.0f} ms", f"{fmt_ratio(c['tok_per_s'], a['tok_per_s'])} eager's, "
+                      f"step/products {near_c:.2f}x", f">= {NEAR_PRODUCTS:.2f}x", near_c >= NEAR_PRODUCTS))
 
 
 def run_sampling(args, table):
@@ -305,6 +330,7 @@ class BenchConfig:
     eval_items: int = 64  # evaluate: multiple-choice items per round
     no_hf: bool = False  # leave Hugging Face transformers out of sampling and evaluate
     compile_sampling: bool = True  # also time the torch.compile'd decode step (--quick leaves it out: compiles)
+    compile_step: bool = True  # mfu: also time train.py's step torch.compile'd (--quick, or no g++, leaves it out)
     lengths: str = "256,512,1024,2048,4096,8192"
     plot: str = "attention_memory.png"  # '' for no plot
     quick: bool = False  # tiny sizes, one round: checks every row runs

@@ -12,6 +12,7 @@ fused kernel, nanoGPT in its foreach one. nanoGPT's batch is 64; on a 2-core CPU
 """
 import contextlib
 import io
+import shutil
 import statistics
 import time
 from typing import NamedTuple
@@ -86,14 +87,16 @@ def step_seconds(model, opt, batch, steps: int, dtype=None) -> float:
 
 
 def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shape=SHAPE, ablate_dropout=False,
-            ablate_linear=False, model_kw=NANOGPT_MATH, levers=None, peak_s=PEAK_S) -> dict:
+            ablate_linear=False, model_kw=NANOGPT_MATH, levers=None, peak_s=PEAK_S, compiled=False) -> dict:
     """Median seconds per step of each model over `repeats` alternating rounds, tokens/s, MFU against the measured
     float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=bernoulli
     (torch's nn.Dropout and SDPA's attention dropout instead of our bulk-drawn masks, speed/dropout.py) as
     'ours-bernoulli'; ablate_linear: also time ours with --linear_impl=aten (torch's F.linear, MKL, instead of
     oneDNN's float32 kernels, speed/linear.py) as 'ours-aten'. 'ours-auto' is ours as train.py runs it by default
     (--dtype=auto): under bf16 autocast where this CPU multiplies bf16 natively (common/device.py probes it), else
-    the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only)."""
+    the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only). compiled: also time
+    that step with the model torch.compile'd (train.py --compile=true) as 'ours-compiled', and its first step
+    (the compile, from inductor's disk cache where it has this graph) as out['compile_s']."""
     # as train.py runs on a CPU (common/malloc.py: freed memory kept for the next step, no page faults per step);
     # a process-wide setting, so nanoGPT's model, timed in this process, gets it too (its train.py does not set it)
     keep_freed_memory()
@@ -111,10 +114,12 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
         models["ours-aten"] = ours(shape, model_kw, **{**levers, "linear_impl": "aten"})
     if nanogpt:
         models["nanogpt"] = theirs(nanogpt, shape)
+    timed_dtype = {"ours-auto": auto, "ours-compiled": auto}  # None (float32) for the others
+    compile_s = compiled and compile_first_step(models, shape, model_kw, levers, batch, auto)
     per = {who: [] for who in models}
     probe = {key: [best_probe(models["ours"][0], batch_size * T, dtype, peak_s)] for key, dtype in PEAK_DTYPES.items()}
     for _, who in alternated(models, repeats):
-        per[who].append(step_seconds(*models[who], batch, steps, auto if who == "ours-auto" else None))
+        per[who].append(step_seconds(*models[who], batch, steps, timed_dtype.get(who)))
     flops_per_token = models["ours"][0].flops_per_token(T)
     out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token, "peak_spread": 0.0}
     for key, dtype in PEAK_DTYPES.items():  # measured again after the steps: the higher is the peak
@@ -127,6 +132,8 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
         s = statistics.median(secs)
         out[who] = {"step_s": s, "tok_per_s": batch_size * T / s, "runs": secs}
     out["ours-auto"] = out.get("ours-auto", out["ours"])  # float32 here: auto picks float32 on this CPU
+    if compiled:
+        out["compile_s"] = compile_s
     out["auto_dtype"] = str(auto).replace("torch.", "")
     out["ours"]["mfu_fp32"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_fp32"]
     out["ours"]["mfu_bf16"] = flops_per_token * out["ours"]["tok_per_s"] / out["peak_bf16"]
@@ -135,8 +142,26 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     out["ours-auto"]["mfu_auto"] = flops_per_token * out["ours-auto"]["tok_per_s"] / auto_peak
     out["profile"] = top_ops(*models["ours"], batch)
     auto_step = "ours-auto" if "ours-auto" in models else "ours"  # float32 where bf16 is not native
-    out["matmuls"] = matmuls_alone(*models[auto_step], batch, auto if auto_step == "ours-auto" else None)
+    auto_dtype = auto if auto_step == "ours-auto" else None
+    out["matmuls"] = matmuls_alone(*models[auto_step], batch, auto_dtype)
+    out["by_kind"] = time_by_kind(*models[auto_step], batch, auto_dtype)
     return out
+
+
+def compile_first_step(models, shape, model_kw, levers, batch, dtype) -> float:
+    """Adds 'ours-compiled' to models: our model (its levers applied) torch.compile'd, as train.py --compile=true
+    runs it; returns the seconds its first step took (the compile, and one step)."""
+    model, opt = ours(shape, model_kw, **levers)
+    models["ours-compiled"] = (torch.compile(model), opt)
+    t0 = time.perf_counter()
+    train_step(*models["ours-compiled"], *batch, dtype)
+    return time.perf_counter() - t0
+
+
+def can_compile() -> bool:
+    """Whether torch.compile can build CPU kernels here: inductor compiles C++ with g++ (a bare Python image may
+    have none)."""
+    return shutil.which("g++") is not None
 
 
 def best_probe(model, rows: int, dtype: torch.dtype, peak_s: float) -> dict:
@@ -154,6 +179,43 @@ def top_ops(model, opt, batch, n: int = 8) -> list[tuple[str, float, float]]:
     total = sum(e.self_cpu_time_total for e in events)
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:n]
     return [(e.key, e.self_cpu_time_total / 1e3, e.self_cpu_time_total / total) for e in top]
+
+
+# What each op of a training step is, for time_by_kind: self CPU time of these ops (anything else: 'other ops')
+KINDS = {
+    "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise"),
+    "casts and copies": ("aten::copy_", "aten::_to_copy", "aten::cat", "aten::clone"),  # autocast's, layouts'
+    "softmax and loss": ("aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax",
+                         "aten::_log_softmax_backward_data", "aten::nll_loss_forward", "aten::nll_loss_backward"),
+    "activation": ("aten::gelu", "aten::gelu_backward", "aten::relu", "aten::threshold_backward", "aten::pow"),
+    "layer norms": ("aten::native_layer_norm", "aten::native_layer_norm_backward"),
+    "dropout masks": ("aten::random_", "aten::randint", "aten::bernoulli_"),
+    "elementwise (RoPE, residuals, masks' products)": ("aten::mul", "aten::mul_", "aten::add", "aten::add_",
+                                                       "aten::sub", "aten::neg", "aten::fill_"),
+}
+
+
+def time_by_kind(model, opt, batch, dtype=None, steps: int = 3) -> dict:
+    """Where a training step's time goes, in ms per step (the mean of `steps` profiled steps): the self CPU time of
+    its ops by kind (KINDS), the optimizer's step (every op inside it, whatever its kind), and 'between the ops' (the
+    wall time less all ops' self time: Python, autograd's bookkeeping, the dispatcher). 'step': the wall time."""
+    train_step(model, opt, *batch, dtype)  # warm-up: optimizer state, allocator
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            train_step(model, opt, *batch, dtype)
+        wall = (time.perf_counter() - t0) / steps
+    kind_of = {op: kind for kind, ops in KINDS.items() for op in ops}
+    ms = dict.fromkeys([*KINDS, "optimizer step", "other ops"], 0.0)
+    for e in prof.events():
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith("Optimizer.step"):
+            parent = parent.cpu_parent
+        kind = "optimizer step" if parent is not None else kind_of.get(e.name, "other ops")
+        ms[kind] += e.self_cpu_time_total / 1e3 / steps
+    ms["between the ops"] = max(0.0, wall * 1e3 - sum(ms.values()))
+    ms["step"] = wall * 1e3
+    return ms
 
 
 BATCHED = (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)  # (B, M, K) @ (B, K, N), baddbmm + a bias

@@ -91,3 +91,25 @@ def test_the_evaluate_benchmark_scores_the_same_weights_and_items_on_both_sides(
     res = mc.measure(load_hf_gpt2(tmp_path), hf, items, repeats=1)
     assert res["same_picks"] and res["max_logprob_diff"] < 1e-4 and res["items"] == 3 and res["choices"] == 12
     assert set(res["items_per_s"]) == {"ours", "transformers"} and res["speedup"] > 0
+
+
+def test_the_products_alone_row_says_the_ms_outside_them_and_the_steps_share_against_its_goal():
+    """bench.py's MFU rows: the products-alone row gives the step's ms outside its products and step/products
+    (the step's MFU over the products' alone) against the 0.75x goal; a compiled step, where timed, gets its own
+    row with the same ratio and its speed over the eager step."""
+    import bench
+    res = {"flops_per_token": 1e6, "batch_size": 2, "T": 50, "auto_dtype": "bfloat16", "peak_fp32": 1e11,
+           "peak_bf16": 1e12, "peak_spread": 0.0, "compile_s": 4.0,
+           "probe_fp32": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e11},
+           "probe_bf16": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e12},
+           "ours": {"mfu_fp32": 0.3, "mfu_bf16": 0.1},
+           "ours-auto": {"step_s": 0.100, "tok_per_s": 1000.0, "mfu_auto": 0.1},
+           "ours-compiled": {"step_s": 0.050, "tok_per_s": 2000.0},
+           "matmuls": {"seconds": 0.040}}
+    table = []
+    bench.mfu_rows(table, res, "tiny")
+    alone = next(r for r in table if "products alone" in r[0])
+    assert "40 ms of the step's 100 ms, 60 ms outside them" in alone[1]
+    assert alone[3] == "step/products 0.40x" and alone[4] == ">= 0.75x" and alone[5] is False
+    compiled = next(r for r in table if "compile" in r[0])
+    assert compiled[3] == "2.00x eager's, step/products 0.80x" and compiled[5] is True and "4.0 s" in compiled[1]

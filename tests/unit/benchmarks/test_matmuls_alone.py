@@ -58,3 +58,20 @@ def test_the_throughput_measure_replays_the_float32_step_where_bf16_is_not_nativ
     shape = dict(n_layer=1, n_head=2, n_embd=32, block_size=16)
     res = throughput.measure(None, 2, 1, 1, shape, peak_s=0.0)
     assert res["auto_dtype"] == "float32" and res["matmuls"]["flops"] > 0
+
+
+def test_a_steps_time_by_kind_counts_each_op_once_and_the_optimizers_ops_as_its_step():
+    """time_by_kind's kinds share out the profiled step: every op's self time lands in one kind, the ops inside
+    the optimizer's step (AdamW's fused kernel) in 'optimizer step' whatever they are, and 'between the ops' is
+    what the wall time leaves; so the kinds sum to the step."""
+    from benchmarks.throughput import KINDS, time_by_kind
+    cfg = GPTConfig(vocab_size=40, n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0)
+    torch.manual_seed(0)
+    model = GPT(cfg).train()
+    opt = make_optimizer(model, 1e-3, 0.0, (0.9, 0.95))
+    batch = tuple(torch.randint(0, cfg.vocab_size, (2, 16)) for _ in range(2))
+    ms = time_by_kind(model, opt, batch, steps=1)
+    assert set(ms) == {*KINDS, "optimizer step", "other ops", "between the ops", "step"}
+    assert ms["matrix products"] > 0 and ms["layer norms"] > 0 and ms["optimizer step"] > 0
+    assert abs(sum(v for k, v in ms.items() if k != "step") - ms["step"]) <= 1e-6 * ms["step"] or \
+        ms["between the ops"] == 0.0  # profiler overhead can make the ops' self times exceed the wall time
