@@ -198,7 +198,8 @@ KINDS = {
 def time_by_kind(model, opt, batch, dtype=None, steps: int = 3) -> dict:
     """Where a training step's time goes, in ms per step (the mean of `steps` profiled steps): the self CPU time of
     its ops by kind (KINDS), the optimizer's step (every op inside it, whatever its kind), and 'between the ops' (the
-    wall time less all ops' self time: Python, autograd's bookkeeping, the dispatcher). 'step': the wall time."""
+    wall time less all ops' self time: Python, autograd's bookkeeping, the dispatcher, and numpy's draws of the bulk
+    dropout masks, speed/dropout.py). 'step': the wall time."""
     train_step(model, opt, *batch, dtype)  # warm-up: optimizer state, allocator
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
