@@ -5,8 +5,6 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from data.mask_token import MASK_TEXT, with_mask_token
-from data.tokenizer import CharTokenizer
 from training import masked_lm as mlm
 from inference.masked import fill_masks, generate_by_masks
 
@@ -83,16 +81,6 @@ def test_loss_is_counted_only_at_selected_positions():
     logits = logits.detach().requires_grad_()
     F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).backward()
     assert logits.grad[~sel].abs().max() == 0 and logits.grad[sel].abs().max() > 0
-
-
-def test_mask_token_encodes_and_decodes():
-    tok = with_mask_token(CharTokenizer("abc ?"))
-    assert tok.vocab_size == 6 and tok.mask_id == 5 and tok.special_ids == [5]
-    ids = tok.encode(f"ab{MASK_TEXT}c{MASK_TEXT}")
-    assert ids == [2, 3, 5, 4, 5] and tok.decode(ids) == f"ab{MASK_TEXT}c{MASK_TEXT}"
-    assert tok.decode_bytes(ids) == f"ab{MASK_TEXT}c{MASK_TEXT}".encode()
-    assert tok.chars == " ?abc"  # the rest of the base tokenizer shows through
-    assert with_mask_token(tok) is tok
 
 
 def test_fill_masks_and_generation_never_predict_the_mask():
