@@ -7,6 +7,7 @@ data/config.py) the file is tests/unit/PACKAGE/test_PACKAGE_MODULE.py. A package
 file of its own: its tests sit in its folder. studies/ and benchmarks/ are experiments, configs/ holds presets.
 """
 import ast
+import functools
 import os
 import re
 import tomllib
@@ -15,11 +16,44 @@ from conftest import ROOT
 
 NOT_WALKED = {"studies", "benchmarks", "configs"}
 
-# module -> the end-to-end test files that run it (each must import it, or run a script whose imports reach it)
+# module -> (what it does that only a whole run shows, the tests/e2e/ files that run it: each must import it or run a
+# script whose imports reach it)
+E2E = "tests/e2e/"
 END_TO_END = {
+    # the commands: processes with flags, files, exit statuses
+    "train.py": ("trains and resumes a run", [E2E + "test_train_then_sample.py", E2E + "test_every_flag.py"]),
+    "sample.py": ("samples from a checkpoint", [E2E + "test_sample_cli.py", E2E + "test_train_then_sample.py"]),
+    "evaluate.py": ("scores a checkpoint or a Hugging Face model on tasks", [E2E + "test_evaluate_cli.py"]),
+    "visualize.py": ("draws a checkpoint's attention", [E2E + "test_attention_pictures_from_a_run.py"]),
+    "compare.py": ("runs a study's report", [E2E + "test_encoder_study.py", E2E + "test_seq2seq_study.py"]),
+    "bench.py": ("runs the benchmarks", [E2E + "test_bench.py"]),
+    # files on a disk: atomic writes, full disks, crashes
+    "common/files.py": ("atomic writes and full disks",
+                        [E2E + "test_disk_full.py", E2E + "test_atomic_checkpoints.py"]),
+    "common/malloc.py": ("page faults of a training process", [E2E + "test_malloc.py"]),
+    "inference/checkpoint.py": ("checkpoints written, crashed and resumed",
+                                [E2E + "test_atomic_checkpoints.py", E2E + "test_resume_and_import_messages.py"]),
+    # prepare's stream: worker processes, shards on disk, locks between processes, resuming after a kill
+    "data/build.py": ("a preparation, resumed after a kill", [E2E + "test_prepare_at_scale.py"]),
+    "data/encode.py": ("tokenizing worker processes", [E2E + "test_prepare_at_scale.py"]),
+    "data/locks.py": ("two preparations at once", [E2E + "test_prepare_at_scale.py"]),
+    "data/shard_writer.py": ("shards written and resumed", [E2E + "test_prepare_at_scale.py"]),
+    "data/shards.py": ("a split read across shards", [E2E + "test_prepare_at_scale.py"]),
+    # a training run's parts, as train.py puts them together
+    "training/config.py": ("train.py's flags and config files", [E2E + "test_every_flag.py"]),
+    "training/setup.py": ("what a run builds", [E2E + "test_train_then_sample.py", E2E + "test_first_run_messages.py"]),
+    "training/loop.py": ("the training loop", [E2E + "test_loop_in_a_run.py", E2E + "test_signals_and_lock.py"]),
+    "training/stopping.py": ("Ctrl-C, SIGTERM and the out_dir lock", [E2E + "test_signals_and_lock.py"]),
+    "training/metrics.py": ("the metrics file and wandb", [E2E + "test_wandb.py", E2E + "test_disk_full.py"]),
+    "training/distributed.py": ("torchrun's processes", [E2E + "test_torchrun.py", E2E + "test_multi_node.py"]),
+    "training/fsdp.py": ("sharded training under torchrun", [E2E + "test_torchrun.py"]),
+    "inference/evaluation.py": ("evaluate.py's report", [E2E + "test_evaluate_cli.py"]),
+    "interop/import_hf.py": ("a Hugging Face folder imported and run (its mappings: tests/unit/interop/test_hf_*.py)",
+                             [E2E + "test_interop_from_a_run.py", E2E + "test_resume_and_import_messages.py"]),
 }
 
 
+@functools.cache
 def walked_modules() -> list[str]:
     """The paths (relative to the root) of the packages' modules and the scripts that pyproject.toml installs."""
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
@@ -69,6 +103,7 @@ def imported_files(tree: ast.AST, package: str) -> set:
     return {f for f in map(module_file, names) if f}
 
 
+@functools.cache
 def reached_by(test_file: str) -> set:
     """The project's files a test file runs: those it imports, the scripts it names ("train.py"), and every file
     their imports reach in turn."""
@@ -95,7 +130,7 @@ def test_every_module_with_code_has_its_test_file_or_runs_end_to_end():
 
 def test_the_end_to_end_list_names_modules_without_a_test_file_and_files_that_run_them():
     wrong = []
-    for path, runs in END_TO_END.items():
+    for path, (_, runs) in END_TO_END.items():
         if path not in walked_modules():
             wrong.append(f"{path} is no module of the walked packages")
         elif has_test_file(path):
