@@ -116,9 +116,15 @@ def reached_by(test_file: str) -> set:
         path = todo.pop()
         if path not in seen:
             seen.add(path)
-            package = path.split("/")[0] if "/" in path else ""
-            todo += imported_files(ast.parse(open(os.path.join(ROOT, path)).read()), package) - seen
+            todo += imports_of(path) - seen
     return seen
+
+
+@functools.cache
+def imports_of(path: str) -> set:
+    """The project's files a project file imports."""
+    package = path.split("/")[0] if "/" in path else ""
+    return imported_files(ast.parse(open(os.path.join(ROOT, path)).read()), package)
 
 
 def test_every_module_with_code_has_its_test_file_or_runs_end_to_end():
