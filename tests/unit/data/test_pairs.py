@@ -1,14 +1,13 @@
 """The encoder-decoder's data (data/pairs.py): the pairs reader's bad lines, the hash split, the prepared folder read
-back, the tasks' answers, and batches that any number of processes draw alike."""
+back (the batches drawn from it: test_pair_batches.py)."""
 import json
 import os
 
 import numpy as np
 import pytest
-import torch
 
 from common.errors import DataError
-from data.pair_batches import FilePairs, PairBatches, TaskPairs, collate, task_pair, val_pair_batches
+from data.pair_batches import FilePairs
 from data.pairs import is_val_pair, prepare_pairs, read_pairs, with_stop_token
 from data.readers import BadDocuments
 from data.tokenizer import CharTokenizer, load_tokenizer
@@ -124,45 +123,6 @@ def test_pairs_longer_than_the_model_takes_are_left_out(tmp_path):
     short = FilePairs(folder, "train", meta, block_size=6)
     assert short.too_long > 0 and len(short) + short.too_long == meta["train_pairs"]
     assert all(len(s) <= 6 and len(t) + 1 <= 6 for s, t in short.first(len(short)))
-
-
-def test_the_tasks_answers():
-    rng = np.random.default_rng(1)
-    for _ in range(50):
-        s, t = task_pair("reverse", rng, 3, 9)
-        assert 3 <= len(s) <= 9 and t == s[::-1]
-        s, t = task_pair("sort", rng, 3, 9)
-        assert list(t) == sorted(s)
-
-
-def test_a_task_never_trains_on_a_validation_pair():
-    train, val = (TaskPairs("reverse", split, 2, 6, seed=0) for split in ("train", "val"))
-    tok = train.tokenizer
-    drawn = {tuple(map(tok.decode, p)) for p in train.draw(np.random.default_rng(0), 2000)}
-    held = {tuple(map(tok.decode, p)) for p in val.first(200)}
-    assert not any(is_val_pair(*p) for p in drawn) and all(is_val_pair(*p) for p in held)
-    assert not drawn & held
-    assert val.first(200) == TaskPairs("reverse", "val", 2, 6, seed=99).first(200)  # the same in every run
-
-
-def test_collate_shifts_the_target_and_pads_both_sides():
-    (source, valid, target_in), targets = collate([([1, 2, 3], [4]), ([5], [6, 7])], stop_id=9)
-    assert source.tolist() == [[1, 2, 3], [5, 0, 0]] and valid.tolist() == [[True] * 3, [True, False, False]]
-    assert target_in.tolist() == [[9, 4, 0], [9, 6, 7]]
-    assert targets.tolist() == [[4, 9, -1], [6, 7, 9]]
-
-
-def test_two_processes_draw_what_one_accumulating_process_draws():
-    pairs = TaskPairs("sort", "train", 2, 8, seed=0)
-    one = PairBatches(pairs, 4, seed=3, stop_id=26)
-    ranks = [PairBatches(pairs, 4, seed=3, stop_id=26, rank=r, world_size=2) for r in (0, 1)]
-    for step in (0, 5):
-        for micro, rank in ((0, 0), (1, 1)):
-            a, b = one.get(step, micro), ranks[rank].get(step, 0)
-            assert all(torch.equal(x, y) for x, y in zip(a[0] + (a[1],), b[0] + (b[1],)))
-    assert not torch.equal(one.get(0, 0)[1], one.get(1, 0)[1])  # each step draws afresh
-    shares = [val_pair_batches(pairs, 4, 5, 26, rank=r, world_size=2) for r in (0, 1)]
-    assert len(shares[0]) == 3 and len(shares[1]) == 2
 
 
 def test_the_stop_token_is_one_id_past_the_vocabulary_and_decodes_to_nothing():

@@ -3,7 +3,6 @@
 each metric's pick is known by arithmetic), and the perplexity of Hugging Face's sliding-window loop."""
 import json
 import math
-import statistics
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch.nn.functional as F
 
 from conftest import POS_EMBS, tiny_model
 from data.tokenizer import CharTokenizer
-from inference.choices import score_task, stderr
+from inference.choices import score_task
 from inference.scoring import LOGITS_BUDGET, batches, default_batch_tokens, perplexity, row_logprobs, sliding_windows
 from inference.tasks import Task, encode_task, parse_item
 
@@ -95,12 +94,6 @@ def test_each_metric_picks_what_its_normalisation_says_on_a_uniform_model():
                                                                                            (2, 0, 0)]
     assert (report["acc"], report["acc_norm"], report["acc_token"]) == pytest.approx((1 / 3, 2 / 3, 1 / 3))
     assert report["n"] == 3 and report["cut"] == 0 and report["chance"] == pytest.approx(1 / 3)
-
-
-def test_the_standard_error_is_the_sample_deviation_over_root_n():
-    hits = [True, False, True, True, False, True, True]
-    assert stderr(hits) == pytest.approx(statistics.stdev(map(float, hits)) / math.sqrt(len(hits)))
-    assert stderr([True]) is None and stderr([True, True]) == 0
 
 
 @pytest.mark.parametrize("n_tokens, block, stride", [(40, 16, 8), (40, 16, 16), (40, 16, 1), (17, 16, 5), (5, 16, 3),

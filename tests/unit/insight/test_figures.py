@@ -1,38 +1,18 @@
-"""The pictures: attention figures for wandb, the sqrt(d_k) and attention-cost benchmarks' numbers and plots."""
+"""The pictures: the sqrt(d_k) and attention-cost benchmarks' numbers and plots (the attention figures:
+test_attention_figures.py)."""
 import math
 
 import pytest
 import torch
 
-from conftest import is_png, tiny_model
+from conftest import is_png
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():
     """These tensors are tiny: a second thread only adds synchronisation, and on a shared 2-core machine much
     more (conftest's fixture restores the thread count afterwards)."""
     torch.set_num_threads(1)
-
-
-def test_attention_figure_for_wandb_keeps_training_mode():
-    from data.tokenizer import CharTokenizer
-    from insight.attention_figures import attention_figure
-
-    model = tiny_model().train()
-    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
-    fig = attention_figure(model, tokenizer, "abcabc")
-    assert model.training and len(fig.axes) == 2 * 3 + 1  # 2 layers x (2 heads + mean), and the colour bar
-
-
-def test_attention_image_drops_characters_the_vocabulary_lacks():
-    from data.tokenizer import CharTokenizer
-    from insight.attention_figures import attention_image
-
-    model = tiny_model().train()
-    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
-    with pytest.raises(ValueError, match="not in this char vocabulary"):
-        tokenizer.encode("abc Z!")  # what the figure alone would meet
-    image = attention_image(model, tokenizer, "abc Z!cab", dpi=30)  # ' ', 'Z', '!' are not in the vocabulary
-    assert image.mode == "RGB" and min(image.size) > 50 and model.training
 
 
 def test_sqrt_dk_numbers_and_plot(tmp_path):

@@ -1,16 +1,16 @@
-"""The architecture options that train faster: qk_norm, mlp_act='relu2' (and 'gelu_exact'), tie_head=False,
-zero_init. Each is checked against a small independent computation written here, and old checkpoints (without
-these fields) must still load as the model they were."""
+"""The architecture options that train faster: qk_norm, mlp_act='relu2' (and 'gelu_exact'; their formulas are
+checked in test_blocks.py and tests/unit/speed/test_relu2.py), tie_head=False, zero_init. Each is checked against a
+small independent computation written here, and old checkpoints (without these fields) must still load as the model
+they were."""
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from model import GPT, GPTConfig
 from inference.checkpoint import Checkpoint
 
-from conftest import tiny_config, tiny_model
+from conftest import tiny_model
 
 NEW_FIELDS = ("qk_norm", "mlp_act", "tie_head", "zero_init")
 
@@ -39,11 +39,6 @@ def test_an_old_checkpoints_implementation_fields_are_ignored():
     assert loaded.config == model.config and type(loaded.blocks[0].attn.backend).__name__ == "SDPA"
     idx = torch.randint(0, 37, (2, 16))
     torch.testing.assert_close(loaded(idx)[0], model(idx)[0], rtol=0, atol=0)
-
-
-def test_bad_activation_is_a_one_line_error():
-    with pytest.raises(ValueError, match="mlp_act='swish' is not one of gelu, gelu_exact, relu2"):
-        tiny_config(mlp_act="swish")
 
 
 # ---- architecture levers --------------------------------------------------------------------------------------
@@ -92,35 +87,6 @@ def test_kv_cache_still_equals_the_full_forward_with_every_lever(pos_emb):
     cache = model.new_cache(2)
     steps = [model(idx[:, :5], cache=cache)[0]] + [model(idx[:, t:t + 1], cache=cache)[0] for t in range(5, 12)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
-
-
-def test_relu2_mlp_is_relu_squared():
-    mlp = tiny_model(seed=5, mlp_act="relu2").blocks[0].mlp
-    x = torch.randn(3, 32)
-    torch.testing.assert_close(mlp(x), F.relu(x @ mlp.up.weight.T).square() @ mlp.down.weight.T)
-    # speed/relu2.py's hand-written backward (2 relu(x)) against finite differences, zeros and negatives included,
-    # and against autograd's own for relu(x).square(): the same numbers, forward and backward
-    from speed.relu2 import FusedReLU2
-
-    fused = FusedReLU2()
-    x = torch.tensor([[-1.5, -0.0, 0.0, 0.25, 2.0]], dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(fused, (x,))
-    assert torch.autograd.gradcheck(fused, (torch.randn(4, 9, dtype=torch.float64, requires_grad=True),))
-    for dtype in (torch.float32, torch.bfloat16):
-        x = torch.randn(64, 128).to(dtype).requires_grad_()
-        grad = torch.randn(64, 128).to(dtype)
-        (a,), (b,) = (torch.autograd.grad(act(x), x, grad) for act in (mlp.act, fused))
-        assert torch.equal(fused(x), mlp.act(x)) and torch.equal(a, b)
-
-
-def test_gelu_exact_is_x_times_the_normal_cdf_and_gelu_its_tanh_approximation():
-    x = torch.linspace(-4, 4, 81)
-    exact = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))  # x * Phi(x)
-    tanh = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))  # GPT-2's
-    for act, want in (("gelu_exact", exact), ("gelu", tanh)):
-        mlp = tiny_model(seed=5, mlp_act=act).blocks[0].mlp
-        torch.testing.assert_close(mlp.act(x), want)
-    assert 1e-4 < (exact - tanh).abs().max() < 1e-3  # close, but two different functions
 
 
 def test_untied_head_is_its_own_matrix_and_round_trips():

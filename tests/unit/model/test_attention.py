@@ -43,48 +43,10 @@ def reference_attention(q, k, v, allowed, bias=None):
     return torch.einsum("bhts,bhsd->bhtd", weights, v.double()).to(q.dtype)
 
 
-def loop_mask(t0, T, causal, window, key_valid):
-    """build_mask() written as the obvious Python loops, to check the tensor version."""
-    B = 1 if key_valid is None else key_valid.size(0)
-    S = t0 + T
-    m = torch.zeros(B, 1, T, S, dtype=torch.bool)
-    for b in range(B):
-        for i in range(T):
-            qi = t0 + i
-            for s in range(S):
-                ok = True
-                if causal and s > qi:
-                    ok = False
-                if window is not None and abs(qi - s) >= window:
-                    ok = False
-                if key_valid is not None and not key_valid[b, s]:
-                    ok = False
-                m[b, 0, i, s] = ok
-    return m
-
-
 def qkv(B=2, H=3, T=7, S=None, D=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     S = S or T
     return [torch.randn(B, H, n, D, generator=g, requires_grad=True) for n in (T, S, S)]
-
-
-@pytest.mark.parametrize("t0", [0, 3])
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("window", [None, 2])
-@pytest.mark.parametrize("padded", [False, True])
-def test_build_mask_matches_loops(t0, causal, window, padded):
-    T = 5
-    key_valid = None
-    if padded:
-        key_valid = torch.ones(2, t0 + T, dtype=torch.bool)
-        key_valid[1, :2] = False
-    got = build_mask(t0, T, causal, window, key_valid)
-    want = loop_mask(t0, T, causal, window, key_valid)
-    if got is None:
-        assert want.all()
-    else:
-        assert torch.equal(got.expand_as(want), want)
 
 
 CASES = {
@@ -443,3 +405,22 @@ def test_a_source_of_only_padding_gives_zeros_where_nothing_is_seen(backend, pos
             block.cross.forward = lambda x, memory_kv, source_mask: torch.zeros_like(x)
         no_source = model.decode(target_in[2:], model.memory_kvs(torch.zeros(1, 6, 32)), None)
     torch.testing.assert_close(logits[2], no_source[0], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("bad, impl, msg", [
+    (dict(attn_score="additive"), "sdpa", "AdditiveScore.*math path only, not attn_impl='sdpa'.*--attn_impl=math"),
+    (dict(attn_score="bilinear"), "tiled", "math path only, not attn_impl='tiled'"),
+    (dict(dropout=0.1), "tiled", "attn_impl='tiled' has no attention dropout"),
+    (dict(), "flash", "attn_impl='flash' is not one of sdpa, math, tiled"),
+])
+def test_a_backend_that_cannot_compute_the_model_is_refused_not_switched(bad, impl, msg):
+    with pytest.raises(ValueError, match=msg):
+        tiny_model(attn_impl=impl, **bad)
+
+
+def test_a_learned_score_runs_on_the_math_path_by_default():
+    from model.attention import Math
+
+    model = tiny_model(attn_score="bilinear")
+    assert all(type(b.attn.backend) is Math for b in model.blocks)
+    assert all(type(b.attn.backend).__name__ == "SDPA" for b in tiny_model().blocks)

@@ -2,11 +2,10 @@
 import pytest
 import torch
 
-from conftest import POS_EMBS, tiny_config, tiny_model
+from conftest import POS_EMBS, tiny_model
 from model import GPT, GPTConfig
 from inference.decode_step import StaticDecoder
 from inference.generate import generate
-from insight.attention_maps import attention_maps
 
 
 def run(model, idx, **kw):
@@ -65,23 +64,6 @@ def test_encoder_sees_the_future(impl, pos_emb):
     assert not torch.allclose(run(model, idx)[:, :10], run(model, changed)[:, :10])
 
 
-@pytest.mark.parametrize("bad, msg", [
-    (dict(n_embd=130, n_head=4), "not divisible by n_head=4"),
-    (dict(pos_emb="rotary"), "pos_emb='rotary' is not one of"),
-    (dict(dropout=1.0), "dropout=1.0"),
-    (dict(n_layer=0), "n_layer=0 must be a positive integer"),
-    (dict(window=0), "window=0"),
-    (dict(n_embd=36, n_head=4, pos_emb="rope"), "even head_dim"),
-])
-def test_config_validation(bad, msg):
-    with pytest.raises(ValueError, match=msg):
-        tiny_config(**bad)
-
-
-def test_head_dim_is_derived():
-    assert tiny_config(n_embd=48, n_head=3).head_dim == 16
-
-
 def test_tied_embeddings_and_param_count():
     model = tiny_model(pos_emb="learned")
     assert model.head.weight is model.wte.weight
@@ -132,42 +114,10 @@ def test_ignore_index_excludes_positions_from_loss():
     torch.testing.assert_close(loss, manual)
 
 
-def test_attention_maps_shape_and_rows():
-    model = tiny_model()
-    maps = attention_maps(model, torch.randint(0, 37, (1, 10)))
-    assert maps.shape == (2, 1, 2, 10, 10)
-    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 1, 2, 10))
-    assert (maps.triu(diagonal=1) == 0).all()
-
-
 def test_flops_per_token():
     model = tiny_model()
     cfg = model.config
     assert model.flops_per_token() == 6 * model.num_params() + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
-
-
-def test_evaluating_switches_off_dropout_and_restores_each_modules_own_mode():
-    from common.eval_mode import evaluating
-
-    a, b = torch.nn.Dropout(0.5).train(), torch.nn.Dropout(0.5).eval()
-    with evaluating(a, b):
-        assert not a.training and not b.training
-        assert torch.equal(a(torch.ones(8)), torch.ones(8))  # dropout is off inside
-    assert a.training and not b.training
-    with pytest.raises(RuntimeError), evaluating(a):
-        raise RuntimeError("inside")
-    assert a.training  # restored after an exception too
-
-    def stream():
-        with evaluating(a):
-            yield 1
-            yield 2
-
-    it = stream()
-    next(it)
-    assert not a.training
-    it.close()  # a generator closed early (a caller that stops sampling) restores it as well
-    assert a.training
 
 
 def padded_twin(vocab_multiple=64):

@@ -5,10 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from data.mask_token import MASK_TEXT, with_mask_token
-from data.tokenizer import CharTokenizer
 from training import masked_lm as mlm
-from inference.masked import fill_masks, generate_by_masks
 
 V, EOT, MASK = 50, 48, 49  # a vocabulary of 50: 48 text tokens, a separator and [MASK]
 
@@ -83,29 +80,3 @@ def test_loss_is_counted_only_at_selected_positions():
     logits = logits.detach().requires_grad_()
     F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).backward()
     assert logits.grad[~sel].abs().max() == 0 and logits.grad[sel].abs().max() > 0
-
-
-def test_mask_token_encodes_and_decodes():
-    tok = with_mask_token(CharTokenizer("abc ?"))
-    assert tok.vocab_size == 6 and tok.mask_id == 5 and tok.special_ids == [5]
-    ids = tok.encode(f"ab{MASK_TEXT}c{MASK_TEXT}")
-    assert ids == [2, 3, 5, 4, 5] and tok.decode(ids) == f"ab{MASK_TEXT}c{MASK_TEXT}"
-    assert tok.decode_bytes(ids) == f"ab{MASK_TEXT}c{MASK_TEXT}".encode()
-    assert tok.chars == " ?abc"  # the rest of the base tokenizer shows through
-    assert with_mask_token(tok) is tok
-
-
-def test_fill_masks_and_generation_never_predict_the_mask():
-    model = tiny_model(vocab_size=V, causal=False)
-    with torch.no_grad():
-        model.head.weight[MASK] += 5.0  # make [MASK] the most likely output everywhere
-    filled, cands = fill_masks(model, [1, MASK, 2, MASK], MASK, top=3)
-    assert [c[0] for c in cands] == [1, 3] and all(len(c[1]) == 3 for c in cands)
-    assert MASK not in filled and filled[0] == 1 and filled[2] == 2
-    probs = [p for _, p in cands[0][1]]
-    assert probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-6
-    g = torch.Generator().manual_seed(0)
-    out = list(generate_by_masks(model, [1, 2], 30, MASK, temperature=1.0, generator=g))  # past block_size=16
-    assert len(out) == 30 and MASK not in out
-    with pytest.raises(ValueError, match="block_size"):
-        fill_masks(model, [1] * 17, MASK)

@@ -1,19 +1,16 @@
-"""Tokenizers: exact round trips, GPT-2 ids checked against GPT-2's own encoder.json, offline use, BPE training."""
+"""Tokenizers (data/tokenizer.py): exact round trips, GPT-2 ids checked against GPT-2's own encoder.json, offline
+use."""
 import json
 import socket
-from collections import Counter
 
 import numpy as np
 import pytest
-import regex
-import tiktoken.load
 
-from data.bpe import N_BYTES, tie_key, train_bpe
-from data.bpe_fast import train_bpe_fast
+from data.bpe import N_BYTES, train_bpe
 from common.errors import DataError
 from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, carry_tokenizer,
                             gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer, load_tokenizer, meta_problem,
-                            ranks_from_bytes, ranks_to_bytes)
+                            ranks_to_bytes)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
         "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"
@@ -110,66 +107,6 @@ def test_gpt2_builds_with_the_network_off(monkeypatch):
         assert gpt2_tokenizer().encode("hello world") == [31373, 995]
     finally:
         gpt2_tokenizer.cache_clear()
-
-
-def naive_bpe(text: str, n_tokens: int) -> dict[bytes, int]:
-    # The textbook algorithm, recounting every pair after every merge; same tie rule (smallest pair of ids).
-    words = Counter(tuple(w.encode()) for w in regex.findall(GPT2_PATTERN, text))
-    vocab = [bytes([b]) for b in range(256)]
-    while len(vocab) < n_tokens:
-        pairs = Counter()
-        for w, f in words.items():
-            for p in zip(w, w[1:]):
-                pairs[p] += f
-        if not pairs:
-            break
-        best = min(pairs, key=lambda p: (-pairs[p], tie_key(p)))
-        new = len(vocab)
-        vocab.append(vocab[best[0]] + vocab[best[1]])
-        merged = Counter()
-        for w, f in words.items():
-            out, i = [], 0
-            while i < len(w):
-                if w[i:i + 2] == best:
-                    out.append(new)
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            merged[tuple(out)] += f
-        words = merged
-    return {t: i for i, t in enumerate(vocab)}
-
-
-def test_bpe_training_matches_naive_reference():
-    text = TEXT + "the thee then there these theatre other brother " * 5
-    assert train_bpe([text], N_BYTES + 80, GPT2_PATTERN) == naive_bpe(text, N_BYTES + 80)
-
-
-def test_bpe_is_deterministic_sized_and_stored_in_tiktoken_format(tmp_path):
-    ranks = train_bpe([TEXT], 300, GPT2_PATTERN)
-    assert ranks == train_bpe([TEXT], 300, GPT2_PATTERN)
-    assert len(ranks) == 300 and sorted(ranks.values()) == list(range(300))
-    tok = bpe_tokenizer(ranks)
-    assert tok.vocab_size == 301 and tok.eot_id == 300
-    path = tmp_path / "bpe.tiktoken"
-    path.write_bytes(ranks_to_bytes(ranks))
-    assert ranks_from_bytes(path.read_bytes()) == ranks
-    assert tiktoken.load.load_tiktoken_bpe(str(path)) == ranks  # tiktoken's own reader agrees
-    # byte-level: text with characters never seen in training still round-trips
-    assert tok.decode(tok.encode("Ωmega ☃ snow")) == "Ωmega ☃ snow"
-
-
-def test_bpe_stops_when_the_text_runs_out_of_pairs():
-    ranks = train_bpe(["ab ab ab"], 5000, GPT2_PATTERN)
-    assert len(ranks) < 5000 and ranks[b"ab"] == 256
-
-
-@pytest.mark.parametrize("n_tokens", [N_BYTES + 40, N_BYTES + 200])  # the second runs out of pairs
-def test_library_bpe_trainer_equals_the_reference(n_tokens):
-    # prepare() trains with Hugging Face tokenizers (data/bpe_fast.py); data/bpe.py is the readable reference.
-    text = TEXT + "the thee then there these theatre other brother " * 5
-    assert train_bpe_fast([text], n_tokens) == train_bpe([text], n_tokens, GPT2_PATTERN)
 
 
 def test_a_meta_that_carries_its_bpe_merges_needs_no_folder(tmp_path):

@@ -1,15 +1,10 @@
-"""The attention explorer page and the induction scores, without a browser (tests/e2e/test_explorer_browser.py drives
-the page in headless Chromium): the stored weights decode to the model's maps, the page needs no network, the
-scores equal references written here. (From a run train.py wrote: tests/e2e/test_explorer_from_a_run.py.)"""
-
+"""The induction scores (insight/induction.py) against references written here."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
 from insight.attention_maps import attention_maps
-from pages import QUANTISATION_ERROR, page_parts
-
 
 
 @pytest.fixture(autouse=True)
@@ -17,63 +12,27 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
-def test_encoder_page_stores_full_rows():
-    from data.tokenizer import CharTokenizer
-    from insight.explorer_html import dequantise, explorer_html
-
-    model = tiny_model(causal=False)
-    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
-    meta, blob = page_parts(explorer_html(model, tokenizer, "abcdefg"))
-    assert not meta["causal"] and len(blob) == 2 * 2 * 2 * 7 * 7
-    maps = attention_maps(model, torch.tensor([tokenizer.encode("abcdefg")]))[:, 0]
-    torch.testing.assert_close(dequantise(blob, 2, 2, 7, False), maps, atol=QUANTISATION_ERROR, rtol=0)
-    assert (maps[..., 0, 1:] > 0).all()  # an encoder's first token sees the future: the page must store it
-
-
-def test_quantisation_error_is_half_a_step_at_most():
-    from insight.explorer_html import dequantise, quantise
-
-    maps = torch.rand(2, 3, 9, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64).float()
-    for causal in (True, False):
-        back = dequantise(quantise(maps, causal), 2, 3, 9, causal)
-        kept = torch.ones(9, 9, dtype=torch.bool).tril() if causal else torch.ones(9, 9, dtype=torch.bool)
-        error = (back - maps)[..., kept].abs().max().item()
-        assert 7e-6 < error <= QUANTISATION_ERROR  # the bound, and nearly reached by 2 * 3 * 45 random weights
-
-
-class WordTokenizer:
-    """A stand-in tokenizer of whole words, one of them a closing script tag: none of ours has such a token (GPT-2's
-    pattern splits '</' from 'script'), but a page must not break on one."""
-
-    words = ["a", "</script>", "b", "</Script/>"]  # the HTML parser ends a script at either
-    vocab_size = 4
-
-    def encode(self, text):
-        return [self.words.index(w) for w in text.split(" ")]
-
-    def decode(self, ids):
-        return " ".join(self.words[i] for i in ids)
-
-
-def test_a_token_that_spells_a_closing_script_tag_stays_inside_the_page_data():
-    from insight.explorer_html import explorer_html
-    from insight.explorer_page import PAGE
-
-    text = "a </script> b </Script/>"
-    page = explorer_html(tiny_model(vocab_size=4), WordTokenizer(), text)
-    assert page.lower().count("</script") == PAGE.lower().count("</script")  # only the page's own closing tags
-    meta, _ = page_parts(page)
-    assert meta["tokens"] == text.split(" ")
-
-
-def test_too_long_a_text_is_refused_with_one_line():
-    from common.errors import UserError
-    from data.tokenizer import CharTokenizer
-    from insight.explorer_html import explorer_html
-
-    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
-    with pytest.raises(UserError, match="context is 16"):
-        explorer_html(tiny_model(), tokenizer, "a" * 17)
+def reference_logits(model, idx, drop=None):
+    """The tiny model's forward written out (learned positions, pre-norm, tied head, causal or not), with head
+    `drop` = (layer, head) zeroed before the output projection: an independent check of
+    insight/induction.HeadRemoved."""
+    cfg = model.config
+    B, T = idx.shape
+    H, D = cfg.n_head, cfg.head_dim
+    x = model.wte(idx) + model.pos.table(torch.arange(T))
+    for layer, block in enumerate(model.blocks):
+        h = block.norm1(x)
+        q, k, v = block.attn.qkv(h).split(cfg.n_embd, dim=2)
+        q, k, v = (z.view(B, T, H, D).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / D ** 0.5
+        if cfg.causal:
+            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        y = scores.softmax(-1) @ v  # (B, H, T, D)
+        if drop is not None and drop[0] == layer:
+            y[:, drop[1]] = 0.0
+        x = x + block.attn.proj(y.transpose(1, 2).reshape(B, T, cfg.n_embd))
+        x = x + block.mlp(block.norm2(x))
+    return F.linear(model.norm(x), model.wte.weight)
 
 
 def test_prefix_matching_score_reads_the_token_after_the_previous_occurrence():
@@ -100,29 +59,6 @@ def test_prefix_matching_score_reads_the_token_after_the_previous_occurrence():
     for T in (5, 11):  # not a sequence of 5 shown twice
         with pytest.raises(ValueError, match=f"{T} tokens"):
             prefix_matching(torch.rand(1, 1, T, T), 5)
-
-
-def reference_logits(model, idx, drop=None):
-    """The tiny model's forward written out (learned positions, pre-norm, tied head, causal or not), with head
-    `drop` = (layer, head) zeroed before the output projection: an independent check of
-    insight/induction.HeadRemoved."""
-    cfg = model.config
-    B, T = idx.shape
-    H, D = cfg.n_head, cfg.head_dim
-    x = model.wte(idx) + model.pos.table(torch.arange(T))
-    for layer, block in enumerate(model.blocks):
-        h = block.norm1(x)
-        q, k, v = block.attn.qkv(h).split(cfg.n_embd, dim=2)
-        q, k, v = (z.view(B, T, H, D).transpose(1, 2) for z in (q, k, v))
-        scores = (q @ k.transpose(-1, -2)) / D ** 0.5
-        if cfg.causal:
-            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
-        y = scores.softmax(-1) @ v  # (B, H, T, D)
-        if drop is not None and drop[0] == layer:
-            y[:, drop[1]] = 0.0
-        x = x + block.attn.proj(y.transpose(1, 2).reshape(B, T, cfg.n_embd))
-        x = x + block.mlp(block.norm2(x))
-    return F.linear(model.norm(x), model.wte.weight)
 
 
 @torch.no_grad()

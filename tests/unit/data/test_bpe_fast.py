@@ -1,0 +1,14 @@
+"""The library BPE trainer prepare() uses (data/bpe_fast.py) against the readable one (data/bpe.py)."""
+import pytest
+
+from data.bpe import N_BYTES, train_bpe
+from data.bpe_fast import train_bpe_fast
+from data.tokenizer import GPT2_PATTERN
+from test_tokenizer import TEXT  # the tokenizers' sample text
+
+
+@pytest.mark.parametrize("n_tokens", [N_BYTES + 40, N_BYTES + 200])  # the second runs out of pairs
+def test_library_bpe_trainer_equals_the_reference(n_tokens):
+    # prepare() trains with Hugging Face tokenizers (data/bpe_fast.py); data/bpe.py is the readable reference.
+    text = TEXT + "the thee then there these theatre other brother " * 5
+    assert train_bpe_fast([text], n_tokens) == train_bpe([text], n_tokens, GPT2_PATTERN)

@@ -1,0 +1,88 @@
+"""Fitting the probe models (insight/probe_fit.py): a tiny model beats chance on each task, sizes are drawn as asked,
+and the prefix score equals a reference written here. The tasks' answers: test_probe_tasks.py."""
+import pytest
+import torch
+
+from insight import probe_tasks as pt
+from insight.probe_fit import ProbeModel, accuracy, fit
+from insight.attention_maps import attention_maps
+
+TINY = ProbeModel(n_layer=2, n_head=2, n_embd=32, steps=100, batch_size=32, learning_rate=1e-2)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)  # tiny tensors; conftest restores the thread count
+
+
+# (task, causal, size, at least): a few times chance after 100 steps of a 2x32 model (seconds)
+BEATS_CHANCE = [("copy", True, 4, 4 * pt.CHANCE["copy"]), ("copy", False, 4, 4 * pt.CHANCE["copy"]),
+                ("induction", True, 4, 4 * pt.CHANCE["induction"]), ("recall", True, 2, 2 * pt.CHANCE["recall"]),
+                ("dyck", True, 6, 0.65)]
+
+
+@pytest.mark.parametrize("task,causal,n,floor", BEATS_CHANCE)
+def test_a_tiny_model_beats_chance(task, causal, n, floor):
+    untrained = fit(task, n, "rope", causal, ProbeModel(steps=0))
+    model = fit(task, n, "rope", causal, TINY)
+    acc = accuracy(model, task, n, batches=1)
+    assert acc > floor, (task, acc, pt.CHANCE[task])
+    assert acc > accuracy(untrained, task, n, batches=1)
+
+
+def test_learned_positions_report_no_accuracy_past_the_trained_length():
+    model = fit("copy", 3, "learned", True, ProbeModel(steps=0))
+    assert accuracy(model, "copy", 3, batches=1) is not None and accuracy(model, "copy", 6, batches=1) is None
+
+
+def test_a_mixed_fit_trains_on_every_size_and_a_fixed_one_on_n(monkeypatch):
+    import insight.probe_fit as probe_fit
+
+    seen, batches = [], []
+    real = probe_fit.make_batch
+
+    def record(task, B, n, g):
+        out = real(task, B, n, g)
+        seen.append(n)
+        batches.append(out[0])
+        return out
+
+    monkeypatch.setattr(probe_fit, "make_batch", record)
+    fit("copy", 6, "alibi", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=40, batch_size=2, mixed=True))
+    assert set(seen) == {3, 4, 5, 6}
+    seen.clear()
+    batches.clear()
+    fit("copy", 6, "alibi", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=5, batch_size=2), seed=3)
+    assert seen == [6] * 5
+    # one size draws nothing else from the stream: the batches are the generator's first five, as before --mixed
+    g = torch.Generator().manual_seed(3)
+    for got in batches:
+        assert torch.equal(got, real("copy", 2, 6, g)[0])
+
+
+def test_best_prefix_score_reads_the_attention_at_the_token_after_the_previous_occurrence():
+    from insight.induction import repeated_tokens
+    from insight.probe_fit import EVAL_SEED_OFFSET, PREFIX_SEQUENCES, best_prefix_score
+
+    model = fit("induction", 5, "rope", True, ProbeModel(n_layer=2, n_head=2, n_embd=16, steps=0))
+    n, T = 5, 9  # the decoder reads 2n - 1 tokens
+    # reference: for each head, the mean over held-out sequences and over second-copy queries t of the weight on
+    # key t - n + 1, one sequence at a time; then the best head
+    total = torch.zeros(2, 2)
+    for i in range(PREFIX_SEQUENCES):
+        idx = repeated_tokens(pt.N_SYMBOLS, n, 7 + EVAL_SEED_OFFSET + i)[:, :T]
+        assert idx.max() < pt.N_SYMBOLS and idx[0, :n].unique().numel() == n
+        with torch.no_grad():
+            maps = attention_maps(model.eval(), idx)[:, 0]  # (L, H, T, T)
+        for layer in range(2):
+            for head in range(2):
+                total[layer, head] += sum(float(maps[layer, head, t, t - n + 1]) for t in range(n, T)) / (T - n)
+    assert PREFIX_SEQUENCES == 8  # more than one: a single sequence has only n - 1 queries
+    ref = float(total.max()) / PREFIX_SEQUENCES
+    for mode in (True, False):  # the model's mode is left as it was found
+        model.train(mode)
+        assert best_prefix_score(model, n, seed=7) == pytest.approx(ref, abs=1e-6)
+        assert model.training is mode
+    learned = fit("induction", 5, "learned", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=0))
+    assert best_prefix_score(learned, 5) is not None and best_prefix_score(learned, 10) is None  # past its table
+    assert best_prefix_score(model, pt.N_SYMBOLS + 1) is None  # no room for that many distinct symbols
