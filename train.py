@@ -7,11 +7,12 @@ A run, top to bottom (each step in the module named):
      (a flag given where it does not apply is refused; a resume keeps its           common/flag_scope.py
      checkpoint's device)
   2. under torchrun, this process joins the group (one process: nothing to join)  training/distributed.py
-  3. a run already training in out_dir is refused at once                         training/stopping.py
+  3. what out_dir holds: a run already training there is refused at once; a      training/out_dir.py
+     resumed run's settings are its checkpoint's (and the flags' changes)
   4. everything is built and checked, and nothing written: the data (prepared     training/setup.py
-     once), the objective, the model (fresh, resumed or imported) with the speed
+     once), the objective, the model (fresh, resumed or imported) with the speed    training/run_data.py
      levers applied, the optimizer, the batches
-  5. out_dir is locked and claimed: only now is anything written there            training/stopping.py, setup.py
+  5. out_dir is locked and claimed: only now is anything written there            training/out_dir.py
   6. the loop trains, evaluating, checkpointing and sampling every eval_interval  training/loop.py
      steps; Ctrl-C or SIGTERM saves a checkpoint after the current step and says how to resume
 Exit codes: 0 done, 2 a mistake in the flags or the data (one line saying what to change), 130/143 stopped.
@@ -19,8 +20,8 @@ Exit codes: 0 done, 2 a mistake in the flags or the data (one line saying what t
 import sys
 
 from common import cli
-from training import distributed, loop, setup, stopping
-from training.config import configure, help_text
+from training import distributed, loop, out_dir, setup
+from training.config import checkpoint_system, configure, help_text
 from training.loop import on_disk
 from training.stopping import Stopped
 
@@ -30,7 +31,7 @@ def main(argv) -> None:
         print(help_text(argv))
         return
     tc, model_overrides, sc, explicit = configure(argv)  # 1
-    tc = setup.checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
+    tc = checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
     init_model = None
     if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
         from interop.import_hf import initializer
@@ -39,10 +40,11 @@ def main(argv) -> None:
     d, device_name = distributed.init(tc.device, tc.backend)  # 2
     lock = None
     try:
-        stopping.refuse_if_in_use(tc.out_dir, d)  # 3
-        run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc)  # 4
-        lock = stopping.lock_out_dir(tc.out_dir, d)  # 5
-        setup.claim_out_dir(run)
+        out_dir.refuse_if_in_use(tc.out_dir, d)  # 3
+        tc, ckpt = out_dir.starting_config(tc, model_overrides, explicit, d)
+        run = setup.build(tc, ckpt, model_overrides, explicit, d, device_name, init_model, sc)  # 4
+        lock = out_dir.lock_out_dir(tc.out_dir, d)  # 5
+        out_dir.claim_out_dir(run)
         loop.train(run, *evaluation_hooks(run.tc))  # 6
         distributed.barrier(d)  # no process tears the group down while another still talks in it
     except Stopped as stopped:  # a graceful stop: the checkpoint is saved and the resume command printed
