@@ -24,6 +24,8 @@ Targets (--target=NAME, or all):
     prepare        data/prepare.py's MB/s on documents of --input's paragraphs (--prepare_sizes MB, .txt and .jsonl,
                    char and gpt2, 1 and 2 workers) over tiktoken's one-thread encode of the same text
                    (benchmarks/prepare.py); goals >= 1.0x with 1 worker, >= 1.9x with 2, peak RSS <= 1 GB
+    evaluate       multiple-choice scoring, items/s: evaluate.py's batched rows vs transformers scoring one choice at
+                   a time, the same random 6L/384 GPT-2 and items (benchmarks/multiple_choice.py); goal >= 3x
     memory         attention time and peak memory vs T: math vs SDPA vs sliding window, plotted
                    (benchmarks/attention_cost.py); the SDPA / math peak-memory ratio at T=4096
 Every timed ratio but memory's is of medians over --repeats rounds in which the contenders alternate (the order
@@ -42,11 +44,12 @@ from common.errors import FlagError  # noqa: E402
 from common.flags import config_from_argv  # noqa: E402
 from training.mfu import mfu  # noqa: E402
 
-TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "llama_cpp", "prepare", "memory")
+TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "llama_cpp", "prepare", "evaluate", "memory")
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
 TTQ_GOAL = 12  # times nanoGPT's wall time to that loss
 QUALITY_LOSS = 1.60  # the goal for our best recipe given nanoGPT's CPU recipe's wall time
 MFU_GOAL = 0.80  # of the bf16 peak measured at the model's shapes, train.py's step
+EVAL_GOAL = 3.0  # evaluate.py's items/s over transformers scoring one choice at a time
 QUICK = dict(  # tiny sizes: every code path, a few seconds, numbers meaningless
     shape=dict(n_layer=2, n_head=2, n_embd=32, block_size=32),
     ttq_flags=["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--max_iters=3",
@@ -240,6 +243,38 @@ def run_prepare(args, table):
                 corpus.unlink()
 
 
+def run_evaluate(args, table):
+    """evaluate.py's scoring against transformers one choice at a time, on the same weights: a random GPT-2 saved by
+    transformers, imported here by interop/import_hf.py (benchmarks/multiple_choice.py times both)."""
+    import importlib.util
+    import tempfile
+    from benchmarks import multiple_choice as mc
+    from interop.import_hf import load_hf_gpt2
+    shape = QUICK["shape"] if args.quick else mc.SHAPE
+    items = mc.random_items(4, context=(4, 10), choice=(2, 8)) if args.quick else mc.random_items(args.eval_items)
+    with_hf = not args.no_hf and importlib.util.find_spec("transformers") is not None
+    with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
+        hf = mc.hf_model(shape) if with_hf else None
+        if hf is None:  # ours alone: a GPT-2-shaped model of our own
+            from model import GPT, GPTConfig
+            torch.manual_seed(0)
+            ours = GPT(GPTConfig(vocab_size=mc.VOCAB, pos_emb="learned", bias=True, **shape)).eval()
+        else:
+            hf.save_pretrained(tmp)
+            ours = load_hf_gpt2(tmp)
+    res = mc.measure(ours, hf, items, args.repeats)
+    name = f"evaluate {shape['n_layer']}L/{shape['n_embd']}, {res['items']} items x 4 choices"
+    ours_s = f"{res['items_per_s']['ours']:.1f} items/s"
+    if hf is None:
+        table.append((name, ours_s, "n/a (no transformers)", "-", f">= {EVAL_GOAL:.0f}x", "n/a"))
+        return
+    print(f"  evaluate: the same picks on every item: {res['same_picks']}; largest log-probability difference "
+          f"{res['max_logprob_diff']:.2g}")
+    table.append((name, ours_s, f"transformers 1 choice/forward {res['items_per_s']['transformers']:.1f} items/s",
+                  f"{res['speedup']:.2f}x", f">= {EVAL_GOAL:.0f}x, same picks",
+                  res["speedup"] >= EVAL_GOAL and res["same_picks"]))
+
+
 def run_memory(args, table):
     lengths = QUICK["lengths"] if args.quick else [int(t) for t in args.lengths.split(",")]
     rows = attention_cost.measure(lengths, repeats=1 if args.quick else args.repeats, skip=("tiled",))
@@ -267,7 +302,8 @@ class BenchConfig:
     new_tokens: int = 500
     new_tokens_llama: int = 500  # llama_cpp: new tokens after a 32-token prompt (benchmarks/llama_cpp.py)
     prepare_sizes: str = "100,1000"  # prepare: corpus sizes in MB
-    no_hf: bool = False  # leave Hugging Face transformers out of sampling
+    eval_items: int = 64  # evaluate: multiple-choice items per round
+    no_hf: bool = False  # leave Hugging Face transformers out of sampling and evaluate
     compile_sampling: bool = True  # also time the torch.compile'd decode step (--quick leaves it out: compiles)
     lengths: str = "256,512,1024,2048,4096,8192"
     plot: str = "attention_memory.png"  # '' for no plot
@@ -300,6 +336,8 @@ def main(argv) -> None:
         run_llama_cpp(args, table)
     if "prepare" in want:
         run_prepare(args, table)
+    if "evaluate" in want:
+        run_evaluate(args, table)
     if "memory" in want:
         run_memory(args, table)
     print(f"\n{'target':44s} | {'ours':44s} | {'reference':40s} | {'ratio':26s} | {'goal':22s} | met")

@@ -41,6 +41,7 @@ from common import flags
 from data.mask_token import MASK_TEXT
 import speed
 from speed import SpeedConfig
+from speed import int8_kernel
 from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, path_in
@@ -369,7 +370,7 @@ def for_decoding(model, sc: SampleConfig, speed_config: SpeedConfig, dtype):
     if dtype != torch.float32:
         model = half_weights(model, dtype)
     speed.apply(model, speed_config)
-    quantize(model, sc.quantize)
+    quantize(model, sc.quantize, int8_kernel.for_device(next(model.parameters()).device))
     if sc.pack_weights:
         pack_weights(model)
     return model

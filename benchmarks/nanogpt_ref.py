@@ -26,8 +26,12 @@ def check_checkout(path: str) -> str:
 
 
 def load_model_module(path: str):
-    """nanoGPT's model.py as a module (GPT, GPTConfig), imported from its checkout under a name of its own."""
-    path = check_checkout(path)
+    """nanoGPT's model.py as a module (GPT, GPTConfig), imported from its checkout (or any folder holding that
+    file alone) under a name of its own."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(os.path.join(path, "model.py")):
+        raise SetupError(f"--nanogpt={path} holds no nanoGPT model.py; git clone https://github.com/karpathy/nanoGPT "
+                         f"{path} (or copy its model.py there)")
     spec = importlib.util.spec_from_file_location("nanogpt_model", os.path.join(path, "model.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules["nanogpt_model"] = module  # dataclasses look their module up by name

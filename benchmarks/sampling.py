@@ -21,6 +21,7 @@ import torch
 from model import GPT, GPTConfig
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
+from speed.int8_kernel import for_device
 from speed.one_token import OneTokenLoops
 
 from . import nanogpt_ref
@@ -37,7 +38,7 @@ def ours(pos_emb: str, shape=SHAPE, weights: str = "float32", compile: bool = Fa
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, pos_emb=pos_emb, **shape)).eval()
     if weights == "int8":
-        quantize(model, "int8")
+        quantize(model, "int8", for_device("cpu"))
     elif weights == "bfloat16":
         model = model.to(torch.bfloat16)
     decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops) if compile else None  # as sample.py compiles it

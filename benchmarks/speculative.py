@@ -21,6 +21,7 @@ from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
 from inference.speculative import speculative_stream
 from inference.checkpoint import in_folder_or_file, load_for_inference
+from speed.int8_kernel import for_device
 from speed.one_token import OneTokenLoops
 
 from .rounds import alternated
@@ -53,8 +54,8 @@ def main(argv) -> None:
         torch.set_num_threads(bc.threads)
     model, tokenizer, _ = load(bc.model)
     draft, _, _ = load(bc.draft)
-    quantize(model, bc.quantize)
-    quantize(draft, bc.quantize)
+    quantize(model, bc.quantize, for_device("cpu"))
+    quantize(draft, bc.quantize, for_device("cpu"))
     prompt = tokenizer.encode(bc.prompt)
     ks = [int(k) for k in bc.guesses.split(",")]
     n = bc.tokens

@@ -79,6 +79,9 @@ TABLES = {
         rule("log_induction sample_prompt wandb_attention_probe", "an encoder-decoder is scored by exact match and "
              "its sample is a validation source", model=TEXT),
         rule("muon_lr muon_momentum muon_ns_steps", optimizer=("muon",)),
+        rule("eval_tasks", "an encoder, a cheater and an encoder-decoder have no next-token probabilities to score "
+             "choices with", model=("decoder",)),
+        rule("eval_tasks_n", "it caps the items of --eval_tasks", tasks=(True,)),
         rule("overwrite", "--init_from=resume and auto continue the run in out_dir", init_from=("scratch", "hf")),
         rule("preset", "a resumed run keeps its checkpoint's settings and changes those the flags give",
              init_from=("scratch", "auto", "hf")),
@@ -106,6 +109,11 @@ TABLES = {
         rule("html_max_tokens", "--max_tokens limits the PNG", html=(True,)),
         rule("wandb_log wandb_project", "it logs the --html page", html=(True,)),
         rule("wandb_project", wandb_log=(True,))),
+    "evaluate.py": table(
+        "tasks text batch_tokens device dtype out init_from",
+        rule("out_dir ckpt", "--init_from=hf:FOLDER scores that folder's model", model_from=("run",)),
+        rule("limit", "it caps the items of --tasks", tasks=(True,)),
+        rule("stride", "it moves --text's sliding window", text=(True,))),
     # compare.py: --study picks one study, whose own dataclass holds the rest; every flag of a study applies to it
     "compare.py": table("study"),
     "compare.py --study=encoder": table(
@@ -136,7 +144,7 @@ def _article(word: str) -> str:
 DATA = {"dataset": "the built-in dataset", "input": "--input", "pairs": "--pairs", "task": "--task"}
 VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data": tuple(DATA),  # each fact's values
           "init_from": ("scratch", "resume", "auto", "hf"), "wandb_log": (False, True), "draft": (False, True),
-          "html": (False, True)}
+          "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf")}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -154,6 +162,10 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
               lambda v: "--draft is given" if v else "no --draft is given",
               lambda vs: "--draft" if vs[0] else "no --draft"),
     "html": (lambda vs: "with --html", lambda v: "no --html is given", lambda vs: "--html"),
+    "tasks": (lambda vs: "with task files", lambda v: "no task file is given", lambda vs: "tasks"),
+    "text": (lambda vs: "with --text", lambda v: "no --text is given", lambda vs: "--text"),
+    "model_from": (lambda vs: "to a run's checkpoint", lambda v: "--init_from=hf:FOLDER is given",
+                   lambda vs: "a run"),
 }
 
 
@@ -208,7 +220,13 @@ def train_facts(tc) -> dict:
     data = ("pairs" if tc.pairs is not None else "task") if tc.model == "seq2seq" else \
         ("input" if tc.input is not None else "dataset")
     return {"model": tc.model, "optimizer": tc.optimizer, "data": data, "wandb_log": tc.wandb_log,
-            "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from}
+            "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from, "tasks": tc.eval_tasks is not None}
+
+
+def evaluate_facts(ec) -> dict:
+    """The facts of an evaluate.py run, from its EvaluateConfig."""
+    return {"tasks": ec.tasks is not None, "text": ec.text is not None,
+            "model_from": "hf" if ec.init_from else "run"}
 
 
 def print_notes(notes: list[str]) -> None:

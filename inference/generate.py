@@ -61,12 +61,23 @@ def greedy(logits):
     return logits.argmax(dim=-1)
 
 
+def exponential_race(probs, generator=None):
+    """probs: (B, V) -> (B,) one token per row drawn from probs: the argmax of probs / E, E independent Exp(1) noise
+    (token i wins with probability probs[i]). It is torch.multinomial's own draw for one sample, without the checks
+    of probs it makes first, each a read back to the host: on a GPU two syncs per token, which stall the next
+    forward's launch. The same tokens as torch.multinomial from the same generator on a CPU (tested)."""
+    return (probs / torch.empty_like(probs).exponential_(generator=generator)).argmax(dim=-1)
+
+
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, generator=None):
     """logits: (B, V) -> (B,) token ids. temperature 0 (or below MIN_TEMPERATURE) is greedy (argmax), whatever the
-    filters."""
+    filters. Off the CPU the draw makes no host sync, and a non-finite distribution goes unchecked (a check would be
+    one): the CPU's multinomial checks it at no such cost."""
     if temperature < MIN_TEMPERATURE:
         return greedy(logits)
     probs = next_token_probs(logits, temperature, top_k, top_p, min_p)
+    if probs.device.type != "cpu":
+        return exponential_race(probs, generator)
     try:
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
     except RuntimeError:  # NaN/inf: checked here, where it costs nothing, rather than each step

@@ -8,13 +8,14 @@ signed byte instead of four float32 bytes cuts that traffic by 4x. Activations s
     Wq[n, k] = round(W[n, k] / scale[n])  in [-127, 127]   so W ~= Wq * scale, error <= scale[n] / 2 per weight
     y = x @ (Wq * scale)^T + b
 
-On CPU torch has a kernel for exactly this product (aten._weight_int8pack_mm); it is fast with bfloat16
+On CPU torch has a kernel for exactly this product (aten._weight_int8pack_mm, a private op: speed/int8_kernel.py
+calls it, and the script hands it to `quantize`, as it applies the other speed levers); it is fast with bfloat16
 activations (float32 ones take a slow path), so the input row is rounded to bf16 on the way in and the result
 returned in the caller's dtype. The kernel reads K in blocks of KERNEL_K_BLOCK with no tail (other widths read
 past the row: garbage or a crash), so the weight's columns are padded with zeros up to a whole block and an input of
-another width gets zero columns too: the zeros add nothing to the product. Where the kernel is missing (another
-device, decided at each call, so a quantized model can still be moved; other builds) the weights are dequantised
-and multiplied in the input's dtype: the same int8 numbers, no speed-up.
+another width gets zero columns too: the zeros add nothing to the product. Without the kernel (none handed in, or
+an input on another device, decided at each call, so a quantized model can still be moved) the weights are
+dequantised and multiplied in the input's dtype: the same int8 numbers, no speed-up.
 
 Only the linear layers inside the blocks are quantized (an encoder-decoder's: both stacks, the decoder's
 cross-attention included): the output head shares its matrix with the token embedding (a lookup, not a product) and
@@ -33,10 +34,6 @@ QUANTIZE_CHOICES = ("int8",)
 KERNEL_K_BLOCK = 16  # the CPU kernel's step along K (AVX-512: 16 bf16 lanes; AVX2: 8, which 16 also satisfies)
 
 
-def has_int8_kernel(device) -> bool:
-    return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int8pack_mm")
-
-
 def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """w: (N, K) float -> (Wq (N, K) int8, scale (N,) float32), symmetric per output channel."""
     w = w.detach().float()
@@ -48,7 +45,7 @@ def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class Int8Linear(nn.Module):
     """A frozen nn.Linear with int8 weights and per-output-channel scales (inference only: no gradients)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, kernel=None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         wq, scale = quantize_weight(linear.weight)
@@ -57,10 +54,12 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)  # (N,) float32
         self.register_buffer("scale_bf16", scale.to(torch.bfloat16))  # (N,) what the CPU kernel takes
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())  # (N,)
-        self.use_kernel = has_int8_kernel("cpu")  # False: always the dequantised product (tests compare the two)
+        # the CPU kernel, (x (M, K + pad) bf16, weight_int8, scale_bf16) -> (M, N) bf16 (speed/int8_kernel.py), or
+        # None: always the dequantised product (tests compare the two)
+        self.kernel = kernel
 
     def uses_kernel(self, x) -> bool:
-        return self.use_kernel and x.is_cpu  # per call: the module may have moved since it was quantized
+        return self.kernel is not None and x.is_cpu  # per call: the module may have moved since it was quantized
 
     def forward(self, x):  # (..., K) -> (..., N)
         lead = x.shape[:-1]
@@ -69,7 +68,7 @@ class Int8Linear(nn.Module):
             xb = x2.to(torch.bfloat16).contiguous()  # (M, K) the kernel takes dense bf16 rows
             if self.pad:
                 xb = F.pad(xb, (0, self.pad))  # (M, K + pad), zeros in the padding
-            y = torch.ops.aten._weight_int8pack_mm(xb, self.weight_int8, self.scale_bf16).to(x.dtype)  # (M, N)
+            y = self.kernel(xb, self.weight_int8, self.scale_bf16).to(x.dtype)  # (M, N)
         else:
             w = self.weight_int8[:, :self.in_features].to(x.dtype) * self.scale[:, None].to(x.dtype)  # (N, K)
             y = F.linear(x2, w)  # (M, N)
@@ -86,28 +85,29 @@ def block_stacks(model: nn.Module) -> list[nn.Module]:
     return [model.encoder, model.decoder] if isinstance(model, Seq2Seq) else [model.blocks]
 
 
-def quantize_int8(model: nn.Module) -> int:
-    """Replaces every nn.Linear inside the model's block stacks by an Int8Linear, in place. Returns how many were
-    replaced."""
+def quantize_int8(model: nn.Module, kernel=None) -> int:
+    """Replaces every nn.Linear inside the model's block stacks by an Int8Linear (computing with kernel), in place.
+    Returns how many were replaced."""
     count = 0
     for parent in (module for stack in block_stacks(model) for module in stack.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(parent, name, Int8Linear(child))
+                setattr(parent, name, Int8Linear(child, kernel))
                 count += 1
     return count
 
 
-def quantize(model: nn.Module, how: str | None) -> int:
-    """how: None (leave the model as it is) or one of QUANTIZE_CHOICES. Returns the layers changed. Refused for a
-    model on a device without the int8 kernel: there every call would dequantise, slower than the float weights."""
+def quantize(model: nn.Module, how: str | None, kernel) -> int:
+    """how: None (leave the model as it is) or one of QUANTIZE_CHOICES; kernel: the int8 product for the model's
+    device (speed/int8_kernel.py's `for_device`), or None where there is none. Returns the layers changed. Refused
+    without a kernel: there every call would dequantise, slower than the float weights."""
     if how is None:
         return 0
     if how not in QUANTIZE_CHOICES:
         raise ValueError(f"quantize={how!r} is not one of {', '.join(QUANTIZE_CHOICES)}")
-    device = next(model.parameters()).device
-    if not has_int8_kernel(device):
-        raise ConfigError(f"--quantize=int8 speeds up decoding on a CPU only (its int8 kernel); on {device.type} the "
-                          f"weights would be dequantised at every call, slower than float: drop --quantize (bf16 "
-                          f"weights are the fast path on a GPU) or sample with --device=cpu")
-    return quantize_int8(model)
+    if kernel is None:
+        device = next(model.parameters()).device
+        raise ConfigError(f"--quantize=int8 speeds up decoding with a CPU int8 kernel, and this torch has none for "
+                          f"{device.type}: the weights would be dequantised at every call, slower than float: drop "
+                          f"--quantize (bf16 weights are the fast path on a GPU) or sample with --device=cpu")
+    return quantize_int8(model, kernel)

@@ -62,12 +62,17 @@ class KVCache:
     def repeat_rows(self, n: int) -> "KVCache":
         """A new cache of B * n rows: each row's cached columns n times over, rows i*n .. i*n+n-1 copying row i (to
         continue one shared prefix n different ways, e.g. one per candidate token)."""
-        out = KVCache(len(self.layers), self.B * n, self.H, self.max_len, self.D)
+        return self.select_rows(torch.arange(self.B).repeat_interleave(n))
+
+    def select_rows(self, rows: torch.Tensor) -> "KVCache":
+        """A new cache whose row j copies row rows[j] of this one (rows: (N,) ids, any may repeat): to continue
+        some prefixes in several ways each, as many rows as are needed at a time."""
+        out = KVCache(len(self.layers), len(rows), self.H, self.max_len, self.D)
         for mine, theirs in zip(self.layers, out.layers):
             if mine.k is not None:
-                theirs.k = mine.k.repeat_interleave(n, dim=0)  # (B * n, H, L, D)
-                theirs.v = mine.v.repeat_interleave(n, dim=0)
+                theirs.k = mine.k[rows.to(mine.k.device)]  # (N, H, L, D), a copy
+                theirs.v = mine.v[rows.to(mine.v.device)]
         if self.valid is not None:
-            out.valid = self.valid.repeat_interleave(n, dim=0)
+            out.valid = self.valid[rows.to(self.valid.device)]
         out.pos = self.pos
         return out

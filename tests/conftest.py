@@ -91,6 +91,18 @@ def seq2seq_run(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def trained_checkpoints(corpus, tmp_path_factory, seq2seq_run):
+    """A decoder and an encoder trained for a step on the CPU by train.py, and the encoder-decoder above: what the
+    pretend-device tests sample from (tests/unit/test_meta_device.py, test_fake_cuda.py)."""
+    import train
+
+    folder = tmp_path_factory.mktemp("checkpoints")
+    for name, flags in {"decoder": [], "encoder": ["--model=encoder"]}.items():
+        train.main(tiny_args(corpus, folder / name, "--max_iters=1", "--eval_interval=1", *flags))
+    return {"decoder": folder / "decoder", "encoder": folder / "encoder", "seq2seq": seq2seq_run}
+
+
 def tiny_args(corpus, out_dir, *extra):
     return TINY_TRAIN_FLAGS + [f"--input={corpus}", f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}",
                                *extra]

@@ -92,6 +92,10 @@ class TrainConfig(PrepareConfig):
     log_induction: bool = True  # at each evaluation, the best head's induction (prefix-matching) score and which
     #                             head (metrics.jsonl induction_score, induction_head; insight/induction.py): one
     #                             forward of 64 tokens
+    # benchmarks scored at each evaluation (inference/tasks.py, docs/evaluation.md)
+    eval_tasks: str | None = None  # multiple-choice .jsonl files, comma-separated: each one's acc, acc_norm and
+    #                                acc_token into metrics.jsonl and wandb (tasks/NAME/acc_norm, ...)
+    eval_tasks_n: int | None = 200  # the first N items of each task file at each evaluation (None: all of them)
     # wandb (offline unless you log in; `wandb sync out/wandb/...` uploads later)
     wandb_log: bool = False
     wandb_project: str = "small-gpt"
@@ -134,6 +138,10 @@ class TrainConfig(PrepareConfig):
         need(self.checkpoint_every_s >= 0, f"checkpoint_every_s={self.checkpoint_every_s} must be >= 0 (0 = off)")
         need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")
         need(self.threads is None or self.threads > 0, f"threads={self.threads} must be a positive integer or None")
+        need(self.eval_tasks_n is None or self.eval_tasks_n > 0, f"eval_tasks_n={self.eval_tasks_n} must be a "
+             f"positive number of items or None (all)")
+        need(self.eval_tasks is None or self.model == "decoder", f"--eval_tasks scores next-token probabilities; "
+             f"--model={self.model} has none to score with: drop the flag")
 
     def check_training_data(self):
         """seq2seq trains on pairs (--pairs or a --task), with the settings that suit them; the other models on

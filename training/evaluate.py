@@ -60,9 +60,12 @@ def token_byte_lengths(tokenizer) -> torch.Tensor:
 
 
 def describe(row: dict) -> str:
-    """'val 1.7400 (2.511 bits/byte, ppl 5.70)', or for an encoder 'val 1.6300 (masked-token loss)'."""
+    """'val 1.7400 (2.511 bits/byte, ppl 5.70)', or for an encoder 'val 1.6300 (masked-token loss)'; then each
+    task's acc_norm (train.py --eval_tasks): ', hellaswag acc_norm 0.262'."""
+    tasks = "".join(f", {k.split('/')[1]} acc_norm {v:.3f}" for k, v in row.items()
+                    if k.startswith("tasks/") and k.endswith("/acc_norm"))
     if "val_bpb" in row:
-        return f"val {row['val_loss']:.4f} ({row['val_bpb']:.3f} bits/byte, ppl {row['val_ppl']:.2f})"
+        return f"val {row['val_loss']:.4f} ({row['val_bpb']:.3f} bits/byte, ppl {row['val_ppl']:.2f})" + tasks
     if "val_exact" in row:
         return (f"val {row['val_loss']:.4f} (target tokens), exact match {row['val_exact']:.1%}, tokens "
                 f"{row['val_token_acc']:.1%}")

@@ -72,8 +72,8 @@ class Run:
         return self.dist.master or self.tc.fsdp
 
 
-def build(tc: TrainConfig, ckpt: Checkpoint | None, model_overrides: dict, explicit: dict, d: distributed.Dist,
-          device_name: str, init_model=None, sc: SpeedConfig | None = None) -> Run:
+def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed.Dist, device_name: str,
+          init_model=None, sc: SpeedConfig | None = None, ckpt: Checkpoint | None = None) -> Run:
     """What a run needs, in the order it is made. tc, ckpt: the run's settings and the checkpoint it resumes (None: a
     fresh run), from training/out_dir.py's starting_config. sc: how the model is computed (speed/: applied to the
     built model, whichever way it was made; the device's own choices leave the explicit flags alone). init_model:

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -15,7 +17,8 @@ def test_bench_quick_prints_every_target_row(corpus, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = proc.stdout.split("\ntarget ", 1)[1]  # the summary table printed last
     for row in ("1 time to quality", "2 quality in nanoGPT's time", "3 sampling", "4 throughput", "MFU",
-                "decoding", "data prep 1 MB .txt, gpt2, 1 worker", "data prep 1 MB .jsonl, char", "attention memory"):
+                "decoding", "data prep 1 MB .txt, gpt2, 1 worker", "data prep 1 MB .jsonl, char", "evaluate 2L/32",
+                "attention memory"):
         assert row in table, f"no '{row}' row in:\n{table}"
     assert (tmp_path / "memory.png").is_file()
 
@@ -72,3 +75,19 @@ def test_the_translate_benchmark_times_both_loops_on_the_same_tokens():
                                  new_tokens=12, repeats=2))
     assert res["same_tokens"] and set(res["ms_per_token"]) == {"cached", "recomputed"}
     assert all(ms > 0 for ms in res["ms_per_token"].values())
+
+
+def test_the_evaluate_benchmark_scores_the_same_weights_and_items_on_both_sides(tmp_path):
+    """bench.py --target=evaluate's two contenders: our scoring of a GPT-2 imported from transformers, and
+    transformers itself one choice at a time, give the same sums (and so the same picks)."""
+    pytest.importorskip("transformers")
+    from benchmarks import multiple_choice as mc
+    from interop.import_hf import load_hf_gpt2
+
+    shape = dict(n_layer=1, n_head=2, n_embd=32, block_size=32)
+    hf = mc.hf_model(shape)
+    hf.save_pretrained(tmp_path)
+    items = mc.random_items(3, context=(4, 10), choice=(2, 8))
+    res = mc.measure(load_hf_gpt2(tmp_path), hf, items, repeats=1)
+    assert res["same_picks"] and res["max_logprob_diff"] < 1e-4 and res["items"] == 3 and res["choices"] == 12
+    assert set(res["items_per_s"]) == {"ours", "transformers"} and res["speedup"] > 0

@@ -75,6 +75,13 @@ def visualize_record(argv, ckpts):
     return dataclasses.asdict(vc), {"kind": kind, "html": bool(vc.html), "wandb_log": vc.wandb_log}
 
 
+def evaluate_record(argv, ckpts):
+    import evaluate
+
+    ec = evaluate.checked(argv)
+    return dataclasses.asdict(ec), flag_scope.evaluate_facts(ec)
+
+
 def study_record(study):
     def record(argv, ckpts):
         cls = study_class(study)
@@ -101,6 +108,8 @@ def bases(command):
                  if command == "sample.py" else
                  {f"{k} --html": lambda c, k=k: [f"--out_dir={c[k]}", "--html=p.html"] for k in flag_scope.KINDS})
         return {**runs, **extra}
+    if command == "evaluate.py":  # the files are not read by the checks
+        return {"tasks": ["--tasks=t.jsonl"], "text": ["--text=t.txt"], "hf": ["--init_from=hf:F", "--tasks=t.jsonl"]}
     return {"study": []}
 
 
@@ -108,6 +117,7 @@ COMMANDS = {  # command -> (its flags' dataclasses, its parse-and-check step)
     "train.py": (CLASSES, train_record),
     "sample.py": (("sample.SampleConfig", SpeedConfig), sample_record),
     "visualize.py": (("visualize.VisualizeConfig",), visualize_record),
+    "evaluate.py": (("evaluate.EvaluateConfig",), evaluate_record),
     **{f"compare.py --study={s}": ((study_class(s),), study_record(s))
        for s in ("encoder", "positions", "attention", "seq2seq")},
 }
@@ -154,6 +164,8 @@ def try_value(command, flag, typ, default, baseline: dict, ckpts):
         kind = Checkpoint.load(f"{baseline['out_dir']}/ckpt_best.pt").objective
         mine = [str(ckpts[k]) for k in ((kind, f"{kind}2") if flag == "out_dir" else ("decoder", "decoder2"))]
         return next(v for v in mine if v != baseline[flag])
+    if flag == "init_from" and command == "evaluate.py":
+        return "hf:G"
     if flag == "ckpt" and command in ("sample.py", "visualize.py"):
         return "last"
     if flag in CHOICES:  # the first that is not the run's already

@@ -1,39 +1,90 @@
 """benchmarks/gpu_check.py, the device check, at --smoke sizes on the CPU: every part runs and says what it
-measured, so the check a GPU is lent for cannot rot in between."""
+measured, so the check a GPU is lent for cannot rot in between; the budget stops a part and skips the rest, and
+each line is on disk as soon as its part ends."""
 import json
 
-from benchmarks import gpu_check
+import pytest
+
+from benchmarks import gpu_check, gpu_parts
 from conftest import run_code
+
+ENTRY = "import sys; from benchmarks.gpu_check import entry; sys.exit(entry(sys.argv[1:]))"
+
+
+def lines(path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_the_smoke_check_runs_every_part_on_the_cpu(tmp_path):
     out = tmp_path / "check.jsonl"
-    r = run_code("import sys; from benchmarks.gpu_check import entry; sys.exit(entry(sys.argv[1:]))",
-                 "--smoke", "--device=cpu", f"--out={out}", timeout=600)
+    r = run_code(ENTRY, "--smoke", "--device=cpu", f"--out={out}", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     printed = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    written = [json.loads(line) for line in out.read_text().splitlines()]
+    written = lines(out)
     assert printed == written
     assert [line["part"] for line in written] == list(gpu_check.DEFAULT_PARTS)
     assert all(line["ok"] for line in written), [line for line in written if not line["ok"]]
     by_part = {line["part"]: line for line in written}
     assert by_part["env"]["device"] == "cpu" and by_part["attention"]["met"] and by_part["compile"]["met"]
-    assert by_part["syncs"]["train_step"]["reads"] == 0
+    train = by_part["train"]["micro_batch 2"]
+    assert train["tok_per_s"] > 0 and (train["pos_emb"], train["optimizer"], train["accumulation"]) == ("rope",
+                                                                                                      "adamw", 2)
+    sampling = by_part["sampling"]
+    assert sampling["eager greedy batch 8"] > 0
+    assert sampling.get("compiled step greedy batch 1", 0) > 0 or not gpu_parts.cpp_compiler()  # inductor's C++
+    assert by_part["kernels"]["top_kernels"] and by_part["kernels"]["recompiles_in_the_step"] == 0
+    assert by_part["syncs"]["train_step"]["reads"] == 0 and by_part["syncs"]["generate_sampled"]["reads"] == 0
     assert by_part["e2e"]["resume_bitwise"] and by_part["e2e"]["float16_scaler_saved"]
-    assert by_part["train"]["ours"]["tok_per_s"] > 0 and by_part["sampling"]["float32 eager batch 1"] > 0
+    assert by_part["ddp"]["met"] and by_part["fsdp"]["met"] and by_part["seq2seq"]["steps"] == 4
 
 
-def test_a_failing_part_is_a_result_and_the_next_part_runs(monkeypatch, capsys):
+def test_a_failing_part_is_a_result_and_the_next_part_runs(monkeypatch, capsys, tmp_path):
     def broken(c):
         raise RuntimeError("no kernel for this case")
     monkeypatch.setitem(gpu_check.PARTS, "attention", broken)
-    assert gpu_check.entry(["--smoke", "--device=cpu", "--parts=attention,env"]) == 1
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(line["part"], line["ok"]) for line in lines] == [("attention", False), ("env", True)]
-    assert lines[0]["error"] == "RuntimeError: no kernel for this case"
+    assert gpu_check.entry(["--smoke", "--device=cpu", "--parts=attention,env", f"--out={tmp_path / 'o'}"]) == 1
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["part"], line["ok"]) for line in printed] == [("attention", False), ("env", True)]
+    assert printed[0]["error"] == "RuntimeError: no kernel for this case"
 
 
-def test_an_unknown_part_is_one_line(capsys):
-    assert gpu_check.entry(["--parts=env,speed"]) == 2
+def test_the_budget_stops_a_part_and_skips_the_rest(monkeypatch, tmp_path):
+    """A part still running when the budget is spent is stopped; the parts after it are skipped; both say so, and
+    neither counts as a failure."""
+    import time
+
+    monkeypatch.setitem(gpu_check.PARTS, "train", lambda c: time.sleep(30) or {})
+    out = tmp_path / "check.jsonl"
+    t0 = time.monotonic()
+    assert gpu_check.entry(["--smoke", "--device=cpu", "--parts=env,train,sampling", "--budget_s=1",
+                            f"--out={out}"]) == 0
+    assert time.monotonic() - t0 < 10
+    env, train, sampling = lines(out)
+    assert env["ok"] and train["ok"] is None and "budget" in train["stopped"] and train["seconds"] < 2
+    assert sampling["ok"] is None and "budget of 1 s is spent" in sampling["skipped"]
+
+
+def test_each_line_is_on_disk_when_its_part_ends(tmp_path):
+    """A run killed in a part (here the process ends itself there) keeps the lines of the parts before it."""
+    out = tmp_path / "check.jsonl"
+    code = ("import os, sys; from benchmarks import gpu_check; gpu_check.PARTS['train'] = lambda c: os._exit(9); "
+            "sys.exit(gpu_check.entry(sys.argv[1:]))")
+    r = run_code(code, "--smoke", "--device=cpu", "--parts=env,train,sampling", f"--out={out}")
+    assert r.returncode == 9
+    assert [line["part"] for line in lines(out)] == ["env"]
+
+
+@pytest.mark.parametrize("flag, says", [("--budget_s=0", "--budget_s=0 must be > 0"),
+                                         ("--micro_batches=16,x", "--micro_batches=16,x must be positive integers")])
+def test_a_bad_budget_or_micro_batch_is_one_line(capsys, tmp_path, flag, says):
+    assert gpu_check.entry([flag, f"--out={tmp_path / 'o'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unknown_part_is_one_line(capsys, tmp_path):
+    assert gpu_check.entry(["--parts=env,speed", f"--out={tmp_path / 'o'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--parts names speed" in err[0] and "induction" in err[0]
+    assert not (tmp_path / "o").exists()  # nothing written on a refusal

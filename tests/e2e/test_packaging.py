@@ -40,9 +40,9 @@ def command(site, name, *args, cwd):
                           timeout=300)
 
 
-@pytest.mark.parametrize("name", ["small-gpt-train", "small-gpt-sample", "small-gpt-compare", "small-gpt-bench",
-                                  "small-gpt-visualize", "small-gpt-probe", "small-gpt-export", "small-gpt-import",
-                                  "small-gpt-prepare"])
+@pytest.mark.parametrize("name", ["small-gpt-train", "small-gpt-sample", "small-gpt-evaluate", "small-gpt-compare",
+                                  "small-gpt-bench", "small-gpt-visualize", "small-gpt-probe", "small-gpt-export",
+                                  "small-gpt-import", "small-gpt-prepare"])
 def test_every_console_command_starts(installed, tmp_path, name):
     r = command(installed, name, "--help", cwd=tmp_path)
     assert r.returncode == 0 and "--" in r.stdout, r.stderr[-2000:]

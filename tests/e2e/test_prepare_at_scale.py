@@ -324,11 +324,12 @@ def test_without_file_locks_one_process_prepares_and_torchrun_is_refused(corpus,
     import os
 
     from common.errors import DataError
+    from data import locks
     from data import prepare as p
 
     def flock(f, operation):
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
-    monkeypatch.setattr(p.fcntl, "flock", flock)
+    monkeypatch.setattr(locks.fcntl, "flock", flock)
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(DataError, match="filesystem without file locks") as e:
         p.prepare(input=str(corpus), data_root=str(tmp_path / "data"), tokenizer="char", progress=False)

@@ -1,4 +1,5 @@
 """torchrun with 2 CPU processes (gloo) against 1 process with the same global batch: the same training."""
+import json
 import math
 
 import pytest
@@ -21,13 +22,24 @@ def train_run(corpus, out, *extra, processes=1):
 
 
 @pytest.fixture(scope="module")
-def runs(corpus, tmp_path_factory):
+def tasks(tmp_path_factory):
+    """A multiple-choice task scored at every evaluation (--eval_tasks): every process scores it, and under FSDP
+    its forwards gather the shards as training's do."""
+    path = tmp_path_factory.mktemp("tasks") / "lines.jsonl"
+    words = ["love night", "moon star", "sweet death", "fair dear", "the and"]
+    path.write_text("".join(json.dumps({"context": f"{name}:\n", "choices": words, "label": i % 5}) + "\n"
+                            for i, name in enumerate(["ROMEO", "JULIET", "NURSE", "FRIAR"] * 2)))
+    return f"--eval_tasks={path}"
+
+
+@pytest.fixture(scope="module")
+def runs(corpus, tasks, tmp_path_factory):
     base = tmp_path_factory.mktemp("ddp")
     out = {name: base / name for name in ("one", "two", "two_part")}
-    train_run(corpus, out["one"], "--max_iters=10")
-    r = train_run(corpus, out["two"], "--max_iters=10", processes=2)
-    train_run(corpus, out["two_part"], "--max_iters=5", processes=2)
-    train_run(corpus, out["two_part"], "--max_iters=10", "--init_from=resume", processes=2)
+    train_run(corpus, out["one"], "--max_iters=10", tasks)
+    r = train_run(corpus, out["two"], "--max_iters=10", tasks, processes=2)
+    train_run(corpus, out["two_part"], "--max_iters=5", tasks, processes=2)
+    train_run(corpus, out["two_part"], "--max_iters=10", "--init_from=resume", processes=2)  # the tasks kept
     return out, r
 
 
@@ -42,6 +54,7 @@ def test_two_processes_train_like_one(runs):
     val_one = [row["val_loss"] for row in metrics(out["one"]) if "val_loss" in row]
     val_two = [row["val_loss"] for row in metrics(out["two"]) if "val_loss" in row]
     assert len(val_one) == 2 and all(abs(a - b) < 1e-5 for a, b in zip(val_one, val_two))
+    assert same_task_scores(metrics(out["one"]), metrics(out["two"]))
     # the gradient itself, before clipping: 1 process x 2 micro-steps must average, as DDP averages 2 processes
     # (Adam and clipping hide a gradient scaled by 2 from the losses and the weights)
     assert_same_grad_norms(metrics(out["one"]), metrics(out["two"]))
@@ -49,6 +62,12 @@ def test_two_processes_train_like_one(runs):
     b = Checkpoint.load(str(out["two"] / "ckpt_last.pt")).weights
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def same_task_scores(rows_a, rows_b) -> bool:
+    scores = [[{k: v for k, v in row.items() if k.startswith("tasks/")} for row in rows if "val_loss" in row]
+              for rows in (rows_a, rows_b)]
+    return scores[0] == scores[1] and len(scores[0]) == 2 and all(len(s) == 3 for s in scores[0])
 
 
 def assert_same_grad_norms(rows_a, rows_b):
@@ -119,14 +138,15 @@ def test_total_batch_size_must_divide(corpus, tmp_path):
     assert r.returncode == 2 and "total_batch_size=100 is not a multiple of" in r.stderr
 
 
-def test_fsdp_trains_like_one_process_and_resumes(runs, corpus, tmp_path):
+def test_fsdp_trains_like_one_process_and_resumes(runs, tasks, corpus, tmp_path):
     out, _ = runs
     whole, part = tmp_path / "fsdp", tmp_path / "fsdp_part"
-    train_run(corpus, whole, "--max_iters=10", "--fsdp=true", processes=2)
+    train_run(corpus, whole, "--max_iters=10", "--fsdp=true", tasks, processes=2)
     one = {row["step"]: row["train_loss"] for row in metrics(out["one"])}
     sharded = {row["step"]: row["train_loss"] for row in metrics(whole)}
     assert list(sharded) == list(one) and all(abs(one[s] - sharded[s]) < 1e-5 for s in one)
     assert_same_grad_norms(metrics(out["one"]), metrics(whole))
+    assert same_task_scores(metrics(out["one"]), metrics(whole))
     a = Checkpoint.load(str(out["one"] / "ckpt_last.pt")).weights
     b = Checkpoint.load(str(whole / "ckpt_last.pt")).weights  # gathered from the shards: a plain full state dict
     assert set(a) == set(b)

@@ -45,8 +45,10 @@ def read_records(path):
 def offline_run(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("wandb") / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    task = out.parent / "lines.jsonl"  # a multiple-choice task scored at each evaluation (--eval_tasks)
+    task.write_text(json.dumps({"context": "ROMEO:", "choices": ["love night", "moon star"], "label": 0}) + "\n")
     args = tiny_args(corpus, out, "--max_iters=4", "--eval_interval=2", "--sample_tokens=8", "--pos_emb=learned",
-                     "--wandb_log=true")
+                     "--wandb_log=true", f"--eval_tasks={task}")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
                        timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stderr
@@ -66,7 +68,8 @@ def test_offline_run_logs_sectioned_metrics_against_step_and_tokens(offline_run)
     assert [row["step"] for row in rows] == [1, 2, 3, 4] and [row["_step"] for row in rows] == [1, 2, 3, 4]
     every = {"step", "tokens", "train/loss", "train/lr", "train/grad_norm", "perf/tok_per_s", "perf/mfu",
              "perf/peak_gflops", "perf/elapsed_s"}
-    evals = {"val/loss", "val/bpb", "val/ppl", "samples"}
+    evals = {"val/loss", "val/bpb", "val/ppl", "samples", "tasks/lines/acc", "tasks/lines/acc_norm",
+             "tasks/lines/acc_token"}
     for row in rows:
         assert every <= set(row), every - set(row)
         assert (evals <= set(row)) == (row["step"] in (2, 4))
@@ -74,7 +77,7 @@ def test_offline_run_logs_sectioned_metrics_against_step_and_tokens(offline_run)
     assert not [k for k in rows[-1] if k not in evals and "/" not in k and k not in ("step", "tokens", "_step",
                                                                                    "_runtime", "_timestamp")]
     metrics = {m.metric.name or m.metric.glob_name: m.metric for m in records["metric"]}
-    assert all(metrics[k].step_metric == "step" for k in ("tokens", "train/*", "val/*", "perf/*"))
+    assert all(metrics[k].step_metric == "step" for k in ("tokens", "train/*", "val/*", "perf/*", "tasks/*"))
     assert metrics["val/loss"].summary.min and metrics["val/bpb"].summary.min
 
 

@@ -2,7 +2,7 @@
 
     common (errors, cli, flags, device), configs  <-  model, data  <-  speed, inference  <-  training  <-  insight
     <-  interop, studies, benchmarks
-    <-  the scripts (train.py, sample.py, compare.py, bench.py, visualize.py, probe.py)
+    <-  the scripts (train.py, sample.py, evaluate.py, compare.py, bench.py, visualize.py, probe.py)
 
 Every import statement counts, also one inside a function.
 """
@@ -12,8 +12,8 @@ import os
 from conftest import ROOT
 
 LAYERS = {"common": 0, "configs": 0, "model": 1, "data": 1, "speed": 2, "inference": 2, "training": 3, "insight": 4,
-          "interop": 5, "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "compare": 6, "bench": 6,
-          "visualize": 6, "probe": 6}
+          "interop": 5, "studies": 5, "benchmarks": 5, "train": 6, "sample": 6, "evaluate": 6, "compare": 6,
+          "bench": 6, "visualize": 6, "probe": 6}
 
 
 def project_modules():
@@ -139,10 +139,8 @@ def test_sampling_reaches_no_training_code_and_the_model_no_speed_tricks():
 
 
 # a private torch function may change or go with any release: only the speed levers, the benchmarks and the compiled
-# decoder (which drives torch.compile's internals) call one; and, until it has another way, int8 inference (the CPU
-# kernel torch.ops.aten._weight_int8pack_mm has no public name)
-PRIVATE_TORCH_ALLOWED = ("speed", "benchmarks", os.path.join("inference", "decode_step.py"),
-                         os.path.join("inference", "quantize.py"))
+# decoder (which drives torch.compile's internals) call one
+PRIVATE_TORCH_ALLOWED = ("speed", "benchmarks", os.path.join("inference", "decode_step.py"))
 
 
 def private_torch_uses(path: str):

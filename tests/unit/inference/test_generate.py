@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import POS_EMBS, tiny_model
-from inference.generate import generate, generate_stream, greedy, next_token_probs, sample_next
+from inference.generate import exponential_race, generate, generate_stream, greedy, next_token_probs, sample_next
 
 
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
@@ -198,3 +198,25 @@ def test_extend_is_refused_where_positions_end_at_the_block():
         next(generate_stream(tiny_model(pos_emb="learned"), torch.tensor([[1, 2]]), 3, past_context="extend"))
     with pytest.raises(ConfigError, match="must be one of slide, extend"):
         next(generate_stream(tiny_model(), torch.tensor([[1, 2]]), 3, past_context="keep"))
+
+
+def test_the_exponential_race_draws_the_tokens_multinomial_draws():
+    """The same generator state gives the same tokens: the race is torch.multinomial's own draw for one sample."""
+    probs = torch.softmax(torch.randn(4, 50, generator=torch.Generator().manual_seed(1)) * 3, dim=-1)
+    probs[1, 10:] = 0.0  # a row with tokens that can never be drawn
+    probs[1] /= probs[1].sum()
+    ours, theirs = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    for _ in range(50):
+        token = exponential_race(probs, ours)
+        assert torch.equal(token, torch.multinomial(probs, 1, generator=theirs).squeeze(-1)) and token[1] < 10
+
+
+def test_off_the_cpu_sampling_draws_by_the_race_not_by_multinomial(monkeypatch):
+    """torch.multinomial checks probs before it draws, reading them back to the host twice: on a GPU two syncs per
+    token (benchmarks/gpu_check.py's syncs part counts them with CUDA's sync debug mode). Off the CPU sample_next
+    draws by the race; the meta device stands in for the GPU, and nothing there may be read back."""
+    def multinomial(*args, **kwargs):
+        raise AssertionError("torch.multinomial called off the CPU")
+    monkeypatch.setattr(torch, "multinomial", multinomial)
+    token = sample_next(torch.empty(3, 37, device="meta"), temperature=0.8, top_k=5, top_p=0.9, min_p=0.01)
+    assert token.device.type == "meta" and token.shape == (3,) and token.dtype == torch.long

@@ -10,7 +10,10 @@ import torch.nn.functional as F
 from common.errors import ConfigError
 from conftest import tiny_config, tiny_model
 from model import GPT, GPTConfig, Seq2Seq
-from inference.quantize import Int8Linear, has_int8_kernel, quantize
+from inference.quantize import Int8Linear, quantize
+from speed.int8_kernel import for_device, has_int8_kernel
+
+KERNEL = for_device("cpu")  # the CPU int8 kernel sample.py hands quantize, or None in a torch without it
 
 BF16_EPS = 2.0 ** -8  # bfloat16 keeps 8 significant bits: relative rounding <= 2^-8
 
@@ -40,8 +43,7 @@ def test_int8_linear_matches_the_float_layer_within_the_rounding_bound(K, M, ker
     with torch.no_grad():
         lin.weight[3] *= 50  # a row with large weights gets its own (larger) scale
         lin.weight[5] = 0.0  # an all-zero row must stay zero, not NaN
-    q = Int8Linear(lin)
-    q.use_kernel = kernel
+    q = Int8Linear(lin, KERNEL if kernel else None)
     x = torch.randn(M, 1, K)  # (B, T, K)
     assert q.uses_kernel(x) == kernel
     out = q(x)
@@ -63,9 +65,8 @@ def test_int8_linear_picks_its_product_at_each_call(monkeypatch):
     """Quantized on the CPU, then moved (to 'meta' here, as a stand-in for CUDA): the CPU kernel must not be handed
     the moved tensors; the dequantised product runs on the new device."""
     calls = []
-    kernel = torch.ops.aten._weight_int8pack_mm
-    monkeypatch.setattr(torch.ops.aten, "_weight_int8pack_mm", lambda *a: calls.append(a[0].device) or kernel(*a))
-    q = Int8Linear(nn.Linear(32, 8))
+    counted = (lambda *a: calls.append(a[0].device) or KERNEL(*a)) if KERNEL else None
+    q = Int8Linear(nn.Linear(32, 8), counted)
     q(torch.randn(3, 32))
     assert calls == ([torch.device("cpu")] if has_int8_kernel("cpu") else [])
     out = q.to("meta")(torch.empty(3, 32, device="meta"))
@@ -75,13 +76,13 @@ def test_int8_linear_picks_its_product_at_each_call(monkeypatch):
 def test_quantize_replaces_the_blocks_linears_only():
     model = tiny_model(tie_head=True)
     head_before = model.head.weight.clone()
-    assert quantize(model, None) == 0
-    n = quantize(model, "int8")
+    assert quantize(model, None, KERNEL) == 0
+    n = quantize(model, "int8", KERNEL)
     assert n == 4 * model.config.n_layer  # qkv, proj, up, down per block
     assert not any(isinstance(m, nn.Linear) for m in model.blocks.modules())
     assert isinstance(model.head, nn.Linear) and torch.equal(model.head.weight, head_before)
     with pytest.raises(ValueError, match="int4"):
-        quantize(tiny_model(), "int4")
+        quantize(tiny_model(), "int4", KERNEL)
 
 
 def rounded_by_hand(model):
@@ -110,13 +111,14 @@ def test_an_encoder_decoder_quantizes_both_stacks_and_the_cross_attention():
         want = model(source, target, source_valid=source_valid)[0]  # (B, T, V)
         rounded = rounded_by_hand(model)(source, target, source_valid=source_valid)[0]
     head = model.head.weight.clone()
-    assert quantize(model, "int8") == 2 * 4 + 2 * (4 + 3)  # per layer: qkv, proj, up, down; the decoder's q, kv, proj
+    # per layer: qkv, proj, up, down; the decoder's q, kv, proj
+    assert quantize(model, "int8", KERNEL) == 2 * 4 + 2 * (4 + 3)
     assert not any(isinstance(m, nn.Linear) for stack in (model.encoder, model.decoder) for m in stack.modules())
     assert isinstance(model.decoder[0].cross.kv, Int8Linear) and torch.equal(model.head.weight, head)
     for kernel in [False] + [True] * has_int8_kernel("cpu"):
         for m in model.modules():
             if isinstance(m, Int8Linear):
-                m.use_kernel = kernel
+                m.kernel = KERNEL if kernel else None
         with torch.no_grad():
             got = model(source, target, source_valid=source_valid)[0]
         scale = want.abs().max()
@@ -175,7 +177,7 @@ def test_int8_costs_under_a_hundredth_of_a_nat_on_a_trained_model(corpus):
     model, val_ids = trained_char_model(corpus.read_text())
     before = whole_split_loss(model, val_ids)
     top1_before = top1(model, val_ids)
-    quantize(model, "int8")
+    quantize(model, "int8", KERNEL)
     after = whole_split_loss(model, val_ids)
     assert before < 2.0, f"the model did not learn (val {before:.3f}): the comparison would say nothing"
     assert abs(after - before) < 0.01, f"float32 {before:.4f}, int8 {after:.4f}"
@@ -186,7 +188,7 @@ def test_int8_costs_under_a_hundredth_of_a_nat_on_a_trained_model(corpus):
 def test_int8_is_refused_on_a_device_without_the_int8_kernel():
     """Off the CPU every Int8Linear call dequantises its weights: slower than float, so one line instead."""
     model = tiny_model().to("meta")
-    with pytest.raises(ConfigError, match="CPU only") as e:
-        quantize(model, "int8")
+    with pytest.raises(ConfigError, match="CPU int8 kernel") as e:
+        quantize(model, "int8", for_device("meta"))
     assert "\n" not in str(e.value)
     assert not any(isinstance(m, Int8Linear) for m in model.modules())  # refused before any layer changed

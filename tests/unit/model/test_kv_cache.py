@@ -68,7 +68,7 @@ def test_cache_buffers_are_preallocated_and_written_in_place():
 
 
 @pytest.mark.parametrize("padded", [False, True])
-def test_repeat_rows_continues_a_prefix_like_a_cache_filled_with_the_repeated_rows(padded):
+def test_repeat_rows_and_select_rows_continue_a_prefix_like_a_cache_filled_with_those_rows(padded):
     model = tiny_model(pos_emb="rope")
     idx = torch.randint(0, 37, (2, 6), generator=torch.Generator().manual_seed(1))
     pad = torch.tensor([[True] * 6, [False, False] + [True] * 4]) if padded else None
@@ -77,8 +77,13 @@ def test_repeat_rows_continues_a_prefix_like_a_cache_filled_with_the_repeated_ro
         cache = model.new_cache(2)
         model(idx, cache=cache, pad_mask=pad)
         got, _ = model(nxt, cache=cache.repeat_rows(3))  # (6, 1, V)
+        rows = torch.tensor([1, 0, 1, 1])  # any rows, in any order, any number of times
+        picked, _ = model(nxt[:4], cache=cache.select_rows(rows))  # (4, 1, V)
         ref_cache = model.new_cache(6)  # the reference: prefill the repeated rows themselves
         model(idx.repeat_interleave(3, 0), cache=ref_cache,
               pad_mask=None if pad is None else pad.repeat_interleave(3, 0))
         want, _ = model(nxt, cache=ref_cache)
-    assert torch.allclose(got, want, atol=1e-5)
+        ref_cache = model.new_cache(4)
+        model(idx[rows], cache=ref_cache, pad_mask=None if pad is None else pad[rows])
+        picked_want, _ = model(nxt[:4], cache=ref_cache)
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(picked, picked_want, atol=1e-5)

@@ -1,0 +1,125 @@
+"""Score a decoder on multiple-choice tasks and on the perplexity of a text (docs/evaluation.md):
+
+    python evaluate.py --tasks=hellaswag_val.jsonl --out_dir=out            # a run's best checkpoint
+    python evaluate.py --tasks=a.jsonl,b.jsonl --init_from=hf:path/to/gpt2   # a local Hugging Face GPT-2 folder
+    python evaluate.py --text=book.txt --stride=64 --out=report.json         # perplexity, and the report as JSON
+
+A task file is JSON lines in HellaSwag's own format (ctx, endings, label: its files load unchanged) or as
+{"context", "choices", "label"}; each is reported as acc, acc_norm (per UTF-8 byte) and acc_token (per token), with
+standard errors (inference/tasks.py, inference/choices.py). Nothing is downloaded: you bring the files. The
+defaults compute in float32 on any device, so the figures compare with other tools' and between machines.
+"""
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from common import cli, flag_scope, flags
+from common.device import DTYPES, pick_device, pick_dtype
+from common.errors import CheckpointError, ConfigError, UserError, need
+from common.files import write_atomic
+from inference.checkpoint import load_for_inference, path_in
+from inference.evaluation import evaluate, read_text, report_table
+from inference.tasks import read_tasks
+
+# why a checkpoint of another objective cannot be scored (train.py --model=...)
+REFUSALS = {"encoder": "an encoder has no next-token log-probabilities (it predicts masked tokens)",
+            "cheater": "a cheater's next-token probabilities see the token they predict, so any score is meaningless",
+            "seq2seq": "an encoder-decoder gives a target's probabilities given a source, not a text's"}
+
+
+@dataclass
+class EvaluateConfig:
+    # what is scored
+    tasks: str | None = None  # multiple-choice .jsonl files, comma-separated: HellaSwag's format, or one object
+    #                           a line with context, choices and label
+    text: str | None = None  # a UTF-8 text file: its perplexity and bits per byte, in sliding windows
+    limit: int | None = None  # the first N items of each task file (None: all)
+    stride: int | None = None  # --text: tokens each window moves on by and scores; the rest of the window (up to
+    #                            block_size - stride tokens) is context. None: block_size // 2
+    # the model: a run's checkpoint, or a Hugging Face folder
+    out_dir: str = "out"  # the run whose checkpoint is scored
+    ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
+    init_from: str | None = None  # 'hf:FOLDER': a local Hugging Face GPT-2 (or GPT-NeoX) folder instead of a run
+    # how
+    batch_tokens: int | None = None  # input tokens per forward: (context, choice) rows or text windows, padded on
+    #                                  the right to the longest in the batch; more is faster and takes more memory.
+    #                                  None: 2048 on a CPU, 16384 on CUDA, fewer for a large vocabulary (its
+    #                                  logits within 256 MB)
+    device: str = "auto"
+    dtype: str = "float32"  # float32 gives figures to compare with other tools and machines; 'auto' picks bf16
+    #                         autocast where it is native (faster; the scores move by its rounding)
+    out: str | None = None  # also write the report as JSON, every item's log-probabilities included
+
+    def __post_init__(self):
+        need(bool(self.tasks or self.text), "nothing to score: pass --tasks=FILE.jsonl[,...] and/or --text=FILE")
+        need(self.limit is None or self.limit > 0, f"limit={self.limit} must be a positive number of items")
+        need(self.stride is None or self.stride > 0, f"stride={self.stride} must be a positive number of tokens")
+        need(self.batch_tokens is None or self.batch_tokens > 0, f"batch_tokens={self.batch_tokens} must be >= 1")
+        need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
+        need(self.init_from is None or self.init_from.startswith("hf:"),
+             f"init_from={self.init_from!r} must be hf:FOLDER (a local Hugging Face GPT-2); leave it out to score "
+             f"the run in --out_dir")
+
+
+def load_model(ec: EvaluateConfig, device):
+    """(model in eval mode on device, its tokenizer, a few words on where it came from); a checkpoint that is not a
+    decoder's is refused in one line."""
+    if ec.init_from:
+        from data.mask_token import with_mask_token
+        from data.tokenizer import load_tokenizer
+        from interop.import_hf import folder_tokenizer, load_hf_gpt2
+
+        folder = ec.init_from[len("hf:"):]
+        model = load_hf_gpt2(folder)
+        meta, mask_id = folder_tokenizer(folder, model.config.vocab_size)
+        tokenizer = load_tokenizer(meta, folder=folder)
+        tokenizer = with_mask_token(tokenizer) if mask_id is not None else tokenizer
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise UserError(f"{folder}'s tokenizer has {tokenizer.vocab_size} tokens, its model only "
+                            f"{model.config.vocab_size}: the folder's files do not belong together")
+        return model.to(device).eval(), tokenizer, f"hf:{folder}"
+    path = path_in(ec.out_dir, ec.ckpt)
+    model, tokenizer, ckpt = load_for_inference(path, device)
+    if ckpt.objective in REFUSALS:
+        raise CheckpointError(f"{path} is a {ckpt.objective} (train.py --model={ckpt.objective}): "
+                              f"{REFUSALS[ckpt.objective]}; evaluate a decoder's checkpoint")
+    return model, tokenizer, f"{path} (step {ckpt.step})"
+
+
+def checked(argv) -> EvaluateConfig:
+    """The flags as an EvaluateConfig, each explicit one checked against where it applies (common/flag_scope.py)."""
+    per_class, explicit = flags.parse_configs(argv, (EvaluateConfig,), {})
+    ec = EvaluateConfig(**per_class[EvaluateConfig])
+    flag_scope.check("evaluate.py", explicit, flag_scope.evaluate_facts(ec))
+    return ec
+
+
+def main(argv) -> None:
+    if "--help" in argv or "-h" in argv:
+        print(flags.help_text((EvaluateConfig,), {}, tags=flag_scope.tags("evaluate.py")))
+        return
+    ec = checked(argv)
+    tasks = read_tasks(ec.tasks, ec.limit) if ec.tasks else []  # every line checked before a model is loaded
+    if ec.out and os.path.isdir(ec.out):
+        raise ConfigError(f"--out={ec.out} is a folder; give the path of the JSON file to write")
+    device = pick_device(ec.device)
+    dtype = pick_dtype(ec.dtype, device)
+    model, tokenizer, source = load_model(ec, device)
+    text = read_text(ec.text, tokenizer) if ec.text else None
+    report = evaluate(model, tokenizer, tasks, text, ec.stride, ec.batch_tokens, dtype)
+    print(f"{source}, {str(dtype).removeprefix('torch.')} on {device}")
+    print(report_table(report))
+    if ec.out:  # written once everything is scored: a refused or interrupted command leaves no file
+        data = json.dumps({"model": source, "dtype": str(dtype).removeprefix("torch."), **report}, indent=1)
+        write_atomic(ec.out, lambda f: f.write(data.encode() + b"\n"), needed=len(data))
+        print(f"wrote {ec.out}")
+
+
+def entry() -> int:
+    """The `small-gpt-evaluate` console command."""
+    return cli.run(main, sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

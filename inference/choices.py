@@ -1,0 +1,69 @@
+"""Multiple choice: each choice's log-probability given its item's context, and the accuracies (docs/evaluation.md).
+
+A choice's score is the sum of its tokens' log-probabilities given the context. acc picks the highest sum; acc_norm
+the highest sum divided by the choice's length in UTF-8 bytes as written (lm-evaluation-harness's normalisation);
+acc_token the highest mean per token (llm.c's). Each comes with its standard error over the items (the sample
+standard deviation / sqrt(n)). A tie goes to the first choice.
+
+The sums come from inference/shared_context.py (each context run once for all its choices) for items whose context
+is whole, and from inference/scoring.py's rows (each context with each choice) for items whose context was cut.
+"""
+import math
+
+import torch
+
+from inference.scoring import default_batch_tokens, row_logprobs
+from inference.shared_context import shared_logprobs
+from inference.tasks import Encoded
+
+METRICS = ("acc", "acc_norm", "acc_token")
+
+
+def choice_logprobs(model, items: list[Encoded], batch_tokens: int | None = None,
+                    dtype: torch.dtype = torch.float32, bar=None) -> list[list[float]]:
+    """Each item's choices' summed log-probabilities, in float64."""
+    batch_tokens = batch_tokens or default_batch_tokens(model)
+    whole = [i for i, item in enumerate(items) if not item.cut]
+    cut = [i for i, item in enumerate(items) if item.cut]
+    sums = [None] * len(items)
+    for i, s in zip(whole, shared_logprobs(model, [items[i] for i in whole], batch_tokens, dtype, bar)):
+        sums[i] = s
+    rows = row_logprobs(model, [row for i in cut for row in items[i].rows],
+                        [n for i in cut for n in items[i].n_tokens], batch_tokens, dtype, bar)
+    for i in cut:
+        sums[i], rows = rows[:len(items[i].rows)], rows[len(items[i].rows):]
+    return sums
+
+
+def stderr(hits: list[bool]) -> float | None:
+    """The standard error of a mean of 0/1 outcomes: sample standard deviation / sqrt(n); None for one item."""
+    n = len(hits)
+    if n < 2:
+        return None
+    p = sum(hits) / n
+    return math.sqrt(p * (1 - p) / (n - 1))
+
+
+def first_max(values: list[float]) -> int:
+    return max(range(len(values)), key=lambda j: values[j])  # max keeps the first of equal values
+
+
+def score_task(model, items: list[Encoded], batch_tokens: int | None = None,
+               dtype: torch.dtype = torch.float32, bar=None) -> dict:
+    """Every item's choices scored -> {'n', 'cut', 'chance', each metric and its '_stderr', 'items': [{'label',
+    'pred', 'pred_norm', 'pred_token', 'logprobs': [one sum per choice]}]}."""
+    out_items = []
+    for item, logprobs in zip(items, choice_logprobs(model, items, batch_tokens, dtype, bar)):
+        out_items.append({
+            "label": item.label, "pred": first_max(logprobs),
+            "pred_norm": first_max([s / b for s, b in zip(logprobs, item.n_bytes)]),
+            "pred_token": first_max([s / n for s, n in zip(logprobs, item.n_tokens)]),
+            "logprobs": logprobs})
+    report = {"n": len(items), "cut": sum(item.cut for item in items),
+              "chance": sum(1 / len(item.rows) for item in items) / max(len(items), 1)}
+    for metric, key in zip(METRICS, ("pred", "pred_norm", "pred_token")):
+        hits = [it[key] == it["label"] for it in out_items]
+        report[metric] = sum(hits) / max(len(hits), 1)
+        report[f"{metric}_stderr"] = stderr(hits)
+    report["items"] = out_items
+    return report

@@ -1,0 +1,122 @@
+"""Scoring a decoder: log-probabilities of token rows, in batches; the perplexity of a text.
+
+Everything here rests on `row_logprobs`: for each row of token ids, the sum of log p(token | the tokens before it)
+over its last n tokens. Rows of several items go through one forward (up to batch_tokens input tokens), padded on
+the right: under causal attention a position never sees the ones after it, so the padding changes no real
+position's logits (the scores equal each row scored alone, to float rounding: tests/unit/inference/test_scoring.py).
+Rows are sorted longest first so that a batch holds rows of about one length, which keeps the padding small; the
+order changes no score.
+"""
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from common.device import autocast
+from common.eval_mode import evaluating
+
+LOGITS_BUDGET = 2 ** 26  # logits a forward may hold by default (256 MB in float32)
+# input tokens per forward by default: on a CPU a larger batch runs no faster per token (its activations outgrow the
+# caches), on a GPU it fills the device
+BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
+LOGITS_AT_ONCE = 1024  # scored positions whose log-softmax is taken together
+
+
+def progress_bar(total: int, desc: str, enabled: bool = True):
+    """A tqdm bar on stderr, shown only on a terminal (and when enabled)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="row", file=sys.stderr, mininterval=0.5, leave=False,
+                disable=None if enabled else True)
+
+
+def batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Row indices grouped for one forward each: longest first (stable: ties keep their order), as many rows as
+    fit in batch_tokens input tokens once padded to the batch's longest row (at least one)."""
+    out = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if out and (len(out[-1]) + 1) * (lengths[out[-1][0]] - 1) <= batch_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def default_batch_tokens(model) -> int:
+    """Input tokens per forward when not given: BATCH_TOKENS for the model's device, fewer for a large vocabulary, so
+    that a forward's logits (tokens x vocab_size floats) stay within LOGITS_BUDGET (GPT-2's 50,257 tokens: 1,335)."""
+    device = next(model.parameters()).device.type
+    return max(1, min(BATCH_TOKENS.get(device, BATCH_TOKENS["cpu"]), LOGITS_BUDGET // model.config.vocab_size))
+
+
+def padded(rows: list[list[int]], n_scored: list[int], chunk: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of chunk (longest first) as inputs x (B, T), right-padded with 0, and targets y (B, T): a row's
+    last n_scored ids where they are scored, -1 everywhere else."""
+    T = len(rows[chunk[0]]) - 1
+    x = torch.zeros(len(chunk), T, dtype=torch.long)  # (B, T); a pad is never seen by a real position
+    y = torch.full((len(chunk), T), -1, dtype=torch.long)  # (B, T)
+    for b, i in enumerate(chunk):
+        row, n = rows[i], len(rows[i]) - 1
+        x[b, :n] = torch.tensor(row[:-1])
+        y[b, n - n_scored[i]:n] = torch.tensor(row[len(row) - n_scored[i]:])
+    return x, y
+
+
+@torch.no_grad()
+def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens: int | None = None,
+                 dtype: torch.dtype = torch.float32, bar=None) -> list[float]:
+    """For each row (at most block_size + 1 ids: the input is row[:-1], the targets row[1:]), the sum of the
+    log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded, the
+    model's own forward (so a model sharded by FSDP or compiled runs as in training)."""
+    device = next(model.parameters()).device
+    batch_tokens = batch_tokens or default_batch_tokens(model)
+    sums = [0.0] * len(rows)
+    with evaluating(model):
+        for chunk in batches([len(r) for r in rows], batch_tokens):
+            x, y = (t.to(device) for t in padded(rows, n_scored, chunk))
+            with autocast(device, dtype):
+                logits, _ = model(x)  # (B, T, V)
+            scored = y >= 0  # (B, T)
+            picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (B, T)
+            picked[scored] = target_logprobs(logits[scored], y[scored])
+            for i, s in zip(chunk, picked.sum(1).tolist()):  # a sum per row, in a fixed order: deterministic
+                sums[i] = s
+            if bar is not None:
+                bar.update(len(chunk))
+    return sums
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """logits (N, V), targets (N,) -> log p(target) (N,) in float64; the log-softmax in float32, LOGITS_AT_ONCE
+    positions at a time (only the scored positions: a choice is a fraction of its row)."""
+    out = [F.log_softmax(lg.float(), dim=-1).gather(1, t.unsqueeze(1)).squeeze(1).double()
+           for lg, t in zip(logits.split(LOGITS_AT_ONCE), targets.split(LOGITS_AT_ONCE))]
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=logits.device)
+
+
+def sliding_windows(n_tokens: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
+    """Hugging Face's perplexity guide's windows over a text of n_tokens: (start, end, new) for the rows
+    tokens[start:end]. Every token but the first is a target exactly once: each window starts `stride` tokens
+    after the one before and scores its last `new` targets, those no window scored yet; the targets before them
+    serve as context only (up to block_size - stride)."""
+    windows, done, start = [], 0, 0  # done: targets tokens[1..done] are scored
+    while done < n_tokens - 1:
+        end = min(start + block_size, n_tokens - 1)  # the input is tokens[start:end], the targets one further
+        windows.append((start, end + 1, end - done))
+        done, start = end, start + stride
+    return windows
+
+
+def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_tokens: int | None = None,
+               dtype: torch.dtype = torch.float32, bar=None) -> dict:
+    """{'tokens', 'scored', 'nll_per_token', 'ppl', 'bits_per_byte'} of a tokenized text (at least 2 tokens): the
+    mean negative log-likelihood of every token after the first (in nats), its exp, and the same sum in bits over
+    the UTF-8 bytes of the tokens scored."""
+    windows = sliding_windows(len(tokens), model.config.block_size, stride)
+    sums = row_logprobs(model, [tokens[s:e] for s, e, _ in windows], [new for _, _, new in windows], batch_tokens,
+                        dtype, bar)
+    nll, scored = -sum(sums), len(tokens) - 1
+    n_bytes = len(tokenizer.decode_bytes(tokens[1:]))
+    return {"tokens": len(tokens), "scored": scored, "nll_per_token": nll / scored,
+            "ppl": math.exp(min(nll / scored, 700)), "bits_per_byte": nll / math.log(2) / max(n_bytes, 1)}

@@ -1,0 +1,160 @@
+"""Scoring, against computations written here: each row's log-probabilities from a forward of that row alone
+(padding and batching change no score), the metrics of a model whose every next token is equally likely (where
+each metric's pick is known by arithmetic), and the perplexity of Hugging Face's sliding-window loop."""
+import json
+import math
+import statistics
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import POS_EMBS, tiny_model
+from data.tokenizer import CharTokenizer
+from inference.choices import score_task, stderr
+from inference.scoring import LOGITS_BUDGET, batches, default_batch_tokens, perplexity, row_logprobs, sliding_windows
+from inference.tasks import Task, encode_task, parse_item
+
+
+def alone(model, row, n):
+    """The sum of log p(row[i] | row[:i]) over row's last n tokens, from a forward of the row by itself."""
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([row[:-1]]))  # (1, T, V)
+    logp = F.log_softmax(logits[0].double(), dim=-1)  # (T, V)
+    targets = torch.tensor(row[1:])
+    return logp[torch.arange(len(row) - 1), targets][-n:].sum().item()
+
+
+def random_rows(seed=0, count=7, vocab=37, longest=17):
+    g = torch.Generator().manual_seed(seed)
+    lengths = [2, longest, 5, 9, longest, 3, 12][:count]
+    rows = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+    return rows, [max(1, n // 3) for n in lengths]
+
+
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+def test_a_row_in_a_padded_batch_scores_as_it_does_alone(pos_emb):
+    model = tiny_model(pos_emb=pos_emb)
+    rows, n = random_rows()
+    batched = row_logprobs(model, rows, n, batch_tokens=1000)  # one forward: rows of 2..17 tokens, right-padded
+    for row, k, got in zip(rows, n, batched):
+        assert got == pytest.approx(alone(model, row, k), abs=1e-4)
+
+
+def test_batches_take_rows_longest_first_up_to_the_token_budget():
+    lengths = [2, 17, 5, 9, 17, 3, 12]
+    groups = batches(lengths, batch_tokens=40)
+    assert sorted(i for g in groups for i in g) == list(range(7))
+    assert [i for g in groups for i in g] == [1, 4, 6, 3, 2, 5, 0]  # longest first; equal lengths keep their order
+    assert all(len(g) * (lengths[g[0]] - 1) <= 40 for g in groups) and len(groups) == 3
+    assert batches([30], batch_tokens=5) == [[0]]  # a row longer than the budget goes alone
+    assert len(batches(lengths, batch_tokens=1000)) == 1
+
+
+def test_the_default_batch_keeps_the_logits_within_budget():
+    assert default_batch_tokens(tiny_model(vocab_size=65)) == 2048  # on a CPU
+    assert default_batch_tokens(tiny_model(vocab_size=50257)) == 1335 and 1335 * 50257 <= LOGITS_BUDGET
+
+
+def test_the_batch_changes_no_score():
+    model = tiny_model()
+    rows, n = random_rows(seed=3)
+    one_by_one = row_logprobs(model, rows, n, batch_tokens=1)  # one row a forward
+    for batch_tokens in (20, 40, 100):
+        assert row_logprobs(model, rows, n, batch_tokens=batch_tokens) == pytest.approx(one_by_one, abs=1e-5)
+
+
+def test_scoring_leaves_a_training_model_training_and_uses_no_dropout():
+    model = tiny_model(dropout=0.5).train()
+    rows, n = random_rows(count=3)
+    first = row_logprobs(model, rows, n)
+    assert model.training and row_logprobs(model, rows, n) == first  # dropout off while scoring, mode restored
+
+
+def uniform_model():
+    """A model whose next-token distribution is uniform over its vocabulary: every log-probability is -log V."""
+    model = tiny_model(vocab_size=11)
+    with torch.no_grad():
+        model.head.weight.zero_()  # (tied to the embedding: the inputs are all zero too; the logits are zero)
+    return model
+
+
+def test_each_metric_picks_what_its_normalisation_says_on_a_uniform_model():
+    """With every token at -log V, a choice of b characters (b + 1 tokens with its space) sums to -(b + 1) log V:
+    acc picks the shortest choice, acc_norm (per byte: -(b + 1) / b log V) the longest, and acc_token (per token:
+    -log V for all) ties, which goes to the first choice."""
+    tok = CharTokenizer(" abcdefghij")
+    lines = [{"context": "abc", "choices": ["abcd", "ab", "abcdefg"], "label": 1},  # shortest right: acc only
+             {"context": "abc", "choices": ["ab", "abcd", "abcdefg"], "label": 2},  # longest right: acc_norm only
+             {"context": "abc", "choices": ["abc", "ab", "a"], "label": 0}]  # first right: acc_norm and acc_token
+    items = [parse_item(json.dumps(obj), f"t:{i}", i) for i, obj in enumerate(lines)]
+    report = score_task(uniform_model(), encode_task(Task("t", "t", items), tok, block_size=16), batch_tokens=20)
+    log_v = math.log(11)
+    assert [it["logprobs"] for it in report["items"]][0] == pytest.approx([-5 * log_v, -3 * log_v, -8 * log_v])
+    assert [(it["pred"], it["pred_norm"], it["pred_token"]) for it in report["items"]] == [(1, 2, 0), (0, 2, 0),
+                                                                                           (2, 0, 0)]
+    assert (report["acc"], report["acc_norm"], report["acc_token"]) == pytest.approx((1 / 3, 2 / 3, 1 / 3))
+    assert report["n"] == 3 and report["cut"] == 0 and report["chance"] == pytest.approx(1 / 3)
+
+
+def test_the_standard_error_is_the_sample_deviation_over_root_n():
+    hits = [True, False, True, True, False, True, True]
+    assert stderr(hits) == pytest.approx(statistics.stdev(map(float, hits)) / math.sqrt(len(hits)))
+    assert stderr([True]) is None and stderr([True, True]) == 0
+
+
+@pytest.mark.parametrize("n_tokens, block, stride", [(40, 16, 8), (40, 16, 16), (40, 16, 1), (17, 16, 5), (5, 16, 3),
+                                                     (2, 16, 16)])
+def test_every_token_but_the_first_is_a_target_once_with_at_most_block_minus_stride_of_context(n_tokens, block, stride):
+    scored = []
+    for i, (start, end, new) in enumerate(sliding_windows(n_tokens, block, stride)):
+        assert end - start - 1 <= block and 1 <= new <= end - start - 1  # an input of <= block tokens
+        scored += range(end - new, end)  # the targets' positions in the text
+        if i:
+            assert end - start - 1 - new <= block - stride  # the unscored context
+    assert scored == list(range(1, n_tokens))
+
+
+def hf_guide_nll(model, tokens, block, stride) -> tuple[float, int]:
+    """Hugging Face's perplexity guide's loop, with our model in place of theirs: windows of block + 1 tokens (the
+    labels shift by one inside the loss), the tokens scored before masked with -100."""
+    ids = torch.tensor([tokens])
+    nll_sum, n_scored, prev_end = 0.0, 0, 0
+    for begin in range(0, ids.size(1), stride):
+        end = min(begin + block + 1, ids.size(1))
+        trg_len = end - prev_end
+        input_ids = ids[:, begin:end]
+        target_ids = input_ids.clone()
+        target_ids[:, :-trg_len] = -100
+        with torch.no_grad():
+            logits, _ = model(input_ids[:, :-1])
+        labels = target_ids[:, 1:]
+        valid = int((labels != -100).sum())
+        loss = F.cross_entropy(logits[0].double(), labels[0], ignore_index=-100, reduction="sum").item()
+        nll_sum, n_scored, prev_end = nll_sum + loss, n_scored + valid, end
+        if end == ids.size(1):
+            break
+    return nll_sum, n_scored
+
+
+@pytest.mark.parametrize("stride", [1, 5, 8, 16])
+def test_perplexity_is_hugging_faces_sliding_window(stride):
+    model, tok = tiny_model(vocab_size=11), CharTokenizer(" abcdefghij")
+    tokens = torch.randint(0, 11, (45,), generator=torch.Generator().manual_seed(1)).tolist()
+    got = perplexity(model, tokens, tok, stride=stride, batch_tokens=40)
+    nll, n = hf_guide_nll(model, tokens, 16, stride)
+    assert got["scored"] == n == 44 and got["tokens"] == 45
+    assert got["nll_per_token"] == pytest.approx(nll / n, abs=1e-5)
+    assert got["ppl"] == pytest.approx(math.exp(nll / n), rel=1e-5)
+    assert got["bits_per_byte"] == pytest.approx(nll / math.log(2) / 44, rel=1e-5)  # one byte per character
+
+
+@pytest.mark.parametrize("stride", [1, 7, 16])
+def test_a_text_that_fits_one_block_scores_as_one_forward_whatever_the_stride(stride):
+    model, tok = tiny_model(vocab_size=11, pos_emb="learned"), CharTokenizer(" abcdefghij")
+    tokens = tok.encode("abc fed jihg abcd")  # 17 tokens: 16 targets, one window of the whole block
+    got = perplexity(model, tokens, tok, stride=stride)
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([tokens[:-1]]))
+    whole = F.cross_entropy(logits[0].double(), torch.tensor(tokens[1:])).item()
+    assert got["nll_per_token"] == pytest.approx(whole, abs=1e-6)

@@ -1,0 +1,110 @@
+"""Task files: both formats read, every mistake refused in one line naming FILE:LINE, and the rows tokenized as llm.c
+does for HellaSwag (context and choice apart, the choice with a space before it), long contexts cut from the left."""
+import json
+
+import pytest
+
+from common.errors import UserError
+from data.tokenizer import CharTokenizer, gpt2_tokenizer
+from inference.tasks import Task, encode_task, read_task, read_tasks
+
+# a line as HellaSwag's own hellaswag_val.jsonl has it: its keys, an int label, endings under "endings"
+HELLASWAG = {"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
+             "ctx": "A man is sitting on a roof. he", "split": "val", "split_type": "indomain", "label": 3,
+             "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
+                         "is holding a rubik's cube.", "starts pulling up roofing on a roof."],
+             "source_id": "activitynet~v_-JhWjGDPHMY"}
+
+
+def write(path, *lines):
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return str(path)
+
+
+def test_hellaswag_lines_and_plain_lines_read_alike(tmp_path):
+    path = write(tmp_path / "mixed.jsonl", HELLASWAG, "", {"context": "Two plus two is", "choices": ["four", "five"],
+                                                           "label": 0}, {**HELLASWAG, "label": "1"})
+    items = read_task(path)
+    assert [(i.context, i.label, i.line) for i in items] == [(HELLASWAG["ctx"], 3, 1), ("Two plus two is", 0, 3),
+                                                             (HELLASWAG["ctx"], 1, 4)]  # the blank line 2 skipped
+    assert items[0].choices == HELLASWAG["endings"] and items[1].choices == ["four", "five"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "mistakes.jsonl:2 is not JSON"),
+    ("[1, 2]", "mistakes.jsonl:2 holds a JSON list"),
+    ({"question": "?", "answers": ["a", "b"]}, "mistakes.jsonl:2 has neither HellaSwag's ctx/endings/label nor"),
+    ({"context": "", "choices": ["a", "b"], "label": 0}, "mistakes.jsonl:2: context must be a non-empty string"),
+    ({"context": "x", "choices": ["a"], "label": 0}, "mistakes.jsonl:2: choices must be a list of at least two"),
+    ({"context": "x", "choices": ["a", 3], "label": 0}, "mistakes.jsonl:2: choices must be a list of at least two"),
+    ({"context": "x", "choices": ["a", ""], "label": 0}, "mistakes.jsonl:2: choice 1 is empty"),
+    ({"context": "x", "choices": ["a", "b"], "label": 2}, "mistakes.jsonl:2: label=2 is out of range for 2 choices"),
+    ({"context": "x", "choices": ["a", "b"], "label": -1}, "label=-1 is out of range"),
+    ({"context": "x", "choices": ["a", "b"], "label": True}, "label must be the index of the right choice"),
+    ({**HELLASWAG, "label": ""}, "HellaSwag's test split has no labels"),
+])
+def test_a_mistake_is_one_line_naming_the_file_and_line(tmp_path, line, message):
+    path = write(tmp_path / "mistakes.jsonl", {"context": "fine", "choices": ["a", "b"], "label": 1}, line)
+    with pytest.raises(UserError) as e:
+        read_task(path)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_files_that_cannot_be_read_are_refused_in_one_line(tmp_path):
+    for path, message in ((tmp_path / "missing.jsonl", "does not exist"), (tmp_path, "is not a file")):
+        with pytest.raises(UserError, match=message):
+            read_task(str(path))
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"context": "caf\xe9", "choices": ["a", "b"], "label": 0}\n')
+    with pytest.raises(UserError, match="is not UTF-8 text"):
+        read_task(str(tmp_path / "latin1.jsonl"))
+    with pytest.raises(UserError, match="holds no items"):
+        read_task(write(tmp_path / "empty.jsonl", "", "  "))
+
+
+def test_a_bad_line_past_the_limit_still_refuses_the_file_and_names_clash(tmp_path):
+    good = {"context": "x", "choices": ["a", "b"], "label": 0}
+    path = write(tmp_path / "t.jsonl", good, good, {"context": "x", "choices": ["a", "b"], "label": 5})
+    with pytest.raises(UserError, match="t.jsonl:3"):
+        read_tasks(path, limit=1)
+    other = tmp_path / "other"
+    other.mkdir()
+    same = write(other / "t.jsonl", good)
+    assert [len(t.items) for t in read_tasks(f"{write(tmp_path / 'u.jsonl', good, good)},{same}", limit=1)] == [1, 1]
+    with pytest.raises(UserError, match="two files called t"):
+        read_tasks(f"{same},{write(tmp_path / 't.jsonl', good)}")
+
+
+def test_context_and_choice_are_tokenized_apart_the_choice_after_a_space():
+    tok = gpt2_tokenizer()
+    item = read_item({"context": "The cat sat on the", "choices": ["mat.", "ça va"], "label": 0})
+    (enc,) = encode_task(Task("t", "t.jsonl", [item]), tok, block_size=64)
+    context = tok.encode("The cat sat on the")
+    assert enc.rows == [context + tok.encode(" mat."), context + tok.encode(" ça va")]
+    assert enc.n_tokens == [len(tok.encode(" mat.")), len(tok.encode(" ça va"))]
+    assert enc.n_bytes == [4, 6] and enc.label == 0 and not enc.cut  # UTF-8 bytes as written: ç is two
+
+
+def test_a_long_context_keeps_its_last_tokens_and_a_choice_longer_than_the_block_is_refused():
+    tok = CharTokenizer(" abcdefghij")
+    item = read_item({"context": "abcdefghij", "choices": ["ab", "abcdef"], "label": 1})
+    (enc,) = encode_task(Task("t", "t.jsonl", [item]), tok, block_size=8)
+    assert [tok.decode(r) for r in enc.rows] == ["efghij ab", "ij abcdef"]  # block_size + 1 tokens each
+    assert enc.cut and enc.n_tokens == [3, 7] and enc.n_bytes == [2, 6]
+    short = encode_task(Task("t", "t.jsonl", [read_item({"context": "ab", "choices": ["a", "b"], "label": 0})]),
+                        tok, block_size=8)
+    assert not short[0].cut
+    too_long = read_item({"context": "a", "choices": ["abcdefghij", "b"], "label": 0}, line=7)
+    with pytest.raises(UserError, match=r"^t.jsonl:7: choice 0 is 11 tokens, more than the model's block_size=8"):
+        encode_task(Task("t", "t.jsonl", [too_long]), tok, block_size=8)
+
+
+def test_a_character_the_tokenizer_lacks_names_the_line():
+    item = read_item({"context": "abc", "choices": ["a", "Z"], "label": 0}, line=5)
+    with pytest.raises(UserError, match=r"^t.jsonl:5: character 'Z'"):
+        encode_task(Task("t", "t.jsonl", [item]), CharTokenizer(" abc"), block_size=8)
+
+
+def read_item(obj, line=1):
+    from inference.tasks import parse_item
+
+    return parse_item(json.dumps(obj), f"t.jsonl:{line}", line)
