@@ -178,14 +178,18 @@ def make_optimizer(model, lr, weight_decay, betas, optimizer="adamw", muon_lr=0.
     return Combined(adamw=_adamw(by_role["weight"], by_role["gain"], lr, weight_decay, betas), muon=muon)
 
 
-def optimizer_and_scaler(tc, model, device, dtype) -> tuple:
-    """A run's (optimizer, loss scaler), from its TrainConfig tc. float16 needs loss scaling: its smallest normal
-    number is 6e-5, and with a large vocabulary most of the logits' gradients are smaller. The scaler multiplies the
-    loss before backward, unscales before clipping, and skips (and halves the scale) on an overflow. bfloat16 has
-    float32's range and needs none: its scaler is disabled (a no-op)."""
+def optimizer_and_scaler(tc, model, device, dtype, ckpt=None) -> tuple:
+    """A run's (optimizer, loss scaler), from its TrainConfig tc; a resumed run's take up the checkpoint ckpt's
+    states (resume). float16 needs loss scaling: its smallest normal number is 6e-5, and with a large vocabulary
+    most of the logits' gradients are smaller. The scaler multiplies the loss before backward, unscales before
+    clipping, and skips (and halves the scale) on an overflow. bfloat16 has float32's range and needs none: its
+    scaler is disabled (a no-op)."""
     optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2),
                                tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps, matmul_dtype=dtype)
-    return optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    if ckpt is not None:
+        resume(optimizer, scaler, ckpt, model, sharded=tc.fsdp)
+    return optimizer, scaler
 
 
 def resume(optimizer, scaler, ckpt, model, sharded: bool = False) -> None:

@@ -85,14 +85,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
     check_prompt(tc, tokenizer)
     model = build_model(tc, model_overrides, ckpt, init_model, tokenizer, device, dtype, sc)
-    optimizer, scaler = optim.optimizer_and_scaler(tc, model, device, dtype)
-    if d.enabled:
-        torch.manual_seed(tc.seed + d.rank)  # different dropout masks in different processes
-    if ckpt is not None:  # the optimizer's and the scaler's states, and each process's own random stream
-        optim.resume(optimizer, scaler, ckpt, model, sharded=tc.fsdp)
-        if ckpt.rng is not None:  # None: not written by a training run (an import), no stream to continue
-            set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)
-    start, best_val = (ckpt.step, ckpt.best_val_loss) if ckpt is not None else (0, math.inf)
+    optimizer, scaler = optim.optimizer_and_scaler(tc, model, device, dtype, ckpt)
+    start, best_val = where_to_start(tc, d, ckpt, device)
     train_model = training_module(model, tc, device, d)
     accum = tc.accumulation(model.config.block_size, d.world_size)
     fixed_by = "the checkpoint" if ckpt is not None else tc.init_from if init_model is not None else None
@@ -143,6 +137,18 @@ def encodes(tokenizer, text: str) -> bool:
         return True
     except DataError:
         return False
+
+
+def where_to_start(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None, device) -> tuple[int, float]:
+    """(the first step, the best validation loss so far), and each process's random stream: under torchrun a seed
+    of its own (different dropout masks in different processes); a resumed run continues the checkpoint's."""
+    if d.enabled:
+        torch.manual_seed(tc.seed + d.rank)
+    if ckpt is None:
+        return 0, math.inf
+    if ckpt.rng is not None:  # None: not written by a training run (an import), no stream to continue
+        set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)
+    return ckpt.step, ckpt.best_val_loss
 
 
 def build_model(tc: TrainConfig, model_overrides: dict, ckpt: Checkpoint | None, init_model, tokenizer, device,
