@@ -32,10 +32,6 @@ def main(argv) -> None:
         return
     tc, model_overrides, sc, explicit = configure(argv)  # 1
     tc = checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
-    if tc.eval_tasks:  # every line of the task files checked now, before any data is prepared
-        from inference.tasks import read_tasks
-
-        read_tasks(tc.eval_tasks, flag="eval_tasks")
     init_model = None
     if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
         from interop.import_hf import initializer
@@ -46,8 +42,13 @@ def main(argv) -> None:
     try:
         out_dir.refuse_if_in_use(tc.out_dir, d)  # 3
         tc, ckpt = out_dir.starting_config(tc, model_overrides, explicit, d)
+        tasks = []
+        if tc.eval_tasks:  # every line of the task files checked now, before any data is prepared
+            from inference.tasks import read_tasks
+
+            tasks = read_tasks(tc.eval_tasks, tc.eval_tasks_n, flag="eval_tasks")
         run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc, ckpt)  # 4
-        hooks = evaluation_hooks(run)  # the task files tokenized: refused here, before out_dir is touched
+        hooks = evaluation_hooks(run, tasks)  # the tasks tokenized: refused here, before out_dir is touched
         lock = out_dir.lock_out_dir(tc.out_dir, d)  # 5
         out_dir.claim_out_dir(run)
         loop.train(run, *hooks)  # 6
@@ -63,16 +64,15 @@ def main(argv) -> None:
         distributed.shutdown(d)
 
 
-def evaluation_hooks(run) -> tuple[list, list]:
+def evaluation_hooks(run, tasks: list) -> tuple[list, list]:
     """What each evaluation adds besides the validation loss: (metrics columns, wandb images), each a function of
     (model, tokenizer). The looking-inside lives in insight/, which the training loop does not import; the
-    multiple-choice tasks are scored by inference/evaluation.py."""
+    multiple-choice tasks (--eval_tasks, read by main) are scored by inference/evaluation.py."""
     tc, columns, images = run.tc, [], []
-    if tc.eval_tasks:  # each task's acc, acc_norm and acc_token (metrics.jsonl, wandb: tasks/NAME/...)
+    if tasks:  # each task's acc, acc_norm and acc_token (metrics.jsonl, wandb: tasks/NAME/...)
         from inference.evaluation import task_columns
-        from inference.tasks import encode_task, read_tasks
+        from inference.tasks import encode_task
 
-        tasks = read_tasks(tc.eval_tasks, tc.eval_tasks_n, flag="eval_tasks")
         encoded = {t.name: encode_task(t, run.tokenizer, run.config.block_size) for t in tasks}
         columns.append(lambda model, tokenizer: task_columns(model, encoded, run.dtype))
     if tc.model == "seq2seq":  # both read a text model's attention; the encoder-decoder reports exact matches
