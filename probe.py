@@ -70,21 +70,11 @@ def main(argv) -> None:
     config = {**asdict(pc), **asdict(pm)}
     import torch
 
-    from insight.probe_report import cells, curve_figure, figure, run_cell, save_png, table
+    from insight.probe_report import cells, run_cell
 
     if pc.threads:
         torch.set_num_threads(pc.threads)
-    wandb_run = None
-    if pc.wandb_log:
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_SILENT", "true")
-        import wandb
-
-        os.makedirs(pc.out, exist_ok=True)
-        wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config,
-                               dir=pc.out)
-        wandb_run.define_metric("probe_step")
-        wandb_run.define_metric("probe_*", step_metric="probe_step")
+    wandb_run = start_wandb(pc, config) if pc.wandb_log else None
     results = []
     for task, pos_emb, model in cells(pc.items("tasks"), pc.items("pos_embs"), pc.items("models")):
         name = f"{task}/{model}/{pos_emb}"
@@ -97,6 +87,29 @@ def main(argv) -> None:
         results.append(r)
         print(f"{name}: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in r["acc"].items())
               + f" ({r['seconds']} s)", flush=True)
+    png = write_results(pc, config, results)
+    if wandb_run is not None:
+        finish_wandb(wandb_run, results, png)
+
+
+def start_wandb(pc: ProbeConfig, config: dict):
+    """An offline wandb run for the probes (unless wandb is logged in), each cell's curve against its own step."""
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import wandb
+
+    os.makedirs(pc.out, exist_ok=True)
+    wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config, dir=pc.out)
+    wandb_run.define_metric("probe_step")
+    wandb_run.define_metric("probe_*", step_metric="probe_step")
+    return wandb_run
+
+
+def write_results(pc: ProbeConfig, config: dict, results: list) -> str:
+    """The table (printed too), results.json, the accuracy figure and the induction task's curves in pc.out;
+    returns the figure's path."""
+    from insight.probe_report import curve_figure, figure, save_png, table
+
     os.makedirs(pc.out, exist_ok=True)
     md = table(results)
     write_text(os.path.join(pc.out, "table.md"), md)
@@ -110,15 +123,19 @@ def main(argv) -> None:
         write_atomic(os.path.join(pc.out, "curves.png"), lambda f: save_png(curves, f))
         wrote += ", curves.png"
     print(md + f"wrote {pc.out}/{wrote}")
-    if wandb_run is not None:
-        import wandb
+    return png
 
-        rows = [[r["task"], r["model"], r["pos_emb"], r["n"], *(r["acc"][f"{k}x"] for k in (1, 2, 4))]
-                for r in results]
-        wandb_run.log({"probes/table": wandb.Table(columns=["task", "model", "pos_emb", "n", "acc_1x", "acc_2x",
-                                                            "acc_4x"], data=rows),
-                       "probes/figure": wandb.Image(png)})
-        wandb_run.finish()
+
+def finish_wandb(wandb_run, results: list, png: str) -> None:
+    """The results table and the figure into the wandb run, which ends."""
+    import wandb
+
+    rows = [[r["task"], r["model"], r["pos_emb"], r["n"], *(r["acc"][f"{k}x"] for k in (1, 2, 4))]
+            for r in results]
+    wandb_run.log({"probes/table": wandb.Table(columns=["task", "model", "pos_emb", "n", "acc_1x", "acc_2x",
+                                                        "acc_4x"], data=rows),
+                   "probes/figure": wandb.Image(png)})
+    wandb_run.finish()
 
 
 def entry() -> int:

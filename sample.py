@@ -25,6 +25,7 @@ Two ways to look inside instead of sampling:
     python sample.py --start="ROMEO:" --attention=maps.png       # the prompt's attention maps (visualize.py)
     python sample.py --start="ROMEO:" --temperatures=0.5,1,2     # the next-token distribution at each temperature
 """
+import functools
 import os
 import sys
 import time
@@ -55,6 +56,9 @@ NOTES = {"cheater": "[a bidirectional model trained on next tokens (the cheater)
                     "expect garbage; no KV cache]",
          "encoder": "[encoder: no [MASK] in the prompt, so it generates by appending one [MASK] and predicting it; no "
                     "KV cache is possible (every token attends to later ones), so each token re-runs the whole window]"}
+
+# On a GPU the sampled tokens are read back (a host sync) this many at a time, so the GPU runs ahead of the terminal
+READ_EVERY = {"cuda": 8}
 
 
 @dataclass
@@ -177,13 +181,14 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint]:
 
 
 def main(argv) -> None:
+    """Picks the mode: --help, an encoder-decoder's translations, the prompt's attention maps, an encoder's filled
+    masks, the next-token table at each temperature, or (the default) num_samples generated samples."""
     if "--help" in argv or "-h" in argv:
         print(flags.help_text((SampleConfig, SpeedConfig), {}, tags=flag_scope.tags("sample.py")))
         return
     sc, speed_config, explicit, ckpt = checked(argv)
     device = pick_device(sc.device)
-    on_gpu = device.type == "cuda"
-    dtype = pick_dtype(sc.dtype or ("auto" if on_gpu else "float32"), device)
+    dtype = pick_dtype(sc.dtype or ("auto" if device.type == "cuda" else "float32"), device)
     model, tokenizer = ckpt.build_model(device).eval(), ckpt.tokenizer()
     speed_config = speed.for_device(speed_config, explicit, device.type)
     model = for_decoding(model, sc, speed_config, dtype)
@@ -192,70 +197,119 @@ def main(argv) -> None:
         return
     text = read_prompt(sc.start)
     if sc.attention:  # works for encoders too: it draws, it does not generate
-        from insight.attention_figures import attention_figure, save_figure  # here: matplotlib is slow to import
-
-        print(f"wrote {save_figure(attention_figure(model, tokenizer, text), sc.attention)}")
+        draw_attention(model, tokenizer, text, sc.attention)
         return
     encoder = ckpt.objective == "encoder"
     if sc.past_context == "extend":  # a decoder's (flag_scope refuses it elsewhere)
         check_past_context(sc.past_context, model)
+    prompt = encoded_prompt(tokenizer, text, encoder)
+    if encoder and ckpt.mask_id in prompt:
+        print_filled(model, tokenizer, prompt, ckpt.mask_id, sc.top_tokens)
+    elif sc.temperatures and not encoder:
+        print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
+    else:
+        generate(sc, model, tokenizer, prompt, ckpt, device, dtype, speed_config)
+
+
+def draw_attention(model, tokenizer, text: str, path: str) -> None:
+    """--attention=FILE.png: the prompt's attention maps (insight/attention_figures.py), written to path."""
+    from insight.attention_figures import attention_figure, save_figure  # here: matplotlib is slow to import
+
+    print(f"wrote {save_figure(attention_figure(model, tokenizer, text), path)}")
+
+
+def encoded_prompt(tokenizer, text: str, encoder: bool) -> list[int]:
+    """The prompt's ids. An empty one is a decoder's start token; an encoder has nothing to start from."""
     if encoder:
         prompt = tokenizer.encode(text)
-        if ckpt.mask_id in prompt:
-            print_filled(model, tokenizer, prompt, ckpt.mask_id, sc.top_tokens)
-            return
         if not prompt:
             raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
                             f"prompt to continue")
-    else:
-        prompt = tokenizer.encode(text) if text else []
-        if not prompt:
-            if tokenizer.eot_id is None:
-                raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")
-            prompt = [tokenizer.eot_id]
-        if sc.temperatures:
-            print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
-            return
+        return prompt
+    prompt = tokenizer.encode(text) if text else []
+    if not prompt:
+        if tokenizer.eot_id is None:
+            raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")
+        prompt = [tokenizer.eot_id]
+    return prompt
+
+
+def sampling(sc: SampleConfig) -> dict:
+    """The sampling flags, as generate_stream and its kin take them."""
+    return dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p)
+
+
+@dataclass
+class Decoding:
+    """What every sampling mode of a decoder or an encoder shares: the model, its device and dtype, where to stop,
+    whether the KV cache is used, and the compiled step (--compile: a causal model's cache, so never an encoder's)."""
+    sc: SampleConfig
+    model: torch.nn.Module
+    device: torch.device
+    dtype: torch.dtype
+    use_cache: bool
+    stop: list[int] | None
+    compiled: dict  # {"decoder": StaticDecoder} or {}
+
+    @classmethod
+    def for_model(cls, sc: SampleConfig, model, tokenizer, device, dtype) -> "Decoding":
+        use_cache = sc.kv_cache and model.config.causal
+        stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
+        compiled = {}
+        if compiles(sc, device, model) and use_cache:
+            compiled["decoder"] = StaticDecoder(model, compile=True, mode=OneTokenLoops if sc.step_loops else None)
+        return cls(sc, model, device, dtype, use_cache, stop, compiled)
+
+    def new_tokens(self, idx: torch.Tensor, generator):
+        """idx (B, T) -> generate_stream's (B,) device tensors, one per new token."""
+        sc = self.sc
+        return generate_stream(self.model, idx, sc.max_new_tokens, generator=generator, use_cache=self.use_cache,
+                               stop_tokens=self.stop, check_every=READ_EVERY.get(self.device.type, 1), **sampling(sc),
+                               past_context=sc.past_context, **self.compiled)
+
+
+def generate(sc: SampleConfig, model, tokenizer, prompt: list[int], ckpt, device, dtype,
+             speed_config: SpeedConfig) -> None:
+    """num_samples samples continuing the prompt: drawn as one batch (a GPU's default), or one after another and
+    streamed, by the model alone, speculatively with a --draft, or for an encoder by filling appended masks."""
+    encoder = ckpt.objective == "encoder"
     if ckpt.objective in NOTES:
         print(NOTES[ckpt.objective], file=sys.stderr)
-    use_cache = sc.kv_cache and model.config.causal
-    stop = [tokenizer.eot_id] if tokenizer.eot_id is not None else None
-    compiled = {}  # the decoder, when --compile: passed only to the causal objectives (an encoder has no cache)
-    if compiles(sc, device, model) and use_cache:
-        compiled["decoder"] = StaticDecoder(model, compile=True, mode=OneTokenLoops if sc.step_loops else None)
-
-    sampling = dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p)
+    decoding = Decoding.for_model(sc, model, tokenizer, device, dtype)
     draft, stats = None, None
     if sc.draft:
         draft, stats = load_draft(sc, tokenizer, device, speed_config, dtype), {}
-
-    def stream(generator):
+    header = f" (step {ckpt.step} checkpoint)"
+    if (sc.batch if sc.batch is not None else device.type == "cuda") and sc.num_samples > 1 and not (encoder or draft):
         with autocast(device, dtype):
-            if draft is not None:
-                yield from speculative_stream(model, draft, prompt, sc.max_new_tokens, k=sc.draft_tokens,
-                                              generator=generator, stats=stats, stop_tokens=stop, **sampling)
-            elif encoder:  # no end-of-text to stop at: it writes by filling masks
-                yield from generate_by_masks(model, prompt, sc.max_new_tokens, ckpt.mask_id, generator=generator,
-                                             **sampling)
-            else:
-                idx = torch.tensor([prompt], device=device)
-                tokens = generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
-                                         stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling,
-                                         past_context=sc.past_context, **compiled)
-                yield from until_stop(read_in_chunks(tokens, READ_EVERY.get(device.type, 1)), stop)
-    if (sc.batch if sc.batch is not None else on_gpu) and sc.num_samples > 1 and not (encoder or draft):
-        with autocast(device, dtype):
-            print_batch(sc, model, tokenizer, prompt, device, use_cache, stop, sampling, compiled,
-                        f" (step {ckpt.step} checkpoint)")
+            print_batch(sc, tokenizer, prompt, decoding, header)
         return
     note = ("encoder: a full forward per token, no cache" if encoder
             else f"speculative, {sc.draft_tokens} guesses per round" if draft is not None
-            else f"kv_cache={use_cache}" + (", compiled step (the first sample includes the compile)" if compiled
-                                            else ""))
-    print_samples(sc, tokenizer, prompt, device, stream, f" (step {ckpt.step} checkpoint)", note)
+            else f"kv_cache={decoding.use_cache}" + (", compiled step (the first sample includes the compile)"
+                                                     if decoding.compiled else ""))
+    mask_id = ckpt.mask_id if encoder else None
+    stream = functools.partial(sample_stream, decoding, prompt, draft=draft, stats=stats, mask_id=mask_id)
+    print_samples(sc, tokenizer, prompt, device, stream, header, note)
     if stats:
         print(f"[draft: {stats['accepted']} of {stats['proposed']} guesses kept "
               f"({stats['accepted'] / max(1, stats['proposed']):.0%}) in the last sample]", file=sys.stderr)
+
+
+def sample_stream(decoding: Decoding, prompt: list[int], generator, draft=None, stats=None, mask_id=None):
+    """One sample's new ids, as they are drawn: speculatively with a draft model, by filling appended masks for an
+    encoder (mask_id: its [MASK]), else by the model's own generate_stream, read back READ_EVERY at a time."""
+    sc = decoding.sc
+    with autocast(decoding.device, decoding.dtype):
+        if draft is not None:
+            yield from speculative_stream(decoding.model, draft, prompt, sc.max_new_tokens, k=sc.draft_tokens,
+                                          generator=generator, stats=stats, stop_tokens=decoding.stop, **sampling(sc))
+        elif mask_id is not None:  # no end-of-text to stop at: it writes by filling masks
+            yield from generate_by_masks(decoding.model, prompt, sc.max_new_tokens, mask_id, generator=generator,
+                                         **sampling(sc))
+        else:
+            tokens = decoding.new_tokens(torch.tensor([prompt], device=decoding.device), generator)
+            yield from until_stop(read_in_chunks(tokens, READ_EVERY.get(decoding.device.type, 1)), decoding.stop)
 
 
 def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, sampled: bool) -> None:
@@ -275,24 +329,19 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
         except DataError as e:
             where = f"line {n} of {sc.source[len('FILE:'):]}" if sc.source.startswith("FILE:") else "--source"
             raise UserError(f"{where}: {e}") from None
-    sampling = (dict(temperature=sc.temperature, top_k=sc.top_k, top_p=sc.top_p, min_p=sc.min_p) if sampled
-                else dict(temperature=0.0))
+    chosen = sampling(sc) if sampled else dict(temperature=0.0)
     generator = torch.Generator(device=device).manual_seed(sc.seed)
     from inference.translate import translate_sources
 
     t0 = time.perf_counter()
     with autocast(device, dtype):
         out = translate_sources(model, tokenizer, ids, sc.max_new_tokens, sc.source_batch, generator,
-                                use_cache=sc.kv_cache, **sampling)
+                                use_cache=sc.kv_cache, **chosen)
     for line in out:
         print(line)
     print(f"[{len(texts)} source(s) in {time.perf_counter() - t0:.2f} s, "
           f"{'sampled' if sampled else 'greedy (pass --temperature=... to sample)'}, step {ckpt.step} checkpoint]",
           file=sys.stderr)
-
-
-# On a GPU the sampled tokens are read back (a host sync) this many at a time, so the GPU runs ahead of the terminal
-READ_EVERY = {"cuda": 8}
 
 
 def read_in_chunks(tokens, n: int):
@@ -348,25 +397,23 @@ def compiles(sc: SampleConfig, device, model) -> bool:
     return device.type == "cuda" and sc.kv_cache and sc.draft is None and model.config.pos_emb != "alibi"
 
 
-def print_batch(sc: SampleConfig, model, tokenizer, prompt: list[int], device, use_cache, stop, sampling, compiled,
-                header: str) -> None:
+def print_batch(sc: SampleConfig, tokenizer, prompt: list[int], decoding: Decoding, header: str) -> None:
     """The num_samples samples drawn as one batch (the prompt in every row), printed when all are done, each cut at
     its end-of-text token; the batch's speed on stderr."""
-    generator = torch.Generator(device=device).manual_seed(sc.seed)
-    idx = torch.tensor([prompt] * sc.num_samples, device=device)  # (B, T)
+    generator = torch.Generator(device=decoding.device).manual_seed(sc.seed)
+    idx = torch.tensor([prompt] * sc.num_samples, device=decoding.device)  # (B, T)
     t0 = time.perf_counter()
-    steps = list(generate_stream(model, idx, sc.max_new_tokens, generator=generator, use_cache=use_cache,
-                                 stop_tokens=stop, check_every=READ_EVERY.get(device.type, 1), **sampling,
-                                 past_context=sc.past_context, **compiled))
+    steps = list(decoding.new_tokens(idx, generator))
     rows = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in range(sc.num_samples)]  # one read
     elapsed = time.perf_counter() - t0
-    rows = [list(until_stop(row, stop)) for row in rows]
+    rows = [list(until_stop(row, decoding.stop)) for row in rows]
     for i, row in enumerate(rows):
         print(f"---------- sample {i + 1}{header} ----------")
         print(tokenizer.decode(prompt + row))
     n = sum(len(row) for row in rows)
     print(f"[{sc.num_samples} samples as one batch: {n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} "
-          f"tokens/s, kv_cache={use_cache}" + (", compiled step" if compiled else "") + "]", file=sys.stderr)
+          f"tokens/s, kv_cache={decoding.use_cache}" + (", compiled step" if decoding.compiled else "") + "]",
+          file=sys.stderr)
 
 
 def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, dtype):

@@ -7,11 +7,12 @@ A run, top to bottom (each step in the module named):
      (a flag given where it does not apply is refused; a resume keeps its           common/flag_scope.py
      checkpoint's device)
   2. under torchrun, this process joins the group (one process: nothing to join)  training/distributed.py
-  3. a run already training in out_dir is refused at once                         training/stopping.py
+  3. what out_dir holds: a run already training there is refused at once; a      training/out_dir.py
+     resumed run's settings are its checkpoint's (and the flags' changes)
   4. everything is built and checked, and nothing written: the data (prepared     training/setup.py
-     once), the objective, the model (fresh, resumed or imported) with the speed
+     once), the objective, the model (fresh, resumed or imported) with the speed    training/run_data.py
      levers applied, the optimizer, the batches
-  5. out_dir is locked and claimed: only now is anything written there            training/stopping.py, setup.py
+  5. out_dir is locked and claimed: only now is anything written there            training/out_dir.py
   6. the loop trains, evaluating, checkpointing and sampling every eval_interval  training/loop.py
      steps; Ctrl-C or SIGTERM saves a checkpoint after the current step and says how to resume
 Exit codes: 0 done, 2 a mistake in the flags or the data (one line saying what to change), 130/143 stopped.
@@ -19,8 +20,8 @@ Exit codes: 0 done, 2 a mistake in the flags or the data (one line saying what t
 import sys
 
 from common import cli
-from training import distributed, loop, setup, stopping
-from training.config import configure, help_text
+from training import distributed, loop, out_dir, setup
+from training.config import checkpoint_system, configure, help_text
 from training.loop import on_disk
 from training.stopping import Stopped
 
@@ -30,11 +31,7 @@ def main(argv) -> None:
         print(help_text(argv))
         return
     tc, model_overrides, sc, explicit = configure(argv)  # 1
-    tc = setup.checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
-    if tc.eval_tasks:  # every line of the task files checked now, before any data is prepared
-        from inference.tasks import read_tasks
-
-        read_tasks(tc.eval_tasks, flag="eval_tasks")
+    tc = checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
     init_model = None
     if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
         from interop.import_hf import initializer
@@ -43,11 +40,17 @@ def main(argv) -> None:
     d, device_name = distributed.init(tc.device, tc.backend)  # 2
     lock = None
     try:
-        stopping.refuse_if_in_use(tc.out_dir, d)  # 3
-        run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc)  # 4
-        hooks = evaluation_hooks(run)  # the task files tokenized: refused here, before out_dir is touched
-        lock = stopping.lock_out_dir(tc.out_dir, d)  # 5
-        setup.claim_out_dir(run)
+        out_dir.refuse_if_in_use(tc.out_dir, d)  # 3
+        tc, ckpt = out_dir.starting_config(tc, model_overrides, explicit, d)
+        tasks = []
+        if tc.eval_tasks:  # every line of the task files checked now, before any data is prepared
+            from inference.tasks import read_tasks
+
+            tasks = read_tasks(tc.eval_tasks, tc.eval_tasks_n, flag="eval_tasks")
+        run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc, ckpt)  # 4
+        hooks = evaluation_hooks(run, tasks)  # the tasks tokenized: refused here, before out_dir is touched
+        lock = out_dir.lock_out_dir(tc.out_dir, d)  # 5
+        out_dir.claim_out_dir(run)
         loop.train(run, *hooks)  # 6
         distributed.barrier(d)  # no process tears the group down while another still talks in it
     except Stopped as stopped:  # a graceful stop: the checkpoint is saved and the resume command printed
@@ -61,16 +64,15 @@ def main(argv) -> None:
         distributed.shutdown(d)
 
 
-def evaluation_hooks(run) -> tuple[list, list]:
+def evaluation_hooks(run, tasks: list) -> tuple[list, list]:
     """What each evaluation adds besides the validation loss: (metrics columns, wandb images), each a function of
     (model, tokenizer). The looking-inside lives in insight/, which the training loop does not import; the
-    multiple-choice tasks are scored by inference/evaluation.py."""
+    multiple-choice tasks (--eval_tasks, read by main) are scored by inference/evaluation.py."""
     tc, columns, images = run.tc, [], []
-    if tc.eval_tasks:  # each task's acc, acc_norm and acc_token (metrics.jsonl, wandb: tasks/NAME/...)
+    if tasks:  # each task's acc, acc_norm and acc_token (metrics.jsonl, wandb: tasks/NAME/...)
         from inference.evaluation import task_columns
-        from inference.tasks import encode_task, read_tasks
+        from inference.tasks import encode_task
 
-        tasks = read_tasks(tc.eval_tasks, tc.eval_tasks_n, flag="eval_tasks")
         encoded = {t.name: encode_task(t, run.tokenizer, run.config.block_size) for t in tasks}
         columns.append(lambda model, tokenizer: task_columns(model, encoded, run.dtype))
     if tc.model == "seq2seq":  # both read a text model's attention; the encoder-decoder reports exact matches

@@ -5,7 +5,7 @@ from Ampere on, not the T4 or V100 that only emulate it; CPUs with AVX-512 BF16 
 ~2.5x a float32 one: read from the CPU's flags on Linux, so the choice does not depend on how busy the machine is;
 where the flags cannot be read, a short timing probe decides), float32 elsewhere.
 Weights and optimizer state stay float32 (autocast only lowers the matmuls), so no loss scaling is needed for bf16;
-float16 (GPUs without bf16) gets a GradScaler in training/setup.py.
+float16 (GPUs without bf16) gets a GradScaler in training/optim.py.
 """
 import contextlib
 import functools
@@ -81,7 +81,7 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
             if native:
                 return torch.bfloat16
         return torch.float32
-    return DTYPES[name]  # float16 runs on a CPU too (slowly): training/setup.py gives it a loss scaler
+    return DTYPES[name]  # float16 runs on a CPU too (slowly): training/optim.py gives it a loss scaler
 
 
 def use_tf32(device: torch.device) -> None:

@@ -154,29 +154,7 @@ class Build:
         for batch, results in encode_stream(items, spec, tok, dtype.name, self.cfg.n_workers, want_hash, self.peak,
                                             self.cfg.word_cache):
             n_shards = sum(len(w.shards) for w in writers.values())
-            # A batch's tokens are gathered per split and written at once: a write per document is thousands of
-            # small calls in the main process, which the workers wait on
-            out, n_out = {s: [] for s in writers}, dict.fromkeys(writers, 0)
-            for item, (tokens, n_bytes, val_hash) in zip(batch, results):
-                if item.first:
-                    # `docs`: by the hash; a val document past --val_tokens is dropped (None), not trained on, so
-                    # that no copy of a validation document trains
-                    n_val = writers["val"].n_tokens + n_out["val"]
-                    current = item.split or ("train" if not val_hash else
-                                             "val" if n_val < self.cfg.val_tokens else None)
-                if current is None:
-                    dropped.add(item, n_bytes)
-                    continue
-                w, c = writers[current], counters[current]
-                c.add(item, n_bytes)
-                if item.first:
-                    w.n_docs += 1
-                    if w.n_docs > 1:  # between documents, not after the last
-                        out[current].append(sep)
-                        n_out[current] += len(sep)
-                        c.bytes += sep_bytes
-                out[current].append(tokens)
-                n_out[current] += len(tokens)
+            out, current = self.sort_batch(batch, results, writers, counters, dropped, current, sep, sep_bytes)
             for s, parts in out.items():
                 if parts:
                     writers[s].write(np.concatenate(parts))
@@ -188,6 +166,34 @@ class Build:
                 self.save_progress()
         self.bad, self.dropped = bad, dropped
         return {s: (w.finish(), counters[s]) for s, w in writers.items()}
+
+    def sort_batch(self, batch, results, writers, counters, dropped, current, sep,
+                   sep_bytes) -> tuple[dict, str | None]:
+        """A batch's encoded items sorted into their splits, counted, with sep between documents: returns ({split:
+        [token arrays]}, the split of its last item, which the next batch's first item continues unless it starts a
+        document). A batch's tokens are gathered per split and written at once: a write per document is thousands
+        of small calls in the main process, which the workers wait on."""
+        out, n_out = {s: [] for s in writers}, dict.fromkeys(writers, 0)
+        for item, (tokens, n_bytes, val_hash) in zip(batch, results):
+            if item.first:
+                # `docs`: by the hash; a val document past --val_tokens is dropped (None), not trained on, so that
+                # no copy of a validation document trains
+                n_val = writers["val"].n_tokens + n_out["val"]
+                current = item.split or ("train" if not val_hash else "val" if n_val < self.cfg.val_tokens else None)
+            if current is None:
+                dropped.add(item, n_bytes)
+                continue
+            w, c = writers[current], counters[current]
+            c.add(item, n_bytes)
+            if item.first:
+                w.n_docs += 1
+                if w.n_docs > 1:  # between documents, not after the last
+                    out[current].append(sep)
+                    n_out[current] += len(sep)
+                    c.bytes += sep_bytes
+            out[current].append(tokens)
+            n_out[current] += len(tokens)
+        return out, current
 
 
 def check_result(result: dict, where: str):

@@ -210,10 +210,9 @@ def _prepared(out: Path, fingerprint: str) -> bool:
         return False
 
 
-def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_bad) -> dict:
-    def pairs(bad):
-        return read_pairs(path, bad, source_field, target_field)
-
+def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_bad: str):
+    """(the tokenizer --tokenizer names for the pairs that pairs(bad) reads, its entries of meta.json): char learns
+    every character of both sides, bpe trains its merges on a sample of the training pairs (written to out)."""
     if tokenizer == "char":  # a first pass: every character of both sides
         chars = set()
         for _, s, t in pairs(BadDocuments(on_bad)):
@@ -242,6 +241,14 @@ def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_
         (out / "bpe.ranks").write_bytes(ranks_to_bytes(ranks))
         tok = bpe_tokenizer(ranks)
         meta = {"tokenizer": "bpe", "bpe_file": "bpe.ranks"}
+    return tok, meta
+
+
+def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_bad) -> dict:
+    def pairs(bad):
+        return read_pairs(path, bad, source_field, target_field)
+
+    tok, meta = _pairs_tokenizer(pairs, path, out, tokenizer, bpe_vocab_size, on_bad)
     dtype = np.dtype(np.uint16 if tok.vocab_size + 1 <= 2**16 else np.uint32)
     bad = BadDocuments(on_bad)
     counts = {s: {"pairs": 0, "tokens": 0} for s in ("train", "val")}

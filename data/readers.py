@@ -83,7 +83,7 @@ def stat_fingerprint(path: Path, files: list[Path]) -> str:
     """Names the input without reading it (a 100 GB corpus is known at once): where it is (its folder's resolved
     path: two corpora of the same names, sizes and times in two places are two inputs), its files' names, sizes and
     modification times. Touching or moving a file therefore counts as a new input, prepared again; a resumed run
-    then compares the content before it refuses (training/setup.py)."""
+    then compares the content before it refuses (training/run_data.py)."""
     root = path if path.is_dir() else path.parent
     lines = [f"{root.resolve().as_posix()}\0\n"]  # no path holds \0: this line is no file's
     lines += [f"{f.relative_to(root).as_posix()}\0{f.stat().st_size}\0{f.stat().st_mtime_ns}\n" for f in files]

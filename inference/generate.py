@@ -164,15 +164,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
             if idx.size(1) - start > block:  # window full: slide it (the cache must be rebuilt)
                 start, cache = idx.size(1) - keep, None
             window_pad = pad[:, start:] if pad is not None else None
-            if not use_cache:
-                logits, _ = model(idx[:, start:], pad_mask=window_pad, last_only=True)
-            elif cache is None:  # prefill: the whole window in one forward
-                cache = model.new_cache(B, max_len=block)
-                logits, _ = model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)
-            elif decoder is None:  # one new token: only its own row of attention
-                logits, _ = model(idx[:, -1:], cache=cache, last_only=True)
-            else:
-                logits = decoder(idx[:, -1:], cache).unsqueeze(1)  # (B, 1, V)
+            logits, cache = next_logits(model, idx, start, window_pad, use_cache, cache, decoder, block)
             nxt = sample_next(logits[:, -1], temperature, top_k, top_p, min_p, generator)  # (B,)
             if len(stop):
                 nxt = torch.where(done, idx[:, -1], nxt)  # stopped rows repeat their stop token
@@ -184,6 +176,20 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
                 done |= torch.isin(nxt, stop)
                 if (step + 1) % check_every == 0 and bool(done.all()):
                     return
+
+
+def next_logits(model, idx, start: int, window_pad, use_cache: bool, cache, decoder, block: int):
+    """The logits (B, 1, V) of the token after idx (B, T), whose context window is idx[:, start:]: without the cache,
+    a forward over the window; with it, the window's prefill into a new cache (None: none yet, or the window slid),
+    then one token at a time, by the model's forward or the decoder's step. Returns (logits, the cache)."""
+    if not use_cache:
+        return model(idx[:, start:], pad_mask=window_pad, last_only=True)[0], cache
+    if cache is None:  # prefill: the whole window in one forward
+        cache = model.new_cache(idx.size(0), max_len=block)
+        return model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)[0], cache
+    if decoder is None:  # one new token: only its own row of attention
+        return model(idx[:, -1:], cache=cache, last_only=True)[0], cache
+    return decoder(idx[:, -1:], cache).unsqueeze(1), cache  # (B, 1, V)
 
 
 def generate(model, prompts, max_new_tokens, **kwargs):

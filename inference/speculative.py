@@ -86,12 +86,8 @@ def verify(p: torch.Tensor, q: list, guesses: list[int], greedy: bool, generator
     return n, pick(p[n], greedy, generator)  # all kept (or greedy): the model's own next token
 
 
-@torch.no_grad()
-def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: int = 4, temperature: float = 1.0,
-                       top_k=None, top_p=None, min_p=None, stop_tokens=None, generator=None, stats: dict | None = None):
-    """Yields the model's new token ids one at a time (ints). k: the draft's guesses per round. stats, if given,
-    receives 'rounds', 'proposed' and 'accepted' (the draft's acceptance rate is accepted / proposed)."""
-    check_sampling(temperature, top_k, top_p, min_p)
+def check_pair(model, draft, k: int, prompt: list[int]) -> None:
+    """What speculative decoding needs: two causal models over one vocabulary, k >= 1 guesses, a prompt."""
     if not (model.config.causal and draft.config.causal):
         raise ValueError("speculative decoding needs two causal models (an encoder has no KV cache)")
     if model.config.vocab_size != draft.config.vocab_size:
@@ -101,6 +97,15 @@ def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: 
         raise ValueError(f"k={k} must be a positive integer (the draft's guesses per round)")
     if not prompt:
         raise ValueError("the prompt is empty: give at least one token")
+
+
+@torch.no_grad()
+def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: int = 4, temperature: float = 1.0,
+                       top_k=None, top_p=None, min_p=None, stop_tokens=None, generator=None, stats: dict | None = None):
+    """Yields the model's new token ids one at a time (ints). k: the draft's guesses per round. stats, if given,
+    receives 'rounds', 'proposed' and 'accepted' (the draft's acceptance rate is accepted / proposed)."""
+    check_sampling(temperature, top_k, top_p, min_p)
+    check_pair(model, draft, k, prompt)
     greedy = temperature < MIN_TEMPERATURE
     stop = set(stop_tokens or [])
     stats = stats if stats is not None else {}

@@ -68,7 +68,7 @@ class GPT(nn.Module):
         logits = self.logits(x)  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            loss = token_loss(logits, targets)
         return logits, loss
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -117,6 +117,12 @@ class GPT(nn.Module):
         T = T or cfg.block_size
         matmul_params = self.num_params() - (0 if cfg.tie_head else self.wte.weight.numel())  # a lookup is no matmul
         return 6 * matmul_params + 12 * cfg.n_layer * T * cfg.n_embd
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """logits (..., V), targets (...) ids, -1 = no loss there -> the mean cross-entropy over the positions with a
+    target, computed in float32 (a GPT's, an encoder's, an encoder-decoder's)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
 
 
 def attention_context(cfg: GPTConfig, positions, t0: int, T: int, key_valid, pos) -> AttentionContext:

@@ -28,13 +28,12 @@ from dataclasses import replace
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from common.errors import UserError
 
 from .blocks import Block, DecoderBlock
 from .config import GPTConfig
-from .gpt import GPT, attention_context, init_weights
+from .gpt import GPT, attention_context, init_weights, token_loss
 from .kv_cache import KVCache
 from .positional import build_positional
 
@@ -112,7 +111,7 @@ class Seq2Seq(nn.Module):
         logits = self.decode(target, self.memory_kvs(memory), source_mask)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            loss = token_loss(logits, targets)
         return logits, loss
 
     new_cache = GPT.new_cache  # one slot per decoder layer's self-attention, as GPT's one per block

@@ -8,14 +8,14 @@ from dataclasses import asdict, dataclass, fields
 
 import configs
 from common.device import DTYPES
-from common.errors import ConfigError, FlagError, SetupError, need
+from common.errors import CheckpointError, ConfigError, FlagError, SetupError, need
 from common import flags
 from common import flag_scope
 from common.flags import parse_configs
 from data.config import PrepareConfig
 from data.pair_batches import TASKS
 from model import GPTConfig
-from inference.checkpoint import LAST
+from inference.checkpoint import LAST, Checkpoint, read_train_config
 from speed import SpeedConfig
 from training.objectives import OBJECTIVES, objective_class
 from training.optim import OPTIMIZERS
@@ -113,25 +113,7 @@ class TrainConfig(PrepareConfig):
         need(self.mask_span >= 1, f"mask_span={self.mask_span} must be >= 1 (1 = single positions)")
         need(self.model == "decoder" or not self.init_from.startswith("hf:"),
              f"init_from={self.init_from} loads a GPT-2 decoder; it cannot start --model={self.model}")
-        if self.model == "seq2seq":
-            need(self.pairs is None or self.task is None, "--pairs and --task both name the pairs to train on; give "
-                 "one of them")
-            need(self.task is None or self.task in TASKS, f"task={self.task!r} is not one of {', '.join(TASKS)}")
-            need(0 < self.task_min_len <= self.task_max_len, f"task_min_len={self.task_min_len} and task_max_len="
-                 f"{self.task_max_len} must be positive with task_min_len <= task_max_len")
-            need(not self.fsdp, "--fsdp=true shards a GPT's blocks; train --model=seq2seq with DDP (torchrun without "
-                 "--fsdp)")
-            need(self.total_batch_size is None, "--total_batch_size counts block_size tokens a row, which pairs do "
-                 "not fill; set --batch_size and --gradient_accumulation_steps for --model=seq2seq")
-            need(self.input is None, f"--input={self.input} is text for the other models; --model=seq2seq trains on "
-                 f"--pairs=FILE (.tsv or .jsonl) or --task")
-            need(self.pairs is not None or self.tokenizer == "char", f"--tokenizer={self.tokenizer} tokenizes a "
-                 f"--pairs file; a --task's letters are their own char vocabulary: drop the flag")
-            need(not self.mask_token, "--mask_token=true gives a decoder the encoder's [MASK] id; --model=seq2seq has "
-                 "no use for it: drop the flag")
-        else:
-            need(self.pairs is None and self.task is None, f"--pairs and --task are data for --model=seq2seq; "
-                 f"--model={self.model} trains on text (--dataset or --input)")
+        self.check_training_data()
         for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
                      "log_interval"):
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
@@ -161,6 +143,29 @@ class TrainConfig(PrepareConfig):
         need(self.eval_tasks is None or self.model == "decoder", f"--eval_tasks scores next-token probabilities; "
              f"--model={self.model} has none to score with: drop the flag")
 
+    def check_training_data(self):
+        """seq2seq trains on pairs (--pairs or a --task), with the settings that suit them; the other models on
+        text."""
+        if self.model == "seq2seq":
+            need(self.pairs is None or self.task is None, "--pairs and --task both name the pairs to train on; give "
+                 "one of them")
+            need(self.task is None or self.task in TASKS, f"task={self.task!r} is not one of {', '.join(TASKS)}")
+            need(0 < self.task_min_len <= self.task_max_len, f"task_min_len={self.task_min_len} and task_max_len="
+                 f"{self.task_max_len} must be positive with task_min_len <= task_max_len")
+            need(not self.fsdp, "--fsdp=true shards a GPT's blocks; train --model=seq2seq with DDP (torchrun without "
+                 "--fsdp)")
+            need(self.total_batch_size is None, "--total_batch_size counts block_size tokens a row, which pairs do "
+                 "not fill; set --batch_size and --gradient_accumulation_steps for --model=seq2seq")
+            need(self.input is None, f"--input={self.input} is text for the other models; --model=seq2seq trains on "
+                 f"--pairs=FILE (.tsv or .jsonl) or --task")
+            need(self.pairs is not None or self.tokenizer == "char", f"--tokenizer={self.tokenizer} tokenizes a "
+                 f"--pairs file; a --task's letters are their own char vocabulary: drop the flag")
+            need(not self.mask_token, "--mask_token=true gives a decoder the encoder's [MASK] id; --model=seq2seq has "
+                 "no use for it: drop the flag")
+        else:
+            need(self.pairs is None and self.task is None, f"--pairs and --task are data for --model=seq2seq; "
+                 f"--model={self.model} trains on text (--dataset or --input)")
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -188,7 +193,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict]:
     Model fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is
     prepared. The attention direction follows the objective (--model); a --causal that contradicts it is refused.
     A fresh run's flags are checked against where they apply (common/flag_scope.py) here; a resumed one's once
-    its checkpoint is read (training/setup.py), since the checkpoint says what is trained."""
+    its checkpoint is read (resumed_config), since the checkpoint says what is trained."""
     per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     preset = flags.split_argv(argv).get("preset")  # given by the user: a resumed run has no use for it
     train_values, notes = per_class[TrainConfig], []
@@ -213,7 +218,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict]:
                          f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
     model_overrides["causal"] = causal
     GPTConfig(**model_overrides)
-    if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/setup.py)
+    if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/out_dir.py)
         notes += fresh_checks(tc, explicit)
     flag_scope.print_notes(notes)
     return tc, model_overrides, SpeedConfig(**per_class[SpeedConfig]), explicit
@@ -284,3 +289,67 @@ def help_text(argv) -> str:
     presets = "\n".join(f"  {name:18s} {configs.note(name)}" for name in PRESETS)
     return (flags.help_text(CLASSES, PRESETS, values, preset, flag_scope.tags("train.py"))
             + f"\n\npresets (--preset=NAME; what each costs):\n{presets}")
+
+
+# training flags a checkpoint was made for, like the model's shape: what is trained (and so the vocabulary) and
+# the optimizer whose state it holds
+KEPT_ON_RESUME = ("model", "mask_token", "optimizer")
+
+
+def checkpoint_system(tc: TrainConfig, explicit: dict) -> TrainConfig:
+    """A resumed run (--init_from=resume, or auto with a checkpoint in out_dir) runs where its checkpoint did: the
+    checkpoint's --device and --backend unless a flag gives them, which is said when it moves the run. Read before
+    the process group starts, which needs both, from the checkpoint's settings alone (its weights stay on disk)."""
+    path = os.path.join(tc.out_dir, LAST)
+    if tc.init_from not in ("resume", "auto") or not os.path.isfile(path):
+        return tc
+    saved, notes = read_train_config(path), []
+    for name in ("device", "backend"):
+        old = saved.get(name)
+        if not isinstance(old, str):  # an import's, or not a setting of ours: resumed_config says what it is
+            continue
+        if name not in explicit:
+            setattr(tc, name, old)
+        elif explicit[name] != old:
+            notes.append(f"note: resuming with --{name}={explicit[name]}; the checkpoint was trained with "
+                         f"--{name}={old}")
+    flag_scope.print_notes(notes)
+    return tc
+
+
+def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tuple[TrainConfig, Checkpoint]:
+    """For --init_from=resume: the checkpoint's configs, with explicitly given training flags (e.g. a larger
+    --max_iters) applied on top, and those flags checked against where they apply to this checkpoint's run. The
+    model's shape cannot change under a checkpoint; out_dir is always the command line's (the folder may have
+    moved)."""
+    path = os.path.join(tc.out_dir, LAST)
+    ckpt = Checkpoint.load(path)
+    if ckpt.source is not None:  # an import (interop/import_hf.py): weights at step 0, no optimizer, no data
+        raise SetupError(f"{path} was imported from {ckpt.source}, not trained here: there is no run to resume; "
+                         f"start one from those weights with --init_from={ckpt.source} and another --out_dir")
+    try:
+        saved = saved_settings(ckpt.train_config)
+    except FlagError as e:
+        raise CheckpointError(f"{path} holds a training setting this code cannot read ({e}); the file is corrupt "
+                              f"or not ours") from None
+    kept = {**ckpt.model_config.to_dict(), "model": ckpt.objective, **{k: saved[k] for k in KEPT_ON_RESUME}}
+    for k, v in {**model_overrides, **explicit}.items():
+        if k in explicit and k in kept and kept[k] != v:
+            raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={kept[k]}; a resumed run keeps its model "
+                             f"and optimizer: drop the flag or start a new --out_dir")
+    if "max_iters" in explicit and explicit["max_iters"] < ckpt.step:
+        raise SetupError(f"--max_iters={explicit['max_iters']} is below step {ckpt.step}, where the checkpoint in "
+                         f"{tc.out_dir} is: there is nothing left to train; pass a --max_iters above {ckpt.step}")
+    if "max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None:
+        # a longer (or shorter) run keeps the schedule it started with: the cosine still ends where it was
+        # planned to, then min_lr; --lr_decay_iters sets another horizon
+        saved["lr_decay_iters"] = saved["max_iters"]
+    changed = {k for k in ("warmup_iters", "lr_decay_iters") if k in explicit and explicit[k] != saved[k]}
+    saved.update({k: v for k, v in explicit.items() if k in saved})
+    notes = explicit_accumulation(saved, explicit, "the checkpoint's")
+    resumed = TrainConfig(**{**saved, "out_dir": tc.out_dir})
+    notes += flag_scope.check("train.py", explicit, flag_scope.train_facts(resumed))
+    if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
+        check_schedule(resumed, explicit, "the checkpoint's")
+    flag_scope.print_notes(notes)
+    return resumed, ckpt

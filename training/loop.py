@@ -23,7 +23,7 @@ from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_
 from training.evaluate import describe, evaluate, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
 from training.mfu import matmul_shapes, mfu, peak_matmul_flops
-from training.optim import lr_at, step_or_skip
+from training.optim import step_or_skip
 from training.stopping import StopRequests, Stopped
 
 
@@ -34,6 +34,17 @@ def resident_mb() -> float | None:
             return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def lr_at(step: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:
+    """Linear warmup from lr/(warmup+1) (never 0: step 0 must learn something), then cosine down to min_lr at
+    decay_iters, then min_lr."""
+    if step < warmup:
+        return lr * (step + 1) / (warmup + 1)
+    if step >= decay_iters:
+        return min_lr
+    progress = (step - warmup) / max(1, decay_iters - warmup)  # 0 -> 1
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
 @dataclass

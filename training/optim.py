@@ -1,4 +1,5 @@
-"""AdamW with weight decay on weight matrices only (or Muon for the blocks' matrices + AdamW), and the lr schedule.
+"""AdamW with weight decay on weight matrices only (or Muon for the blocks' matrices + AdamW). (The lr schedule they
+follow is training/loop.py's lr_at.)
 
 AdamW is torch's (`torch.optim.AdamW`, its fused kernel); Muon is training/muon.py. Decay pulls weights towards
 zero; it helps on weight matrices (linear layers, embeddings, the learned attention scores' projections) and only
@@ -9,11 +10,10 @@ orthogonalise.
 torch.optim's optimizers import torch._dynamo when they are built (~1 s, once per training process; sampling never
 builds one): docs/speed.md, "The process".
 """
-import math
-
 import torch
 
 from common.errors import CheckpointError, ConfigError
+from training import fsdp
 
 
 OPTIMIZERS = ("adamw", "muon")
@@ -178,12 +178,24 @@ def make_optimizer(model, lr, weight_decay, betas, optimizer="adamw", muon_lr=0.
     return Combined(adamw=_adamw(by_role["weight"], by_role["gain"], lr, weight_decay, betas), muon=muon)
 
 
-def lr_at(step: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:
-    """Linear warmup from lr/(warmup+1) (never 0: step 0 must learn something), then cosine down to min_lr at
-    decay_iters, then min_lr."""
-    if step < warmup:
-        return lr * (step + 1) / (warmup + 1)
-    if step >= decay_iters:
-        return min_lr
-    progress = (step - warmup) / max(1, decay_iters - warmup)  # 0 -> 1
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+def optimizer_and_scaler(tc, model, device, dtype, ckpt=None) -> tuple:
+    """A run's (optimizer, loss scaler), from its TrainConfig tc; a resumed run's take up the checkpoint ckpt's
+    states (resume). float16 needs loss scaling: its smallest normal number is 6e-5, and with a large vocabulary
+    most of the logits' gradients are smaller. The scaler multiplies the loss before backward, unscales before
+    clipping, and skips (and halves the scale) on an overflow. bfloat16 has float32's range and needs none: its
+    scaler is disabled (a no-op)."""
+    optimizer = make_optimizer(model, tc.learning_rate, tc.weight_decay, (tc.beta1, tc.beta2),
+                               tc.optimizer, tc.muon_lr, tc.muon_momentum, tc.muon_ns_steps, matmul_dtype=dtype)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    if ckpt is not None:
+        resume(optimizer, scaler, ckpt, model, sharded=tc.fsdp)
+    return optimizer, scaler
+
+
+def resume(optimizer, scaler, ckpt, model, sharded: bool = False) -> None:
+    """A resumed run takes up its checkpoint's optimizer state (load_state: this run's settings kept) and loss
+    scaler's. sharded (--fsdp): the optimizer holds the model's shards, and FSDP's own function loads them."""
+    load_state(optimizer, ckpt.optimizer,
+               (lambda state: fsdp.load_optimizer(model, optimizer, state)) if sharded else None)
+    if ckpt.scaler and scaler.is_enabled():
+        scaler.load_state_dict(ckpt.scaler)

@@ -11,7 +11,7 @@ import torch
 
 import train
 from conftest import ROOT, children, metrics, tiny_args, workers_said
-from training import stopping
+from training import out_dir
 from inference.checkpoint import Checkpoint
 
 RUN = ["--max_iters=150", "--eval_interval=1000", "--lr_decay_iters=150"]  # no checkpoint before the stop
@@ -199,7 +199,7 @@ def test_a_second_writer_is_refused_naming_the_holder(corpus, tmp_path):
 def test_a_filesystem_without_file_locks_is_one_line(corpus, tmp_path, capsys, monkeypatch, code):
     def flock(f, operation):
         raise OSError(code, os.strerror(code))
-    monkeypatch.setattr(stopping.fcntl, "flock", flock)
+    monkeypatch.setattr(out_dir.fcntl, "flock", flock)  # where the lock is taken
     assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=1")) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err

@@ -10,6 +10,7 @@ from common import cli
 from conftest import POS_EMBS
 import pretend_device
 from training import distributed, loop, setup
+from training import out_dir as run_folder
 from training.config import configure
 from training.evaluate import evaluate
 
@@ -36,12 +37,13 @@ def meta(monkeypatch):
 
 
 def meta_run(corpus, out_dir, *flags):
-    """setup.build's Run on the meta device: the data prepared (on the CPU) and its batches moved as on a GPU."""
+    """train.py's Run on the meta device: the data prepared (on the CPU) and its batches moved as on a GPU."""
     argv = [*FLAGS, f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}", *flags]
     if "--model=seq2seq" not in flags:  # a text model's flags (seq2seq refuses them)
         argv += [f"--input={corpus}", "--split=tail", "--log_induction=false"]
     tc, model_overrides, sc, explicit = configure(argv)
-    return setup.build(tc, model_overrides, explicit, distributed.Dist(), "meta", None, sc)
+    tc, ckpt = run_folder.starting_config(tc, model_overrides, explicit, distributed.Dist())
+    return setup.build(tc, model_overrides, explicit, distributed.Dist(), "meta", None, sc, ckpt)
 
 
 def on_meta(*tensors) -> bool:
@@ -75,7 +77,7 @@ def test_a_checkpoint_saved_on_the_device_resumes_there(meta, corpus, tmp_path, 
     loop.train_step(run, 0, 1e-3)
     with meta.context() as reading:
         pretend_device.answer_reads(reading)  # the scaler's state is read when saved
-        setup.claim_out_dir(run)
+        run_folder.claim_out_dir(run)
         loop.save(run, 1, best=False)
     pretend_device.files_load_on_the_cpu(meta)
     resumed = meta_run(corpus, tmp_path / "run", *RUNS[name], "--max_iters=4", "--init_from=resume")

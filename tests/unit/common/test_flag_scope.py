@@ -83,7 +83,7 @@ def test_a_warmup_that_reaches_the_end_of_the_decay_is_refused():
 def test_a_run_that_ends_within_its_warmup_only_warms_up():
     """Defined, not refused: a short run (the default preset's shortened warmup at --max_iters=1, a smoke test with
     --warmup_iters above --max_iters) has no step after the warmup, so no step sees the jump to min_lr."""
-    from training.optim import lr_at
+    from training.loop import lr_at
 
     for argv in (["--max_iters=1"], ["--max_iters=4", "--warmup_iters=8"], ["--max_iters=4", "--lr_decay_iters=2",
                                                                              "--warmup_iters=4"]):

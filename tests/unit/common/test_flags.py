@@ -2,7 +2,7 @@
 import pytest
 
 from common.flags import FlagError, parse, parse_configs
-from training.optim import lr_at
+from training.loop import lr_at
 from training.config import CLASSES, PRESETS, TrainConfig
 from model import GPTConfig
 

@@ -159,3 +159,26 @@ def test_the_unpadded_state_dict_loads_into_the_unpadded_model():
     fresh = tiny_model(seed=5)
     fresh.load_state_dict(padded.unpadded_state_dict())
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), plain.state_dict().values()))
+
+
+def test_the_loss_is_the_mean_negative_log_likelihood_of_the_targets_for_a_gpt_and_an_encoder_decoder():
+    """token_loss, the one loss both models return: -log p(target) averaged over the positions that have a target
+    (-1: none), written out here with a log-softmax."""
+    from model import Seq2Seq
+    from model.gpt import token_loss
+
+    def written_out(logits, targets):
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        scored = targets >= 0
+        return -logp[scored, targets[scored]].mean()
+
+    g = torch.Generator().manual_seed(0)
+    targets = torch.randint(0, 37, (2, 16), generator=g)
+    targets[0, :5] = -1
+    idx = torch.randint(0, 37, (2, 16), generator=g)
+    logits, loss = tiny_model()(idx, targets)
+    torch.testing.assert_close(loss, written_out(logits, targets))
+    torch.testing.assert_close(token_loss(logits, targets), written_out(logits, targets))
+    torch.manual_seed(0)
+    logits, loss = Seq2Seq(tiny_config()).eval()(idx, idx, targets)
+    torch.testing.assert_close(loss, written_out(logits, targets))

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from training.optim import lr_at, make_optimizer
+from training.loop import lr_at
+from training.optim import make_optimizer
 from conftest import tiny_model
 
 # lr=1.0, min_lr=0.1, warmup=4, decay_iters=12. Warmup: (step + 1) / 5. Cosine over steps 4..12:

@@ -1,0 +1,137 @@
+"""out_dir, the folder a run writes (its checkpoints, metrics.jsonl, wandb's files): what it holds decides how a
+run starts, and only one run writes into it.
+
+A fresh run refuses to start on top of another one unless --overwrite=true; --init_from=auto resumes the run
+out_dir holds. A training process holds an advisory lock on out_dir/.lock for its whole life (the kernel releases
+it when the process dies, also on kill -9), so a second writer is refused with one line, at once, before any data
+or checkpoint is read. Nothing is written into out_dir before every check of the run has passed: then it is locked
+and claimed (the files of a run --overwrite=true replaces are removed).
+"""
+import errno
+import fcntl
+import os
+import shutil
+
+from common import flag_scope
+from common.errors import SetupError
+from inference.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries
+from training import distributed
+from training.config import TrainConfig, fresh_checks, resumed_config
+from training.metrics import METRICS_FILE
+
+LOCK_FILE = ".lock"
+RUN_FILES = (LAST, BEST, METRICS_FILE)
+
+
+def refuse_if_in_use(out_dir: str, d: distributed.Dist) -> None:
+    """Refuses at once, before this process reads any data or checkpoint, when another one holds out_dir's lock.
+    Writes nothing: the lock file is opened read-only (not created) and held shared only for the look."""
+    if not d.master:
+        return
+    try:
+        f = open(os.path.join(out_dir, LOCK_FILE))
+    except (FileNotFoundError, NotADirectoryError):  # no run has locked out_dir yet (or it is a file: check_out_dir)
+        return
+    with f:
+        _flock(f, fcntl.LOCK_SH, out_dir)  # shared: a read-only file can take it, also on NFS
+
+
+def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
+                    d: distributed.Dist) -> tuple[TrainConfig, Checkpoint | None]:
+    """(the run's settings, the checkpoint it resumes or None). A resumed run's settings are its checkpoint's with
+    the flags' changes (resumed_config); a fresh run's are the flags', and out_dir must not hold a run already."""
+    if start_mode(tc, d) == "resume":
+        return resumed_config(tc, model_overrides, explicit)
+    if tc.init_from == "auto":  # a fresh start, known only now: checked as train.py checks a scratch run
+        flag_scope.print_notes(fresh_checks(tc, explicit))
+    check_out_dir(tc)
+    return tc, None
+
+
+def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
+    """'resume' or 'fresh'. --init_from=auto resumes when out_dir holds ckpt_last.pt and starts fresh when it holds
+    no checkpoint (replacing the metrics of a run that died before its first one: nothing there to resume). Rank 0
+    decides for every process (other nodes may not see out_dir)."""
+    if tc.init_from != "auto":
+        return "resume" if tc.init_from == "resume" else "fresh"
+    mode = None
+    if d.master:
+        has = {f: os.path.exists(os.path.join(tc.out_dir, f)) for f in RUN_FILES}
+        if has[BEST] and not has[LAST]:
+            raise SetupError(f"out_dir={tc.out_dir} holds {BEST} without {LAST}: not a run --init_from=auto can "
+                             f"continue; pass --init_from=resume --out_dir=... with the checkpoint you mean, or "
+                             f"another --out_dir")
+        mode = "resume" if has[LAST] else "fresh"
+    mode = distributed.gather_objects(mode, d)[0]
+    if mode == "fresh":
+        tc.overwrite = True  # only metrics.jsonl can be there (checked above): the restart replaces it
+    return mode
+
+
+def check_out_dir(tc: TrainConfig) -> list[str]:
+    """A fresh run refuses to start on top of an existing one unless --overwrite=true: nothing is lost by accident.
+    Returns the run files --overwrite=true will replace; reads only."""
+    if os.path.exists(tc.out_dir) and not os.path.isdir(tc.out_dir):
+        raise SetupError(f"out_dir={tc.out_dir} is a file, not a folder; choose another --out_dir")
+    existing = [f for f in RUN_FILES if os.path.exists(os.path.join(tc.out_dir, f))]
+    if existing and not tc.overwrite:
+        has_ckpt = any(f in existing for f in (LAST, BEST))
+        how = "pass --init_from=resume to continue it, " if has_ckpt else "it has no checkpoint to resume; "
+        raise SetupError(f"out_dir={tc.out_dir} already holds a run ({existing[0]}); {how}--overwrite=true to "
+                         f"replace it, or another --out_dir")
+    return existing
+
+
+def lock_out_dir(out_dir: str, d: distributed.Dist):
+    """Rank 0 takes out_dir/.lock for the life of the process; returns the open file (keep it referenced). Called
+    once every check has passed: a refused command leaves out_dir as it was."""
+    if not d.master:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    f = open(os.path.join(out_dir, LOCK_FILE), "a+")
+    try:
+        _flock(f, fcntl.LOCK_EX, out_dir)
+    except BaseException:
+        f.close()
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def claim_out_dir(run) -> None:
+    """The run's first writes into out_dir, under its lock, after every check has passed (a refused command leaves
+    out_dir as it was): a fresh run replaces the run --overwrite=true names (checked again, now that no other
+    process can start one), and a save killed half-way leaves no temporary file. Every process checks before any
+    of them deletes, so they all agree."""
+    tc, d = run.tc, run.dist
+    if not run.resumed:
+        existing = check_out_dir(tc)
+        distributed.barrier(d)
+        if existing and d.master:
+            for f in existing:
+                os.remove(os.path.join(tc.out_dir, f))
+            shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
+    if d.master:
+        remove_stale_temporaries(tc.out_dir)
+
+
+NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP)  # a filesystem (some network and FUSE ones) that cannot lock files
+
+
+def _flock(f, mode: int, out_dir: str) -> None:
+    try:
+        fcntl.flock(f, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        raise SetupError(f"out_dir={out_dir} is in use by a training process (pid {holder}); wait for it to end, "
+                         f"stop it, or choose another --out_dir") from None
+    except OSError as e:
+        if e.errno not in NO_LOCKS:
+            raise
+        raise SetupError(f"out_dir={out_dir} is on a filesystem without file locks ({os.strerror(e.errno)}), and "
+                         f"a run locks its out_dir so that no second one writes into it; choose an --out_dir on a "
+                         f"local disk, or a network filesystem with locking enabled") from None

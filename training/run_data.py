@@ -1,0 +1,144 @@
+"""The data a run trains on: prepared once per node (the first process of each node builds the folder, the others
+wait and find it ready), checked against a resumed run's checkpoint, and served as batches: windows of text, or
+seq2seq's pairs. The formats are data/'s; this module decides which a run uses and how the processes share it.
+"""
+import filecmp
+import os
+from dataclasses import fields
+
+from common.errors import ConfigError, DataError, SetupError
+from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
+from data.config import PrepareConfig
+from data.prepare import prepare, same_corpus
+from data.tokenizer import carry_tokenizer
+from inference.checkpoint import Checkpoint
+from training import distributed
+from training.config import TrainConfig
+
+
+def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
+    """(prepared folder, its meta, its tokenizer): text, or seq2seq's pairs; a resumed run's must be the data its
+    checkpoint was trained on."""
+    data_dir, meta, tokenizer = load_text(tc, d) if tc.model != "seq2seq" else load_pairs(tc, d)
+    if ckpt is not None and not same_data(ckpt, data_dir, meta):
+        same = ("--pairs/--task/--task_min_len/--task_max_len/--tokenizer" if tc.model == "seq2seq"
+                else "--dataset/--input/--split/--tokenizer")
+        raise SetupError(f"the data in {data_dir or 'the task'} is not the data this checkpoint was trained on; "
+                         f"resume with the same {same} (and the same content), or start a new --out_dir")
+    return data_dir, meta, tokenizer
+
+
+def load_text(tc: TrainConfig, d: distributed.Dist):
+    """(prepared folder, its meta.json, its tokenizer). The first process of each node prepares the data (a node
+    that does not share rank 0's disk needs its own copy; where several share one folder, prepare's lock lets one
+    build it); the others wait, however long that takes, then find it ready."""
+    # the data settings are the PrepareConfig fields TrainConfig inherits
+    data_dir = prepared_per_node(d, lambda: prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)}))
+    meta = carry_tokenizer(read_meta(data_dir), data_dir)  # the checkpoints' copy: its tokenizer without the folder
+    tokenizer = load_tokenizer(meta)
+    if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
+        raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
+                        f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data again")
+    return data_dir, meta, tokenizer
+
+
+def load_pairs(tc: TrainConfig, d: distributed.Dist):
+    """seq2seq: (prepared pairs folder, or '' for a task; its meta; its tokenizer). A pairs file is prepared as
+    load_text prepares text: the first process of each node builds it, the others wait and find it ready."""
+    if tc.pairs is not None:
+        data_dir = prepared_per_node(d, lambda: pairs.prepare_pairs(
+            tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field, tc.on_bad, tc.data_root,
+            progress=tc.progress and d.master))
+        meta, tokenizer = pairs.read_pairs_meta(data_dir)
+        return str(data_dir), carry_tokenizer(meta, data_dir), tokenizer
+    meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)  # nothing to prepare
+    return "", meta, pair_batches.task_tokenizer()
+
+
+def prepared_per_node(d: distributed.Dist, prepared):
+    """prepared() (-> the prepared folder) in the first process of each node, then, once it is done, in the others,
+    which find the folder ready."""
+    first_on_node = d.master or d.local_rank == 0
+    if first_on_node:
+        data_dir = prepared()
+    distributed.wait_for_data(d)
+    return data_dir if first_on_node else prepared()
+
+
+def same_data(ckpt: Checkpoint, data_dir: str, meta: dict) -> bool:
+    """Whether the data prepared now is what the checkpoint was trained on. The fingerprints hold the input's quick
+    identity (where it is, names, sizes, modification times), so a corpus touched or copied elsewhere gets another
+    one: then the content decides, a text corpus's by its sha256, a pairs file's by the prepared folders' bytes."""
+    old = ckpt.data_meta
+    if old.get("kind") != "pairs" or old.get("fingerprint") == meta.get("fingerprint"):
+        return same_corpus(old, meta)
+    return same_prepared_pairs(ckpt.data_dir, old, data_dir, meta)
+
+
+def same_prepared_pairs(old_dir: str | None, old: dict, new_dir: str, new: dict) -> bool:
+    """Whether the checkpoint's pairs folder (if it is still there) holds the bytes of the new one: the same token
+    files and lengths, the same vocabulary, the same meta.json but for where the pairs file was."""
+    if not old_dir or not os.path.isdir(old_dir) or os.path.realpath(old_dir) == os.path.realpath(new_dir):
+        return False
+    where = ("fingerprint", "input") + (() if "bpe_ranks" in old else ("bpe_ranks",))  # older: the file is compared
+    if {k: v for k, v in old.items() if k not in where} != {k: v for k, v in new.items() if k not in where}:
+        return False
+    names = sorted(set(os.listdir(new_dir)) - {"meta.json"})
+    return names == sorted(set(os.listdir(old_dir)) - {"meta.json"}) and all(
+        filecmp.cmp(os.path.join(old_dir, n), os.path.join(new_dir, n), shallow=False) for n in names)
+
+
+def batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective, device,
+            accum: int, fixed_by: str | None):
+    """(the training batches, this process's share of the fixed validation batches, objective applied). fixed_by:
+    what fixed block_size (a checkpoint, an import), for the message of a corpus too small for it."""
+    if tc.model != "seq2seq":
+        return text_batches(tc, d, data_dir, block_size, objective, device, accum, fixed_by)
+    return seq2seq_batches(tc, d, data_dir, meta, block_size, objective, device)
+
+
+def text_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, block_size: int, objective, device, accum: int,
+                 fixed_by: str | None):
+    """Windows of block_size tokens: the training batches (each process its rows of every step), and this process's
+    share of the fixed validation batches."""
+    rank, world = (0, 1) if tc.fsdp else (d.rank, d.world_size)  # FSDP: every process evaluates everything
+    too_small = smaller_step(tc, fixed_by)
+    train_data = TrainBatches(data_dir, block_size, tc.batch_size, tc.seed, rank=d.rank, world_size=d.world_size,
+                              grad_accum=accum, device=device, too_small=too_small[0])
+    val = val_batches(data_dir, block_size, tc.batch_size, max_batches=tc.eval_iters, rank=rank, world_size=world,
+                      device=device, too_small=too_small[1])
+    # this process holds the validation batches rank, rank + world, ...: the objective sees their global index
+    return train_data, [objective.val_batch(x, y, rank + i * world) for i, (x, y) in enumerate(val)]
+
+
+def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective,
+                    device):
+    """seq2seq: (the training batches, this process's share of the fixed validation batches)."""
+    if meta["kind"] == "task":
+        if meta["max_len"] + 1 > block_size:
+            raise ConfigError(f"--task_max_len={meta['max_len']} needs --block_size of at least {meta['max_len'] + 1} "
+                              f"(a target holds its letters and STOP); block_size is {block_size}")
+        train = pair_batches.TaskPairs(meta["task"], "train", meta["min_len"], meta["max_len"], tc.seed)
+        val = pair_batches.TaskPairs(meta["task"], "val", meta["min_len"], meta["max_len"], tc.seed)
+    else:
+        train, val = (pair_batches.FilePairs(data_dir, split, meta, block_size) for split in ("train", "val"))
+        if (train.too_long or val.too_long) and d.master:
+            print(f"{train.too_long:,} train and {val.too_long:,} val pairs are longer than block_size={block_size} "
+                  f"tokens on a side and are left out", flush=True)
+    train_data = pair_batches.PairBatches(train, tc.batch_size, tc.seed, objective.stop_id, rank=d.rank,
+                                   world_size=d.world_size, device=device)
+    val_set = pair_batches.val_pair_batches(val, tc.batch_size, tc.eval_iters, objective.stop_id, rank=d.rank,
+                                     world_size=d.world_size, device=device)
+    return train_data, val_set
+
+
+def smaller_step(tc: TrainConfig, fixed_by: str | None) -> tuple[str, str]:
+    """What to change when the corpus is too small for (the windows of one step, one validation window): the flags
+    that set them, --block_size only where it is free (a resumed or imported model keeps its context)."""
+    larger = f"give a larger corpus (block_size is fixed by {fixed_by})" if fixed_by else ""
+    if tc.total_batch_size is not None:  # a step needs total_batch_size / block_size windows: block_size cannot help
+        step = "lower --total_batch_size"
+    else:
+        step = "lower " + ("--block_size or " if fixed_by is None else "") + "--batch_size" + (
+            " or --gradient_accumulation_steps" if tc.gradient_accumulation_steps > 1 else "")
+    return (f"{step}, or {larger}" if larger else step), (larger or "lower --block_size")
