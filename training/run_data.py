@@ -126,9 +126,9 @@ def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: d
             print(f"{train.too_long:,} train and {val.too_long:,} val pairs are longer than block_size={block_size} "
                   f"tokens on a side and are left out", flush=True)
     train_data = pair_batches.PairBatches(train, tc.batch_size, tc.seed, objective.stop_id, rank=d.rank,
-                                   world_size=d.world_size, device=device)
+                                          world_size=d.world_size, device=device)
     val_set = pair_batches.val_pair_batches(val, tc.batch_size, tc.eval_iters, objective.stop_id, rank=d.rank,
-                                     world_size=d.world_size, device=device)
+                                            world_size=d.world_size, device=device)
     return train_data, val_set
 
 

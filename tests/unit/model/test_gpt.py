@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import POS_EMBS, tiny_model
+from conftest import POS_EMBS, tiny_config, tiny_model
 from model import GPT, GPTConfig
 from inference.decode_step import StaticDecoder
 from inference.generate import generate

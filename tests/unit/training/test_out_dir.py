@@ -1,0 +1,72 @@
+"""training/out_dir.py: how a run starts from what out_dir holds, and its lock (one writer at a time)."""
+import os
+
+import pytest
+
+from common.errors import SetupError
+from inference.checkpoint import BEST, LAST
+from training.config import TrainConfig
+from training.distributed import Dist
+from training.metrics import METRICS_FILE
+from training.out_dir import check_out_dir, lock_out_dir, refuse_if_in_use, start_mode
+
+
+def holding(folder, *files):
+    folder.mkdir(exist_ok=True)
+    for f in files:
+        (folder / f).write_text("x")
+    return str(folder)
+
+
+def test_a_fresh_run_refuses_an_out_dir_that_holds_a_run_unless_overwrite(tmp_path):
+    assert check_out_dir(TrainConfig(out_dir=str(tmp_path / "new"))) == []
+    with pytest.raises(SetupError, match="pass --init_from=resume to continue it"):
+        check_out_dir(TrainConfig(out_dir=holding(tmp_path / "a", LAST, METRICS_FILE)))
+    with pytest.raises(SetupError, match="it has no checkpoint to resume"):
+        check_out_dir(TrainConfig(out_dir=holding(tmp_path / "b", METRICS_FILE)))
+    out = holding(tmp_path / "c", LAST, METRICS_FILE)
+    assert check_out_dir(TrainConfig(out_dir=out, overwrite=True)) == [LAST, METRICS_FILE]
+    assert sorted(os.listdir(out)) == sorted([LAST, METRICS_FILE])  # it only reads: the claim removes them later
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SetupError, match="is a file, not a folder"):
+        check_out_dir(TrainConfig(out_dir=str(tmp_path / "file")))
+
+
+@pytest.mark.parametrize("files, mode", [((), "fresh"), ((METRICS_FILE,), "fresh"), ((LAST,), "resume"),
+                                         ((LAST, BEST, METRICS_FILE), "resume")])
+def test_init_from_auto_resumes_only_a_run_with_its_last_checkpoint(tmp_path, files, mode):
+    tc = TrainConfig(out_dir=holding(tmp_path / "run", *files), init_from="auto")
+    assert start_mode(tc, Dist()) == mode
+    assert tc.overwrite == (mode == "fresh")  # a fresh start replaces the metrics of a run with no checkpoint
+
+
+def test_init_from_auto_refuses_a_best_checkpoint_without_the_last(tmp_path):
+    with pytest.raises(SetupError, match=f"holds {BEST} without {LAST}"):
+        start_mode(TrainConfig(out_dir=holding(tmp_path / "run", BEST), init_from="auto"), Dist())
+
+
+@pytest.mark.parametrize("init_from, mode", [("scratch", "fresh"), ("resume", "resume")])
+def test_an_explicit_init_from_decides_without_looking(tmp_path, init_from, mode):
+    assert start_mode(TrainConfig(out_dir=str(tmp_path / "none"), init_from=init_from), Dist()) == mode
+
+
+def test_a_locked_out_dir_is_refused_with_the_holders_pid_and_free_again_when_it_ends(tmp_path):
+    out = str(tmp_path / "run")
+    refuse_if_in_use(out, Dist())  # no folder yet: nothing to refuse, and nothing created
+    assert not os.path.exists(out)
+    held = lock_out_dir(out, Dist())
+    try:
+        # flock belongs to an open file, so this process's second open meets its own lock as another run's would
+        with pytest.raises(SetupError, match=rf"in use by a training process \(pid {os.getpid()}\)"):
+            refuse_if_in_use(out, Dist())
+        with pytest.raises(SetupError, match="in use by a training process"):
+            lock_out_dir(out, Dist())
+    finally:
+        held.close()
+    refuse_if_in_use(out, Dist())
+    lock_out_dir(out, Dist()).close()
+
+
+def test_only_the_first_process_takes_the_lock(tmp_path):
+    out = str(tmp_path / "run")
+    assert lock_out_dir(out, Dist(rank=1, world_size=2)) is None and not os.path.exists(out)
