@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from common.device import autocast
 from inference.scoring import default_batch_tokens, row_logprobs
 from inference.shared_context import shared_logprobs
 from inference.tasks import Encoded
@@ -19,17 +20,16 @@ from inference.tasks import Encoded
 METRICS = ("acc", "acc_norm", "acc_token")
 
 
-def choice_logprobs(model, items: list[Encoded], batch_tokens: int | None = None,
-                    dtype: torch.dtype = torch.float32, bar=None) -> list[list[float]]:
-    """Each item's choices' summed log-probabilities, in float64."""
+def choice_logprobs(model, items: list[Encoded], batch_tokens: int | None = None, bar=None) -> list[list[float]]:
+    """Each item's choices' summed log-probabilities, in float64 (the forwards in the caller's autocast, if any)."""
     batch_tokens = batch_tokens or default_batch_tokens(model)
     whole = [i for i, item in enumerate(items) if not item.cut]
     cut = [i for i, item in enumerate(items) if item.cut]
     sums = [None] * len(items)
-    for i, s in zip(whole, shared_logprobs(model, [items[i] for i in whole], batch_tokens, dtype, bar)):
+    for i, s in zip(whole, shared_logprobs(model, [items[i] for i in whole], batch_tokens, bar)):
         sums[i] = s
     rows = row_logprobs(model, [row for i in cut for row in items[i].rows],
-                        [n for i in cut for n in items[i].n_tokens], batch_tokens, dtype, bar)
+                        [n for i in cut for n in items[i].n_tokens], batch_tokens, bar)
     for i in cut:
         sums[i], rows = rows[:len(items[i].rows)], rows[len(items[i].rows):]
     return sums
@@ -51,9 +51,12 @@ def first_max(values: list[float]) -> int:
 def score_task(model, items: list[Encoded], batch_tokens: int | None = None,
                dtype: torch.dtype = torch.float32, bar=None) -> dict:
     """Every item's choices scored -> {'n', 'cut', 'chance', each metric and its '_stderr', 'items': [{'label',
-    'pred', 'pred_norm', 'pred_token', 'logprobs': [one sum per choice]}]}."""
+    'pred', 'pred_norm', 'pred_token', 'logprobs': [one sum per choice]}]}. The forwards run in autocast to
+    dtype."""
+    with autocast(next(model.parameters()).device, dtype):
+        sums = choice_logprobs(model, items, batch_tokens, bar)
     out_items = []
-    for item, logprobs in zip(items, choice_logprobs(model, items, batch_tokens, dtype, bar)):
+    for item, logprobs in zip(items, sums):
         out_items.append({
             "label": item.label, "pred": first_max(logprobs),
             "pred_norm": first_max([s / b for s, b in zip(logprobs, item.n_bytes)]),

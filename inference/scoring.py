@@ -65,18 +65,18 @@ def padded(rows: list[list[int]], n_scored: list[int], chunk: list[int]) -> tupl
 
 @torch.no_grad()
 def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens: int | None = None,
-                 dtype: torch.dtype = torch.float32, bar=None) -> list[float]:
+                 bar=None) -> list[float]:
     """For each row (at most block_size + 1 ids: the input is row[:-1], the targets row[1:]), the sum of the
     log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded, the
-    model's own forward (so a model sharded by FSDP or compiled runs as in training)."""
+    model's own forward (so a model sharded by FSDP or compiled runs as in training), in the caller's autocast, if
+    any."""
     device = next(model.parameters()).device
     batch_tokens = batch_tokens or default_batch_tokens(model)
     sums = [0.0] * len(rows)
     with evaluating(model):
         for chunk in batches([len(r) for r in rows], batch_tokens):
             x, y = (t.to(device) for t in padded(rows, n_scored, chunk))
-            with autocast(device, dtype):
-                logits, _ = model(x)  # (B, T, V)
+            logits, _ = model(x)  # (B, T, V)
             scored = y >= 0  # (B, T)
             picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (B, T)
             picked[scored] = target_logprobs(logits[scored], y[scored])
@@ -112,10 +112,11 @@ def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_tokens: i
                dtype: torch.dtype = torch.float32, bar=None) -> dict:
     """{'tokens', 'scored', 'nll_per_token', 'ppl', 'bits_per_byte'} of a tokenized text (at least 2 tokens): the
     mean negative log-likelihood of every token after the first (in nats), its exp, and the same sum in bits over
-    the UTF-8 bytes of the tokens scored."""
+    the UTF-8 bytes of the tokens scored. The forwards run in autocast to dtype."""
     windows = sliding_windows(len(tokens), model.config.block_size, stride)
-    sums = row_logprobs(model, [tokens[s:e] for s, e, _ in windows], [new for _, _, new in windows], batch_tokens,
-                        dtype, bar)
+    with autocast(next(model.parameters()).device, dtype):
+        sums = row_logprobs(model, [tokens[s:e] for s, e, _ in windows], [new for _, _, new in windows], batch_tokens,
+                            bar)
     nll, scored = -sum(sums), len(tokens) - 1
     n_bytes = len(tokenizer.decode_bytes(tokens[1:]))
     return {"tokens": len(tokens), "scored": scored, "nll_per_token": nll / scored,

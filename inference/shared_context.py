@@ -19,7 +19,6 @@ Shapes: B items in a batch, k choices each, Tc the longest context, Tch the long
 """
 import torch
 
-from common.device import autocast
 from common.eval_mode import evaluating
 from inference.scoring import batches, target_logprobs
 from inference.tasks import Encoded
@@ -50,20 +49,20 @@ def groups(items: list[Encoded], batch_tokens: int, block_size: int) -> list[lis
 
 
 @torch.no_grad()
-def shared_logprobs(model, items: list[Encoded], batch_tokens: int, dtype: torch.dtype = torch.float32,
-                    bar=None) -> list[list[float]]:
-    """Each item's choices' summed log-probabilities (the items' contexts must be whole), in float64."""
+def shared_logprobs(model, items: list[Encoded], batch_tokens: int, bar=None) -> list[list[float]]:
+    """Each item's choices' summed log-probabilities (the items' contexts must be whole), in float64; the forwards
+    in the caller's autocast, if any."""
     sums = [None] * len(items)
     with evaluating(model):
         for group in groups(items, batch_tokens, model.config.block_size):
-            for i, s in zip(group, group_logprobs(model, [items[i] for i in group], batch_tokens, dtype)):
+            for i, s in zip(group, group_logprobs(model, [items[i] for i in group], batch_tokens)):
                 sums[i] = s
             if bar is not None:
                 bar.update(sum(len(items[i].rows) for i in group))
     return sums
 
 
-def group_logprobs(model, items: list[Encoded], batch_tokens: int, dtype: torch.dtype) -> list[list[float]]:
+def group_logprobs(model, items: list[Encoded], batch_tokens: int) -> list[list[float]]:
     """The contexts of items in one forward (their caches kept), then their choices after them: the first token of
     each from the context's last logits, the rest in forwards of about batch_tokens, longest choices first."""
     device = next(model.parameters()).device
@@ -76,19 +75,17 @@ def group_logprobs(model, items: list[Encoded], batch_tokens: int, dtype: torch.
     for b, c in enumerate(contexts):
         ctx[b, Tc - len(c):], valid[b, Tc - len(c):] = torch.tensor(c), True
     cache = model.new_cache(B, Tc + max(map(len, rows)) - 1)
-    with autocast(device, dtype):
-        last, _ = model(ctx.to(device), cache=cache, pad_mask=valid.to(device), last_only=True)  # (B, 1, V)
+    last, _ = model(ctx.to(device), cache=cache, pad_mask=valid.to(device), last_only=True)  # (B, 1, V)
     first = torch.tensor([c[0] for c in rows], device=device)  # (B * k,) each choice's first token
     sums = target_logprobs(last[:, -1].repeat_interleave(k, dim=0), first)  # (B * k,)
     longer = [r for r in range(B * k) if len(rows[r]) > 1]  # choices with tokens after their first
     for chunk in batches([len(rows[r]) for r in longer], batch_tokens):
         chunk = [longer[j] for j in chunk]
-        sums[chunk] += rest_logprobs(model, [rows[r] for r in chunk], cache.select_rows(torch.tensor(chunk) // k),
-                                     dtype)
+        sums[chunk] += rest_logprobs(model, [rows[r] for r in chunk], cache.select_rows(torch.tensor(chunk) // k))
     return sums.view(B, k).tolist()
 
 
-def rest_logprobs(model, choices: list[list[int]], cache, dtype: torch.dtype) -> torch.Tensor:
+def rest_logprobs(model, choices: list[list[int]], cache) -> torch.Tensor:
     """The summed log-probabilities (N,) of each choice's tokens after its first, on a cache holding each one's
     context (one row each): the choices' tokens but the last go in, padded on the right."""
     device = next(model.parameters()).device
@@ -98,8 +95,7 @@ def rest_logprobs(model, choices: list[list[int]], cache, dtype: torch.dtype) ->
     for r, c in enumerate(choices):
         x[r, :len(c) - 1], y[r, :len(c) - 1] = torch.tensor(c[:-1]), torch.tensor(c[1:])
     x, y = x.to(device), y.to(device)
-    with autocast(device, dtype):
-        logits, _ = model(x, cache=cache)  # (N, T, V)
+    logits, _ = model(x, cache=cache)  # (N, T, V)
     scored = y >= 0
     picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (N, T)
     picked[scored] = target_logprobs(logits[scored], y[scored])
