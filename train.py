@@ -32,11 +32,6 @@ def main(argv) -> None:
         return
     tc, model_overrides, sc, explicit = configure(argv)  # 1
     tc = checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
-    init_model = None
-    if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
-        from interop.import_hf import initializer
-
-        init_model = initializer(tc.init_from[len("hf:"):], model_overrides, explicit)
     d, device_name = distributed.init(tc.device, tc.backend)  # 2
     lock = None
     try:
@@ -47,6 +42,11 @@ def main(argv) -> None:
             from inference.tasks import read_tasks
 
             tasks = read_tasks(tc.eval_tasks, tc.eval_tasks_n, flag="eval_tasks")
+        init_model = None
+        if tc.init_from.startswith("hf:"):  # a Hugging Face GPT-2's weights, as a fresh run's starting point
+            from interop.import_hf import initializer
+
+            init_model = initializer(tc.init_from[len("hf:"):], model_overrides, explicit)
         run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc, ckpt)  # 4
         hooks = evaluation_hooks(run, tasks)  # the tasks tokenized: refused here, before out_dir is touched
         lock = out_dir.lock_out_dir(tc.out_dir, d)  # 5
