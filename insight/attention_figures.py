@@ -42,8 +42,8 @@ def printable(texts: list[str]) -> list[str]:
 
 def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut: bool = False) -> torch.Tensor:
     """(1, T) ids of text. Longer than max_tokens or the model's context: refused, or with cut=True (a logging
-    hook, which must not stop a run) its last tokens, kept."""
-    ids = tokenizer.encode(text)
+    hook, which must not stop a run) its last tokens, kept, and the characters a char vocabulary lacks dropped."""
+    ids = tokenizer.encode(drop_unknown(tokenizer, text) if cut else text)
     if not ids:
         raise UserError("the text to visualise is empty; pass some text (--text=... or --start=...)")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further
@@ -128,7 +128,6 @@ def attention_image(model, tokenizer, text: str, dpi: int = 80):
 
     from PIL import Image
 
-    text = drop_unknown(tokenizer, text)
     buf = io.BytesIO()
     save_figure(attention_figure(model, tokenizer, text, cut=True), buf, dpi=dpi)
     buf.seek(0)

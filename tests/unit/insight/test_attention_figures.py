@@ -24,3 +24,14 @@ def test_attention_image_drops_characters_the_vocabulary_lacks():
         tokenizer.encode("abc Z!")  # what the figure alone would meet
     image = attention_image(model, tokenizer, "abc Z!cab", dpi=30)  # ' ', 'Z', '!' are not in the vocabulary
     assert image.mode == "RGB" and min(image.size) > 50 and model.training
+
+
+def test_a_cut_probe_drops_characters_the_vocabulary_lacks_and_an_uncut_one_refuses_them():
+    from data.tokenizer import CharTokenizer
+    from insight.attention_figures import encode_probe
+
+    model = tiny_model()
+    tokenizer = CharTokenizer("abc")
+    assert encode_probe(model, tokenizer, "abc Z!cab", cut=True).tolist() == [tokenizer.encode("abccab")]
+    with pytest.raises(ValueError, match="not in this char vocabulary"):
+        encode_probe(model, tokenizer, "abc Z!cab")
