@@ -32,6 +32,36 @@ def tiny_model(seed=0, attn_impl: str | None = None, **overrides) -> GPT:
     return use_backend(model, attn_impl) if attn_impl else model
 
 
+SOURCE_LEN, TARGET_LEN = 9, 7  # seq2seq_batch's lengths, unequal so that a swapped side shows
+
+
+def tiny_seq2seq(seed=0, **overrides):
+    """A tiny encoder-decoder in eval mode (tiny_config's sizes), its norms' gains and biases random too: ones and
+    zeros would hide a swapped tensor."""
+    from model.seq2seq import Seq2Seq
+
+    torch.manual_seed(seed)
+    model = Seq2Seq(tiny_config(**overrides)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def seq2seq_batch(seed=0, B=3):
+    """(source (B, SOURCE_LEN), target (B, TARGET_LEN), valid (B, SOURCE_LEN)): random ids of tiny_config's
+    vocabulary; row 1 has 6 real source tokens, row 2 has 3, then padding."""
+    g = torch.Generator().manual_seed(seed)
+    V = tiny_config().vocab_size
+    source = torch.randint(0, V, (B, SOURCE_LEN), generator=g)
+    target = torch.randint(0, V, (B, TARGET_LEN), generator=g)
+    valid = torch.ones(B, SOURCE_LEN, dtype=torch.bool)
+    valid[1, 6:] = False
+    valid[2, 3:] = False
+    return source, target, valid
+
+
 @pytest.fixture(autouse=True)
 def _restore_torch_state():
     """Tests may change torch's global switches; put them back."""

@@ -3,37 +3,15 @@ source alone as inside a padded batch, stopping."""
 import pytest
 import torch
 
-from conftest import POS_EMBS, tiny_config
+from conftest import POS_EMBS, seq2seq_batch, tiny_seq2seq
 from inference.translate import translate
-from model.seq2seq import Seq2Seq
-
-V, S, T = 37, 9, 7
-
-
-def tiny_seq2seq(seed=0, **overrides) -> Seq2Seq:
-    torch.manual_seed(seed)
-    model = Seq2Seq(tiny_config(**overrides)).eval()
-    with torch.no_grad():  # random gains and biases too: ones and zeros would hide a swapped tensor
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
-    return model
-
-
-def batch(seed=0, B=3):
-    g = torch.Generator().manual_seed(seed)
-    source, target = torch.randint(0, V, (B, S), generator=g), torch.randint(0, V, (B, T), generator=g)
-    valid = torch.ones(B, S, dtype=torch.bool)
-    valid[1, 6:] = False  # row 1: 6 real source tokens, then padding
-    valid[2, 3:] = False
-    return source, target, valid
 
 
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
 @pytest.mark.parametrize("window", [None, 3])
 def test_cached_decoding_gives_the_tokens_of_recomputing_everything(pos_emb, window):
     model = tiny_seq2seq(pos_emb=pos_emb, window=window)
-    source, _, valid = batch()
+    source, _, valid = seq2seq_batch()
     for kw in (dict(temperature=0.0), dict(temperature=1.0, top_k=10)):
         out = {}
         for use_cache in (True, False):
@@ -45,7 +23,7 @@ def test_cached_decoding_gives_the_tokens_of_recomputing_everything(pos_emb, win
 
 def test_a_source_alone_decodes_as_inside_a_padded_batch():
     model = tiny_seq2seq()
-    source, _, valid = batch()
+    source, _, valid = seq2seq_batch()
     together = translate(model, source, 10, start_id=0, source_valid=valid)
     for row in range(3):
         alone = source[row:row + 1, :int(valid[row].sum())]
@@ -54,7 +32,7 @@ def test_a_source_alone_decodes_as_inside_a_padded_batch():
 
 def test_decoding_stops_when_every_row_has_produced_the_stop_token():
     model = tiny_seq2seq()
-    source, _, valid = batch()
+    source, _, valid = seq2seq_batch()
     free = translate(model, source, 12, start_id=0, source_valid=valid)
     stop = int(free[0, 2])
     out = translate(model, source, 12, start_id=0, stop_id=stop, source_valid=valid)

@@ -6,31 +6,12 @@ import math
 import pytest
 import torch
 
-from conftest import POS_EMBS, tiny_config
+from conftest import POS_EMBS, SOURCE_LEN, TARGET_LEN, seq2seq_batch, tiny_config, tiny_seq2seq
 from inference.translate import translate
 from model.attention import use_backend
 from model.seq2seq import Seq2Seq
 
-V, S, T = 37, 9, 7
-
-
-def tiny_seq2seq(seed=0, **overrides) -> Seq2Seq:
-    torch.manual_seed(seed)
-    model = Seq2Seq(tiny_config(**overrides)).eval()
-    with torch.no_grad():  # random gains and biases too: ones and zeros would hide a swapped tensor
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
-    return model
-
-
-def batch(seed=0, B=3):
-    g = torch.Generator().manual_seed(seed)
-    source, target = torch.randint(0, V, (B, S), generator=g), torch.randint(0, V, (B, T), generator=g)
-    valid = torch.ones(B, S, dtype=torch.bool)
-    valid[1, 6:] = False  # row 1: 6 real source tokens, then padding
-    valid[2, 3:] = False
-    return source, target, valid
+V, S, T = tiny_config().vocab_size, SOURCE_LEN, TARGET_LEN
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "math"])
@@ -41,7 +22,7 @@ def test_cross_attention_is_softmax_of_scaled_scores_over_the_real_source_tokens
     cross = model.decoder[0].cross
     g = torch.Generator().manual_seed(3)
     x, memory = torch.randn(3, T, 32, generator=g), torch.randn(3, S, 32, generator=g)
-    _, _, valid = batch()
+    _, _, valid = seq2seq_batch()
     got = cross(x, cross.memory_kv(memory), valid.view(3, 1, 1, S))
     H, D = 2, 16
     q = (x.double() @ cross.q.weight.double().T).view(3, T, H, D).transpose(1, 2)  # (B, H, T, D)
@@ -58,7 +39,7 @@ def test_cross_attention_is_softmax_of_scaled_scores_over_the_real_source_tokens
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
 def test_a_padded_source_position_changes_no_logit(pos_emb):
     model = tiny_seq2seq(pos_emb=pos_emb)
-    source, target, valid = batch()
+    source, target, valid = seq2seq_batch()
     other = source.clone()
     other[~valid] = (other[~valid] + 5) % V
     with torch.no_grad():
@@ -70,7 +51,7 @@ def test_a_padded_source_position_changes_no_logit(pos_emb):
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
 def test_a_later_target_token_leaves_earlier_logits_unchanged_and_any_source_token_reaches_every_position(pos_emb):
     model = tiny_seq2seq(pos_emb=pos_emb)
-    source, target, _ = batch()
+    source, target, _ = seq2seq_batch()
     with torch.no_grad():
         base, _ = model(source, target)
         later = target.clone()
@@ -89,7 +70,7 @@ def test_the_learned_scores_apply_to_cross_attention(score):
     model = tiny_seq2seq(attn_score=score)
     cross = model.decoder[0].cross
     assert type(cross.score).__name__.lower().startswith(score)
-    source, target, valid = batch()
+    source, target, valid = seq2seq_batch()
     with torch.no_grad():
         logits, _ = model(source, target, source_valid=valid)
         for p in cross.score.parameters():  # other score parameters: other logits (the score is used)
@@ -135,7 +116,7 @@ def test_a_tiny_model_learns_to_reverse_its_source():
 @pytest.mark.parametrize("impl", ["sdpa", "math"])
 def test_a_source_of_only_padding_gives_finite_logits_on_every_backend(impl):
     model = use_backend(tiny_seq2seq(), impl)
-    source, target, valid = batch()
+    source, target, valid = seq2seq_batch()
     valid[1] = False  # row 1: no real source token at all
     with torch.no_grad():
         logits, _ = model(source, target, source_valid=valid)
