@@ -56,7 +56,8 @@ def pick_val_documents(sizes: dict[str, int]) -> list[str]:
     which would put all of one author or chapter range in validation), skipping any that would push validation past
     the upper bound, until it holds VAL_FRACTION. If that ends below the lower bound, every file it skipped is larger
     than the gap between the bounds (at least the lower bound, and two of them exceed the upper one), so a sane
-    choice exists only around one such file: the first one within the bounds starts a second pass."""
+    choice exists only around one such file: the files are taken again in the same order, starting from the
+    first one within the bounds."""
     total = sum(sizes.values())
     lo, hi = (share * total for share in VAL_SHARE)
     order = sorted((n for n in sizes if sizes[n]), key=lambda n: hashlib.sha256(n.encode()).hexdigest())
