@@ -32,6 +32,12 @@ def tiny_model(seed=0, attn_impl: str | None = None, **overrides) -> GPT:
     return use_backend(model, attn_impl) if attn_impl else model
 
 
+def rand_qkv(B=2, H=3, T=11, S=None, D=8, seed=0):
+    """Random q (B, H, T, D), k and v (B, H, S, D) that require grad; S defaults to T."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, n, D, generator=g, requires_grad=True) for n in (T, S or T, S or T)]
+
+
 SOURCE_LEN, TARGET_LEN = 9, 7  # seq2seq_batch's lengths, unequal so that a swapped side shows
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import rand_qkv, tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -13,11 +13,6 @@ def _one_thread():
     """These tensors are tiny: a second thread only adds synchronisation, and on a shared 2-core machine much
     more (conftest's fixture restores the thread count afterwards)."""
     torch.set_num_threads(1)
-
-
-def rand_qkv(B=2, H=3, T=11, S=None, D=8, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, n, D, generator=g, requires_grad=True) for n in (T, S or T, S or T)]
 
 
 def test_dot_adds_no_parameters_and_others_do():

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from conftest import POS_EMBS, tiny_model
+from conftest import POS_EMBS, rand_qkv, tiny_model
 from model.attention import AttentionContext, Math, Tiled, attend, with_empty_rows
 from model.masks import build_mask
 from model.positional import alibi_slopes
@@ -26,11 +26,6 @@ def softmax_attention(q, k, v, allowed, bias=None):
         scores = scores + bias.double()
     scores = scores.masked_fill(~allowed.expand_as(scores), float("-inf"))
     return torch.einsum("bhts,bhsd->bhtd", torch.softmax(scores, -1), v.double()).to(q.dtype)
-
-
-def rand_qkv(B=2, H=3, T=11, S=None, D=8, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, n, D, generator=g, requires_grad=True) for n in (T, S or T, S or T)]
 
 
 CASES = ["causal", "bidirectional", "causal+padding", "bidirectional+padding", "causal+window+alibi", "cached"]
