@@ -9,6 +9,8 @@ how many columns are filled (`pos`) and which of them are left padding (`valid`)
 once for `max_len` columns (no torch.cat per step, so no reallocation) and written at `pos`.
 Shapes: B batch, H heads, L = max_len, D head_dim, T new tokens, S = pos + T.
 """
+import weakref
+
 import torch
 
 
@@ -16,7 +18,9 @@ class LayerKV:
     """One attention layer's keys and values: (B, H, L, D) each, allocated at the first write (its dtype, device)."""
 
     def __init__(self, cache: "KVCache"):
-        self.cache = cache
+        # a weak reference: the cache holds its slots, and a strong one back would make a cycle, which only the
+        # garbage collector frees: a dropped cache's buffers would stay allocated until it ran
+        self.cache = weakref.proxy(cache)
         self.k = self.v = None
 
     def update(self, k: torch.Tensor, v: torch.Tensor):

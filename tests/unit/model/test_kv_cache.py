@@ -1,4 +1,7 @@
 """The KV cache: prefill + one-token steps must reproduce a full forward, for every positional option."""
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -65,6 +68,23 @@ def test_cache_buffers_are_preallocated_and_written_in_place():
     model(torch.zeros(2, 1, dtype=torch.long), cache=cache)
     assert all(slot.k is b for slot, b in zip(cache.layers, k_buffers)) and cache.pos == 4
     assert all((k[:, :, 4:] == 0).all() for k in k_buffers)  # untouched beyond pos
+
+
+def test_a_dropped_cache_frees_its_buffers_at_once_without_the_garbage_collector():
+    """A cache and its slots must not form a reference cycle: evaluation and sliding-window sampling make a cache
+    after another, and a cycle would keep each one's buffers until the collector ran (hundreds of MB at a time)."""
+    model = tiny_model()
+    cache = model.new_cache(2)
+    model(torch.zeros(2, 3, dtype=torch.long), cache=cache)
+    rows = cache.select_rows(torch.tensor([1, 0, 1]))
+    model(torch.zeros(3, 1, dtype=torch.long), cache=rows)
+    buffers = [weakref.ref(t) for c in (cache, rows) for slot in c.layers for t in (slot.k, slot.v)]
+    gc.disable()
+    try:
+        del cache, rows
+        assert all(b() is None for b in buffers)
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("padded", [False, True])
