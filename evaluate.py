@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from common import cli, flag_scope, flags
+from common import cli, flag_scope, flags, malloc
 from common.device import DTYPES, pick_device, pick_dtype
 from common.errors import CheckpointError, ConfigError, UserError, need
 from common.files import write_atomic
@@ -104,6 +104,8 @@ def main(argv) -> None:
     if ec.out and os.path.isdir(ec.out):
         raise ConfigError(f"--out={ec.out} is a folder; give the path of the JSON file to write")
     device = pick_device(ec.device)
+    if device.type == "cpu":
+        malloc.keep_freed_memory()  # each batch reuses the last one's memory: no page faults (common/malloc.py)
     dtype = pick_dtype(ec.dtype, device)
     model, tokenizer, source = load_model(ec, device)
     text = read_text(ec.text, tokenizer) if ec.text else None

@@ -18,6 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from common.malloc import keep_freed_memory
 from inference.choices import first_max, score_task
 from inference.tasks import Encoded
 
@@ -72,6 +73,9 @@ def hf_logprobs(hf, items: list[Encoded]) -> list[list[float]]:
 def measure(ours, hf, items: list[Encoded], repeats: int = 3, batch_tokens: int | None = None) -> dict:
     """{'items', 'items_per_s': {contender: median}, 'speedup', 'same_picks', 'max_logprob_diff'}; hf may be None
     (ours alone)."""
+    # as evaluate.py runs on a CPU (common/malloc.py: freed memory kept for the next batch, no page faults); a
+    # process-wide setting, so transformers, timed in this process, gets it too
+    keep_freed_memory()
     runners = {"ours": lambda: [it["logprobs"] for it in score_task(ours, items, batch_tokens)["items"]]}
     if hf is not None:
         runners["transformers"] = lambda: hf_logprobs(hf, items)

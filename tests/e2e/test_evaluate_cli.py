@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import evaluate
 import train
+from common import malloc
 from conftest import metrics, tiny_args, tiny_model
 from exports import perturb
 from inference.checkpoint import Checkpoint
@@ -166,3 +167,13 @@ def test_a_text_that_cannot_be_scored_is_refused_in_one_line(tmp_path, capsys):
                                                                 "--stride=17")
     assert "is a folder" in refused(capsys, model, f"--text={tmp_path / 'text.txt'}", f"--out={tmp_path}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "one.txt", "text.txt"]  # nothing written
+
+
+def test_evaluate_py_on_a_cpu_keeps_freed_memory(tmp_path, monkeypatch):
+    """As a CPU training run does (common/malloc.py): a long evaluation's batches then take no page faults."""
+    hf_gpt2_folder(tmp_path / "hf")
+    (tmp_path / "text.txt").write_text(TEXT)
+    calls = []
+    monkeypatch.setattr(malloc, "keep_freed_memory", lambda: calls.append(1) or True)
+    assert run(f"--init_from=hf:{tmp_path / 'hf'}", f"--text={tmp_path / 'text.txt'}", "--device=cpu") == 0
+    assert calls == [1]
