@@ -73,10 +73,10 @@ class KVCache:
         some prefixes in several ways each, as many rows as are needed at a time."""
         out = KVCache(len(self.layers), len(rows), self.H, self.max_len, self.D)
         for mine, theirs in zip(self.layers, out.layers):
-            if mine.k is not None:
-                theirs.k = mine.k[rows.to(mine.k.device)]  # (N, H, L, D), a copy
-                theirs.v = mine.v[rows.to(mine.v.device)]
+            if mine.k is not None:  # index_select: whole rows copied at once, faster than indexing with k[rows]
+                theirs.k = mine.k.index_select(0, rows.to(mine.k.device))  # (N, H, L, D), a copy
+                theirs.v = mine.v.index_select(0, rows.to(mine.v.device))
         if self.valid is not None:
-            out.valid = self.valid[rows.to(self.valid.device)]
+            out.valid = self.valid.index_select(0, rows.to(self.valid.device))
         out.pos = self.pos
         return out
