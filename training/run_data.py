@@ -2,7 +2,10 @@
 wait and find it ready), checked against a resumed run's checkpoint, and served as batches: windows of text, or
 seq2seq's pairs. The formats are data/'s; this module decides which a run uses and how the processes share it.
 """
+import datetime
 from dataclasses import fields
+
+import torch.distributed as dist
 
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
@@ -37,8 +40,21 @@ def prepared_per_node(d: distributed.Dist, prepared):
     first_on_node = d.master or d.local_rank == 0
     if first_on_node:
         data = prepared()
-    distributed.wait_for_data(d)
+    wait_for_data(d)
     return data if first_on_node else prepared()
+
+
+# Tokenizing a large corpus takes hours; NCCL's collectives time out after 10 minutes, so the processes that wait
+# for it wait on a CPU (gloo) group of their own with this timeout instead
+PREPARE_TIMEOUT = datetime.timedelta(hours=12)
+
+
+def wait_for_data(d: distributed.Dist) -> None:
+    """A barrier for the processes waiting while the data is prepared, with PREPARE_TIMEOUT."""
+    if d.enabled:
+        group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
+        dist.barrier(group=group)
+        dist.destroy_process_group(group)
 
 
 def prepared_data(tc: TrainConfig, d: distributed.Dist):
