@@ -22,7 +22,7 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
     (nothing to prepare: the folder is ''); a resumed run's must be the data its checkpoint was trained on."""
     if tc.model != "seq2seq" or tc.pairs is not None:
         data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d))
-    else:  # its letters are drawn as the run goes
+    else:  # a built-in task: its letters are drawn as the run goes
         meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
         data_dir, tokenizer = "", pair_batches.task_tokenizer()
     if ckpt is not None and not same_data(ckpt.data_meta, ckpt.data_dir, meta, data_dir):
