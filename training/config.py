@@ -188,12 +188,16 @@ PRESETS = {name: flags.load_toml(str(configs.path(name))) for name in configs.na
 CLASSES = (TrainConfig, GPTConfig, SpeedConfig)  # train.py's flags: what to train, the model, how it is computed
 
 
-def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict]:
-    """Flags -> (TrainConfig, GPTConfig overrides, SpeedConfig, the values the flags and config file set explicitly).
+def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
+    """Flags -> (TrainConfig, GPTConfig overrides, SpeedConfig, the values the flags and config file set explicitly);
+    with --help (or -h), every flag is printed (help_text) and None returned.
     Model fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is
     prepared. The attention direction follows the objective (--model); a --causal that contradicts it is refused.
     A fresh run's flags are checked against where they apply (common/flag_scope.py) here; a resumed one's once
     its checkpoint is read (resumed_config), since the checkpoint says what is trained."""
+    if "--help" in argv or "-h" in argv:
+        print(help_text(argv))
+        return None
     per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     preset = flags.split_argv(argv).get("preset")  # given by the user: a resumed run has no use for it
     train_values, notes = per_class[TrainConfig], []

@@ -6,7 +6,6 @@ gradients across processes during the last backward of a step, and every replica
 step. Without torchrun, world_size is 1 and nothing here does anything.
 """
 import contextlib
-import datetime
 import os
 from dataclasses import dataclass
 
@@ -58,11 +57,6 @@ def barrier(d: Dist) -> None:
         dist.barrier()
 
 
-# Tokenizing a large corpus takes hours; NCCL's collectives time out after 10 minutes, so the processes that wait
-# for it wait on a CPU (gloo) group of their own with this timeout instead
-PREPARE_TIMEOUT = datetime.timedelta(hours=12)
-
-
 _cpu_group = None
 
 
@@ -75,14 +69,6 @@ def cpu_group():
     if _cpu_group is None:  # made at the same step by every process: they all agree at every step
         _cpu_group = dist.new_group(backend="gloo")
     return _cpu_group
-
-
-def wait_for_data(d: Dist) -> None:
-    """A barrier for the processes waiting while the data is prepared, with PREPARE_TIMEOUT."""
-    if d.enabled:
-        group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
-        dist.barrier(group=group)
-        dist.destroy_process_group(group)
 
 
 def all_mean(value: torch.Tensor, d: Dist) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Evaluation and the samples shown during training: run beside the loop, never inside a training step.
+"""Evaluation and the samples (and wandb's images) shown during training: run beside the loop, never inside a
+training step.
 
 The validation loss is the mean over every target of the fixed validation set (the same windows at every
 evaluation and in every run); each process scores its share and the sums are added up. Evaluation runs the plain
@@ -84,3 +85,15 @@ def sample_text(run, n_tokens: int) -> str:
     g = torch.Generator(device=run.device).manual_seed(run.tc.seed)
     new = list(run.objective.stream(run.model, prompt, n_tokens, generator=g, temperature=0.8, top_k=200))
     return tokenizer.decode(prompt + new)
+
+
+def log_extras(run, log, step: int, images) -> None:
+    """What wandb shows at an evaluation besides numbers: a sample, and the images hooks draw (attention maps)."""
+    if not (run.tc.wandb_log and run.everyone):
+        return
+    text = sample_text(run, run.tc.sample_tokens)
+    drawn = [image(run.model, run.tokenizer) for image in images]  # under FSDP every process runs their forwards
+    if log is not None:
+        log.log_samples(step, [text])
+        for key, picture, caption in drawn:
+            log.log_image(step, key, picture, caption=caption)

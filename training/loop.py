@@ -20,7 +20,7 @@ from common.device import autocast
 from common.errors import SetupError
 from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
-from training.evaluate import describe, evaluate, sample_text
+from training.evaluate import describe, evaluate, log_extras, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
 from training.mfu import matmul_shapes, mfu, peak_matmul_flops
 from training.optim import step_or_skip
@@ -171,18 +171,6 @@ def describe_data(run) -> str:
                 f"{meta['tokenizer']} tokens)")
     return (f"{run.data_dir} ({meta['train_tokens']:,} train / {meta['val_tokens']:,} val {run.tc.tokenizer} "
             f"tokens)")
-
-
-def log_extras(run, log, step: int, images) -> None:
-    """What wandb shows at an evaluation besides numbers: a sample, and the images hooks draw (attention maps)."""
-    if not (run.tc.wandb_log and run.everyone):
-        return
-    text = sample_text(run, run.tc.sample_tokens)
-    drawn = [image(run.model, run.tokenizer) for image in images]  # under FSDP every process runs their forwards
-    if log is not None:
-        log.log_samples(step, [text])
-        for key, picture, caption in drawn:
-            log.log_image(step, key, picture, caption=caption)
 
 
 def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:

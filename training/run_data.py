@@ -2,14 +2,15 @@
 wait and find it ready), checked against a resumed run's checkpoint, and served as batches: windows of text, or
 seq2seq's pairs. The formats are data/'s; this module decides which a run uses and how the processes share it.
 """
-import filecmp
-import os
+import datetime
 from dataclasses import fields
+
+import torch.distributed as dist
 
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
 from data.config import PrepareConfig
-from data.prepare import prepare, same_corpus
+from data.prepare import prepare, same_data
 from data.tokenizer import carry_tokenizer
 from inference.checkpoint import Checkpoint
 from training import distributed
@@ -17,10 +18,14 @@ from training.config import TrainConfig
 
 
 def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
-    """(prepared folder, its meta, its tokenizer): text, or seq2seq's pairs; a resumed run's must be the data its
-    checkpoint was trained on."""
-    data_dir, meta, tokenizer = load_text(tc, d) if tc.model != "seq2seq" else load_pairs(tc, d)
-    if ckpt is not None and not same_data(ckpt, data_dir, meta):
+    """(the data's folder, its meta, its tokenizer): text or a pairs file, prepared once per node, or a built-in task
+    (nothing to prepare: the folder is ''); a resumed run's must be the data its checkpoint was trained on."""
+    if tc.model != "seq2seq" or tc.pairs is not None:
+        data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d))
+    else:  # a built-in task: its letters are drawn as the run goes
+        meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
+        data_dir, tokenizer = "", pair_batches.task_tokenizer()
+    if ckpt is not None and not same_data(ckpt.data_meta, ckpt.data_dir, meta, data_dir):
         same = ("--pairs/--task/--task_min_len/--task_max_len/--tokenizer" if tc.model == "seq2seq"
                 else "--dataset/--input/--split/--tokenizer")
         raise SetupError(f"the data in {data_dir or 'the task'} is not the data this checkpoint was trained on; "
@@ -28,64 +33,46 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
     return data_dir, meta, tokenizer
 
 
-def load_text(tc: TrainConfig, d: distributed.Dist):
-    """(prepared folder, its meta.json, its tokenizer). The first process of each node prepares the data (a node
-    that does not share rank 0's disk needs its own copy; where several share one folder, prepare's lock lets one
-    build it); the others wait, however long that takes, then find it ready."""
-    # the data settings are the PrepareConfig fields TrainConfig inherits
-    data_dir = prepared_per_node(d, lambda: prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)}))
-    meta = carry_tokenizer(read_meta(data_dir), data_dir)  # the checkpoints' copy: its tokenizer without the folder
-    tokenizer = load_tokenizer(meta)
-    if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
-        raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
-                        f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data again")
-    return data_dir, meta, tokenizer
-
-
-def load_pairs(tc: TrainConfig, d: distributed.Dist):
-    """seq2seq: (prepared pairs folder, or '' for a task; its meta; its tokenizer). A pairs file is prepared as
-    load_text prepares text: the first process of each node builds it, the others wait and find it ready."""
-    if tc.pairs is not None:
-        data_dir = prepared_per_node(d, lambda: pairs.prepare_pairs(
-            tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field, tc.on_bad, tc.data_root,
-            progress=tc.progress and d.master))
-        meta, tokenizer = pairs.read_pairs_meta(data_dir)
-        return str(data_dir), carry_tokenizer(meta, data_dir), tokenizer
-    meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)  # nothing to prepare
-    return "", meta, pair_batches.task_tokenizer()
-
-
 def prepared_per_node(d: distributed.Dist, prepared):
-    """prepared() (-> the prepared folder) in the first process of each node, then, once it is done, in the others,
-    which find the folder ready."""
+    """prepared() (-> the prepared folder, ...) in the first process of each node, then, once it is done, in the
+    others, which find the folder ready. A node that does not share rank 0's disk needs its own copy; where several
+    processes share one folder, the preparation's lock lets one build it; the others wait, however long that takes."""
     first_on_node = d.master or d.local_rank == 0
     if first_on_node:
-        data_dir = prepared()
-    distributed.wait_for_data(d)
-    return data_dir if first_on_node else prepared()
+        data = prepared()
+    wait_for_data(d)
+    return data if first_on_node else prepared()
 
 
-def same_data(ckpt: Checkpoint, data_dir: str, meta: dict) -> bool:
-    """Whether the data prepared now is what the checkpoint was trained on. The fingerprints hold the input's quick
-    identity (where it is, names, sizes, modification times), so a corpus touched or copied elsewhere gets another
-    one: then the content decides, a text corpus's by its sha256, a pairs file's by the prepared folders' bytes."""
-    old = ckpt.data_meta
-    if old.get("kind") != "pairs" or old.get("fingerprint") == meta.get("fingerprint"):
-        return same_corpus(old, meta)
-    return same_prepared_pairs(ckpt.data_dir, old, data_dir, meta)
+# Tokenizing a large corpus takes hours; NCCL's collectives time out after 10 minutes, so the processes that wait
+# for it wait on a CPU (gloo) group of their own with this timeout instead
+PREPARE_TIMEOUT = datetime.timedelta(hours=12)
 
 
-def same_prepared_pairs(old_dir: str | None, old: dict, new_dir: str, new: dict) -> bool:
-    """Whether the checkpoint's pairs folder (if it is still there) holds the bytes of the new one: the same token
-    files and lengths, the same vocabulary, the same meta.json but for where the pairs file was."""
-    if not old_dir or not os.path.isdir(old_dir) or os.path.realpath(old_dir) == os.path.realpath(new_dir):
-        return False
-    where = ("fingerprint", "input") + (() if "bpe_ranks" in old else ("bpe_ranks",))  # older: the file is compared
-    if {k: v for k, v in old.items() if k not in where} != {k: v for k, v in new.items() if k not in where}:
-        return False
-    names = sorted(set(os.listdir(new_dir)) - {"meta.json"})
-    return names == sorted(set(os.listdir(old_dir)) - {"meta.json"}) and all(
-        filecmp.cmp(os.path.join(old_dir, n), os.path.join(new_dir, n), shallow=False) for n in names)
+def wait_for_data(d: distributed.Dist) -> None:
+    """A barrier for the processes waiting while the data is prepared, with PREPARE_TIMEOUT."""
+    if d.enabled:
+        group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
+        dist.barrier(group=group)
+        dist.destroy_process_group(group)
+
+
+def prepared_data(tc: TrainConfig, d: distributed.Dist):
+    """(the prepared folder, its meta, its tokenizer): text (data/prepare.py) or a pairs file (data/pairs.py). The
+    meta carries its tokenizer: the checkpoints' copy decodes without the folder."""
+    if tc.model != "seq2seq":  # the data settings are the PrepareConfig fields TrainConfig inherits
+        data_dir = prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
+        meta = carry_tokenizer(read_meta(data_dir), data_dir)
+        tokenizer = load_tokenizer(meta)
+        if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
+            raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
+                            f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data "
+                            f"again")
+        return data_dir, meta, tokenizer
+    data_dir = pairs.prepare_pairs(tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field,
+                                   tc.on_bad, tc.data_root, progress=tc.progress and d.master)
+    meta, tokenizer = pairs.read_pairs_meta(data_dir)
+    return str(data_dir), carry_tokenizer(meta, data_dir), tokenizer
 
 
 def batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective, device,

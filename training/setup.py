@@ -86,9 +86,9 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     check_prompt(tc, tokenizer)
     model = build_model(tc, model_overrides, ckpt, init_model, tokenizer, device, dtype, sc)
     optimizer, scaler = optim.optimizer_and_scaler(tc, model, device, dtype, ckpt)
-    start, best_val = where_to_start(tc, d, ckpt, device)
-    train_model = training_module(model, tc, device, d)
     accum = tc.accumulation(model.config.block_size, d.world_size)
+    train_model = training_module(model, tc, device, d)
+    start, best_val = where_to_start(tc, d, ckpt, device)
     fixed_by = "the checkpoint" if ckpt is not None else tc.init_from if init_model is not None else None
     train_data, val_set = run_data.batches(tc, d, data_dir, meta, model.config.block_size, objective, device, accum,
                                            fixed_by)
@@ -139,18 +139,6 @@ def encodes(tokenizer, text: str) -> bool:
         return False
 
 
-def where_to_start(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None, device) -> tuple[int, float]:
-    """(the first step, the best validation loss so far), and each process's random stream: under torchrun a seed
-    of its own (different dropout masks in different processes); a resumed run continues the checkpoint's."""
-    if d.enabled:
-        torch.manual_seed(tc.seed + d.rank)
-    if ckpt is None:
-        return 0, math.inf
-    if ckpt.rng is not None:  # None: not written by a training run (an import), no stream to continue
-        set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)
-    return ckpt.step, ckpt.best_val_loss
-
-
 def build_model(tc: TrainConfig, model_overrides: dict, ckpt: Checkpoint | None, init_model, tokenizer, device,
                 dtype, sc: SpeedConfig) -> torch.nn.Module:
     """The model on its device: the checkpoint's, init_model's or fresh weights (the same in every process), with
@@ -177,6 +165,18 @@ def training_module(model, tc: TrainConfig, device, d: distributed.Dist) -> torc
     if d.enabled and not tc.fsdp:
         train_model = DDP(train_model, device_ids=[device.index] if device.type == "cuda" else None)
     return train_model
+
+
+def where_to_start(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None, device) -> tuple[int, float]:
+    """(the first step, the best validation loss so far), and each process's random stream: under torchrun a seed
+    of its own (different dropout masks in different processes); a resumed run continues the checkpoint's."""
+    if d.enabled:
+        torch.manual_seed(tc.seed + d.rank)
+    if ckpt is None:
+        return 0, math.inf
+    if ckpt.rng is not None:  # None: not written by a training run (an import), no stream to continue
+        set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)
+    return ckpt.step, ckpt.best_val_loss
 
 
 def compiles(tc: TrainConfig, device: torch.device) -> bool:

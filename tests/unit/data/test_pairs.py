@@ -1,5 +1,5 @@
 """The encoder-decoder's data (data/pairs.py): the pairs reader's bad lines, the hash split, the prepared folder read
-back (the batches drawn from it: test_pair_batches.py)."""
+back (the batches drawn from it: test_pair_batches.py), and a checkpoint's pairs folder compared with today's."""
 import json
 import os
 
@@ -8,7 +8,7 @@ import pytest
 
 from common.errors import DataError
 from data.pair_batches import FilePairs
-from data.pairs import is_val_pair, prepare_pairs, read_pairs, with_stop_token
+from data.pairs import is_val_pair, prepare_pairs, read_pairs, same_prepared_pairs, with_stop_token
 from data.readers import BadDocuments
 from data.tokenizer import CharTokenizer, load_tokenizer
 
@@ -169,3 +169,33 @@ def test_two_preparations_at_once_build_the_folder_once(tmp_path, monkeypatch):
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no temporary left
     for name in ("train.tokens", "val.tokens", "train.lengths.npy", "val.lengths.npy"):
         assert (folder / name).read_bytes() == (alone / name).read_bytes()
+
+
+def pairs_folder(path, meta, tokens=b"\x01\x02\x03"):
+    path.mkdir()
+    (path / "meta.json").write_text(json.dumps(meta))
+    (path / "train.bin").write_bytes(tokens)
+    (path / "val.bin").write_bytes(b"\x04")
+    return str(path)
+
+
+META = {"kind": "pairs", "fingerprint": "aaa", "input": "/v1/pairs.tsv", "vocab_size": 9, "bpe_ranks": []}
+
+
+def test_prepared_pairs_are_compared_by_their_bytes_and_meta_but_not_where_they_came_from(tmp_path):
+    old = pairs_folder(tmp_path / "old", META)
+    moved = dict(META, fingerprint="bbb", input="/v2/pairs.tsv")
+    assert same_prepared_pairs(old, META, pairs_folder(tmp_path / "moved", moved), moved)
+    assert not same_prepared_pairs(old, META, pairs_folder(tmp_path / "bytes", moved, b"\x01\x02\x09"), moved)
+    other = dict(moved, vocab_size=10)
+    assert not same_prepared_pairs(old, META, pairs_folder(tmp_path / "meta", other), other)
+    extra = pairs_folder(tmp_path / "extra", moved)
+    (tmp_path / "extra" / "more.bin").write_bytes(b"")
+    assert not same_prepared_pairs(old, META, extra, moved)
+
+
+def test_without_the_checkpoints_folder_the_pairs_cannot_be_compared(tmp_path):
+    new = pairs_folder(tmp_path / "new", META)
+    assert not same_prepared_pairs(None, META, new, META)
+    assert not same_prepared_pairs(str(tmp_path / "gone"), META, new, META)
+    assert not same_prepared_pairs(new, META, new, META)  # one folder, rebuilt in place: its old bytes are gone
