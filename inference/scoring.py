@@ -21,6 +21,9 @@ LOGITS_BUDGET = 2 ** 26  # logits a forward may hold by default (256 MB in float
 # caches), on a GPU it fills the device
 BATCH_TOKENS = {"cpu": 2048, "cuda": 16384}
 LOGITS_AT_ONCE = 1024  # scored positions whose log-softmax is taken together
+# padding is computed like real tokens: a row joins a forward only if its pads take at most this share of the
+# forward's width, so rows of very different lengths go in forwards of their own
+PAD_SHARE = 0.2
 
 
 def progress_bar(total: int, desc: str, enabled: bool = True):
@@ -33,10 +36,12 @@ def progress_bar(total: int, desc: str, enabled: bool = True):
 
 def batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     """Row indices grouped for one forward each: longest first (stable: ties keep their order), as many rows as
-    fit in batch_tokens input tokens once padded to the batch's longest row (at least one)."""
+    fit in batch_tokens input tokens once padded to the batch's longest row (at least one), and none whose padding
+    would be more than PAD_SHARE of the batch's width."""
     out = []
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if out and (len(out[-1]) + 1) * (lengths[out[-1][0]] - 1) <= batch_tokens:
+        width = lengths[out[-1][0]] - 1 if out else 0  # the forward's input columns: its longest row, less its last
+        if out and (len(out[-1]) + 1) * width <= batch_tokens and lengths[i] - 1 >= (1 - PAD_SHARE) * width:
             out[-1].append(i)
         else:
             out.append([i])

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from conftest import POS_EMBS, tiny_model
 from data.tokenizer import CharTokenizer
 from inference.choices import score_task
-from inference.scoring import LOGITS_BUDGET, batches, default_batch_tokens, perplexity, row_logprobs, sliding_windows
+from inference.scoring import (LOGITS_BUDGET, PAD_SHARE, batches, default_batch_tokens, perplexity, row_logprobs,
+                               sliding_windows)
 from inference.tasks import Task, encode_task, parse_item
 
 
@@ -41,13 +42,23 @@ def test_a_row_in_a_padded_batch_scores_as_it_does_alone(pos_emb):
 
 
 def test_batches_take_rows_longest_first_up_to_the_token_budget():
-    lengths = [2, 17, 5, 9, 17, 3, 12]
+    lengths = [16, 17, 15, 14, 17, 16, 15]  # close enough that no padding splits them
     groups = batches(lengths, batch_tokens=40)
-    assert sorted(i for g in groups for i in g) == list(range(7))
-    assert [i for g in groups for i in g] == [1, 4, 6, 3, 2, 5, 0]  # longest first; equal lengths keep their order
-    assert all(len(g) * (lengths[g[0]] - 1) <= 40 for g in groups) and len(groups) == 3
+    assert groups == [[1, 4], [0, 5], [2, 6], [3]]  # longest first; equal lengths keep their order
+    assert all(len(g) * (lengths[g[0]] - 1) <= 40 for g in groups)
     assert batches([30], batch_tokens=5) == [[0]]  # a row longer than the budget goes alone
-    assert len(batches(lengths, batch_tokens=1000)) == 1
+    assert len(batches([17, 15, 16, 14], batch_tokens=1000)) == 1  # widths 16..13: pads of at most 3/16
+
+
+def test_no_row_is_padded_by_more_than_the_pad_share_of_its_forward():
+    lengths = torch.randint(2, 40, (200,), generator=torch.Generator().manual_seed(0)).tolist()
+    groups = batches(lengths, batch_tokens=10_000)  # a budget that never binds: the padding alone splits
+    assert sorted(i for g in groups for i in g) == list(range(200))
+    for g in groups:
+        width = lengths[g[0]] - 1
+        assert all(width - (lengths[i] - 1) <= PAD_SHARE * width for i in g)
+    for a, b in zip(groups, groups[1:]):  # a forward ends only where the next row would pad too much
+        assert lengths[b[0]] - 1 < (1 - PAD_SHARE) * (lengths[a[0]] - 1)
 
 
 def test_the_default_batch_keeps_the_logits_within_budget():
