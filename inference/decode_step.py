@@ -32,7 +32,10 @@ from model.kv_cache import KVCache
 
 # cpp_wrapper: on a CPU inductor calls its kernels from generated C++ instead of Python, ~0.1-0.3 ms less per token
 # here; on a GPU the same option compiles against CUDA's headers, which a pip install of torch may lack
-CPU_COMPILE_OPTIONS = {"cpp_wrapper": True}
+# realize_acc_reads_threshold: inductor writes out any elementwise result that reads more than 2 inputs instead of
+# computing it inside each of its consumers' loops. A one-row product's loop runs once per output row, so a layer
+# norm computed inside it would be computed again for each of the N rows (50,257 times in GPT-2's head)
+CPU_COMPILE_OPTIONS = {"cpp_wrapper": True, "realize_acc_reads_threshold": 2}
 
 
 class ColumnWriter:
