@@ -55,9 +55,9 @@ def pick_val_documents(sizes: dict[str, int]) -> list[str]:
     With no curated list, the files are taken in the order of a hash of their name (fixed, but not alphabetical,
     which would put all of one author or chapter range in validation), skipping any that would push validation past
     the upper bound, until it holds VAL_FRACTION. If that ends below the lower bound, every file it skipped is larger
-    than the gap between the bounds (at least the lower bound, and two of them exceed the upper one), so a sane
-    choice exists only around one such file: the files are taken again in the same order, starting from the
-    first one within the bounds."""
+    than the gap between the bounds (at least the lower bound, and two of them exceed the upper one), so any sane
+    choice holds one such file: the files are taken again in the same order, starting from the first one within
+    the bounds."""
     total = sum(sizes.values())
     lo, hi = (share * total for share in VAL_SHARE)
     order = sorted((n for n in sizes if sizes[n]), key=lambda n: hashlib.sha256(n.encode()).hexdigest())
