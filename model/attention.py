@@ -45,6 +45,14 @@ class AttentionContext:
     rope: object | None  # RoPE's Rotation for the T new positions (model/positional.py)
     is_causal: bool  # the plain causal mask, T == S, no other mask: the fused kernel needs no mask tensor
 
+    def last_query(self) -> "AttentionContext":
+        """This context for the last query alone (every key kept): the plain causal case's last query sees every
+        key, so it needs no mask."""
+        def last_row(t):  # (..., T, S|1) -> (..., 1, S|1)
+            return None if t is None else t[..., -1:, :]
+        return AttentionContext(mask=last_row(self.mask), empty=last_row(self.empty), bias=last_row(self.bias),
+                                rope=None, is_causal=False)
+
 
 def attend(q, k, v, mask=None, bias=None, dropout=None, score=None):
     """The formula. q: (B, H, T, D); k, v: (B, H, S, D); mask: (B|1, 1, T, S) bool, True = may attend, every row
@@ -135,8 +143,10 @@ class MultiHeadAttention(AttentionLayer):
     def __init__(self, config):
         super().__init__(config, qkv=3 * config.n_embd)  # Q, K and V projections in one matmul
 
-    def forward(self, x, ctx: AttentionContext, kv=None):
-        """x: (B, T, C); ctx: this forward's masks and positions; kv: this layer's slot of a KV cache, or None."""
+    def forward(self, x, ctx: AttentionContext, kv=None, last_only=False):
+        """x: (B, T, C); ctx: this forward's masks and positions; kv: this layer's slot of a KV cache, or None;
+        last_only: the output of the last position alone, (B, 1, C) (the keys and values of all T are computed and
+        cached all the same)."""
         B, T, C = x.shape
         H, D = self.n_head, self.head_dim
         qk, v = self.qkv(x).split((2 * C, C), dim=2)  # (B, T, 2C), (B, T, C)
@@ -146,6 +156,8 @@ class MultiHeadAttention(AttentionLayer):
         q, k = qk.split(H, dim=1)  # (B, H, T, D) each
         if kv is not None:
             k, v = kv.update(k, v)  # (B, H, S, D): all keys and values so far
+        if last_only:
+            q, ctx, T = q[:, :, -1:], ctx.last_query(), 1  # (B, H, 1, D)
         dropout = self.drop if self.training and self.drop.p > 0 else None
         y, _ = self.backend(q, k, v, ctx, dropout, self.score)  # (B, H, T, D); the weights are for hooks
         if ctx.empty is not None:

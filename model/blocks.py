@@ -48,8 +48,11 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, ctx, kv=None):  # (B, T, C) -> (B, T, C); kv: this block's slot of a KV cache
-        x = x + self.drop(self.attn(self.norm1(x), ctx, kv))
+    def forward(self, x, ctx, kv=None, last_only=False):
+        """x (B, T, C) -> (B, T, C), or (B, 1, C) for the last position alone (last_only); kv: this block's slot of
+        a KV cache."""
+        a = self.attn(self.norm1(x), ctx, kv, last_only)  # (B, T or 1, C)
+        x = (x[:, -1:] if last_only else x) + self.drop(a)
         x = x + self.mlp(self.norm2(x))
         return x
 

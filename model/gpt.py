@@ -44,7 +44,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, *, cache: KVCache | None = None, pad_mask=None, last_only=False):
         """idx: (B, T) token ids; targets: (B, T) ids, -1 = no loss here; pad_mask: (B, T) bool, False at left
-        padding. last_only: compute logits for the last position only (sampling).
+        padding. last_only: compute logits for the last position only (sampling, scoring a choice's first token).
         Returns (logits (B, T or 1, V), loss or None)."""
         B, T = idx.shape
         t0 = cache.pos if cache is not None else 0
@@ -60,12 +60,10 @@ class GPT(nn.Module):
             pos = torch.arange(t0, S, device=idx.device).unsqueeze(0)  # (1, T)
         ctx = self.attention_context(t0, T, key_valid, pos)
 
-        x = self.trunk(idx, pos, ctx, cache)  # (B, T, C)
+        x = self.trunk(idx, pos, ctx, cache, last_only)  # (B, T, C), or (B, 1, C)
         if cache is not None:
             cache.advance(T)
-        if last_only:
-            x = x[:, -1:]  # (B, 1, C): sampling needs only the next-token distribution
-        logits = self.logits(x)  # (B, T, V)
+        logits = self.logits(x)  # (B, T or 1, V)
         loss = None
         if targets is not None:
             loss = token_loss(logits, targets)
@@ -78,13 +76,15 @@ class GPT(nn.Module):
         V = self.config.vocab_size
         return logits if logits.size(-1) == V else logits[..., :V]
 
-    def trunk(self, idx, pos, ctx: AttentionContext, cache: KVCache | None = None) -> torch.Tensor:
+    def trunk(self, idx, pos, ctx: AttentionContext, cache: KVCache | None = None,
+              last_only: bool = False) -> torch.Tensor:
         """Token ids (B, T) at positions pos -> the final normalised hidden states (B, T, C), the head's input:
-        embeddings, every block (each with its own slot of the cache), the last norm."""
+        embeddings, every block (each with its own slot of the cache), the last norm. last_only: (B, 1, C), the
+        last position's alone, and the last block computes no other (the cache still takes every key and value)."""
         x = self.drop(self.pos.embed(self.wte(idx), pos))  # (B, T, C)
         slots = cache.layers if cache is not None else [None] * len(self.blocks)
-        for block, kv in zip(self.blocks, slots):
-            x = block(x, ctx, kv)  # (B, T, C)
+        for i, (block, kv) in enumerate(zip(self.blocks, slots)):
+            x = block(x, ctx, kv, last_only and i == len(self.blocks) - 1)  # (B, T, C); (B, 1, C) after the last
         return self.norm(x)
 
     def attention_context(self, t0: int, T: int, key_valid, pos) -> AttentionContext:

@@ -182,3 +182,34 @@ def test_the_loss_is_the_mean_negative_log_likelihood_of_the_targets_for_a_gpt_a
     torch.manual_seed(0)
     logits, loss = Seq2Seq(tiny_config()).eval()(idx, idx, targets)
     torch.testing.assert_close(loss, written_out(logits, targets))
+
+
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+@pytest.mark.parametrize("variant", ["causal", "bidirectional", "causal+window", "causal+padding", "qk_norm",
+                                     "math", "tiled", "cached"])
+def test_last_only_gives_the_last_positions_logits_and_the_same_cache(pos_emb, variant):
+    """With last_only the last block computes the last query alone: the same logits as the whole forward's last
+    position, and every key and value still cached (the next token's logits agree too)."""
+    kw = dict(pos_emb=pos_emb, causal=variant != "bidirectional", window=5 if "window" in variant else None,
+              qk_norm=variant == "qk_norm")
+    model = tiny_model(attn_impl=variant if variant in ("math", "tiled") else None, **kw)
+    idx = torch.randint(0, 37, (3, 12), generator=torch.Generator().manual_seed(1))
+    pad = None
+    if variant in ("causal+padding", "cached"):
+        pad = torch.ones(3, 12, dtype=torch.bool)
+        pad[1, :4] = False
+        pad[2, :11] = False  # one real token: its query is the only one of the row with a key
+    with torch.no_grad():
+        full = run(model, idx, pad_mask=pad)  # (B, T, V)
+        last = run(model, idx, pad_mask=pad, last_only=True)  # (B, 1, V)
+        assert last.shape == (3, 1, 37)
+        torch.testing.assert_close(last, full[:, -1:], atol=1e-5, rtol=1e-5)
+        if model.config.causal:
+            cache_full, cache_last = model.new_cache(3, 16), model.new_cache(3, 16)
+            run(model, idx[:, :8], cache=cache_full, pad_mask=None if pad is None else pad[:, :8])
+            run(model, idx[:, :8], cache=cache_last, pad_mask=None if pad is None else pad[:, :8], last_only=True)
+            for a, b in zip(cache_full.layers, cache_last.layers):
+                torch.testing.assert_close(a.k[:, :, :8], b.k[:, :, :8], atol=0, rtol=0)
+                torch.testing.assert_close(a.v[:, :, :8], b.v[:, :, :8], atol=0, rtol=0)
+            nxt = run(model, idx[:, 8:], cache=cache_last, pad_mask=None if pad is None else pad[:, 8:], last_only=True)
+            torch.testing.assert_close(nxt, full[:, -1:], atol=1e-5, rtol=1e-5)
