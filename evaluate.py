@@ -14,6 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+import speed
 from common import cli, flag_scope, flags, malloc
 from common.device import DTYPES, pick_device, pick_dtype
 from common.errors import CheckpointError, ConfigError, UserError, need
@@ -21,6 +22,7 @@ from common.files import write_atomic
 from inference.checkpoint import load_for_inference, path_in
 from inference.evaluation import evaluate, read_text, report_table
 from inference.tasks import read_tasks
+from speed import SpeedConfig
 
 # why a checkpoint of another objective cannot be scored (train.py --model=...)
 REFUSALS = {"encoder": "an encoder has no next-token log-probabilities (it predicts masked tokens)",
@@ -87,19 +89,20 @@ def load_model(ec: EvaluateConfig, device):
     return model, tokenizer, f"{path} (step {ckpt.step})"
 
 
-def checked(argv) -> EvaluateConfig:
-    """The flags as an EvaluateConfig, each explicit one checked against where it applies (common/flag_scope.py)."""
-    per_class, explicit = flags.parse_configs(argv, (EvaluateConfig,), {})
-    ec = EvaluateConfig(**per_class[EvaluateConfig])
+def checked(argv) -> tuple[EvaluateConfig, SpeedConfig, dict]:
+    """The flags -> (EvaluateConfig, SpeedConfig, the flags given explicitly), each explicit one checked against
+    where it applies (common/flag_scope.py)."""
+    per_class, explicit = flags.parse_configs(argv, (EvaluateConfig, SpeedConfig), {})
+    ec, speed_config = EvaluateConfig(**per_class[EvaluateConfig]), SpeedConfig(**per_class[SpeedConfig])
     flag_scope.check("evaluate.py", explicit, flag_scope.evaluate_facts(ec))
-    return ec
+    return ec, speed_config, explicit
 
 
 def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
-        print(flags.help_text((EvaluateConfig,), {}, tags=flag_scope.tags("evaluate.py")))
+        print(flags.help_text((EvaluateConfig, SpeedConfig), {}, tags=flag_scope.tags("evaluate.py")))
         return
-    ec = checked(argv)
+    ec, speed_config, explicit = checked(argv)
     tasks = read_tasks(ec.tasks, ec.limit) if ec.tasks else []  # every line checked before a model is loaded
     if ec.out and os.path.isdir(ec.out):
         raise ConfigError(f"--out={ec.out} is a folder; give the path of the JSON file to write")
@@ -108,6 +111,7 @@ def main(argv) -> None:
         malloc.keep_freed_memory()  # each batch reuses the last one's memory: no page faults (common/malloc.py)
     dtype = pick_dtype(ec.dtype, device)
     model, tokenizer, source = load_model(ec, device)
+    speed.apply(model, speed.for_device(speed_config, explicit, device.type))  # computed as train.py computes it
     text = read_text(ec.text, tokenizer) if ec.text else None
     report = evaluate(model, tokenizer, tasks, text, ec.stride, ec.batch_tokens, dtype)
     print(f"{source}, {str(dtype).removeprefix('torch.')} on {device}")

@@ -1,5 +1,4 @@
-"""Three per-op costs of a training step on a CPU, forward + backward, the plain form and the faster one side by side
-(docs/speed.md has the figures):
+"""Four per-op costs on a CPU, the plain form and the faster one side by side (docs/speed.md has the figures):
 
 - causal scores: model/attention.py's math path forms scale * Q K^T + M (M = -inf above the diagonal) in one
   `baddbmm`; before, a matmul, then a multiply by 1/sqrt(D), then a masked_fill: two more passes over the T x T
@@ -10,10 +9,14 @@
 - a linear layer in float32: torch's F.linear (MKL's sgemm) against speed/linear.py's oneDNN path (forward and
   input gradient in oneDNN, the weight gradient in torch's mm), forced on here at every size, so the rows show where
   it pays (Linear takes it from MIN_ROWS rows and MIN_MACS multiply-adds).
+- the MLP's up projection and tanh GELU without autograd (evaluation, a prompt's prefill): torch's product, then
+  torch's GELU, against speed/gelu_mlp.py's one oneDNN call with the GELU inside, at a few row counts (FusedGELUMLP
+  takes it from MIN_ROWS rows).
 
     python -m benchmarks.cpu_ops                 # ~1 min: the default model's shapes (bf16) and nanoGPT's (float32)
 
-Each row times its contenders alternately, `rounds` rounds of `steps` calls, and reports medians (ms per call).
+Each row times its contenders alternately, `rounds` rounds of `steps` calls, and reports medians (ms per call): a
+forward and backward, except the no-autograd rows.
 """
 import math
 import statistics
@@ -29,6 +32,7 @@ from common.errors import FlagError
 from common.flags import config_from_argv
 from common.malloc import keep_freed_memory
 from speed.causal_blocks import causal_by_blocks
+from speed.gelu_mlp import up_gelu
 from speed.linear import HAVE_ONEDNN, onednn_product
 
 from .rounds import alternated
@@ -45,6 +49,9 @@ LINEAR_SHAPES = [("nanoGPT's qkv", (2048, 384, 1152)), ("nanoGPT's MLP up", (204
                  ("default model's qkv", (4096, 128, 384)), ("default model's MLP down", (4096, 512, 128)),
                  ("default model's head", (4096, 128, 65)),
                  ("fast-cpu's qkv", (1024, 128, 384)), ("fast-cpu's proj", (1024, 128, 128))]
+# (name, (rows, C)): nanoGPT's model's MLP up projection (C -> 4C) at a decoded token's few rows, a prompt's, a
+# scoring forward's
+UP_GELU_SHAPES = [("16 rows", (16, 384)), ("256 rows", (256, 384)), ("nanoGPT's batch", (2048, 384))]
 
 
 def two_pass_causal(q, k, v):
@@ -79,16 +86,33 @@ def ms_per_call(fn, inputs, grad, dtype, steps: int) -> float:
     return statistics.median(times[1:]) * 1e3
 
 
+@torch.no_grad()
+def ms_per_forward(fn, inputs, steps: int) -> float:
+    """Median ms of `steps` calls without autograd."""
+    times = []
+    for _ in range(steps + 1):  # the first is a warm-up
+        t0 = time.perf_counter()
+        fn(*inputs)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:]) * 1e3
+
+
 def side_by_side(contenders: dict, inputs, grad, dtype, rounds: int, steps: int) -> dict:
-    """{name: median ms} over alternated rounds (the order flips each round)."""
+    """{name: median ms} over alternated rounds (the order flips each round); grad None: forwards alone."""
     per = {name: [] for name in contenders}
     for _, name in alternated(contenders, rounds):
-        per[name].append(ms_per_call(contenders[name], inputs, grad, dtype, steps))
+        per[name].append(ms_per_call(contenders[name], inputs, grad, dtype, steps) if grad is not None else
+                         ms_per_forward(contenders[name], inputs, steps))
     return {name: statistics.median(v) for name, v in per.items()}
 
 
+def torch_up_gelu(x, w, b):
+    """The MLP's up projection and tanh GELU as nn.Linear and nn.GELU compute them: two calls."""
+    return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+
 def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES, gelu_shapes=GELU_SHAPES,
-            linear_shapes=LINEAR_SHAPES) -> list:
+            linear_shapes=LINEAR_SHAPES, up_gelu_shapes=UP_GELU_SHAPES) -> list:
     """Rows (op, shape name, shape, dtype, {contender: ms}); the inputs in `dtype`, as the model's are under
     autocast (q, k, v come out of a bf16 matmul there)."""
     g = torch.Generator().manual_seed(0)
@@ -110,11 +134,16 @@ def measure(rounds: int = 7, steps: int = 10, attention_shapes=ATTENTION_SHAPES,
         ms = side_by_side({"torch (MKL)": F.linear, "oneDNN": lambda a, b: onednn_product(a, b, None)}, (x, w),
                           torch.randn(n, d_out, generator=g), torch.float32, rounds, steps)
         rows.append(("linear", name, (n, d_in, d_out), torch.float32, ms))
+    for name, (n, C) in up_gelu_shapes if HAVE_ONEDNN else ():
+        x, w, b = torch.randn(n, C, generator=g), torch.randn(4 * C, C, generator=g) / math.sqrt(C), torch.zeros(4 * C)
+        ms = side_by_side({"torch product, then GELU": torch_up_gelu, "oneDNN, GELU inside": up_gelu}, (x, w, b),
+                          None, torch.float32, rounds, steps)
+        rows.append(("MLP up + tanh GELU, no autograd", name, (n, C), torch.float32, ms))
     return rows
 
 
 def table(rows) -> str:
-    lines = ["| op | shape | dtype | ms per contender (forward + backward) | ratio to the first |",
+    lines = ["| op | shape | dtype | ms per contender | ratio to the first |",
              "|---|---|---|---|---|"]
     for op, name, shape, dtype, ms in rows:
         first = next(iter(ms.values()))

@@ -1,9 +1,10 @@
 """Multiple-choice scoring speed in items/s (bench.py --target=evaluate): evaluate.py's batched scoring against
 Hugging Face transformers scoring one choice at a time, on the same weights and the same items.
 
-    ours          inference/choices.py's score_task, what evaluate.py runs: several items in one forward (up to
-                  2,048 input tokens on a CPU), each context run once and its KV cache copied for its choices
-                  (inference/shared_context.py); the log-softmax at the scored positions only
+    ours          inference/choices.py's score_task on the model with speed.apply's default levers, what
+                  evaluate.py runs: several items in one forward (up to 2,048 input tokens on a CPU), each context
+                  run once and its KV cache copied for its choices (inference/shared_context.py); the log-softmax
+                  at the scored positions only
     transformers  GPT2LMHeadModel, one forward per (context, choice) row, the log-softmax of every position, the
                   choice's tokens summed: the plain loop one writes first
 
@@ -18,6 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import speed
 from common.malloc import keep_freed_memory
 from inference.choices import first_max, score_task
 from inference.tasks import Encoded
@@ -76,6 +78,7 @@ def measure(ours, hf, items: list[Encoded], repeats: int = 3, batch_tokens: int 
     # as evaluate.py runs on a CPU (common/malloc.py: freed memory kept for the next batch, no page faults); a
     # process-wide setting, so transformers, timed in this process, gets it too
     keep_freed_memory()
+    speed.apply(ours)  # as evaluate.py computes it (on a CPU: the MLP's GELU inside its product, speed/gelu_mlp.py)
     runners = {"ours": lambda: [it["logprobs"] for it in score_task(ours, items, batch_tokens)["items"]]}
     if hf is not None:
         runners["transformers"] = lambda: hf_logprobs(hf, items)

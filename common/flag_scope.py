@@ -110,7 +110,7 @@ TABLES = {
         rule("wandb_log wandb_project", "it logs the --html page", html=(True,)),
         rule("wandb_project", wandb_log=(True,))),
     "evaluate.py": table(
-        "tasks text batch_tokens device dtype out init_from",
+        "tasks text batch_tokens device dtype out init_from attn_impl dropout_impl linear_impl qk_impl",
         rule("out_dir ckpt", "--init_from=hf:FOLDER scores that folder's model", model_from=("run",)),
         rule("limit", "it caps the items of --tasks", tasks=(True,)),
         rule("stride", "it moves --text's sliding window", text=(True,))),

@@ -11,8 +11,9 @@ Each lever has its off switch (a flag of train.py and sample.py) and an ablation
 - attn_impl:    which attention backend (model/attention.py); 'math' runs the plain causal case through
                 speed/causal_blocks.py (scale and mask in one matmul, query blocks on a CPU)
 - dropout_impl: 'rand' draws dropout masks in bulk (speed/dropout.py), 'bernoulli' keeps torch's nn.Dropout
-- linear_impl:  'onednn' multiplies float32 linear layers on an x86 CPU in oneDNN (speed/linear.py), 'aten' keeps
-                nn.Linear
+- linear_impl:  'onednn' multiplies float32 linear layers on an x86 CPU in oneDNN (speed/linear.py), and without
+                autograd computes the MLP's up projection and tanh GELU in one call (speed/gelu_mlp.py); 'aten'
+                keeps nn.Linear and the MLP's own forward
 - qk_impl:      'fused' computes QK-norm and RoPE in one autograd function (speed/qk_rope.py), 'aten' keeps the
                 module's torch ops
 and ReLU^2's one-pass backward (speed/relu2.py), which changes no number, is always applied.
@@ -36,7 +37,8 @@ class SpeedConfig:
     dropout_impl: str = "rand"  # 'rand': dropout masks drawn in bulk, ~4x cheaper on a CPU (speed/dropout.py);
     #                             'bernoulli': torch's nn.Dropout and SDPA's own attention dropout
     linear_impl: str = "onednn"  # 'onednn': float32 linear layers on an x86 CPU in oneDNN where it is faster
-    #                              (speed/linear.py); 'aten': torch's nn.Linear
+    #                              (speed/linear.py), the MLP's tanh GELU inside its up projection without autograd
+    #                              (speed/gelu_mlp.py); 'aten': torch's nn.Linear
     qk_impl: str = "fused"  # 'fused': QK-norm and RoPE in one autograd function, fewer passes over q and k
     #                         (speed/qk_rope.py); 'aten': the attention module's own torch ops
 
@@ -69,6 +71,7 @@ def apply(model, sc: SpeedConfig | None = None):
     from model.attention import attention_layers, use_backend
     from speed.causal_blocks import CausalBlocks
     from speed.dropout import use_bulk_dropout
+    from speed.gelu_mlp import use_fused_gelu_mlp
     from speed.linear import use_onednn_linear
     from speed.qk_rope import use_fused_qk_norm_rope
     from speed.relu2 import use_fused_relu2
@@ -83,6 +86,7 @@ def apply(model, sc: SpeedConfig | None = None):
         use_bulk_dropout(model, CausalBlocks)
     if sc.linear_impl == "onednn":
         use_onednn_linear(model)
+        use_fused_gelu_mlp(model)
     if sc.qk_impl == "fused":
         use_fused_qk_norm_rope(model)
     return use_fused_relu2(model)

@@ -52,9 +52,11 @@ def test_cpu_ops_benchmark_times_equal_computations_and_refuses_no_rounds():
     x, w = torch.randn(5, 8, generator=g), torch.randn(3, 8, generator=g)
     if cpu_ops.HAVE_ONEDNN:
         torch.testing.assert_close(cpu_ops.onednn_product(x, w, None), x @ w.t())
+        b = torch.randn(3, generator=g)
+        torch.testing.assert_close(cpu_ops.up_gelu(x, w, b), cpu_ops.torch_up_gelu(x, w, b))
     rows = cpu_ops.measure(1, 1, [("tiny", (1, 2, 8, 4), torch.bfloat16)], [("tiny", (8, 16), torch.float32)],
-                           [("tiny", (5, 8, 3))])
-    ops = ["causal attention", "GELU"] + (["linear"] if cpu_ops.HAVE_ONEDNN else [])
+                           [("tiny", (5, 8, 3))], [("tiny", (5, 8))])
+    ops = ["causal attention", "GELU"] + (["linear", "MLP up + tanh GELU, no autograd"] if cpu_ops.HAVE_ONEDNN else [])
     assert [r[0] for r in rows] == ops and all(min(r[4].values()) > 0 for r in rows)
     assert cpu_ops.table(rows).count("\n| ") == len(ops)  # a header, a separator, one line per row
     bad = subprocess.run([sys.executable, "-m", "benchmarks.cpu_ops", "--rounds=0"], cwd=ROOT, capture_output=True,

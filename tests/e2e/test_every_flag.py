@@ -78,8 +78,8 @@ def visualize_record(argv, ckpts):
 def evaluate_record(argv, ckpts):
     import evaluate
 
-    ec = evaluate.checked(argv)
-    return dataclasses.asdict(ec), flag_scope.evaluate_facts(ec)
+    ec, speed, _ = evaluate.checked(argv)
+    return {**dataclasses.asdict(ec), **vars(speed)}, flag_scope.evaluate_facts(ec)
 
 
 def study_record(study):
@@ -117,7 +117,7 @@ COMMANDS = {  # command -> (its flags' dataclasses, its parse-and-check step)
     "train.py": (CLASSES, train_record),
     "sample.py": (("sample.SampleConfig", SpeedConfig), sample_record),
     "visualize.py": (("visualize.VisualizeConfig",), visualize_record),
-    "evaluate.py": (("evaluate.EvaluateConfig",), evaluate_record),
+    "evaluate.py": (("evaluate.EvaluateConfig", SpeedConfig), evaluate_record),
     **{f"compare.py --study={s}": ((study_class(s),), study_record(s))
        for s in ("encoder", "positions", "attention", "seq2seq")},
 }
