@@ -4,7 +4,7 @@ a prompt's prefill).
 torch's CPU kernel for the tanh form of GELU is several times slower than its erf form (docs/speed.md, "The MLP's
 GELU inside its product"), and it is a pass of its own over the (rows, 4C) activations. oneDNN, the kernel library
 inside torch, can apply the same function to each output of the product as it writes it (a "post-op"), so the
-activation costs almost nothing.
+activation costs a fraction of a pass of its own.
 
     plain   h = gelu_tanh(x W_up^T + b_up)        two calls: torch's product, then torch's GELU
     fused   h = the same                          one call: torch.ops.mkldnn._linear_pointwise(..., "gelu", "tanh")
