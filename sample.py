@@ -2,7 +2,8 @@
 
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=500 --temperature=0.8
 
-`--quantize=int8` stores the blocks' weights as int8 for decoding (faster on CPU; its quality cost: docs/speed.md).
+`--quantize=int8` stores the blocks' and the head's weights as int8 for decoding (faster on CPU; its quality cost:
+docs/speed.md).
 `--dtype=bfloat16` decodes with bf16 weights: half the bytes to read per token. On an x86 CPU the float32 or bf16
 linear weights are packed once into oneDNN's layout (speed/packed.py; `--pack_weights=false` is the off switch).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the

@@ -73,14 +73,15 @@ def test_int8_linear_picks_its_product_at_each_call(monkeypatch):
     assert out.shape == (3, 8) and out.device.type == "meta" and len(calls) <= 1
 
 
-def test_quantize_replaces_the_blocks_linears_only():
+def test_quantize_replaces_the_blocks_linears_and_the_head_and_keeps_the_embedding_float():
     model = tiny_model(tie_head=True)
-    head_before = model.head.weight.clone()
+    embedding_before = model.wte.weight.clone()
     assert quantize(model, None, KERNEL) == 0
     n = quantize(model, "int8", KERNEL)
-    assert n == 4 * model.config.n_layer  # qkv, proj, up, down per block
+    assert n == 4 * model.config.n_layer + 1  # qkv, proj, up, down per block; the head
     assert not any(isinstance(m, nn.Linear) for m in model.blocks.modules())
-    assert isinstance(model.head, nn.Linear) and torch.equal(model.head.weight, head_before)
+    assert isinstance(model.head, Int8Linear) and not any(isinstance(m, nn.Linear) for m in model.modules())
+    assert model.wte.weight.dtype == torch.float32 and torch.equal(model.wte.weight, embedding_before)
     with pytest.raises(ValueError, match="int4"):
         quantize(tiny_model(), "int4", KERNEL)
 
@@ -89,19 +90,21 @@ def rounded_by_hand(model):
     """A copy of model whose block linears hold what int8 weights say (absmax / 127 per row, round to nearest),
     still as float32 nn.Linears."""
     model = copy.deepcopy(model)
+    head = nn.Linear(model.head.in_features, model.head.out_features, bias=False)  # untied: the embedding stays
+    head.weight = nn.Parameter(model.head.weight.detach().clone())
+    model.head = head
     with torch.no_grad():
-        for stack in (model.encoder, model.decoder):
-            for m in stack.modules():
-                if isinstance(m, nn.Linear):
-                    scale = m.weight.abs().amax(dim=1, keepdim=True) / 127  # (N, 1)
-                    m.weight.copy_(torch.round(m.weight / scale) * scale)
+        for m in [head] + [m for stack in (model.encoder, model.decoder) for m in stack.modules()]:
+            if isinstance(m, nn.Linear):
+                scale = m.weight.abs().amax(dim=1, keepdim=True) / 127  # (N, 1)
+                m.weight.copy_(torch.round(m.weight / scale) * scale)
     return model
 
 
 def test_an_encoder_decoder_quantizes_both_stacks_and_the_cross_attention():
-    """Every linear of the encoder's and the decoder's blocks (self-attention, cross-attention, MLP) becomes int8; the
-    model then computes what its rounded weights say: the dequantised product to float32 rounding, the CPU kernel
-    (bf16 activations) close to it, both close to the float model; the head (the embedding) stays float."""
+    """Every linear of the encoder's and the decoder's blocks (self-attention, cross-attention, MLP) and the head
+    becomes int8; the model then computes what its rounded weights say: the dequantised product to float32 rounding,
+    the CPU kernel (bf16 activations) close to it, both close to the float model; the embedding stays float."""
     torch.manual_seed(0)
     model = Seq2Seq(tiny_config()).eval()
     source, target = torch.randint(0, 37, (2, 10)), torch.randint(0, 37, (2, 7))
@@ -110,11 +113,12 @@ def test_an_encoder_decoder_quantizes_both_stacks_and_the_cross_attention():
     with torch.no_grad():
         want = model(source, target, source_valid=source_valid)[0]  # (B, T, V)
         rounded = rounded_by_hand(model)(source, target, source_valid=source_valid)[0]
-    head = model.head.weight.clone()
-    # per layer: qkv, proj, up, down; the decoder's q, kv, proj
-    assert quantize(model, "int8", KERNEL) == 2 * 4 + 2 * (4 + 3)
-    assert not any(isinstance(m, nn.Linear) for stack in (model.encoder, model.decoder) for m in stack.modules())
-    assert isinstance(model.decoder[0].cross.kv, Int8Linear) and torch.equal(model.head.weight, head)
+    embedding = model.wte.weight.clone()
+    # per layer: qkv, proj, up, down; the decoder's q, kv, proj; the head
+    assert quantize(model, "int8", KERNEL) == 2 * 4 + 2 * (4 + 3) + 1
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
+    assert isinstance(model.decoder[0].cross.kv, Int8Linear) and isinstance(model.head, Int8Linear)
+    assert torch.equal(model.wte.weight, embedding)
     for kernel in [False] + [True] * has_int8_kernel("cpu"):
         for m in model.modules():
             if isinstance(m, Int8Linear):
