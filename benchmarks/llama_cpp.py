@@ -15,9 +15,15 @@ prompt on every side: each round has a prompt of its own, and llama.cpp's contex
                          the ablation, with --kernels=true
     ours bf16            the same with every weight in bfloat16, a bf16 cache too (sample.py --dtype=bfloat16)
     ours bf16 compiled   and its compiled step (sample.py --dtype=bfloat16 --compile=true)
+    ours int8 ...        the bf16 model with its blocks' linear weights in int8 (sample.py --dtype=bfloat16
+                         --quantize=int8), eager and compiled, with --int8=true (where torch has the CPU int8 kernel)
     ... extend           the compiled step keeping every token past block_size (sample.py --past_context=extend), as
                          llama.cpp does: the same attention work as llama.cpp's rows, with --extend=true
     llama.cpp f32 / f16  the GGUF file in float32 / float16 (its f16 matmuls on this CPU), through Llama.generate
+    llama.cpp q8_0       the float32 file quantized by llama.cpp's own quantizer to q8_0 (every matrix, its output
+                         included, in 8-bit blocks of 32 with a scale each), with --int8=true. A child process first
+                         decodes two tokens with it: where llama.cpp crashes on q8_0 (its AMX int8 path did on
+                         XEON-AMX, docs/speed.md) the row is left out and said so, and the benchmark goes on
 
 llama.cpp keeps every token in its context (n_ctx = prompt + new tokens), while our loop by default attends to at
 most block_size tokens and slides its window past that (inference/generate.py), re-filling its cache each slide: past
@@ -44,9 +50,10 @@ from data.tokenizer import gpt2_tokenizer
 from inference.decode_step import StaticDecoder
 from inference.generate import generate_stream
 from inference.checkpoint import Checkpoint, clean_state_dict
+from inference.quantize import quantize
 from model import GPT, GPTConfig
 import speed
-from speed import SpeedConfig
+from speed import SpeedConfig, int8_kernel
 from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 
@@ -64,6 +71,7 @@ class LlamaBench:
     unpacked: bool = False  # also time our eager loop without packed weights (--pack_weights=false): the ablation
     kernels: bool = False  # also time our compiled step calling the external kernels (--step_loops=false)
     extend: bool = True  # also time our compiled step keeping every token past block_size (--past_context=extend)
+    int8: bool = True  # also time int8 weights: ours (--quantize=int8) against llama.cpp's q8_0
 
 
 def timed(tokens):
@@ -118,6 +126,33 @@ def copy_as(model, dtype):
     return speed.apply(copy, SpeedConfig())
 
 
+def int8_copy(model):
+    """What sample.py --dtype=bfloat16 --quantize=int8 decodes with: bf16 weights, the blocks' linear layers in int8
+    (inference/quantize.py), the other linear weights packed (speed/packed.py)."""
+    copy = copy_as(model, torch.bfloat16)
+    quantize(copy, "int8", int8_kernel.for_device(torch.device("cpu")))
+    return pack_weights(copy)
+
+
+def decodes(path: str, threads: int) -> str | None:
+    """None if llama.cpp decodes two tokens with the GGUF file at path, in a child process; else why not."""
+    code = ("import sys, llama_cpp\n"
+            "llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=16, n_threads=int(sys.argv[2]), verbose=False)\n"
+            "for i, _ in zip(range(2), llm.generate([1, 2, 3], temp=0.0)): pass\n")
+    r = subprocess.run([sys.executable, "-c", code, path, str(threads)], capture_output=True, text=True, timeout=300)
+    return None if r.returncode == 0 else f"llama.cpp exited with {r.returncode} decoding it"
+
+
+def quantize_gguf(src: str, dst: str, threads: int) -> None:
+    """src (a float32 GGUF file) quantized to q8_0 at dst by llama.cpp's quantizer (llama-quantize's)."""
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, threads
+    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params):
+        raise UserError(f"llama.cpp could not quantize {src} to q8_0")
+
+
 def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     import llama_cpp
 
@@ -139,13 +174,25 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
                 m, p, n, d, past_context="extend")
         if cfg.compiled and cfg.kernels:
             out[f"ours {name} compiled kernels"] = lambda p, n, m=m, d=StaticDecoder(m): ours(m, p, n, d)
+    int8 = cfg.int8 and int8_kernel.has_int8_kernel(torch.device("cpu"))
+    if int8:
+        m = int8_copy(model)
+        out["ours int8"] = lambda p, n, m=m: ours(m, p, n)
+        if cfg.compiled:
+            out["ours int8 compiled"] = lambda p, n, m=m, d=StaticDecoder(m, mode=OneTokenLoops): ours(m, p, n, d)
     n_ctx = cfg.prompt_tokens + cfg.new_tokens + 8
     ckpt = os.path.join(folder, f"{shape}.pt")
     Checkpoint(weights=clean_state_dict(model), model_config=model.config,
                step=0, data_meta={"tokenizer": "gpt2", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id}).save(ckpt)
-    for dtype in ("f32", "f16"):
+    for dtype in ("f32", "f16") + (("q8_0",) if int8 else ()):
         path = os.path.join(folder, f"{shape}-{dtype}.gguf")
-        export_gguf(ckpt, path, dtype)
+        if dtype == "q8_0":
+            quantize_gguf(os.path.join(folder, f"{shape}-f32.gguf"), path, threads)
+            if (why := decodes(path, threads)) is not None:
+                print(f"{shape}: no llama.cpp q8_0 row: {why}", file=sys.stderr)
+                continue
+        else:
+            export_gguf(ckpt, path, dtype)
         llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads,
                               n_threads_batch=threads, verbose=False)
         out[f"llama.cpp {dtype}"] = lambda p, n, llm=llm: llama(llm, p, n)

@@ -143,10 +143,21 @@ def test_the_llama_cpp_benchmark_times_every_contender_on_the_same_weights():
     """benchmarks/llama_cpp.py on a tiny model: a row per contender, prefill and decoding timed apart, every
     contender writing all the tokens asked for (no timing asserted: a test is no place for a speed claim)."""
     from benchmarks.llama_cpp import LlamaBench, measure
+    from speed.int8_kernel import has_int8_kernel
 
     rows = measure(LlamaBench(shapes="1x64x32", prompt_tokens=8, new_tokens=6, repeats=1, compiled=False))
-    assert [r["contender"] for r in rows] == ["ours f32", "ours bf16", "llama.cpp f32", "llama.cpp f16"]
+    int8 = has_int8_kernel(torch.device("cpu"))  # ours int8, and llama.cpp's q8_0 made by its own quantizer
+    assert [r["contender"] for r in rows] == (["ours f32", "ours bf16"] + ["ours int8"] * int8
+                                              + ["llama.cpp f32", "llama.cpp f16"] + ["llama.cpp q8_0"] * int8)
     assert all(r["new_tokens"] == 6 and r["prefill_ms"] > 0 and r["decode_ms_per_token"] > 0 for r in rows)
+
+
+def test_the_llama_cpp_benchmark_asks_a_child_process_whether_llama_cpp_decodes_a_file(tmp_path):
+    """A file llama.cpp cannot decode (here: none at all) is found out in a child process, which may crash without
+    taking the benchmark with it."""
+    from benchmarks.llama_cpp import decodes
+
+    assert "exited with" in decodes(str(tmp_path / "missing.gguf"), 1)
 
 
 def test_past_its_context_llama_cpp_keeps_every_token_as_past_context_extend_does(tmp_path):
