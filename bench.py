@@ -21,9 +21,9 @@ Targets (--target=NAME, or all):
                    generate (benchmarks/sampling.py)
     llama_cpp      decoding ms/token, batch 1, greedy, our cached loop vs llama.cpp (llama-cpp-python, which you install
                    built for this CPU: benchmarks/llama_cpp.py) on the same random weights, f32, f16/bf16 and
-                   int8/q8_0, at
-                   6L/384/256 and the default's 4L/128/128 with GPT-2's vocabulary, with sample.py's sliding window
-                   and keeping every token as llama.cpp does (--past_context=extend); goal: ours >= llama.cpp
+                   int8/q8_0, at 6L/384/256 and the default's 4L/128/128 with GPT-2's vocabulary, with sample.py's
+                   sliding window and keeping every token as llama.cpp does (--past_context=extend); goal: ours >=
+                   llama.cpp
     prepare        data/prepare.py's MB/s on documents of --input's paragraphs (--prepare_sizes MB, .txt and .jsonl,
                    char and gpt2, 1 and 2 workers) over tiktoken's one-thread encode of the same text
                    (benchmarks/prepare.py); goals >= 1.0x with 1 worker, >= 1.9x with 2, peak RSS <= 1 GB

@@ -111,7 +111,7 @@ def main(argv) -> None:
         malloc.keep_freed_memory()  # each batch reuses the last one's memory: no page faults (common/malloc.py)
     dtype = pick_dtype(ec.dtype, device)
     model, tokenizer, source = load_model(ec, device)
-    speed.apply(model, speed.for_device(speed_config, explicit, device.type))  # computed as train.py computes it
+    speed.apply(model, speed.for_device(speed_config, explicit, device.type))  # the levers, chosen as train.py does
     text = read_text(ec.text, tokenizer) if ec.text else None
     report = evaluate(model, tokenizer, tasks, text, ec.stride, ec.batch_tokens, dtype)
     print(f"{source}, {str(dtype).removeprefix('torch.')} on {device}")

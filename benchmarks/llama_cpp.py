@@ -15,15 +15,16 @@ prompt on every side: each round has a prompt of its own, and llama.cpp's contex
                          the ablation, with --kernels=true
     ours bf16            the same with every weight in bfloat16, a bf16 cache too (sample.py --dtype=bfloat16)
     ours bf16 compiled   and its compiled step (sample.py --dtype=bfloat16 --compile=true)
-    ours int8 ...        the bf16 model with its blocks' linear weights in int8 (sample.py --dtype=bfloat16
-                         --quantize=int8), eager and compiled, with --int8=true (where torch has the CPU int8 kernel)
+    ours int8 ...        the bf16 model with its linear weights in int8, the blocks' and the head's (sample.py
+                         --dtype=bfloat16 --quantize=int8), eager and compiled, with --int8=true (where torch has the
+                         CPU int8 kernel)
     ... extend           the compiled step keeping every token past block_size (sample.py --past_context=extend), as
                          llama.cpp does: the same attention work as llama.cpp's rows, with --extend=true
     llama.cpp f32 / f16  the GGUF file in float32 / float16 (its f16 matmuls on this CPU), through Llama.generate
-    llama.cpp q8_0       the float32 file quantized by llama.cpp's own quantizer to q8_0 (every matrix, its output
-                         included, in 8-bit blocks of 32 with a scale each), with --int8=true. A child process first
-                         decodes two tokens with it: where llama.cpp crashes on q8_0 (its AMX int8 path did on
-                         XEON-AMX, docs/speed.md) the row is left out and said so, and the benchmark goes on
+    llama.cpp q8_0       the float32 file quantized to q8_0 (8-bit blocks of 32 weights, a scale each) by
+                         llama.cpp's own quantizer, with --int8=true. A child process first loads it as the rows do
+                         and decodes two tokens: where llama.cpp crashes or hangs on q8_0 (its AMX int8 path crashed
+                         on XEON-AMX, docs/speed.md) the row is left out and said so, and the benchmark goes on
 
 llama.cpp keeps every token in its context (n_ctx = prompt + new tokens), while our loop by default attends to at
 most block_size tokens and slides its window past that (inference/generate.py), re-filling its cache each slide: past
@@ -34,6 +35,7 @@ llama-cpp-python is not a dependency: install it built for this CPU (-O3, native
 """
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -127,20 +129,41 @@ def copy_as(model, dtype):
 
 
 def int8_copy(model):
-    """What sample.py --dtype=bfloat16 --quantize=int8 decodes with: bf16 weights, the blocks' linear layers in int8
-    (inference/quantize.py), the other linear weights packed (speed/packed.py)."""
+    """What sample.py --dtype=bfloat16 --quantize=int8 decodes with: bf16 weights, then every linear layer (the
+    blocks' and the head) in int8 (inference/quantize.py); pack_weights as sample.py calls it (it finds no float
+    linear layer left to pack)."""
     copy = copy_as(model, torch.bfloat16)
     quantize(copy, "int8", int8_kernel.for_device(torch.device("cpu")))
     return pack_weights(copy)
 
 
-def decodes(path: str, threads: int) -> str | None:
-    """None if llama.cpp decodes two tokens with the GGUF file at path, in a child process; else why not."""
-    code = ("import sys, llama_cpp\n"
-            "llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=16, n_threads=int(sys.argv[2]), verbose=False)\n"
-            "for i, _ in zip(range(2), llm.generate([1, 2, 3], temp=0.0)): pass\n")
-    r = subprocess.run([sys.executable, "-c", code, path, str(threads)], capture_output=True, text=True, timeout=300)
-    return None if r.returncode == 0 else f"llama.cpp exited with {r.returncode} decoding it"
+def load_llama(path: str, n_ctx: int, threads: int):
+    """The GGUF file in llama.cpp, as every llama.cpp row runs it."""
+    import llama_cpp
+
+    return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads, n_threads_batch=threads,
+                           verbose=False)
+
+
+def decodes(path: str, n_ctx: int, threads: int, prompt_tokens: int) -> str | None:
+    """None if llama.cpp, loaded as the rows load it, prefills a prompt of prompt_tokens and decodes two tokens with the
+    GGUF file at path, in a child process (which may crash alone); else why not."""
+    code = ("import sys\n"
+            "from benchmarks.llama_cpp import load_llama\n"
+            "llm = load_llama(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))\n"
+            "for _ in zip(range(2), llm.generate(list(range(1, int(sys.argv[4]) + 1)), temp=0.0)): pass\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        r = subprocess.run([sys.executable, "-c", code, path, str(n_ctx), str(threads), str(prompt_tokens)], cwd=root,
+                           capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "llama.cpp did not finish decoding it in 300 s"
+    if r.returncode == 0:
+        return None
+    if r.returncode < 0:  # killed by a signal: a crash inside llama.cpp
+        return f"llama.cpp ended with signal {signal.Signals(-r.returncode).name} decoding it"
+    last = (r.stderr.strip().splitlines() or [""])[-1]  # a Python error's own line
+    return f"llama.cpp ended with exit status {r.returncode} decoding it ({last})"
 
 
 def quantize_gguf(src: str, dst: str, threads: int) -> None:
@@ -150,12 +173,10 @@ def quantize_gguf(src: str, dst: str, threads: int) -> None:
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, threads
     if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params):
-        raise UserError(f"llama.cpp could not quantize {src} to q8_0")
+        raise UserError(f"llama.cpp could not quantize {src} to q8_0; pass --int8=false to leave out the int8 rows")
 
 
 def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
-    import llama_cpp
-
     L, C, T = (int(x) for x in shape.split("x"))
     tok = gpt2_tokenizer()
     torch.manual_seed(0)
@@ -188,14 +209,12 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
         path = os.path.join(folder, f"{shape}-{dtype}.gguf")
         if dtype == "q8_0":
             quantize_gguf(os.path.join(folder, f"{shape}-f32.gguf"), path, threads)
-            if (why := decodes(path, threads)) is not None:
+            if (why := decodes(path, n_ctx, threads, cfg.prompt_tokens)) is not None:
                 print(f"{shape}: no llama.cpp q8_0 row: {why}", file=sys.stderr)
                 continue
         else:
             export_gguf(ckpt, path, dtype)
-        llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads,
-                              n_threads_batch=threads, verbose=False)
-        out[f"llama.cpp {dtype}"] = lambda p, n, llm=llm: llama(llm, p, n)
+        out[f"llama.cpp {dtype}"] = lambda p, n, llm=load_llama(path, n_ctx, threads): llama(llm, p, n)
     return out
 
 

@@ -78,7 +78,7 @@ def measure(ours, hf, items: list[Encoded], repeats: int = 3, batch_tokens: int 
     # as evaluate.py runs on a CPU (common/malloc.py: freed memory kept for the next batch, no page faults); a
     # process-wide setting, so transformers, timed in this process, gets it too
     keep_freed_memory()
-    speed.apply(ours)  # as evaluate.py computes it (on a CPU: the MLP's GELU inside its product, speed/gelu_mlp.py)
+    speed.apply(ours)  # as evaluate.py runs it on a CPU (for_device changes nothing there): in place
     runners = {"ours": lambda: [it["logprobs"] for it in score_task(ours, items, batch_tokens)["items"]]}
     if hf is not None:
         runners["transformers"] = lambda: hf_logprobs(hf, items)

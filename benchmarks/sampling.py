@@ -3,7 +3,8 @@ prompt, randomly initialised weights (speed does not depend on them), greedy dec
 
     ours      inference.generate with the KV cache (when the context is full the window slides by a quarter and the
               cache is re-filled in one batched forward: inference/generate.py); float32 weights, and the same model
-              with int8 weight-only block linears (sample.py --quantize=int8, inference/quantize.py) and with all
+              with int8 weight-only linears, the blocks' and the head (sample.py --quantize=int8,
+              inference/quantize.py), and with all
               weights in bfloat16 (a bf16 cache too); 'compiled step': the same loop with each one-token step
               run by torch.compile'd inference/decode_step.py (sample.py --compile=true), float32 and int8; its compile
               happens in the warm-up, whose time is reported apart
@@ -33,7 +34,8 @@ VOCAB = 65
 
 
 def ours(pos_emb: str, shape=SHAPE, weights: str = "float32", compile: bool = False):
-    """weights: 'float32', 'int8' (block linears quantized, the rest float32) or 'bfloat16' (every weight).
+    """weights: 'float32', 'int8' (the blocks' linears and the head quantized, the embedding float32) or 'bfloat16'
+    (every weight).
     compile: one-token steps through the torch.compile'd decode step."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, pos_emb=pos_emb, **shape)).eval()

@@ -39,7 +39,7 @@ class SpeculativeBench:
     repeats: int = 3
     threads: int = 0  # 0: torch's default
     compile: bool = True  # also time the plain loop with the compiled decode step
-    quantize: str | None = None  # 'int8': both models' block linears in int8 (sample.py --quantize=int8)
+    quantize: str | None = None  # 'int8': both models' linears in int8 (sample.py --quantize=int8)
 
 
 def load(where: str):

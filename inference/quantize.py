@@ -95,8 +95,10 @@ def quantize_int8(model: nn.Module, kernel=None) -> int:
             if isinstance(child, nn.Linear):
                 setattr(parent, name, Int8Linear(child, kernel))
                 count += 1
-    model.head = Int8Linear(model.head, kernel)  # its own int8 copy: a tied embedding stays float
-    return count + 1
+    if isinstance(model.head, nn.Linear):  # not yet quantized
+        model.head = Int8Linear(model.head, kernel)  # its own int8 copy: a tied embedding stays float
+        count += 1
+    return count
 
 
 def quantize(model: nn.Module, how: str | None, kernel) -> int:

@@ -7,7 +7,7 @@ state_dict keys, the way gpt-fast quantizes a built model and nanochat converts 
     model = GPT(config).to(device)
     speed.apply(model, SpeedConfig(attn_impl="math"))
 
-Each lever has its off switch (a flag of train.py and sample.py) and an ablation row in docs/speed.md:
+Each lever has its off switch (a flag of train.py, sample.py and evaluate.py) and an ablation row in docs/speed.md:
 - attn_impl:    which attention backend (model/attention.py); 'math' runs the plain causal case through
                 speed/causal_blocks.py (scale and mask in one matmul, query blocks on a CPU)
 - dropout_impl: 'rand' draws dropout masks in bulk (speed/dropout.py), 'bernoulli' keeps torch's nn.Dropout

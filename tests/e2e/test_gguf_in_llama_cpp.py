@@ -139,7 +139,7 @@ def test_a_trained_bpe_run_exported_by_the_cli_completes_as_sample_py(tmp_path, 
     assert prompt + theirs == ours and len(ours) > len(prompt)
 
 
-def test_the_llama_cpp_benchmark_times_every_contender_on_the_same_weights():
+def test_the_llama_cpp_benchmark_times_every_contender_on_the_same_weights(capsys):
     """benchmarks/llama_cpp.py on a tiny model: a row per contender, prefill and decoding timed apart, every
     contender writing all the tokens asked for (no timing asserted: a test is no place for a speed claim)."""
     from benchmarks.llama_cpp import LlamaBench, measure
@@ -147,8 +147,10 @@ def test_the_llama_cpp_benchmark_times_every_contender_on_the_same_weights():
 
     rows = measure(LlamaBench(shapes="1x64x32", prompt_tokens=8, new_tokens=6, repeats=1, compiled=False))
     int8 = has_int8_kernel(torch.device("cpu"))  # ours int8, and llama.cpp's q8_0 made by its own quantizer
+    # a llama.cpp that crashes on q8_0 (its AMX int8 path on some CPUs) has no q8_0 row, and the benchmark says so
+    q8 = "no llama.cpp q8_0 row" not in capsys.readouterr().err
     assert [r["contender"] for r in rows] == (["ours f32", "ours bf16"] + ["ours int8"] * int8
-                                              + ["llama.cpp f32", "llama.cpp f16"] + ["llama.cpp q8_0"] * int8)
+                                              + ["llama.cpp f32", "llama.cpp f16"] + ["llama.cpp q8_0"] * (int8 and q8))
     assert all(r["new_tokens"] == 6 and r["prefill_ms"] > 0 and r["decode_ms_per_token"] > 0 for r in rows)
 
 
@@ -157,7 +159,7 @@ def test_the_llama_cpp_benchmark_asks_a_child_process_whether_llama_cpp_decodes_
     taking the benchmark with it."""
     from benchmarks.llama_cpp import decodes
 
-    assert "exited with" in decodes(str(tmp_path / "missing.gguf"), 1)
+    assert "ended with exit status 1" in decodes(str(tmp_path / "missing.gguf"), 32, 1, 4)
 
 
 def test_past_its_context_llama_cpp_keeps_every_token_as_past_context_extend_does(tmp_path):

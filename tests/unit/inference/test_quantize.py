@@ -82,6 +82,7 @@ def test_quantize_replaces_the_blocks_linears_and_the_head_and_keeps_the_embeddi
     assert not any(isinstance(m, nn.Linear) for m in model.blocks.modules())
     assert isinstance(model.head, Int8Linear) and not any(isinstance(m, nn.Linear) for m in model.modules())
     assert model.wte.weight.dtype == torch.float32 and torch.equal(model.wte.weight, embedding_before)
+    assert quantize(model, "int8", KERNEL) == 0  # a quantized model has nothing left to quantize
     with pytest.raises(ValueError, match="int4"):
         quantize(tiny_model(), "int4", KERNEL)
 
