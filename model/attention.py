@@ -214,14 +214,15 @@ class CrossAttention(AttentionLayer):
 
 def use_backend(model: nn.Module, name: str) -> nn.Module:
     """Every attention layer of model computes with backend `name` (a key of BACKENDS) from now on. A learned
-    score function is computed on the math path only: asking another backend for it is refused, not switched."""
+    score function is computed on the math path only: asking another backend for it is refused, not switched; so is
+    the tiled backend for a model in training mode with attention dropout (in eval mode no dropout runs)."""
     if name not in BACKENDS:
         raise ConfigError(f"attn_impl={name!r} is not one of {', '.join(BACKENDS)}")
     for layer in attention_layers(model):
         if layer.score is not None and name != "math":
             raise ConfigError(f"a learned attention score ({type(layer.score).__name__}) is computed on the math path "
                               f"only, not attn_impl={name!r}; pass --attn_impl=math")
-        if name == "tiled" and layer.drop.p > 0:
+        if name == "tiled" and layer.drop.p > 0 and model.training:
             raise ConfigError(f"attn_impl='tiled' has no attention dropout, but dropout={layer.drop.p}; use "
                               f"--dropout=0 or --attn_impl=math")
         layer.backend = BACKENDS[name]()

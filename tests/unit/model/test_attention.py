@@ -410,12 +410,27 @@ def test_a_source_of_only_padding_gives_zeros_where_nothing_is_seen(backend, pos
 @pytest.mark.parametrize("bad, impl, msg", [
     (dict(attn_score="additive"), "sdpa", "AdditiveScore.*math path only, not attn_impl='sdpa'.*--attn_impl=math"),
     (dict(attn_score="bilinear"), "tiled", "math path only, not attn_impl='tiled'"),
-    (dict(dropout=0.1), "tiled", "attn_impl='tiled' has no attention dropout"),
     (dict(), "flash", "attn_impl='flash' is not one of sdpa, math, tiled"),
 ])
 def test_a_backend_that_cannot_compute_the_model_is_refused_not_switched(bad, impl, msg):
     with pytest.raises(ValueError, match=msg):
         tiny_model(attn_impl=impl, **bad)
+
+
+def test_the_tiled_backend_is_refused_for_training_with_attention_dropout_and_taken_for_inference():
+    """The tiled path has no attention dropout: refused for a model that will train with it (train.py's flags can
+    turn it off); a checkpoint trained with dropout is sampled or scored in eval mode, where none runs."""
+    from model.attention import use_backend
+
+    torch.manual_seed(0)
+    training = GPT(tiny_config(dropout=0.1))
+    with pytest.raises(ValueError, match="attn_impl='tiled' has no attention dropout.*--dropout=0"):
+        use_backend(training, "tiled")
+    tiled, math_path = tiny_model(dropout=0.1), tiny_model(dropout=0.1)  # eval mode, the same weights
+    use_backend(tiled, "tiled"), use_backend(math_path, "math")
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(tiled(idx)[0], math_path(idx)[0], atol=1e-5, rtol=1e-5)
 
 
 def test_a_learned_score_runs_on_the_math_path_by_default():
