@@ -23,18 +23,15 @@ import torch.nn as nn
 
 from model.blocks import MLP
 
-from .linear import HAVE_ONEDNN
+from .linear import onednn_float32
 
 MIN_ROWS = 16  # fewer rows (a decoded token) ran slower fused on XEON-AMX (docs/speed.md)
 
 
 def fuses(x: torch.Tensor, up: nn.Module) -> bool:
     """Whether FusedGELUMLP computes up(x) and its GELU in one oneDNN call."""
-    return (HAVE_ONEDNN and torch.backends.mkldnn.enabled and not torch.is_grad_enabled()
-            and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu")
-            and isinstance(up, nn.Linear) and type(up.weight) in (torch.Tensor, nn.Parameter)  # no DTensor
-            and type(x) is torch.Tensor and x.device.type == "cpu"
-            and x.dtype == up.weight.dtype == torch.float32 and x.numel() >= MIN_ROWS * x.size(-1))
+    return (not torch.is_grad_enabled() and isinstance(up, nn.Linear) and onednn_float32(x, up.weight)
+            and x.numel() >= MIN_ROWS * x.size(-1))
 
 
 def up_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -73,14 +73,20 @@ def onednn_product(x, weight, bias):
     return _OneDNNProduct.apply(x, weight, bias)
 
 
-def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether Linear multiplies x by weight in oneDNN (see the module docstring for where it was measured faster)."""
+def onednn_float32(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether oneDNN's float32 linear op can multiply x by weight at all: plain float32 tensors on an x86 CPU with
+    oneDNN, outside autocast and torch.compile (what each lever then asks of the product's size is its own)."""
     return (HAVE_ONEDNN and torch.backends.mkldnn.enabled
             and type(x) is torch.Tensor and type(weight) in (torch.Tensor, nn.Parameter)  # no DTensor or other subclass
             and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
-            and (x.numel() >= MIN_ROWS * x.size(-1) and x.numel() * weight.size(0) >= MIN_MACS
-                 or not torch.is_grad_enabled() and weight.numel() >= MIN_INFERENCE_WEIGHT))
+            and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling())
+
+
+def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether Linear multiplies x by weight in oneDNN (see the module docstring for where it was measured faster)."""
+    return onednn_float32(x, weight) and (
+        x.numel() >= MIN_ROWS * x.size(-1) and x.numel() * weight.size(0) >= MIN_MACS
+        or not torch.is_grad_enabled() and weight.numel() >= MIN_INFERENCE_WEIGHT)
 
 
 class OneDNNLinear(nn.Linear):
