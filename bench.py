@@ -226,8 +226,8 @@ def run_llama_cpp(args, table):
             t = by.get((shape, theirs_name))
             if t is None:  # int8: this torch has no CPU int8 kernel, or llama.cpp crashed on q8_0 (said above)
                 if (shape, ours_name) in by:
-                    table.append((f"decoding {shape}, int8 weights", "-", "n/a: llama.cpp could not decode q8_0 "
-                                  "here", "-", "ours >= llama.cpp", "n/a"))
+                    table.append((f"decoding {shape}, {ours_name[5:]} weights", "-",
+                                  f"n/a: {theirs_name} could not decode here", "-", "ours >= llama.cpp", "n/a"))
                 continue
             # sample.py's default (the window slides past block_size): the faster of its eager and compiled steps;
             # then, where timed, every token kept (--past_context=extend), the attention work llama.cpp does
