@@ -36,18 +36,29 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 @functools.cache
+def cpuinfo(field: str, path: str = "/proc/cpuinfo") -> str | None:
+    """The first value of `field` in /proc/cpuinfo ('flags', 'vendor_id'); None where it cannot be read (not Linux)."""
+    try:
+        with open(path) as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.split(":", 1)[0].strip() == field),
+                        None)
+    except OSError:
+        return None
+
+
 def cpu_native_bf16() -> bool | None:
     """Whether this CPU multiplies bf16 natively (AVX-512 BF16 or AMX), from its flags; None where they cannot be
     read (not Linux). A flag is stable, unlike a timing probe on a busy machine, so where the flags are read 'auto'
     picks the same dtype every time on the same machine (and a resumed run keeps its numerics)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-    except OSError:
-        return None
+    flags = cpuinfo("flags")
     if flags is None:
         return None
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
+
+
+def cpu_is_intel() -> bool:
+    """Whether this CPU is Intel's (its vendor_id in /proc/cpuinfo); False where that cannot be read."""
+    return cpuinfo("vendor_id") == "GenuineIntel"
 
 
 @functools.cache

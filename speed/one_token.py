@@ -10,10 +10,11 @@ a stream from memory either way; which code streams it faster depends on its dty
 
 `OneTokenLoops` is a TorchFunctionMode for the compiled decoding step (inference/decode_step.py): inside it, while
 torch.compile traces for a CPU,
-- F.linear of one row becomes `(x * W).sum(-1)`: always for a float32 weight, whose kernel in compiled code is MKL's
-  product, slower at one row than the loop at every size measured, the vocabulary's head included; for a bf16 or
-  float16 weight up to MAX_HALF_LOOP_WEIGHT elements, above which oneDNN's bf16 product (inductor packs the weight
-  for it) was as fast or faster;
+- F.linear of one row becomes `(x * W).sum(-1)`: for a float32 weight, whose kernel in compiled code is MKL's
+  product, at every size on CPUs other than Intel's (on an AMD EPYC the loop was the faster at every size
+  measured), and below MKL_FLOAT32_FROM elements on Intel's, where MKL streamed a vocabulary's head faster (MKL is
+  Intel's own library); for a bf16 or float16 weight up to MAX_HALF_LOOP_WEIGHT elements, above which oneDNN's
+  bf16 product (inductor packs the weight for it) was as fast or faster;
 - F.scaled_dot_product_attention of one query with a boolean mask (or none), no dropout and the default scale
   becomes the formula over the keys;
 and every other call runs as it is. Eager calls are never touched: outside a trace it changes nothing.
@@ -28,14 +29,21 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from common.device import cpu_is_intel
+
 # elements: every block weight of a half-precision model up to 512 wide. At 768 wide in bf16 (weights of 0.6-2.4M
 # elements) the step was faster with the larger ones left to oneDNN (docs/speed.md)
 MAX_HALF_LOOP_WEIGHT = 1 << 20
+# elements: GPT-2's vocabulary head from 128 wide (6.4M); every block weight of a model up to 768 wide stays a loop
+MKL_FLOAT32_FROM = 1 << 22
+INTEL = cpu_is_intel()  # read here, once: while torch.compile traces, the mode may not open a file
 
 
 def as_loop(weight) -> bool:
     """Whether a one-row product with this weight is computed as a loop (see the module's docstring)."""
-    return weight.dtype in (torch.float32, torch.float64) or weight.numel() <= MAX_HALF_LOOP_WEIGHT
+    if weight.dtype in (torch.float32, torch.float64):
+        return weight.numel() < MKL_FLOAT32_FROM or not INTEL
+    return weight.numel() <= MAX_HALF_LOOP_WEIGHT
 
 
 def accumulator(dtype: torch.dtype) -> torch.dtype:

@@ -1,7 +1,8 @@
-"""dtype 'auto' on CUDA: bf16 only where the GPU multiplies it natively (sm80+), float16 + GradScaler elsewhere."""
+"""dtype 'auto' on CUDA: bf16 only where the GPU multiplies it natively (sm80+), float16 + GradScaler elsewhere; what
+/proc/cpuinfo says of the CPU."""
 import torch
 
-from common.device import pick_dtype
+from common.device import cpuinfo, pick_dtype
 
 
 def fake_gpu(monkeypatch, native: bool):
@@ -24,3 +25,13 @@ def test_auto_picks_bf16_on_a_gpu_that_runs_it_natively(monkeypatch):
 def test_an_explicit_dtype_is_kept_on_any_gpu(monkeypatch):
     fake_gpu(monkeypatch, native=False)
     assert pick_dtype("bfloat16", torch.device("cuda")) == torch.bfloat16
+
+
+def test_cpuinfo_reads_the_first_processors_field(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu avx512_bf16 amx_tile\n\n"
+                    "processor\t: 1\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu\n")
+    assert cpuinfo("vendor_id", str(path)) == "GenuineIntel"
+    assert cpuinfo("flags", str(path)).split() == ["fpu", "avx512_bf16", "amx_tile"]
+    assert cpuinfo("Features", str(path)) is None  # an ARM CPU's name for its flags: not in this file
+    assert cpuinfo("flags", str(tmp_path / "absent")) is None

@@ -100,12 +100,37 @@ def test_the_mode_keeps_the_kernels_elsewhere():
 
 @pytest.mark.parametrize("dtype, loop", [(torch.bfloat16, False), (torch.float32, True)])
 def test_a_large_weight_is_a_loop_in_float32_only(monkeypatch, dtype, loop):
-    """Above MAX_HALF_LOOP_WEIGHT a bf16 product keeps oneDNN's kernel; a float32 one is a loop at every size."""
+    """Above MAX_HALF_LOOP_WEIGHT a bf16 product keeps oneDNN's kernel; a float32 one below MKL_FLOAT32_FROM is a
+    loop."""
     x, w = data((1, 1, 48), (80, 48), dtype=dtype)
     monkeypatch.setattr(one_token, "MAX_HALF_LOOP_WEIGHT", 80 * 48 - 1)
+    monkeypatch.setattr(one_token, "INTEL", True)
 
     def step(x):
         with OneTokenLoops():
             return F.linear(x, w)
     gm, _ = traced_graph(step, x)
     assert (F.linear not in calls(gm)) == loop
+
+
+@pytest.mark.parametrize("intel", [True, False, None])
+@pytest.mark.parametrize("elements, dtype", [(80 * 48, torch.float32), (80 * 48 - 1, torch.float32),
+                                             (80 * 48, torch.float64)])
+def test_a_vocabulary_sized_float32_weight_keeps_mkls_product_on_an_intel_cpu_only(monkeypatch, intel, elements,
+                                                                                    dtype):
+    """From MKL_FLOAT32_FROM elements a float32 (or float64) product is left to MKL on an Intel CPU and is a loop on
+    any other; below it, a loop on both. intel None: this machine's CPU, as read at import."""
+    x, w = data((1, 1, 48), (80, 48), dtype=dtype)
+    monkeypatch.setattr(one_token, "MKL_FLOAT32_FROM", elements)
+    if intel is None:
+        intel = one_token.cpu_is_intel()
+    else:
+        monkeypatch.setattr(one_token, "INTEL", intel)
+
+    def step(x):
+        with OneTokenLoops():
+            return F.linear(x, w)
+    gm, y = traced_graph(step, x)
+    kernel = intel and elements <= w.numel()
+    assert (F.linear in calls(gm)) == kernel
+    torch.testing.assert_close(y, F.linear(x, w), rtol=1e-6, atol=1e-6)
