@@ -4,9 +4,11 @@ A float32 matmul on a CPU goes to MKL's sgemm in torch; bf16 ones (autocast) alr
 kernel library that ships inside torch (formerly MKL-DNN). At training shapes oneDNN's float32 linear product is the
 faster one for the forward product and for the input gradient (grad @ W); MKL stays faster for the weight gradient
 (grad^T @ x), and for small products, where oneDNN's call costs more (decoding: one row per step through a small
-model's blocks); docs/speed.md has the figures. So, for float32 on an x86 CPU (the only kind measured) and a product
-of at least MIN_ROWS rows and MIN_MACS multiply-adds (rows x in x out), or without autograd a weight of at least
-MIN_INFERENCE_WEIGHT elements at any number of rows (decoding with a large head), OneDNNLinear computes
+model's blocks). That was measured on AMD's x86 CPUs; on an Intel one MKL (Intel's own library) was about as fast
+at training's shapes and faster at most others, so there every product stays on MKL. docs/speed.md has the figures.
+So, for float32 on an x86 CPU other than Intel's and a product of at least MIN_ROWS rows and MIN_MACS multiply-adds
+(rows x in x out), or without autograd a weight of at least MIN_INFERENCE_WEIGHT elements at any number of rows
+(decoding with a large head), OneDNNLinear computes
 
     forward   y  = x W^T + b      oneDNN  (torch.ops.mkldnn._linear_pointwise)
     backward  dx = dy W           oneDNN  (the same op with W^T as its weight)
@@ -14,11 +16,12 @@ MIN_INFERENCE_WEIGHT elements at any number of rows (decoding with a large head)
               db = sum of dy over rows
 
 and nn.Linear's F.linear everywhere else: on a GPU, under autocast, inside torch.compile (inductor picks its own
-kernels), for small products, with torch.backends.mkldnn disabled, or where this torch has no oneDNN. A backward
-that builds a graph (create_graph=True, for second derivatives) multiplies with torch's differentiable ops. Same
-math: each output is the same float32 sum of products, accumulated in another order (they differ by float32
-rounding, ~1e-6 relative). `use_onednn_linear(model)` turns a built model's nn.Linear layers into OneDNNLinear (the
-same modules, parameters and state_dict keys); --linear_impl=aten leaves them nn.Linear: the lever's off switch.
+kernels), for small products, on an Intel CPU, with torch.backends.mkldnn disabled, or where this torch has no
+oneDNN. A backward that builds a graph (create_graph=True, for second derivatives) multiplies with torch's
+differentiable ops. Same math: each output is the same float32 sum of products, accumulated in another order (they
+differ by float32 rounding, ~1e-6 relative). `use_onednn_linear(model)` turns a built model's nn.Linear layers
+into OneDNNLinear (the same modules, parameters and state_dict keys); --linear_impl=aten leaves them nn.Linear: the
+lever's off switch.
 
 Shapes: x (..., in); W (out, in); b (out,); y (..., out).
 """
@@ -27,6 +30,8 @@ import platform
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from common.device import cpu_is_intel
 
 # Where oneDNN's per-call cost outweighs its faster kernel (python -m benchmarks.cpu_ops; docs/speed.md): one layer
 # lost at fast-cpu's 1,024 x 128 x 128 (17M multiply-adds) and won from the default model's head (34M) up, but whole
@@ -40,6 +45,7 @@ MIN_ROWS = 2048
 MIN_INFERENCE_WEIGHT = 2**19
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                and platform.machine().lower() in ("x86_64", "amd64"))
+INTEL = cpu_is_intel()  # MKL's products there: read once, at import
 
 
 def _onednn(x, weight, bias):
@@ -84,7 +90,7 @@ def onednn_float32(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether Linear multiplies x by weight in oneDNN (see the module docstring for where it was measured faster)."""
-    return onednn_float32(x, weight) and (
+    return not INTEL and onednn_float32(x, weight) and (
         x.numel() >= MIN_ROWS * x.size(-1) and x.numel() * weight.size(0) >= MIN_MACS
         or not torch.is_grad_enabled() and weight.numel() >= MIN_INFERENCE_WEIGHT)
 

@@ -15,6 +15,12 @@ from speed.linear import HAVE_ONEDNN, MIN_MACS, MIN_ROWS, OneDNNLinear, uses_one
 needs_onednn = pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch build has no oneDNN linear op (not x86?)")
 
 
+@pytest.fixture(autouse=True)
+def not_intel(monkeypatch):
+    """The size rules as on a CPU where oneDNN is used (an Intel CPU keeps MKL for every product: tested below)."""
+    monkeypatch.setattr(speed.linear, "INTEL", False)
+
+
 ROWS = max(MIN_ROWS, -(-MIN_MACS // (48 * 80)))  # (ROWS, 48) @ (48, 80): just enough for the oneDNN path
 
 
@@ -213,3 +219,17 @@ def test_fsdp_gradients_match_one_unsharded_process(tmp_path):
 def test_config_rejects_an_unknown_impl():
     with pytest.raises(UserError, match="linear_impl='mkl' is not one of onednn, aten"):
         SpeedConfig(linear_impl="mkl")
+
+
+def test_an_intel_cpu_keeps_every_product_on_mkl(monkeypatch):
+    """On an Intel CPU MKL was about as fast at training's shapes and faster elsewhere: a product of training's size,
+    and a large weight without autograd, both stay on F.linear."""
+    from speed.linear import MIN_INFERENCE_WEIGHT
+
+    monkeypatch.setattr(speed.linear, "INTEL", True)
+    layer = OneDNNLinear(64, 64)
+    many = torch.randn(MIN_MACS // 64**2, 64)
+    assert not uses_onednn(many, layer.weight)
+    assert _path(layer(many)) == "aten"
+    with torch.no_grad():
+        assert not uses_onednn(torch.randn(1, 256), torch.randn(MIN_INFERENCE_WEIGHT // 256, 256))
