@@ -11,9 +11,9 @@ Each lever has its off switch (a flag of train.py, sample.py and evaluate.py) an
 - attn_impl:    which attention backend (model/attention.py); 'math' runs the plain causal case through
                 speed/causal_blocks.py (scale and mask in one matmul, query blocks on a CPU)
 - dropout_impl: 'rand' draws dropout masks in bulk (speed/dropout.py), 'bernoulli' keeps torch's nn.Dropout
-- linear_impl:  'onednn' multiplies float32 linear layers on an x86 CPU in oneDNN (speed/linear.py), and without
-                autograd computes the MLP's up projection and tanh GELU in one call (speed/gelu_mlp.py); 'aten'
-                keeps nn.Linear and the MLP's own forward
+- linear_impl:  'onednn' multiplies float32 linear layers on an x86 CPU other than Intel's (MKL there) in oneDNN
+                (speed/linear.py), and without autograd computes the MLP's up projection and tanh GELU in one call
+                (speed/gelu_mlp.py); 'aten' keeps nn.Linear and the MLP's own forward
 - qk_impl:      'fused' computes QK-norm and RoPE in one autograd function (speed/qk_rope.py), 'aten' keeps the
                 module's torch ops
 and ReLU^2's one-pass backward (speed/relu2.py), which changes no number, is always applied.
