@@ -14,7 +14,8 @@ torch.compile traces for a CPU,
   product, at every size on CPUs other than Intel's (on an AMD EPYC the loop was the faster at every size
   measured), and below MKL_FLOAT32_FROM elements on Intel's, where MKL streamed a vocabulary's head faster (MKL is
   Intel's own library); for a bf16 or float16 weight up to MAX_HALF_LOOP_WEIGHT elements, above which oneDNN's
-  bf16 product (inductor packs the weight for it) was as fast or faster;
+  bf16 product (inductor packs the weight for it) was as fast or faster, and for a weight of HALF_LOOP_ROWS rows or
+  more (a vocabulary's head), where the loop was as fast on an AMD EPYC and faster on an Intel Xeon;
 - F.scaled_dot_product_attention of one query with a boolean mask (or none), no dropout and the default scale
   becomes the formula over the keys;
 and every other call runs as it is. Eager calls are never touched: outside a trace it changes nothing.
@@ -34,6 +35,7 @@ from common.device import cpu_is_intel
 # elements: every block weight of a half-precision model up to 512 wide. At 768 wide in bf16 (weights of 0.6-2.4M
 # elements) the step was faster with the larger ones left to oneDNN (docs/speed.md)
 MAX_HALF_LOOP_WEIGHT = 1 << 20
+HALF_LOOP_ROWS = 1 << 15  # output rows: GPT-2's vocabulary (50,257); a block's widest weight has 4 x n_embd
 # elements: GPT-2's vocabulary head from 128 wide (6.4M); every block weight of a model up to 768 wide stays a loop
 MKL_FLOAT32_FROM = 1 << 22
 INTEL = cpu_is_intel()  # read here, once: while torch.compile traces, the mode may not open a file
@@ -43,7 +45,7 @@ def as_loop(weight) -> bool:
     """Whether a one-row product with this weight is computed as a loop (see the module's docstring)."""
     if weight.dtype in (torch.float32, torch.float64):
         return weight.numel() < MKL_FLOAT32_FROM or not INTEL
-    return weight.numel() <= MAX_HALF_LOOP_WEIGHT
+    return weight.numel() <= MAX_HALF_LOOP_WEIGHT or weight.size(0) >= HALF_LOOP_ROWS
 
 
 def accumulator(dtype: torch.dtype) -> torch.dtype:

@@ -113,6 +113,22 @@ def test_a_large_weight_is_a_loop_in_float32_only(monkeypatch, dtype, loop):
     assert (F.linear not in calls(gm)) == loop
 
 
+@pytest.mark.parametrize("rows", [80, 81])
+def test_a_half_precision_weight_of_many_rows_is_a_loop_at_any_size(monkeypatch, rows):
+    """A bf16 weight above MAX_HALF_LOOP_WEIGHT keeps oneDNN's kernel, unless it has HALF_LOOP_ROWS rows or more (a
+    vocabulary's head)."""
+    x, w = data((1, 1, 48), (80, 48), dtype=torch.bfloat16)
+    monkeypatch.setattr(one_token, "MAX_HALF_LOOP_WEIGHT", 80 * 48 - 1)
+    monkeypatch.setattr(one_token, "HALF_LOOP_ROWS", rows)
+
+    def step(x):
+        with OneTokenLoops():
+            return F.linear(x, w)
+    gm, y = traced_graph(step, x)
+    assert (F.linear not in calls(gm)) == (rows <= 80)
+    torch.testing.assert_close(y.float(), F.linear(x, w).float(), rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("intel", [True, False, None])
 @pytest.mark.parametrize("elements, dtype", [(80 * 48, torch.float32), (80 * 48 - 1, torch.float32),
                                              (80 * 48, torch.float64)])
