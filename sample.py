@@ -4,8 +4,9 @@
 
 `--quantize=int8` stores the blocks' and the head's weights as int8 for decoding (faster on CPU; its quality cost:
 docs/speed.md).
-`--dtype=bfloat16` decodes with bf16 weights: half the bytes to read per token. On an x86 CPU the float32 or bf16
-linear weights are packed once into oneDNN's layout (speed/packed.py; `--pack_weights=false` is the off switch).
+`--dtype=bfloat16` decodes with bf16 weights: half the bytes to read per token. On an x86 CPU the bf16 linear
+weights, and the float32 ones except on an Intel CPU, are packed once into oneDNN's layout (speed/packed.py;
+`--pack_weights=false` is the off switch).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the
 same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
 seconds, once per run); on a CPU its one-row products (all float32 ones, bf16 ones up to 2^20 weights) and its
@@ -82,7 +83,7 @@ class SampleConfig:
     dtype: str | None = None  # None: float32 on a CPU (the reference), 'auto' on a GPU; 'auto' picks bf16 where it
     #                           is native. A half dtype casts the weights too (decoding reads each once per token)
     quantize: str | None = None  # 'int8': int8 weight-only linear layers for decoding (inference/quantize.py)
-    pack_weights: bool = True  # float32/bf16 linear weights in oneDNN's packed layout on an x86 CPU (speed/packed.py)
+    pack_weights: bool = True  # x86: bf16 weights, and float32 except on Intel, in oneDNN's layout (speed/packed.py)
     compile: bool | None = None  # torch.compile the one-token decoding step (inference/decode_step.py); needs
     #                              kv_cache. None: on for a cached decoder on CUDA, off elsewhere
     step_loops: bool = True  # on a CPU the compiled step computes its one-row products and its one-query attention

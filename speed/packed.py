@@ -7,8 +7,9 @@ oneDNN, the kernel library inside torch, can reorder a weight once into the bloc
 bf16 weights at one row runs well below the memory's speed (docs/speed.md has the figures).
 
 `pack_weights(model)` turns the model's linear layers into PackedLinear: the same modules, parameters and
-state_dict keys. Where autograd is off, on a CPU, with an input of the weight's dtype (float32, or bf16 where the
-CPU has native bf16) and outside torch.compile, a PackedLinear multiplies with its packed copy; everywhere else it
+state_dict keys. Where autograd is off, on a CPU, with an input of the weight's dtype (bf16 where the CPU has native
+bf16; float32 on a CPU other than Intel's, where MKL's product, Intel's own, decoded faster than the packed one) and
+outside torch.compile, a PackedLinear multiplies with its packed copy; everywhere else it
 computes as before (nn.Linear's product, or the OneDNNLinear's of speed/linear.py). The copy is made at the first
 such call and made again after the weight changes (its version counter moves with every in-place update), so an
 optimizer step is never multiplied with stale weights. It costs a second copy of each weight in memory.
@@ -20,11 +21,17 @@ Shapes: x (..., in); W (out, in); b (out,); y (..., out).
 import torch
 import torch.nn as nn
 
-from .linear import HAVE_ONEDNN, OneDNNLinear
+from .linear import HAVE_ONEDNN, INTEL, OneDNNLinear
 
-# float32 always; bf16 where the CPU multiplies it natively (asked once: packs() runs for every product decoded)
-PACKED_DTYPES = (torch.float32,) + ((torch.bfloat16,) if HAVE_ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-                                    else ())
+
+def packed_dtypes(intel: bool) -> tuple:
+    """The weight dtypes decoding multiplies packed: float32 except on an Intel CPU; bf16 where the CPU multiplies it
+    natively."""
+    native_bf16 = HAVE_ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return (() if intel else (torch.float32,)) + ((torch.bfloat16,) if native_bf16 else ())
+
+
+PACKED_DTYPES = packed_dtypes(INTEL)  # asked once: packs() runs for every product decoded
 
 
 def packs(x: torch.Tensor, weight: torch.Tensor) -> bool:
