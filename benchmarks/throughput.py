@@ -6,7 +6,8 @@ Our model runs nanoGPT's MLP activation, the erf GELU (mlp_act='gelu_exact'; our
 form, ~2x dearer on a CPU). The math is the same; the kernels differ: ours draws dropout masks in bulk
 (speed/dropout.py: the same Bernoulli distribution) and attends on the math path with them, where nanoGPT's SDPA
 call falls back to explicit attention with bernoulli_ masks; our linear layers multiply in oneDNN's float32 kernels
-(speed/linear.py: forward and input gradient), nanoGPT's in MKL's through F.linear; ours steps AdamW in torch's
+(speed/linear.py: forward and input gradient; MKL's on an Intel CPU, as nanoGPT's), nanoGPT's in MKL's through
+F.linear; ours steps AdamW in torch's
 fused kernel, nanoGPT in its foreach one. nanoGPT's batch is 64; on a 2-core CPU that is ~10-20 s per step, so
 --batch_size picks a smaller one (tokens/s barely depends on it at this size: the matmuls are already large).
 """
@@ -92,11 +93,12 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     float32 and bf16 matmul peaks of this CPU. ablate_dropout: also time ours with --dropout_impl=bernoulli
     (torch's nn.Dropout and SDPA's attention dropout instead of our bulk-drawn masks, speed/dropout.py) as
     'ours-bernoulli'; ablate_linear: also time ours with --linear_impl=aten (torch's F.linear, MKL, instead of
-    oneDNN's float32 kernels, speed/linear.py) as 'ours-aten'. 'ours-auto' is ours as train.py runs it by default
-    (--dtype=auto): under bf16 autocast where this CPU multiplies bf16 natively (common/device.py probes it), else
-    the float32 'ours' again; nanoGPT has no CPU autocast (its --dtype applies on a GPU only). compiled: also time
-    that step with the model torch.compile'd (train.py --compile=true) as 'ours-compiled', and its first step
-    (the compile, from inductor's disk cache where it has this graph) as out['compile_s']."""
+    oneDNN's float32 kernels, speed/linear.py) as 'ours-aten' (on an Intel CPU both take MKL's products).
+    'ours-auto' is ours as train.py runs it by default (--dtype=auto): under bf16 autocast where this CPU multiplies
+    bf16 natively (common/device.py probes it), else the float32 'ours' again; nanoGPT has no CPU autocast (its
+    --dtype applies on a GPU only). compiled: also time that step with the model torch.compile'd (train.py
+    --compile=true) as 'ours-compiled', and its first step (the compile, from inductor's disk cache where it has
+    this graph) as out['compile_s']."""
     # as train.py runs on a CPU (common/malloc.py: freed memory kept for the next step, no page faults per step);
     # a process-wide setting, so nanoGPT's model, timed in this process, gets it too (its train.py does not set it)
     keep_freed_memory()

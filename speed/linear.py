@@ -5,7 +5,7 @@ kernel library that ships inside torch (formerly MKL-DNN). At training shapes on
 faster one for the forward product and for the input gradient (grad @ W); MKL stays faster for the weight gradient
 (grad^T @ x), and for small products, where oneDNN's call costs more (decoding: one row per step through a small
 model's blocks). That was measured on AMD's x86 CPUs; on an Intel one MKL (Intel's own library) was about as fast
-at training's shapes and faster at most others, so there every product stays on MKL. docs/speed.md has the figures.
+at training's shapes and faster at most others, so there every linear layer's product stays on MKL (docs/speed.md).
 So, for float32 on an x86 CPU other than Intel's and a product of at least MIN_ROWS rows and MIN_MACS multiply-adds
 (rows x in x out), or without autograd a weight of at least MIN_INFERENCE_WEIGHT elements at any number of rows
 (decoding with a large head), OneDNNLinear computes
@@ -45,7 +45,7 @@ MIN_ROWS = 2048
 MIN_INFERENCE_WEIGHT = 2**19
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                and platform.machine().lower() in ("x86_64", "amd64"))
-INTEL = cpu_is_intel()  # MKL's products there: read once, at import
+INTEL = cpu_is_intel()  # MKL's products there: read once, at import, from /proc/cpuinfo (Linux; elsewhere False)
 
 
 def _onednn(x, weight, bias):

@@ -10,8 +10,8 @@ a stream from memory either way; which code streams it faster depends on its dty
 
 `OneTokenLoops` is a TorchFunctionMode for the compiled decoding step (inference/decode_step.py): inside it, while
 torch.compile traces for a CPU,
-- F.linear of one row becomes `(x * W).sum(-1)`: for a float32 weight, whose kernel in compiled code is MKL's
-  product, at every size on CPUs other than Intel's (on an AMD EPYC the loop was the faster at every size
+- F.linear of one row becomes `(x * W).sum(-1)`: for a float32 (or float64) weight, whose kernel in compiled code
+  is MKL's product, at every size on CPUs other than Intel's (on an AMD EPYC the loop was the faster at every size
   measured), and below MKL_FLOAT32_FROM elements on Intel's, where MKL streamed a vocabulary's head faster (MKL is
   Intel's own library); for a bf16 or float16 weight up to MAX_HALF_LOOP_WEIGHT elements, above which oneDNN's
   bf16 product (inductor packs the weight for it) was as fast or faster, and for a weight of HALF_LOOP_ROWS rows or
@@ -38,11 +38,13 @@ MAX_HALF_LOOP_WEIGHT = 1 << 20
 HALF_LOOP_ROWS = 1 << 15  # output rows: GPT-2's vocabulary (50,257); a block's widest weight has 4 x n_embd
 # elements: GPT-2's vocabulary head from 128 wide (6.4M); every block weight of a model up to 768 wide stays a loop
 MKL_FLOAT32_FROM = 1 << 22
-INTEL = cpu_is_intel()  # read here, once: while torch.compile traces, the mode may not open a file
+INTEL = cpu_is_intel()  # from /proc/cpuinfo (Linux), once: while torch.compile traces, the mode may not open a file
 
 
 def as_loop(weight) -> bool:
     """Whether a one-row product with this weight is computed as a loop (see the module's docstring)."""
+    if weight.dim() != 2:  # F.linear also takes a vector as its weight; the loop is written for (N, K)
+        return False
     if weight.dtype in (torch.float32, torch.float64):
         return weight.numel() < MKL_FLOAT32_FROM or not INTEL
     return weight.numel() <= MAX_HALF_LOOP_WEIGHT or weight.size(0) >= HALF_LOOP_ROWS

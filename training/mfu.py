@@ -44,7 +44,8 @@ def matmul_shapes(model: nn.Module, rows: int) -> tuple[tuple[int, int, int], ..
 
 
 def _kernels(device: torch.device, dtype: torch.dtype) -> dict:
-    """name -> f(a (M, K), b (N, K)) computing a @ b^T: every matmul path a model's linear layer may take here."""
+    """name -> f(a (M, K), b (N, K)) computing a @ b^T: every matmul path a model's linear layer may take on a CPU
+    like this one (oneDNN's float32 product is probed on an Intel CPU too; the peak is the fastest probe)."""
     kernels = {"mm": lambda a, b: a @ b.t()}
     if device.type == "cpu" and dtype == torch.float32 and HAVE_ONEDNN and torch.backends.mkldnn.enabled:
         kernels["onednn"] = lambda a, b: _onednn(a, b, None)  # speed/linear.py's float32 kernel

@@ -139,7 +139,8 @@ def test_a_vocabulary_sized_float32_weight_keeps_mkls_product_on_an_intel_cpu_on
     x, w = data((1, 1, 48), (80, 48), dtype=dtype)
     monkeypatch.setattr(one_token, "MKL_FLOAT32_FROM", elements)
     if intel is None:
-        intel = one_token.cpu_is_intel()
+        intel = one_token.INTEL
+        assert intel == one_token.cpu_is_intel()
     else:
         monkeypatch.setattr(one_token, "INTEL", intel)
 
@@ -150,3 +151,8 @@ def test_a_vocabulary_sized_float32_weight_keeps_mkls_product_on_an_intel_cpu_on
     kernel = intel and elements <= w.numel()
     assert (F.linear in calls(gm)) == kernel
     torch.testing.assert_close(y, F.linear(x, w), rtol=1e-6, atol=1e-6)
+
+
+def test_a_vector_weight_is_left_to_f_linear():
+    """F.linear also takes a 1-D weight (one output per row); the loop is written for a (N, K) matrix."""
+    assert not one_token.as_loop(torch.randn(48)) and one_token.as_loop(torch.randn(80, 48))
