@@ -33,15 +33,15 @@ import torch.nn.functional as F
 
 from common.device import cpu_is_intel
 
-# Where oneDNN's per-call cost outweighs its faster kernel (python -m benchmarks.cpu_ops; docs/speed.md): one layer
-# lost at fast-cpu's 1,024 x 128 x 128 (17M multiply-adds) and won from the default model's head (34M) up, but whole
-# training steps with 1,024 rows were no faster, so fewer rows than nanoGPT's 2,048 stay on MKL.
+# Where oneDNN's per-call cost outweighs its faster kernel (AMD EPYCs; python -m benchmarks.cpu_ops; docs/speed.md): one
+# layer lost at fast-cpu's 1,024 x 128 x 128 (17M multiply-adds) and won from the default model's head (34M) up, but
+# whole training steps with 1,024 rows were no faster, so fewer rows than nanoGPT's 2,048 stay on MKL.
 MIN_MACS = 2**25
 MIN_ROWS = 2048
-# Without autograd (decoding, evaluation) oneDNN's forward product was faster for every weight of at least this many
-# elements at every row count measured, 1 to 1,024 (a head over GPT-2's vocabulary, 384 wide: 2.9x at one row, where
-# torch's mm reads the weight on one core); a smaller weight at one row (a 384 x 384 projection) stays on MKL, where
-# oneDNN's per-call cost is larger.
+# Without autograd (decoding, evaluation; AMD EPYCs) oneDNN's forward product was faster for every weight of at least
+# this many elements at every row count measured, 1 to 1,024 (a head over GPT-2's vocabulary, 384 wide: 2.9x at one
+# row, where torch's mm reads the weight on one core); a smaller weight at one row (a 384 x 384 projection) stays on
+# MKL, where oneDNN's per-call cost is larger.
 MIN_INFERENCE_WEIGHT = 2**19
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                and platform.machine().lower() in ("x86_64", "amd64"))
