@@ -45,7 +45,9 @@ MIN_ROWS = 2048
 MIN_INFERENCE_WEIGHT = 2**19
 HAVE_ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
                and platform.machine().lower() in ("x86_64", "amd64"))
-INTEL = cpu_is_intel()  # MKL's products there: read once, at import, from /proc/cpuinfo (Linux; elsewhere False)
+# MKL's products there (here, speed/packed.py, speed/one_token.py): from /proc/cpuinfo (Linux; elsewhere False), read
+# once at import, since code torch.compile traces may not open a file
+INTEL = cpu_is_intel()
 
 
 def _onednn(x, weight, bias):

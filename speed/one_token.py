@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from common.device import cpu_is_intel
+from .linear import INTEL
 
 # elements: every block weight of a half-precision model up to 512 wide. At 768 wide in bf16 (weights of 0.6-2.4M
 # elements) the step was faster with the larger ones left to oneDNN (docs/speed.md)
@@ -38,7 +38,6 @@ MAX_HALF_LOOP_WEIGHT = 1 << 20
 HALF_LOOP_ROWS = 1 << 15  # output rows: GPT-2's vocabulary (50,257); a block's widest weight has 4 x n_embd
 # elements: GPT-2's vocabulary head from 128 wide (6.4M); every block weight of a model up to 768 wide stays a loop
 MKL_FLOAT32_FROM = 1 << 22
-INTEL = cpu_is_intel()  # from /proc/cpuinfo (Linux), once: while torch.compile traces, the mode may not open a file
 
 
 def as_loop(weight) -> bool:

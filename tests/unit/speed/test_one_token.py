@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.device import cpu_is_intel
 import speed.one_token as one_token
 from speed.one_token import OneTokenLoops, one_query_attention, one_row_linear
 
@@ -60,6 +61,14 @@ def calls(gm) -> set:
     return {node.target for node in gm.graph.nodes if node.op == "call_function"}
 
 
+def traced_linear(x, w):
+    """The graph torch.compile traces for F.linear(x, w) inside the mode, and its output."""
+    def step(x):
+        with OneTokenLoops():
+            return F.linear(x, w)
+    return traced_graph(step, x)
+
+
 def test_the_mode_rewrites_one_row_products_and_one_query_attention_while_tracing():
     x, w, b = data((1, 1, 48), (80, 48), (80,), dtype=torch.float32)
     q, k, v = data((1, 2, 1, 8), (1, 2, 6, 8), (1, 2, 6, 8), dtype=torch.float32)
@@ -105,11 +114,7 @@ def test_a_large_weight_is_a_loop_in_float32_only(monkeypatch, dtype, loop):
     x, w = data((1, 1, 48), (80, 48), dtype=dtype)
     monkeypatch.setattr(one_token, "MAX_HALF_LOOP_WEIGHT", 80 * 48 - 1)
     monkeypatch.setattr(one_token, "INTEL", True)
-
-    def step(x):
-        with OneTokenLoops():
-            return F.linear(x, w)
-    gm, _ = traced_graph(step, x)
+    gm, _ = traced_linear(x, w)
     assert (F.linear not in calls(gm)) == loop
 
 
@@ -120,11 +125,7 @@ def test_a_half_precision_weight_of_many_rows_is_a_loop_at_any_size(monkeypatch,
     x, w = data((1, 1, 48), (80, 48), dtype=torch.bfloat16)
     monkeypatch.setattr(one_token, "MAX_HALF_LOOP_WEIGHT", 80 * 48 - 1)
     monkeypatch.setattr(one_token, "HALF_LOOP_ROWS", rows)
-
-    def step(x):
-        with OneTokenLoops():
-            return F.linear(x, w)
-    gm, y = traced_graph(step, x)
+    gm, y = traced_linear(x, w)
     assert (F.linear not in calls(gm)) == (rows <= 80)
     torch.testing.assert_close(y.float(), F.linear(x, w).float(), rtol=1e-2, atol=1e-2)
 
@@ -140,14 +141,10 @@ def test_a_vocabulary_sized_float32_weight_keeps_mkls_product_on_an_intel_cpu_on
     monkeypatch.setattr(one_token, "MKL_FLOAT32_FROM", elements)
     if intel is None:
         intel = one_token.INTEL
-        assert intel == one_token.cpu_is_intel()
+        assert intel == cpu_is_intel()
     else:
         monkeypatch.setattr(one_token, "INTEL", intel)
-
-    def step(x):
-        with OneTokenLoops():
-            return F.linear(x, w)
-    gm, y = traced_graph(step, x)
+    gm, y = traced_linear(x, w)
     kernel = intel and elements <= w.numel()
     assert (F.linear in calls(gm)) == kernel
     torch.testing.assert_close(y, F.linear(x, w), rtol=1e-6, atol=1e-6)
