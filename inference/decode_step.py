@@ -148,7 +148,7 @@ class StaticDecoder:
         else:
             self.col += 1
         self.expected = cache.pos + 1
-        idx = idx.new_empty(idx.shape).copy_(idx)  # (B, 1) with its own strides: a slice's would change each step
+        idx = idx.clone(memory_format=torch.contiguous_format)  # (B, 1) strides (1, 1): a slice's change each step
         k, v = [slot.k for slot in cache.layers], [slot.v for slot in cache.layers]  # n_layer x (B, H, L, D)
         args = (self.model, idx, k, v, self.col, cache.valid)
         logits = self.step(*args) if self.step is decode_step else self.compiled(args, (idx.shape, k[0].shape,

@@ -56,8 +56,9 @@ def greedy(logits):
     On a CPU numpy's argmax does it: several times faster than torch's over a large vocabulary, which at batch 1 is
     a few percent of a decoding step (docs/speed.md)."""
     if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16, torch.float16):
-        # widening to float32 is exact, so the pick is the same; numpy has no bf16
-        return torch.as_tensor(logits.detach().float().numpy().argmax(-1), dtype=torch.long)
+        # widening to float32 is exact, so the pick is the same; numpy has no bf16. from_numpy shares the picks'
+        # memory (as_tensor's conversion costs more); .long() returns it as it is where numpy's int is int64
+        return torch.from_numpy(logits.detach().float().numpy().argmax(-1)).long()
     return logits.argmax(dim=-1)
 
 
@@ -164,8 +165,8 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
             if idx.size(1) - start > block:  # window full: slide it (the cache must be rebuilt)
                 start, cache = idx.size(1) - keep, None
             window_pad = pad[:, start:] if pad is not None else None
-            logits, cache = next_logits(model, idx, start, window_pad, use_cache, cache, decoder, block)
-            nxt = sample_next(logits[:, -1], temperature, top_k, top_p, min_p, generator)  # (B,)
+            logits, cache = next_logits(model, idx, start, window_pad, use_cache, cache, decoder, block)  # (B, V)
+            nxt = sample_next(logits, temperature, top_k, top_p, min_p, generator)  # (B,)
             if len(stop):
                 nxt = torch.where(done, idx[:, -1], nxt)  # stopped rows repeat their stop token
             idx = torch.cat([idx, nxt.unsqueeze(1)], dim=1)
@@ -179,17 +180,17 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
 
 
 def next_logits(model, idx, start: int, window_pad, use_cache: bool, cache, decoder, block: int):
-    """The logits (B, 1, V) of the token after idx (B, T), whose context window is idx[:, start:]: without the cache,
+    """The logits (B, V) of the token after idx (B, T), whose context window is idx[:, start:]: without the cache,
     a forward over the window; with it, the window's prefill into a new cache (None: none yet, or the window slid),
     then one token at a time, by the model's forward or the decoder's step. Returns (logits, the cache)."""
     if not use_cache:
-        return model(idx[:, start:], pad_mask=window_pad, last_only=True)[0], cache
+        return model(idx[:, start:], pad_mask=window_pad, last_only=True)[0][:, -1], cache
     if cache is None:  # prefill: the whole window in one forward
         cache = model.new_cache(idx.size(0), max_len=block)
-        return model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)[0], cache
+        return model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)[0][:, -1], cache
     if decoder is None:  # one new token: only its own row of attention
-        return model(idx[:, -1:], cache=cache, last_only=True)[0], cache
-    return decoder(idx[:, -1:], cache).unsqueeze(1), cache  # (B, 1, V)
+        return model(idx[:, -1:], cache=cache, last_only=True)[0][:, -1], cache
+    return decoder(idx[:, -1:], cache), cache  # (B, V)
 
 
 def generate(model, prompts, max_new_tokens, **kwargs):
