@@ -60,7 +60,9 @@ def normalize_and_rotate(qk, rope):
 
 class FusedQKNormRoPE(MultiHeadAttention):
     def normalize_and_rotate(self, qk, rope):
-        if rope is None:  # positions other than RoPE: the norm alone, as the module computes it
+        # positions other than RoPE: the norm alone, as the module computes it. Under torch.compile the module's ops
+        # too: the compiler fuses them itself, and cannot trace _rotate's writes into the halves of its output
+        if rope is None or torch.compiler.is_compiling():
             return super().normalize_and_rotate(qk, rope)
         return normalize_and_rotate(qk, rope)
 

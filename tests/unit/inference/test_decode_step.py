@@ -6,7 +6,8 @@ from conftest import POS_EMBS, tiny_model
 from inference.decode_step import GraphCall, StaticDecoder
 from inference.quantize import quantize
 from inference.generate import generate
-from speed import int8_kernel
+import speed
+from speed import SpeedConfig, int8_kernel
 from speed.one_token import OneTokenLoops
 
 STATIC_POS_EMBS = [p for p in POS_EMBS if p != "alibi"]
@@ -224,3 +225,15 @@ def test_static_steps_extend_past_the_block_like_the_cached_loop(pos_emb, window
                               past_context="extend")
     assert got == want
     assert len(got[1]) == 31  # 30 new tokens after a 1-token prompt: twice the block, no slide
+
+
+@pytest.mark.slow
+def test_compiled_step_of_a_model_with_the_cpu_levers_applied():
+    """sample.py applies speed/'s levers before it compiles the step: QK-norm and RoPE's fused function and ReLU^2's
+    (fast-cpu's and quality-cpu's model) must trace too, and give the eager loop's greedy tokens."""
+    torch._dynamo.reset()
+    model = speed.apply(tiny_model(pos_emb="rope", qk_norm=True, mlp_act="relu2"), SpeedConfig())
+    prompt = torch.randint(0, 37, (1, 3), generator=torch.Generator().manual_seed(0))
+    want, got = generate_both(model, prompt, 30, StaticDecoder(model, compile=True, mode=OneTokenLoops),
+                              temperature=0.0)
+    assert torch.equal(got, want)
