@@ -47,7 +47,7 @@ from speed import int8_kernel
 from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, path_in
-from inference.decode_step import StaticDecoder
+from inference.decode_step import StaticDecoder, traceable
 from inference.generate import check_past_context, check_sampling, generate_stream, next_token_probs
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
@@ -396,7 +396,7 @@ def compiles(sc: SampleConfig, device, model) -> bool:
     """--compile, or where it is not given: on CUDA, for a model the compiled step supports, without a draft."""
     if sc.compile is not None:
         return sc.compile
-    return device.type == "cuda" and sc.kv_cache and sc.draft is None and model.config.pos_emb != "alibi"
+    return device.type == "cuda" and sc.kv_cache and sc.draft is None and traceable(model)
 
 
 def print_batch(sc: SampleConfig, tokenizer, prompt: list[int], decoding: Decoding, header: str) -> None:

@@ -26,7 +26,7 @@ import torch
 
 from common.errors import ConfigError
 
-from model.attention import AttentionContext
+from model.attention import AttentionContext, Tiled, attention_layers
 from model.kv_cache import KVCache
 
 
@@ -92,6 +92,13 @@ def traced_in(mode):
     return step
 
 
+def traceable(model) -> bool:
+    """Whether torch.compile can trace the step for model: ALiBi's bias is built from Python ints, and the tiled
+    attention (model/tiled_attention.py) chooses its tiles by reading the mask's values."""
+    return model.config.pos_emb != "alibi" and not any(isinstance(layer.backend, Tiled)
+                                                       for layer in attention_layers(model))
+
+
 class StaticDecoder:
     """Runs generate's one-token steps through decode_step, compiled once (compile=True) or eager.
 
@@ -106,6 +113,9 @@ class StaticDecoder:
         if model.config.pos_emb == "alibi":
             raise ConfigError("pos_emb='alibi' builds its score bias from Python ints: the compiled decoding step "
                               "does not support it; sample without --compile")
+        if compile and not traceable(model):
+            raise ConfigError("--attn_impl=tiled walks its tiles in Python and skips those the mask hides, which "
+                              "torch.compile cannot trace: sample without --compile, or with another --attn_impl")
         if model.training:
             raise ValueError("the static decoder is for inference: call model.eval() first (dropout is off there)")
         self.model = model

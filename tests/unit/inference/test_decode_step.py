@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from common.errors import ConfigError
 from conftest import POS_EMBS, tiny_model
 from inference.decode_step import GraphCall, StaticDecoder
 from inference.quantize import quantize
@@ -69,6 +70,15 @@ def test_alibi_and_training_mode_are_refused():
         StaticDecoder(tiny_model(pos_emb="alibi"), compile=False)
     with pytest.raises(ValueError, match="eval"):
         StaticDecoder(tiny_model().train(), compile=False)
+
+
+def test_the_tiled_attention_is_refused_when_compiled_only():
+    model = tiny_model(attn_impl="tiled")
+    with pytest.raises(ConfigError, match="attn_impl=tiled"):
+        StaticDecoder(model, compile=True)
+    prompt = torch.randint(0, 37, (2, 5), generator=torch.Generator().manual_seed(0))
+    want, got = generate_both(model, prompt, 20, StaticDecoder(model, compile=False), temperature=0.0)
+    assert torch.equal(got, want)
 
 
 def test_decoder_needs_the_cache():

@@ -13,6 +13,7 @@ def test_the_compiled_step_is_the_default_on_cuda_where_it_can_run():
     assert not compiles(SampleConfig(compile=False), cuda, model)
     assert compiles(SampleConfig(compile=True), cpu, model)
     assert not compiles(SampleConfig(), cuda, tiny_model(pos_emb="alibi"))  # the step cannot build ALiBi's bias
+    assert not compiles(SampleConfig(), cuda, tiny_model(attn_impl="tiled"))  # nor walk the tiled attention's tiles
     assert not compiles(SampleConfig(kv_cache=False), cuda, model)
     assert not compiles(SampleConfig(draft="out-small"), cuda, model)
 
