@@ -143,17 +143,16 @@ def temperature_table(model, tokenizer, prompt: list[int], temperatures: list[fl
     idx = torch.tensor([prompt[-model.config.block_size:]], device=device)  # (1, T)
     logits, _ = model(idx, last_only=True)
     logits = logits[:, -1].float()  # (1, V)
-    probs = {t: (torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float() if t == 0
-                 else next_token_probs(logits, t))[0] for t in temperatures}  # t=0: greedy, all mass on the top
+    probs = [(torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float() if t == 0
+              else next_token_probs(logits, t))[0] for t in temperatures]  # one column each; t=0: greedy
     order = logits[0].argsort(descending=True)[:top].tolist()
     labels = {i: repr(tokenizer.decode([i])) for i in order}
     width = max(12, *(len(s) for s in labels.values()))
     lines = ["next token".ljust(width) + "".join(f"   T={t:<5g}" for t in temperatures)]
     for i in order:
-        lines.append(labels[i].ljust(width) + "".join(f"   {probs[t][i].item():7.4f}" for t in temperatures))
-    lines.append("(the rest)".ljust(width)
-                 + "".join(f"   {1 - probs[t][order].sum().item():7.4f}" for t in temperatures))
-    entropy = [max(0.0, -(p * p.clamp_min(1e-30).log2()).sum().item()) for p in probs.values()]
+        lines.append(labels[i].ljust(width) + "".join(f"   {p[i].item():7.4f}" for p in probs))
+    lines.append("(the rest)".ljust(width) + "".join(f"   {1 - p[order].sum().item():7.4f}" for p in probs))
+    entropy = [max(0.0, -(p * p.clamp_min(1e-30).log2()).sum().item()) for p in probs]
     lines.append("entropy bits".ljust(width) + "".join(f"   {h:7.3f}" for h in entropy))
     return "\n".join(lines)
 
@@ -176,6 +175,10 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint]:
     model is built or anything is printed."""
     per_class, explicit = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
     sc, speed_config = SampleConfig(**per_class[SampleConfig]), SpeedConfig(**per_class[SpeedConfig])
+    if sc.attention:  # a file type matplotlib cannot write is refused now, not after the model has run
+        from insight.attention_figures import figure_format
+
+        figure_format(sc.attention, "attention")
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
     flag_scope.print_notes(flag_scope.check("sample.py", explicit, {"kind": ckpt.objective,
                                                                     "draft": sc.draft is not None}))

@@ -85,6 +85,11 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     before anything is drawn or written."""
     per_class, explicit = parse_configs(argv, (VisualizeConfig,), {})
     vc = VisualizeConfig(**per_class[VisualizeConfig])
+    from insight.attention_figures import figure_format  # every figure's file type, before any is written
+
+    for flag in ("out", "induction", "induction_curve"):
+        if getattr(vc, flag):
+            figure_format(getattr(vc, flag), flag)
     path = path_in(vc.out_dir, vc.ckpt)
     curve_only = vc.induction_curve and not (vc.html or vc.induction)
     ckpt = None if curve_only else Checkpoint.load(path)

@@ -11,6 +11,9 @@ and head: row t is the step that writes target token t, column s is source token
 
 What the maps do and do not explain: docs/probes.md, "Attention maps". The command is visualize.py.
 """
+import io
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
@@ -18,7 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.colors import PowerNorm  # noqa: E402
 
-from common.errors import UserError  # noqa: E402
+from common.errors import ConfigError, UserError  # noqa: E402
+from common.files import write_atomic  # noqa: E402
 from common.eval_mode import evaluating  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
 from .attention_maps import attention_maps
@@ -124,8 +128,6 @@ def cross_attention_figure(model, view):
 def attention_image(model, tokenizer, text: str, dpi: int = 80):
     """The attention maps as a PIL image (what train.py logs to wandb at each evaluation); closes the figure.
     A logging hook must not stop a run: characters a char vocabulary lacks are dropped from the probe."""
-    import io
-
     from PIL import Image
 
     buf = io.BytesIO()
@@ -134,8 +136,28 @@ def attention_image(model, tokenizer, text: str, dpi: int = 80):
     return Image.open(buf).convert("RGB")
 
 
+def figure_format(path: str, flag: str) -> str:
+    """The file type path's extension names (png where it has none). One matplotlib cannot write is refused, naming
+    the flag, before anything is drawn."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kind = os.path.splitext(path)[1][1:].lower() or "png"
+    types = FigureCanvasBase.get_supported_filetypes()  # {extension: description}
+    if kind not in types:
+        raise ConfigError(f"--{flag}={path}: matplotlib writes no .{kind} files; give a path ending in .png (or "
+                          f"{', '.join('.' + t for t in sorted(types) if t != 'png')})")
+    return kind
+
+
 def save_figure(fig, path, dpi: int = 110):
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    """Writes fig and closes it. path: a file name, written whole or not at all (its folder made if missing), in
+    the type its extension names (figure_format); or a binary file object, written as PNG."""
+    if isinstance(path, (str, os.PathLike)):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=figure_format(os.fspath(path), "out"), dpi=dpi, bbox_inches="tight")
+        write_atomic(path, lambda f: f.write(buf.getvalue()))
+    else:
+        fig.savefig(path, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -66,3 +66,29 @@ def test_temperature_table(checkpoints, capsys):
     assert entropy[0] == 0.0 and entropy[1] < entropy[2] < entropy[3]
     with pytest.raises(ValueError, match="temperatures=hot"):
         sample.main([f"--out_dir={checkpoints[0]}", "--temperatures=hot"])
+
+
+def test_a_repeated_temperature_gets_a_column_of_its_own(checkpoints, capsys):
+    import sample
+
+    sample.main([f"--out_dir={checkpoints[0]}", "--start=ROMEO:", "--temperatures=1,1,0.5", "--top_tokens=3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    for row in (lines[1], lines[-1]):  # the most likely token's probability, and the entropy
+        first, again, half = (float(x) for x in row.split()[-3:])
+        assert first == again != half
+
+
+def test_figures_go_into_new_folders_and_unwritable_file_types_are_refused_first(checkpoints, tmp_path):
+    import sample
+    import visualize
+    from common.errors import ConfigError
+
+    out = tmp_path / "new" / "folder" / "maps.png"
+    sample.main([f"--out_dir={checkpoints[0]}", "--start=ROMEO:", f"--attention={out}"])
+    assert is_png(out)
+    with pytest.raises(ConfigError, match="attention=.*no .txt files"):
+        sample.main([f"--out_dir={checkpoints[0]}", "--start=ROMEO:", f"--attention={tmp_path / 'maps.txt'}"])
+    page = tmp_path / "page.html"  # written first, were the induction figure's type not checked before it
+    with pytest.raises(ConfigError, match="induction=.*no .doc files"):
+        visualize.main([f"--out_dir={checkpoints[0]}", f"--html={page}", f"--induction={tmp_path / 'i.doc'}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new"]
