@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from common import cli
-from common.errors import ConfigError, need
+from common.errors import ConfigError, need, need_seed
 from common.files import write_atomic
 from common.flags import help_text, parse_configs
 from insight.probe_config import ProbeModel
@@ -52,6 +52,7 @@ class ProbeConfig:
         need(self.dyck_n % 2 == 0, f"dyck_n={self.dyck_n} must be even (balanced strings have an even length)")
         for name in ("copy_n", "induction_n", "recall_n", "dyck_n", "eval_batches"):
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
+        need_seed(self.seed)
 
     def items(self, name: str) -> list[str]:
         return [v.strip() for v in getattr(self, name).split(",") if v.strip()]

@@ -41,3 +41,9 @@ def need(ok: bool, message: str, error: type[UserError] = ConfigError) -> None:
     """Validation in one line: `need(n > 0, f"n={n} must be > 0")`."""
     if not ok:
         raise error(message)
+
+
+def need_seed(seed: int) -> None:
+    """A seed every random generator here takes: torch's (below 2^64, and a process adds its rank) and numpy's
+    (not negative)."""
+    need(0 <= seed < 2**63, f"seed={seed} must be an integer in [0, 2^63)")

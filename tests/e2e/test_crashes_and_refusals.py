@@ -139,6 +139,8 @@ TRAIN_CASES = [
     (["--attn_impl=flash"], "attn_impl='flash' is not one of"),
     (["--window=0"], "window=0"),
     (["--dtype=fp8"], "dtype='fp8'"),
+    (["--seed=-1"], "seed=-1 must be an integer in [0, 2^63)"),
+    (["--seed=99999999999999999999"], "seed=99999999999999999999 must be"),
     (["--device=quantum"], "--device=quantum is not a torch device"),
     (["--tokenizer=words"], "--tokenizer=words"),
     (["--split=middle"], "--split=middle"),

@@ -83,6 +83,17 @@ def test_sample_py_compile_needs_the_cache(tmp_path, capsys):
     assert "--kv_cache=true" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bad, msg", [("--dtype=foo", "dtype='foo' must be auto"),
+                                      ("--dtype=float64", "dtype='float64' must be auto"),
+                                      ("--seed=99999999999999999999", "seed=99999999999999999999 must be")])
+def test_sample_py_refuses_a_dtype_or_seed_it_cannot_use_in_one_line(tmp_path, capsys, bad, msg):
+    import sample
+
+    assert cli.run(sample.main, [f"--out_dir={tmp_path}", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and msg in err, err
+
+
 @pytest.mark.slow  # compiles the step of a tiny model (~10-20 s)
 def test_sample_py_compile_prints_the_same_text(corpus, tmp_path, capsys):
     import sample

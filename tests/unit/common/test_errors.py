@@ -1,7 +1,7 @@
 """The user's errors (common/errors.py): need() raises the class it is given, with the message as written."""
 import pytest
 
-from common.errors import ConfigError, DataError, UserError, need
+from common.errors import ConfigError, DataError, UserError, need, need_seed
 
 
 def test_need_passes_silently_and_raises_its_error_class_with_the_message():
@@ -11,3 +11,16 @@ def test_need_passes_silently_and_raises_its_error_class_with_the_message():
     with pytest.raises(DataError) as e:
         need(False, "empty corpus", DataError)
     assert isinstance(e.value, UserError) and isinstance(e.value, ValueError)  # config checks stay idiomatic
+
+
+def test_a_seed_is_what_torch_and_numpy_both_take():
+    import numpy as np
+    import torch
+
+    for seed in (0, 1337, 2**63 - 1):
+        need_seed(seed)
+        torch.Generator().manual_seed(seed + 1)  # a process adds its rank
+        np.random.SeedSequence([seed, 1])
+    for seed in (-1, 2**63, 2**70):
+        with pytest.raises(ConfigError, match=rf"seed={seed} must be"):
+            need_seed(seed)
