@@ -26,6 +26,7 @@ def fill_masks(model, ids: list[int], mask_id: int, top: int = 5):
     logits[:, mask_id] = float("-inf")
     probs = torch.softmax(logits, dim=-1)  # (T, V)
     filled, candidates = list(ids), []
+    top = min(top, probs.size(-1) - 1)  # every token but [MASK] at most
     for t in [i for i, tok in enumerate(ids) if tok == mask_id]:
         p, order = probs[t].topk(top)
         candidates.append((t, list(zip(order.tolist(), p.tolist()))))

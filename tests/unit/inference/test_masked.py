@@ -22,3 +22,5 @@ def test_fill_masks_and_generation_never_predict_the_mask():
     assert len(out) == 30 and MASK not in out
     with pytest.raises(ValueError, match="block_size"):
         fill_masks(model, [1] * 17, MASK)
+    _, cands = fill_masks(model, [1, MASK], MASK, top=V + 10)  # more candidates asked for than there are tokens
+    assert sorted(token for token, _ in cands[0][1]) == [t for t in range(V) if t != MASK]
