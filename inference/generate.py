@@ -7,6 +7,8 @@ of them; when the context is full it drops the oldest quarter and carries on (th
 cache with the kept three quarters, so a re-prefill costs one batched forward every block_size/4 tokens instead of
 one per token). With past_context="extend" neither slides: every token stays in the context, as in llama.cpp.
 """
+import math
+
 import torch
 
 # Below this temperature sampling is greedy: logits / 1e-39 overflow float32 to inf, and softmax(inf) is NaN.
@@ -21,8 +23,8 @@ class NonFiniteLogits(UserError):
 
 
 def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
-    if not temperature >= 0:
-        raise ConfigError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+    if not 0 <= temperature < math.inf:
+        raise ConfigError(f"temperature={temperature} must be >= 0 and finite (0 = greedy)")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ConfigError(f"top_k={top_k} must be a positive integer or None")
     if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -34,11 +36,11 @@ def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None):
     """logits: (B, V) -> probabilities (B, V) after temperature and the top-k / top-p / min-p filters."""
     logits = logits.float()
-    # T < 1 sharpens, T > 1 flattens the softmax; subtracting the max first keeps every value <= 0, so no overflow
-    logits = (logits - logits.max(dim=-1, keepdim=True).values) / max(temperature, MIN_TEMPERATURE)
-    if top_k is not None and top_k < logits.size(-1):
+    if top_k is not None and top_k < logits.size(-1):  # before the temperature: a huge one rounds them to ties
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    # T < 1 sharpens, T > 1 flattens the softmax; subtracting the max first keeps every value <= 0, so no overflow
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / max(temperature, MIN_TEMPERATURE)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     if min_p is not None and min_p > 0:
         probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)

@@ -1,9 +1,12 @@
 """Sampling functions and the generation loop: cached == uncached, greedy, top-k/top-p/min-p."""
+import math
+
 import pytest
 import torch
 
 from conftest import POS_EMBS, tiny_model
-from inference.generate import exponential_race, generate, generate_stream, greedy, next_token_probs, sample_next
+from inference.generate import (check_sampling, exponential_race, generate, generate_stream, greedy, next_token_probs,
+                                sample_next)
 
 
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
@@ -68,6 +71,10 @@ def test_top_k_1_equals_greedy():
     g = torch.Generator().manual_seed(0)
     assert torch.equal(sample_next(logits, temperature=1.3, top_k=1, generator=g), logits.argmax(-1))
     assert torch.equal(sample_next(logits, temperature=0.0), logits.argmax(-1))
+    # at any finite temperature, however large: divided by 1e39 (inf in float32) every logit would tie
+    assert torch.equal(sample_next(logits, temperature=1e39, top_k=1, generator=g), logits.argmax(-1))
+    with pytest.raises(ValueError, match="temperature=inf must be >= 0 and finite"):
+        check_sampling(temperature=math.inf)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
