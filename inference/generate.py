@@ -7,12 +7,11 @@ of them; when the context is full it drops the oldest quarter and carries on (th
 cache with the kept three quarters, so a re-prefill costs one batched forward every block_size/4 tokens instead of
 one per token). With past_context="extend" neither slides: every token stays in the context, as in llama.cpp.
 """
-import math
-
 import torch
 
 # Below this temperature sampling is greedy: logits / 1e-39 overflow float32 to inf, and softmax(inf) is NaN.
 MIN_TEMPERATURE = 1e-5
+MAX_TEMPERATURE = torch.finfo(torch.float32).max  # the logits are divided in float32: above it, by inf
 
 from common.errors import ConfigError, UserError
 from common.eval_mode import evaluating
@@ -23,8 +22,8 @@ class NonFiniteLogits(UserError):
 
 
 def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
-    if not 0 <= temperature < math.inf:
-        raise ConfigError(f"temperature={temperature} must be >= 0 and finite (0 = greedy)")
+    if not 0 <= temperature <= MAX_TEMPERATURE:
+        raise ConfigError(f"temperature={temperature} must be in [0, {MAX_TEMPERATURE:.3g}] (0 = greedy)")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ConfigError(f"top_k={top_k} must be a positive integer or None")
     if top_p is not None and not 0.0 < top_p <= 1.0:

@@ -1,5 +1,6 @@
 """Sampling functions and the generation loop: cached == uncached, greedy, top-k/top-p/min-p."""
 import math
+import re
 
 import pytest
 import torch
@@ -71,10 +72,13 @@ def test_top_k_1_equals_greedy():
     g = torch.Generator().manual_seed(0)
     assert torch.equal(sample_next(logits, temperature=1.3, top_k=1, generator=g), logits.argmax(-1))
     assert torch.equal(sample_next(logits, temperature=0.0), logits.argmax(-1))
-    # at any finite temperature, however large: divided by 1e39 (inf in float32) every logit would tie
-    assert torch.equal(sample_next(logits, temperature=1e39, top_k=1, generator=g), logits.argmax(-1))
-    with pytest.raises(ValueError, match="temperature=inf must be >= 0 and finite"):
-        check_sampling(temperature=math.inf)
+    # at any temperature, however large: divided by 1e38 first, logits 1e-8 apart would round to a tie
+    assert torch.equal(sample_next(logits, temperature=1e38, top_k=1, generator=g), logits.argmax(-1))
+    close = torch.tensor([[0.0, -1e-8]]).repeat(100, 1)
+    assert (sample_next(close, temperature=1e38, top_k=1, generator=g) == 0).all()
+    for t in (1e39, math.inf):  # inf in float32
+        with pytest.raises(ValueError, match=re.escape(f"temperature={t} must be in [0, 3.4e+38]")):
+            check_sampling(temperature=t)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
