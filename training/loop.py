@@ -197,9 +197,9 @@ class Bookkeeping:
     and the agreement of every process on stopping (a signal) and saving (the clock). A context: while it lasts,
     Ctrl-C and SIGTERM ask for a graceful stop (training/stopping.py)."""
 
-    def __init__(self, run, bar, tokens_before: int | None = 0):
-        """tokens_before: the tokens trained on before run.start_step where the objective counts them (None:
-        unknown, the tokens column stays empty)."""
+    def __init__(self, run, bar, tokens_before: int | None = 0, skipped_before: int = 0):
+        """tokens_before, skipped_before: the tokens trained on and the updates skipped before run.start_step
+        (tokens None: unknown, the tokens column stays empty)."""
         self.run, self.bar = run, bar
         # MFU's denominator, measured once: the fastest matmul kernel at the model's own shapes (training/mfu.py)
         shapes = matmul_shapes(run.model, run.tc.batch_size * run.config.block_size)
@@ -209,7 +209,7 @@ class Bookkeeping:
         self.steps, self.seconds = 0, 0.0  # since the last row
         self.counted = torch.zeros((), dtype=torch.long, device=run.device)  # tokens counted since the last row
         self.tokens = tokens_before  # counted since step 0
-        self.train_s, self.skipped, self.t_start = 0.0, 0, time.time()
+        self.train_s, self.skipped, self.t_start = 0.0, skipped_before, time.time()
         self.unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # skipped updates not yet read
         self.first_unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # the first one's step (1-based)
         self.last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
@@ -262,21 +262,22 @@ class Bookkeeping:
     def saved(self) -> None:
         self.last_save = time.monotonic()
 
-    def count_tokens(self, done: int) -> tuple[int, int | None]:
+    def count_tokens(self) -> tuple[int, int | None]:
         """(tokens trained on since the last row, since step 0), over all processes. Counted tokens are read back
         here, with the row's other numbers."""
         run = self.run
         if run.tokens_per_step is not None:
-            return run.tokens_per_step * self.steps, done * run.tokens_per_step
-        recent = int(distributed.all_sum(self.counted, run.dist).item())
-        self.counted.zero_()
+            recent = run.tokens_per_step * self.steps
+        else:
+            recent = int(distributed.all_sum(self.counted, run.dist).item())
+            self.counted.zero_()
         self.tokens = None if self.tokens is None else self.tokens + recent
         return recent, self.tokens
 
     def row(self, done: int, result: StepResult, lr: float) -> dict:
         """The metrics row after `done` steps (the throughput counters start again)."""
         run = self.run
-        recent, tokens = self.count_tokens(done)
+        recent, tokens = self.count_tokens()
         tok_per_s = recent / max(self.seconds, 1e-9)
         self.steps, self.seconds = 0, 0.0
         if self.flops_per_token * tok_per_s > self.peak and not self.disturbed:  # the probe read low: say so once
@@ -305,7 +306,7 @@ def train(run, columns=(), images=()) -> dict:
     run.model.train()
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
                dynamic_ncols=True, mininterval=1.0, disable=not run.dist.master)
-    with Bookkeeping(run, bar, tokens_before(run, log)) as book:
+    with Bookkeeping(run, bar, *resumed_counts(run, log)) as book:
         for step in bar:
             lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
             result = book.step(step, lr)
@@ -330,17 +331,18 @@ def train(run, columns=(), images=()) -> dict:
     return finish(run, log, book)
 
 
-def tokens_before(run, log) -> int | None:
-    """The tokens trained on before run.start_step, where the objective counts them: the tokens column of the
-    metrics row at that step (every checkpoint's step has one); None, said once, where no such row is left."""
-    if run.start_step == 0 or not run.objective.counts_tokens or log is None:  # rank 0 alone writes the column
-        return 0
+def resumed_counts(run, log) -> tuple[int | None, int]:
+    """(the tokens trained on before run.start_step, the updates skipped before it), from the metrics row at that
+    step (every checkpoint's step has one): a resumed run may run more tokens per step than its first part did. Where
+    no such row is left the tokens are unknown (None, said once) and the skipped updates count from 0."""
+    if run.start_step == 0 or log is None:  # rank 0 alone writes the columns
+        return 0, 0
     row = log.resumed_row or {}
     if row.get("step") == run.start_step and row.get("tokens") is not None:
-        return row["tokens"]
+        return row["tokens"], row.get("skipped_steps") or 0
     print(f"note: {log.path} has no row at step {run.start_step} to continue the tokens column from; it stays empty "
           f"in this run's rows", flush=True)
-    return None
+    return None, 0
 
 
 def stop_here(run, log, bar, done: int, signum: int):

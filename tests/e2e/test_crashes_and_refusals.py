@@ -111,6 +111,19 @@ def test_nan_steps_can_be_skipped(corpus, tmp_path, nan_at_step):
     assert all(torch.isfinite(w).all() for w in weights.values())
 
 
+def test_skipped_updates_and_tokens_count_on_across_a_resume(corpus, tmp_path, nan_at_step):
+    """The metrics' running columns continue from the checkpoint's row, also where the resumed run takes more
+    tokens per step than its first part did."""
+    out = tmp_path / "run"
+    first = ["--max_iters=6", "--eval_interval=6", "--on_nonfinite=skip", "--lr_decay_iters=10"]
+    assert train.cli.run(train.main, tiny_args(corpus, out, *first)) == 0  # steps 3-6 skipped: 4
+    assert train.cli.run(train.main, tiny_args(corpus, out, *first[2:], "--max_iters=10", "--eval_interval=10",
+                                               "--batch_size=8", "--init_from=resume")) == 0  # 4 more
+    rows = {r["step"]: r for r in metrics(out)}
+    assert rows[6]["skipped_steps"] == 4 and rows[10]["skipped_steps"] == 8
+    assert rows[6]["tokens"] == 6 * 4 * 16 and rows[10]["tokens"] == 6 * 4 * 16 + 4 * 8 * 16
+
+
 def test_memory_stays_flat_over_a_long_run(corpus, tmp_path):
     out = tmp_path / "run"
     assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=1500", "--eval_interval=100",
