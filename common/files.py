@@ -65,6 +65,20 @@ def disk_errors(path, needed: int | None = None):
         raise disk_error(path, needed, DISK_ERRNOS[e.errno]) from None
 
 
+def why_no_folder(path) -> str | None:
+    """Why os.makedirs(path) would fail, found without writing anything: None where path is a folder or can be made
+    one; else what is in the way (a file where a folder must be, or an ancestor this process may not write in)."""
+    path = os.path.abspath(path)
+    there = path
+    while not os.path.exists(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)  # the nearest part of the path that exists
+    if not os.path.isdir(there):
+        return f"{there} is a file, not a folder"
+    if there != path and not os.access(there, os.W_OK | os.X_OK):
+        return f"{there} is a folder this process may not write in"
+    return None
+
+
 def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

@@ -86,6 +86,9 @@ def prepare(**settings) -> Path:
     out = root / "prepared" / folder_name(cfg, split, fingerprint)
     if _is_prepared(out, fingerprint):
         return out
+    problem = files.why_no_folder(out)
+    if problem:
+        raise DataError(f"data_root={root}: {problem}; choose another --data_root")
     with _build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
         if _is_prepared(out, fingerprint):  # another process built it while this one waited
             return out

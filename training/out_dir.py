@@ -14,6 +14,7 @@ import shutil
 
 from common import flag_scope
 from common.errors import SetupError
+from common.files import why_no_folder
 from inference.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries
 from training import distributed
 from training.config import TrainConfig, fresh_checks, resumed_config
@@ -71,8 +72,9 @@ def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
 def check_out_dir(tc: TrainConfig) -> list[str]:
     """A fresh run refuses to start on top of an existing one unless --overwrite=true: nothing is lost by accident.
     Returns the run files --overwrite=true will replace; reads only."""
-    if os.path.exists(tc.out_dir) and not os.path.isdir(tc.out_dir):
-        raise SetupError(f"out_dir={tc.out_dir} is a file, not a folder; choose another --out_dir")
+    problem = why_no_folder(tc.out_dir)  # found now, not when the lock's folder is made after the data's preparation
+    if problem:
+        raise SetupError(f"out_dir={tc.out_dir}: {problem}; choose another --out_dir")
     existing = [f for f in RUN_FILES if os.path.exists(os.path.join(tc.out_dir, f))]
     if existing and not tc.overwrite:
         has_ckpt = any(f in existing for f in (LAST, BEST))

@@ -192,6 +192,17 @@ def test_an_out_dir_that_is_a_file_is_one_line(corpus, tmp_path, capsys):
         assert err.startswith("error: ") and err.count("\n") == 1 and str(corpus) in err, err
 
 
+def test_an_out_dir_or_data_root_under_a_file_is_refused_before_anything_is_written(corpus, tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    for flag in ("out_dir", "data_root"):  # the lock's folder is made, and the data prepared, only after the checks
+        code = train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=1", f"--{flag}={blocker}/x"))
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+        assert f"{flag}={blocker}/x: {blocker} is a file, not a folder" in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
 def files_of(folder) -> dict:
     """Every file under folder: its bytes and modification time (a rewrite with the same bytes still shows)."""
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*")
