@@ -32,6 +32,11 @@ def pick_device(name: str = "auto") -> torch.device:
         raise SetupError(f"--device={name} but CUDA is not available here; use --device=cpu (or auto)")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise SetupError(f"--device={name} but MPS is not available here; use --device=cpu (or auto)")
+    if device.type not in ("cpu", "cuda", "mps"):  # xpu and the like: their torch module says; meta holds no values
+        available = getattr(getattr(torch, device.type, None), "is_available", None)
+        if available is None or not available():
+            raise SetupError(f"--device={name}: torch cannot compute on {device.type} here; use --device=cpu (or "
+                             f"auto)")
     return device
 
 

@@ -1,8 +1,10 @@
 """dtype 'auto' on CUDA: bf16 only where the GPU multiplies it natively (sm80+), float16 + GradScaler elsewhere; what
-/proc/cpuinfo says of the CPU."""
+/proc/cpuinfo says of the CPU; a device torch cannot compute on here, refused."""
+import pytest
 import torch
 
-from common.device import cpuinfo, pick_dtype
+from common.device import cpuinfo, pick_device, pick_dtype
+from common.errors import SetupError
 
 
 def fake_gpu(monkeypatch, native: bool):
@@ -35,3 +37,13 @@ def test_cpuinfo_reads_the_first_processors_field(tmp_path):
     assert cpuinfo("flags", str(path)).split() == ["fpu", "avx512_bf16", "amx_tile"]
     assert cpuinfo("Features", str(path)) is None  # an ARM CPU's name for its flags: not in this file
     assert cpuinfo("flags", str(tmp_path / "absent")) is None
+
+
+@pytest.mark.parametrize("name", ["meta", "xpu", "cuda"])
+def test_a_device_torch_cannot_compute_on_here_is_refused_in_one_line(name, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without CUDA
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    with pytest.raises(SetupError, match=rf"--device={name}\b.*use --device=cpu"):
+        pick_device(name)
+    assert pick_device("cpu") == torch.device("cpu")
