@@ -96,8 +96,22 @@ def unseeded_generators(monkeypatch, device_type: str) -> None:
     monkeypatch.setattr(torch, "Generator", Generator)
 
 
+def present(monkeypatch, kind: str) -> None:
+    """pick_device in train.py's setup and in sample.py takes a device of this kind as one to compute on: CUDA, which
+    this machine may lack, and meta, which pick_device refuses to a user (it holds no values)."""
+    import sample
+    from training import setup
+
+    for module in (setup, sample):
+        pick = module.pick_device
+        monkeypatch.setattr(module, "pick_device", lambda name, _pick=pick: torch.device(name) if name.startswith(
+            kind) else _pick(name))
+
+
 def on_meta(monkeypatch) -> None:
-    """The stand-ins every meta test takes (reads are answered only where a test asks)."""
+    """The stand-ins every meta test takes (reads are answered only where a test asks); meta counts as a device to
+    compute on (`present`)."""
+    present(monkeypatch, "meta")
     meta_optimizers(monkeypatch)
     meta_autocast(monkeypatch)
     unseeded_generators(monkeypatch, "meta")
@@ -182,13 +196,7 @@ def fake_cuda(monkeypatch):
       tensors (it asks the driver for the device's context). The meta tests run the real backward."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import sample
-    from training import setup
-
-    for module in (setup, sample):
-        pick = module.pick_device
-        monkeypatch.setattr(module, "pick_device", lambda name, _pick=pick: torch.device(name) if name.startswith(
-            "cuda") else _pick(name))
+    present(monkeypatch, "cuda")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
     monkeypatch.setattr(torch.nn.Module, "to", moved)
