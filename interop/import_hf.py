@@ -71,15 +71,20 @@ def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
     raise UserError(f"{folder} has none of {', '.join(WEIGHT_FILES)}")
 
 
+def config_path(folder: str) -> str:
+    """folder's config.json; a folder without one is refused (nothing is downloaded)."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
+                        f"so give a local folder")
+    return path
+
+
 def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
     """A local GPT-2 or GPT-NeoX folder -> our GPT (bias=True), in eval mode, float32 as stored. dropout is ours to
     choose: it changes how it trains, not what it computes. (The name is older than the GPT-NeoX mapping; load_hf is
     the same function.)"""
-    config_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(config_path):
-        raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "
-                         f"so give a local folder")
-    hf = read_json(config_path, "a model config")
+    hf = read_json(config_path(folder), "a model config")
     mapping = BY_MODEL_TYPE.get(hf.get("model_type")) if isinstance(hf.get("model_type"), str) else None
     if mapping is None:
         raise UserError(f"this Hugging Face model cannot be imported: model_type={hf.get('model_type')!r}, only "
@@ -183,7 +188,10 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
 
 def initializer(folder: str, model_overrides: dict, explicit: dict):
     """For train.py --init_from=hf:FOLDER: a function tokenizer -> our GPT with the folder's weights, for a fresh
-    run (step 0, new optimizer). The folder fixes the architecture; --dropout is free."""
+    run (step 0, new optimizer). The folder fixes the architecture; --dropout is free. A folder without a model is
+    refused now, before any data is prepared."""
+    config_path(folder)
+
     def init(tokenizer) -> GPT:
         model = load_hf_gpt2(folder, **{k: v for k, v in model_overrides.items() if k == "dropout"})
         have = model.config.to_dict()

@@ -16,6 +16,7 @@ from common import flag_scope
 from common.errors import SetupError
 from common.files import why_no_folder
 from inference.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries
+from model import GPTConfig
 from training import distributed
 from training.config import TrainConfig, fresh_checks, resumed_config
 from training.metrics import METRICS_FILE
@@ -42,11 +43,16 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     """(the run's settings, the checkpoint it resumes or None). A resumed run's settings are its checkpoint's with
     the flags' changes (resumed_config); a fresh run's are the flags', and out_dir must not hold a run already."""
     if start_mode(tc, d) == "resume":
-        return resumed_config(tc, model_overrides, explicit)
-    if tc.init_from == "auto":  # a fresh start, known only now: checked as train.py checks a scratch run
-        flag_scope.print_notes(fresh_checks(tc, explicit))
-    check_out_dir(tc)
-    return tc, None
+        tc, ckpt = resumed_config(tc, model_overrides, explicit)
+        block_size = ckpt.model_config.block_size
+    else:
+        if tc.init_from == "auto":  # a fresh start, known only now: checked as train.py checks a scratch run
+            flag_scope.print_notes(fresh_checks(tc, explicit))
+        check_out_dir(tc)
+        ckpt, block_size = None, GPTConfig(**model_overrides).block_size
+    if not tc.init_from.startswith("hf:"):  # an imported model's context is its folder's, read later
+        tc.accumulation(block_size, d.world_size)  # a total_batch_size it does not divide: refused before any data
+    return tc, ckpt
 
 
 def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:

@@ -203,6 +203,15 @@ def test_an_out_dir_or_data_root_under_a_file_is_refused_before_anything_is_writ
     assert [p.name for p in tmp_path.iterdir()] == ["afile"]
 
 
+@pytest.mark.parametrize("bad, msg", [("--total_batch_size=100", "total_batch_size=100 is not a multiple"),
+                                      ("--init_from=hf:/no/such/folder", "/no/such/folder is not a Hugging Face")])
+def test_a_mistake_the_flags_show_is_refused_before_the_data_is_prepared(corpus, tmp_path, capsys, bad, msg):
+    code = train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=1", bad))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and msg in err, err
+    assert list(tmp_path.iterdir()) == []  # no data folder, no out_dir
+
+
 def files_of(folder) -> dict:
     """Every file under folder: its bytes and modification time (a rewrite with the same bytes still shows)."""
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*")
