@@ -35,11 +35,12 @@ PACKED_DTYPES = packed_dtypes(INTEL)  # asked once: packs() runs for every produ
 
 
 def packs(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether PackedLinear multiplies x by weight with its packed copy."""
+    """Whether PackedLinear multiplies x by weight with its packed copy. Under autocast only where autocast would
+    multiply in the weight's dtype too (sample.py decodes bf16 weights inside bf16 autocast)."""
     return (HAVE_ONEDNN and torch.backends.mkldnn.enabled and not torch.is_grad_enabled()
             and not torch.compiler.is_compiling() and type(x) is torch.Tensor
             and x.device.type == "cpu" and x.dtype == weight.dtype and x.dtype in PACKED_DTYPES
-            and not torch.is_autocast_enabled("cpu"))
+            and (not torch.is_autocast_enabled("cpu") or torch.get_autocast_dtype("cpu") == weight.dtype))
 
 
 class PackedLinear(OneDNNLinear):

@@ -72,6 +72,18 @@ def test_with_autograd_or_autocast_it_computes_as_before():
 
 
 @needs_onednn
+def test_bf16_weights_pack_inside_bf16_autocast():
+    """sample.py decodes bf16 weights inside bf16 autocast, which multiplies in bf16 too: the packed copy serves."""
+    layer = packed_layer(48, 80, True, torch.bfloat16)
+    x = torch.randn(1, 48).to(torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert getattr(layer, "_packed_for", None) is not None
+    y64 = x.double() @ layer.weight.detach().double().t() + layer.bias.detach().double()
+    torch.testing.assert_close(y.double(), y64, rtol=2e-2, atol=2e-2)
+
+
+@needs_onednn
 def test_onednn_layers_keep_their_training_path():
     model = GPT(GPTConfig(vocab_size=40, n_layer=1, n_head=2, n_embd=32, block_size=16))
     speed.apply(model, SpeedConfig(linear_impl="onednn"))
