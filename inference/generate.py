@@ -141,7 +141,8 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
 
     past_context: what happens once prompt and new tokens outgrow block_size.
     - "slide": the window drops its oldest quarter (the module's docstring): the model never sees more tokens, nor
-      positions further apart, than it was trained on.
+      positions further apart, than it was trained on. The window is the batch's: prompts of different lengths
+      slide together once the longest row fills it, so a shorter row then loses tokens it would keep alone.
     - "extend": every token stays in the context, as llama.cpp does when its context is longer: no re-prefill ever,
       but past block_size the model attends over longer distances than it was trained on, which may degrade what
       it writes. Not for learned positions, which end at block_size; the cache holds prompt + new tokens."""
