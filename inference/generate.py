@@ -23,7 +23,7 @@ class NonFiniteLogits(UserError):
 
 def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
     if not 0 <= temperature <= MAX_TEMPERATURE:
-        raise ConfigError(f"temperature={temperature} must be in [0, {MAX_TEMPERATURE:.3g}] (0 = greedy)")
+        raise ConfigError(f"temperature={temperature} must be >= 0 and at most {MAX_TEMPERATURE:.3g} (0 = greedy)")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ConfigError(f"top_k={top_k} must be a positive integer or None")
     if top_p is not None and not 0.0 < top_p <= 1.0:
