@@ -87,9 +87,26 @@ def split_argv(argv) -> dict:
                 value, i = argv[i + 1], i + 1
             else:
                 value = "true"
-        out[key.replace("-", "_")] = value
+        key = key.replace("-", "_")
+        check_utf8(key, value)
+        out[key] = value
         i += 1
     return out
+
+
+def check_utf8(key: str, value: str) -> None:
+    """Refuses a flag whose bytes are not UTF-8. Python hands such bytes over as lone surrogates (surrogateescape),
+    which a tokenizer, the data's fingerprint or wandb cannot encode: a traceback later, once out_dir was claimed."""
+    flag = f"--{key}={value}"
+    try:
+        flag.encode("utf-8")
+    except UnicodeEncodeError:
+        try:  # the bytes as typed: \xff, not the surrogate \udcff that stands for it
+            shown = flag.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate no byte stands for (from Python code, not a command line)
+            shown = flag.encode("utf-8", "backslashreplace").decode()
+        fix = "rename it to a UTF-8 name" if key in PATHS or key == "config" else "pass it as UTF-8"
+        raise FlagError(f"{shown} is not valid UTF-8 text; {fix}") from None
 
 
 def load_toml(path: str) -> dict:

@@ -256,6 +256,42 @@ def test_a_sample_prompt_outside_the_vocabulary_is_refused_before_training(corpu
     assert not out.exists()  # nothing trained, nothing written
 
 
+def test_a_flag_that_is_not_utf8_is_refused_before_anything_is_written(corpus, tmp_path, capsys, monkeypatch):
+    """A command line's bytes that are not UTF-8 reach Python as lone surrogates: the prompt crashed the tokenizer
+    at the first sample (a traceback after training), the wandb probe crashed wandb.init after --overwrite=true had
+    deleted the run it was to replace."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = make_run(corpus, tmp_path, capsys)
+    before = files_of(out)
+    for flag, switch in (("sample_prompt", "--sample_tokens=4"), ("wandb_attention_probe", "--wandb_log=true")):
+        args = tiny_args(corpus, out, "--max_iters=4", "--overwrite=true", switch, f"--{flag}=\udcff")
+        assert train.cli.run(train.main, args) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: --{flag}=\\xff is not valid UTF-8 text; pass it as UTF-8\n", err
+        assert files_of(out) == before
+
+
+def test_every_command_refuses_bytes_that_are_not_utf8(tmp_path, capsys):
+    """The flags of every command go through common/flags.py, where such a value is refused; train.py in a fresh
+    process, with the bytes themselves on its command line."""
+    import compare
+    import evaluate
+    import probe
+    import visualize
+
+    for command, argv in [(sample, ["--start=\udcff"]), (evaluate, ["--text=\udcff.txt"]),
+                          (visualize, ["--text=\udcff"]), (compare, ["--study=encoder", "--prompts=\udcff"]),
+                          (probe, ["--tasks=\udcff"])]:
+        assert cli.run(command.main, argv) == 2
+        assert " is not valid UTF-8 text; " in capsys.readouterr().err, command
+    assert prepare_module.main(["--text_field=\udcff"]) == 2
+    assert "--text_field=\\xff is not valid UTF-8 text" in capsys.readouterr().err
+    r = subprocess.run([sys.executable, "train.py", "--sample_prompt=\xff".encode("latin-1"),
+                        f"--out_dir={tmp_path / 'run'}"], capture_output=True, cwd=ROOT, timeout=300)
+    assert (r.returncode, r.stderr) == (2, b"error: --sample_prompt=\\xff is not valid UTF-8 text; pass it as UTF-8\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_corrupt_and_truncated_checkpoints(corpus, tmp_path, capsys):
     out = make_run(corpus, tmp_path, capsys)
     good = (out / "ckpt_last.pt").read_bytes()

@@ -64,6 +64,22 @@ def test_an_empty_path_is_refused_from_the_command_line_and_from_a_file(tmp_path
     assert parse(["--input=none", "--wandb_run_name="], CLASSES, PRESETS)[0] == dict(input=None, wandb_run_name=None)
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["--sample_prompt=\udcff"], "--sample_prompt=\\xff is not valid UTF-8 text; pass it as UTF-8"),
+    (["--wandb_attention_probe", "caf\udce9"], "--wandb_attention_probe=caf\\xe9 is not valid UTF-8 text"),
+    (["--input=/data/caf\udce9.txt"], "--input=/data/caf\\xe9.txt is not valid UTF-8 text; rename it to a UTF-8 name"),
+    (["--config=\udcff.toml"], "--config=\\xff.toml is not valid UTF-8 text; rename it"),
+    (["--\udcff=1"], "--\\xff=1 is not valid UTF-8 text"),
+])
+def test_bytes_that_are_not_utf8_are_refused_naming_the_flag(argv, said):
+    """Python hands a command line's undecodable bytes over as lone surrogates (b'\\xff' -> '\\udcff'), which
+    a tokenizer or wandb cannot encode later; the line shows the bytes as typed."""
+    with pytest.raises(FlagError) as e:
+        parse(argv, CLASSES, PRESETS)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+    assert parse(["--sample_prompt=caf\u00e9"], CLASSES, PRESETS)[0] == dict(sample_prompt="caf\u00e9")
+
+
 def test_bad_toml_is_an_error(tmp_path):
     f = tmp_path / "bad.toml"
     f.write_text("n_layer = = 4")
