@@ -6,6 +6,7 @@ Every mistake is a FlagError with one line that names the flag and, for a typo, 
 """
 import dataclasses
 import difflib
+import math
 import tomllib
 import types
 import typing
@@ -146,6 +147,8 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if key in PATHS and isinstance(text, str) and not text.strip():
                 raise FlagError(f"--{key} is empty: it takes a path; give one, or leave the flag out for its default")
             values[key] = convert(key, text, known[key][1])
+            if isinstance(values[key], float) and not math.isfinite(values[key]):  # no flag takes inf or nan
+                raise FlagError(f"--{key}={text} is not a finite number")
             explicit.add(key)
     return values, explicit
 

@@ -146,6 +146,8 @@ TRAIN_CASES = [
     (["--max_iters=ten"], "--max_iters=ten is not an integer"),
     (["--max_iters=-5"], "max_iters=-5 must be a positive integer"),
     (["--learning_rate=0"], "learning_rate=0.0 must be > 0"),
+    (["--learning_rate=inf"], "--learning_rate=inf is not a finite number"),
+    (["--learning_rate=nan"], "--learning_rate=nan is not a finite number"),
     (["--dropout=1.5"], "dropout=1.5"),
     (["--n_head=3"], "not divisible by n_head=3"),
     (["--pos_emb=rotary"], "pos_emb='rotary' is not one of"),
@@ -226,6 +228,7 @@ def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
     cases = [([], "already holds a run"),  # a scratch run into an existing out_dir
              # a mistake found after --overwrite=true: the run it was to replace is still there
              (["--overwrite=true", "--fsdp=true"], "start it with torchrun"),
+             (["--overwrite=true", "--weight_decay=inf"], "--weight_decay=inf is not a finite number"),
              (["--init_from=resume", "--n_layer=3"], "--n_layer=3 differs from the checkpoint's n_layer=2"),
              (["--init_from=resume", "--tokenizer=gpt2"], "not the data this checkpoint was trained on"),
              (["--init_from=resume", "--fsdp=true"], "start it with torchrun"),

@@ -80,6 +80,20 @@ def test_bytes_that_are_not_utf8_are_refused_naming_the_flag(argv, said):
     assert parse(["--sample_prompt=caf\u00e9"], CLASSES, PRESETS)[0] == dict(sample_prompt="caf\u00e9")
 
 
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999"])
+def test_a_float_that_is_not_finite_is_refused_from_the_command_line_and_from_a_file(tmp_path, value):
+    """No flag takes inf or nan: --learning_rate=inf and --weight_decay=inf passed the configs' range checks and
+    trained to a non-finite loss (with --overwrite=true, after deleting the old run)."""
+    for flag in ("learning_rate", "weight_decay", "rope_base"):
+        with pytest.raises(FlagError) as e:
+            parse([f"--{flag}={value}"], CLASSES, PRESETS)
+        assert str(e.value) == f"--{flag}={value} is not a finite number"
+    f = tmp_path / "run.toml"
+    f.write_text(f"grad_clip = {value}\n")  # the same words are TOML floats
+    with pytest.raises(FlagError, match=r"^--grad_clip=-?(inf|nan) is not a finite number$"):
+        parse([f"--config={f}"], CLASSES, PRESETS)
+
+
 def test_bad_toml_is_an_error(tmp_path):
     f = tmp_path / "bad.toml"
     f.write_text("n_layer = = 4")
