@@ -4,9 +4,10 @@ anything is written) and so does --help (each flag shows where it applies, e.g. 
 
 A condition is a set of facts about the run that the command knows before it does any work: the model kind
 (train.py's --model; for sample.py and visualize.py the checkpoint's), the optimizer, how the run starts
-(--init_from), the data it trains on, and a few flags other flags need (--draft, --html, --wandb_log). A flag
-applies where every fact of every rule that names it holds; a fact the command does not know yet is not checked
-(train.py --init_from=resume learns the model kind from the checkpoint, and checks again then).
+(--init_from), the data it trains on (its tokenizer, whether --input holds .jsonl or .parquet files, its split), and
+a few flags other flags need (--draft, --html, --wandb_log). A flag applies where every fact of every rule that names
+it holds; a fact the command does not know yet is not checked (train.py --init_from=resume learns the model kind from
+the checkpoint, and checks again then).
 
 Only explicit flags are checked (typed, or set in --config): a preset's values are not the user's choice, so a
 preset may set muon_lr and the user choose --optimizer=adamw. A rule that would break a habit (a config file that
@@ -53,7 +54,7 @@ SEQ2SEQ_SAMPLE = "give an encoder-decoder the text to translate as --source"
 
 TABLES = {
     "train.py": table(
-        "out_dir init_from model tokenizer bpe_vocab_size data_root on_bad progress batch_size "
+        "out_dir init_from model tokenizer data_root on_bad progress batch_size "
         "gradient_accumulation_steps max_iters eval_interval eval_iters log_interval checkpoint_every_s "
         "learning_rate min_lr warmup_iters lr_decay_iters weight_decay beta1 beta2 grad_clip optimizer on_nonfinite "
         "device dtype compile reuse_freed_memory threads backend seed sample_tokens wandb_log "
@@ -72,6 +73,11 @@ TABLES = {
              data=("task",)),
         rule("input split text_field val_tokens workers word_cache shard_tokens", TO_SEQ2SEQ, model=TEXT),
         rule("dataset archive", TO_SEQ2SEQ, model=TEXT),
+        rule("bpe_vocab_size", "--tokenizer=char and gpt2 have vocabularies of their own", tokenizer=("bpe",)),
+        rule("word_cache", "--tokenizer=char looks each character up (no words to cache)",
+             tokenizer=("gpt2", "bpe")),
+        rule("text_field", "a text file is read whole (it has no fields)", records=(True,)),
+        rule("val_tokens", "--split=works and tail give validation a fixed share of the text", split=("docs",)),
         rule("dataset archive", "--input is read instead of the built-in dataset", data=("dataset",)),
         rule("total_batch_size", "pairs do not fill block_size tokens a row; set --batch_size and "
              "--gradient_accumulation_steps for --model=seq2seq", model=TEXT),
@@ -144,7 +150,8 @@ def _article(word: str) -> str:
 DATA = {"dataset": "the built-in dataset", "input": "--input", "pairs": "--pairs", "task": "--task"}
 VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data": tuple(DATA),  # each fact's values
           "init_from": ("scratch", "resume", "auto", "hf"), "wandb_log": (False, True), "draft": (False, True),
-          "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf")}
+          "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
+          "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs")}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -166,6 +173,12 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     "text": (lambda vs: "with --text", lambda v: "no --text is given", lambda vs: "--text"),
     "model_from": (lambda vs: "to a run's checkpoint", lambda v: "--init_from=hf:FOLDER is given",
                    lambda vs: "a run"),
+    "tokenizer": (lambda vs: f"to --tokenizer={_one_of(vs)}", lambda v: f"this run is --tokenizer={v}",
+                  lambda vs: "--tokenizer=" + "/".join(vs)),
+    "records": (lambda vs: "to .jsonl and .parquet files", lambda v: "this run reads no .jsonl or .parquet file",
+                lambda vs: ".jsonl/.parquet"),
+    "split": (lambda vs: f"to --split={_one_of(vs)}", lambda v: f"this run is --split={v}",
+              lambda vs: "--split=" + "/".join(vs)),
 }
 
 
@@ -216,11 +229,13 @@ def tags(command: str) -> dict:
 
 
 def train_facts(tc) -> dict:
-    """The facts of a train.py run, from its TrainConfig."""
+    """The facts of a train.py run, from its TrainConfig (what its --input holds and its split, which only data/
+    can tell, training/config.py's scope_facts adds)."""
     data = ("pairs" if tc.pairs is not None else "task") if tc.model == "seq2seq" else \
         ("input" if tc.input is not None else "dataset")
     return {"model": tc.model, "optimizer": tc.optimizer, "data": data, "wandb_log": tc.wandb_log,
-            "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from, "tasks": tc.eval_tasks is not None}
+            "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from, "tasks": tc.eval_tasks is not None,
+            "tokenizer": tc.tokenizer}
 
 
 def evaluate_facts(ec) -> dict:

@@ -8,12 +8,14 @@ from dataclasses import asdict, dataclass, fields
 
 import configs
 from common.device import DTYPES
-from common.errors import CheckpointError, ConfigError, FlagError, SetupError, need, need_seed
+from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError, need, need_seed
 from common import flags
 from common import flag_scope
 from common.flags import parse_configs
 from data.config import PrepareConfig
 from data.pair_batches import TASKS
+from data.readers import Source
+from data.split import default_split
 from model import GPTConfig
 from inference.checkpoint import LAST, Checkpoint, read_train_config
 from speed import SpeedConfig
@@ -232,7 +234,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
 def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
-    notes = flag_scope.check("train.py", explicit, flag_scope.train_facts(tc))
+    notes = flag_scope.check("train.py", explicit, scope_facts(tc))
     if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
         short = max(1, tc.max_iters // 10)
         notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
@@ -240,6 +242,26 @@ def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
         tc.warmup_iters = short
     check_schedule(tc, explicit, "the preset's")
     return notes
+
+
+def scope_facts(tc: TrainConfig) -> dict:
+    """The facts where train.py's flags apply (common/flag_scope.py): the TrainConfig's, and what data/prepare.py
+    will find in the text: whether --input holds .jsonl or .parquet files (listed by name, none read) and the split
+    (--split, or its default for those files). A seq2seq run reads pairs; an --input that cannot be listed adds
+    neither fact (preparing it says why)."""
+    facts = flag_scope.train_facts(tc)
+    if tc.model == "seq2seq":
+        return facts
+    if tc.input is None:  # the built-in dataset: Shakespeare's text files
+        kinds, n_files = {"txt"}, 0
+    else:
+        try:
+            source = Source.open(tc.input)
+        except (DataError, OSError):
+            return {**facts, **({"split": tc.split} if tc.split else {})}
+        kinds, n_files = source.kinds, len(source.files)
+    split = tc.split or default_split(n_files, kinds, is_shakespeare=tc.input is None)
+    return {**facts, "records": bool(kinds - {"txt"}), "split": split}
 
 
 def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]:
@@ -353,7 +375,7 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
     saved.update({k: v for k, v in explicit.items() if k in saved})
     notes = explicit_accumulation(saved, explicit, "the checkpoint's")
     resumed = TrainConfig(**{**saved, "out_dir": tc.out_dir})
-    notes += flag_scope.check("train.py", explicit, flag_scope.train_facts(resumed))
+    notes += flag_scope.check("train.py", explicit, scope_facts(resumed))
     if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
         check_schedule(resumed, explicit, "the checkpoint's")
     flag_scope.print_notes(notes)

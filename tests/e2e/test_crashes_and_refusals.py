@@ -232,6 +232,7 @@ def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
              (["--init_from=resume", "--n_layer=3"], "--n_layer=3 differs from the checkpoint's n_layer=2"),
              (["--init_from=resume", "--tokenizer=gpt2"], "not the data this checkpoint was trained on"),
              (["--init_from=resume", "--fsdp=true"], "start it with torchrun"),
+             (["--init_from=resume", "--text_field=body"], "--text_field applies to .jsonl and .parquet files only"),
              # what is trained and by which optimizer stay the checkpoint's (a changed one crashed, or saved a
              # checkpoint whose [MASK] id is outside its vocabulary)
              (["--init_from=resume", "--optimizer=muon"], "--optimizer=muon differs from the checkpoint's"),

@@ -54,10 +54,10 @@ def ckpts(tmp_path_factory):
 
 # ---- each command: its flags, the runs walked, and its parse-and-check step ---------------------------------------
 def train_record(argv, ckpts):
-    from training.config import configure
+    from training.config import configure, scope_facts
 
     tc, model, speed, _ = configure(argv)
-    return {**tc.to_dict(), **GPTConfig(**model).to_dict(), **vars(speed)}, flag_scope.train_facts(tc)
+    return {**tc.to_dict(), **GPTConfig(**model).to_dict(), **vars(speed)}, scope_facts(tc)
 
 
 def sample_record(argv, ckpts):

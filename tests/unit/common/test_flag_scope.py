@@ -29,6 +29,16 @@ from training.config import configure
                                                   "(this run is --init_from=resume)"),
     (["--init_from=resume", "--overwrite=true"], "--overwrite applies to --init_from=scratch or hf:FOLDER only"),
     (["--model=seq2seq", "--log_induction=false"], "--log_induction applies to --model=decoder, encoder or cheater"),
+    (["--tokenizer=char", "--bpe_vocab_size=4096"], "--bpe_vocab_size applies to --tokenizer=bpe only (this run is "
+                                                    "--tokenizer=char); drop it"),
+    (["--tokenizer=gpt2", "--bpe_vocab_size=4096"], "--bpe_vocab_size applies to --tokenizer=bpe only (this run is "
+                                                    "--tokenizer=gpt2)"),
+    (["--word_cache=false"], "--word_cache applies to --tokenizer=gpt2 or bpe only (this run is --tokenizer=char)"),
+    (["--text_field=body"], "--text_field applies to .jsonl and .parquet files only (this run reads no .jsonl or "
+                            ".parquet file); drop it"),
+    (["--val_tokens=7"], "--val_tokens applies to --split=docs only (this run is --split=works); drop it"),
+    (["--model=seq2seq", "--pairs=p.tsv", "--word_cache=false"], "--word_cache applies to --model=decoder, encoder "
+                                                                  "or cheater only"),
 ] + [(["--model=seq2seq", f"--{flag}={value}"], f"--{flag} applies to --model=decoder, encoder or cheater only")
      for flag, value in [("split", "tail"), ("val_tokens", "100"), ("shard_tokens", "4096"), ("text_field", "body"),
                          ("workers", "1"), ("word_cache", "false"), ("archive", "a.tar.gz"),
@@ -44,6 +54,28 @@ def test_a_presets_values_are_not_refused_only_the_flags_given(capsys):
     assert tc.optimizer == "adamw" and capsys.readouterr().err == ""
     tc, *_ = configure(["--model=encoder", "--mask_rate=0.3", "--mask_span=2"])
     assert (tc.mask_rate, tc.mask_span) == (0.3, 2)
+
+
+def test_the_data_flags_apply_to_the_tokenizer_files_and_split_that_use_them(tmp_path, capsys):
+    """--bpe_vocab_size and --word_cache with the tokenizers that read them, --text_field where --input holds .jsonl
+    or .parquet files (a folder's are listed: not read), --val_tokens with --split=docs, given or the default for
+    such files. Given elsewhere they were ignored without a word."""
+    (tmp_path / "book.txt").write_text("ROMEO: hello\n")
+    (tmp_path / "mixed").mkdir()
+    (tmp_path / "mixed" / "a.txt").write_text("hello\n")
+    (tmp_path / "mixed" / "b.jsonl").write_text('{"body": "hello"}\n')
+    book, mixed = f"--input={tmp_path / 'book.txt'}", f"--input={tmp_path / 'mixed'}"
+    for argv in (["--tokenizer=bpe", "--bpe_vocab_size=4096"], ["--tokenizer=gpt2", "--word_cache=false"],
+                 [mixed, "--text_field=body", "--val_tokens=7"], [book, "--split=docs", "--val_tokens=7"],
+                 ["--preset=shakespeare-bpe", "--tokenizer=char"]):  # the preset's bpe_vocab_size is not refused
+        configure(argv)
+    assert capsys.readouterr().err == ""
+    for argv, said in (([book, "--text_field=body"], "(this run reads no .jsonl or .parquet file)"),
+                       ([book, "--val_tokens=7"], "(this run is --split=tail)"),
+                       ([mixed, "--split=tail", "--val_tokens=7"], "(this run is --split=tail)")):
+        with pytest.raises(UserError) as e:
+            configure(argv)
+        assert f"--{argv[-1][2:].split('=')[0]} applies to" in str(e.value) and said in str(e.value)
 
 
 def test_wandb_names_without_wandb_log_are_noted_not_refused(capsys):
@@ -126,6 +158,7 @@ def test_help_names_the_preset_it_shows_and_where_flags_apply(capsys):
     assert "--muon_lr=0.02   [muon] " in text and "--cross_attn=attention   [seq2seq] " in text
     assert "--task_min_len=4   [seq2seq --task] " in text and "--causal=True   [set by --model] " in text
     assert "--preset=NAME   [--init_from=scratch/auto/hf:] one of" in text
+    assert "--bpe_vocab_size=2048   [--tokenizer=bpe]" in text and "[decoder/encoder/cheater; .jsonl/.parquet]" in text
 
 
 def test_every_rule_is_said_in_one_line_for_every_value_it_refuses():
