@@ -234,7 +234,8 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
 def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
-    notes = flag_scope.check("train.py", explicit, scope_facts(tc))
+    facts = scope_facts(tc)
+    notes = flag_scope.check("train.py", explicit, facts)
     if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
         short = max(1, tc.max_iters // 10)
         notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
@@ -245,23 +246,25 @@ def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
 
 
 def scope_facts(tc: TrainConfig) -> dict:
-    """The facts where train.py's flags apply (common/flag_scope.py): the TrainConfig's, and what data/prepare.py
-    will find in the text: whether --input holds .jsonl or .parquet files (listed by name, none read) and the split
-    (--split, or its default for those files). A seq2seq run reads pairs; an --input that cannot be listed adds
-    neither fact (preparing it says why)."""
-    facts = flag_scope.train_facts(tc)
-    if tc.model == "seq2seq":
-        return facts
+    """The facts where train.py's flags apply (common/flag_scope.py): the TrainConfig's, and for a text model what
+    data/prepare.py will find in the text (input_facts); a seq2seq run reads pairs."""
+    data = {} if tc.model == "seq2seq" else input_facts(tc)
+    return {**flag_scope.train_facts(tc), **data}
+
+
+def input_facts(tc: TrainConfig) -> dict:
+    """Whether --input holds .jsonl or .parquet files (listed by name, none read) and the split (--split, or its
+    default for those files). An --input that cannot be listed adds neither fact (preparing it says why)."""
     if tc.input is None:  # the built-in dataset: Shakespeare's text files
         kinds, n_files = {"txt"}, 0
     else:
         try:
             source = Source.open(tc.input)
         except (DataError, OSError):
-            return {**facts, **({"split": tc.split} if tc.split else {})}
+            return {"split": tc.split} if tc.split else {}
         kinds, n_files = source.kinds, len(source.files)
     split = tc.split or default_split(n_files, kinds, is_shakespeare=tc.input is None)
-    return {**facts, "records": bool(kinds - {"txt"}), "split": split}
+    return {"records": bool(kinds - {"txt"}), "split": split}
 
 
 def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]:
@@ -375,7 +378,8 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
     saved.update({k: v for k, v in explicit.items() if k in saved})
     notes = explicit_accumulation(saved, explicit, "the checkpoint's")
     resumed = TrainConfig(**{**saved, "out_dir": tc.out_dir})
-    notes += flag_scope.check("train.py", explicit, scope_facts(resumed))
+    facts = scope_facts(resumed)
+    notes += flag_scope.check("train.py", explicit, facts)
     if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
         check_schedule(resumed, explicit, "the checkpoint's")
     flag_scope.print_notes(notes)
