@@ -69,10 +69,7 @@ def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
                              f"continue; pass --init_from=resume --out_dir=... with the checkpoint you mean, or "
                              f"another --out_dir")
         mode = "resume" if has[LAST] else "fresh"
-    mode = distributed.gather_objects(mode, d)[0]
-    if mode == "fresh":
-        tc.overwrite = True  # only metrics.jsonl can be there (checked above): the restart replaces it
-    return mode
+    return distributed.gather_objects(mode, d)[0]
 
 
 def check_out_dir(tc: TrainConfig) -> list[str]:
@@ -82,7 +79,10 @@ def check_out_dir(tc: TrainConfig) -> list[str]:
     if problem:
         raise SetupError(f"out_dir={tc.out_dir}: {problem}; choose another --out_dir")
     existing = [f for f in RUN_FILES if os.path.exists(os.path.join(tc.out_dir, f))]
-    if existing and not tc.overwrite:
+    # --init_from=auto starts afresh where no checkpoint is (start_mode) and replaces the metrics of a run that died
+    # before its first; a checkpoint found here after all (written since, by another process) stays
+    replaceable = RUN_FILES if tc.overwrite else (METRICS_FILE,) if tc.init_from == "auto" else ()
+    if any(f not in replaceable for f in existing):
         has_ckpt = any(f in existing for f in (LAST, BEST))
         how = "pass --init_from=resume to continue it, " if has_ckpt else "it has no checkpoint to resume; "
         raise SetupError(f"out_dir={tc.out_dir} already holds a run ({existing[0]}); {how}--overwrite=true to "

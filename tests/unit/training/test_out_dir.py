@@ -37,7 +37,20 @@ def test_a_fresh_run_refuses_an_out_dir_that_holds_a_run_unless_overwrite(tmp_pa
 def test_init_from_auto_resumes_only_a_run_with_its_last_checkpoint(tmp_path, files, mode):
     tc = TrainConfig(out_dir=holding(tmp_path / "run", *files), init_from="auto")
     assert start_mode(tc, Dist()) == mode
-    assert tc.overwrite == (mode == "fresh")  # a fresh start replaces the metrics of a run with no checkpoint
+    if mode == "fresh":  # a fresh start replaces the metrics of a run with no checkpoint
+        assert check_out_dir(tc) == list(files)
+
+
+def test_an_auto_start_keeps_a_checkpoint_written_after_it_chose_to_start_afresh(tmp_path):
+    """Between start_mode's choice and the claim under the lock another process may start, save and finish a run in
+    out_dir: the claim's check then refuses instead of removing that run's checkpoint."""
+    out = holding(tmp_path / "run", METRICS_FILE)
+    tc = TrainConfig(out_dir=out, init_from="auto")
+    assert start_mode(tc, Dist()) == "fresh"
+    holding(tmp_path / "run", LAST)  # written meanwhile
+    with pytest.raises(SetupError, match="already holds a run"):
+        check_out_dir(tc)  # what claim_out_dir runs before it removes anything
+    assert sorted(os.listdir(out)) == sorted([LAST, METRICS_FILE])
 
 
 def test_init_from_auto_refuses_a_best_checkpoint_without_the_last(tmp_path):
