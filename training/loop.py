@@ -337,12 +337,11 @@ def resumed_counts(run, log) -> tuple[int | None, int]:
     no such row is left the tokens are unknown (None, said once) and the skipped updates count from 0."""
     if run.start_step == 0 or log is None:  # rank 0 alone writes the columns
         return 0, 0
-    row = log.resumed_row or {}
-    if row.get("step") == run.start_step and row.get("tokens") is not None:
-        return row["tokens"], row.get("skipped_steps") or 0
-    print(f"note: {log.path} has no row at step {run.start_step} to continue the tokens column from; it stays empty "
-          f"in this run's rows", flush=True)
-    return None, 0
+    row = log.resumed_row if log.resumed_row and log.resumed_row.get("step") == run.start_step else {}
+    if row.get("tokens") is None:
+        print(f"note: {log.path} has no row at step {run.start_step} to continue the tokens column from; it stays "
+              f"empty in this run's rows", flush=True)
+    return row.get("tokens"), row.get("skipped_steps") or 0
 
 
 def stop_here(run, log, bar, done: int, signum: int):

@@ -42,3 +42,21 @@ def test_a_run_with_the_defaults_trains_with_muon_on_the_math_path(corpus, tmp_p
     assert set(ckpt.optimizer) == {"adamw", "muon"}  # both parts saved, so a resume continues both
     losses = [r["train_loss"] for r in metrics(out)]
     assert losses[-1] < losses[0] - 0.3  # it learns (3.57 -> 3.11 in 12 steps when written)
+
+
+def test_a_resume_continues_the_skipped_count_from_its_row_even_without_its_tokens(capsys):
+    """The metrics row at the resumed step gives both running counts; where its tokens are unknown (an earlier part
+    ran without its row) the skipped updates still continue from it."""
+    from types import SimpleNamespace
+
+    from training.loop import resumed_counts
+
+    run = SimpleNamespace(start_step=8)
+    for row, want in [({"step": 8, "tokens": 512, "skipped_steps": 3}, (512, 3)),
+                      ({"step": 8, "tokens": None, "skipped_steps": 3}, (None, 3)),
+                      ({"step": 6, "tokens": 384, "skipped_steps": 3}, (None, 0)),  # not the checkpoint's step
+                      (None, (None, 0))]:
+        assert resumed_counts(run, SimpleNamespace(resumed_row=row, path="metrics.jsonl")) == want, row
+        said = capsys.readouterr().out
+        assert ("no row at step 8" in said) == (want[0] is None)
+    assert resumed_counts(SimpleNamespace(start_step=0), None) == (0, 0)
