@@ -136,16 +136,16 @@ def attention_image(model, tokenizer, text: str, dpi: int = 80):
     return Image.open(buf).convert("RGB")
 
 
-def figure_format(path: str, flag: str) -> str:
+def figure_format(path: str, flag: str | None = None) -> str:
     """The file type path's extension names (png where it has none). One matplotlib cannot write is refused, naming
-    the flag, before anything is drawn."""
+    the flag that gave the path (the commands check theirs before anything is drawn)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     kind = os.path.splitext(path)[1][1:].lower() or "png"
     types = FigureCanvasBase.get_supported_filetypes()  # {extension: description}
     if kind not in types:
-        raise ConfigError(f"--{flag}={path}: matplotlib writes no .{kind} files; give a path ending in .png (or "
-                          f"{', '.join('.' + t for t in sorted(types) if t != 'png')})")
+        raise ConfigError(f"{f'--{flag}=' if flag else ''}{path}: matplotlib writes no .{kind} files; give a path "
+                          f"ending in .png (or {', '.join('.' + t for t in sorted(types) if t != 'png')})")
     return kind
 
 
@@ -154,7 +154,7 @@ def save_figure(fig, path, dpi: int = 110):
     the type its extension names (figure_format); or a binary file object, written as PNG."""
     if isinstance(path, (str, os.PathLike)):
         buf = io.BytesIO()
-        fig.savefig(buf, format=figure_format(os.fspath(path), "out"), dpi=dpi, bbox_inches="tight")
+        fig.savefig(buf, format=figure_format(os.fspath(path)), dpi=dpi, bbox_inches="tight")
         write_atomic(path, lambda f: f.write(buf.getvalue()))
     else:
         fig.savefig(path, format="png", dpi=dpi, bbox_inches="tight")
