@@ -259,25 +259,3 @@ def copy_atomic(src: str, dst: str) -> None:
         with open(src, "rb") as source:
             shutil.copyfileobj(source, f)
     write_atomic(dst, copy, TMP_PREFIX, TMP_SUFFIX, needed=os.path.getsize(src))
-
-
-def remove_stale_temporaries(folder: str) -> None:
-    """A process killed in the middle of save_atomic leaves its temporary file behind; nothing else uses it."""
-    if os.path.isdir(folder):
-        for name in os.listdir(folder):
-            if name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX):
-                os.remove(os.path.join(folder, name))
-
-
-# ---- random state --------------------------------------------------------------------------------------------
-def rng_state(device) -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device) -> None:
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)

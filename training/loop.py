@@ -19,11 +19,12 @@ from tqdm import tqdm
 from common.device import autocast
 from common.errors import SetupError
 from training import distributed, fsdp
-from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, rng_state
+from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic
 from training.evaluate import describe, evaluate, log_extras, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
 from training.mfu import matmul_shapes, mfu, peak_matmul_flops
 from training.optim import step_or_skip
+from training.random_state import rng_state
 from training.stopping import StopRequests, Stopped
 
 
@@ -114,7 +115,8 @@ def save(run, step: int, best: bool) -> None:
     if run.tc.fsdp:
         weights, optim_state = fsdp.full_state(run.model, run.optimizer)
     else:
-        weights, optim_state = clean_state_dict(run.model), run.optimizer.state_dict()
+        optim_state = run.optimizer.state_dict()
+        weights = clean_state_dict(run.model)
     if not run.dist.master:
         return
     ckpt = Checkpoint(weights=weights, model_config=run.config, step=step, data_meta=run.data_meta,

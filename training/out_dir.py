@@ -15,7 +15,7 @@ import shutil
 from common import flag_scope
 from common.errors import SetupError
 from common.files import why_no_folder
-from inference.checkpoint import BEST, LAST, Checkpoint, remove_stale_temporaries
+from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training import distributed
 from training.config import TrainConfig, fresh_checks, resumed_config
@@ -124,6 +124,15 @@ def claim_out_dir(run) -> None:
             shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
     if d.master:
         remove_stale_temporaries(tc.out_dir)
+
+
+def remove_stale_temporaries(folder: str) -> None:
+    """A process killed in the middle of a checkpoint's save (inference/checkpoint.py's save_atomic) leaves its
+    temporary file behind; nothing else uses it."""
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX):
+                os.remove(os.path.join(folder, name))
 
 
 NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP)  # a filesystem (some network and FUSE ones) that cannot lock files

@@ -19,9 +19,10 @@ from model import GPT, GPTConfig, Seq2Seq
 import speed
 from speed import SpeedConfig
 from training import distributed, fsdp, objectives, optim, run_data
-from inference.checkpoint import Checkpoint, set_rng_state
+from inference.checkpoint import Checkpoint
 from training.config import TrainConfig
 from training.evaluate import token_byte_lengths
+from training.random_state import set_rng_state
 
 
 @dataclass

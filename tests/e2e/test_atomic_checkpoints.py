@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from inference import checkpoint
-from inference.checkpoint import clean_state_dict, remove_stale_temporaries, save_atomic
+from inference.checkpoint import clean_state_dict, save_atomic
 from conftest import ROOT, tiny_model
+from training.out_dir import remove_stale_temporaries
 
 
 class Crash(Exception):
@@ -139,7 +140,8 @@ checkpoint.save_atomic({"model": {"w": torch.zeros(3)}, "model_config": {}, "ste
 
 def test_process_killed_at_the_rename(tmp_path):
     """A real death (no exception handler runs): the old checkpoint loads, the orphaned temporary is removed by
-    remove_stale_temporaries, and nothing else in the folder is touched."""
+    training/out_dir.py's remove_stale_temporaries (a run that claims the folder calls it), and nothing else in the
+    folder is touched."""
     path = tmp_path / "ckpt.pt"
     (tmp_path / "notes.txt").write_text("mine")
     r = subprocess.run([sys.executable, "-c", KILL_AT_RENAME, str(path)], cwd=ROOT, capture_output=True, text=True,

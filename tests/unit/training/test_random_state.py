@@ -1,0 +1,28 @@
+"""A saved random state, restored, draws the same numbers again; on a GPU the device's generator is saved too, and a
+state saved on a CPU leaves it alone."""
+import torch
+
+from training.random_state import rng_state, set_rng_state
+
+
+def test_restored_state_draws_the_same_numbers():
+    torch.manual_seed(3)
+    saved = rng_state(torch.device("cpu"))
+    first = torch.rand(5)
+    torch.rand(7)  # the stream moves on
+    set_rng_state(saved, torch.device("cpu"))
+    assert torch.equal(torch.rand(5), first)
+    assert set(saved) == {"torch"}
+
+
+def test_gpu_state_saved_and_restored_beside_the_cpus(monkeypatch):
+    restored = []  # torch.cuda's generator functions answered here: no GPU is asked
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.zeros(16, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: restored.append((state, device)))
+    gpu = torch.device("cuda", 0)
+    saved = rng_state(gpu)
+    assert set(saved) == {"torch", "cuda"}
+    set_rng_state(saved, gpu)
+    assert len(restored) == 1 and restored[0][1] == gpu
+    set_rng_state({"torch": saved["torch"]}, gpu)  # written by a CPU run: the GPU's generator is left as it is
+    assert len(restored) == 1
