@@ -234,15 +234,15 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
 def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
-    facts = scope_facts(tc)
-    notes = flag_scope.check("train.py", explicit, facts)
+    notes = []
     if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
         short = max(1, tc.max_iters // 10)
         notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
                      f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)")
         tc.warmup_iters = short
     check_schedule(tc, explicit, "the preset's")
-    return notes
+    facts = scope_facts(tc)
+    return notes + flag_scope.check("train.py", explicit, facts)
 
 
 def scope_facts(tc: TrainConfig) -> dict:

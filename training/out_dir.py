@@ -46,12 +46,13 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
         block_size = ckpt.model_config.block_size
     else:
-        if tc.init_from == "auto":  # a fresh start, known only now: checked as train.py checks a scratch run
-            flag_scope.print_notes(fresh_checks(tc, explicit))
-        check_out_dir(tc)
         ckpt, block_size = None, GPTConfig(**model_overrides).block_size
     if not tc.init_from.startswith("hf:"):  # an imported model's context is its folder's, read later
         tc.accumulation(block_size, d.world_size)  # a total_batch_size it does not divide: refused before any data
+    if ckpt is None:
+        if tc.init_from == "auto":  # a fresh start, known only now: checked as train.py checks a scratch run
+            flag_scope.print_notes(fresh_checks(tc, explicit))
+        check_out_dir(tc)
     return tc, ckpt
 
 
