@@ -13,6 +13,7 @@ is written last, so a folder without meta.json is simply "not prepared"; a kille
 import hashlib
 import json
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -92,7 +93,25 @@ def prepare(**settings) -> Path:
     with _build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
         if _is_prepared(out, fingerprint):  # another process built it while this one waited
             return out
-        return _build(cfg, t0, root, source, split, out, fingerprint, identity)
+        made_prepared, made = not out.parent.exists(), not out.exists()
+        try:
+            return _build(cfg, t0, root, source, split, out, fingerprint, identity)
+        except DataError:  # a refusal: this input and these settings cannot make the folder, however often tried
+            if made:
+                _remove_refused(out, made_prepared)
+            raise
+
+
+def _remove_refused(out: Path, with_prepared: bool) -> None:
+    """The folder a refused build made, with what it wrote (shards, a BPE file), and prepared/ if the build made that
+    too. A folder that was there before (a killed run's) is kept by the caller: the refusal may be one the user fixes
+    without changing the input (a missing tokenizer package), and then the run resumes from it."""
+    shutil.rmtree(out, ignore_errors=True)
+    if with_prepared:
+        try:
+            out.parent.rmdir()
+        except OSError:  # another process's folder appeared in prepared/ meanwhile
+            pass
 
 
 def _fingerprint(cfg: PrepareConfig, identity: str, kinds: set, split: str) -> dict:

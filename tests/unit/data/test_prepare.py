@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import data.prepare as prep
-from common.errors import ConfigError
+from common.errors import ConfigError, DataError
 from data.config import PrepareConfig
 from data.prepare import prepare
-from data.readers import Source
+from data.readers import Source, stat_fingerprint
 from data.sources import SHAKESPEARE_SHA256
-from data.split import SHAKESPEARE_VAL_WORKS, VAL_SHARE
+from data.split import SHAKESPEARE_VAL_WORKS, VAL_SHARE, is_val_hash
 from data.tokenizer import load_tokenizer, read_meta
 
 
@@ -152,6 +152,38 @@ def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
     (out / "meta.json").write_text(json.dumps(meta))
     prepare(input=src, data_root=tmp_path)
     assert read_meta(out)["fingerprint"]["input_rules"] == prep.INPUT_RULES
+
+
+@pytest.mark.parametrize("name, text, settings, refusal", [
+    ("one.txt", "x", {}, "too few"),  # refused while counting, before any shard
+    ("one.jsonl", '{"text": "just one document"}\n', {"tokenizer": "bpe", "bpe_vocab_size": 300},
+     "the val split .* is empty"),  # refused after the BPE file and the shards are written
+])
+def test_a_refused_preparation_leaves_no_folder(tmp_path, name, text, settings, refusal):
+    assert not is_val_hash("just one document")  # so the one document trains and validation is empty
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DataError, match=refusal):
+        prepare(input=tmp_path / name, data_root=tmp_path / "root", progress=False, **settings)
+    assert not (tmp_path / "root" / "prepared").exists()
+    (tmp_path / "root" / "prepared").mkdir()
+    with pytest.raises(DataError, match=refusal):  # prepared/ was there before: it stays, empty
+        prepare(input=tmp_path / name, data_root=tmp_path / "root", progress=False, **settings)
+    assert not list((tmp_path / "root" / "prepared").iterdir())
+
+
+def test_a_refusal_keeps_a_folder_that_was_there_before(tmp_path):
+    """A killed run's folder is kept: the refusal may be one fixed without changing the input, and then the run
+    resumes from what is in it."""
+    (tmp_path / "one.txt").write_text("x")
+    cfg = PrepareConfig(input=str(tmp_path / "one.txt"), data_root=str(tmp_path))
+    source = Source.open(cfg.input)
+    fingerprint = prep._fingerprint(cfg, stat_fingerprint(source.path, source.files), source.kinds, "tail")
+    out = tmp_path / "prepared" / prep.folder_name(cfg, "tail", fingerprint)
+    out.mkdir(parents=True)
+    (out / "progress.json").write_text("{}")
+    with pytest.raises(DataError, match="too few"):
+        prepare(input=cfg.input, data_root=tmp_path, progress=False)
+    assert (out / "progress.json").exists()
 
 
 def test_huge_vocabulary_is_stored_as_uint32(tmp_path):
