@@ -10,7 +10,8 @@
 
 --html (insight/explorer_html.py) writes one self-contained page, up to 512 tokens; with --wandb_log=true it is
 also logged to wandb as an HTML panel. --induction (insight/induction.py) draws each head's prefix-matching and
-copying scores. With either, the PNG grid is drawn only when --out is given too.
+copying scores. With any of --html, --induction and --induction_curve, the PNG grid is drawn only when --out is
+given too.
 
 A seq2seq checkpoint (train.py --model=seq2seq) shows its cross-attention instead, for --source: the PNG grid is
 target x source per decoder layer and head (and the mean of heads), the page (--html) puts the target's tokens in
@@ -91,7 +92,7 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
         if getattr(vc, flag):
             figure_format(getattr(vc, flag), flag)
     path = path_in(vc.out_dir, vc.ckpt)
-    curve_only = vc.induction_curve and not (vc.html or vc.induction)
+    curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too
     ckpt = None if curve_only else Checkpoint.load(path)
     facts = {"html": bool(vc.html), "wandb_log": vc.wandb_log}
     if ckpt is not None or os.path.isfile(path):

@@ -18,7 +18,7 @@ from common.files import write_atomic
 from common.flags import config_from_argv
 from insight.ablation import agreement, key_effects
 from studies.runs import val_windows
-from inference.checkpoint import Checkpoint, load_for_inference, path_in
+from inference.checkpoint import Checkpoint, path_in
 
 
 @dataclass
@@ -72,11 +72,21 @@ def probe_effects(ac: AttentionLimitsConfig):
     return name, merged(parts), model.config
 
 
-def shakespeare_effects(ac: AttentionLimitsConfig):
-    path = path_in(ac.ckpt_dir, ac.ckpt)
-    model, _, _ = load_for_inference(path, torch.device("cpu"))
+def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
+    """--ckpt_dir's checkpoint, checked before the probe trains: a next-token model (a decoder, or the cheater). An
+    encoder predicts the token at a [MASK], not the next one, so the next token's logit would measure nothing it
+    learned; an encoder-decoder reads pairs, not text."""
+    ckpt = Checkpoint.load(path_in(ac.ckpt_dir, ac.ckpt))
+    if ckpt.objective not in ("decoder", "cheater"):
+        raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a {ckpt.objective} checkpoint; the study measures the "
+                          f"effect on the next token's logit, so give the folder of a decoder (or cheater) run")
+    return ckpt
+
+
+def shakespeare_effects(ac: AttentionLimitsConfig, ckpt: Checkpoint):
+    model = ckpt.build_model(torch.device("cpu")).eval()
     T = model.config.block_size
-    windows = val_windows(Checkpoint.load(path), T, ac.windows)  # (N, T + 1)
+    windows = val_windows(ckpt, T, ac.windows)  # (N, T + 1)
     queries = list(range(ac.query_every - 1, T, ac.query_every))
     parts = [key_effects(model, w[:-1].unsqueeze(0), w[1:], queries) for w in windows]
     cfg = model.config
@@ -124,9 +134,10 @@ def main(argv) -> None:
         return
     from insight.probe_report import save_png
 
+    ckpt = text_checkpoint(ac)  # refused now, not after the probe has trained
     torch.manual_seed(ac.seed)
     effects = {}
-    for source in (probe_effects, shakespeare_effects):
+    for source in (probe_effects, lambda ac: shakespeare_effects(ac, ckpt)):
         name, results, _ = source(ac)
         effects[name] = (results, agreement(results))
         print(f"{name}: " + ", ".join(f"layer {k} rho {v['rho']:.2f}" for k, v in effects[name][1]["layers"].items()),

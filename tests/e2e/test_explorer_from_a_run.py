@@ -77,6 +77,18 @@ def test_visualize_draws_the_induction_heatmap_and_curve(decoder_run, tmp_path):
         visualize.main([f"--out_dir={tmp_path}", f"--induction_curve={curve}"])
 
 
+def test_the_induction_curve_draws_the_attention_grid_too_when_out_is_given(decoder_run, tmp_path):
+    import visualize
+
+    curve, grid = tmp_path / "curve.png", tmp_path / "grid.png"
+    visualize.main([f"--out_dir={decoder_run}", f"--induction_curve={curve}", f"--out={grid}", "--text=ROMEO:"])
+    assert is_png(curve) and is_png(grid)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    visualize.main([f"--out_dir={decoder_run}", f"--induction_curve={alone / 'curve.png'}"])
+    assert [p.name for p in alone.iterdir()] == ["curve.png"]  # no --out: the curve alone, as before
+
+
 def test_wandb_gets_the_page_as_an_html_panel(decoder_run, tmp_path, monkeypatch):
     """A stand-in wandb module records what visualize.py logs (the real one is tested in tests/e2e/test_wandb.py)."""
     import sys

@@ -3,6 +3,8 @@ tables, results and figures."""
 import json
 import math
 
+import pytest
+
 from conftest import is_png, tiny_args
 
 
@@ -23,6 +25,23 @@ def test_attention_study_writes_table_and_picture(corpus, tmp_path):
                      "Shakespeare": {"0.0", "0.1", "1.0", "1.1"}}  # the tiny run: 2 layers x 2 heads
     assert all(-1 <= v["rho"] <= 1 and 0 <= v["top1"] <= 1 for h in heads.values() for v in h.values())
     assert (out / "agreement.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_attention_study_refuses_a_checkpoint_without_a_next_token_before_training_its_probe(corpus, seq2seq_run,
+                                                                                             tmp_path, monkeypatch):
+    import compare
+    import train
+    from common.errors import ConfigError
+    from insight import probe_fit
+
+    encoder = tmp_path / "encoder"
+    train.main(tiny_args(corpus, encoder, "--model=encoder", "--max_iters=2", "--eval_interval=2"))
+    monkeypatch.setattr(probe_fit, "fit", lambda *a, **k: pytest.fail("the probe trained before the refusal"))
+    for run, kind in ((encoder, "encoder"), (seq2seq_run, "seq2seq")):
+        out = tmp_path / f"limits-{kind}"
+        with pytest.raises(ConfigError, match=f"holds a {kind} checkpoint; .* decoder \\(or cheater\\) run"):
+            compare.main(["--study=attention", f"--ckpt_dir={run}", f"--out={out}", "--probe_steps=5"])
+        assert not out.exists()
 
 
 def test_positional_study_end_to_end(corpus, tmp_path):

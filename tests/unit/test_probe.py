@@ -9,6 +9,28 @@ def test_probe_py_refuses_an_unknown_task(tmp_path):
         probe.main([f"--out={tmp_path}", "--tasks=copy,sort"])
 
 
+@pytest.mark.parametrize("flags, msg", [
+    (["--tasks=induction", "--induction_n=40"], r"^induction_n=40: the induction task makes sizes 2\.\.32; "),
+    (["--tasks=recall", "--recall_n=17"], r"^recall_n=17: the recall task makes sizes 1\.\.16; "),
+    (["--tasks=induction", "--induction_n=1"], r"^induction_n=1: the induction task makes sizes 2\.\.32; "),
+    (["--tasks=induction", "--models=encoder"], r"^tasks='induction' have no encoder form, and models='encoder'")])
+def test_probe_py_refuses_a_size_its_task_cannot_make_and_an_empty_grid_before_writing(tmp_path, flags, msg):
+    import probe
+    from common.errors import ConfigError
+
+    out = tmp_path / "p"
+    with pytest.raises(ConfigError, match=msg):
+        probe.main([f"--out={out}", "--pos_embs=rope", "--steps=1", "--n_embd=16", "--n_head=2", "--eval_batches=1",
+                    *flags])
+    assert not out.exists()
+
+
+def test_probe_py_leaves_the_size_of_a_task_it_does_not_run_alone():
+    import probe
+
+    assert probe.ProbeConfig(tasks="copy", induction_n=40, models="encoder").induction_n == 40
+
+
 @pytest.mark.parametrize("flag, code", [("--help", 0), ("--stpes=3", 2)])
 def test_probe_py_answers_help_and_a_mistyped_flag_without_torch(flag, code):
     """A fresh process in which importing torch fails: --help and the unknown flag's one line come first."""
