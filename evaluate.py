@@ -5,7 +5,7 @@
     python evaluate.py --text=book.txt --stride=64 --out=report.json         # perplexity, and the report as JSON
 
 A task file is JSON lines in HellaSwag's own format (ctx, endings, label: its files load unchanged) or as
-{"context", "choices", "label"}; each is reported as acc, acc_norm (per UTF-8 byte) and acc_token (per token), with
+{"context", "choices", "label"}; each is reported as acc, acc_norm (per character) and acc_token (per token), with
 standard errors (inference/tasks.py, inference/choices.py). Nothing is downloaded: you bring the files. The
 defaults compute in float32 on any device, so the figures compare with other tools' and between machines.
 """

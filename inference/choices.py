@@ -1,7 +1,7 @@
 """Multiple choice: each choice's log-probability given its item's context, and the accuracies (docs/evaluation.md).
 
 A choice's score is the sum of its tokens' log-probabilities given the context. acc picks the highest sum; acc_norm
-the highest sum divided by the choice's length in UTF-8 bytes as written (lm-evaluation-harness's normalisation);
+the highest sum divided by the choice's length in characters as written (lm-evaluation-harness's normalisation);
 acc_token the highest mean per token (llm.c's). Each comes with its standard error over the items (the sample
 standard deviation / sqrt(n)). A tie goes to the first choice.
 
@@ -59,7 +59,7 @@ def score_task(model, items: list[Encoded], batch_tokens: int | None = None,
     for item, logprobs in zip(items, sums):
         out_items.append({
             "label": item.label, "pred": first_max(logprobs),
-            "pred_norm": first_max([s / b for s, b in zip(logprobs, item.n_bytes)]),
+            "pred_norm": first_max([s / c for s, c in zip(logprobs, item.n_chars)]),
             "pred_token": first_max([s / n for s, n in zip(logprobs, item.n_tokens)]),
             "logprobs": logprobs})
     report = {"n": len(items), "cut": sum(item.cut for item in items),

@@ -44,7 +44,7 @@ class Encoded:
     """An item as token rows: one per choice, the context's tail then the choice's tokens."""
     rows: list[list[int]]  # at most block_size + 1 ids each: the input is row[:-1], the targets row[1:]
     n_tokens: list[int]  # each choice's tokens: the last n_tokens of its row are scored
-    n_bytes: list[int]  # each choice's UTF-8 bytes as written in the file (without the space put before it)
+    n_chars: list[int]  # each choice's characters as written in the file (without the space put before it)
     label: int
     cut: bool  # the context lost its first tokens to fit the block
 
@@ -142,6 +142,6 @@ def encode_task(task: Task, tokenizer, block_size: int) -> list[Encoded]:
             keep = block_size + 1 - len(choice)  # context tokens that fit (>= 1): its last ones
             cut |= len(context) > keep
             rows.append(context[-keep:] + choice)
-        out.append(Encoded(rows, [len(c) for c in choices], [len(c.encode("utf-8")) for c in item.choices],
+        out.append(Encoded(rows, [len(c) for c in choices], [len(c) for c in item.choices],
                            item.label, cut))
     return out

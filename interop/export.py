@@ -76,13 +76,21 @@ def model_card(ckpt: Checkpoint, arch: str) -> str:
             f"Contexts longer than {cfg.block_size} tokens were never trained.\n")
 
 
+def check_folder(folder: str, overwrite: bool = False) -> None:
+    """Refuses (one line) a --to the export would not write: a file, or a folder with files in it unless
+    overwrite."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UserError(f"--to={folder} is a file, not a folder; give the folder to write the Hugging Face model in")
+    if os.path.isdir(folder) and os.listdir(folder) and not overwrite:
+        raise UserError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
+
+
 def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
     """Writes the checkpoint as a Hugging Face folder: in a temporary folder first, renamed into place when complete."""
     model = ckpt.build_model("cpu")
     target = hf_target(model.config)
     folder = os.path.abspath(folder)
-    if os.path.exists(folder) and os.listdir(folder) and not overwrite:
-        raise UserError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
+    check_folder(folder, overwrite)
     with disk_errors(folder, needed=tensor_bytes(model.state_dict())):  # a full disk: one line, no partial folder
         write_folder(ckpt, model, target, folder)
 
@@ -121,11 +129,18 @@ def main(argv) -> None:
                         f"Hugging Face's encoder-decoders (T5, BART, Marian) differ from it in their positions and "
                         f"norms, and llama.cpp runs decoders only, so no file would compute this model. Use it "
                         f"here: python sample.py --out_dir={ec.out_dir} --source=...")
+    if ec.to:  # every target is checked before any is written: a refusal leaves no file behind
+        hf_target(ckpt.model_config)
+        check_folder(os.path.abspath(ec.to), ec.overwrite)
+    if ec.to_gguf:
+        from interop.gguf_file import check_gguf  # here: only GGUF export needs the gguf package
+
+        check_gguf(ckpt, ec.to_gguf, ec.gguf_dtype, ec.overwrite)
     if ec.to:
         export(ckpt, ec.to, ec.overwrite)
         print(f"exported {path} to {os.path.abspath(ec.to)}: pipeline('text-generation', model='{ec.to}') runs it")
     if ec.to_gguf:
-        from interop.gguf_file import export_gguf  # here: only GGUF export needs the gguf package
+        from interop.gguf_file import export_gguf
 
         export_gguf(ckpt, ec.to_gguf, ec.gguf_dtype, ec.overwrite)
         print(f"exported {path} to {os.path.abspath(ec.to_gguf)}: llama_cpp.Llama(model_path='{ec.to_gguf}') runs it")

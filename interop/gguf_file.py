@@ -23,6 +23,7 @@ rows the model does not have, and characters that would stop generation.
 
 Shapes: GGUF lists dimensions innermost first; the writer takes torch's (out, in) arrays and reverses them.
 """
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -40,6 +41,7 @@ DTYPES = ("f32", "f16")
 LN_EPS = 1e-5  # nn.LayerNorm's default, which our model uses
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3  # llama.cpp's token types: an ordinary token, a special one (<|endoftext|>)
 TOKEN_USER_DEFINED = 4  # matched in the text whole and written back as its text, as our [MASK] is
+NO_GGUF = "GGUF export needs the gguf package: pip install gguf"  # an optional dependency
 
 
 def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:
@@ -98,7 +100,7 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
     try:
         import gguf
     except ImportError:
-        raise UserError("GGUF export needs the gguf package: pip install gguf") from None
+        raise UserError(NO_GGUF) from None
     cfg = model.config
     hf_target(cfg)  # the levers no class expresses: the same one-line refusals as the Hugging Face export
     refusal = gguf_refusal(cfg, tokenizer.name, dtype)
@@ -141,14 +143,25 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
             write_atomic(path, lambda f: shutil.copyfileobj(src, f), suffix=".gguf")
 
 
-def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:
-    """The checkpoint's model and tokenizer as one GGUF file at path."""
+def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:
+    """Refuses (one line) a GGUF export of the checkpoint to path before anything is written: a folder at path, a
+    file there unless overwrite, a model or tokenizer llama.cpp cannot run (without loading the tokenizer: a char
+    vocabulary is refused, not loaded)."""
+    if os.path.isdir(path):
+        raise UserError(f"--to_gguf={path} is a folder; give the path of the .gguf file to write")
     if os.path.exists(path) and not overwrite:
         raise UserError(f"{path} already exists; pass --overwrite=true or another --to_gguf")
-    model = ckpt.build_model("cpu").eval()
-    hf_target(model.config)
-    refusal = gguf_refusal(model.config, ckpt.data_meta.get("tokenizer"), dtype)
-    if refusal:  # before loading the tokenizer: a char vocabulary is refused, not loaded
+    hf_target(ckpt.model_config)
+    refusal = gguf_refusal(ckpt.model_config, ckpt.data_meta.get("tokenizer"), dtype)
+    if refusal:
         raise UserError(refusal)
+    if importlib.util.find_spec("gguf") is None:
+        raise UserError(NO_GGUF)
+
+
+def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:
+    """The checkpoint's model and tokenizer as one GGUF file at path."""
+    check_gguf(ckpt, path, dtype, overwrite)
+    model = ckpt.build_model("cpu").eval()
     with disk_errors(path, needed=2 * tensor_bytes(model.state_dict())):  # the draft, then the file beside it
         write_gguf(model, ckpt.tokenizer(), path, dtype)  # [MASK] included when the model has it

@@ -84,7 +84,8 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
     """A local GPT-2 or GPT-NeoX folder -> our GPT (bias=True), in eval mode, float32 as stored. dropout is ours to
     choose: it changes how it trains, not what it computes. (The name is older than the GPT-NeoX mapping; load_hf is
     the same function.)"""
-    hf = read_json(config_path(folder), "a model config")
+    path = config_path(folder)
+    hf = read_json(path, "a model config")
     mapping = BY_MODEL_TYPE.get(hf.get("model_type")) if isinstance(hf.get("model_type"), str) else None
     if mapping is None:
         raise UserError(f"this Hugging Face model cannot be imported: model_type={hf.get('model_type')!r}, only "
@@ -94,13 +95,13 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
     except UserError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a field missing or of the wrong type
-        raise UserError(f"{config_path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
+        raise UserError(f"{path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
                         f"{str(e)[:100]})") from None
     weights = read_hf_weights(folder)
     wanted = sum(p.numel() for p in meta_model(cfg).parameters())  # the size config.json asks for, unallocated
     held = sum(t.numel() for t in weights.values())
     if wanted > 2 * held:  # (a tied head may be stored once or twice; nothing else is shared)
-        raise UserError(f"{config_path} describes {wanted:,} parameters but the weights hold {held:,}: the folder's "
+        raise UserError(f"{path} describes {wanted:,} parameters but the weights hold {held:,}: the folder's "
                         f"files do not belong together")
     try:
         return mapping.from_hf_state_dict(cfg, weights).eval()
@@ -126,7 +127,7 @@ def tokenizer_meta(folder: str, vocab_size: int) -> dict:
     if vocab_size == GPT2_VOCAB:  # OpenAI's GPT-2 and its fine-tunes: our gpt2 tokenizer is the same BPE
         return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB, "eot_id": GPT2_EOT_ID}
     raise UserError(f"{folder} has a {vocab_size}-token vocabulary and no {TOKENIZER_META}: no tokenizer this "
-                     f"project can run; load the weights alone with model.import_hf.load_hf_gpt2(folder)")
+                     f"project can run; load the weights alone with interop.import_hf.load_hf_gpt2(folder)")
 
 
 def folder_tokenizer(folder: str, vocab_size: int) -> tuple[dict, int | None]:

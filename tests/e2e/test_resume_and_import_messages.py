@@ -5,7 +5,8 @@ import pytest
 
 import train
 from common import cli
-from conftest import metrics, tiny_args
+from common.errors import UserError
+from conftest import metrics, tiny_args, tiny_model
 from inference.checkpoint import Checkpoint
 from training import distributed
 
@@ -139,3 +140,37 @@ def test_a_resumed_runs_flags_are_checked_against_its_checkpoint(corpus, tmp_pat
     before = files_of(out)
     assert said in refused(tiny_args(corpus, out, "--max_iters=4", "--init_from=resume", *extra), capsys)
     assert files_of(out) == before and metrics(out)[-1]["step"] == 2
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda c: c.pop("n_embd"), "is not a gpt2 config this code can read (KeyError: 'n_embd')"),
+    (lambda c: c.update(n_layer=40), "parameters but the weights hold"),
+])
+def test_an_import_refusal_of_a_config_names_its_file(tmp_path, change, said):
+    """It named the function that finds the file: "<function config_path at 0x...> is not a gpt2 config"."""
+    import json
+
+    from exports import as_checkpoint
+    from interop.export import export
+    from interop.import_hf import load_hf_gpt2
+
+    export(as_checkpoint(tiny_model(pos_emb="learned")), tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    config = json.loads(path.read_text())
+    change(config)
+    path.write_text(json.dumps(config))
+    with pytest.raises(UserError) as e:
+        load_hf_gpt2(str(tmp_path / "hf"))
+    assert str(e.value).startswith(f"{path} ") and said in str(e.value)
+
+
+def test_a_folder_without_a_tokenizer_names_the_function_that_loads_its_weights(tmp_path):
+    from exports import as_checkpoint
+    from interop.export import TOKENIZER_META, export
+    from interop.import_hf import load_hf_gpt2, tokenizer_meta
+
+    export(as_checkpoint(tiny_model(pos_emb="learned")), tmp_path / "hf")
+    (tmp_path / "hf" / TOKENIZER_META).unlink()
+    with pytest.raises(UserError, match=r"load the weights alone with interop\.import_hf\.load_hf_gpt2\(folder\)$"):
+        tokenizer_meta(str(tmp_path / "hf"), 37)
+    assert load_hf_gpt2(str(tmp_path / "hf")).config.vocab_size == 37  # what the message offers works

@@ -91,7 +91,7 @@ def uniform_model():
 
 def test_each_metric_picks_what_its_normalisation_says_on_a_uniform_model():
     """With every token at -log V, a choice of b characters (b + 1 tokens with its space) sums to -(b + 1) log V:
-    acc picks the shortest choice, acc_norm (per byte: -(b + 1) / b log V) the longest, and acc_token (per token:
+    acc picks the shortest choice, acc_norm (per character: -(b + 1) / b log V) the longest, and acc_token (per token:
     -log V for all) ties, which goes to the first choice."""
     tok = CharTokenizer(" abcdefghij")
     lines = [{"context": "abc", "choices": ["abcd", "ab", "abcdefg"], "label": 1},  # shortest right: acc only

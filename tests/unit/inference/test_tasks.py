@@ -81,7 +81,7 @@ def test_context_and_choice_are_tokenized_apart_the_choice_after_a_space():
     context = tok.encode("The cat sat on the")
     assert enc.rows == [context + tok.encode(" mat."), context + tok.encode(" ça va")]
     assert enc.n_tokens == [len(tok.encode(" mat.")), len(tok.encode(" ça va"))]
-    assert enc.n_bytes == [4, 6] and enc.label == 0 and not enc.cut  # UTF-8 bytes as written: ç is two
+    assert enc.n_chars == [4, 5] and enc.label == 0 and not enc.cut  # characters as written: ç is one
 
 
 def test_a_long_context_keeps_its_last_tokens_and_a_choice_longer_than_the_block_is_refused():
@@ -89,7 +89,7 @@ def test_a_long_context_keeps_its_last_tokens_and_a_choice_longer_than_the_block
     item = read_item({"context": "abcdefghij", "choices": ["ab", "abcdef"], "label": 1})
     (enc,) = encode_task(Task("t", "t.jsonl", [item]), tok, block_size=8)
     assert [tok.decode(r) for r in enc.rows] == ["efghij ab", "ij abcdef"]  # block_size + 1 tokens each
-    assert enc.cut and enc.n_tokens == [3, 7] and enc.n_bytes == [2, 6]
+    assert enc.cut and enc.n_tokens == [3, 7] and enc.n_chars == [2, 6]
     short = encode_task(Task("t", "t.jsonl", [read_item({"context": "ab", "choices": ["a", "b"], "label": 0})]),
                         tok, block_size=8)
     assert not short[0].cut

@@ -4,22 +4,28 @@ tokenizer's (data/mask_token.py): every tool sees as many tokens as the model ha
 import, for the char, gpt2 and a trained BPE tokenizer. (llama.cpp reads the same GGUF file in
 tests/e2e/test_gguf_in_llama_cpp.py.)"""
 import json
+import os
 import shutil
 
 import numpy as np
 import pytest
 import torch
 
+from common import cli
 from conftest import tiny_model
+from data.mask_token import MASK_TEXT, with_mask_token
+from data.tokenizer import CharTokenizer, gpt2_tokenizer, ranks_to_bytes
+from exports import ATOL, CHARS, as_checkpoint, perturb, read_gguf, small_bpe
+from inference.checkpoint import Checkpoint
+from interop.export import TOKENIZER_META, export, main as export_main
+from interop.import_hf import check_same_tokenizer, import_checkpoint
 
-transformers = pytest.importorskip("transformers")
 
-from data.mask_token import MASK_TEXT, with_mask_token  # noqa: E402
-from data.tokenizer import CharTokenizer, gpt2_tokenizer, ranks_to_bytes  # noqa: E402
-from exports import ATOL, CHARS, as_checkpoint, perturb, read_gguf, small_bpe  # noqa: E402
-from inference.checkpoint import Checkpoint  # noqa: E402
-from interop.export import TOKENIZER_META, export  # noqa: E402
-from interop.import_hf import check_same_tokenizer, import_checkpoint  # noqa: E402
+@pytest.fixture
+def transformers():
+    """Hugging Face's own classes, for the tests that read the export with them (the others run without)."""
+    return pytest.importorskip("transformers")
+
 
 TEXTS = {"char": "!#[MASK]$%&[MASK]", "bpe": "the [MASK] night, ça va?[MASK]", "gpt2": "the [MASK] night, ça va?[MASK]"}
 
@@ -42,7 +48,8 @@ def masked_checkpoint(folder, kind, **overrides):
 
 
 @pytest.mark.parametrize("kind, pos_emb", [("char", "learned"), ("bpe", "rope"), ("gpt2", "rope")])
-def test_a_mask_token_decoder_exports_to_hf_with_a_tokenizer_of_the_model_size(tmp_path, kind, pos_emb):
+def test_a_mask_token_decoder_exports_to_hf_with_a_tokenizer_of_the_model_size(tmp_path, kind, pos_emb,
+                                                                               transformers):
     ckpt, ours = masked_checkpoint(tmp_path, kind, pos_emb=pos_emb)
     export(ckpt, tmp_path / "hf")
     config = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
@@ -113,7 +120,7 @@ def test_no_bpe_token_is_the_mask_text():
         assert not [t for t in tok.encoding._mergeable_ranks if MASK_TEXT.encode() in t]
 
 
-def test_a_bpe_checkpoint_exports_the_merges_it_carries_after_its_data_folder_is_gone(tmp_path):
+def test_a_bpe_checkpoint_exports_the_merges_it_carries_after_its_data_folder_is_gone(tmp_path, transformers):
     """A checkpoint carries its bpe merges (data.tokenizer.carry_tokenizer): the export needs no data folder, and
     the checkpoint imported from the export needs no Hugging Face folder."""
     from data.tokenizer import carry_tokenizer
@@ -130,3 +137,33 @@ def test_a_bpe_checkpoint_exports_the_merges_it_carries_after_its_data_folder_is
     imported = import_checkpoint(tmp_path / "hf", tmp_path / "run")
     shutil.rmtree(tmp_path / "hf")  # the import carries the merges too
     assert Checkpoint.load(imported).tokenizer().encode(TEXTS["bpe"]) == ids
+
+
+def test_the_export_command_checks_every_target_before_it_writes_one(tmp_path, capsys):
+    """--to and --to_gguf together: a GGUF refusal (here a char tokenizer) comes before the Hugging Face folder is
+    written, so a refused command leaves nothing behind."""
+    as_checkpoint(tiny_model()).save(str(tmp_path / "ckpt_best.pt"))  # a char vocabulary: GGUF refuses it
+    argv = [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", f"--to_gguf={tmp_path / 'm.gguf'}"]
+    assert cli.run(export_main, argv) == 2
+    err = capsys.readouterr().err
+    assert "char tokenizer cannot be exported to GGUF" in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == ["ckpt_best.pt"]
+
+
+def test_the_export_command_refuses_a_file_for_a_folder_and_a_folder_for_a_file(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    tok = small_bpe()
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
+    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
+    as_checkpoint(tiny_model(vocab_size=tok.vocab_size), meta, data_dir=str(tmp_path)).save(
+        str(tmp_path / "ckpt_best.pt"))
+    (tmp_path / "a_file").write_text("kept")
+    (tmp_path / "a_folder").mkdir()
+    for target, blame in [("--to=a_file", "is a file"), ("--to_gguf=a_folder", "is a folder")]:
+        flag, name = target.split("=")
+        argv = [f"--out_dir={tmp_path}", f"{flag}={tmp_path / name}", "--overwrite=true"]
+        assert cli.run(export_main, argv) == 2
+        err = capsys.readouterr().err
+        assert blame in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "a_file").read_text() == "kept" and not os.listdir(tmp_path / "a_folder")
+    assert sorted(os.listdir(tmp_path)) == ["a_file", "a_folder", "bpe.tiktoken", "ckpt_best.pt"]
