@@ -26,6 +26,7 @@ The pictures are drawn by insight/attention_figures.py; what they show and do no
 """
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -61,23 +62,40 @@ def main(argv) -> None:
         print(help_text((VisualizeConfig,), {}, tags=flag_scope.tags("visualize.py")))
         return
     vc, given, ckpt = checked(argv)
-    from insight.attention_figures import attention_figure, save_figure  # matplotlib: once the flags are good
+    for write in drawn(vc, given, ckpt):  # every output drawn first: one that is refused leaves no file behind
+        write()
 
-    if vc.induction_curve:
-        write_induction_curve(vc)
-        if ckpt is None:
-            return
+
+def drawn(vc: VisualizeConfig, given: set, ckpt: Checkpoint | None) -> list[Callable[[], None]]:
+    """Every output the flags ask for, drawn (and so checked: a text too long for one is refused here) -> the
+    writes of their files, in order: the curve, the page, the induction heatmap, the grid."""
+    from insight.attention_figures import attention_figure  # matplotlib: once the flags are good
+
+    writes = [figure_write(induction_curve(vc), vc.induction_curve)] if vc.induction_curve else []
+    if ckpt is None:
+        return writes
     model, tokenizer = ckpt.build_model(torch.device(vc.device)).eval(), ckpt.tokenizer()
     if ckpt.objective == "seq2seq":
-        return write_cross(vc, model, tokenizer, png=not vc.html or "out" in given)
+        return writes + drawn_cross(vc, model, tokenizer, png=not vc.html or "out" in given)
     if vc.html:
         from insight.explorer_html import explorer_html
 
-        write_html(vc, model, explorer_html(model, tokenizer, vc.text, vc.html_max_tokens))
+        writes.append(html_write(vc, model, explorer_html(model, tokenizer, vc.text, vc.html_max_tokens)))
     if vc.induction:
-        write_induction(vc, model, tokenizer)
+        writes.append(figure_write(induction_heatmap(model, tokenizer), vc.induction))
     if not (vc.html or vc.induction) or "out" in given:
-        print(f"wrote {save_figure(attention_figure(model, tokenizer, vc.text, vc.max_tokens), vc.out)}")
+        writes.append(figure_write(attention_figure(model, tokenizer, vc.text, vc.max_tokens), vc.out))
+    return writes
+
+
+def figure_write(fig, path: str) -> Callable[[], None]:
+    from insight.attention_figures import save_figure
+
+    return lambda: print(f"wrote {save_figure(fig, path)}")
+
+
+def html_write(vc: VisualizeConfig, model, page: str) -> Callable[[], None]:
+    return lambda: write_html(vc, model, page)
 
 
 def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
@@ -103,24 +121,23 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     return vc, set(explicit), ckpt
 
 
-def write_cross(vc: VisualizeConfig, model, tokenizer, png: bool) -> None:
-    """A seq2seq checkpoint: its cross-attention for --source, as the page and/or the PNG grid. Each is limited to
-    its own token count (--html_max_tokens, --max_tokens), a generated target as well."""
+def drawn_cross(vc: VisualizeConfig, model, tokenizer, png: bool) -> list[Callable[[], None]]:
+    """A seq2seq checkpoint: its cross-attention for --source, as the page and/or the PNG grid -> their writes.
+    Each is limited to its own token count (--html_max_tokens, --max_tokens), a generated target as well."""
+    from insight.attention_figures import cross_attention_figure
     from insight.cross_attention import cross_attention_view
+    from insight.explorer_html import cross_explorer_html
 
     if not vc.source:
         raise FlagError("a seq2seq checkpoint is drawn as its cross-attention for a source; give --source=TEXT")
-    # both views first: a source one of them refuses writes neither file
-    page_view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens) if vc.html else None
-    png_view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.max_tokens) if png else None
-    if page_view is not None:
-        from insight.explorer_html import cross_explorer_html
-
-        write_html(vc, model, cross_explorer_html(model, page_view))
-    if png_view is not None:
-        from insight.attention_figures import cross_attention_figure, save_figure
-
-        print(f"wrote {save_figure(cross_attention_figure(model, png_view), vc.out)}")
+    writes = []
+    if vc.html:
+        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens)
+        writes.append(html_write(vc, model, cross_explorer_html(model, view)))
+    if png:
+        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.max_tokens)
+        writes.append(figure_write(cross_attention_figure(model, view), vc.out))
+    return writes
 
 
 def write_html(vc: VisualizeConfig, model, page: str) -> None:
@@ -149,18 +166,20 @@ def run_metrics(out_dir: str) -> list[dict]:
         raise UserError(f"{out_dir} has no metrics.jsonl; give the folder of a training run (--out_dir)") from None
 
 
-def write_induction_curve(vc: VisualizeConfig) -> None:
-    from insight.attention_figures import induction_curve_figure, save_figure
+def induction_curve(vc: VisualizeConfig):
+    """The run's logged induction score against its loss, as a Figure."""
+    from insight.attention_figures import induction_curve_figure
 
     rows = run_metrics(vc.out_dir)
     if not any(r.get("induction_score") is not None for r in rows):
         raise UserError(f"the run in {vc.out_dir} logged no induction score; train with --log_induction=true")
     title = f"{vc.out_dir}: the best head's induction score at each evaluation, and the loss"
-    print(f"wrote {save_figure(induction_curve_figure(rows, title), vc.induction_curve)}")
+    return induction_curve_figure(rows, title)
 
 
-def write_induction(vc: VisualizeConfig, model, tokenizer) -> None:
-    from insight.attention_figures import induction_figure, save_figure
+def induction_heatmap(model, tokenizer):
+    """Each head's induction scores, layer x head, as a Figure."""
+    from insight.attention_figures import induction_figure
     from insight.induction import induction_scores, special_ids
 
     scores = induction_scores(model, avoid=special_ids(tokenizer))
@@ -168,7 +187,7 @@ def write_induction(vc: VisualizeConfig, model, tokenizer) -> None:
     cfg = model.config
     title = (f"induction scores on a repeated random sequence: {cfg.n_layer} layers x {cfg.n_head} heads, "
              f"pos_emb={cfg.pos_emb}; best head {layer}.{head} (prefix {best:.2f})")
-    print(f"wrote {save_figure(induction_figure(scores.prefix, scores.copy, title), vc.induction)}")
+    return induction_figure(scores.prefix, scores.copy, title)
 
 
 def entry() -> int:

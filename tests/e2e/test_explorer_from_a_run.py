@@ -183,3 +183,30 @@ def test_a_source_one_view_refuses_writes_neither_file(seq2seq_run, tmp_path, ca
     assert cli.run(visualize.main, flags) == 2
     assert "at most 4 can be shown" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+# the outputs visualize.py writes in order (curve, page, heatmap, grid), each with one a later one refuses
+REFUSED_LATER = {
+    "page, then a grid over --max_tokens": (["--html=h.html", "--out=g.png", "--text=ROMEOROMEORO", "--max_tokens=10"],
+                                            "a figure shows at most --max_tokens=10"),
+    "heatmap, then a grid over --max_tokens": (["--induction=i.png", "--out=g.png", "--text=ROMEOROMEORO",
+                                                "--max_tokens=10"], "a figure shows at most --max_tokens=10"),
+    "curve, then a grid over --max_tokens": (["--induction_curve=c.png", "--out=g.png", "--text=ROMEOROMEORO",
+                                              "--max_tokens=10"], "a figure shows at most --max_tokens=10"),
+    "curve, then a page over the context": (["--induction_curve=c.png", "--html=h.html", "--text=" + "ROMEO" * 4],
+                                            "this model's context is 16"),
+}
+
+
+@pytest.mark.parametrize("flags, message", REFUSED_LATER.values(), ids=REFUSED_LATER.keys())
+def test_an_output_refused_after_another_writes_neither(decoder_run, tmp_path, monkeypatch, capsys, flags, message):
+    """Every output is checked before the first is written: a refused command leaves no file, whichever output
+    comes first in the order they are written."""
+    from common import cli
+    import visualize
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(visualize.main, [f"--out_dir={decoder_run}", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.iterdir())
