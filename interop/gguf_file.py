@@ -96,6 +96,14 @@ def _add_tokenizer(writer, tokenizer) -> None:
     writer.add_add_bos_token(False)  # our prompts start with what the user typed
 
 
+def check_token_count(n_tokens: int, vocab_size: int) -> None:
+    """Refuses (one line) a tokenizer of another size than the model's embedding: llama.cpp takes the embedding's
+    rows from the token list."""
+    if n_tokens != vocab_size:
+        raise UserError(f"the tokenizer has {n_tokens} tokens but the model {vocab_size} embedding rows; a GGUF file "
+                        f"holds one row per token: export with the tokenizer the model was trained with")
+
+
 def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "small-gpt") -> None:
     try:
         import gguf
@@ -106,10 +114,7 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
     refusal = gguf_refusal(cfg, tokenizer.name, dtype)
     if refusal:
         raise UserError(refusal)
-    if tokenizer.vocab_size != cfg.vocab_size:  # llama.cpp takes the embedding's rows from the token list
-        raise UserError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model {cfg.vocab_size} embedding "
-                        f"rows; a GGUF file holds one row per token: export with the tokenizer the model was "
-                        f"trained with")
+    check_token_count(tokenizer.vocab_size, cfg.vocab_size)
     arch = ARCHS[cfg.pos_emb]
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -145,8 +150,8 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
 
 def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:
     """Refuses (one line) a GGUF export of the checkpoint to path before anything is written: a folder at path, a
-    file there unless overwrite, a model or tokenizer llama.cpp cannot run (without loading the tokenizer: a char
-    vocabulary is refused, not loaded)."""
+    file there unless overwrite, a model or tokenizer llama.cpp cannot run, a tokenizer of another size than the
+    model (a char vocabulary is refused before any tokenizer is loaded)."""
     if os.path.isdir(path):
         raise UserError(f"--to_gguf={path} is a folder; give the path of the .gguf file to write")
     if os.path.exists(path) and not overwrite:
@@ -157,6 +162,7 @@ def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool 
         raise UserError(refusal)
     if importlib.util.find_spec("gguf") is None:
         raise UserError(NO_GGUF)
+    check_token_count(ckpt.tokenizer().vocab_size, ckpt.model_config.vocab_size)  # [MASK] included
 
 
 def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:

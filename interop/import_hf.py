@@ -115,14 +115,28 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
 load_hf = load_hf_gpt2
 
 
+def exported_tokenizer(folder: str) -> dict | None:
+    """The tokenizer metadata a small-gpt export left in folder (small_gpt_tokenizer.json), checked, with the merges
+    file of a bpe tokenizer beside it; None when the folder has none."""
+    path = os.path.join(folder, TOKENIZER_META)
+    if not os.path.isfile(path):
+        return None
+    meta = read_json(path, "small-gpt's tokenizer metadata")
+    problem = meta_problem(meta)
+    if problem:
+        raise UserError(f"{path} is not valid tokenizer metadata: {problem}")
+    merges = os.path.join(folder, meta["bpe_file"]) if meta["tokenizer"] == "bpe" and "bpe_ranks" not in meta else None
+    if merges and not os.path.isfile(merges):  # (load_tokenizer's own message is about a prepared data folder)
+        raise UserError(f"{merges} is missing: {path} names it as its bpe tokenizer's merges; export the folder again "
+                        f"(python -m interop.export --out_dir=RUN --to={folder} --overwrite=true) or copy "
+                        f"{meta['bpe_file']} from the run's data folder into it")
+    return meta
+
+
 def tokenizer_meta(folder: str, vocab_size: int) -> dict:
     """The tokenizer metadata for the checkpoint (the meta.json keys load_tokenizer reads)."""
-    path = os.path.join(folder, TOKENIZER_META)
-    if os.path.isfile(path):
-        meta = read_json(path, "small-gpt's tokenizer metadata")
-        problem = meta_problem(meta)
-        if problem:
-            raise UserError(f"{path} is not valid tokenizer metadata: {problem}")
+    meta = exported_tokenizer(folder)
+    if meta is not None:
         return meta
     if vocab_size == GPT2_VOCAB:  # OpenAI's GPT-2 and its fine-tunes: our gpt2 tokenizer is the same BPE
         return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB, "eot_id": GPT2_EOT_ID}
@@ -189,9 +203,10 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
 
 def initializer(folder: str, model_overrides: dict, explicit: dict):
     """For train.py --init_from=hf:FOLDER: a function tokenizer -> our GPT with the folder's weights, for a fresh
-    run (step 0, new optimizer). The folder fixes the architecture; --dropout is free. A folder without a model is
-    refused now, before any data is prepared."""
+    run (step 0, new optimizer). The folder fixes the architecture; --dropout is free. A folder without a model, or
+    without the merges file of its bpe tokenizer, is refused now, before any data is prepared."""
     config_path(folder)
+    exported_tokenizer(folder)
 
     def init(tokenizer) -> GPT:
         model = load_hf_gpt2(folder, **{k: v for k, v in model_overrides.items() if k == "dropout"})

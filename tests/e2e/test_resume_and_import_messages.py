@@ -174,3 +174,31 @@ def test_a_folder_without_a_tokenizer_names_the_function_that_loads_its_weights(
     with pytest.raises(UserError, match=r"load the weights alone with interop\.import_hf\.load_hf_gpt2\(folder\)$"):
         tokenizer_meta(str(tmp_path / "hf"), 37)
     assert load_hf_gpt2(str(tmp_path / "hf")).config.vocab_size == 37  # what the message offers works
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "import"])
+def test_an_hf_folder_without_its_bpe_merges_names_the_file_and_the_export(corpus, tmp_path, capsys, command):
+    """It said "prepare the data again: python data/prepare.py", which cannot bring back an exported folder's file;
+    train.py said it after preparing the data."""
+    import evaluate
+    from exports import as_checkpoint, small_bpe
+    from data.tokenizer import ranks_to_bytes
+    from interop.export import export
+    from interop.import_hf import main as import_main
+
+    tok = small_bpe()
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken",
+            "bpe_ranks": ranks_to_bytes(tok.encoding._mergeable_ranks).decode("ascii")}
+    hf = tmp_path / "hf"
+    export(as_checkpoint(tiny_model(vocab_size=tok.vocab_size), meta), hf)
+    (hf / "bpe.tiktoken").unlink()
+    out = tmp_path / "run"
+    main, args = {"train": (train.main, tiny_args(corpus, out, "--max_iters=2", f"--init_from=hf:{hf}")),
+                  "evaluate": (evaluate.main, [f"--init_from=hf:{hf}", f"--text={corpus}", f"--out={out}.json"]),
+                  "import": (import_main, [f"--hf_dir={hf}", f"--out_dir={out}"])}[command]
+    capsys.readouterr()
+    assert cli.run(main, args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {hf / 'bpe.tiktoken'} is missing") and err.count("\n") == 1, err
+    assert f"--to={hf}" in err and "copy" in err and "prepare" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no run, no report, no data prepared

@@ -167,3 +167,19 @@ def test_the_export_command_refuses_a_file_for_a_folder_and_a_folder_for_a_file(
         assert blame in err and len(err.strip().splitlines()) == 1
     assert (tmp_path / "a_file").read_text() == "kept" and not os.listdir(tmp_path / "a_folder")
     assert sorted(os.listdir(tmp_path)) == ["a_file", "a_folder", "bpe.tiktoken", "ckpt_best.pt"]
+
+
+def test_the_export_command_checks_the_gguf_token_count_before_it_writes_the_hf_folder(tmp_path, capsys):
+    """A tokenizer of another size than the model's embedding: GGUF refuses it (one row per token), and the refusal
+    comes before the Hugging Face folder is written."""
+    pytest.importorskip("gguf")
+    tok = small_bpe()
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
+    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
+    as_checkpoint(tiny_model(vocab_size=tok.vocab_size + 1), meta, data_dir=str(tmp_path)).save(
+        str(tmp_path / "ckpt_best.pt"))  # one embedding row that no token has
+    argv = [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", f"--to_gguf={tmp_path / 'm.gguf'}"]
+    assert cli.run(export_main, argv) == 2
+    err = capsys.readouterr().err
+    assert f"{tok.vocab_size} tokens but the model {tok.vocab_size + 1}" in err and len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["bpe.tiktoken", "ckpt_best.pt"]
