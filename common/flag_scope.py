@@ -4,10 +4,10 @@ anything is written) and so does --help (each flag shows where it applies, e.g. 
 
 A condition is a set of facts about the run that the command knows before it does any work: the model kind
 (train.py's --model; for sample.py and visualize.py the checkpoint's), the optimizer, how the run starts
-(--init_from), the data it trains on (its tokenizer, whether --input holds .jsonl or .parquet files, its split), and
-a few flags other flags need (--draft, --html, --wandb_log). A flag applies where every fact of every rule that names
-it holds; a fact the command does not know yet is not checked (train.py --init_from=resume learns the model kind from
-the checkpoint, and checks again then).
+(--init_from), the data it trains on or prepares (its tokenizer, whether --input holds .jsonl or .parquet files, its
+split: the same rules for train.py and data/prepare.py), and a few flags other flags need (--draft, --html,
+--wandb_log). A flag applies where every fact of every rule that names it holds; a fact the command does not know yet
+is not checked (train.py --init_from=resume learns the model kind from the checkpoint, and checks again then).
 
 Only explicit flags are checked (typed, or set in --config): a preset's values are not the user's choice, so a
 preset may set muon_lr and the user choose --optimizer=adamw. A rule that would break a habit (a config file that
@@ -52,6 +52,15 @@ def table(everywhere: str, *rules: Rule, set_by: dict | None = None) -> Table:
 TO_SEQ2SEQ = "--model=seq2seq trains on --pairs=FILE (.tsv or .jsonl) or --task"
 SEQ2SEQ_SAMPLE = "give an encoder-decoder the text to translate as --source"
 
+# The data flags (PrepareConfig's, data/config.py) where they apply: the same for train.py and data/prepare.py
+DATA_RULES = (
+    rule("bpe_vocab_size", "--tokenizer=char and gpt2 have vocabularies of their own", tokenizer=("bpe",)),
+    rule("word_cache", "--tokenizer=char looks each character up (no words to cache)", tokenizer=("gpt2", "bpe")),
+    rule("text_field", "a text file is read whole (it has no fields)", records=(True,)),
+    rule("val_tokens", "--split=works and tail give validation a fixed share of the text", split=("docs",)),
+    rule("dataset archive", "--input is read instead of the built-in dataset", data=("dataset",)),
+)
+
 TABLES = {
     "train.py": table(
         "out_dir init_from model tokenizer data_root on_bad progress batch_size "
@@ -73,12 +82,7 @@ TABLES = {
              data=("task",)),
         rule("input split text_field val_tokens workers word_cache shard_tokens", TO_SEQ2SEQ, model=TEXT),
         rule("dataset archive", TO_SEQ2SEQ, model=TEXT),
-        rule("bpe_vocab_size", "--tokenizer=char and gpt2 have vocabularies of their own", tokenizer=("bpe",)),
-        rule("word_cache", "--tokenizer=char looks each character up (no words to cache)",
-             tokenizer=("gpt2", "bpe")),
-        rule("text_field", "a text file is read whole (it has no fields)", records=(True,)),
-        rule("val_tokens", "--split=works and tail give validation a fixed share of the text", split=("docs",)),
-        rule("dataset archive", "--input is read instead of the built-in dataset", data=("dataset",)),
+        *DATA_RULES,
         rule("total_batch_size", "pairs do not fill block_size tokens a row; set --batch_size and "
              "--gradient_accumulation_steps for --model=seq2seq", model=TEXT),
         rule("fsdp", "train --model=seq2seq with DDP (torchrun without --fsdp)", model=TEXT),
@@ -93,6 +97,7 @@ TABLES = {
              init_from=("scratch", "auto", "hf")),
         rule("wandb_project wandb_run_name wandb_group wandb_attention_probe", note=True, wandb_log=(True,)),
         set_by={"causal": "model"}),
+    "data/prepare.py": table("input split tokenizer data_root workers shard_tokens on_bad progress", *DATA_RULES),
     "sample.py": table(
         "out_dir ckpt max_new_tokens temperature top_k top_p min_p seed device dtype quantize pack_weights "
         "attn_impl dropout_impl linear_impl qk_impl",
@@ -161,7 +166,7 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
                   lambda v: f"this run is --init_from={v if v != 'hf' else 'hf:FOLDER'}",
                   lambda vs: "--init_from=" + "/".join(v if v != "hf" else "hf:" for v in vs)),
     "data": (lambda vs: "without --input" if vs == ("dataset",) else f"to {_one_of(DATA[v] for v in vs)}",
-             lambda v: f"this run trains on {DATA[v]}",
+             lambda v: "--input is given" if v == "input" else f"this run trains on {DATA[v]}",
              lambda vs: "/".join(DATA[v] if v != "dataset" else "no --input" for v in vs)),
     "wandb_log": (lambda vs: "with --wandb_log=true", lambda v: "this run is --wandb_log=false",
                   lambda vs: "--wandb_log=true"),
@@ -236,6 +241,12 @@ def train_facts(tc) -> dict:
     return {"model": tc.model, "optimizer": tc.optimizer, "data": data, "wandb_log": tc.wandb_log,
             "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from, "tasks": tc.eval_tasks is not None,
             "tokenizer": tc.tokenizer}
+
+
+def prepare_facts(pc) -> dict:
+    """The facts of a data/prepare.py run, from its PrepareConfig (what its --input holds and its split, which only
+    data/ can tell, data/split.py's input_facts adds)."""
+    return {"data": "input" if pc.input is not None else "dataset", "tokenizer": pc.tokenizer}
 
 
 def evaluate_facts(ec) -> dict:

@@ -22,7 +22,7 @@ def _choice(name: str, value, choices) -> None:
 @dataclass
 class PrepareConfig:
     # data (docs/data.md)
-    dataset: str = "shakespeare"  # the built-in corpus, read without --input (train.py refuses the two together)
+    dataset: str = "shakespeare"  # the built-in corpus, read without --input (the two together are refused)
     input: str | None = None  # your own text: a .txt file, a folder of .txt files (recursively), .jsonl /
     #                           .jsonl.gz, .parquet, or a folder of .jsonl(.gz) / .parquet files
     split: str | None = None  # 'works' (whole works/files), 'tail' (last 10% of characters), 'docs' (whole

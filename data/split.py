@@ -15,6 +15,7 @@ import hashlib
 from dataclasses import dataclass
 
 from common.errors import DataError
+from data.readers import Source
 
 TRAIN_FRACTION = 0.9  # written as nanoGPT does (int(n * 0.9)) so `tail` reproduces its counts exactly
 VAL_FRACTION = 0.1
@@ -46,6 +47,22 @@ def default_split(n_files: int, kinds: set, is_shakespeare: bool) -> str:
     if kinds != {"txt"}:
         return "docs"
     return "works" if n_files >= MIN_FILES_FOR_WORKS else "tail"
+
+
+def input_facts(cfg) -> dict:
+    """What a PrepareConfig's (or a TrainConfig's) --input holds, for where its flags apply (common/flag_scope.py):
+    whether it holds .jsonl or .parquet files (listed by name, none read) and the split (--split, or its default for
+    those files). An --input that cannot be listed adds neither fact (preparing it says why)."""
+    if cfg.input is None:  # the built-in dataset: Shakespeare's text files
+        kinds, n_files = {"txt"}, 0
+    else:
+        try:
+            source = Source.open(cfg.input)
+        except (DataError, OSError):
+            return {"split": cfg.split} if cfg.split else {}
+        kinds, n_files = source.kinds, len(source.files)
+    split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
+    return {"records": bool(kinds - {"txt"}), "split": split}
 
 
 def pick_val_documents(sizes: dict[str, int]) -> list[str]:

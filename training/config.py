@@ -8,14 +8,13 @@ from dataclasses import asdict, dataclass, fields
 
 import configs
 from common.device import DTYPES
-from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError, need, need_seed
+from common.errors import CheckpointError, ConfigError, FlagError, SetupError, need, need_seed
 from common import flags
 from common import flag_scope
 from common.flags import parse_configs
 from data.config import PrepareConfig
 from data.pair_batches import TASKS
-from data.readers import Source
-from data.split import default_split
+from data.split import input_facts
 from model import GPTConfig
 from inference.checkpoint import LAST, Checkpoint, read_train_config
 from speed import SpeedConfig
@@ -247,24 +246,9 @@ def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
 
 def scope_facts(tc: TrainConfig) -> dict:
     """The facts where train.py's flags apply (common/flag_scope.py): the TrainConfig's, and for a text model what
-    data/prepare.py will find in the text (input_facts); a seq2seq run reads pairs."""
+    data/prepare.py will find in the text (data/split.py's input_facts); a seq2seq run reads pairs."""
     data = {} if tc.model == "seq2seq" else input_facts(tc)
     return {**flag_scope.train_facts(tc), **data}
-
-
-def input_facts(tc: TrainConfig) -> dict:
-    """Whether --input holds .jsonl or .parquet files (listed by name, none read) and the split (--split, or its
-    default for those files). An --input that cannot be listed adds neither fact (preparing it says why)."""
-    if tc.input is None:  # the built-in dataset: Shakespeare's text files
-        kinds, n_files = {"txt"}, 0
-    else:
-        try:
-            source = Source.open(tc.input)
-        except (DataError, OSError):
-            return {"split": tc.split} if tc.split else {}
-        kinds, n_files = source.kinds, len(source.files)
-    split = tc.split or default_split(n_files, kinds, is_shakespeare=tc.input is None)
-    return {"records": bool(kinds - {"txt"}), "split": split}
 
 
 def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]:

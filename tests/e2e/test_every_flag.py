@@ -1,6 +1,6 @@
 """Every flag of every command, against every model kind: either it changes what the command records and acts on
-(train.py's configs, which the checkpoint records; sample.py's and visualize.py's parsed settings; a study's
-config, which its results.json records), or the command refuses it in one line naming it, as
+(train.py's configs, which the checkpoint records; sample.py's, visualize.py's and data/prepare.py's parsed
+settings; a study's config, which its results.json records), or the command refuses it in one line naming it, as
 common/flag_scope.py's table says. The flags come from the commands' dataclasses: a new flag without a table entry
 fails here. Each command's parse-and-check function runs in-process (no data, no model built); a fresh process only
 where the exit code is the point.
@@ -49,6 +49,9 @@ def ckpts(tmp_path_factory):
     out = {kind: save(root / kind, kind) for kind in flag_scope.KINDS}
     out.update({f"{kind}2": shutil.copytree(out[kind], root / f"{kind}2") for kind in flag_scope.KINDS})
     out["metrics"] = root  # no metrics.jsonl: a curve-only visualize.py is refused for that, after the checks
+    (root / "b.txt").write_text("some text\n")  # data/prepare.py's --input: listed by the checks, not read
+    (root / "d.jsonl").write_text('{"text": "a document"}\n')
+    out.update(txt=root / "b.txt", jsonl=root / "d.jsonl")
     return out
 
 
@@ -82,6 +85,13 @@ def evaluate_record(argv, ckpts):
     return {**dataclasses.asdict(ec), **vars(speed)}, flag_scope.evaluate_facts(ec)
 
 
+def prepare_record(argv, ckpts):
+    from data.prepare import checked
+
+    pc, facts = checked(argv)
+    return dataclasses.asdict(pc), facts
+
+
 def study_record(study):
     def record(argv, ckpts):
         cls = study_class(study)
@@ -98,7 +108,8 @@ def study_class(study):
 
 
 def bases(command):
-    """The runs each flag is tried on: every model kind (train.py: and both optimizers)."""
+    """The runs each flag is tried on: every model kind (train.py: and both optimizers; data/prepare.py: each kind of
+    input and a tokenizer of words)."""
     if command == "train.py":
         runs = {f"{k} {o}": [f"--model={k}", f"--optimizer={o}"] for k in flag_scope.KINDS for o in ("adamw", "muon")}
         return {**runs, "seq2seq --pairs": ["--model=seq2seq", "--pairs=p.tsv"], "decoder --input": ["--input=b.txt"]}
@@ -108,6 +119,9 @@ def bases(command):
                  if command == "sample.py" else
                  {f"{k} --html": lambda c, k=k: [f"--out_dir={c[k]}", "--html=p.html"] for k in flag_scope.KINDS})
         return {**runs, **extra}
+    if command == "data/prepare.py":  # the built-in corpus, a text file and records; a tokenizer that reads words
+        return {"shakespeare": [], "bpe": ["--tokenizer=bpe"], "--input .txt": lambda c: [f"--input={c['txt']}"],
+                "--input .jsonl": lambda c: [f"--input={c['jsonl']}"]}
     if command == "evaluate.py":  # the files are not read by the checks
         return {"tasks": ["--tasks=t.jsonl"], "text": ["--text=t.txt"], "hf": ["--init_from=hf:F", "--tasks=t.jsonl"]}
     return {"study": []}
@@ -118,6 +132,7 @@ COMMANDS = {  # command -> (its flags' dataclasses, its parse-and-check step)
     "sample.py": (("sample.SampleConfig", SpeedConfig), sample_record),
     "visualize.py": (("visualize.VisualizeConfig",), visualize_record),
     "evaluate.py": (("evaluate.EvaluateConfig", SpeedConfig), evaluate_record),
+    "data/prepare.py": (("data.config.PrepareConfig",), prepare_record),
     **{f"compare.py --study={s}": ((study_class(s),), study_record(s))
        for s in ("encoder", "positions", "attention", "seq2seq")},
 }

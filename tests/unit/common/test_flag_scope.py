@@ -23,8 +23,7 @@ from training.config import configure
     (["--optimizer=adamw", "--muon_lr=0.01"], "--muon_lr applies to --optimizer=muon only (this run is "
                                               "--optimizer=adamw); drop it"),
     (["--preset=gpt2", "--muon_ns_steps=3"], "--muon_ns_steps applies to --optimizer=muon only"),
-    (["--input=book.txt", "--archive=s.tar.gz"], "--archive applies without --input only (this run trains on "
-                                                 "--input)"),
+    (["--input=book.txt", "--archive=s.tar.gz"], "--archive applies without --input only (--input is given)"),
     (["--init_from=resume", "--preset=fast-cpu"], "--preset applies to --init_from=scratch, auto or hf:FOLDER only "
                                                   "(this run is --init_from=resume)"),
     (["--init_from=resume", "--overwrite=true"], "--overwrite applies to --init_from=scratch or hf:FOLDER only"),
@@ -171,3 +170,12 @@ def test_every_rule_is_said_in_one_line_for_every_value_it_refuses():
                 for other in set(flag_scope.VALUES[fact]) - set(values):
                     line = flag_scope.refusal(list(r.flags), r, fact, {fact: other})
                     assert line.startswith(f"--{r.flags[0]} ") and "\n" not in line
+
+
+def test_train_and_prepare_hold_the_same_rules_for_the_data_flags():
+    """data/prepare.py refuses a data flag where train.py does: one list of rules in both tables."""
+    for command in ("train.py", "data/prepare.py"):
+        rules = flag_scope.TABLES[command].rules
+        assert all(r in rules for r in flag_scope.DATA_RULES), command
+    prepare = flag_scope.TABLES["data/prepare.py"]
+    assert prepare.rules == flag_scope.DATA_RULES and not prepare.set_by

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import data.prepare as prep
-from common.errors import ConfigError, DataError
+from common.errors import ConfigError, DataError, FlagError
 from data.config import PrepareConfig
 from data.prepare import prepare
 from data.readers import Source, stat_fingerprint
@@ -265,3 +265,25 @@ def test_a_touched_corpus_is_the_same_corpus_and_a_changed_one_is_not(tmp_path):
     assert not prep.same_corpus(first, other_shards)
     src.write_text(synthetic_text(3000, seed=1))
     assert not prep.same_corpus(first, read_meta(prepare(input=src, progress=False, data_root=tmp_path)))
+
+
+def test_the_cli_checks_the_flags_given_not_the_defaults_and_help_says_where_each_applies(tmp_path, capsys):
+    """bpe_vocab_size's default beside --tokenizer=char is no one's choice; a --config file's value is (as train.py
+    reads them, common/flags.py). The check runs before prepare(): nothing is read or written."""
+    book = tmp_path / "book.txt"
+    book.write_text("a text\n")
+    pc, facts = prep.checked([f"--input={book}", "--tokenizer=char"])
+    assert (pc.tokenizer, pc.bpe_vocab_size) == ("char", 2048)
+    assert facts == {"data": "input", "tokenizer": "char", "records": False, "split": "tail"}
+    (tmp_path / "c.toml").write_text("bpe_vocab_size = 4096\n")
+    with pytest.raises(FlagError, match=r"^--bpe_vocab_size applies to --tokenizer=bpe only \(this run is "
+                                        r"--tokenizer=char\); drop it"):
+        prep.checked([f"--input={book}", f"--config={tmp_path / 'c.toml'}"])
+    assert prep.main([f"--input={book}", "--dataset=shakespeare", f"--data_root={tmp_path / 'r'}"]) == 2
+    assert capsys.readouterr().err == ("error: --dataset applies without --input only (--input is given); drop it: "
+                                       "--input is read instead of the built-in dataset\n")
+    assert not (tmp_path / "r").exists()
+    assert prep.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--bpe_vocab_size=2048   [--tokenizer=bpe] " in text and "--archive=None   [no --input] " in text
+    assert "--text_field=text   [.jsonl/.parquet] " in text and "--val_tokens=10000000   [--split=docs] " in text

@@ -1,4 +1,5 @@
-"""data/split.py: which whole files validate under `works` on an arbitrary folder."""
+"""data/split.py: which whole files validate under `works` on an arbitrary folder; what an --input holds, for the
+flags' checks."""
 import hashlib
 import itertools
 import random
@@ -7,7 +8,8 @@ import pytest
 
 from common.errors import DataError
 from data.prepare import prepare
-from data.split import VAL_FRACTION, VAL_SHARE, pick_val_documents
+from data.config import PrepareConfig
+from data.split import MIN_FILES_FOR_WORKS, VAL_FRACTION, VAL_SHARE, input_facts, pick_val_documents
 from data.tokenizer import read_meta
 
 
@@ -91,3 +93,20 @@ def test_validation_share_stays_within_bounds_on_random_folders():
                                                         for m in set(sizes) - set(val)), sizes
         assert pick_val_documents(dict(reversed(sizes.items()))) == val
     assert 0 < refused < 150  # both outcomes were tried
+
+
+def test_input_facts_name_the_records_and_the_split_from_the_files_listed_not_read(tmp_path):
+    (tmp_path / "book.txt").write_text("a text\n")
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "a.jsonl").write_text("not JSON: never read by the facts\n")
+    (tmp_path / "works").mkdir()
+    for i in range(MIN_FILES_FOR_WORKS):
+        (tmp_path / "works" / f"w{i}.txt").write_text("a work\n")
+    facts = {name: input_facts(PrepareConfig(input=str(tmp_path / name))) for name in ("book.txt", "records", "works")}
+    assert facts == {"book.txt": {"records": False, "split": "tail"}, "records": {"records": True, "split": "docs"},
+                     "works": {"records": False, "split": "works"}}
+    assert input_facts(PrepareConfig()) == {"records": False, "split": "works"}  # the built-in corpus
+    assert input_facts(PrepareConfig(input=str(tmp_path / "book.txt"), split="docs"))["split"] == "docs"
+    missing = str(tmp_path / "nope.txt")  # preparing it says why; the facts say nothing they do not know
+    assert input_facts(PrepareConfig(input=missing)) == {}
+    assert input_facts(PrepareConfig(input=missing, split="tail")) == {"split": "tail"}
