@@ -48,9 +48,10 @@ class LearnedPositions(NoPositions):
 
 def sinusoid(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
     """pos: (...,) -> (..., dim) with [2i] = sin(pos / base^(2i/dim)), [2i+1] = cos(pos / base^(2i/dim))."""
-    inv_freq = base ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)  # (dim/2,)
-    angles = pos.float().unsqueeze(-1) * inv_freq  # (..., dim/2)
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # (..., dim): sin, cos interleaved
+    inv_freq = base ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)  # (ceil(dim/2),)
+    angles = pos.float().unsqueeze(-1) * inv_freq  # (..., ceil(dim/2))
+    # sin, cos interleaved; an odd dim ends on a sin, its last frequency's cos cut off
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)[..., :dim]  # (..., dim)
 
 
 EMBED_STD = 0.02  # the token embeddings' initial std (GPT-2 init, model/gpt.py)

@@ -41,7 +41,7 @@ def _tile_scores(q_blk, k_blk, scale, mask, bias, is_causal, window, qs, qe, ks,
     """Scaled scores of one tile with its bias and mask applied: (B, H, BQ, BK), -inf where not allowed."""
     s = (q_blk @ k_blk.transpose(-2, -1)) * scale  # (B, H, BQ, BK)
     if bias is not None:
-        s = s + _tile(bias, qs, qe, ks, ke)  # (1|B, H, BQ, BK) ALiBi
+        s = s + _tile(bias, qs, qe, ks, ke).to(s.dtype)  # (1|B, H, BQ, BK) ALiBi, in the tile's dtype
     if is_causal:
         dist = torch.arange(qs, qe, device=s.device).view(-1, 1) - torch.arange(ks, ke, device=s.device)  # (BQ, BK)
         allowed = (dist >= 0) if window is None else (dist >= 0) & (dist < window)  # lower triangle (or band)
@@ -63,28 +63,34 @@ def _key_blocks(qs, qe, S, block, is_causal, window, mask):
     return [ks for ks in starts if _tile(mask, qs, qe, ks, min(ks + block, S)).any()]
 
 
+def accumulator(dtype: torch.dtype) -> torch.dtype:
+    """What the tiles are computed in: float32 for bf16, float16 and float32 inputs; float64 for float64 ones."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _forward(q, k, v, mask, bias, is_causal, window, block):
     B, H, T, D = q.shape
     S = k.size(-2)
     scale = 1.0 / math.sqrt(D)
+    f = accumulator(q.dtype)
     out = torch.empty_like(q)  # (B, H, T, D)
-    lse = torch.empty(B, H, T, dtype=torch.float32, device=q.device)  # (B, H, T): log-sum-exp per row
+    lse = torch.empty(B, H, T, dtype=f, device=q.device)  # (B, H, T): log-sum-exp per row
     for qs in range(0, T, block):
         qe = min(qs + block, T)
-        q_blk = q[..., qs:qe, :].float()  # (B, H, BQ, D)
-        m = torch.full((B, H, qe - qs), float("-inf"), device=q.device)  # (B, H, BQ) running max
-        l = torch.zeros(B, H, qe - qs, device=q.device)  # (B, H, BQ) running sum of exp
-        acc = torch.zeros(B, H, qe - qs, D, device=q.device)  # (B, H, BQ, D) running weighted sum of v
+        q_blk = q[..., qs:qe, :].to(f)  # (B, H, BQ, D)
+        m = torch.full((B, H, qe - qs), float("-inf"), dtype=f, device=q.device)  # (B, H, BQ) running max
+        l = torch.zeros(B, H, qe - qs, dtype=f, device=q.device)  # (B, H, BQ) running sum of exp
+        acc = torch.zeros(B, H, qe - qs, D, dtype=f, device=q.device)  # (B, H, BQ, D) running weighted sum of v
         for ks in _key_blocks(qs, qe, S, block, is_causal, window, mask):
             ke = min(ks + block, S)
-            s = _tile_scores(q_blk, k[..., ks:ke, :].float(), scale, mask, bias, is_causal, window, qs, qe, ks, ke)
+            s = _tile_scores(q_blk, k[..., ks:ke, :].to(f), scale, mask, bias, is_causal, window, qs, qe, ks, ke)
             m_new = torch.maximum(m, s.amax(dim=-1))  # (B, H, BQ)
             # a row whose keys so far are all masked has m_new = -inf; subtract 0 instead so exp() gives 0, not NaN
             m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
             p = torch.exp(s - m_safe.unsqueeze(-1))  # (B, H, BQ, BK) unnormalised weights of this tile
             rescale = torch.exp(m - m_safe)  # (B, H, BQ): old sums were relative to the old max
             l = l * rescale + p.sum(dim=-1)
-            acc = acc * rescale.unsqueeze(-1) + p @ v[..., ks:ke, :].float()  # (B, H, BQ, D)
+            acc = acc * rescale.unsqueeze(-1) + p @ v[..., ks:ke, :].to(f)  # (B, H, BQ, D)
             m = m_new
         out[..., qs:qe, :] = (acc / l.unsqueeze(-1)).to(q.dtype)  # (B, H, BQ, D): softmax(scores) @ v
         lse[..., qs:qe] = m + torch.log(l)
@@ -94,14 +100,15 @@ def _forward(q, k, v, mask, bias, is_causal, window, block):
 def _backward(q, k, v, out, lse, d_out, mask, bias, is_causal, window, block):
     T, S, D = q.size(-2), k.size(-2), q.size(-1)
     scale = 1.0 / math.sqrt(D)
-    dq, dk, dv = (torch.zeros_like(t, dtype=torch.float32) for t in (q, k, v))
-    delta = (d_out.float() * out.float()).sum(dim=-1)  # (B, H, T) = rowsum(dO * O) = sum_s P dP
+    f = accumulator(q.dtype)
+    dq, dk, dv = (torch.zeros_like(t, dtype=f) for t in (q, k, v))
+    delta = (d_out.to(f) * out.to(f)).sum(dim=-1)  # (B, H, T) = rowsum(dO * O) = sum_s P dP
     for qs in range(0, T, block):
         qe = min(qs + block, T)
-        q_blk, do_blk = q[..., qs:qe, :].float(), d_out[..., qs:qe, :].float()  # (B, H, BQ, D) each
+        q_blk, do_blk = q[..., qs:qe, :].to(f), d_out[..., qs:qe, :].to(f)  # (B, H, BQ, D) each
         for ks in _key_blocks(qs, qe, S, block, is_causal, window, mask):
             ke = min(ks + block, S)
-            k_blk, v_blk = k[..., ks:ke, :].float(), v[..., ks:ke, :].float()  # (B, H, BK, D) each
+            k_blk, v_blk = k[..., ks:ke, :].to(f), v[..., ks:ke, :].to(f)  # (B, H, BK, D) each
             s = _tile_scores(q_blk, k_blk, scale, mask, bias, is_causal, window, qs, qe, ks, ke)
             p = torch.exp(s - lse[..., qs:qe].unsqueeze(-1))  # (B, H, BQ, BK): the forward's weights, recomputed
             dv[..., ks:ke, :] += p.transpose(-2, -1) @ do_blk  # (B, H, BK, D)

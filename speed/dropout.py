@@ -115,14 +115,16 @@ class DroppingOnMath(nn.Module):
 
 def use_bulk_dropout(model: nn.Module, math_backend) -> nn.Module:
     """Every nn.Dropout of model draws its mask in bulk; on a CPU, attention layers with dropout > 0 drop their weights
-    on math_backend() (a fresh module per layer) while training."""
-    from model.attention import Math, attention_layers
+    on math_backend() (a fresh module per layer) while training. The tiled backend is left as it is: it draws no mask
+    (it refuses training with attention dropout), and wrapped it would hide from the checks that ask for it by type
+    (inference/decode_step.py's traceable)."""
+    from model.attention import Math, Tiled, attention_layers
 
     for module in model.modules():
         if type(module) is nn.Dropout:
             module.__class__ = BulkDropout  # the same module and p: its forward is the only change
     if next(model.parameters()).device.type == "cpu":
         for layer in attention_layers(model):
-            if layer.drop.p > 0 and not isinstance(layer.backend, (Math, DroppingOnMath)):
+            if layer.drop.p > 0 and not isinstance(layer.backend, (Math, Tiled, DroppingOnMath)):
                 layer.backend = DroppingOnMath(layer.backend, math_backend())
     return model

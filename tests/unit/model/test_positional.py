@@ -1,9 +1,11 @@
 """Positional encodings: the properties that define them, checked against their closed forms."""
 import math
 
+import pytest
 import torch
 
 from conftest import tiny_config
+from model import GPT
 from model.positional import RotaryPositions, alibi_slopes, sinusoid
 
 
@@ -40,14 +42,25 @@ def test_rope_base_sets_the_frequencies():
     torch.testing.assert_close(RotaryPositions(cfg).inv_freq, expected)
 
 
-def test_sinusoidal_table_equals_closed_form():
-    n, dim = 50, 16
+@pytest.mark.parametrize("dim", [16, 33])  # an odd width ends on a sin
+def test_sinusoidal_table_equals_closed_form(dim):
+    n = 50
     table = sinusoid(torch.arange(n), dim)
+    assert table.shape == (n, dim)
     for pos in range(n):
-        for i in range(dim // 2):
-            angle = pos / 10000 ** (2 * i / dim)
-            assert math.isclose(table[pos, 2 * i].item(), math.sin(angle), abs_tol=1e-5)
-            assert math.isclose(table[pos, 2 * i + 1].item(), math.cos(angle), abs_tol=1e-5)
+        for j in range(dim):
+            angle = pos / 10000 ** (2 * (j // 2) / dim)
+            want = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+            assert math.isclose(table[pos, j].item(), want, abs_tol=1e-5)
+
+
+def test_sinusoidal_positions_take_an_odd_width():
+    """n_embd=33 (3 heads of 11): the model adds a 33-wide position vector to each token embedding."""
+    model = GPT(tiny_config(pos_emb="sinusoidal", n_embd=33, n_head=3)).eval()
+    idx = torch.randint(0, 37, (1, 9), generator=torch.Generator().manual_seed(0))
+    x = model.wte(idx)
+    torch.testing.assert_close(model.pos.embed(x, torch.arange(9).view(1, 9)), x + 0.02 * sinusoid(torch.arange(9), 33))
+    assert model(idx)[0].shape == (1, 9, 37)
 
 
 def test_alibi_slopes_are_geometric():

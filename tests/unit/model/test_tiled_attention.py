@@ -119,3 +119,20 @@ def test_tiled_kv_cached_generation_equals_uncached():
     prompt = torch.randint(0, 37, (1, 5), generator=torch.Generator().manual_seed(2))
     cached = generate(model, prompt, 30, temperature=0.0, use_cache=True)  # 35 tokens: the window slides past 16
     assert torch.equal(cached, generate(model, prompt, 30, temperature=0.0, use_cache=False))
+
+
+@pytest.mark.parametrize("pos_emb", ["alibi", "rope"])
+def test_a_float64_model_attends_in_float64_on_the_tiled_path(pos_emb):
+    """model.double() (its ALiBi slopes too): the tiles accumulate in float64, as the math path computes, so the two
+    agree far below float32's rounding, outputs and gradients."""
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(3))
+    outs = {}
+    for impl in ("math", "tiled"):
+        model = tiny_model(attn_impl=impl, pos_emb=pos_emb, window=5).double()
+        logits, _ = model(idx)
+        logits.square().mean().backward()
+        outs[impl] = (logits.detach(), {n: p.grad for n, p in model.named_parameters()})
+    assert outs["tiled"][0].dtype == torch.float64
+    torch.testing.assert_close(outs["tiled"][0], outs["math"][0], atol=1e-12, rtol=1e-12)
+    for name, grad in outs["tiled"][1].items():
+        torch.testing.assert_close(grad, outs["math"][1][name], atol=1e-12, rtol=1e-10, msg=name)

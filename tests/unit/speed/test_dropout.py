@@ -70,6 +70,19 @@ def test_model_uses_it_and_eval_mode_has_no_dropout():
         assert not torch.allclose(model.train()(idx)[0], plain(idx)[0])
 
 
+
+def test_a_tiled_backend_stays_itself_so_the_compiled_step_refuses_it_in_one_line():
+    """A checkpoint trained with dropout, sampled in eval mode on the tiled backend: the tiled path draws no mask
+    (it refuses training with attention dropout), so the lever leaves it as it is, where --compile's check sees it."""
+    from common.errors import ConfigError
+    from inference.decode_step import StaticDecoder
+    from model.attention import Tiled
+
+    model = speed.apply(tiny_model(dropout=0.1), SpeedConfig(attn_impl="tiled", dropout_impl="rand"))
+    assert all(type(b.attn.backend) is Tiled for b in model.blocks)
+    with pytest.raises(ConfigError, match="attn_impl=tiled walks its tiles in Python"):
+        StaticDecoder(model, compile=True)
+
 def test_a_large_mask_is_the_same_whichever_thread_fills_it_and_its_halves_are_independent(monkeypatch):
     """Past SPLIT elements, with 2+ torch threads, the mask's first half is filled on a helper thread, each half from
     its own seed: the result is the serial fill's, element for element, and the two halves are not one stream
