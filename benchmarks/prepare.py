@@ -79,7 +79,9 @@ def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
 
 def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path, word_cache: bool = True) -> dict:
     cmd = [sys.executable, str(ROOT / "data" / "prepare.py"), f"--input={corpus}", f"--tokenizer={tokenizer}",
-           f"--workers={workers}", f"--data_root={root}", "--progress=false", f"--word_cache={word_cache}"]
+           f"--workers={workers}", f"--data_root={root}", "--progress=false"]
+    if tokenizer != "char":  # char has no words to cache: prepare refuses the flag there
+        cmd.append(f"--word_cache={word_cache}")
     import resource
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
