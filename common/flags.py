@@ -48,6 +48,10 @@ def convert(name: str, text, typ):
             return None
         typ = next(t for t in typing.get_args(typ) if t is not type(None))
     if not isinstance(text, str):  # a TOML value already has a type
+        if isinstance(text, (list, dict)):  # its text would pass for a string field's value: out_dir "['a', 'b']"
+            kind = "array" if isinstance(text, list) else "table"
+            raise FlagError(f"--{name}={text} is a TOML {kind}; a flag takes one value: a string, number or boolean "
+                            f"(a list is one comma-separated string)")
         if typ is float and isinstance(text, int) and not isinstance(text, bool):
             return float(text)
         if isinstance(text, typ) and not (typ is int and isinstance(text, bool)):

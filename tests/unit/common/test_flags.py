@@ -146,3 +146,19 @@ def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_
     assert configure([])[0].optimizer == "muon"  # without FSDP the preset's Muon stays
     with pytest.raises(ConfigError, match="not supported with --fsdp=true"):
         configure(["--fsdp=true", "--optimizer=muon"])
+
+
+@pytest.mark.parametrize("line, shown", [('out_dir = ["a", "b"]', "--out_dir=['a', 'b'] is a TOML array"),
+                                         ('eval_tasks = ["a.jsonl", "b.jsonl"]', "--eval_tasks=['a.jsonl', "),
+                                         ("[dataset]\nname = 'x'", "--dataset={'name': 'x'} is a TOML table"),
+                                         ("sample_prompt = {text = 'x'}", "--sample_prompt={'text': 'x'} is a TOML")])
+def test_a_toml_array_or_table_is_refused_not_turned_into_its_text(tmp_path, line, shown):
+    """Every field takes one value: an array for a string field became its Python text (out_dir "['a', 'b']", a
+    folder of that name), and a file's [table] named like a field became that field's text."""
+    f = tmp_path / "run.toml"
+    f.write_text(line + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(shown) and "a flag takes one value" in str(e.value)
+    f.write_text('eval_tasks = "a.jsonl,b.jsonl"\nsample_prompt = 5\n')  # one string; a number as its text
+    assert parse([f"--config={f}"], CLASSES, PRESETS)[0] == dict(eval_tasks="a.jsonl,b.jsonl", sample_prompt="5")
