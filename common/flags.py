@@ -158,8 +158,18 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
 
 
 def field_docs(cls) -> dict:
-    """{field name: (group, description)} from the class's source: the comment after each field (and the comment
-    lines under it), and the section comment above a run of fields (a line that is only a comment) as its group."""
+    """{field name: (group, description)} from the source of the class that declares each field (an inherited field
+    keeps its own class's): the comment after each field (and the comment lines aligned under it), and the section
+    comment above a run of fields (the lines that are only a comment) as its group."""
+    docs = {}
+    for base in reversed(cls.__mro__):  # the base classes first: a subclass's field of the same name wins
+        if dataclasses.is_dataclass(base):
+            docs.update(declared_docs(base))
+    return docs
+
+
+def declared_docs(cls) -> dict:
+    """field_docs for the fields declared in cls's own source."""
     import inspect
 
     try:
@@ -167,7 +177,7 @@ def field_docs(cls) -> dict:
     except (OSError, TypeError):
         return {}
     names = {f.name for f in dataclasses.fields(cls)}
-    docs, group, last = {}, cls.__name__, None
+    docs, group, last, heading = {}, cls.__name__, None, False
     for line in source[1:]:
         text = line.strip()
         if text.startswith("def ") or text.startswith("@"):
@@ -175,14 +185,15 @@ def field_docs(cls) -> dict:
         name = text.split(":", 1)[0].strip()
         if name in names and ":" in text:
             comment = text.split("  # ", 1)[1].strip() if "  # " in text else ""
-            docs[name], last = [group, comment], name
+            docs[name], last, heading = [group, comment], name, False
         elif text.startswith("#"):
             if last is not None and text.startswith("#  "):  # a continuation, aligned under the field's comment
                 docs[last][1] += " " + text.lstrip("# ").strip()
-            else:
-                group, last = text.lstrip("# ").strip(), None
+            else:  # a section comment, on one line or several
+                group = f"{group} {text.lstrip('# ').strip()}" if heading else text.lstrip("# ").strip()
+                last, heading = None, True
         else:
-            last = None
+            last, heading = None, False
     return {k: tuple(v) for k, v in docs.items()}
 
 
@@ -207,6 +218,8 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
                 lines.append(f"\n{g}:")
                 group = g
             value = values.get(f.name, f.default)
+            if isinstance(value, str) and not value.isprintable():  # '\n', not a line break in the listing
+                value = repr(value)
             about = " ".join(t for t in (tags.get(f.name), doc) if t)
             lines.append(f"  --{f.name}={value}" + (f"   {about}" if about else ""))
     if presets:
