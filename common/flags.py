@@ -140,6 +140,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
         values.update(presets[preset])
     config_file = raw.pop("config", None)
+    names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([load_toml(config_file)] if config_file else []) + [raw]
     explicit = set()
     for layer in layers:
@@ -147,7 +148,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if key in not_flags(*classes):
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
-                raise FlagError(f"unknown flag --{key}{suggest(key, known)}")
+                raise FlagError(f"unknown flag --{key}{suggest(key, names)}")
             if key in PATHS and isinstance(text, str) and not text.strip():
                 raise FlagError(f"--{key} is empty: it takes a path; give one, or leave the flag out for its default")
             values[key] = convert(key, text, known[key][1])

@@ -208,3 +208,18 @@ def test_help_says_every_flag_on_one_line():
         assert not line or line.startswith("  --") or line.endswith(":"), line
     assert "  --sample_prompt='\\n'\n" in text and "  --wandb_run_name='a\\tb'   " in text
     assert "  --out_dir=out\n" in text and "  --wandb_project=small-gpt\n" in text  # plain text stays as it is
+
+
+@pytest.mark.parametrize("flag, meant", [("presets", "preset"), ("prest", "preset"), ("confg", "config"),
+                                         ("configs", "config")])
+def test_a_typo_of_preset_or_config_suggests_it(flag, meant):
+    """--presets=fast-cpu was answered 'did you mean --progress?' (a boolean), --confg with no suggestion: the
+    suggestions were drawn from the dataclass fields only."""
+    with pytest.raises(FlagError) as e:
+        parse([f"--{flag}=x"], CLASSES, PRESETS)
+    assert str(e.value) == f"unknown flag --{flag}; did you mean --{meant}?"
+    with pytest.raises(FlagError, match="--preset=x is unknown"):  # the flag itself still parses
+        parse(["--preset=x"], CLASSES, PRESETS)
+    with pytest.raises(FlagError) as e:  # a command without presets does not suggest one
+        parse(["--presets=x"], (PrepareConfig,), {})
+    assert "--preset?" not in str(e.value)
