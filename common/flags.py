@@ -48,6 +48,10 @@ def convert(name: str, text, typ):
             return None
         typ = next(t for t in typing.get_args(typ) if t is not type(None))
     if not isinstance(text, str):  # a TOML value already has a type
+        if isinstance(text, (list, dict)):  # its text would pass for a string field's value: out_dir "['a', 'b']"
+            kind = "array" if isinstance(text, list) else "table"
+            raise FlagError(f"--{name}={text} is a TOML {kind}; a flag takes one value: a string, number or boolean "
+                            f"(a list is one comma-separated string)")
         if typ is float and isinstance(text, int) and not isinstance(text, bool):
             return float(text)
         if isinstance(text, typ) and not (typ is int and isinstance(text, bool)):
@@ -136,6 +140,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
         values.update(presets[preset])
     config_file = raw.pop("config", None)
+    names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([load_toml(config_file)] if config_file else []) + [raw]
     explicit = set()
     for layer in layers:
@@ -143,7 +148,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if key in not_flags(*classes):
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
-                raise FlagError(f"unknown flag --{key}{suggest(key, known)}")
+                raise FlagError(f"unknown flag --{key}{suggest(key, names)}")
             if key in PATHS and isinstance(text, str) and not text.strip():
                 raise FlagError(f"--{key} is empty: it takes a path; give one, or leave the flag out for its default")
             values[key] = convert(key, text, known[key][1])
@@ -154,8 +159,18 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
 
 
 def field_docs(cls) -> dict:
-    """{field name: (group, description)} from the class's source: the comment after each field (and the comment
-    lines under it), and the section comment above a run of fields (a line that is only a comment) as its group."""
+    """{field name: (group, description)} from the source of the class that declares each field (an inherited field
+    keeps its own class's): the comment after each field (and the comment lines aligned under it), and the section
+    comment above a run of fields (the lines that are only a comment) as its group."""
+    docs = {}
+    for base in reversed(cls.__mro__):  # the base classes first: a subclass's field of the same name wins
+        if dataclasses.is_dataclass(base):
+            docs.update(declared_docs(base))
+    return docs
+
+
+def declared_docs(cls) -> dict:
+    """field_docs for the fields declared in cls's own source."""
     import inspect
 
     try:
@@ -163,7 +178,7 @@ def field_docs(cls) -> dict:
     except (OSError, TypeError):
         return {}
     names = {f.name for f in dataclasses.fields(cls)}
-    docs, group, last = {}, cls.__name__, None
+    docs, group, last, heading = {}, cls.__name__, None, False
     for line in source[1:]:
         text = line.strip()
         if text.startswith("def ") or text.startswith("@"):
@@ -171,14 +186,15 @@ def field_docs(cls) -> dict:
         name = text.split(":", 1)[0].strip()
         if name in names and ":" in text:
             comment = text.split("  # ", 1)[1].strip() if "  # " in text else ""
-            docs[name], last = [group, comment], name
+            docs[name], last, heading = [group, comment], name, False
         elif text.startswith("#"):
             if last is not None and text.startswith("#  "):  # a continuation, aligned under the field's comment
                 docs[last][1] += " " + text.lstrip("# ").strip()
-            else:
-                group, last = text.lstrip("# ").strip(), None
+            else:  # a section comment, on one line or several
+                group = f"{group} {text.lstrip('# ').strip()}" if heading else text.lstrip("# ").strip()
+                last, heading = None, True
         else:
-            last = None
+            last, heading = None, False
     return {k: tuple(v) for k, v in docs.items()}
 
 
@@ -203,6 +219,8 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
                 lines.append(f"\n{g}:")
                 group = g
             value = values.get(f.name, f.default)
+            if isinstance(value, str) and not value.isprintable():  # '\n', not a line break in the listing
+                value = repr(value)
             about = " ".join(t for t in (tags.get(f.name), doc) if t)
             lines.append(f"  --{f.name}={value}" + (f"   {about}" if about else ""))
     if presets:

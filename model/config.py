@@ -36,7 +36,8 @@ class GPTConfig:
     attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k (Luong), 'additive' = v^T tanh(W1 q + W2 k)
     causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
     window: int | None = None  # sliding-window attention: keys fewer than `window` positions away (a decoder's
-    # query sees at most `window` keys, itself included; an encoder's, on both sides, at most 2 * window - 1)
+    #                            query sees at most `window` keys, itself included; an encoder's, on both sides, at
+    #                            most 2 * window - 1)
     cross_attn: str = "attention"  # the encoder-decoder only (--model=seq2seq): 'attention' = every decoder layer
     #                                cross-attends to every source position; 'mean' = the decoder reads one fixed
     #                                vector, the mean of the encoder's outputs (the bottleneck attention removed)

@@ -1,7 +1,10 @@
 """Flags bound to dataclass fields: types, presets, TOML files and one-line errors."""
+from dataclasses import dataclass, fields
+
 import pytest
 
-from common.flags import FlagError, parse, parse_configs
+from common.flags import FlagError, field_docs, help_text, parse, parse_configs
+from data.config import PrepareConfig
 from training.loop import lr_at
 from training.config import CLASSES, PRESETS, TrainConfig
 from model import GPTConfig
@@ -146,3 +149,77 @@ def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_
     assert configure([])[0].optimizer == "muon"  # without FSDP the preset's Muon stays
     with pytest.raises(ConfigError, match="not supported with --fsdp=true"):
         configure(["--fsdp=true", "--optimizer=muon"])
+
+
+@pytest.mark.parametrize("line, shown", [('out_dir = ["a", "b"]', "--out_dir=['a', 'b'] is a TOML array"),
+                                         ('eval_tasks = ["a.jsonl", "b.jsonl"]', "--eval_tasks=['a.jsonl', "),
+                                         ("[dataset]\nname = 'x'", "--dataset={'name': 'x'} is a TOML table"),
+                                         ("sample_prompt = {text = 'x'}", "--sample_prompt={'text': 'x'} is a TOML")])
+def test_a_toml_array_or_table_is_refused_not_turned_into_its_text(tmp_path, line, shown):
+    """Every field takes one value: an array for a string field became its Python text (out_dir "['a', 'b']", a
+    folder of that name), and a file's [table] named like a field became that field's text."""
+    f = tmp_path / "run.toml"
+    f.write_text(line + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(shown) and "a flag takes one value" in str(e.value)
+    f.write_text('eval_tasks = "a.jsonl,b.jsonl"\nsample_prompt = 5\n')  # one string; a number as its text
+    assert parse([f"--config={f}"], CLASSES, PRESETS)[0] == dict(eval_tasks="a.jsonl,b.jsonl", sample_prompt="5")
+
+
+@dataclass
+class Documented:
+    first: int = 1  # no section above it: the class's name is its group
+    # a section comment of two lines,
+    # both of them the heading
+    second: str = "x"  # a comment that goes on
+    #                    under itself
+    third: bool = False
+
+
+@dataclass
+class Inheriting(Documented):
+    # a section of its own
+    fourth: int = 4  # declared here
+
+
+def test_field_docs_read_every_comment_line_and_the_inherited_fields():
+    """An inherited field's comment and section come from the class that declares it (train.py's data flags had
+    none, under a heading 'TrainConfig'); a section comment of several lines is one heading (it was its last line)."""
+    docs = field_docs(Inheriting)
+    assert docs == {"first": ("Documented", "no section above it: the class's name is its group"),
+                    "second": ("a section comment of two lines, both of them the heading",
+                               "a comment that goes on under itself"),
+                    "third": ("a section comment of two lines, both of them the heading", ""),
+                    "fourth": ("a section of its own", "declared here")}
+    train_docs, data_docs = field_docs(TrainConfig), field_docs(PrepareConfig)
+    assert all(train_docs[f.name] == data_docs[f.name] != ("PrepareConfig", "") for f in fields(PrepareConfig))
+    model_docs = field_docs(GPTConfig)  # a field whose comment goes on below it, then a section of two lines
+    assert model_docs["window"][1].endswith("an encoder's, on both sides, at most 2 * window - 1)")
+    assert model_docs["cross_attn"][0] == model_docs["window"][0] == "model"
+    assert model_docs["qk_norm"][0].startswith("recipe levers (what each does to the loss and the step time")
+
+
+def test_help_says_every_flag_on_one_line():
+    """A value with a newline (train.py's --sample_prompt, sample.py's --start) is shown escaped: printed as it
+    is, it read as an empty value and pushed the flag's description onto a line of its own."""
+    text = help_text(CLASSES, PRESETS, {"sample_prompt": "\n", "wandb_run_name": "a\tb"})
+    for line in text.splitlines()[1:]:
+        assert not line or line.startswith("  --") or line.endswith(":"), line
+    assert "  --sample_prompt='\\n'\n" in text and "  --wandb_run_name='a\\tb'   " in text
+    assert "  --out_dir=out\n" in text and "  --wandb_project=small-gpt\n" in text  # plain text stays as it is
+
+
+@pytest.mark.parametrize("flag, meant", [("presets", "preset"), ("prest", "preset"), ("confg", "config"),
+                                         ("configs", "config")])
+def test_a_typo_of_preset_or_config_suggests_it(flag, meant):
+    """--presets=fast-cpu was answered 'did you mean --progress?' (a boolean), --confg with no suggestion: the
+    suggestions were drawn from the dataclass fields only."""
+    with pytest.raises(FlagError) as e:
+        parse([f"--{flag}=x"], CLASSES, PRESETS)
+    assert str(e.value) == f"unknown flag --{flag}; did you mean --{meant}?"
+    with pytest.raises(FlagError, match="--preset=x is unknown"):  # the flag itself still parses
+        parse(["--preset=x"], CLASSES, PRESETS)
+    with pytest.raises(FlagError) as e:  # a command without presets does not suggest one
+        parse(["--presets=x"], (PrepareConfig,), {})
+    assert "--preset?" not in str(e.value)
