@@ -25,7 +25,7 @@ from common.flags import config_from_argv
 from data.tokenizer import drop_unknown
 from model.config import POS_EMBS
 from studies import cloze
-from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows, wandb_flags
+from studies.runs import check_out, read_metrics, train_run, train_speed, val_tokens, val_windows, wandb_flags
 from inference.checkpoint import load_for_inference, path_in
 from inference.masked import generate_by_masks as mask_append_stream
 from inference.generate import generate_stream
@@ -189,6 +189,7 @@ def main(argv) -> None:
     sc = config_from_argv(argv, EncoderStudyConfig)
     if sc is None:  # --help
         return
+    check_out(sc.out)
     os.makedirs(sc.out, exist_ok=True)
     t0 = time.time()
     out_dirs = train_all(sc)

@@ -23,7 +23,7 @@ from common.errors import ConfigError
 from common.flags import config_from_argv
 from model.config import ATTN_SCORES, POS_EMBS
 from inference.generate import sample_next
-from studies.runs import train_run, train_speed, val_windows
+from studies.runs import check_out, train_run, train_speed, val_windows
 from inference.checkpoint import load_for_inference, path_in
 
 EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the training context T
@@ -159,6 +159,7 @@ def main(argv) -> None:
     sc = config_from_argv(argv, PositionsConfig)
     if sc is None:  # --help
         return
+    check_out(sc.out)
     os.makedirs(sc.out, exist_ok=True)
     runs = {f"pos-{p}": dict(pos_emb=p) for p in POS_EMBS}
     if sc.scores:

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import torch
 
-from common.errors import DataError, UserError
+from common.errors import DataError, FlagError, UserError
+from common.files import why_no_folder
 from training.metrics import read_metrics
 
 TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
@@ -32,6 +33,14 @@ def train_run(sc, name: str, **settings) -> str:
         raise UserError(f"the study's {name} run stopped with exit code {code} (its error is above); change the "
                         f"study's flags and run it again")
     return out_dir
+
+
+def check_out(out: str) -> None:
+    """Refuses an --out that cannot be made a folder (a file in the way, a folder this process may not write in),
+    writing nothing."""
+    problem = why_no_folder(out)
+    if problem:
+        raise FlagError(f"--out={out}: {problem}; choose another --out")
 
 
 def wandb_flags(sc, group: str) -> dict:
