@@ -23,7 +23,7 @@ from common.errors import ConfigError
 from common.flags import config_from_argv
 from model.config import ATTN_SCORES, POS_EMBS
 from inference.generate import sample_next
-from studies.runs import check_out, train_run, train_speed, val_windows
+from studies.runs import start_study, train_run, train_speed, val_windows
 from inference.checkpoint import load_for_inference, path_in
 
 EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the training context T
@@ -159,11 +159,10 @@ def main(argv) -> None:
     sc = config_from_argv(argv, PositionsConfig)
     if sc is None:  # --help
         return
-    check_out(sc.out)
-    os.makedirs(sc.out, exist_ok=True)
     runs = {f"pos-{p}": dict(pos_emb=p) for p in POS_EMBS}
     if sc.scores:
         runs.update({f"score-{s}": dict(pos_emb="rope", attn_impl="math", attn_score=s) for s in ATTN_SCORES})
+    start_study(sc, runs)  # every run's flags checked before any trains
     results = {}
     for name, model_flags in runs.items():
         out_dir = train_run(sc, name, **model_flags)

@@ -109,3 +109,20 @@ def test_a_study_refuses_an_out_that_is_a_file_before_it_trains(study, corpus, t
         compare.main([*flags, f"--out={out}"])
     assert out.read_text() == "not a folder"
 
+
+@pytest.mark.parametrize("study, flag, refused", [("encoder", "--mask_rate=1.5", "mask_rate=1.5 must be in"),
+                                                  ("encoder", "--n_head=3", "not divisible by n_head=3"),
+                                                  ("positions", "--n_head=3", "not divisible by n_head=3"),
+                                                  ("seq2seq", "--n_head=3", "not divisible by n_head=3")])
+def test_a_flag_that_one_run_refuses_is_refused_before_any_run_trains(study, flag, refused, corpus, tmp_path,
+                                                                      monkeypatch):
+    """--mask_rate reaches the encoder run alone, the second of three: the decoder's minutes of training came first."""
+    import compare
+    from common.errors import UserError
+    from studies import runs
+
+    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    out = tmp_path / "study"
+    with pytest.raises(UserError, match=refused):
+        compare.main([*study_flags(study, corpus, tmp_path), flag, f"--out={out}"])
+    assert not out.exists()
