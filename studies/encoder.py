@@ -13,7 +13,6 @@ pseudo-perplexity, the cloze 2x2 (studies/cloze.py), samples from the same promp
 speed, and attention maps of one line. studies/encoder_report.py writes report.md, the figures and wandb.
 """
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -25,7 +24,7 @@ from common.flags import config_from_argv
 from data.tokenizer import drop_unknown
 from model.config import POS_EMBS
 from studies import cloze
-from studies.runs import read_metrics, train_run, train_speed, val_tokens, val_windows, wandb_flags
+from studies.runs import read_metrics, start_study, train_run, train_speed, val_tokens, val_windows, wandb_flags
 from inference.checkpoint import load_for_inference, path_in
 from inference.masked import generate_by_masks as mask_append_stream
 from inference.generate import generate_stream
@@ -80,13 +79,18 @@ class EncoderStudyConfig:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
 
 
-def train_all(sc: EncoderStudyConfig) -> dict:
-    """The three runs, identical but for --model. Returns {variant: out_dir}."""
+def run_settings(sc: EncoderStudyConfig) -> dict:
+    """The three runs' train.py settings, identical but for --model: {variant: settings}."""
     shared = dict(pos_emb=sc.pos_emb, eval_interval=max(1, sc.max_iters // sc.evals),
                   **wandb_flags(sc, "compare-encoder"))
     extra = {"decoder": dict(mask_token=True), "cheater": dict(mask_token=True),
              "encoder": dict(mask_rate=sc.mask_rate, mask_span=sc.mask_span)}
-    return {v: train_run(sc, v, model=v, **shared, **extra[v]) for v in VARIANTS}
+    return {v: dict(model=v, **shared, **extra[v]) for v in VARIANTS}
+
+
+def train_all(sc: EncoderStudyConfig) -> dict:
+    """The three runs. Returns {variant: out_dir}."""
+    return {v: train_run(sc, v, **settings) for v, settings in run_settings(sc).items()}
 
 
 @torch.no_grad()
@@ -189,7 +193,7 @@ def main(argv) -> None:
     sc = config_from_argv(argv, EncoderStudyConfig)
     if sc is None:  # --help
         return
-    os.makedirs(sc.out, exist_ok=True)
+    start_study(sc, run_settings(sc))  # every run's flags checked before any trains
     t0 = time.time()
     out_dirs = train_all(sc)
     res, models, tokenizer = measure(sc, out_dirs)

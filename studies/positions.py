@@ -21,9 +21,10 @@ import torch.nn.functional as F
 
 from common.errors import ConfigError
 from common.flags import config_from_argv
+from data.tokenizer import drop_unknown
 from model.config import ATTN_SCORES, POS_EMBS
 from inference.generate import sample_next
-from studies.runs import train_run, train_speed, val_windows
+from studies.runs import start_study, train_run, train_speed, val_windows
 from inference.checkpoint import load_for_inference, path_in
 
 EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the training context T
@@ -74,7 +75,9 @@ def loss_by_position(model, windows: torch.Tensor, batch: int = 16) -> torch.Ten
 @torch.no_grad()
 def cached_sample(model, tokenizer, prompt: str, n: int, seed: int) -> str:
     """n tokens with one KV cache holding prompt + n positions: no sliding window, attention reaches back over
-    everything, far past block_size (only for positions that extrapolate)."""
+    everything, far past block_size (only for positions that extrapolate). The prompt's characters the vocabulary
+    lacks are dropped: the study must not stop for its prompt once a run has trained."""
+    prompt = drop_unknown(tokenizer, prompt)
     ids = torch.tensor([tokenizer.encode(prompt)])  # (1, P)
     cache = model.new_cache(1, max_len=ids.size(1) + n)
     g = torch.Generator().manual_seed(seed)
@@ -159,10 +162,10 @@ def main(argv) -> None:
     sc = config_from_argv(argv, PositionsConfig)
     if sc is None:  # --help
         return
-    os.makedirs(sc.out, exist_ok=True)
     runs = {f"pos-{p}": dict(pos_emb=p) for p in POS_EMBS}
     if sc.scores:
         runs.update({f"score-{s}": dict(pos_emb="rope", attn_impl="math", attn_score=s) for s in ATTN_SCORES})
+    start_study(sc, runs)  # every run's flags checked before any trains
     results = {}
     for name, model_flags in runs.items():
         out_dir = train_run(sc, name, **model_flags)

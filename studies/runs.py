@@ -1,6 +1,8 @@
 """What every study needs: train one model with train.py (a process of its own, as a user would run it), read its
 speed back, and take validation windows from its data."""
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -9,7 +11,8 @@ import sys
 import numpy as np
 import torch
 
-from common.errors import DataError, UserError
+from common.errors import DataError, FlagError, UserError
+from common.files import why_no_folder
 from training.metrics import read_metrics
 
 TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
@@ -18,20 +21,47 @@ SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters"
 
 
 def train_run(sc, name: str, **settings) -> str:
-    """Train one model into sc.out/name with train.py, the study's shared settings (the SHARED fields of sc, its data)
-    plus `settings` (which win; any of train.py's flags); returns the run's out_dir. One final evaluation unless
-    settings set eval_interval. A run that fails stops the study with its own error, printed above."""
-    out_dir = os.path.join(sc.out, name)
-    shared = {k: getattr(sc, k) for k in SHARED}
-    data = {k: getattr(sc, k) for k in ("input", "split", "data_root") if getattr(sc, k) is not None}
-    values = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
-              "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **settings, "out_dir": out_dir}
+    """Train one model into sc.out/name with train.py and run_flags(sc, name, **settings); returns the run's out_dir.
+    A run that fails stops the study with its own error, printed above."""
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
-    code = subprocess.run([sys.executable, TRAIN, *(f"--{k}={flag_text(v)}" for k, v in values.items())]).returncode
+    code = subprocess.run([sys.executable, TRAIN, *run_flags(sc, name, **settings)]).returncode
     if code:
         raise UserError(f"the study's {name} run stopped with exit code {code} (its error is above); change the "
                         f"study's flags and run it again")
-    return out_dir
+    return os.path.join(sc.out, name)
+
+
+def run_flags(sc, name: str, **settings) -> list[str]:
+    """train.py's flags for one run into sc.out/name: the study's shared settings (the SHARED fields of sc, its data)
+    plus `settings` (which win; any of train.py's flags). One final evaluation unless settings set eval_interval."""
+    shared = {k: getattr(sc, k) for k in SHARED}
+    data = {k: getattr(sc, k) for k in ("input", "split", "data_root") if getattr(sc, k) is not None}
+    values = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
+              "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **settings,
+              "out_dir": os.path.join(sc.out, name)}
+    return [f"--{k}={flag_text(v)}" for k, v in values.items()]
+
+
+def check_out(out: str) -> None:
+    """Refuses an --out that cannot be made a folder (a file in the way, a folder this process may not write in),
+    writing nothing."""
+    problem = why_no_folder(out)
+    if problem:
+        raise FlagError(f"--out={out}: {problem}; choose another --out")
+
+
+def start_study(sc, runs: dict) -> None:
+    """Before any run trains: --out checked, and every run's train.py flags ({name: settings}, as train_run takes
+    them) checked as train.py checks its flags before it reads any data; then sc.out is made. A mistake only one run
+    would refuse (--mask_rate reaches the encoder alone) stops the study here, with nothing written, not after the
+    runs before it have trained."""
+    from training.config import configure
+
+    check_out(sc.out)
+    for name, settings in runs.items():
+        with contextlib.redirect_stderr(io.StringIO()):  # its notes: train.py says them when the run starts
+            configure(run_flags(sc, name, **settings))
+    os.makedirs(sc.out, exist_ok=True)
 
 
 def wandb_flags(sc, group: str) -> dict:

@@ -29,7 +29,7 @@ from data.pair_batches import TASKS, collate, task_pair
 from data.pairs import is_val_pair
 from inference.checkpoint import load_for_inference, path_in
 from insight.attention_maps import cross_attention_maps
-from studies.runs import train_run, train_speed, wandb_flags
+from studies.runs import start_study, train_run, train_speed, wandb_flags
 from training.objectives import Seq2SeqObjective
 
 VARIANTS = {"no-attention": dict(cross_attn="mean"), "dot": dict(attn_score="dot"),
@@ -169,10 +169,10 @@ def main(argv) -> None:
     sc = config_from_argv(argv, Seq2SeqStudyConfig)
     if sc is None:  # --help
         return
-    os.makedirs(sc.out, exist_ok=True)
     start = time.perf_counter()
     shared = dict(model="seq2seq", task=sc.task, task_min_len=sc.min_len, task_max_len=sc.max_len,
                   pos_emb=sc.pos_emb, attn_impl="math", **wandb_flags(sc, "compare-seq2seq"))
+    start_study(sc, {name: {**shared, **flags} for name, flags in VARIANTS.items()})  # checked before any trains
     variants = {}
     for name, flags in VARIANTS.items():
         out_dir = train_run(sc, name, **shared, **flags)

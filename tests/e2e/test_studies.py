@@ -79,3 +79,50 @@ def test_probe_py_writes_table_results_and_figure(tmp_path):
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the induction cells' training curves
     induction = [r for r in results if r["task"] == "induction"]
     assert all(r["curve"] and all("prefix" in row for row in r["curve"]) for r in induction)
+
+
+def study_flags(study, corpus, tmp_path) -> list[str]:
+    """compare.py's flags for a study at tiny sizes (the refusals below train nothing)."""
+    data = [f"--input={corpus}", "--split=tail", f"--data_root={tmp_path / 'data'}"]
+    tiny = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--max_iters=2"]
+    return [f"--study={study}", *tiny, *{"encoder": [*data, "--block_size=24", "--cloze_left=8", "--cloze_right=4"],
+                                         "positions": [*data, "--block_size=8"],
+                                         "seq2seq": ["--block_size=12", "--max_len=4", "--eval_max_len=6",
+                                                     "--map_len=5"]}[study]]
+
+
+@pytest.mark.parametrize("study", ["encoder", "positions", "seq2seq", "attention"])
+def test_a_study_refuses_an_out_that_is_a_file_before_it_trains(study, corpus, trained_checkpoints, tmp_path,
+                                                                monkeypatch):
+    import compare
+    from common.errors import FlagError
+    from insight import probe_fit
+    from studies import runs
+
+    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    monkeypatch.setattr(probe_fit, "fit", lambda *a, **k: pytest.fail("the probe trained before the refusal"))
+    out = tmp_path / "results.txt"
+    out.write_text("not a folder")
+    flags = ([f"--study={study}", f"--ckpt_dir={trained_checkpoints['decoder']}", "--probe_steps=5"]
+             if study == "attention" else study_flags(study, corpus, tmp_path))
+    with pytest.raises(FlagError, match=f"--out={out}: {out} is a file, not a folder; choose another --out"):
+        compare.main([*flags, f"--out={out}"])
+    assert out.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("study, flag, refused", [("encoder", "--mask_rate=1.5", "mask_rate=1.5 must be in"),
+                                                  ("encoder", "--n_head=3", "not divisible by n_head=3"),
+                                                  ("positions", "--n_head=3", "not divisible by n_head=3"),
+                                                  ("seq2seq", "--n_head=3", "not divisible by n_head=3")])
+def test_a_flag_that_one_run_refuses_is_refused_before_any_run_trains(study, flag, refused, corpus, tmp_path,
+                                                                      monkeypatch):
+    """--mask_rate reaches the encoder run alone, the second of three: the decoder's minutes of training came first."""
+    import compare
+    from common.errors import UserError
+    from studies import runs
+
+    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    out = tmp_path / "study"
+    with pytest.raises(UserError, match=refused):
+        compare.main([*study_flags(study, corpus, tmp_path), flag, f"--out={out}"])
+    assert not out.exists()
