@@ -25,6 +25,18 @@ def test_probe_py_refuses_a_size_its_task_cannot_make_and_an_empty_grid_before_w
     assert not out.exists()
 
 
+def test_probe_py_refuses_an_out_that_is_a_file_before_it_trains(tmp_path):
+    import probe
+    from common.errors import FlagError
+
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    with pytest.raises(FlagError, match=r"^--out=.*taken: .*; choose another --out$"):
+        probe.main([f"--out={taken}", "--tasks=copy", "--pos_embs=rope", "--steps=1", "--n_embd=16", "--n_head=2",
+                    "--eval_batches=1"])
+    assert taken.read_text() == "mine"
+
+
 def test_probe_py_leaves_the_size_of_a_task_it_does_not_run_alone():
     import probe
 
