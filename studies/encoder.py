@@ -77,6 +77,9 @@ class EncoderStudyConfig:
         for name in ("evals", "cloze_positions", "nll_windows", "pppl_windows", "gen_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.pppl_windows > self.nll_windows:  # pseudo-perplexity scores the first of the next-token windows
+            raise ConfigError(f"pppl_windows={self.pppl_windows} must be at most nll_windows={self.nll_windows}: "
+                              f"pseudo-perplexity scores the first of those windows")
 
 
 def run_settings(sc: EncoderStudyConfig) -> dict:
