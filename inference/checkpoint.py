@@ -11,10 +11,12 @@ renamed over the old file, and the folder is fsynced so the rename itself is dur
 moment leaves either the old checkpoint or the new one, never half of one.
 
 Versions: 1 (no "format_version" key, written before the format had an owner) and 2 (adds the version and the
-float16 loss scaler's state). Both load. Keys added since, optional in every version: "wandb_run_id"; and in
-data_meta, "bpe_ranks": a bpe tokenizer's merges, which training puts there (data/tokenizer.py's carry_tokenizer) so
-that the checkpoint decodes without its data folder, which may be removed or rebuilt. A bpe checkpoint without them
-(older, or imported) reads them from data_dir.
+float16 loss scaler's state). Both load. Keys added since, optional in every version: "wandb_run_id"; "speed_config"
+and "speed_flags": the speed levers (speed.SpeedConfig) the run's flags and preset chose and which of them a flag
+gave, which a resumed run computes with (without them it takes the command line's); and in data_meta, "bpe_ranks": a
+bpe tokenizer's merges, which training puts there (data/tokenizer.py's carry_tokenizer) so that the checkpoint
+decodes without its data folder, which may be removed or rebuilt. A bpe checkpoint without them (older, or imported)
+reads them from data_dir.
 """
 import math
 import os
@@ -50,6 +52,10 @@ class Checkpoint:
     rng: list | None = None  # every process's RNG state, by rank
     source: str | None = None  # where the weights came from when not trained here (hf:FOLDER)
     wandb_run_id: str | None = None  # the wandb run the training logs to: a resumed run continues that one
+    speed_config: dict | None = None  # speed.SpeedConfig as a dict: how the run computed, as its flags and preset
+    #                                   chose it (before speed.for_device's choices for the device)
+    speed_flags: list | None = None  # the levers of speed_config a flag or config file gave (the device's choices
+    #                                  leave those alone)
 
     # ---- writing ---------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -57,7 +63,8 @@ class Checkpoint:
                 "step": self.step, "data_meta": self.data_meta, "data_dir": self.data_dir,
                 "train_config": self.train_config, "variant": self.objective, "mask_id": self.mask_id,
                 "best_val_loss": self.best_val_loss, "optimizer": self.optimizer, "scaler": self.scaler,
-                "rng": self.rng, "source": self.source, "wandb_run_id": self.wandb_run_id}
+                "rng": self.rng, "source": self.source, "wandb_run_id": self.wandb_run_id,
+                "speed_config": self.speed_config, "speed_flags": self.speed_flags}
 
     def save(self, path: str) -> None:
         save_atomic(self.to_dict(), path)
@@ -99,7 +106,8 @@ class Checkpoint:
                    objective=raw.get("variant") or "decoder", mask_id=raw.get("mask_id"),
                    best_val_loss=raw.get("best_val_loss", math.inf), optimizer=raw.get("optimizer"),
                    scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"),
-                   wandb_run_id=raw.get("wandb_run_id"))
+                   wandb_run_id=raw.get("wandb_run_id"), speed_config=raw.get("speed_config"),
+                   speed_flags=raw.get("speed_flags"))
 
     @property
     def model_class(self) -> type:
@@ -193,6 +201,11 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return "rng is not a list of random states"
     if not isinstance(raw.get("wandb_run_id") or "", str):
         return f"wandb_run_id={raw.get('wandb_run_id')!r} is not a run id"
+    levers, given = raw.get("speed_config"), raw.get("speed_flags")
+    if not (levers is None or isinstance(levers, dict) and all(isinstance(v, str) for v in levers.values())):
+        return f"speed_config={levers!r} is not a dict of speed levers"
+    if not (given is None or isinstance(given, list) and all(isinstance(k, str) for k in given)):
+        return f"speed_flags={given!r} is not a list of lever names"
     problem = meta_problem(raw["data_meta"])
     return f"its data_meta is not valid: {problem}" if problem else None
 

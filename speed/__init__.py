@@ -1,4 +1,5 @@
-"""Speed levers: how a built model is computed, chosen when it is run, never part of its config or checkpoint.
+"""Speed levers: how a built model is computed, chosen when it is run, never part of its config (a training
+checkpoint notes its run's levers only for a resume to continue with them).
 
 The model (model/) is the architecture in plain PyTorch: nn.Linear, nn.Dropout, attention on the fused backend.
 `apply` turns a built model into a faster one that computes the same function, with the same parameters and
@@ -30,7 +31,7 @@ QK_IMPLS = ("fused", "aten")
 
 @dataclass
 class SpeedConfig:
-    # how the model is computed (not part of its checkpoint: any run may choose another)
+    # how the model is computed (not part of the model: any run may choose another)
     attn_impl: str = "auto"  # 'sdpa' = fused kernel (FlashAttention on GPU), 'math' = the formula written out,
     #                          'tiled' = FlashAttention's online softmax in plain PyTorch (teaching, slow), 'auto' =
     #                          sdpa, or math for a learned attn_score (only math computes one)

@@ -368,3 +368,24 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
         check_schedule(resumed, explicit, "the checkpoint's")
     flag_scope.print_notes(notes)
     return resumed, ckpt
+
+
+def run_speed(sc: SpeedConfig, explicit: dict, ckpt: Checkpoint | None) -> tuple[SpeedConfig, list[str]]:
+    """(how the run computes, as chosen before the device's own choices; the levers a flag or config file gave,
+    which speed.for_device leaves alone). A resumed run computes as the run it continues chose to, with the levers
+    its flags give explicitly on top; a checkpoint without them (older, or an import) takes the command line's."""
+    given = [f.name for f in fields(SpeedConfig) if f.name in explicit]
+    if ckpt is None or ckpt.speed_config is None:
+        return sc, given
+    known = {f.name for f in fields(SpeedConfig)}
+    gone = sorted(set(ckpt.speed_config) - known)
+    if gone:
+        flag_scope.print_notes([f"note: the checkpoint's speed levers {', '.join(gone)} are not this version's; "
+                                f"ignored"])
+    chosen = {k: v for k, v in ckpt.speed_config.items() if k in known}
+    try:
+        sc = SpeedConfig(**{**chosen, **{k: explicit[k] for k in given}})
+    except ConfigError as e:
+        raise CheckpointError(f"the checkpoint's speed levers are not this code's ({e}); give that lever as a flag "
+                              f"to choose one") from None
+    return sc, sorted(set(ckpt.speed_flags or ()) & known | set(given))

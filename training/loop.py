@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from tqdm import tqdm
@@ -123,7 +123,8 @@ def save(run, step: int, best: bool) -> None:
                       data_dir=os.path.abspath(run.data_dir) if run.data_dir else None, train_config=run.tc.to_dict(),
                       objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,
                       optimizer=optim_state, scaler=run.scaler.state_dict() if run.scaler.is_enabled() else None,
-                      rng=rng, wandb_run_id=run.wandb_run_id)
+                      rng=rng, wandb_run_id=run.wandb_run_id, speed_config=asdict(run.chosen_speed),
+                      speed_flags=list(run.speed_flags))
     last = os.path.join(run.tc.out_dir, LAST)
     ckpt.save(last)
     if best:

@@ -20,7 +20,7 @@ import speed
 from speed import SpeedConfig
 from training import distributed, fsdp, objectives, optim, run_data
 from inference.checkpoint import Checkpoint
-from training.config import TrainConfig
+from training.config import TrainConfig, run_speed
 from training.evaluate import token_byte_lengths
 from training.random_state import set_rng_state
 
@@ -28,7 +28,10 @@ from training.random_state import set_rng_state
 @dataclass
 class Run:
     tc: TrainConfig
-    speed: SpeedConfig
+    speed: SpeedConfig  # how the model is computed here: chosen_speed with the device's own choices
+    chosen_speed: SpeedConfig  # the levers as the flags and preset chose them (a resumed run: its checkpoint's run,
+    #                            and its own flags), before the device's choices: what its checkpoints keep
+    speed_flags: tuple  # the levers of chosen_speed that a flag gave: the device's choices leave them alone
     dist: distributed.Dist
     device: torch.device
     dtype: torch.dtype
@@ -77,11 +80,13 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
           init_model=None, sc: SpeedConfig | None = None, ckpt: Checkpoint | None = None) -> Run:
     """What a run needs, in the order it is made. tc, ckpt: the run's settings and the checkpoint it resumes (None: a
     fresh run), from training/out_dir.py's starting_config. sc: how the model is computed (speed/: applied to the
-    built model, whichever way it was made; the device's own choices leave the explicit flags alone). init_model:
-    None (fresh weights, or resume) or a function tokenizer -> GPT that supplies starting weights (train.py's
-    --init_from=hf:FOLDER). The run's checks happen here (the lock's own come after it), and nothing is written to
-    out_dir: training/out_dir.py's claim_out_dir does that, under the lock."""
-    device, dtype, sc = system(tc, device_name, explicit, sc, d)
+    built model, whichever way it was made; the device's own choices leave the explicit flags alone; a resumed run
+    computes as its checkpoint's run chose to, with its own flags on top). init_model: None (fresh weights, or
+    resume) or a function tokenizer -> GPT that supplies starting weights (train.py's --init_from=hf:FOLDER). The
+    run's checks happen here (the lock's own come after it), and nothing is written to out_dir: training/out_dir.py's
+    claim_out_dir does that, under the lock."""
+    chosen, speed_flags = run_speed(sc or SpeedConfig(), explicit, ckpt)
+    device, dtype, sc = system(tc, device_name, speed_flags, chosen, d)
     data_dir, meta, tokenizer = run_data.load(tc, d, ckpt)
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
     check_prompt(tc, tokenizer)
@@ -93,17 +98,19 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     fixed_by = "the checkpoint" if ckpt is not None else tc.init_from if init_model is not None else None
     train_data, val_set = run_data.batches(tc, d, data_dir, meta, model.config.block_size, objective, device, accum,
                                            fixed_by)
-    return Run(tc=tc, speed=sc, dist=d, device=device, dtype=dtype, model=model,
-               train_model=train_model, optimizer=optimizer, scaler=scaler, objective=objective, tokenizer=tokenizer,
+    return Run(tc=tc, speed=sc, chosen_speed=chosen, speed_flags=tuple(speed_flags), dist=d, device=device,
+               dtype=dtype, model=model, train_model=train_model, optimizer=optimizer, scaler=scaler,
+               objective=objective, tokenizer=tokenizer,
                data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,
                token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
                wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
 
 
-def system(tc: TrainConfig, device_name: str, explicit: dict, sc: SpeedConfig | None,
+def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | None,
            d: distributed.Dist) -> tuple[torch.device, torch.dtype, SpeedConfig]:
     """Where and how the run computes: the threads, the device (and on a CPU its memory reuse), the dtype of
-    autocast, TF32 matmuls, the speed levers the device gets."""
+    autocast, TF32 matmuls, the speed levers the device gets (sc's, with the device's own choices for those not in
+    speed_flags: the levers a flag gave)."""
     if tc.threads:
         torch.set_num_threads(tc.threads)
     device = pick_device(device_name)
@@ -111,7 +118,7 @@ def system(tc: TrainConfig, device_name: str, explicit: dict, sc: SpeedConfig | 
         malloc.keep_freed_memory()  # no page faults for each step's activations (common/malloc.py)
     dtype = pick_dtype(tc.dtype, device)
     use_tf32(device)
-    sc = speed.for_device(sc or SpeedConfig(), explicit, device.type)  # on a GPU, the fused kernels
+    sc = speed.for_device(sc or SpeedConfig(), speed_flags, device.type)  # on a GPU, the fused kernels
     if tc.fsdp and not d.enabled:
         raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "
                          "(torchrun --standalone --nproc_per_node=2 train.py ...)")

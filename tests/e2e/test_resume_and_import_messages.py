@@ -2,6 +2,7 @@
 true of the run (the checkpoint's step, where the weights came from, which flag to drop), and nothing is written
 on a refusal."""
 import pytest
+import torch
 
 import train
 from common import cli
@@ -140,6 +141,35 @@ def test_a_resumed_runs_flags_are_checked_against_its_checkpoint(corpus, tmp_pat
     before = files_of(out)
     assert said in refused(tiny_args(corpus, out, "--max_iters=4", "--init_from=resume", *extra), capsys)
     assert files_of(out) == before and metrics(out)[-1]["step"] == 2
+
+
+@pytest.mark.parametrize("levers, said", [
+    ("math", "is corrupt or not ours: speed_config='math' is not a dict of speed levers"),
+    ({"attn_impl": "warp"}, "the checkpoint's speed levers are not this code's (attn_impl='warp' is not one of auto, "
+                            "sdpa, math, tiled); give that lever as a flag to choose one"),
+])
+def test_a_checkpoints_speed_levers_this_code_refuses_are_named(corpus, tmp_path, capsys, levers, said):
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 0
+    raw = torch.load(out / "ckpt_last.pt", weights_only=True)
+    torch.save({**raw, "speed_config": levers}, out / "ckpt_last.pt")
+    before = files_of(out)
+    assert said in refused(["--init_from=resume", "--max_iters=3", f"--out_dir={out}"], capsys)
+    assert files_of(out) == before
+    if isinstance(levers, dict):  # the flag it names chooses
+        assert cli.run(train.main, ["--init_from=resume", "--max_iters=3", "--attn_impl=sdpa", f"--out_dir={out}"]) == 0
+
+
+def test_a_checkpoints_speed_lever_this_version_lacks_is_dropped_with_a_note(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 0
+    raw = torch.load(out / "ckpt_last.pt", weights_only=True)
+    torch.save({**raw, "speed_config": {**raw["speed_config"], "warp_impl": "on"}}, out / "ckpt_last.pt")
+    capsys.readouterr()
+    assert cli.run(train.main, ["--init_from=resume", "--max_iters=3", f"--out_dir={out}"]) == 0
+    captured = capsys.readouterr()
+    assert "note: the checkpoint's speed levers warp_impl are not this version's; ignored" in captured.err
+    assert "attn=sdpa" in captured.out  # the first run's --attn_impl, not the default preset's math
 
 
 @pytest.mark.parametrize("change, said", [

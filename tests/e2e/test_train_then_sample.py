@@ -53,6 +53,48 @@ def test_resume_continues_with_the_same_losses(corpus, tmp_path, variant):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def preset_args(corpus, out, *extra):
+    """tiny_args without their --attn_impl: the levers are the preset's (nanogpt-cpu's attn_impl=auto, not the default
+    preset's math)."""
+    return [a for a in tiny_args(corpus, out, *extra) if not a.startswith("--attn_impl")] + ["--preset=nanogpt-cpu"]
+
+
+def test_resume_computes_as_the_run_it_continues(corpus, tmp_path):
+    common = ["--lr_decay_iters=8", "--eval_interval=4"]
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    train.main(preset_args(corpus, whole, "--max_iters=8", *common))
+    train.main(preset_args(corpus, part, "--max_iters=4", *common))
+    train.main(["--init_from=resume", "--max_iters=8", f"--out_dir={part}"])  # no preset: the checkpoint's levers
+    losses = {row["step"]: row["train_loss"] for row in metrics(whole)}
+    assert {row["step"]: row["train_loss"] for row in metrics(part)} == losses
+    a = Checkpoint.load(str(whole / "ckpt_last.pt")).weights
+    b = Checkpoint.load(str(part / "ckpt_last.pt")).weights
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_an_explicit_speed_flag_on_resume_wins(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(preset_args(corpus, out, "--max_iters=2", "--eval_interval=2"))
+    assert "attn=auto" in capsys.readouterr().out
+    train.main(["--init_from=resume", "--max_iters=3", "--attn_impl=tiled", f"--out_dir={out}"])
+    assert "attn=tiled" in capsys.readouterr().out
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).speed_config["attn_impl"] == "tiled"
+    train.main(["--init_from=resume", "--max_iters=4", f"--out_dir={out}"])  # the levers the checkpoint's run chose
+    assert "attn=tiled" in capsys.readouterr().out
+
+
+def test_a_checkpoint_without_its_levers_resumes(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(preset_args(corpus, out, "--max_iters=2", "--eval_interval=2"))
+    raw = torch.load(out / "ckpt_last.pt", weights_only=True)
+    del raw["speed_config"], raw["speed_flags"]  # as written before the checkpoint kept them
+    torch.save(raw, out / "ckpt_last.pt")
+    capsys.readouterr()
+    train.main(["--init_from=resume", "--max_iters=4", f"--out_dir={out}"])
+    assert "attn=math" in capsys.readouterr().out  # the command line's levers: the default preset's
+    assert metrics(out)[-1]["step"] == 4
+
+
 def test_scratch_run_refuses_to_overwrite(corpus, tmp_path):
     out = tmp_path / "run"
     train.main(tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2"))

@@ -1,10 +1,14 @@
 """On CUDA the implementation choices follow the device, not the CPU-measured preset: the fused attention and
-torch's dropout, compile on; a flag or a config file still chooses."""
+torch's dropout, compile on; a flag or a config file still chooses, also the one of the run a resume continues."""
+from dataclasses import asdict
+
 import torch
 
 import speed
+from inference.checkpoint import Checkpoint
+from model import GPTConfig
 from speed import SpeedConfig
-from training.config import configure
+from training.config import configure, run_speed
 from training.setup import compiles
 
 
@@ -44,3 +48,33 @@ def test_compile_is_on_by_default_on_cuda_only_and_a_flag_turns_it_off():
     assert not compiles(tc, torch.device("cuda"))
     tc, _ = on("cpu", ["--compile=true"])
     assert compiles(tc, torch.device("cpu"))
+
+
+def saved_by(argv) -> Checkpoint:
+    """A checkpoint as a run with these flags writes it (its speed levers; weights play no part)."""
+    _, _, sc, explicit = configure(argv)
+    chosen, given = run_speed(sc, explicit, None)
+    return Checkpoint(weights={}, model_config=GPTConfig(), step=1, data_meta={}, speed_config=asdict(chosen),
+                      speed_flags=given)
+
+
+def resumed_on(device_type, ckpt, argv=()):
+    _, _, sc, explicit = configure(["--init_from=resume", *argv])
+    return speed.for_device(*run_speed(sc, explicit, ckpt), device_type)
+
+
+def test_a_resume_on_cuda_keeps_the_levers_the_runs_flags_gave_and_gives_the_others_to_the_device():
+    ckpt = saved_by(["--attn_impl=tiled", "--preset=nanogpt-cpu"])
+    assert ckpt.speed_flags == ["attn_impl"]
+    _, first = on("cuda", ["--attn_impl=tiled", "--preset=nanogpt-cpu"])
+    assert resumed_on("cuda", ckpt) == first  # the uninterrupted run's levers
+    assert (first.attn_impl, first.dropout_impl) == ("tiled", "bernoulli")
+    assert resumed_on("cpu", ckpt) == SpeedConfig(attn_impl="tiled")  # nanogpt-cpu's own levers, the flag's attn
+    assert resumed_on("cuda", ckpt, ["--dropout_impl=rand"]).dropout_impl == "rand"  # a flag of the resume wins
+
+
+def test_a_checkpoint_without_levers_resumes_with_the_command_lines():
+    ckpt = saved_by(["--attn_impl=tiled"])
+    ckpt.speed_config = ckpt.speed_flags = None  # as written before checkpoints kept them
+    _, default = on("cpu", [])
+    assert resumed_on("cpu", ckpt) == default
