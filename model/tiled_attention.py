@@ -21,7 +21,8 @@ dO the output's gradient and delta = rowsum(dO * out):
 
 This is a teaching path: Python loops over tiles are slower than the math path on a CPU and far slower than
 SDPA's fused kernel. It is here to be read, and to show in benchmarks/attention_cost.py that its memory is linear.
-Rows with no allowed key are handled by attend() before it calls this (they attend everywhere, then are zeroed).
+Rows with no allowed key never reach it: model/attention.py's with_empty_rows lets them attend everywhere, and the
+attention layer zeroes their output.
 """
 import math
 
