@@ -12,7 +12,7 @@ Bilinear keeps dot's cost (W k once per key, then the same matmul). W is paramet
 zero, so training starts from the scaled dot product and weight decay pulls back towards it, not towards a zero
 metric. Additive cannot be a matmul: tanh sits between q and k, so it materialises a (B, H, T, S, A) tensor, A
 times the memory of the score matrix; that is why the field moved to dot products. Both are computed on the math
-path only (GPTConfig refuses them with 'sdpa' and 'tiled', which hard-code q.k).
+path only (model/attention.py's use_backend refuses 'sdpa' and 'tiled' for them: both hard-code q.k).
 
 Each module maps (q (B, H, T, D), k (B, H, S, D)) to scores (B, H, T, S), before masks and biases.
 """

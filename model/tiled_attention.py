@@ -11,17 +11,19 @@ time (Milakov & Gimelshein 2018, "online softmax"; Dao et al. 2022, FlashAttenti
     acc = sum of exp(score - m) * v over the keys seen so far (B, H, BQ, D)
 
 When a new block raises the maximum from m to m', everything accumulated so far was exponentiated against the
-old m, so it is rescaled by exp(m - m') before the new block is added. At the end out = acc / l, which is exactly
-softmax(scores) @ V. Only one (BQ, BK) tile of scores exists at a time, so memory is O(T*D + BQ*BK), linear in T.
+old m, so it is rescaled by exp(m - m') before the new block is added. At the end out = acc / l, which is
+softmax(scores) @ V up to rounding (tests/unit/model/test_tiled_attention.py). Only one (BQ, BK) tile of scores
+exists at a time, so memory is O(T*D + BQ*BK), linear in T.
 
 The backward pass does not keep the tiles either: it keeps out and each row's log-sum-exp L = m + log(l), and
-recomputes every tile's weights exactly as P = exp(score - L) (FlashAttention's recomputation). With
+recomputes every tile's weights as P = exp(score - L) (FlashAttention's recomputation). With
 dO the output's gradient and delta = rowsum(dO * out):
     dV += P^T dO,   dP = dO V^T,   dScore = P * (dP - delta),   dQ += dScore K / sqrt(D),   dK += dScore^T Q / sqrt(D)
 
 This is a teaching path: Python loops over tiles are slower than the math path on a CPU and far slower than
 SDPA's fused kernel. It is here to be read, and to show in benchmarks/attention_cost.py that its memory is linear.
-Rows with no allowed key are handled by attend() before it calls this (they attend everywhere, then are zeroed).
+Rows with no allowed key never reach it: model/attention.py's with_empty_rows lets them attend everywhere, and the
+attention layer zeroes their output.
 """
 import math
 

@@ -102,7 +102,7 @@ def test_validation_subset_and_ranks_are_fixed(folder):
 
 @pytest.mark.parametrize("block", [16, 49])
 def test_validation_scores_every_target_of_a_100_token_split_exactly_once(tmp_path, block):
-    # Issue 14, item 5: the stride-T windows stop short of the end; up to T-1 final targets were never scored.
+    # stride-T windows alone stop short of the end, leaving up to T-1 final targets unscored
     np.arange(1_000, dtype=np.uint16).tofile(tmp_path / "train.bin")
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "val.bin")
     (tmp_path / "meta.json").write_text(json.dumps(meta("uint16", 1_000, 100)))

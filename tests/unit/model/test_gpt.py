@@ -64,6 +64,20 @@ def test_encoder_sees_the_future(impl, pos_emb):
     assert not torch.allclose(run(model, idx)[:, :10], run(model, changed)[:, :10])
 
 
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+def test_the_encoder_is_the_decoder_with_the_same_weights_attending_both_ways(pos_emb):
+    """model/gpt.py: causal=False is the same parameters, names and shapes; only the mask differs. A decoder's weights
+    loaded into an encoder give, with one layer, the decoder's logits at the last position (it sees every key either
+    way; deeper, the keys differ: the encoder's earlier positions saw later ones)."""
+    decoder = tiny_model(pos_emb=pos_emb, n_layer=1)
+    encoder = tiny_model(seed=1, pos_emb=pos_emb, n_layer=1, causal=False)
+    shapes = lambda m: {k: v.shape for k, v in m.state_dict().items()}  # noqa: E731
+    assert shapes(decoder) == shapes(encoder)
+    encoder.load_state_dict(decoder.state_dict())
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(run(encoder, idx)[:, -1], run(decoder, idx)[:, -1], atol=1e-5, rtol=1e-5)
+
+
 def test_tied_embeddings_and_param_count():
     model = tiny_model(pos_emb="learned")
     assert model.head.weight is model.wte.weight

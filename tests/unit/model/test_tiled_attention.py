@@ -8,7 +8,7 @@ from conftest import POS_EMBS, rand_qkv, tiny_model
 from model.attention import AttentionContext, Math, Tiled, attend, with_empty_rows
 from model.masks import build_mask
 from model.positional import alibi_slopes
-from model.tiled_attention import tiled_attention
+from model.tiled_attention import _key_blocks, tiled_attention
 from inference.generate import generate
 
 
@@ -79,6 +79,25 @@ def test_tiled_index_band_equals_sliding_window_mask(window):
     grads = [torch.autograd.grad(o.square().sum(), (q, k, v)) for o in (got, want)]
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal, window, hidden", [(True, None, False), (True, 5, False), (False, None, True),
+                                                      (True, None, True)])
+def test_the_tiles_visited_are_those_holding_an_allowed_key(is_causal, window, hidden):
+    """Tiles right of the causal diagonal, outside the band, or wholly hidden by the mask are skipped, and no other:
+    the key blocks visited per query block are those with an allowed (query, key) pair, found here pair by pair."""
+    T, block = 22, 4  # a ragged last tile
+    q, k = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
+    mask = None
+    if hidden:  # keys 4..11 hidden from every query (two whole key blocks), and a scatter of other pairs
+        mask = ((q * 7 + k * 3) % 5 != 0) & ((k < 4) | (k >= 12))
+        mask = mask.view(1, 1, T, T)
+    allowed = torch.ones(T, T, dtype=torch.bool) if mask is None else mask[0, 0]
+    if is_causal:
+        allowed = allowed & (k <= q) & (True if window is None else q - k < window)
+    for qs in range(0, T, block):
+        want = [ks for ks in range(0, T, block) if allowed[qs:qs + block, ks:ks + block].any()]
+        assert list(_key_blocks(qs, min(qs + block, T), T, block, is_causal, window, mask)) == want, qs
 
 
 def test_tiled_keeps_no_T_by_S_tensor_for_backward():
