@@ -200,9 +200,11 @@ class Bookkeeping:
     and the agreement of every process on stopping (a signal) and saving (the clock). A context: while it lasts,
     Ctrl-C and SIGTERM ask for a graceful stop (training/stopping.py)."""
 
-    def __init__(self, run, bar, tokens_before: int | None = 0, skipped_before: int = 0):
+    def __init__(self, run, bar, tokens_before: int | None = 0, skipped_before: int = 0,
+                 seconds_before: tuple[float, float] = (0.0, 0.0)):
         """tokens_before, skipped_before: the tokens trained on and the updates skipped before run.start_step
-        (tokens None: unknown, the tokens column stays empty)."""
+        (tokens None: unknown, the tokens column stays empty); seconds_before: the (train_s, elapsed_s) the rows had
+        reached there, which this process's rows continue."""
         self.run, self.bar = run, bar
         # MFU's denominator, measured once: the fastest matmul kernel at the model's own shapes (training/mfu.py)
         shapes = matmul_shapes(run.model, run.tc.batch_size * run.config.block_size)
@@ -212,7 +214,8 @@ class Bookkeeping:
         self.steps, self.seconds = 0, 0.0  # since the last row
         self.counted = torch.zeros((), dtype=torch.long, device=run.device)  # tokens counted since the last row
         self.tokens = tokens_before  # counted since step 0
-        self.train_s, self.skipped, self.t_start = 0.0, skipped_before, time.time()
+        self.train_s, self.skipped, self.t_start = 0.0, skipped_before, time.time()  # this process's
+        self.seconds_before = seconds_before
         self.unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # skipped updates not yet read
         self.first_unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # the first one's step (1-based)
         self.last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
@@ -290,7 +293,8 @@ class Bookkeeping:
                            f"disturbed (another process?), so the mfu column reads high")
         row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
                "grad_norm": result.grad_norm.item(), "tokens": tokens,
-               "elapsed_s": round(time.time() - self.t_start, 3), "train_s": round(self.train_s, 3),
+               "elapsed_s": round(self.seconds_before[1] + time.time() - self.t_start, 3),
+               "train_s": round(self.seconds_before[0] + self.train_s, 3),
                "tok_per_s": round(tok_per_s, 1), "mfu": round(mfu(self.flops_per_token, tok_per_s, self.peak), 5),
                "peak_gflops": round(self.peak / 1e9, 1),
                "rss_mb": resident_mb(), "skipped_steps": self.skipped}
@@ -309,7 +313,7 @@ def train(run, columns=(), images=()) -> dict:
     run.model.train()
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
                dynamic_ncols=True, mininterval=1.0, disable=not run.dist.master)
-    with Bookkeeping(run, bar, *resumed_counts(run, log)) as book:
+    with Bookkeeping(run, bar, *resumed_counts(run, log), resumed_seconds(run, log)) as book:
         for step in bar:
             lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)
             result = book.step(step, lr)
@@ -345,6 +349,15 @@ def resumed_counts(run, log) -> tuple[int | None, int]:
         print(f"note: {log.path} has no row at step {run.start_step} to continue the tokens column from; it stays "
               f"empty in this run's rows", flush=True)
     return row.get("tokens"), row.get("skipped_steps") or 0
+
+
+def resumed_seconds(run, log) -> tuple[float, float]:
+    """(train_s, elapsed_s) of the metrics row at run.start_step, (0, 0) without one: a resumed run's rows count
+    the seconds since step 0, as its step and tokens columns do (the time between the parts is not counted)."""
+    row = log.resumed_row if run.start_step and log is not None and log.resumed_row else {}
+    if row.get("step") != run.start_step:
+        return 0.0, 0.0
+    return row.get("train_s") or 0.0, row.get("elapsed_s") or 0.0
 
 
 def stop_here(run, log, bar, done: int, signum: int):

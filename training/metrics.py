@@ -41,13 +41,25 @@ def run_layout(config: dict) -> dict:
     get = config.get
     variant = get("model") or ("decoder" if get("causal", True) else "encoder")
     size = f"{get('n_layer')}x{get('n_head')}x{get('n_embd')}-ctx{get('block_size')}"
-    data = os.path.splitext(os.path.basename(str(get("input")).rstrip("/")))[0] if get("input") else get("dataset")
+    data = run_data_name(config)
     tags = [variant, f"pos_emb:{get('pos_emb')}", f"attn:{get('attn_impl')}", f"tokenizer:{get('tokenizer')}"]
     if get("window"):
         tags.append(f"window:{get('window')}")
     return {"name": f"{variant}-{get('pos_emb')}-{size}-{get('tokenizer')}",
             "group": get("wandb_group") or f"{data}-{get('tokenizer')}-{size}",
             "job_type": variant, "tags": tags}
+
+
+def run_data_name(config: dict) -> str:
+    """What a run trains on, for its group: the file or folder's name (--input, or a seq2seq --pairs file),
+    'task-NAME' for a seq2seq --task (training/run_data.py's default: reverse), else the built-in --dataset."""
+    get = config.get
+    path = get("pairs") or get("input")
+    if path:
+        return os.path.splitext(os.path.basename(str(path).rstrip("/")))[0]
+    if get("model") == "seq2seq":  # letters drawn as the run goes; --dataset is not read
+        return f"task-{get('task') or 'reverse'}"
+    return get("dataset")
 
 
 def keep_through(path: str, step: int) -> dict | None:

@@ -60,3 +60,17 @@ def test_a_resume_continues_the_skipped_count_from_its_row_even_without_its_toke
         said = capsys.readouterr().out
         assert ("no row at step 8" in said) == (want[0] is None)
     assert resumed_counts(SimpleNamespace(start_step=0), None) == (0, 0)
+
+
+def test_a_resumed_run_continues_the_seconds_columns_from_its_row(corpus, tmp_path):
+    """train_s and elapsed_s count from step 0 in a resumed run's rows, as step and tokens do: the rows after the
+    resume add this process's seconds to the checkpoint row's, so neither column falls back to 0."""
+    out = tmp_path / "run"
+    for flags in (["--max_iters=4"], ["--max_iters=8", "--init_from=resume"]):
+        assert train.cli.run(train.main, tiny_args(corpus, out, "--eval_interval=4", "--log_interval=1",
+                                                   "--lr_decay_iters=8", *flags)) == 0
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    for key in ("train_s", "elapsed_s"):
+        assert all(later[key] >= earlier[key] for earlier, later in zip(rows, rows[1:])), [r[key] for r in rows]
+        assert rows[4][key] > rows[3][key]  # the first row after the resume: the row at step 4 plus this part's
