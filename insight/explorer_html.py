@@ -117,7 +117,8 @@ def cross_explorer_html(model, view) -> str:
 def page_html(data: dict) -> str:
     data = dict(data)
     weights = data.pop("weights")
-    meta = json.dumps(data).replace("</", "<\\/")  # no '</script>' inside the script
+    # no '<' inside the script's data: '</script>' would end it, '<!--' then '<script>' would keep it from ending
+    meta = json.dumps(data).replace("<", "\\u003c")
     return (PAGE.replace("__TITLE__", html.escape(data["title"]))
             .replace("__META__", meta)
             .replace("__WEIGHTS__", weights))

@@ -63,6 +63,23 @@ def test_a_token_that_spells_a_closing_script_tag_stays_inside_the_page_data():
     assert meta["tokens"] == text.split(" ")
 
 
+def test_tokens_that_open_a_comment_and_a_script_stay_inside_the_page_data():
+    """'<!--' then '<script>' inside a script element keep the HTML parser from ever closing it: the page would show
+    nothing."""
+    from insight.explorer_html import explorer_html
+    from insight.explorer_page import PAGE
+
+    class Openers(WordTokenizer):
+        words = ["<!--", "<script>", "x", "y"]
+
+    text = "<!-- <script> x"
+    page = explorer_html(tiny_model(vocab_size=4), Openers(), text)
+    for opener in ("<!--", "<script"):
+        assert page.lower().count(opener) == PAGE.lower().count(opener)  # only the page's own
+    meta, _ = page_parts(page)
+    assert meta["tokens"] == text.split(" ")
+
+
 def test_too_long_a_text_is_refused_with_one_line():
     from common.errors import UserError
     from data.tokenizer import CharTokenizer
