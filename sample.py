@@ -172,10 +172,10 @@ def read_prompt(start: str, flag: str = "start") -> str:
     return start
 
 
-def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint]:
-    """The flags -> (SampleConfig, SpeedConfig, the flags given explicitly, the Checkpoint). The checkpoint says what
-    kind of model it holds, so every explicit flag is checked against it (common/flag_scope.py) here: before the
-    model is built or anything is printed."""
+def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
+    """The flags -> (SampleConfig, SpeedConfig, the flags given explicitly, the Checkpoint, the mode). The checkpoint
+    says what kind of model it holds, and with the flags what the run does (run_mode), so every explicit flag is
+    checked against them (common/flag_scope.py) here: before the model is built or anything is printed."""
     per_class, explicit = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
     sc, speed_config = SampleConfig(**per_class[SampleConfig]), SpeedConfig(**per_class[SpeedConfig])
     if sc.attention:  # a file type matplotlib cannot write is refused now, not after the model has run
@@ -183,9 +183,23 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint]:
 
         figure_format(sc.attention, "attention")
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
+    mode = run_mode(sc, ckpt.objective)
     flag_scope.print_notes(flag_scope.check("sample.py", explicit, {"kind": ckpt.objective,
-                                                                    "draft": sc.draft is not None}))
-    return sc, speed_config, explicit, ckpt
+                                                                    "draft": sc.draft is not None, "mode": mode}))
+    return sc, speed_config, explicit, ckpt, mode
+
+
+def run_mode(sc: SampleConfig, kind: str) -> str:
+    """What main does: 'translate' (an encoder-decoder's --source), 'attention' (draws the prompt's maps), 'masks'
+    (an encoder fills the [MASK]s of its prompt), 'temperatures' (the table) or 'sample' (draws num_samples samples).
+    Only 'sample' and 'translate' draw tokens: the flags of drawing apply there only."""
+    if kind == "seq2seq":
+        return "translate"
+    if sc.attention:
+        return "attention"
+    if kind == "encoder" and MASK_TEXT in read_prompt(sc.start):  # the text that encodes to the mask id
+        return "masks"
+    return "temperatures" if sc.temperatures and kind != "encoder" else "sample"
 
 
 def main(argv) -> None:
@@ -194,26 +208,25 @@ def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
         print(flags.help_text((SampleConfig, SpeedConfig), {}, tags=flag_scope.tags("sample.py")))
         return
-    sc, speed_config, explicit, ckpt = checked(argv)
+    sc, speed_config, explicit, ckpt, mode = checked(argv)
     device = pick_device(sc.device)
     dtype = pick_dtype(sc.dtype or ("auto" if device.type == "cuda" else "float32"), device)
     model, tokenizer = ckpt.build_model(device).eval(), ckpt.tokenizer()
     speed_config = speed.for_device(speed_config, explicit, device.type)
     model = for_decoding(model, sc, speed_config, dtype)
-    if ckpt.objective == "seq2seq":
+    if mode == "translate":
         print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
         return
     text = read_prompt(sc.start)
-    if sc.attention:  # works for encoders too: it draws, it does not generate
+    if mode == "attention":  # works for encoders too: it draws, it does not generate
         draw_attention(model, tokenizer, text, sc.attention)
         return
-    encoder = ckpt.objective == "encoder"
     if sc.past_context == "extend":  # a decoder's (flag_scope refuses it elsewhere)
         check_past_context(sc.past_context, model)
-    prompt = encoded_prompt(tokenizer, text, encoder)
-    if encoder and ckpt.mask_id in prompt:
+    prompt = encoded_prompt(tokenizer, text, ckpt.objective == "encoder")
+    if mode == "masks":
         print_filled(model, tokenizer, prompt, ckpt.mask_id, sc.top_tokens)
-    elif sc.temperatures and not encoder:
+    elif mode == "temperatures":
         print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
     else:
         generate(sc, model, tokenizer, prompt, ckpt, device, dtype, speed_config)

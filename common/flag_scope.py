@@ -51,6 +51,13 @@ def table(everywhere: str, *rules: Rule, set_by: dict | None = None) -> Table:
 
 TO_SEQ2SEQ = "--model=seq2seq trains on --pairs=FILE (.tsv or .jsonl) or --task"
 SEQ2SEQ_SAMPLE = "give an encoder-decoder the text to translate as --source"
+NOT_SAMPLING = "--attention, --temperatures and an encoder's [MASK] in --start do not sample"
+# sample.py's modes: (where a flag applies, what this run does instead, the --help tag)
+MODES = {"sample": ("sampling", "samples", "sampling"),
+         "translate": ("translating --source", "translates --source", "--source"),
+         "masks": ("filling [MASK]s", "fills the prompt's [MASK]s", "[MASK]"),
+         "temperatures": ("the --temperatures table", "prints the --temperatures table", "--temperatures"),
+         "attention": ("the --attention maps", "draws the --attention maps", "--attention")}
 
 # The data flags (PrepareConfig's, data/config.py) where they apply: the same for train.py and data/prepare.py
 DATA_RULES = (
@@ -99,8 +106,7 @@ TABLES = {
         set_by={"causal": "model"}),
     "data/prepare.py": table("input split tokenizer data_root workers shard_tokens on_bad progress", *DATA_RULES),
     "sample.py": table(
-        "out_dir ckpt max_new_tokens temperature top_k top_p min_p seed device dtype quantize pack_weights "
-        "attn_impl dropout_impl linear_impl qk_impl",
+        "out_dir ckpt device dtype quantize pack_weights attn_impl dropout_impl linear_impl qk_impl",
         rule("start num_samples top_tokens", SEQ2SEQ_SAMPLE, kind=TEXT),
         rule("attention", "visualize.py --source=TEXT draws an encoder-decoder's cross-attention", kind=TEXT),
         rule("kv_cache", "an encoder's and a cheater's tokens attend to later ones, so there is no cache",
@@ -111,7 +117,12 @@ TABLES = {
         rule("batch", "speculative decoding draws one sample at a time", draft=(False,)),
         rule("draft_tokens", kind=("decoder",)),
         rule("draft_tokens", draft=(True,)),
-        rule("source source_batch", "pass --start=... to sample from it", kind=("seq2seq",))),
+        rule("source source_batch", "pass --start=... to sample from it", kind=("seq2seq",)),
+        # what the run does (sample.py's run_mode): only sampling and translating draw tokens
+        rule("num_samples past_context compile step_loops draft batch", NOT_SAMPLING, mode=("sample",)),
+        rule("max_new_tokens temperature top_k top_p min_p seed kv_cache", NOT_SAMPLING,
+             mode=("sample", "translate")),
+        rule("top_tokens", "it sets how many tokens those list", mode=("masks", "temperatures"))),
     "visualize.py": table(
         "out_dir ckpt out device max_tokens html",
         rule("text induction induction_curve", "a seq2seq checkpoint is drawn as its cross-attention, so give "
@@ -156,7 +167,8 @@ DATA = {"dataset": "the built-in dataset", "input": "--input", "pairs": "--pairs
 VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data": tuple(DATA),  # each fact's values
           "init_from": ("scratch", "resume", "auto", "hf"), "wandb_log": (False, True), "draft": (False, True),
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
-          "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs")}
+          "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
+          "mode": tuple(MODES)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -184,6 +196,8 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
                 lambda vs: ".jsonl/.parquet"),
     "split": (lambda vs: f"to --split={_one_of(vs)}", lambda v: f"this run is --split={v}",
               lambda vs: "--split=" + "/".join(vs)),
+    "mode": (lambda vs: f"to {_one_of(MODES[v][0] for v in vs)}", lambda v: f"this run {MODES[v][1]}",
+             lambda vs: "/".join(MODES[v][2] for v in vs)),
 }
 
 

@@ -66,8 +66,8 @@ def train_record(argv, ckpts):
 def sample_record(argv, ckpts):
     import sample
 
-    sc, speed, _, ckpt = sample.checked(argv)
-    return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None}
+    sc, speed, _, ckpt, mode = sample.checked(argv)
+    return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode}
 
 
 def visualize_record(argv, ckpts):
@@ -268,6 +268,49 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     assert captured.out == "" and captured.err.count("\n") == 1 and said in captured.err, captured.err
 
 
+@pytest.mark.parametrize("kind, extra, said", [
+    ("encoder", ["--start=ab[MASK]", "--num_samples=3"], "--num_samples applies to sampling only (this run fills "
+                                                         "the prompt's [MASK]s)"),
+    ("encoder", ["--start=ab[MASK]", "--temperature=2", "--top_k=3", "--seed=5"], "--temperature and --top_k and "
+                                                                                  "--seed apply to sampling or"),
+    ("decoder", ["--start=ab", "--temperatures=0.5,1", "--draft=DRAFT"], "--draft applies to sampling only (this "
+                                                                         "run prints the --temperatures table)"),
+    ("decoder", ["--start=ab", "--attention=a.png", "--max_new_tokens=3"], "--max_new_tokens applies to sampling "
+                                                                           "or translating --source only (this "
+                                                                           "run draws the --attention maps)"),
+    ("decoder", ["--start=ab", "--top_tokens=3"], "--top_tokens applies to filling [MASK]s or the --temperatures "
+                                                  "table only (this run samples)"),
+    ("seq2seq", ["--source=abc", "--top_tokens=3"], "--top_tokens applies to a decoder, encoder or cheater"),
+])
+def test_sample_refuses_a_flag_that_what_it_does_has_no_use_for(ckpts, tmp_path, capsys, monkeypatch, kind, extra,
+                                                                said):
+    """An encoder's [MASK]s are filled, --temperatures prints a table and --attention draws: none of them samples,
+    so a sampling flag there is refused, as --top_tokens is where nothing is tabled; nothing is printed or
+    written."""
+    import sample
+
+    monkeypatch.chdir(tmp_path)
+    args = [f"--out_dir={ckpts[kind]}", *(a.replace("DRAFT", str(ckpts["decoder2"])) for a in extra)]
+    assert sample.cli.run(sample.main, args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and said in captured.err, captured.err
+    assert not list(tmp_path.iterdir())
+
+
+def test_top_tokens_sizes_the_candidates_and_the_table(ckpts, capsys):
+    """--top_tokens is taken where sample.py lists tokens: an encoder's [MASK] candidates, the --temperatures
+    table."""
+    import sample
+
+    runs = {"encoder": ["--start=ab[MASK]", "--top_tokens=3"],
+            "decoder": ["--start=ab", "--temperatures=0.5,1", "--top_tokens=3"]}
+    for kind, extra in runs.items():
+        assert sample.cli.run(sample.main, [f"--out_dir={ckpts[kind]}", *extra]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        rows = lines[1].count(", ") + 1 if kind == "encoder" else sum(line.startswith("'") for line in lines)
+        assert rows == 3, lines
+
+
 @pytest.mark.parametrize("extra, said", [
     (["--wandb_log=true"], "--wandb_log applies with --html only (no --html is given); drop it: it logs the --html"),
     (["--html_max_tokens=100"], "--html_max_tokens applies with --html only"),
@@ -287,7 +330,8 @@ def test_sample_and_visualize_help_show_where_flags_apply(capsys):
 
     sample.main(["-h"])
     text = capsys.readouterr().out
-    assert "[decoder/cheater; no --draft]" in text and "--source=None   [seq2seq] " in text
+    assert "[decoder/cheater; no --draft; sampling]" in text and "--source=None   [seq2seq] " in text
+    assert "--top_tokens=8   [decoder/encoder/cheater; [MASK]/--temperatures] " in text
     visualize.main(["--help"])
     assert "--wandb_log=False   [--html] " in capsys.readouterr().out
 

@@ -114,7 +114,7 @@ def test_every_sampling_mode_runs_on_cuda(cuda, trained_checkpoints, capsys, nam
     which, flags = SAMPLING[name]
     reads = pretend_device.answer_reads(cuda, truth=True)
     flags = [f.format(**trained_checkpoints) for f in flags if not f.startswith("--dtype")]
-    args = [f"--out_dir={trained_checkpoints[which]}", "--device=cuda", "--max_new_tokens=5", "--seed=1", *flags]
+    args = [f"--out_dir={trained_checkpoints[which]}", "--device=cuda", *flags]
     assert cli.run(sample.main, args) == 0, capsys.readouterr().err
     assert reads
 

@@ -92,16 +92,17 @@ def compiled_eagerly(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda fn=None, **options: fn if fn is not None else (lambda f: f))
 
 
+DRAWN = ["--max_new_tokens=5", "--seed=1"]  # where a mode draws tokens (filling masks draws none)
 SAMPLING = {  # sample.py's modes: (checkpoint, flags)
-    "eager (no cache)": ("decoder", ["--kv_cache=false"]),
-    "cached": ("decoder", []),
-    "cached, bf16 weights, a batch": ("decoder", ["--dtype=bfloat16", "--batch=true", "--num_samples=2"]),
-    "the static step (compiled on a GPU)": ("decoder", ["--compile=true"]),
-    "speculative": ("decoder", ["--draft={decoder}", "--temperature=0"]),
+    "eager (no cache)": ("decoder", [*DRAWN, "--kv_cache=false"]),
+    "cached": ("decoder", DRAWN),
+    "cached, bf16 weights, a batch": ("decoder", [*DRAWN, "--dtype=bfloat16", "--batch=true", "--num_samples=2"]),
+    "the static step (compiled on a GPU)": ("decoder", [*DRAWN, "--compile=true"]),
+    "speculative": ("decoder", [*DRAWN, "--draft={decoder}", "--temperature=0"]),
     "encoder fill-in": ("encoder", ["--start=the [MASK]ing"]),
-    "encoder generation": ("encoder", ["--start=the night"]),
-    "translate": ("seq2seq", ["--source=abc"]),
-    "translate sampled": ("seq2seq", ["--source=abc", "--temperature=0.8"]),
+    "encoder generation": ("encoder", [*DRAWN, "--start=the night"]),
+    "translate": ("seq2seq", [*DRAWN, "--source=abc"]),
+    "translate sampled": ("seq2seq", [*DRAWN, "--source=abc", "--temperature=0.8"]),
 }
 
 
@@ -111,7 +112,7 @@ def test_every_sampling_mode_runs_on_the_device(meta, trained_checkpoints, capsy
     compiled_eagerly(meta)
     reads = pretend_device.answer_reads(meta)  # the tokens, read back to be printed
     flags = [f.format(**trained_checkpoints) for f in flags]
-    args = [f"--out_dir={trained_checkpoints[which]}", "--device=meta", "--max_new_tokens=5", "--seed=1", *flags]
+    args = [f"--out_dir={trained_checkpoints[which]}", "--device=meta", *flags]
     assert cli.run(sample.main, args) == 0, capsys.readouterr().err
     assert reads
 
