@@ -325,9 +325,9 @@ def sample_stream(decoding: Decoding, prompt: list[int], generator, draft=None, 
         if draft is not None:
             yield from speculative_stream(decoding.model, draft, prompt, sc.max_new_tokens, k=sc.draft_tokens,
                                           generator=generator, stats=stats, stop_tokens=decoding.stop, **sampling(sc))
-        elif mask_id is not None:  # no end-of-text to stop at: it writes by filling masks
+        elif mask_id is not None:  # it writes by filling masks
             yield from generate_by_masks(decoding.model, prompt, sc.max_new_tokens, mask_id, generator=generator,
-                                         **sampling(sc))
+                                         stop_tokens=decoding.stop, **sampling(sc))
         else:
             tokens = decoding.new_tokens(torch.tensor([prompt], device=decoding.device), generator)
             yield from until_stop(read_in_chunks(tokens, READ_EVERY.get(decoding.device.type, 1)), decoding.stop)

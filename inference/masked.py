@@ -36,14 +36,16 @@ def fill_masks(model, ids: list[int], mask_id: int, top: int = 5):
 
 @torch.no_grad()
 def generate_by_masks(model, prompt: list[int], max_new_tokens: int, mask_id: int, temperature=1.0, top_k=None,
-                    top_p=None, min_p=None, generator=None):
+                      top_p=None, min_p=None, generator=None, stop_tokens=None):
     """Yields one token id at a time: the window (the last block_size - 1 tokens) plus one [MASK] is run in full,
-    the mask's prediction is sampled and appended. No cache is possible, so each token costs a whole forward."""
+    the mask's prediction is sampled and appended. No cache is possible, so each token costs a whole forward. Ends
+    after a token of stop_tokens (a gpt2 or bpe vocabulary's end-of-text, which an encoder may predict at a document's
+    end)."""
     check_sampling(temperature, top_k, top_p, min_p)
     if not prompt:
         raise UserError("the prompt is empty: give at least one token")
     device = next(model.parameters()).device
-    ids = list(prompt)
+    ids, stop = list(prompt), set(stop_tokens or [])
     with evaluating(model):
         for _ in range(max_new_tokens):
             keep = model.config.block_size - 1
@@ -54,3 +56,5 @@ def generate_by_masks(model, prompt: list[int], max_new_tokens: int, mask_id: in
             token = int(sample_next(logits, temperature, top_k, top_p, min_p, generator))
             ids.append(token)
             yield token
+            if token in stop:
+                return

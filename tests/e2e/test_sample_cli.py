@@ -168,3 +168,20 @@ def test_a_prompt_file_may_start_with_a_byte_order_mark(corpus, tmp_path, capsys
                                             "--max_new_tokens=10", "--temperature=0"]) == 0
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and "ROMEO:" in texts[0] and "\ufeff" not in texts[0]
+
+
+def test_an_encoder_writing_by_masks_stops_at_the_end_of_text_as_a_decoder_does():
+    """A gpt2 or bpe vocabulary has an end-of-text token, which an encoder learns to predict at a document's end:
+    its sample ends there, as a decoder's does, and not max_new_tokens later."""
+    from conftest import tiny_model
+
+    V, EOT, MASK = 40, 38, 39
+    model = tiny_model(vocab_size=V, causal=False)
+    bias = torch.zeros(model.head.out_features)
+    bias[EOT] = 10.0  # end-of-text the most likely token everywhere
+    model.head.bias = torch.nn.Parameter(bias)
+    sc = sample.SampleConfig(max_new_tokens=10, temperature=1.0, kv_cache=False)
+    decoding = sample.Decoding(sc, model, torch.device("cpu"), torch.float32, use_cache=False, stop=[EOT],
+                               compiled={})
+    ids = list(sample.sample_stream(decoding, [1, 2], torch.Generator().manual_seed(0), mask_id=MASK))
+    assert ids == [EOT], ids

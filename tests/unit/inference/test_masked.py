@@ -24,3 +24,12 @@ def test_fill_masks_and_generation_never_predict_the_mask():
         fill_masks(model, [1] * 17, MASK)
     _, cands = fill_masks(model, [1, MASK], MASK, top=V + 10)  # more candidates asked for than there are tokens
     assert sorted(token for token, _ in cands[0][1]) == [t for t in range(V) if t != MASK]
+
+
+def test_generation_by_masks_ends_at_a_stop_token():
+    model = tiny_model(vocab_size=V, causal=False)
+    bias = torch.zeros(model.head.out_features)
+    bias[EOT] = 10.0  # the separator the most likely token everywhere
+    model.head.bias = torch.nn.Parameter(bias)
+    assert list(generate_by_masks(model, [1, 2], 10, MASK, temperature=0.0)) == [EOT] * 10
+    assert list(generate_by_masks(model, [1, 2], 10, MASK, temperature=0.0, stop_tokens=[EOT])) == [EOT]
