@@ -44,7 +44,6 @@ END_TO_END = {
     "training/setup.py": ("what a run builds", [E2E + "test_train_then_sample.py", E2E + "test_first_run_messages.py"]),
     "training/loop.py": ("the training loop", [E2E + "test_loop_in_a_run.py", E2E + "test_signals_and_lock.py"]),
     "training/stopping.py": ("Ctrl-C and SIGTERM stop every process at one step", [E2E + "test_signals_and_lock.py"]),
-    "training/metrics.py": ("the metrics file and wandb", [E2E + "test_wandb.py", E2E + "test_disk_full.py"]),
     "training/distributed.py": ("torchrun's processes", [E2E + "test_torchrun.py", E2E + "test_multi_node.py"]),
     "training/fsdp.py": ("sharded training under torchrun", [E2E + "test_torchrun.py"]),
     "inference/evaluation.py": ("evaluate.py's report", [E2E + "test_evaluate_cli.py"]),
