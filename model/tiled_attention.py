@@ -21,7 +21,8 @@ dO the output's gradient and delta = rowsum(dO * out):
     dV += P^T dO,   dP = dO V^T,   dScore = P * (dP - delta),   dQ += dScore K / sqrt(D),   dK += dScore^T Q / sqrt(D)
 
 This is a teaching path: its Python loops over tiles make it far slower than SDPA's fused kernel, and on a CPU
-near the math path's time (docs/attention.md). It is here to be read, and to show in benchmarks/attention_cost.py that its memory is linear.
+near the math path's time (docs/attention.md). It is here to be read, and to show in benchmarks/attention_cost.py
+that its memory is linear.
 Rows with no allowed key never reach it: model/attention.py's with_empty_rows lets them attend everywhere, and the
 attention layer zeroes their output.
 """
