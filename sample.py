@@ -184,8 +184,10 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
         figure_format(sc.attention, "attention")
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
     mode = run_mode(sc, ckpt.objective)
-    flag_scope.print_notes(flag_scope.check("sample.py", explicit, {"kind": ckpt.objective,
-                                                                    "draft": sc.draft is not None, "mode": mode}))
+    facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode}
+    if mode == "translate":  # an encoder-decoder translates greedily unless --temperature is given
+        facts["temperature"] = "temperature" in explicit
+    flag_scope.print_notes(flag_scope.check("sample.py", explicit, facts))
     return sc, speed_config, explicit, ckpt, mode
 
 

@@ -122,7 +122,9 @@ TABLES = {
         rule("num_samples past_context compile step_loops draft batch", NOT_SAMPLING, mode=("sample",)),
         rule("max_new_tokens temperature top_k top_p min_p seed kv_cache", NOT_SAMPLING,
              mode=("sample", "translate")),
-        rule("top_tokens", "it sets how many tokens those list", mode=("masks", "temperatures"))),
+        rule("top_tokens", "it sets how many tokens those list", mode=("masks", "temperatures")),
+        rule("top_k top_p min_p seed", "an encoder-decoder translates greedily unless --temperature is given",
+             temperature=(True,))),
     "visualize.py": table(
         "out_dir ckpt out device max_tokens html",
         rule("text induction induction_curve", "a seq2seq checkpoint is drawn as its cross-attention, so give "
@@ -168,7 +170,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "init_from": ("scratch", "resume", "auto", "hf"), "wandb_log": (False, True), "draft": (False, True),
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
-          "mode": tuple(MODES)}
+          "mode": tuple(MODES), "temperature": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -198,6 +200,9 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
               lambda vs: "--split=" + "/".join(vs)),
     "mode": (lambda vs: f"to {_one_of(MODES[v][0] for v in vs)}", lambda v: f"this run {MODES[v][1]}",
              lambda vs: "/".join(MODES[v][2] for v in vs)),
+    # sample.py's translations only (a fact the other modes leave out): greedy unless --temperature is given
+    "temperature": (lambda vs: "to a translation with --temperature", lambda v: "this translation is greedy: no "
+                    "--temperature is given", lambda vs: "--temperature with --source"),
 }
 
 

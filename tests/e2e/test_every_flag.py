@@ -281,6 +281,8 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     ("decoder", ["--start=ab", "--top_tokens=3"], "--top_tokens applies to filling [MASK]s or the --temperatures "
                                                   "table only (this run samples)"),
     ("seq2seq", ["--source=abc", "--top_tokens=3"], "--top_tokens applies to a decoder, encoder or cheater"),
+    ("seq2seq", ["--source=abc", "--top_k=1", "--seed=5"], "--top_k and --seed apply to a translation with "
+                                                           "--temperature only (this translation is greedy"),
 ])
 def test_sample_refuses_a_flag_that_what_it_does_has_no_use_for(ckpts, tmp_path, capsys, monkeypatch, kind, extra,
                                                                 said):

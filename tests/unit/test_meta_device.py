@@ -101,7 +101,7 @@ SAMPLING = {  # sample.py's modes: (checkpoint, flags)
     "speculative": ("decoder", [*DRAWN, "--draft={decoder}", "--temperature=0"]),
     "encoder fill-in": ("encoder", ["--start=the [MASK]ing"]),
     "encoder generation": ("encoder", [*DRAWN, "--start=the night"]),
-    "translate": ("seq2seq", [*DRAWN, "--source=abc"]),
+    "translate": ("seq2seq", ["--max_new_tokens=5", "--source=abc"]),  # greedy: no --seed to take
     "translate sampled": ("seq2seq", [*DRAWN, "--source=abc", "--temperature=0.8"]),
 }
 
