@@ -9,8 +9,9 @@ llama.cpp has a graph for each architecture; two of them are our model with one 
   rotates pairs (i, i + D/2), ours too, and it splits the fused qkv weight as [q; k; v] blocks, our layout (so,
   unlike the Hugging Face folder, no regrouping per head).
 Both graphs hard-code the tanh GELU, so every mlp_act but 'gelu' is refused, as is every lever Hugging Face's classes
-cannot express either (interop/export.py's refusals). The head is always written as output.weight (a copy of the
-embedding when tied): llama.cpp's gptneox graph requires it.
+cannot express either (interop/export.py's refusals), but one: GPT-2's class has no untied head, llama.cpp's gpt2
+graph has. The head is always written as output.weight (a copy of the embedding when tied): llama.cpp's gptneox
+graph requires it, its gpt2 graph reads it when it is there.
 
 The tokenizer: gpt2 and our trained bpe become llama.cpp's byte-level BPE ("gpt2" model, GPT-2's split pattern),
 from the same vocabulary and merges as tokenizer.json (interop/hf_tokenizer.py), the [MASK] id of a
@@ -27,6 +28,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,8 +46,14 @@ TOKEN_USER_DEFINED = 4  # matched in the text whole and written back as its text
 NO_GGUF = "GGUF export needs the gguf package: pip install gguf"  # an optional dependency
 
 
+def hf_refusals(cfg) -> None:
+    """The Hugging Face export's one-line refusals (interop.mappings.hf_target: positions, window, causal, qk_norm,
+    attn_score), less GPT-2's tied head: the head is written as output.weight, which llama.cpp's gpt2 graph reads."""
+    hf_target(replace(cfg, tie_head=True))
+
+
 def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:
-    """Why llama.cpp cannot run this model exactly (one line), or None. (interop.mappings.hf_target refuses the
+    """Why llama.cpp cannot run this model exactly (one line), or None. (hf_refusals refuses the
     levers Hugging Face cannot express first: positions, window, causal, qk_norm, attn_score.)"""
     if cfg.mlp_act != "gelu":
         return (f"mlp_act='{cfg.mlp_act}' cannot be exported to GGUF: llama.cpp's gpt2 and gptneox graphs use "
@@ -110,7 +118,7 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
     except ImportError:
         raise UserError(NO_GGUF) from None
     cfg = model.config
-    hf_target(cfg)  # the levers no class expresses: the same one-line refusals as the Hugging Face export
+    hf_refusals(cfg)  # the levers no class expresses: the same one-line refusals as the Hugging Face export
     refusal = gguf_refusal(cfg, tokenizer.name, dtype)
     if refusal:
         raise UserError(refusal)
@@ -156,7 +164,7 @@ def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool 
         raise UserError(f"--to_gguf={path} is a folder; give the path of the .gguf file to write")
     if os.path.exists(path) and not overwrite:
         raise UserError(f"{path} already exists; pass --overwrite=true or another --to_gguf")
-    hf_target(ckpt.model_config)
+    hf_refusals(ckpt.model_config)
     refusal = gguf_refusal(ckpt.model_config, ckpt.data_meta.get("tokenizer"), dtype)
     if refusal:
         raise UserError(refusal)

@@ -58,8 +58,9 @@ def load_in_llama_cpp(path, n_ctx):
 
 
 @pytest.mark.parametrize("tokenizer", ["bpe", "gpt2"])
-@pytest.mark.parametrize("overrides", [dict(), dict(tie_head=False, bias=True), dict(pos_emb="learned", bias=True)],
-                         ids=["rope", "rope-untied-bias", "gpt2-shaped"])
+@pytest.mark.parametrize("overrides", [dict(), dict(tie_head=False, bias=True), dict(pos_emb="learned", bias=True),
+                                       dict(pos_emb="learned", tie_head=False)],
+                         ids=["rope", "rope-untied-bias", "gpt2-shaped", "gpt2-shaped-untied"])
 def test_llama_cpp_runs_our_gguf_with_our_tokens_logits_and_greedy_text(tmp_path, tokenizer, overrides):
     tok = small_bpe() if tokenizer == "bpe" else gpt2_tokenizer()
     model = perturb(tiny_model(vocab_size=tok.vocab_size, block_size=32, **overrides), scale=0.3)

@@ -17,6 +17,7 @@ from exports import as_checkpoint, perturb, read_gguf, small_bpe  # noqa: E402
 
 @pytest.mark.parametrize("overrides, arch", [(dict(), "gptneox"), (dict(pos_emb="learned", bias=True), "gpt2"),
                                               (dict(tie_head=False), "gptneox"),
+                                              (dict(pos_emb="learned", tie_head=False), "gpt2"),
                                               (dict(vocab_multiple=64, tie_head=False), "gptneox")])
 def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
     tok = small_bpe()
@@ -68,6 +69,24 @@ def test_gguf_f16_halves_the_matrices_only(tmp_path):
     w = model.state_dict()["blocks.0.mlp.up.weight"].numpy()
     assert tensors["blk.0.ffn_up.weight"].dtype == np.float16 and tensors["blk.0.ffn_norm.weight"].dtype == np.float32
     assert np.array_equal(tensors["blk.0.ffn_up.weight"], w.astype(np.float16))
+
+
+def test_a_learned_positions_model_with_an_untied_head_is_exported_with_its_head(tmp_path):
+    """GPT-2's Hugging Face class has no untied head, llama.cpp's gpt2 graph has: the export of the checkpoint writes
+    our head as output.weight rather than refusing it."""
+    from data.tokenizer import ranks_to_bytes
+
+    tok = small_bpe()
+    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, pos_emb="learned", tie_head=False))
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
+    export_gguf(as_checkpoint(model, meta, data_dir=tmp_path), tmp_path / "m.gguf")
+    fields, tensors = read_gguf(tmp_path / "m.gguf")
+    sd = model.state_dict()
+    assert fields["general.architecture"] == "gpt2"
+    assert np.array_equal(tensors["output.weight"], sd["head.weight"].numpy())
+    assert np.array_equal(tensors["token_embd.weight"], sd["wte.weight"].numpy())
+    assert not np.array_equal(sd["head.weight"].numpy(), sd["wte.weight"].numpy())  # two tensors, not one
 
 
 @pytest.mark.parametrize("overrides, meta, blame", [
