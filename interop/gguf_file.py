@@ -104,12 +104,16 @@ def _add_tokenizer(writer, tokenizer) -> None:
     writer.add_add_bos_token(False)  # our prompts start with what the user typed
 
 
-def check_token_count(n_tokens: int, vocab_size: int) -> None:
-    """Refuses (one line) a tokenizer of another size than the model's embedding: llama.cpp takes the embedding's
-    rows from the token list."""
-    if n_tokens != vocab_size:
-        raise UserError(f"the tokenizer has {n_tokens} tokens but the model {vocab_size} embedding rows; a GGUF file "
-                        f"holds one row per token: export with the tokenizer the model was trained with")
+def check_tokenizer(tokenizer, vocab_size: int) -> None:
+    """Refuses (one line) a tokenizer of another size than the model's embedding (llama.cpp takes the embedding's
+    rows from the token list), or one without a merge (--bpe_vocab_size=257: bytes only): the gguf package writes
+    no empty list, and llama.cpp loads no BPE tokenizer without its merges."""
+    if tokenizer.vocab_size != vocab_size:
+        raise UserError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model {vocab_size} embedding rows; "
+                        f"a GGUF file holds one row per token: export with the tokenizer the model was trained with")
+    if all(len(token) == 1 for token in tokenizer.encoding._mergeable_ranks):
+        raise UserError("the bpe tokenizer has no merges (its tokens are the 256 bytes), and llama.cpp loads no BPE "
+                        "tokenizer without merges: train with --bpe_vocab_size=258 or more to export to GGUF")
 
 
 def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "small-gpt") -> None:
@@ -122,7 +126,7 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
     refusal = gguf_refusal(cfg, tokenizer.name, dtype)
     if refusal:
         raise UserError(refusal)
-    check_token_count(tokenizer.vocab_size, cfg.vocab_size)
+    check_tokenizer(tokenizer, cfg.vocab_size)
     arch = ARCHS[cfg.pos_emb]
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -159,7 +163,7 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
 def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:
     """Refuses (one line) a GGUF export of the checkpoint to path before anything is written: a folder at path, a
     file there unless overwrite, a model or tokenizer llama.cpp cannot run, a tokenizer of another size than the
-    model (a char vocabulary is refused before any tokenizer is loaded)."""
+    model or without merges (a char vocabulary is refused before any tokenizer is loaded)."""
     if os.path.isdir(path):
         raise UserError(f"--to_gguf={path} is a folder; give the path of the .gguf file to write")
     if os.path.exists(path) and not overwrite:
@@ -170,7 +174,7 @@ def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool 
         raise UserError(refusal)
     if importlib.util.find_spec("gguf") is None:
         raise UserError(NO_GGUF)
-    check_token_count(ckpt.tokenizer().vocab_size, ckpt.model_config.vocab_size)  # [MASK] included
+    check_tokenizer(ckpt.tokenizer(), ckpt.model_config.vocab_size)  # [MASK] included
 
 
 def export_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:

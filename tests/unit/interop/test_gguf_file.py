@@ -105,3 +105,24 @@ def test_gguf_refusals_are_one_line(tmp_path, overrides, meta, blame):
         export_gguf(ckpt, tmp_path / "m.gguf")
     assert blame in str(e.value) and "\n" not in str(e.value)
     assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file
+
+
+def test_a_bpe_without_merges_is_refused_before_anything_is_written(tmp_path):
+    """--bpe_vocab_size=257 is the 256 bytes and <|endoftext|>: no merge to list, and llama.cpp loads no BPE
+    tokenizer without its merges list, which the gguf package leaves out when empty."""
+    from data.bpe import train_bpe
+    from data.tokenizer import GPT2_PATTERN, bpe_tokenizer, ranks_to_bytes
+
+    ranks = train_bpe(["the night the light " * 30], 256, GPT2_PATTERN)
+    assert all(len(token) == 1 for token in ranks)  # bytes only
+    tok = bpe_tokenizer(ranks)
+    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(ranks))
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
+    model = tiny_model(vocab_size=tok.vocab_size)
+    for export in (lambda path: export_gguf(as_checkpoint(model, meta, data_dir=tmp_path), path),
+                   lambda path: write_gguf(model, tok, path)):
+        with pytest.raises(ValueError) as e:
+            export(tmp_path / "out" / "m.gguf")
+        assert "no merges" in str(e.value) and "--bpe_vocab_size" in str(e.value) and "\n" not in str(e.value)
+        assert not (tmp_path / "out").exists()  # nothing written, not even the folder
+
