@@ -143,7 +143,9 @@ def main(argv) -> None:
         from interop.gguf_file import export_gguf
 
         export_gguf(ckpt, ec.to_gguf, ec.gguf_dtype, ec.overwrite)
-        print(f"exported {path} to {os.path.abspath(ec.to_gguf)}: llama_cpp.Llama(model_path='{ec.to_gguf}') runs it")
+        n_ctx = ckpt.model_config.block_size  # llama.cpp's default context (512) runs learned positions off their table
+        print(f"exported {path} to {os.path.abspath(ec.to_gguf)}: llama_cpp.Llama(model_path='{ec.to_gguf}', "
+              f"n_ctx={n_ctx}) runs it")
 
 
 def entry() -> int:
