@@ -7,6 +7,7 @@ library is far more than 2x faster, so prepare() trains with it; its merges are 
 import json
 from collections.abc import Iterable
 
+from common.errors import DataError
 from data.bpe import N_BYTES, byte_stand_ins
 
 
@@ -30,3 +31,15 @@ def train_bpe_fast(texts: Iterable[str], n_tokens: int) -> dict[bytes, int]:
             break
     return ranks
 
+
+
+def train_bpe_vocab(texts: Iterable[str], vocab_size: int) -> dict[bytes, int]:
+    """The ranks of a `bpe` vocabulary of exactly vocab_size tokens, <|endoftext|> its last id (so vocab_size - 1
+    ranks). A text with pairs for fewer merges than that is refused: a smaller vocabulary than asked for would be
+    named and kept as the size asked for (bpe2048 in the folder's name)."""
+    ranks = train_bpe_fast(texts, vocab_size - 1)
+    if len(ranks) < vocab_size - 1:
+        raise DataError(f"--bpe_vocab_size={vocab_size} needs {vocab_size - 1 - N_BYTES} merges but the training text "
+                        f"has pairs for only {len(ranks) - N_BYTES}; use --bpe_vocab_size={len(ranks) + 1} or less, "
+                        f"or more training text")
+    return ranks

@@ -20,7 +20,7 @@ import numpy as np
 
 from common import files
 from common.errors import DataError
-from data.bpe_fast import train_bpe_fast
+from data.bpe_fast import train_bpe_vocab
 from data.encode import encode_stream
 from data.readers import BadDocuments
 from data.shard_writer import ShardWriter, StateMismatch
@@ -112,7 +112,7 @@ class Build:
             if self.cfg.progress:  # seconds to minutes with no bar of its own: say what is happening
                 print(f"training a {self.cfg.bpe_vocab_size}-token BPE on the training text ...", file=sys.stderr,
                       flush=True)
-            ranks = train_bpe_fast(self._bpe_sample(), self.cfg.bpe_vocab_size - 1)  # the last id is <|endoftext|>
+            ranks = train_bpe_vocab(self._bpe_sample(), self.cfg.bpe_vocab_size)
             write_atomic(path, ranks_to_bytes(ranks))
             self.state["bpe_trained"] = True
         return ("bpe", path.read_bytes())

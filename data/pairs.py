@@ -239,7 +239,7 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
         tok = load_tokenizer({"tokenizer": "gpt2"})
         meta = {"tokenizer": "gpt2"}
     else:
-        from data.bpe_fast import train_bpe_fast
+        from data.bpe_fast import train_bpe_vocab
         from data.tokenizer import bpe_tokenizer, ranks_to_bytes
 
         def sample():
@@ -251,7 +251,7 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
                     left -= len(s) + len(t)
                     yield s
                     yield t
-        ranks = train_bpe_fast(sample(), bpe_vocab_size - 1)  # the last id is <|endoftext|>
+        ranks = train_bpe_vocab(sample(), bpe_vocab_size)
         (out / "bpe.ranks").write_bytes(ranks_to_bytes(ranks))
         tok = bpe_tokenizer(ranks)
         meta = {"tokenizer": "bpe", "bpe_file": "bpe.ranks"}

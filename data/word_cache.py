@@ -194,7 +194,10 @@ class WordCache:
 def tiktoken_tokens(encoding: tiktoken.Encoding, text: str, dtype) -> np.ndarray:
     """encode_ordinary's tokens (special-token text is plain text: none allowed, none refused) straight into an array
     of dtype, without the Python list of ints that np.array would then convert."""
-    return encoding.encode_to_numpy(text, disallowed_special=()).astype(dtype, copy=False)
+    try:
+        return encoding.encode_to_numpy(text, disallowed_special=()).astype(dtype, copy=False)
+    except UnicodeEncodeError:  # half a surrogate pair: encode_ordinary makes it U+FFFD, encode_to_numpy refuses
+        return np.array(encoding.encode_ordinary(text), dtype=dtype)
 
 
 def gather(source: np.ndarray, start: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 import torch
 
-import data.build as build
+import data.bpe_fast as bpe_fast
 import data.readers as readers
 from common.errors import DataError
 from data.loader import TrainBatches, val_batches
@@ -119,13 +119,13 @@ def test_no_copy_of_a_validation_document_trains_past_the_cap(tmp_path):
 def test_the_bpe_sample_is_the_training_documents(tmp_path, monkeypatch):
     docs = documents(200)
     src = write_jsonl(tmp_path / "c.jsonl", docs + docs)
-    sample, train_bpe_fast = [], build.train_bpe_fast
+    sample, train_bpe_fast = [], bpe_fast.train_bpe_fast
 
     def recording(texts, n_tokens):
         sample.extend(texts)
         return train_bpe_fast(sample, n_tokens)
 
-    monkeypatch.setattr(build, "train_bpe_fast", recording)
+    monkeypatch.setattr(bpe_fast, "train_bpe_fast", recording)
     out = prepare(input=src, tokenizer="bpe", bpe_vocab_size=300, val_tokens=2000, workers=1, progress=False,
                   data_root=tmp_path)
     train = load_tokenizer(out).decode(split_tokens(out, "train")).split("<|endoftext|>")

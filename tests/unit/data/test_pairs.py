@@ -199,3 +199,11 @@ def test_without_the_checkpoints_folder_the_pairs_cannot_be_compared(tmp_path):
     assert not same_prepared_pairs(None, META, new, META)
     assert not same_prepared_pairs(str(tmp_path / "gone"), META, new, META)
     assert not same_prepared_pairs(new, META, new, META)  # one folder, rebuilt in place: its old bytes are gone
+
+
+def test_a_bpe_vocabulary_the_pairs_cannot_make_is_refused(tmp_path):
+    """As prepare() does: --bpe_vocab_size is the vocabulary's size, never silently fewer tokens."""
+    path = write(tmp_path / "p.tsv", b"".join(b"ab%d\tba%d\n" % (i, i) for i in range(50)))
+    with pytest.raises(DataError, match=r"^--bpe_vocab_size=2048 .* use --bpe_vocab_size=\d+ or less"):
+        prepare_pairs(str(path), "bpe", bpe_vocab_size=2048, data_root=tmp_path, progress=False)
+    assert not list((tmp_path / "prepared").iterdir())

@@ -156,7 +156,7 @@ def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
 
 @pytest.mark.parametrize("name, text, settings, refusal", [
     ("one.txt", "x", {}, "too few"),  # refused while counting, before any shard
-    ("one.jsonl", '{"text": "just one document"}\n', {"tokenizer": "bpe", "bpe_vocab_size": 300},
+    ("one.jsonl", '{"text": "just one document"}\n', {"tokenizer": "bpe", "bpe_vocab_size": 260},  # 3 of its 14 merges
      "the val split .* is empty"),  # refused after the BPE file and the shards are written
 ])
 def test_a_refused_preparation_leaves_no_folder(tmp_path, name, text, settings, refusal):
@@ -287,3 +287,22 @@ def test_the_cli_checks_the_flags_given_not_the_defaults_and_help_says_where_eac
     text = capsys.readouterr().out
     assert "--bpe_vocab_size=2048   [--tokenizer=bpe] " in text and "--archive=None   [no --input] " in text
     assert "--text_field=text   [.jsonl/.parquet] " in text and "--val_tokens=10000000   [--split=docs] " in text
+
+
+def test_a_bpe_vocabulary_the_training_text_cannot_make_is_refused(tmp_path):
+    """--bpe_vocab_size is the vocabulary's size: a training text with pairs for too few merges is refused in one line
+    that names the largest size it makes, and leaves no folder; that size itself is built."""
+    from data.bpe import train_bpe
+    from data.tokenizer import GPT2_PATTERN
+
+    text = "the cat sat on the mat.\n" * 40
+    (tmp_path / "t.txt").write_text(text)
+    most = len(train_bpe([text[:int(len(text) * 0.9)]], 10_000, GPT2_PATTERN)) + 1  # every merge, + <|endoftext|>
+    assert 260 < most < 300
+    with pytest.raises(DataError, match=rf"^--bpe_vocab_size={most + 1} .* use --bpe_vocab_size={most} or less") as e:
+        prepare(input=tmp_path / "t.txt", tokenizer="bpe", bpe_vocab_size=most + 1, data_root=tmp_path / "r",
+                progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "r" / "prepared").exists()
+    out = prepare(input=tmp_path / "t.txt", tokenizer="bpe", bpe_vocab_size=most, data_root=tmp_path / "r",
+                  progress=False)
+    assert read_meta(out)["vocab_size"] == load_tokenizer(out).vocab_size == most

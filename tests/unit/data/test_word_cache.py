@@ -9,7 +9,7 @@ import tiktoken
 
 from data.bpe import train_bpe
 from data.tokenizer import GPT2_PATTERN, bpe_tokenizer, gpt2_tokenizer
-from data.word_cache import WordCache
+from data.word_cache import WordCache, tiktoken_tokens
 
 # Every ASCII character, with Unicode's six ASCII whitespace characters, Python's other \s characters (\x1c-\x1f,
 # not whitespace to GPT-2) and the characters of contractions given more weight
@@ -110,6 +110,14 @@ def test_unicode_whitespace_goes_to_tiktoken(space):
     assert len(enc.encode_ordinary(space + " ")) == 1
     check(WordCache(enc, np.uint16), [f"x{space} ", f"x{space}  y", "plain text", "caf\u00e9 au lait"])
 
+
+
+def test_half_a_surrogate_pair_gets_tiktokens_tokens(gpt2):
+    """A str with half a surrogate pair has no UTF-8: encode_ordinary encodes it as U+FFFD, and so must the cache (and
+    tiktoken_tokens, which encodes without it), not fail."""
+    texts = ["a\udcff b", "x \ud83d", "\ud800", "lone \ude00 low", "plain text"]
+    check(WordCache(gpt2, np.uint16), texts)
+    assert [tiktoken_tokens(gpt2, t, np.uint32).tolist() for t in texts] == [gpt2.encode_ordinary(t) for t in texts]
 
 def test_a_trained_bpe_with_gpt2s_pattern():
     rng = random.Random(2)
