@@ -125,7 +125,7 @@ def test_a_trained_bpe_run_exported_by_the_cli_completes_as_sample_py(tmp_path, 
     corpus = tmp_path / "play.txt"
     corpus.write_text("\n".join(f"ROMEO:\n{TEXT} love {i % 7} night\n" for i in range(300)), encoding="utf-8")
     train.main(TINY_TRAIN_FLAGS + [f"--input={corpus}", f"--out_dir={tmp_path / 'run'}", f"--data_root={tmp_path}",
-                                   "--tokenizer=bpe", "--bpe_vocab_size=300", "--max_iters=100",
+                                   "--tokenizer=bpe", "--bpe_vocab_size=290", "--max_iters=100",
                                    "--eval_interval=100", "--learning_rate=1e-2"])
     export_main([f"--out_dir={tmp_path / 'run'}", "--ckpt=last", f"--to_gguf={tmp_path / 'm.gguf'}"])
     prompt, new = "ROMEO:\n", 10
