@@ -344,7 +344,7 @@ def resumed_counts(run, log) -> tuple[int | None, int]:
     no such row is left the tokens are unknown (None, said once) and the skipped updates count from 0."""
     if run.start_step == 0 or log is None:  # rank 0 alone writes the columns
         return 0, 0
-    row = log.resumed_row if log.resumed_row and log.resumed_row.get("step") == run.start_step else {}
+    row = resumed_row(run, log)
     if row.get("tokens") is None:
         print(f"note: {log.path} has no row at step {run.start_step} to continue the tokens column from; it stays "
               f"empty in this run's rows", flush=True)
@@ -354,10 +354,15 @@ def resumed_counts(run, log) -> tuple[int | None, int]:
 def resumed_seconds(run, log) -> tuple[float, float]:
     """(train_s, elapsed_s) of the metrics row at run.start_step, (0, 0) without one: a resumed run's rows count
     the seconds since step 0, as its step and tokens columns do (the time between the parts is not counted)."""
-    row = log.resumed_row if run.start_step and log is not None and log.resumed_row else {}
-    if row.get("step") != run.start_step:
-        return 0.0, 0.0
+    row = resumed_row(run, log) if run.start_step else {}
     return row.get("train_s") or 0.0, row.get("elapsed_s") or 0.0
+
+
+def resumed_row(run, log) -> dict:
+    """The metrics row at run.start_step, which a resumed run's columns continue from; {} where there is none
+    (log is None outside rank 0, which alone writes the rows)."""
+    row = log.resumed_row if log is not None and log.resumed_row else {}
+    return row if row.get("step") == run.start_step else {}
 
 
 def stop_here(run, log, bar, done: int, signum: int):
