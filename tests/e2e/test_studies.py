@@ -32,7 +32,7 @@ def test_attention_study_refuses_a_checkpoint_without_a_next_token_before_traini
     import compare
     import train
     from common.errors import ConfigError
-    from insight import probe_fit
+    from insight import probe_fit, probe_report  # noqa: F401  probe_report first: it binds the real fit by name
 
     encoder = tmp_path / "encoder"
     train.main(tiny_args(corpus, encoder, "--model=encoder", "--max_iters=2", "--eval_interval=2"))
@@ -96,7 +96,7 @@ def test_a_study_refuses_an_out_that_is_a_file_before_it_trains(study, corpus, t
                                                                 monkeypatch):
     import compare
     from common.errors import FlagError
-    from insight import probe_fit
+    from insight import probe_fit, probe_report  # noqa: F401  probe_report first: it binds the real fit by name
     from studies import runs
 
     monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
