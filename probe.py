@@ -16,8 +16,8 @@ import sys
 from dataclasses import asdict, dataclass
 
 from common import cli
-from common.errors import ConfigError, FlagError, need, need_seed
-from common.files import why_no_folder, write_atomic
+from common.errors import ConfigError, need, need_seed
+from common.files import need_folder, write_atomic
 from common.flags import help_text, parse_configs
 from insight.probe_config import ProbeModel
 
@@ -60,8 +60,7 @@ class ProbeConfig:
              f"tasks={self.tasks!r} have no encoder form, and models='encoder': nothing to run; add "
              f"--models=decoder or a task among {', '.join(ENCODER_TASKS)}")
         need_seed(self.seed)
-        problem = why_no_folder(self.out)  # found now, not when the results are written after the training
-        need(problem is None, f"--out={self.out}: {problem}; choose another --out", FlagError)
+        need_folder(self.out, "out")  # found now, not when the results are written after the training
 
     def items(self, name: str) -> list[str]:
         return [v.strip() for v in getattr(self, name).split(",") if v.strip()]

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 
-from common.errors import DiskError
+from common.errors import DiskError, FlagError
 
 DISK_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
                errno.EIO: "input/output error (a failing disk or network filesystem)",
@@ -77,6 +77,13 @@ def why_no_folder(path) -> str | None:
     if there != path and not os.access(there, os.W_OK | os.X_OK):
         return f"{there} is a folder this process may not write in"
     return None
+
+
+def need_folder(path, flag: str) -> None:
+    """Refuses, in one line naming --flag, a path that cannot be made a folder (why_no_folder), writing nothing."""
+    problem = why_no_folder(path)
+    if problem:
+        raise FlagError(f"--{flag}={path}: {problem}; choose another --{flag}")
 
 
 def current_umask() -> int:

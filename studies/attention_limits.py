@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 import torch
 
 from common.errors import ConfigError
-from common.files import write_atomic
+from common.files import need_folder, write_atomic
 from common.flags import config_from_argv
 from insight.ablation import agreement, key_effects
-from studies.runs import check_out, val_windows
+from studies.runs import val_windows
 from inference.checkpoint import Checkpoint, path_in
 
 
@@ -135,7 +135,7 @@ def main(argv) -> None:
     from insight.probe_report import save_png
 
     ckpt = text_checkpoint(ac)  # refused now, not after the probe has trained
-    check_out(ac.out)  # so is an --out that cannot be a folder
+    need_folder(ac.out, "out")  # so is an --out that cannot be a folder
     torch.manual_seed(ac.seed)
     effects = {}
     for source in (probe_effects, lambda ac: shakespeare_effects(ac, ckpt)):

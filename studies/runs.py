@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import torch
 
-from common.errors import DataError, FlagError, UserError
-from common.files import why_no_folder
+from common.errors import DataError, UserError
+from common.files import need_folder
 from training.metrics import read_metrics
 
 TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
@@ -42,14 +42,6 @@ def run_flags(sc, name: str, **settings) -> list[str]:
     return [f"--{k}={flag_text(v)}" for k, v in values.items()]
 
 
-def check_out(out: str) -> None:
-    """Refuses an --out that cannot be made a folder (a file in the way, a folder this process may not write in),
-    writing nothing."""
-    problem = why_no_folder(out)
-    if problem:
-        raise FlagError(f"--out={out}: {problem}; choose another --out")
-
-
 def start_study(sc, runs: dict) -> None:
     """Before any run trains: --out checked, and every run's train.py flags ({name: settings}, as train_run takes
     them) checked as train.py checks its flags before it reads any data; then sc.out is made. A mistake only one run
@@ -57,7 +49,7 @@ def start_study(sc, runs: dict) -> None:
     runs before it have trained."""
     from training.config import configure
 
-    check_out(sc.out)
+    need_folder(sc.out, "out")
     for name, settings in runs.items():
         with contextlib.redirect_stderr(io.StringIO()):  # its notes: train.py says them when the run starts
             configure(run_flags(sc, name, **settings))
