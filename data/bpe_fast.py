@@ -32,7 +32,6 @@ def train_bpe_fast(texts: Iterable[str], n_tokens: int) -> dict[bytes, int]:
     return ranks
 
 
-
 def train_bpe_vocab(texts: Iterable[str], vocab_size: int) -> dict[bytes, int]:
     """The ranks of a `bpe` vocabulary of exactly vocab_size tokens, <|endoftext|> its last id (so vocab_size - 1
     ranks). A text with pairs for fewer merges than that is refused: a smaller vocabulary than asked for would be
