@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import speed
 from common import cli, flag_scope, flags, malloc
-from common.device import DTYPES, pick_device, pick_dtype
+from common.device import need_dtype, pick_device, pick_dtype
 from common.errors import CheckpointError, ConfigError, UserError, need
 from common.files import write_atomic
 from inference.checkpoint import load_for_inference, path_in
@@ -58,7 +58,7 @@ class EvaluateConfig:
         need(self.limit is None or self.limit > 0, f"limit={self.limit} must be a positive number of items")
         need(self.stride is None or self.stride > 0, f"stride={self.stride} must be a positive number of tokens")
         need(self.batch_tokens is None or self.batch_tokens > 0, f"batch_tokens={self.batch_tokens} must be >= 1")
-        need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
+        need_dtype(self.dtype)
         need(self.init_from is None or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be hf:FOLDER (a local Hugging Face GPT-2); leave it out to score "
              f"the run in --out_dir")

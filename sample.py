@@ -37,8 +37,8 @@ import torch
 
 from common import cli
 from common import flag_scope
-from common.device import DTYPES, autocast, pick_device, pick_dtype
-from common.errors import ConfigError, DataError, UserError, need, need_seed
+from common.device import autocast, need_dtype, pick_device, pick_dtype
+from common.errors import ConfigError, DataError, UserError, need_seed
 from common import flags
 from data.mask_token import MASK_TEXT
 import speed
@@ -104,8 +104,7 @@ class SampleConfig:
             raise ConfigError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
                              f"{self.max_new_tokens} >= 0")
         check_sampling(self.temperature, self.top_k, self.top_p, self.min_p)
-        need(self.dtype in (None, "auto", *DTYPES), f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)} (or "
-             f"left out: float32 on a CPU, auto on a GPU)")
+        need_dtype(self.dtype, left_out="float32 on a CPU, auto on a GPU")
         need_seed(self.seed)
         if self.quantize is not None and self.quantize not in QUANTIZE_CHOICES:
             raise ConfigError(f"quantize={self.quantize} is not one of {', '.join(QUANTIZE_CHOICES)} (or leave it "

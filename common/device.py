@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from common.errors import SetupError
+from common.errors import SetupError, need
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -82,6 +82,13 @@ def cpu_bf16_speedup(n: int = 256, repeats: int = 5) -> float:
         return min(times)
 
     return best_time(torch.float32) / best_time(torch.bfloat16)
+
+
+def need_dtype(name: str | None, left_out: str = "") -> None:
+    """Refuses (ConfigError, one line) a --dtype pick_dtype does not take: auto or one of DTYPES. left_out: what
+    leaving the flag out means, where a command takes None."""
+    ok = name == "auto" or name in DTYPES or (bool(left_out) and name is None)
+    need(ok, f"dtype={name!r} must be auto, {', '.join(DTYPES)}" + (f" (or left out: {left_out})" if left_out else ""))
 
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:

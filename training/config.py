@@ -7,7 +7,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 
 import configs
-from common.device import DTYPES
+from common.device import need_dtype
 from common.errors import CheckpointError, ConfigError, FlagError, SetupError, need, need_seed
 from common import flags
 from common import flag_scope
@@ -135,7 +135,7 @@ class TrainConfig(PrepareConfig):
              "optimizer='muon' is not supported with --fsdp=true (it orthogonalises whole matrices, FSDP shards "
              "them); use --optimizer=adamw")
         need(self.on_nonfinite in ("stop", "skip"), f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
-        need(self.dtype == "auto" or self.dtype in DTYPES, f"dtype={self.dtype!r} must be auto, {', '.join(DTYPES)}")
+        need_dtype(self.dtype)
         need_seed(self.seed)
         need(self.checkpoint_every_s >= 0, f"checkpoint_every_s={self.checkpoint_every_s} must be >= 0 (0 = off)")
         need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")
