@@ -25,6 +25,8 @@ from interop.mappings import BY_MODEL_TYPE
 from data.tokenizer import carry_tokenizer, meta_problem
 from model import GPT
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, meta_model
+from training.distributed import Dist
+from training.out_dir import lock_out_dir, refuse_if_in_use
 
 GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # HF's names, newest format first
@@ -185,20 +187,30 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
     from training.config import TrainConfig
 
     folder, out_dir = os.path.abspath(folder), os.fspath(out_dir)  # plain strings: weights_only loads no Path
+    paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
+    refuse_if_in_use(out_dir, Dist())  # a training process writes there: refused before the model is read
+    check_free(paths, out_dir, overwrite)
     model = load_hf_gpt2(folder, dropout)
     meta, mask_id = folder_tokenizer(folder, model.config.vocab_size)
-    paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
-    if any(os.path.exists(p) for p in paths) and not overwrite:
-        raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
     ckpt = Checkpoint(weights=clean_state_dict(model), model_config=model.config, step=0,
                       data_meta=carry_tokenizer(meta, folder),  # a bpe's merges: the checkpoint needs no folder
                       data_dir=folder,
                       train_config=TrainConfig(out_dir=out_dir, tokenizer=meta["tokenizer"],
                                                mask_token=mask_id is not None).to_dict(),
                       mask_id=mask_id, source=f"hf:{folder}")
-    for path in paths:
-        ckpt.save(path)
+    lock = lock_out_dir(out_dir, Dist())  # held while both files are written: no run starts there meanwhile
+    try:
+        check_free(paths, out_dir, overwrite)  # again, under the lock: a run may have written there since
+        for path in paths:
+            ckpt.save(path)
+    finally:
+        lock.close()
     return paths[0]
+
+
+def check_free(paths: list[str], out_dir: str, overwrite: bool) -> None:
+    if any(os.path.exists(p) for p in paths) and not overwrite:
+        raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
 
 
 def initializer(folder: str, model_overrides: dict, explicit: dict):

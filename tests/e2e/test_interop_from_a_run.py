@@ -118,6 +118,29 @@ def test_export_cli_from_a_run_and_its_refusal(tmp_path):
         export_main(run[3:])
 
 
+def test_an_import_into_an_out_dir_a_run_holds_is_refused_and_writes_nothing(tmp_path):
+    """A training process holds out_dir's lock: an import with --overwrite=true would replace its checkpoints under
+    it (ckpt_best.pt the imported model, ckpt_last.pt the run's next save). Refused in one line, the run's files as
+    they were; once the run has ended, the import writes both and leaves the lock free."""
+    from common.errors import SetupError
+    from training.distributed import Dist
+    from training.out_dir import lock_out_dir
+
+    export(as_checkpoint(perturb(tiny_model())), tmp_path / "hf")
+    run = tmp_path / "run"
+    held = lock_out_dir(str(run), Dist())  # flock is per open file: this process's own lock stands for a run's
+    try:
+        (run / "ckpt_best.pt").write_bytes(b"the run's")
+        with pytest.raises(SetupError, match=r"in use by a training process \(pid \d+\)"):
+            import_checkpoint(tmp_path / "hf", run, overwrite=True)
+        assert sorted(os.listdir(run)) == [".lock", "ckpt_best.pt"]
+        assert (run / "ckpt_best.pt").read_bytes() == b"the run's"
+    finally:
+        held.close()
+    assert Checkpoint.load(import_checkpoint(tmp_path / "hf", run, overwrite=True)).step == 0
+    lock_out_dir(str(run), Dist()).close()  # the import let go of it
+
+
 def test_training_starts_from_an_hf_folder(corpus, tmp_path):
     """train.py --init_from=hf:FOLDER: a fresh run from the folder's weights (a near-zero learning rate keeps them,
     so its first validation loss is the exported model's)."""
