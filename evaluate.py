@@ -18,7 +18,7 @@ import speed
 from common import cli, flag_scope, flags, malloc
 from common.device import need_dtype, pick_device, pick_dtype
 from common.errors import CheckpointError, ConfigError, UserError, need
-from common.files import write_atomic
+from common.files import need_file_folder, write_atomic
 from inference.checkpoint import load_for_inference, path_in
 from inference.evaluation import evaluate, read_text, report_table
 from inference.tasks import read_tasks
@@ -106,6 +106,8 @@ def main(argv) -> None:
     tasks = read_tasks(ec.tasks, ec.limit) if ec.tasks else []  # every line checked before a model is loaded
     if ec.out and os.path.isdir(ec.out):
         raise ConfigError(f"--out={ec.out} is a folder; give the path of the JSON file to write")
+    if ec.out:
+        need_file_folder(ec.out, "out")  # found now, not when the report is written after the scoring
     device = pick_device(ec.device)
     if device.type == "cpu":
         malloc.keep_freed_memory()  # each batch reuses the last one's memory: no page faults (common/malloc.py)

@@ -34,7 +34,7 @@ import torch
 from common import cli
 from common import flag_scope
 from common.errors import FlagError, UserError
-from common.files import write_atomic
+from common.files import need_file_folder, write_atomic
 from common.flags import help_text, parse_configs
 from inference.checkpoint import Checkpoint, path_in
 
@@ -109,6 +109,9 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     for flag in ("out", "induction", "induction_curve"):
         if getattr(vc, flag):
             figure_format(getattr(vc, flag), flag)
+    for flag in ("out", "induction", "induction_curve", "html"):  # and where it goes: found before any is written
+        if getattr(vc, flag):
+            need_file_folder(getattr(vc, flag), flag)
     path = path_in(vc.out_dir, vc.ckpt)
     curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too
     ckpt = None if curve_only else Checkpoint.load(path)

@@ -81,7 +81,16 @@ def why_no_folder(path) -> str | None:
 
 def need_folder(path, flag: str) -> None:
     """Refuses, in one line naming --flag, a path that cannot be made a folder (why_no_folder), writing nothing."""
-    problem = why_no_folder(path)
+    _refuse(path, flag, why_no_folder(path))
+
+
+def need_file_folder(path, flag: str) -> None:
+    """Refuses, in one line naming --flag, a file path whose folder cannot be made (why_no_folder), writing nothing:
+    found before the work whose result the file holds, not by its write."""
+    _refuse(path, flag, why_no_folder(os.path.dirname(os.path.abspath(path))))
+
+
+def _refuse(path, flag: str, problem: str | None) -> None:
     if problem:
         raise FlagError(f"--{flag}={path}: {problem}; choose another --{flag}")
 

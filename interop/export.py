@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from common import cli
 from common.errors import CheckpointError, UserError
-from common.files import current_umask, disk_errors
+from common.files import current_umask, disk_errors, need_folder
 from common.flags import config_from_argv
 from data.mask_token import with_mask_token
 from data.tokenizer import load_tokenizer
@@ -77,12 +77,13 @@ def model_card(ckpt: Checkpoint, arch: str) -> str:
 
 
 def check_folder(folder: str, overwrite: bool = False) -> None:
-    """Refuses (one line) a --to the export would not write: a file, or a folder with files in it unless
-    overwrite."""
+    """Refuses (one line) a --to the export would not write: a file, a folder with files in it unless overwrite, or
+    a path that cannot be made a folder."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise UserError(f"--to={folder} is a file, not a folder; give the folder to write the Hugging Face model in")
     if os.path.isdir(folder) and os.listdir(folder) and not overwrite:
         raise UserError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
+    need_folder(folder, "to")  # a file on its way (--to=notes.txt/hf)
 
 
 def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:

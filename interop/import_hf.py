@@ -18,6 +18,7 @@ import torch
 
 from common import cli
 from common.errors import SetupError, UserError
+from common.files import need_folder
 from common.flags import config_from_argv
 from interop import safetensors_file
 from interop.export import MASK_KEY, TOKENIZER_META
@@ -188,6 +189,7 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
 
     folder, out_dir = os.path.abspath(folder), os.fspath(out_dir)  # plain strings: weights_only loads no Path
     paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
+    need_folder(out_dir, "out_dir")
     refuse_if_in_use(out_dir, Dist())  # a training process writes there: refused before the model is read
     check_free(paths, out_dir, overwrite)
     model = load_hf_gpt2(folder, dropout)

@@ -70,3 +70,31 @@ def test_train_refuses_an_empty_path_before_preparing_data(corpus, tmp_path, fla
     r = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"{flag[:-1]} is empty" in r.stderr, r.stderr
     assert not r.stdout and not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
+
+
+# a file where a folder of the path must be: command, its flags ({file}: that file), the flag refused
+IN_THE_WAY = [("evaluate", ["--out_dir={run}", "--text={file}", "--out={file}/report.json"], "out"),
+              ("visualize", ["--out_dir={run}", "--text=!#$%", "--out={file}/attention.png"], "out"),
+              ("visualize", ["--out_dir={run}", "--text=!#$%", "--html={file}/page.html"], "html"),
+              ("interop.export", ["--out_dir={run}", "--to={file}/hf"], "to"),
+              ("interop.export", ["--out_dir={run}", "--to_gguf={file}/model.gguf"], "to_gguf"),
+              ("interop.import_hf", ["--hf_dir={run}", "--out_dir={file}/run"], "out_dir")]
+
+
+@pytest.mark.parametrize("module, args, flag", IN_THE_WAY, ids=[f"{m} --{f}" for m, _, f in IN_THE_WAY])
+def test_a_file_on_the_way_of_an_output_is_one_line_before_the_work(module, args, flag, tmp_path, capsys):
+    """Found with the flags, not by the write at the end (a traceback from os.makedirs, after the scoring, the
+    drawing or the export), and nothing written."""
+    from conftest import tiny_model
+    from exports import CHARS, as_checkpoint
+
+    file, run = tmp_path / "notes.txt", tmp_path / "run"
+    file.write_text(CHARS * 4)  # a text the checkpoint's vocabulary scores
+    as_checkpoint(tiny_model()).save(str(run / "ckpt_best.pt"))
+    before = sorted(tmp_path.rglob("*"))
+    main = importlib.import_module(module).main
+    assert cli.run(main, [a.format(file=file, run=run) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --{flag}={file}/") and err.endswith(f": {file} is a file, not a folder; choose "
+                                                                         f"another --{flag}\n"), err
+    assert sorted(tmp_path.rglob("*")) == before
