@@ -110,11 +110,26 @@ def write_folder(ckpt: Checkpoint, model, target, folder: str) -> None:
         write_tokenizer(meta, ckpt.data_dir, tmp, model.config.block_size, mask=ckpt.mask_id is not None)
         with open(os.path.join(tmp, "README.md"), "w") as f:
             f.write(model_card(ckpt, target.ARCH))
-        if os.path.exists(folder):
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        replace_folder(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_folder(new: str, folder: str) -> None:
+    """new becomes folder. A folder there already (--overwrite=true) is renamed aside first and deleted after: a
+    process killed on the way leaves the old export whole or the new one, never a half-deleted one at --to."""
+    old = None
+    if os.path.exists(folder):
+        old = tempfile.mkdtemp(dir=os.path.dirname(folder), prefix=".old-export-")
+        os.replace(folder, old)  # onto the empty folder mkdtemp made: a name no other process takes meanwhile
+    try:
+        os.replace(new, folder)
+    except BaseException:
+        if old is not None:
+            os.replace(old, folder)  # the old export back where it was
+        raise
+    if old is not None:
+        shutil.rmtree(old)
 
 
 def main(argv) -> None:

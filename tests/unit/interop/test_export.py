@@ -18,7 +18,9 @@ from data.tokenizer import CharTokenizer, gpt2_tokenizer, ranks_to_bytes
 from exports import ATOL, CHARS, as_checkpoint, perturb, read_gguf, small_bpe
 from inference.checkpoint import Checkpoint
 from interop.export import TOKENIZER_META, export, main as export_main
+from interop import safetensors_file
 from interop.import_hf import check_same_tokenizer, import_checkpoint
+from interop.mappings import hf_target
 
 
 @pytest.fixture
@@ -167,6 +169,30 @@ def test_the_export_command_refuses_a_file_for_a_folder_and_a_folder_for_a_file(
         assert blame in err and len(err.strip().splitlines()) == 1
     assert (tmp_path / "a_file").read_text() == "kept" and not os.listdir(tmp_path / "a_folder")
     assert sorted(os.listdir(tmp_path)) == ["a_file", "a_folder", "bpe.tiktoken", "ckpt_best.pt"]
+
+
+def test_an_overwrite_killed_while_it_deletes_the_old_export_leaves_a_whole_one(tmp_path, monkeypatch):
+    """--overwrite=true over an earlier export: the process is killed while the old files are deleted (the first
+    rmtree deletes one file, then the kill). --to holds a whole export, here the new one, never half the old."""
+    export(as_checkpoint(tiny_model(seed=0)), tmp_path / "hf")
+    names = sorted(os.listdir(tmp_path / "hf"))
+    new = as_checkpoint(perturb(tiny_model(seed=1)))
+    rmtree, calls = shutil.rmtree, []
+
+    def killed_in_rmtree(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) > 1:
+            return rmtree(path, *args, **kwargs)
+        os.remove(os.path.join(path, "model.safetensors"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", killed_in_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        export(new, tmp_path / "hf", overwrite=True)
+    assert sorted(os.listdir(tmp_path / "hf")) == names
+    back = safetensors_file.load(str(tmp_path / "hf" / "model.safetensors"))
+    ours = hf_target(new.model_config).to_hf_state_dict(new.build_model("cpu"))
+    assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
 
 
 def test_the_export_command_checks_the_gguf_token_count_before_it_writes_the_hf_folder(tmp_path, capsys):
