@@ -16,12 +16,14 @@ from .generate import check_sampling, sample_next
 @torch.no_grad()
 def fill_masks(model, ids: list[int], mask_id: int, top: int = 5):
     """One forward over ids (with [MASK]s in it) -> (ids with every mask replaced by its most likely token,
-    [(position, [(token id, probability), ...top]) for each mask]). [MASK] itself is never a candidate."""
+    [(position, [(token id, probability), ...top]) for each mask]). [MASK] itself is never a candidate. Runs in
+    eval mode (no dropout), the model's own mode restored after."""
     if len(ids) > model.config.block_size:
         raise UserError(f"the text is {len(ids)} tokens, longer than the encoder's block_size="
                          f"{model.config.block_size}; shorten it")
     device = next(model.parameters()).device
-    logits, _ = model(torch.tensor([ids], device=device))  # (1, T, V)
+    with evaluating(model):
+        logits, _ = model(torch.tensor([ids], device=device))  # (1, T, V)
     logits = logits[0].float()
     logits[:, mask_id] = float("-inf")
     probs = torch.softmax(logits, dim=-1)  # (T, V)

@@ -71,9 +71,9 @@ class Seq2SeqStudyConfig:
         if not 0 < self.min_len <= self.max_len <= self.eval_max_len:
             raise ConfigError(f"min_len={self.min_len}, max_len={self.max_len}, eval_max_len={self.eval_max_len} "
                               f"must be positive with min_len <= max_len <= eval_max_len")
-        if self.eval_max_len + 2 > self.block_size:  # the decoder's input is STOP + target; translate wants one more
-            raise ConfigError(f"eval_max_len={self.eval_max_len} needs block_size >= {self.eval_max_len + 2} "
-                              f"(the target, its STOP and the start token); got block_size={self.block_size}")
+        if self.eval_max_len + 1 > self.block_size:  # the decoder reads the start token (STOP) + the target
+            raise ConfigError(f"eval_max_len={self.eval_max_len} needs block_size >= {self.eval_max_len + 1} "
+                              f"(the decoder reads the start token and the target); got block_size={self.block_size}")
         if not self.min_len <= self.map_len <= self.eval_max_len:
             raise ConfigError(f"map_len={self.map_len} must lie in min_len..eval_max_len "
                               f"({self.min_len}..{self.eval_max_len})")

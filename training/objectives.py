@@ -93,7 +93,8 @@ class MaskedLM(Objective):
         return f", masked LM at {m.rate:.0%}" + (f" in spans of 1-{m.span}" if m.span > 1 else "")
 
     def stream(self, model, prompt, max_new_tokens, generator=None, use_cache=False, stop_tokens=None, **sampling):
-        yield from generate_by_masks(model, prompt, max_new_tokens, self.mask_id, generator=generator, **sampling)
+        yield from generate_by_masks(model, prompt, max_new_tokens, self.mask_id, generator=generator,
+                                     stop_tokens=stop_tokens, **sampling)
 
 
 class Seq2SeqObjective(Objective):

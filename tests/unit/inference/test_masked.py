@@ -33,3 +33,12 @@ def test_generation_by_masks_ends_at_a_stop_token():
     model.head.bias = torch.nn.Parameter(bias)
     assert list(generate_by_masks(model, [1, 2], 10, MASK, temperature=0.0)) == [EOT] * 10
     assert list(generate_by_masks(model, [1, 2], 10, MASK, temperature=0.0, stop_tokens=[EOT])) == [EOT]
+
+
+def test_filling_masks_runs_without_dropout_and_keeps_the_models_mode():
+    """A model in training mode with dropout fills the masks as in eval mode, and is left training."""
+    model = tiny_model(vocab_size=V, causal=False, dropout=0.5)
+    expected = fill_masks(model, [1, MASK, 2, MASK], MASK)
+    model.train()
+    assert fill_masks(model, [1, MASK, 2, MASK], MASK) == expected
+    assert model.training

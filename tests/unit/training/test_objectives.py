@@ -89,3 +89,17 @@ def test_flops_per_counted_token(name):
     share = 0.5 if name == "seq2seq" else 1.0
     assert objective.flops_per_token(model) == share * model.flops_per_token()
     assert objective.counts_tokens == (name == "seq2seq")
+
+
+@pytest.mark.parametrize("name", ["decoder", "encoder", "cheater"])
+def test_a_text_objectives_stream_ends_after_a_stop_token(name):
+    """stream(stop_tokens=...) ends after the first stop token for every objective that writes text, the encoder's
+    appended masks too."""
+    objective, tokenizer = objectives.build(name, CharTokenizer(LETTERS))
+    model = GPT(tiny_config(vocab_size=tokenizer.vocab_size, causal=objective.causal)).eval()
+    stop = 3
+    bias = torch.zeros(model.head.out_features)
+    bias[stop] = 10.0  # the stop token the most likely everywhere
+    model.head.bias = torch.nn.Parameter(bias)
+    tokens = list(objective.stream(model, [1, 2], 5, temperature=0.0, stop_tokens=[stop]))
+    assert tokens == [stop]
