@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import torch
 
+from common.eval_mode import evaluating
 from model.attention import Math, attention_layers
 
 
@@ -48,8 +49,9 @@ def recording(model):
 @torch.no_grad()
 def attention_maps(model, idx, pad_mask=None) -> torch.Tensor:
     """The attention weights of every layer and head for idx (B, T): (L, B, H, T, T), each real query's row sums
-    to 1; a padding query's row (it attends to nothing) is all zeros."""
-    with recording(model) as weights:
+    to 1; a padding query's row (it attends to nothing) is all zeros. In eval mode (no dropout on the weights), the
+    model's own mode restored after."""
+    with evaluating(model), recording(model) as weights:
         model(idx, pad_mask=pad_mask)
     maps = torch.stack(weights)  # (L, B, H, T, T)
     if pad_mask is not None:
@@ -61,10 +63,10 @@ def attention_maps(model, idx, pad_mask=None) -> torch.Tensor:
 def cross_attention_maps(model, source, target, source_valid=None) -> torch.Tensor:
     """An encoder-decoder's (model/seq2seq.py) cross-attention weights for target (B, T) given source (B, S):
     (L, B, H, T, S), one per decoder layer; each row sums to 1 over the real source positions (padding gets 0).
-    With cross_attn='mean' the memory is one vector and S is 1."""
+    With cross_attn='mean' the memory is one vector and S is 1. In eval mode, as attention_maps."""
     crosses = {id(block.cross) for block in model.decoder}
     weights = []
-    with on_math(model) as backends:
+    with evaluating(model), on_math(model) as backends:
         handles = [backend.register_forward_hook(lambda module, args, out: weights.append(out[1]))
                    for layer, backend in zip(attention_layers(model), backends) if id(layer) in crosses]
         try:

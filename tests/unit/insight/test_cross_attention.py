@@ -119,3 +119,13 @@ def test_what_cannot_be_drawn_is_refused_with_one_line():
         cross_attention_view(model, tokenizer, "abc", "a" * 16)  # with STOP, 17 rows
     with pytest.raises(UserError, match="empty"):
         cross_attention_view(model, tokenizer, "")
+
+
+def test_a_training_models_cross_attention_maps_are_its_eval_maps_and_it_keeps_training():
+    model = tiny_seq2seq(dropout=0.5)
+    source, target_in = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[0, 4, 3]])
+    want = cross_attention_maps(model, source, target_in)  # in eval mode: no dropout anywhere
+    model.train()
+    maps = cross_attention_maps(model, source, target_in)
+    torch.testing.assert_close(maps, want)
+    assert model.training
