@@ -12,6 +12,8 @@ import fcntl
 import os
 import shutil
 
+import torch
+
 from common import flag_scope
 from common.errors import SetupError
 from common.files import why_no_folder
@@ -116,6 +118,8 @@ def claim_out_dir(run) -> None:
     process can start one), and a save killed half-way leaves no temporary file. Every process checks before any
     of them deletes, so they all agree."""
     tc, d = run.tc, run.dist
+    if run.resumed and d.master:
+        check_still_resumable(tc.out_dir, run.start_step)
     if not run.resumed:
         existing = check_out_dir(tc)
         distributed.barrier(d)
@@ -125,6 +129,18 @@ def claim_out_dir(run) -> None:
             shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
     if d.master:
         remove_stale_temporaries(tc.out_dir)
+
+
+def check_still_resumable(out_dir: str, step: int) -> None:
+    """A resumed run read its checkpoint before it took the lock; another run may have trained in out_dir and ended
+    meanwhile. Continuing from the older step would overwrite that run's newer checkpoint: refused instead."""
+    path = os.path.join(out_dir, LAST)
+    if not os.path.isfile(path):
+        raise SetupError(f"out_dir={out_dir}: {LAST} was removed after this run read it; nothing is left to resume")
+    now = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"]  # mmap: no weights are read
+    if now != step:
+        raise SetupError(f"out_dir={out_dir}: another run saved {LAST} at step {now} after this one read it at step "
+                         f"{step}; run the command again to resume from step {now}")
 
 
 def remove_stale_temporaries(folder: str) -> None:

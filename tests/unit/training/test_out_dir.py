@@ -1,14 +1,16 @@
 """training/out_dir.py: how a run starts from what out_dir holds, and its lock (one writer at a time)."""
 import os
+from types import SimpleNamespace
 
 import pytest
 
 from common.errors import SetupError
-from inference.checkpoint import BEST, LAST
+from inference.checkpoint import BEST, LAST, Checkpoint
+from model import GPTConfig
 from training.config import TrainConfig
 from training.distributed import Dist
 from training.metrics import METRICS_FILE
-from training.out_dir import check_out_dir, lock_out_dir, refuse_if_in_use, start_mode
+from training.out_dir import check_out_dir, claim_out_dir, lock_out_dir, refuse_if_in_use, start_mode
 
 
 def holding(folder, *files):
@@ -83,3 +85,22 @@ def test_a_locked_out_dir_is_refused_with_the_holders_pid_and_free_again_when_it
 def test_only_the_first_process_takes_the_lock(tmp_path):
     out = str(tmp_path / "run")
     assert lock_out_dir(out, Dist(rank=1, world_size=2)) is None and not os.path.exists(out)
+
+
+def test_a_resume_refuses_a_checkpoint_another_run_saved_after_it_read_it(tmp_path):
+    """A resumed run reads ckpt_last.pt before it takes the lock. Another run may train in out_dir and end in
+    between: under the lock the claim finds a later step on disk and refuses, rather than overwrite it with a run
+    continued from the older one."""
+    out = tmp_path / "run"
+    out.mkdir()
+    saved_at = Checkpoint(weights={}, model_config=GPTConfig(), step=4, data_meta={})
+    saved_at.save(str(out / LAST))
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True)
+    claim_out_dir(SimpleNamespace(**vars(run), start_step=4))  # the step it read: goes on
+    saved_at.step = 6
+    saved_at.save(str(out / LAST))  # another run's newer checkpoint
+    with pytest.raises(SetupError, match="saved ckpt_last.pt at step 6 after this one read it at step 4"):
+        claim_out_dir(SimpleNamespace(**vars(run), start_step=4))
+    os.remove(out / LAST)
+    with pytest.raises(SetupError, match="was removed"):
+        claim_out_dir(SimpleNamespace(**vars(run), start_step=4))
