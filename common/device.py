@@ -30,6 +30,10 @@ def pick_device(name: str = "auto") -> torch.device:
         raise SetupError(f"--device={name} is not a torch device; use auto, cpu, cuda, cuda:1 or mps") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SetupError(f"--device={name} but CUDA is not available here; use --device=cpu (or auto)")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():  # else: invalid device ordinal
+        n = torch.cuda.device_count()
+        raise SetupError(f"--device={name} but this machine has {n} GPU(s), cuda:0 to cuda:{n - 1}; pick one of them "
+                         f"(or --device=cuda)")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise SetupError(f"--device={name} but MPS is not available here; use --device=cpu (or auto)")
     if device.type not in ("cpu", "cuda", "mps"):  # xpu and the like: their torch module says; meta holds no values

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from common.errors import SetupError
+
 
 @dataclass
 class Dist:
@@ -35,6 +37,7 @@ def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
     d = Dist(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ["WORLD_SIZE"]))
     use_cuda = device_name.startswith("cuda") or (device_name == "auto" and torch.cuda.is_available())
     if use_cuda:
+        need_gpus(device_name, d)
         device_name = f"cuda:{d.local_rank}"  # one GPU per process
         torch.cuda.set_device(d.local_rank)
     elif device_name == "auto":
@@ -50,6 +53,18 @@ def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
         dist.init_process_group(backend=backend, store=dist.PrefixStore(f"restart{restart}", store), rank=d.rank,
                                 world_size=d.world_size)
     return d, device_name
+
+
+def need_gpus(device_name: str, d: Dist) -> None:
+    """One GPU per process of this machine: CUDA missing, or fewer GPUs than torchrun started processes here, is
+    refused in one line by every process alike (torch.cuda.set_device would raise a traceback in some of them, and
+    the others would wait for them in the process group)."""
+    if not torch.cuda.is_available():
+        raise SetupError(f"--device={device_name} but CUDA is not available here; use --device=cpu (or auto)")
+    here, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", d.local_rank + 1)), torch.cuda.device_count()
+    if here > gpus:
+        raise SetupError(f"torchrun started {here} processes on this machine, which has {gpus} GPU(s): one process "
+                         f"per GPU; use --nproc_per_node={gpus} (or --device=cpu)")
 
 
 def barrier(d: Dist) -> None:

@@ -47,3 +47,12 @@ def test_a_device_torch_cannot_compute_on_here_is_refused_in_one_line(name, monk
     with pytest.raises(SetupError, match=rf"--device={name}\b.*use --device=cpu"):
         pick_device(name)
     assert pick_device("cpu") == torch.device("cpu")
+
+
+def test_a_gpu_index_this_machine_lacks_is_refused_in_one_line(monkeypatch):
+    """cuda:1 on a machine with one GPU: refused before the model's first copy there fails (invalid device ordinal)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SetupError, match=r"--device=cuda:1 but this machine has 1 GPU\(s\), cuda:0 to cuda:0"):
+        pick_device("cuda:1")
+    assert pick_device("cuda:0") == torch.device("cuda:0") and pick_device("cuda") == torch.device("cuda")

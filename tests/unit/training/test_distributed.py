@@ -1,0 +1,52 @@
+"""training/distributed.py's start under torchrun on GPUs, on a machine that pretends to have some: one GPU per
+process, or a one-line refusal in every process before any of them joins the group."""
+import pytest
+import torch
+
+from common.errors import SetupError
+from training import distributed
+
+
+@pytest.fixture
+def torchrun(monkeypatch):
+    """Returns a function (local_rank, gpus) that sets torchrun's environment for a process of 2 on this machine, on
+    a machine with `gpus` GPUs; a GPU it lacks fails in set_device as on CUDA, and joining the group records."""
+    joined = []
+
+    def start(local_rank: int, gpus: int):
+        env = {"RANK": local_rank, "LOCAL_RANK": local_rank, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 2}
+        for name, value in env.items():
+            monkeypatch.setenv(name, str(value))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+
+        def set_device(index):
+            if index >= gpus:
+                raise RuntimeError("CUDA error: invalid device ordinal")
+        monkeypatch.setattr(torch.cuda, "set_device", set_device)
+        monkeypatch.setattr(distributed.dist, "init_process_group", lambda **kwargs: joined.append(kwargs))
+        return joined
+    return start
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_more_processes_than_gpus_is_refused_by_every_process(torchrun, local_rank, device):
+    joined = torchrun(local_rank, gpus=1)
+    with pytest.raises(SetupError, match=r"torchrun started 2 processes on this machine, which has 1 GPU\(s\).*"
+                                         r"--nproc_per_node=1"):
+        distributed.init(device)
+    assert joined == []  # no process waits in the group for one that refused
+
+
+def test_cuda_asked_where_there_is_none_is_refused_in_one_line(torchrun):
+    joined = torchrun(0, gpus=0)
+    with pytest.raises(SetupError, match="--device=cuda but CUDA is not available here; use --device=cpu"):
+        distributed.init("cuda")
+    assert joined == []
+
+
+def test_each_process_takes_its_own_gpu(torchrun):
+    joined = torchrun(1, gpus=2)
+    d, device = distributed.init("auto")
+    assert (d.rank, d.world_size, device) == (1, 2, "cuda:1") and joined[0]["backend"] == "nccl"
