@@ -78,13 +78,7 @@ def prepare(**settings) -> Path:
     t0 = time.time()
     cfg = PrepareConfig(**settings)
     root = Path(cfg.data_root) if cfg.data_root is not None else DATA_DIR
-    if cfg.input is None:
-        source, identity, kinds, n_files = None, SHAKESPEARE_SHA256, {"txt"}, 0  # the source: opened to build
-    else:
-        source = Source.open(cfg.input, cfg.text_field)
-        identity, kinds, n_files = stat_fingerprint(source.path, source.files), source.kinds, len(source.files)
-    split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
-    fingerprint = _fingerprint(cfg, identity, kinds, split)
+    source, split, fingerprint, identity = _plan(cfg)
     out = root / "prepared" / folder_name(cfg, split, fingerprint)
     if _is_prepared(out, fingerprint):
         return out
@@ -101,6 +95,23 @@ def prepare(**settings) -> Path:
             if made:
                 _remove_refused(out, made_prepared)
             raise
+
+
+def _plan(cfg: PrepareConfig):
+    """(the opened source, None for the built-in corpus (opened to build); the split; the fingerprint; the input's
+    quick identity): what a folder for cfg holds, found from the input's file names, sizes and times alone."""
+    if cfg.input is None:
+        source, identity, kinds, n_files = None, SHAKESPEARE_SHA256, {"txt"}, 0
+    else:
+        source = Source.open(cfg.input, cfg.text_field)
+        identity, kinds, n_files = stat_fingerprint(source.path, source.files), source.kinds, len(source.files)
+    split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
+    return source, split, _fingerprint(cfg, identity, kinds, split), identity
+
+
+def planned_fingerprint(**settings) -> dict:
+    """The fingerprint of the folder prepare(**settings) returns, without reading or writing any data."""
+    return _plan(PrepareConfig(**settings))[2]
 
 
 def _remove_refused(out: Path, with_prepared: bool) -> None:
@@ -150,9 +161,14 @@ def same_corpus(old: dict, new: dict) -> bool:
         return True
     if not (isinstance(a, dict) and isinstance(b, dict)) or old.get("source_sha256") is None:
         return False
-    beyond_identity = [k for k in {*a, *b} if k != "source" and a.get(k) != b.get(k)]
     tokenizer = [k for k in ("vocab_size", "eot_id", "chars", "bpe_ranks") if k in old and old[k] != new.get(k)]
-    return not beyond_identity and not tokenizer and old["source_sha256"] == new.get("source_sha256")
+    return not settings_changed(a, b) and not tokenizer and old["source_sha256"] == new.get("source_sha256")
+
+
+def settings_changed(old: dict, new: dict) -> list[str]:
+    """The keys two fingerprints differ in besides the input's quick identity ("source"): settings (tokenizer,
+    split, ...) that make other data whatever the input holds."""
+    return sorted(k for k in {*old, *new} if k != "source" and old.get(k) != new.get(k))
 
 
 def same_data(old: dict, old_dir: str | None, new: dict, new_dir: str) -> bool:

@@ -218,11 +218,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
             notes.append(f"note: --init_from=auto resumes {os.path.join(tc.out_dir, LAST)}, which keeps its own "
                          f"settings: --preset={preset} applies to a fresh start only")
     model_overrides = per_class[GPTConfig]
-    causal = objective_class(tc.model).causal
-    if "causal" in explicit and explicit["causal"] != causal:
-        raise SetupError(f"--causal={explicit['causal']} contradicts --model={tc.model} (which sets causal={causal}); "
-                         f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
-    model_overrides["causal"] = causal
+    model_overrides["causal"] = objective_class(tc.model).causal
     GPTConfig(**model_overrides)
     if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/out_dir.py)
         notes += fresh_checks(tc, explicit)
@@ -233,6 +229,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
 def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
+    check_causal(tc, explicit)
     notes = []
     if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
         short = max(1, tc.max_iters // 10)
@@ -242,6 +239,15 @@ def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
     check_schedule(tc, explicit, "the preset's")
     facts = scope_facts(tc)
     return notes + flag_scope.check("train.py", explicit, facts)
+
+
+def check_causal(tc: TrainConfig, explicit: dict) -> None:
+    """The attention direction follows the objective: a --causal that contradicts --model is refused. A fresh run's
+    only: a resumed one's model is its checkpoint's, and resumed_config compares --causal with that."""
+    causal = objective_class(tc.model).causal
+    if "causal" in explicit and explicit["causal"] != causal:
+        raise SetupError(f"--causal={explicit['causal']} contradicts --model={tc.model} (which sets causal={causal}); "
+                         f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
 
 
 def scope_facts(tc: TrainConfig) -> dict:

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
 from data.config import PrepareConfig
-from data.prepare import prepare, same_data
+from data.prepare import planned_fingerprint, prepare, same_data, settings_changed
 from data.tokenizer import carry_tokenizer
 from inference.checkpoint import Checkpoint
 from training import distributed
@@ -21,6 +21,8 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
     """(the data's folder, its meta, its tokenizer): text or a pairs file, prepared once per node, or a built-in task
     (nothing to prepare: the folder is ''); a resumed run's must be the data its checkpoint was trained on."""
     if tc.model != "seq2seq" or tc.pairs is not None:
+        if ckpt is not None and tc.model != "seq2seq":
+            check_settings(tc, ckpt)  # before the preparation, which may take hours
         data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d))
     else:  # a built-in task: its letters are drawn as the run goes
         meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
@@ -31,6 +33,22 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
         raise SetupError(f"the data in {data_dir or 'the task'} is not the data this checkpoint was trained on; "
                          f"resume with the same {same} (and the same content), or start a new --out_dir")
     return data_dir, meta, tokenizer
+
+
+def check_settings(tc: TrainConfig, ckpt: Checkpoint) -> None:
+    """Refuses, before any text is read, the data settings that would prepare other data than the checkpoint's,
+    whatever the input holds (another tokenizer, split, ...): same_data would refuse their folder once built."""
+    old = ckpt.data_meta.get("fingerprint")
+    if not isinstance(old, dict):  # not a prepared text folder's meta: same_data decides after the preparation
+        return
+    new = planned_fingerprint(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
+    changed = settings_changed(old, new)
+    if changed:
+        def said(fingerprint):
+            return ", ".join(f"{k}={fingerprint.get(k)}" for k in changed)
+        raise SetupError(f"the data these flags prepare is not the data this checkpoint was trained on (its "
+                         f"{said(old)}; now {said(new)}); resume with the same --dataset/--input/--split/--tokenizer "
+                         f"and their settings, or start a new --out_dir")
 
 
 def prepared_per_node(d: distributed.Dist, prepared):

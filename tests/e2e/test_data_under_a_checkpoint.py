@@ -79,3 +79,17 @@ def test_a_touched_pairs_file_resumes_and_a_changed_one_is_refused(tmp_path, cap
     assert REFUSED in err and err.count("\n") == 1, err
     shutil.rmtree(tmp_path / "data")
     assert ckpt.step == 4 and ckpt.tokenizer().encode("tiger3") == trained
+
+
+def test_other_data_settings_on_resume_are_refused_before_any_data_is_prepared(corpus, tmp_path, capsys):
+    """A resume with --tokenizer=bpe trained the merges and tokenized the corpus (hours on a large one), left that
+    folder in data_root, and only then refused the data."""
+    out, prepared = tmp_path / "run", tmp_path / "data" / "prepared"
+    assert run(corpus, out, "--max_iters=2") == 0
+    before = sorted(p.name for p in prepared.iterdir())
+    capsys.readouterr()
+    assert run(corpus, out, "--max_iters=4", "--init_from=resume", "--tokenizer=bpe", "--bpe_vocab_size=300") == 2
+    err = capsys.readouterr().err
+    assert REFUSED in err and err.count("\n") == 1, err
+    assert "(its bpe_vocab_size=None, tokenizer=char; now bpe_vocab_size=300, tokenizer=bpe)" in err
+    assert sorted(p.name for p in prepared.iterdir()) == before

@@ -232,3 +232,15 @@ def test_an_hf_folder_without_its_bpe_merges_names_the_file_and_the_export(corpu
     assert err.startswith(f"error: {hf / 'bpe.tiktoken'} is missing") and err.count("\n") == 1, err
     assert f"--to={hf}" in err and "copy" in err and "prepare" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no run, no report, no data prepared
+
+
+def test_causal_on_resume_is_checked_against_the_checkpoints_model(corpus, tmp_path, capsys):
+    """--causal=false on a resumed encoder was refused as contradicting --model=decoder, the command line's default,
+    which this run is not."""
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--model=encoder")) == 0
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=3", "--init_from=resume", "--causal=false")) == 0
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 3
+    before = files_of(out)
+    err = refused(tiny_args(corpus, out, "--max_iters=4", "--init_from=resume", "--causal=true"), capsys)
+    assert "--causal=True differs from the checkpoint's causal=False" in err and files_of(out) == before
