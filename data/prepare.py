@@ -73,12 +73,23 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def prepare(**settings) -> Path:
-    """The prepared folder, built if missing. Keyword arguments are PrepareConfig's fields (data/config.py)."""
+class OtherData(DataError):
+    """prepare(like=...) refused: these settings make other data than that fingerprint's, whatever the input holds."""
+
+
+def prepare(like: dict | None = None, **settings) -> Path:
+    """The prepared folder, built if missing. Keyword arguments are PrepareConfig's fields (data/config.py). like: the
+    fingerprint of data these settings must make again (a resumed run's): other settings (another tokenizer,
+    split, ...) are refused with OtherData before any text is read."""
     t0 = time.time()
     cfg = PrepareConfig(**settings)
     root = Path(cfg.data_root) if cfg.data_root is not None else DATA_DIR
     source, split, fingerprint, identity = _plan(cfg)
+    changed = settings_changed(like, fingerprint) if like is not None else []
+    if changed:
+        def said(f):
+            return ", ".join(f"{k}={f.get(k)}" for k in changed)
+        raise OtherData(f"its {said(like)}; now {said(fingerprint)}")
     out = root / "prepared" / folder_name(cfg, split, fingerprint)
     if _is_prepared(out, fingerprint):
         return out
@@ -107,11 +118,6 @@ def _plan(cfg: PrepareConfig):
         identity, kinds, n_files = stat_fingerprint(source.path, source.files), source.kinds, len(source.files)
     split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
     return source, split, _fingerprint(cfg, identity, kinds, split), identity
-
-
-def planned_fingerprint(**settings) -> dict:
-    """The fingerprint of the folder prepare(**settings) returns, without reading or writing any data."""
-    return _plan(PrepareConfig(**settings))[2]
 
 
 def _remove_refused(out: Path, with_prepared: bool) -> None:

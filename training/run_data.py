@@ -10,7 +10,7 @@ import torch.distributed as dist
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches, load_tokenizer, pair_batches, pairs, read_meta, val_batches
 from data.config import PrepareConfig
-from data.prepare import planned_fingerprint, prepare, same_data, settings_changed
+from data.prepare import OtherData, prepare, same_data
 from data.tokenizer import carry_tokenizer
 from inference.checkpoint import Checkpoint
 from training import distributed
@@ -21,9 +21,7 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
     """(the data's folder, its meta, its tokenizer): text or a pairs file, prepared once per node, or a built-in task
     (nothing to prepare: the folder is ''); a resumed run's must be the data its checkpoint was trained on."""
     if tc.model != "seq2seq" or tc.pairs is not None:
-        if ckpt is not None and tc.model != "seq2seq":
-            check_settings(tc, ckpt)  # before the preparation, which may take hours
-        data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d))
+        data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d, ckpt))
     else:  # a built-in task: its letters are drawn as the run goes
         meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
         data_dir, tokenizer = "", pair_batches.task_tokenizer()
@@ -33,22 +31,6 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
         raise SetupError(f"the data in {data_dir or 'the task'} is not the data this checkpoint was trained on; "
                          f"resume with the same {same} (and the same content), or start a new --out_dir")
     return data_dir, meta, tokenizer
-
-
-def check_settings(tc: TrainConfig, ckpt: Checkpoint) -> None:
-    """Refuses, before any text is read, the data settings that would prepare other data than the checkpoint's,
-    whatever the input holds (another tokenizer, split, ...): same_data would refuse their folder once built."""
-    old = ckpt.data_meta.get("fingerprint")
-    if not isinstance(old, dict):  # not a prepared text folder's meta: same_data decides after the preparation
-        return
-    new = planned_fingerprint(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
-    changed = settings_changed(old, new)
-    if changed:
-        def said(fingerprint):
-            return ", ".join(f"{k}={fingerprint.get(k)}" for k in changed)
-        raise SetupError(f"the data these flags prepare is not the data this checkpoint was trained on (its "
-                         f"{said(old)}; now {said(new)}); resume with the same --dataset/--input/--split/--tokenizer "
-                         f"and their settings, or start a new --out_dir")
 
 
 def prepared_per_node(d: distributed.Dist, prepared):
@@ -75,11 +57,18 @@ def wait_for_data(d: distributed.Dist) -> None:
         dist.destroy_process_group(group)
 
 
-def prepared_data(tc: TrainConfig, d: distributed.Dist):
+def prepared_data(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None = None):
     """(the prepared folder, its meta, its tokenizer): text (data/prepare.py) or a pairs file (data/pairs.py). The
     meta carries its tokenizer: the checkpoints' copy decodes without the folder."""
     if tc.model != "seq2seq":  # the data settings are the PrepareConfig fields TrainConfig inherits
-        data_dir = prepare(**{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
+        old = ckpt.data_meta.get("fingerprint") if ckpt is not None else None  # a resumed run's data: refused
+        try:  # before the preparation (which may take hours) where the flags' settings make other data
+            data_dir = prepare(like=old if isinstance(old, dict) else None,
+                               **{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
+        except OtherData as e:
+            raise SetupError(f"the data these flags prepare is not the data this checkpoint was trained on ({e}); "
+                             f"resume with the same --dataset/--input/--split/--tokenizer and their settings, or start "
+                             f"a new --out_dir") from None
         meta = carry_tokenizer(read_meta(data_dir), data_dir)
         tokenizer = load_tokenizer(meta)
         if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
