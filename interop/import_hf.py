@@ -18,6 +18,7 @@ import torch
 
 from common import cli
 from common.errors import SetupError, UserError
+from common.files import need_folder
 from common.flags import config_from_argv
 from interop import safetensors_file
 from interop.export import MASK_KEY, TOKENIZER_META
@@ -185,6 +186,7 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
     from training.config import TrainConfig
 
     folder, out_dir = os.path.abspath(folder), os.fspath(out_dir)  # plain strings: weights_only loads no Path
+    need_folder(out_dir, "out_dir")  # a file in the way: refused now, not after the weights are read
     model = load_hf_gpt2(folder, dropout)
     meta, mask_id = folder_tokenizer(folder, model.config.vocab_size)
     paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
