@@ -196,3 +196,14 @@ def test_the_import_command_refuses_a_file_for_out_dir_in_one_line(tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith("error: --out_dir=") and "is a file, not a folder" in err and err.count("\n") == 1
     assert (tmp_path / "a_file").read_text() == "kept"
+
+
+def test_the_export_command_refuses_gguf_dtype_without_a_gguf_file(tmp_path, capsys):
+    """--gguf_dtype sets the GGUF file's weights: with --to alone it was taken and changed nothing (any value, even
+    one GGUF has not); now it is refused in one line, and nothing is written."""
+    as_checkpoint(tiny_model()).save(str(tmp_path / "ckpt_best.pt"))
+    for value in ("f16", "q4"):
+        assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", f"--gguf_dtype={value}"]) == 2
+        err = capsys.readouterr().err
+        assert err == "error: --gguf_dtype applies to --to_gguf=FILE only (no GGUF file is written); drop it\n"
+    assert os.listdir(tmp_path) == ["ckpt_best.pt"]
