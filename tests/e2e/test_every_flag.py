@@ -326,6 +326,26 @@ def test_visualize_refuses_wandb_without_the_page_it_logs(ckpts, tmp_path, capsy
     assert said in capsys.readouterr().err and not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("kind, extra, said", [
+    ("decoder", ["--induction=i.png", "--text=zz"], "--text applies to the PNG grid and the --html page only (this "
+                                                     "run draws neither)"),
+    ("decoder", ["--induction=i.png", "--max_tokens=3"], "--max_tokens applies to the PNG grid only (this run draws "
+                                                         "no grid"),
+    ("decoder", ["--html=p.html", "--text=ab", "--max_tokens=1"], "--max_tokens applies to the PNG grid only"),
+    ("seq2seq", ["--html=p.html", "--source=ab", "--max_tokens=1"], "--max_tokens applies to the PNG grid only"),
+])
+def test_visualize_refuses_what_no_drawing_of_the_run_reads(ckpts, tmp_path, capsys, monkeypatch, kind, extra, said):
+    """--induction alone draws a sequence of its own and --html alone the page (--html_max_tokens long): --text and
+    --max_tokens were taken there and changed nothing (--max_tokens=1 under a 2-token text, --text outside the
+    vocabulary)."""
+    import visualize
+
+    monkeypatch.chdir(tmp_path)
+    assert visualize.cli.run(visualize.main, [f"--out_dir={ckpts[kind]}", *extra]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1 and not list(tmp_path.iterdir()), err
+
+
 def test_sample_and_visualize_help_show_where_flags_apply(capsys):
     import sample
     import visualize
