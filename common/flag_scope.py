@@ -124,7 +124,8 @@ TABLES = {
              mode=("sample", "translate")),
         rule("top_tokens", "it sets how many tokens those list", mode=("masks", "temperatures")),
         rule("top_k top_p min_p seed", "an encoder-decoder translates greedily unless --temperature is given",
-             temperature=(True,))),
+             temperature=(True,)),
+        rule("top_k top_p min_p seed", "--temperature=0 always picks the likeliest token", greedy=(False,))),
     "visualize.py": table(
         "out_dir ckpt out device html",
         rule("text induction induction_curve", "a seq2seq checkpoint is drawn as its cross-attention, so give "
@@ -172,7 +173,8 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "init_from": ("scratch", "resume", "auto", "hf"), "wandb_log": (False, True), "draft": (False, True),
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
-          "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True)}
+          "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
+          "greedy": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -202,6 +204,9 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
               lambda vs: "--split=" + "/".join(vs)),
     "mode": (lambda vs: f"to {_one_of(MODES[v][0] for v in vs)}", lambda v: f"this run {MODES[v][1]}",
              lambda vs: "/".join(MODES[v][2] for v in vs)),
+    # sample.py's drawing modes: --temperature=0 is greedy (inference/generate.py's sample_next)
+    "greedy": (lambda vs: "to sampling with --temperature above 0", lambda v: "--temperature=0 is greedy",
+               lambda vs: "--temperature > 0"),
     # visualize.py: whether it draws the PNG grid, and whether it draws --text at all (the grid or the page)
     "grid": (lambda vs: "to the PNG grid", lambda v: "this run draws no grid: --html and --induction draw it only "
              "with --out", lambda vs: "the PNG grid"),

@@ -283,6 +283,12 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     ("seq2seq", ["--source=abc", "--top_tokens=3"], "--top_tokens applies to a decoder, encoder or cheater"),
     ("seq2seq", ["--source=abc", "--top_k=1", "--seed=5"], "--top_k and --seed apply to a translation with "
                                                            "--temperature only (this translation is greedy"),
+    # --temperature=0 is greedy: the filters and the seed of sampling change nothing there
+    ("decoder", ["--start=ab", "--temperature=0", "--top_p=0.9"], "--top_p applies to sampling with --temperature "
+                                                                  "above 0 only (--temperature=0 is greedy)"),
+    ("encoder", ["--start=ab", "--temperature=0", "--seed=5"], "--seed applies to sampling with --temperature above"),
+    ("seq2seq", ["--source=abc", "--temperature=0", "--top_k=1"], "--top_k applies to sampling with --temperature "
+                                                                  "above 0 only"),
 ])
 def test_sample_refuses_a_flag_that_what_it_does_has_no_use_for(ckpts, tmp_path, capsys, monkeypatch, kind, extra,
                                                                 said):
