@@ -60,6 +60,7 @@ class ProbeConfig:
              f"tasks={self.tasks!r} have no encoder form, and models='encoder': nothing to run; add "
              f"--models=decoder or a task among {', '.join(ENCODER_TASKS)}")
         need_seed(self.seed)
+        need(self.threads is None or self.threads > 0, f"threads={self.threads} must be a positive integer or None")
         need_folder(self.out, "out")  # found now, not when the results are written after the training
 
     def items(self, name: str) -> list[str]:

@@ -48,7 +48,8 @@ from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder, traceable
-from inference.generate import check_past_context, check_sampling, generate_stream, next_token_probs
+from inference.generate import (MIN_TEMPERATURE, check_past_context, check_sampling, generate_stream,
+                                next_token_probs)
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
 from inference.speculative import speculative_stream
@@ -186,6 +187,8 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
     facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode}
     if mode == "translate":  # an encoder-decoder translates greedily unless --temperature is given
         facts["temperature"] = "temperature" in explicit
+    if mode in ("sample", "translate") and facts.get("temperature", True):
+        facts["greedy"] = sc.temperature < MIN_TEMPERATURE  # as sample_next decides
     flag_scope.print_notes(flag_scope.check("sample.py", explicit, facts))
     return sc, speed_config, explicit, ckpt, mode
 

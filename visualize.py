@@ -115,7 +115,8 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     path = path_in(vc.out_dir, vc.ckpt)
     curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too
     ckpt = None if curve_only else Checkpoint.load(path)
-    facts = {"html": bool(vc.html), "wandb_log": vc.wandb_log}
+    grid = not curve_only and (not (vc.html or vc.induction) or "out" in explicit)  # as drawn() decides
+    facts = {"html": bool(vc.html), "wandb_log": vc.wandb_log, "grid": grid, "drawn": grid or bool(vc.html)}
     if ckpt is not None or os.path.isfile(path):
         facts["kind"] = (ckpt or Checkpoint.load(path)).objective
     elif curve_only and any("val_exact" in r for r in run_metrics(vc.out_dir)):  # exact match: a seq2seq run's

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from common import cli
+from common.errors import FlagError
 from common.flags import config_from_argv
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
@@ -25,7 +27,7 @@ from speed.int8_kernel import for_device
 from speed.one_token import OneTokenLoops
 
 from .rounds import alternated
-from inference.generate import generate_stream
+from inference.generate import check_sampling, generate_stream
 
 
 @dataclass
@@ -40,6 +42,14 @@ class SpeculativeBench:
     threads: int = 0  # 0: torch's default
     compile: bool = True  # also time the plain loop with the compiled decode step
     quantize: str | None = None  # 'int8': both models' linears in int8 (sample.py --quantize=int8)
+
+    def __post_init__(self):  # before the models load: a mistake here would end the run after them
+        if self.tokens < 1 or self.repeats < 1 or self.threads < 0:
+            raise FlagError(f"--tokens={self.tokens} and --repeats={self.repeats} must be >= 1, --threads="
+                            f"{self.threads} >= 0 (0: torch's default)")
+        if not all(k.strip().isdigit() and int(k) > 0 for k in self.guesses.split(",")):
+            raise FlagError(f"--guesses={self.guesses} must be positive integers separated by commas (e.g. 2,3,4)")
+        check_sampling(self.temperature)
 
 
 def load(where: str):
@@ -97,4 +107,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(cli.run(main, sys.argv[1:]))

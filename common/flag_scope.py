@@ -124,11 +124,14 @@ TABLES = {
              mode=("sample", "translate")),
         rule("top_tokens", "it sets how many tokens those list", mode=("masks", "temperatures")),
         rule("top_k top_p min_p seed", "an encoder-decoder translates greedily unless --temperature is given",
-             temperature=(True,))),
+             temperature=(True,)),
+        rule("top_k top_p min_p seed", "--temperature=0 always picks the likeliest token", greedy=(False,))),
     "visualize.py": table(
-        "out_dir ckpt out device max_tokens html",
+        "out_dir ckpt out device html",
         rule("text induction induction_curve", "a seq2seq checkpoint is drawn as its cross-attention, so give "
              "--source=TEXT (and --target=TEXT to choose the target)", kind=TEXT),
+        rule("max_tokens", "--html_max_tokens limits the page; pass --out=FILE.png to draw the grid too", grid=(True,)),
+        rule("text", "--induction scores a sequence of its own and --induction_curve the logged run", drawn=(True,)),
         rule("source target", "give the text as --text=TEXT", kind=("seq2seq",)),
         rule("html_max_tokens", "--max_tokens limits the PNG", html=(True,)),
         rule("wandb_log wandb_project", "it logs the --html page", html=(True,)),
@@ -170,7 +173,8 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "init_from": ("scratch", "resume", "auto", "hf"), "wandb_log": (False, True), "draft": (False, True),
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
-          "mode": tuple(MODES), "temperature": (False, True)}
+          "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
+          "greedy": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -200,6 +204,14 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
               lambda vs: "--split=" + "/".join(vs)),
     "mode": (lambda vs: f"to {_one_of(MODES[v][0] for v in vs)}", lambda v: f"this run {MODES[v][1]}",
              lambda vs: "/".join(MODES[v][2] for v in vs)),
+    # sample.py's drawing modes: --temperature=0 is greedy (inference/generate.py's sample_next)
+    "greedy": (lambda vs: "to sampling with --temperature above 0", lambda v: "--temperature=0 is greedy",
+               lambda vs: "--temperature > 0"),
+    # visualize.py: whether it draws the PNG grid, and whether it draws --text at all (the grid or the page)
+    "grid": (lambda vs: "to the PNG grid", lambda v: "this run draws no grid: --html and --induction draw it only "
+             "with --out", lambda vs: "the PNG grid"),
+    "drawn": (lambda vs: "to the PNG grid and the --html page", lambda v: "this run draws neither",
+              lambda vs: "the grid or page"),
     # sample.py's translations only (a fact the other modes leave out): greedy unless --temperature is given
     "temperature": (lambda vs: "to a translation with --temperature", lambda v: "this translation is greedy: no "
                     "--temperature is given", lambda vs: "--temperature with --source"),

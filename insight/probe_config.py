@@ -23,3 +23,4 @@ class ProbeModel:
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer", ConfigError)
         need(self.steps >= 0, f"steps={self.steps} must be 0 (untrained) or more", ConfigError)
         need(self.learning_rate > 0, f"learning_rate={self.learning_rate} must be positive", ConfigError)
+        need(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0", ConfigError)

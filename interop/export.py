@@ -21,9 +21,9 @@ import tempfile
 from dataclasses import dataclass
 
 from common import cli
-from common.errors import CheckpointError, UserError
+from common.errors import CheckpointError, FlagError, UserError
 from common.files import current_umask, disk_errors, need_folder
-from common.flags import config_from_argv
+from common.flags import help_text, parse_configs
 from data.mask_token import with_mask_token
 from data.tokenizer import load_tokenizer
 from interop import safetensors_file
@@ -133,11 +133,15 @@ def replace_folder(new: str, folder: str) -> None:
 
 
 def main(argv) -> None:
-    ec = config_from_argv(argv, ExportConfig)
-    if ec is None:  # --help
+    if "--help" in argv or "-h" in argv:
+        print(help_text((ExportConfig,), {}))
         return
+    per_class, explicit = parse_configs(argv, (ExportConfig,), {})
+    ec = ExportConfig(**per_class[ExportConfig])
     if not ec.to and not ec.to_gguf:
         raise UserError("nothing to write: pass --to=FOLDER (Hugging Face) and/or --to_gguf=FILE (llama.cpp)")
+    if "gguf_dtype" in explicit and not ec.to_gguf:  # it sets the GGUF weights only
+        raise FlagError("--gguf_dtype applies to --to_gguf=FILE only (no GGUF file is written); drop it")
     path = path_in(ec.out_dir, ec.ckpt)
     ckpt = Checkpoint.load(path)
     if ckpt.objective == "seq2seq":  # before anything is written

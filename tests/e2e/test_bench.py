@@ -115,3 +115,14 @@ def test_the_products_alone_row_says_the_ms_outside_them_and_the_steps_share_aga
     assert alone[3] == "step/products 0.40x" and alone[4] == ">= 0.75x" and alone[5] is False
     compiled = next(r for r in table if "compile" in r[0])
     assert compiled[3] == "2.00x eager's, step/products 0.80x" and compiled[5] is True and "4.0 s" in compiled[1]
+
+
+@pytest.mark.parametrize("flag, said", [("--repeats=0", "error: --tokens=500 and --repeats=0 must be >= 1"),
+                                        ("--guesses=2,x", "error: --guesses=2,x must be positive integers"),
+                                        ("--temprature=0", "error: unknown flag --temprature; did you mean")])
+def test_speculative_benchmark_refuses_in_one_line_before_loading_the_models(tmp_path, flag, said):
+    """Its mistakes went past common/cli.py: a traceback, and a bad --repeats or --guesses only after both
+    checkpoints had loaded (the --model and --draft here do not exist: the flags are checked first)."""
+    r = subprocess.run([sys.executable, "-m", "benchmarks.speculative", f"--model={tmp_path / 'm'}",
+                        f"--draft={tmp_path / 'd'}", flag], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith(said) and r.stderr.count("\n") == 1, r.stderr[-2000:]

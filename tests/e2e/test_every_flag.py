@@ -283,6 +283,12 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     ("seq2seq", ["--source=abc", "--top_tokens=3"], "--top_tokens applies to a decoder, encoder or cheater"),
     ("seq2seq", ["--source=abc", "--top_k=1", "--seed=5"], "--top_k and --seed apply to a translation with "
                                                            "--temperature only (this translation is greedy"),
+    # --temperature=0 is greedy: the filters and the seed of sampling change nothing there
+    ("decoder", ["--start=ab", "--temperature=0", "--top_p=0.9"], "--top_p applies to sampling with --temperature "
+                                                                  "above 0 only (--temperature=0 is greedy)"),
+    ("encoder", ["--start=ab", "--temperature=0", "--seed=5"], "--seed applies to sampling with --temperature above"),
+    ("seq2seq", ["--source=abc", "--temperature=0", "--top_k=1"], "--top_k applies to sampling with --temperature "
+                                                                  "above 0 only"),
 ])
 def test_sample_refuses_a_flag_that_what_it_does_has_no_use_for(ckpts, tmp_path, capsys, monkeypatch, kind, extra,
                                                                 said):
@@ -324,6 +330,26 @@ def test_visualize_refuses_wandb_without_the_page_it_logs(ckpts, tmp_path, capsy
     monkeypatch.chdir(tmp_path)
     assert visualize.cli.run(visualize.main, [f"--out_dir={ckpts['decoder']}", "--text=ab", *extra]) == 2
     assert said in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kind, extra, said", [
+    ("decoder", ["--induction=i.png", "--text=zz"], "--text applies to the PNG grid and the --html page only (this "
+                                                     "run draws neither)"),
+    ("decoder", ["--induction=i.png", "--max_tokens=3"], "--max_tokens applies to the PNG grid only (this run draws "
+                                                         "no grid"),
+    ("decoder", ["--html=p.html", "--text=ab", "--max_tokens=1"], "--max_tokens applies to the PNG grid only"),
+    ("seq2seq", ["--html=p.html", "--source=ab", "--max_tokens=1"], "--max_tokens applies to the PNG grid only"),
+])
+def test_visualize_refuses_what_no_drawing_of_the_run_reads(ckpts, tmp_path, capsys, monkeypatch, kind, extra, said):
+    """--induction alone draws a sequence of its own and --html alone the page (--html_max_tokens long): --text and
+    --max_tokens were taken there and changed nothing (--max_tokens=1 under a 2-token text, --text outside the
+    vocabulary)."""
+    import visualize
+
+    monkeypatch.chdir(tmp_path)
+    assert visualize.cli.run(visualize.main, [f"--out_dir={ckpts[kind]}", *extra]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1 and not list(tmp_path.iterdir()), err
 
 
 def test_sample_and_visualize_help_show_where_flags_apply(capsys):

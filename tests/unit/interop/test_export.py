@@ -209,3 +209,27 @@ def test_the_export_command_checks_the_gguf_token_count_before_it_writes_the_hf_
     err = capsys.readouterr().err
     assert f"{tok.vocab_size} tokens but the model {tok.vocab_size + 1}" in err and len(err.strip().splitlines()) == 1
     assert sorted(os.listdir(tmp_path)) == ["bpe.tiktoken", "ckpt_best.pt"]
+
+
+def test_the_import_command_refuses_a_file_for_out_dir_in_one_line(tmp_path, capsys):
+    """--out_dir under a file: one line naming --out_dir, before the weights are read (it was an OSError
+    traceback once the model had been loaded)."""
+    from interop.import_hf import main as import_main
+
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    (tmp_path / "a_file").write_text("kept")
+    assert cli.run(import_main, [f"--hf_dir={tmp_path / 'hf'}", f"--out_dir={tmp_path / 'a_file' / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out_dir=") and "is a file, not a folder" in err and err.count("\n") == 1
+    assert (tmp_path / "a_file").read_text() == "kept"
+
+
+def test_the_export_command_refuses_gguf_dtype_without_a_gguf_file(tmp_path, capsys):
+    """--gguf_dtype sets the GGUF file's weights: with --to alone it was taken and changed nothing (any value, even
+    one GGUF has not); now it is refused in one line, and nothing is written."""
+    as_checkpoint(tiny_model()).save(str(tmp_path / "ckpt_best.pt"))
+    for value in ("f16", "q4"):
+        assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", f"--gguf_dtype={value}"]) == 2
+        err = capsys.readouterr().err
+        assert err == "error: --gguf_dtype applies to --to_gguf=FILE only (no GGUF file is written); drop it\n"
+    assert os.listdir(tmp_path) == ["ckpt_best.pt"]
