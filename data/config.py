@@ -55,6 +55,9 @@ class PrepareConfig:
                  f"(256 bytes + <|endoftext|>), e.g. 2048")
         need(self.val_tokens >= 1, f"--val_tokens={self.val_tokens} must be at least 1")
         need(self.workers >= 0, f"--workers={self.workers} must be >= 0 (0: one per CPU core)")
+        most = max(64, 4 * (os.cpu_count() or 1))  # each is a process: 100,000 of them stall the machine
+        need(self.workers <= most, f"--workers={self.workers} is more processes than this machine can use; use at "
+                                   f"most {most}, or 0 (one per CPU core)")
         need(self.shard_tokens >= 1024, f"--shard_tokens={self.shard_tokens} is too small; use at least 1024, "
                                         f"e.g. 100000000")
         need(bool(self.text_field), "--text_field is empty; name the JSON key or parquet column, e.g. text")

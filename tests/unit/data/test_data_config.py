@@ -12,6 +12,7 @@ from data.config import MIN_BPE_VOCAB, PrepareConfig
     (dict(on_bad="ignore"), "unknown --on_bad=ignore"),
     (dict(tokenizer="bpe", bpe_vocab_size=MIN_BPE_VOCAB - 1), "--bpe_vocab_size=256 is too small"),
     (dict(workers=-1), "--workers=-1 must be >= 0"),
+    (dict(workers=100_000), "--workers=100000 is more processes than this machine can use; use at most"),
     (dict(shard_tokens=100), "--shard_tokens=100 is too small"),
     (dict(text_field=""), "--text_field is empty"),
 ])
