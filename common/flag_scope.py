@@ -106,7 +106,8 @@ TABLES = {
         set_by={"causal": "model"}),
     "data/prepare.py": table("input split tokenizer data_root workers shard_tokens on_bad progress", *DATA_RULES),
     "sample.py": table(
-        "out_dir ckpt device dtype quantize pack_weights attn_impl dropout_impl linear_impl qk_impl",
+        "out_dir ckpt device dtype quantize pack_weights attn_impl linear_impl qk_impl",
+        rule("dropout_impl", trains=(True,)),
         rule("start num_samples top_tokens", SEQ2SEQ_SAMPLE, kind=TEXT),
         rule("attention", "visualize.py --source=TEXT draws an encoder-decoder's cross-attention", kind=TEXT),
         rule("kv_cache", "an encoder's and a cheater's tokens attend to later ones, so there is no cache",
@@ -137,7 +138,8 @@ TABLES = {
         rule("wandb_log wandb_project", "it logs the --html page", html=(True,)),
         rule("wandb_project", wandb_log=(True,))),
     "evaluate.py": table(
-        "tasks text batch_tokens device dtype out init_from attn_impl dropout_impl linear_impl qk_impl",
+        "tasks text batch_tokens device dtype out init_from attn_impl linear_impl qk_impl",
+        rule("dropout_impl", trains=(True,)),
         rule("out_dir ckpt", "--init_from=hf:FOLDER scores that folder's model", model_from=("run",)),
         rule("limit", "it caps the items of --tasks", tasks=(True,)),
         rule("stride", "it moves --text's sliding window", text=(True,))),
@@ -174,7 +176,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
-          "greedy": (False, True)}
+          "greedy": (False, True), "trains": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -204,6 +206,8 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
               lambda vs: "--split=" + "/".join(vs)),
     "mode": (lambda vs: f"to {_one_of(MODES[v][0] for v in vs)}", lambda v: f"this run {MODES[v][1]}",
              lambda vs: "/".join(MODES[v][2] for v in vs)),
+    # sample.py and evaluate.py run the model in eval mode: no dropout to draw
+    "trains": (lambda vs: "to training", lambda v: "the model runs here without dropout", lambda vs: "training"),
     # sample.py's drawing modes: --temperature=0 is greedy (inference/generate.py's sample_next)
     "greedy": (lambda vs: "to sampling with --temperature above 0", lambda v: "--temperature=0 is greedy",
                lambda vs: "--temperature > 0"),
@@ -283,7 +287,7 @@ def prepare_facts(pc) -> dict:
 def evaluate_facts(ec) -> dict:
     """The facts of an evaluate.py run, from its EvaluateConfig."""
     return {"tasks": ec.tasks is not None, "text": ec.text is not None,
-            "model_from": "hf" if ec.init_from else "run"}
+            "model_from": "hf" if ec.init_from else "run", "trains": False}
 
 
 def print_notes(notes: list[str]) -> None:

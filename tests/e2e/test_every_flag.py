@@ -289,6 +289,9 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     ("encoder", ["--start=ab", "--temperature=0", "--seed=5"], "--seed applies to sampling with --temperature above"),
     ("seq2seq", ["--source=abc", "--temperature=0", "--top_k=1"], "--top_k applies to sampling with --temperature "
                                                                   "above 0 only"),
+    # a model samples in eval mode: there is no dropout mask to draw
+    ("decoder", ["--start=ab", "--dropout_impl=bernoulli"], "--dropout_impl applies to training only (the model "
+                                                            "runs here without dropout)"),
 ])
 def test_sample_refuses_a_flag_that_what_it_does_has_no_use_for(ckpts, tmp_path, capsys, monkeypatch, kind, extra,
                                                                 said):
@@ -371,3 +374,11 @@ def test_compare_takes_dash_h_as_train_and_sample_do(capsys):
     assert "the flags of --study=encoder" in capsys.readouterr().out
     assert compare.cli.run(compare.main, ["--study=seq2seq", "-h"]) == 0
     assert "--eval_max_len=48" in capsys.readouterr().out
+
+
+def test_evaluate_refuses_the_dropout_lever_it_has_no_use_for():
+    """evaluate.py scores a model in eval mode, without dropout: --dropout_impl would change nothing."""
+    import evaluate
+
+    with pytest.raises(UserError, match=r"--dropout_impl applies to training only \(the model runs here without"):
+        evaluate.checked(["--text=t.txt", "--dropout_impl=bernoulli"])
