@@ -99,12 +99,16 @@ def prepare(like: dict | None = None, **settings) -> Path:
     with _build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
         if _is_prepared(out, fingerprint):  # another process built it while this one waited
             return out
-        made_prepared, made = not out.parent.exists(), not out.exists()
+        made = not out.exists()
         try:
             return _build(cfg, t0, root, source, split, out, fingerprint, identity)
         except DataError:  # a refusal: this input and these settings cannot make the folder, however often tried
+            # The folder it made goes, with what it wrote (shards, a BPE file); the lock removes prepared/ and its
+            # own folders if the build made them. A folder that was there before (a killed run's) is kept: the
+            # refusal may be one the user fixes without changing the input (a missing tokenizer package), and then
+            # the run resumes from it.
             if made:
-                _remove_refused(out, made_prepared)
+                shutil.rmtree(out, ignore_errors=True)
             raise
 
 
@@ -118,18 +122,6 @@ def _plan(cfg: PrepareConfig):
         identity, kinds, n_files = stat_fingerprint(source.path, source.files), source.kinds, len(source.files)
     split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
     return source, split, _fingerprint(cfg, identity, kinds, split), identity
-
-
-def _remove_refused(out: Path, with_prepared: bool) -> None:
-    """The folder a refused build made, with what it wrote (shards, a BPE file), and prepared/ if the build made that
-    too. A folder that was there before (a killed run's) is kept by the caller: the refusal may be one the user fixes
-    without changing the input (a missing tokenizer package), and then the run resumes from it."""
-    shutil.rmtree(out, ignore_errors=True)
-    if with_prepared:
-        try:
-            out.parent.rmdir()
-        except OSError:  # another process's folder appeared in prepared/ meanwhile
-            pass
 
 
 def _fingerprint(cfg: PrepareConfig, identity: str, kinds: set, split: str) -> dict:

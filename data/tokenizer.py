@@ -1,7 +1,8 @@
 """Tokenizers behind one small interface: `char`, `gpt2` (tiktoken, offline) and `bpe` (trained here, run by tiktoken).
 
-All three round-trip text exactly. `gpt2` and `bpe` are byte-level, so a single token may end inside a multi-byte
-character: `stream_decoder()` buffers such bytes, for printing tokens one at a time as they are sampled.
+All three round-trip text exactly, and refuse a str that holds half of a surrogate pair (it has no UTF-8). `gpt2`
+and `bpe` are byte-level, so a single token may end inside a multi-byte character: `stream_decoder()` buffers such
+bytes, for printing tokens one at a time as they are sampled.
 """
 import base64
 import codecs
@@ -31,6 +32,22 @@ GPT2_FILES = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0b
               "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"}
 GPT2_CACHE = Path(__file__).resolve().parent / "cache" / "gpt2_ranks.npz"
 CHAR_SEPARATOR = "\n\n"  # `char` has no special token, so documents are separated by a blank line of text
+
+
+def _not_unicode(text: str, e: UnicodeEncodeError) -> DataError:
+    return DataError(f"the text holds U+{ord(text[e.start]):04X} at character {e.start}, half of a surrogate pair, "
+                     f"which is not Unicode text; give valid UTF-8 text")
+
+
+def _unicode(text: str) -> str:
+    """text, or a one-line DataError if it holds half of a surrogate pair (from a JSON \\ud83d escape, say): such a
+    str has no UTF-8, so no tokenizer round-trips it (tiktoken would encode U+FFFD in its place)."""
+    if not text.isascii():  # isascii reads a flag: ASCII text has no surrogate
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise _not_unicode(text, e) from None
+    return text
 
 
 def _int_list(ids) -> list[int]:
@@ -70,7 +87,10 @@ class CharTokenizer(Tokenizer):
 
     def encode_array(self, text: str) -> np.ndarray:
         # Vectorised lookup (~100x a Python dict loop): code points -> their index in the sorted vocabulary.
-        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        try:
+            cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        except UnicodeEncodeError as e:  # half of a surrogate pair
+            raise _not_unicode(text, e) from None
         ids = np.minimum(np.searchsorted(self._codepoints, cps), self.vocab_size - 1)
         unknown = self._codepoints[ids] != cps
         if unknown.any():
@@ -101,6 +121,7 @@ class TiktokenTokenizer(Tokenizer):
         self.vocab_size = encoding.n_vocab
 
     def encode(self, text: str, allow_eot: bool = False) -> list[int]:
+        text = _unicode(text)
         if allow_eot:  # a prompt may start with <|endoftext|> to sample a fresh document
             return self.encoding.encode(text, allowed_special={EOT})
         return self.encoding.encode_ordinary(text)

@@ -110,10 +110,11 @@ def test_a_prepared_folder_gives_back_every_pair_on_its_hashed_side(tmp_path, to
 
 
 def test_a_refused_file_leaves_no_folder(tmp_path):
+    """Nor prepared/, locks/, the lock file or the data root: the refused call made them."""
     path = write(tmp_path / "p.tsv", b"a\tb\nbroken\n")
     with pytest.raises(DataError, match=":2: no tab"):
-        prepare_pairs(str(path), data_root=tmp_path, progress=False)
-    assert not list((tmp_path / "prepared").iterdir())
+        prepare_pairs(str(path), data_root=tmp_path / "root", progress=False)
+    assert not (tmp_path / "root").exists()
 
 
 def test_pairs_longer_than_the_model_takes_are_left_out(tmp_path):
@@ -206,4 +207,4 @@ def test_a_bpe_vocabulary_the_pairs_cannot_make_is_refused(tmp_path):
     path = write(tmp_path / "p.tsv", b"".join(b"ab%d\tba%d\n" % (i, i) for i in range(50)))
     with pytest.raises(DataError, match=r"^--bpe_vocab_size=2048 .* use --bpe_vocab_size=\d+ or less"):
         prepare_pairs(str(path), "bpe", bpe_vocab_size=2048, data_root=tmp_path, progress=False)
-    assert not list((tmp_path / "prepared").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.tsv"]  # no prepared/ or locks/

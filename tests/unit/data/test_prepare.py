@@ -160,15 +160,17 @@ def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
      "the val split .* is empty"),  # refused after the BPE file and the shards are written
 ])
 def test_a_refused_preparation_leaves_no_folder(tmp_path, name, text, settings, refusal):
+    """Nor the data root, locks/ or the lock file: the refused command made them."""
     assert not is_val_hash("just one document")  # so the one document trains and validation is empty
     (tmp_path / name).write_text(text)
+    root = tmp_path / "root"
     with pytest.raises(DataError, match=refusal):
-        prepare(input=tmp_path / name, data_root=tmp_path / "root", progress=False, **settings)
-    assert not (tmp_path / "root" / "prepared").exists()
-    (tmp_path / "root" / "prepared").mkdir()
+        prepare(input=tmp_path / name, data_root=root, progress=False, **settings)
+    assert not root.exists()
+    (root / "prepared").mkdir(parents=True)
     with pytest.raises(DataError, match=refusal):  # prepared/ was there before: it stays, empty
-        prepare(input=tmp_path / name, data_root=tmp_path / "root", progress=False, **settings)
-    assert not list((tmp_path / "root" / "prepared").iterdir())
+        prepare(input=tmp_path / name, data_root=root, progress=False, **settings)
+    assert list(root.iterdir()) == [root / "prepared"] and not list((root / "prepared").iterdir())
 
 
 def test_a_refusal_keeps_a_folder_that_was_there_before(tmp_path):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from data.bpe import N_BYTES, train_bpe
+from data.mask_token import with_mask_token
 from common.errors import DataError
 from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, carry_tokenizer,
                             gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer, load_tokenizer, meta_problem,
@@ -38,6 +39,18 @@ def test_stream_decoder_holds_back_partial_characters(make):
     pieces = [decode([i]) for i in tok.encode(text)]  # one token at a time, as sample.py prints them
     assert "".join(pieces) == text
     assert "\ufffd" not in "".join(pieces)
+
+
+@pytest.mark.parametrize("make", [lambda: CharTokenizer(TEXT), gpt2_tokenizer, bpe_small], ids=["char", "gpt2", "bpe"])
+@pytest.mark.parametrize("allow_eot", [False, True])
+def test_half_a_surrogate_pair_is_refused_in_one_line_not_replaced(make, allow_eot):
+    """A str with half a surrogate pair (a task file's JSON \\ud83d escape) has no UTF-8: char crashed on it and
+    tiktoken encoded U+FFFD in its place, so decode(encode(text)) != text without a word."""
+    tok = with_mask_token(make())
+    for text, where in [("caf\u00e9 \ud83d!", "U+D83D at character 5"), ("\udcff", "U+DCFF at character 0")]:
+        with pytest.raises(DataError) as e:
+            tok.encode(text, allow_eot=allow_eot)
+        assert f"{where}, half of a surrogate pair" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_char_vocabulary_is_sorted_set_and_unknown_character_is_one_line_error():

@@ -1,0 +1,60 @@
+"""The build lock (data/locks.py): a refused build leaves nothing behind, and the processes that were waiting on it
+still build one at a time."""
+import fcntl
+import threading
+
+import pytest
+
+from common.errors import DataError
+from data import locks
+from data.locks import build_lock
+
+
+def test_a_refusal_removes_the_lock_file_and_the_folders_the_call_made(tmp_path):
+    out = tmp_path / "root" / "prepared" / "corpus-char-tail-12345678"
+    with pytest.raises(DataError, match="refused"):
+        with build_lock(out):
+            out.mkdir(parents=True)
+            assert (tmp_path / "root" / "locks" / f"{out.name}.lock").is_file()
+            out.rmdir()  # what the build made goes first (prepare's part)
+            raise DataError("refused")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "root" / "locks").mkdir(parents=True)
+    (tmp_path / "root" / "locks" / "other.lock").touch()
+    with pytest.raises(DataError, match="refused"), build_lock(out):  # the folders there before stay
+        raise DataError("refused")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "root", "root/locks", "root/locks/other.lock"]
+
+
+def test_a_process_waiting_on_a_refused_builds_lock_then_holds_the_lock_others_wait_on(tmp_path, monkeypatch):
+    """The refused build removes its lock file while it holds it; a process that opened that file and waits on it
+    must then lock the file at the lock's path, or a newcomer would lock that one and build beside it."""
+    out = tmp_path / "root" / "prepared" / "corpus-char-tail-12345678"
+    path = tmp_path / "root" / "locks" / f"{out.name}.lock"
+    waiting, flock = threading.Event(), fcntl.flock
+
+    def announced_flock(f, operation):  # the second process has opened the lock file and is about to wait on it
+        if threading.current_thread().name == "second":
+            waiting.set()
+        return flock(f, operation)
+    monkeypatch.setattr(locks.fcntl, "flock", announced_flock)
+    newcomer_locked = []
+
+    def second():
+        with build_lock(out):
+            with open(path, "a") as newcomer:
+                try:
+                    flock(newcomer, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    newcomer_locked.append(True)
+                except BlockingIOError:
+                    newcomer_locked.append(False)
+
+    with pytest.raises(DataError, match="refused"), build_lock(out):
+        thread = threading.Thread(target=second, name="second")
+        thread.start()
+        assert waiting.wait(10)
+        raise DataError("refused")
+    thread.join(10)
+    assert newcomer_locked == [False]
+    assert list(tmp_path.iterdir()) == [tmp_path / "root"] and path.is_file()  # the second process's lock
