@@ -64,19 +64,25 @@ def kind_of(path: Path) -> str | None:
 
 def input_files(path: Path) -> list[Path]:
     """The files of --input in a fixed order: one file (any name is read as text unless .jsonl/.parquet), or a
-    folder's .txt / .jsonl / .jsonl.gz / .parquet files, recursively, sorted by relative path."""
+    folder's .txt / .jsonl / .jsonl.gz / .parquet files, recursively, sorted by relative path. Hidden files and
+    folders (a name starting with '.') are left out: a notebook's .ipynb_checkpoints/ copies, a macOS ._ file or a
+    .git folder are not the corpus (a copy of a validation work there would train on it)."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"--input={path} does not exist; pass a .txt file or a folder of .txt files "
                         f"(or .jsonl, .jsonl.gz, .parquet)")
     if path.is_file():
         return [path]
-    files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p)),
+    files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p) and not hidden(p.relative_to(path))),
                    key=lambda p: p.relative_to(path).as_posix())
     if not files:
         raise DataError(f"--input={path} is a folder without .txt files (or .jsonl, .jsonl.gz, .parquet); "
                         f"put UTF-8 text files in it or pass one file")
     return files
+
+
+def hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts)
 
 
 def stat_fingerprint(path: Path, files: list[Path]) -> str:

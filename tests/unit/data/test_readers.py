@@ -173,3 +173,12 @@ def test_a_parquet_string_that_is_not_utf8_is_a_bad_document(tmp_path):
     bad = readers.BadDocuments("skip")
     assert texts_of(tmp_path / "f.parquet", bad) == ["good", "also good"]
     assert bad.count == 1 and bad.examples[0].startswith("f.parquet:row 1 (not UTF-8")
+
+
+def test_a_folders_hidden_files_and_folders_are_not_the_corpus(tmp_path):
+    """A notebook's checkpoint copy of a work, a macOS resource fork or a .git folder is not part of the corpus: a
+    copy of a validation work would otherwise be trained on."""
+    for name in ("a.txt", "sub/b.txt", ".ipynb_checkpoints/a-checkpoint.txt", "._a.txt", ".git/c.txt", "sub/.d.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("text\n")
+    assert [p.relative_to(tmp_path).as_posix() for p in readers.input_files(tmp_path)] == ["a.txt", "sub/b.txt"]
