@@ -57,10 +57,6 @@ from speed import SpeedConfig
 DEFAULT_PARTS = ("env", "train", "sampling", "attention", "kernels", "compile", "syncs", "e2e", "ddp", "fsdp",
                  "seq2seq")
 
-# bf16 dense tensor-core peaks from NVIDIA's datasheets (FLOP/s, without sparsity), by a name torch reports
-DATASHEET_BF16 = {"GH200": 989e12, "H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "A100": 312e12,
-                  "L40S": 362e12, "L40": 181e12, "L4": 121e12, "A10G": 70e12, "A10": 125e12, "RTX 4090": 165e12,
-                  "RTX 3090": 71e12}
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024)
 SMOKE_MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
 GPT2_VOCAB, SMOKE_VOCAB = 50257, 97
