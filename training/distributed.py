@@ -61,6 +61,9 @@ def need_gpus(device_name: str, d: Dist) -> None:
     the others would wait for them in the process group)."""
     if not torch.cuda.is_available():
         raise SetupError(f"--device={device_name} but CUDA is not available here; use --device=cpu (or auto)")
+    if ":" in device_name:  # each process takes cuda:LOCAL_RANK, whatever index is asked
+        raise SetupError(f"--device={device_name}: under torchrun each process takes the GPU of its local rank; pass "
+                         f"--device=cuda (choose the GPUs with CUDA_VISIBLE_DEVICES)")
     here, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", d.local_rank + 1)), torch.cuda.device_count()
     if here > gpus:
         raise SetupError(f"torchrun started {here} processes on this machine, which has {gpus} GPU(s): one process "

@@ -50,3 +50,11 @@ def test_each_process_takes_its_own_gpu(torchrun):
     joined = torchrun(1, gpus=2)
     d, device = distributed.init("auto")
     assert (d.rank, d.world_size, device) == (1, 2, "cuda:1") and joined[0]["backend"] == "nccl"
+
+
+def test_a_gpu_index_under_torchrun_is_refused_not_ignored(torchrun):
+    """Each process takes cuda:LOCAL_RANK: an index given with --device would change nothing."""
+    joined = torchrun(0, gpus=2)
+    with pytest.raises(SetupError, match="--device=cuda:1: under torchrun each process takes the GPU of its local"):
+        distributed.init("cuda:1")
+    assert joined == []
