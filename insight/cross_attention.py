@@ -70,8 +70,8 @@ def cross_attention_view(model, tokenizer, source_text: str, target_text: str = 
         if len(target) > limit:
             raise UserError(f"the target is {len(target) - 1} tokens and STOP makes {len(target)}, more than the "
                             f"{limit} that can be shown; shorten --target")
-    else:  # a row per written token: at most block_size - 1, the start token takes one position
-        target = translate(model, src, min(limit, model.config.block_size - 1), stop, stop)[0].tolist()
+    else:  # a row per written token, as many as sample.py's translation writes: the decoder reads the start token
+        target = translate(model, src, limit, stop, stop)[0].tolist()  # and all written tokens but the last
         if stop in target:
             target = target[:target.index(stop) + 1]
     target_in = torch.tensor([[stop] + target[:-1]], device=device)  # (1, T): the decoder's input

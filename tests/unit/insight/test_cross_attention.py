@@ -80,8 +80,9 @@ def test_a_generated_target_is_greedy_decoding_and_its_rows_are_the_steps_that_w
     model, tokenizer = tiny_seq2seq(seed=2), stop_tokenizer()
     stop = tokenizer.stop_id
     view = cross_attention_view(model, tokenizer, "abcabc")
-    written = translate(model, torch.tensor([ids("abcabc")]), 15, stop, stop)[0].tolist()
-    assert view.generated and view.target == written[:written.index(stop) + 1 if stop in written else 15]
+    block_size = model.config.block_size  # as many tokens as a translation writes (sample.py --source)
+    written = translate(model, torch.tensor([ids("abcabc")]), block_size, stop, stop)[0].tolist()
+    assert view.generated and view.target == written[:written.index(stop) + 1 if stop in written else block_size]
     want = cross_attention_maps(model, torch.tensor([ids("abcabc")]), torch.tensor([[stop] + view.target[:-1]]))
     torch.testing.assert_close(view.weights, want[:, 0])
     assert view.target_texts == [("[STOP]" if i == stop else LETTERS[i]) for i in view.target]
