@@ -12,6 +12,8 @@ the most effective one (top-1 agreement). Shapes: L layers, H heads, T tokens, D
 """
 import torch
 
+from common.eval_mode import evaluating
+
 from .attention_maps import on_math, recording
 
 CHUNK = 256  # ablated copies of the sequence per forward
@@ -72,9 +74,14 @@ def centred(logits: torch.Tensor) -> torch.Tensor:
 def key_effects(model, idx: torch.Tensor, targets: torch.Tensor, queries: list[int]) -> list[dict]:
     """For every layer and head, every query in queries and every key it sees: the weight and the ablation effect.
     idx (1, T); targets (T,) the right token at each position. Returns [{"layer", "head", "t", "s", "weight",
-    "effect"}] with tensors of R entries each (one per (query, key) pair)."""
+    "effect"}] with tensors of R entries each (one per (query, key) pair). Runs in eval mode (no dropout), the
+    model's own mode restored after."""
+    with evaluating(model):
+        return _key_effects(model, idx, targets, queries)
+
+
+def _key_effects(model, idx: torch.Tensor, targets: torch.Tensor, queries: list[int]) -> list[dict]:
     cfg = model.config
-    model.eval()
     maps, values, z = clean_pass(model, idx)
     T = idx.size(1)
     pairs = [(t, s) for t in queries for s in range(T) if not cfg.causal or s <= t]

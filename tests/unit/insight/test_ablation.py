@@ -59,6 +59,20 @@ def test_effects_equal_a_written_out_ablation():
     assert max(float(r["effect"].max()) for r in results) > 1e-2  # the comparison above is not 0 == 0
 
 
+def test_a_training_models_effects_are_its_eval_effects_and_it_keeps_training():
+    """key_effects runs without dropout and gives the model back in the mode it came in (a run that asks mid-training
+    goes on training with dropout)."""
+    from insight.ablation import key_effects
+
+    model = tiny_model(seed=1, pos_emb="learned", dropout=0.5)
+    idx, targets = torch.arange(9).view(1, 9), torch.arange(1, 10)
+    want = key_effects(model.eval(), idx, targets, queries=[4])
+    got = key_effects(model.train(), idx, targets, queries=[4])
+    assert model.training
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a["effect"], b["effect"])
+
+
 def test_spearman_and_top1():
     from insight.ablation import spearman, top1_agreement
 
