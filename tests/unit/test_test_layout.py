@@ -36,7 +36,6 @@ END_TO_END = {
     # prepare's stream: worker processes, shards on disk, locks between processes, resuming after a kill
     "data/build.py": ("a preparation, resumed after a kill", [E2E + "test_prepare_at_scale.py"]),
     "data/encode.py": ("tokenizing worker processes", [E2E + "test_prepare_at_scale.py"]),
-    "data/locks.py": ("two preparations at once", [E2E + "test_prepare_at_scale.py"]),
     "data/shard_writer.py": ("shards written and resumed", [E2E + "test_prepare_at_scale.py"]),
     "data/shards.py": ("a split read across shards", [E2E + "test_prepare_at_scale.py"]),
     # a training run's parts, as train.py puts them together
@@ -44,7 +43,6 @@ END_TO_END = {
     "training/setup.py": ("what a run builds", [E2E + "test_train_then_sample.py", E2E + "test_first_run_messages.py"]),
     "training/loop.py": ("the training loop", [E2E + "test_loop_in_a_run.py", E2E + "test_signals_and_lock.py"]),
     "training/stopping.py": ("Ctrl-C and SIGTERM stop every process at one step", [E2E + "test_signals_and_lock.py"]),
-    "training/distributed.py": ("torchrun's processes", [E2E + "test_torchrun.py", E2E + "test_multi_node.py"]),
     "training/fsdp.py": ("sharded training under torchrun", [E2E + "test_torchrun.py"]),
     "inference/evaluation.py": ("evaluate.py's report", [E2E + "test_evaluate_cli.py"]),
     "interop/import_hf.py": ("a Hugging Face folder imported and run (its mappings: tests/unit/interop/test_hf_*.py)",
