@@ -63,6 +63,33 @@ def test_one_process_with_accumulation_sees_the_same_windows_as_ranks(folder):
         assert rows(single.get(step, 1)[0]) == rows(ranks[1].get(step)[0])
 
 
+def test_rank_r_at_micro_step_m_reads_what_one_process_reads_at_micro_step_m_times_world_plus_r(folder):
+    """The global row order the objectives' seeds follow (training/loop.py): with 2 ranks of 2 micro-steps each,
+    rank r's micro-step m is one process's micro-step m * 2 + r of 4."""
+    single = TrainBatches(folder, T, B, seed=4, grad_accum=4)
+    ranks = [TrainBatches(folder, T, B, seed=4, rank=r, world_size=2, grad_accum=2) for r in range(2)]
+    for step in range(3):
+        for r in range(2):
+            for m in range(2):
+                assert rows(ranks[r].get(step, m)[0]) == rows(single.get(step, m * 2 + r)[0]), (step, r, m)
+
+
+def test_a_corpus_with_room_only_under_some_shifts_is_refused_up_front(tmp_path):
+    """Room for G windows must hold under the worst shift of the slot grid (block_size): 4 windows of 17 fill 68
+    tokens, which 72 hold unshifted but not shifted by 16; refused at once, not at the step that draws that shift."""
+    np.arange(72, dtype=np.uint32).tofile(tmp_path / "train.bin")
+    np.arange(100, dtype=np.uint32).tofile(tmp_path / "val.bin")
+    (tmp_path / "meta.json").write_text(json.dumps(meta("uint32", 72, 100)))
+    with pytest.raises(DataError, match="room for 3 disjoint windows but a step needs 4"):
+        TrainBatches(tmp_path, T, B, seed=0)
+    np.arange(84, dtype=np.uint32).tofile(tmp_path / "train.bin")  # 84 - 16 = 68: room under every shift
+    (tmp_path / "meta.json").write_text(json.dumps(meta("uint32", 84, 100)))
+    loader = TrainBatches(tmp_path, T, B, seed=0)
+    for step in range(50):  # every shift drawn finds its 4 disjoint windows
+        x, y = loader.get(step)
+        assert int(y.max()) <= 83
+
+
 def test_every_token_can_start_a_window(folder):
     loader = TrainBatches(folder, T, 64, seed=0)
     starts = np.concatenate([loader.window_starts(s) for s in range(400)])

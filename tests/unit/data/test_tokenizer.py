@@ -9,9 +9,9 @@ import pytest
 from data.bpe import N_BYTES, train_bpe
 from data.mask_token import with_mask_token
 from common.errors import DataError
-from data.tokenizer import (GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer, carry_tokenizer,
-                            gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer, load_tokenizer, meta_problem,
-                            ranks_to_bytes)
+from data.tokenizer import (CHAR_SEPARATOR, GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer,
+                            carry_tokenizer, gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer, load_tokenizer,
+                            meta_problem, ranks_to_bytes)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
         "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"
@@ -29,6 +29,16 @@ def test_round_trip_is_exact(make):
     assert all(0 <= i < tok.vocab_size for i in ids)
     assert tok.decode(ids) == TEXT
     assert tok.decode_bytes(ids) == TEXT.encode("utf-8")
+
+
+@pytest.mark.parametrize("make", [lambda: CharTokenizer(TEXT), gpt2_tokenizer, bpe_small], ids=["char", "gpt2", "bpe"])
+def test_documents_are_encoded_alone_with_a_separator_between_them_not_after_the_last(make):
+    tok = make()
+    docs = ["First Citizen:", "Speak, speak.", "café"]
+    sep = tok.encode(CHAR_SEPARATOR) if tok.eot_id is None else [tok.eot_id]
+    want = tok.encode(docs[0]) + sep + tok.encode(docs[1]) + sep + tok.encode(docs[2])
+    assert tok.encode_documents(docs).tolist() == want
+    assert tok.encode_documents(docs[:1]).tolist() == tok.encode(docs[0])
 
 
 @pytest.mark.parametrize("make", [gpt2_tokenizer, bpe_small], ids=["gpt2", "bpe"])

@@ -113,6 +113,28 @@ def test_min_p_and_temperature():
     torch.testing.assert_close(sharp, probs ** 2 / (probs ** 2).sum())
 
 
+def test_top_p_drops_a_token_once_the_tokens_above_it_reach_p_exactly():
+    """Four equal tokens hold exactly 0.25 each (sums of them are exact): p = 0.5 is reached by two, so two are
+    kept, not three."""
+    for top_p, n in ((0.25, 1), (0.5, 2), (0.5001, 3), (1.0, 4)):
+        assert int((next_token_probs(torch.zeros(1, 4), top_p=top_p) > 0).sum()) == n, top_p
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_min_p_and_top_p_filter_the_distribution_after_the_temperature(temperature):
+    """The filters read softmax(log p / temperature), not p: at temperature 2, 0.15 is above 0.4 x the top
+    token's probability (min_p) and needed to reach 0.8 (top_p), though below both at temperature 1."""
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    tempered = probs ** (1 / temperature) / (probs ** (1 / temperature)).sum()
+    by_min_p = tempered >= 0.4 * tempered.max()
+    mass_before = torch.cumsum(tempered, -1) - tempered  # probs are in descending order already
+    by_top_p = mass_before < 0.8
+    for kw, kept in ((dict(min_p=0.4), by_min_p), (dict(top_p=0.8), by_top_p)):
+        got = next_token_probs(probs.log(), temperature=temperature, **kw)
+        assert torch.equal(got > 0, kept), kw
+        torch.testing.assert_close(got, torch.where(kept, tempered, 0.0) / tempered[kept].sum())
+
+
 @pytest.mark.parametrize("kw, msg", [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"),
                                      (dict(top_p=0.0), "top_p"), (dict(min_p=1.5), "min_p")])
 def test_bad_sampling_values(kw, msg):

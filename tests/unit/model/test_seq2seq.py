@@ -134,3 +134,17 @@ def test_a_source_or_target_longer_than_learned_positions_is_one_line():
         model(torch.zeros(1, 17, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long))
     with pytest.raises(UserError, match="target of 17 tokens"):
         model(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_the_mean_memory_averages_the_real_source_positions_alone():
+    """cross_attn='mean': a padded row's memory is the memory of its real tokens encoded alone (no padding), one
+    vector, the mean over them; what stands at its padding changes nothing."""
+    model = tiny_seq2seq(cross_attn="mean")
+    source, _, valid = seq2seq_batch()
+    with torch.no_grad():
+        memory, mask = model.encode(source, valid)
+        assert memory.shape == (3, 1, 32) and mask is None
+        for row in range(3):
+            n = int(valid[row].sum())
+            alone, _ = model.encode(source[row:row + 1, :n])
+            torch.testing.assert_close(memory[row:row + 1], alone)
