@@ -115,3 +115,12 @@ def test_the_products_alone_row_says_the_ms_outside_them_and_the_steps_share_aga
     assert alone[3] == "step/products 0.40x" and alone[4] == ">= 0.75x" and alone[5] is False
     compiled = next(r for r in table if "compile" in r[0])
     assert compiled[3] == "2.00x eager's, step/products 0.80x" and compiled[5] is True and "4.0 s" in compiled[1]
+
+
+def test_time_to_quality_takes_the_median_of_an_even_number_of_rounds_as_the_mean_of_the_middle_two():
+    """bench.py's ttq rows are medians over --repeats rounds; of 2 rounds the median took the slower one."""
+    import bench
+    rows = [{"who": "ours", "wall_s": w} for w in (30.0, 10.0, 20.0, 40.0)] + [{"who": "nanogpt", "wall_s": 5.0}]
+    assert bench.median(rows, "ours", "wall_s") == 25.0
+    assert bench.median(rows[:2], "ours", "wall_s") == 20.0
+    assert bench.median(rows, "nanogpt", "wall_s") == 5.0 and bench.median(rows, "hf", "wall_s") is None
