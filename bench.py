@@ -36,6 +36,7 @@ flips each round); memory's times are the best of a few runs of each path in tur
 --threads=N runs everything (and the training subprocesses) on N threads; compare ratios, not absolute times.
 """
 import os
+import statistics
 import sys
 from dataclasses import dataclass
 
@@ -68,8 +69,9 @@ def fmt_ratio(num, den) -> str:
 
 
 def median(rows, who, key):
-    vals = sorted(r[key] for r in rows if r["who"] == who)
-    return vals[len(vals) // 2] if vals else None
+    """The median of who's rows' key (of an even number of rows, the mean of the middle two); None without rows."""
+    vals = [r[key] for r in rows if r["who"] == who]
+    return statistics.median(vals) if vals else None
 
 
 def worst_val(rows, who):

@@ -127,6 +127,15 @@ def to_device(t: torch.Tensor, device) -> torch.Tensor:
     return t.to(device)
 
 
+def synchronize(device) -> None:
+    """Waits until the work queued on device has finished: a GPU runs behind the host, a CPU never does."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def autocast(device: torch.device, dtype: torch.dtype):
     """The context that runs matmuls in `dtype`; a no-op for float32."""
     if dtype == torch.float32:

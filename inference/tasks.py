@@ -6,10 +6,11 @@ A task file is JSON lines, one item a line (blank lines are skipped), in either 
     plain             {"context": "The capital of France is", "choices": ["Paris", "Rome"], "label": 0}
 
 HellaSwag's files load unchanged (its other keys are ignored; a label may be a string of digits, as its copies on
-the Hugging Face hub store it). Like llm.c and lm-evaluation-harness for HellaSwag, the context and each choice are
-tokenized apart, the choice with a space put before it: " is ripping level tiles off." A BPE merges that space
-into the choice's first token; a char tokenizer makes it a token of its own, the same one after the same context
-in every choice, so it adds the same log-probability to each choice's sum.
+the Hugging Face hub store it). Like llm.c for HellaSwag (lm-evaluation-harness tokenizes context + choice as one
+text, docs/evaluation.md), the context and each choice are tokenized apart, the choice with a space put before it:
+" is ripping level tiles off." A BPE merges that space into the choice's first token; a char tokenizer makes it a
+token of its own, the same one after the same context in every choice, so it adds the same log-probability to each
+choice's sum.
 
 A context too long for the model keeps its last tokens, so that context and choice fit in block_size + 1 tokens
 (the last token is only a target); the item counts as cut. A choice longer than the block cannot be scored whole

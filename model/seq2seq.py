@@ -123,7 +123,13 @@ class Seq2Seq(nn.Module):
         """Training FLOPs per position pair (one source and one target position at length T each, block_size
         unless given), estimated as GPT.flops_per_token estimates them: 6 per parameter (here every parameter,
         position tables and norms too, a slight overcount), plus attention's scores and weighted sums (encoder
-        self, decoder self and cross: 3 x 12 x n_layer x T x C)."""
+        self, decoder self and cross: 3 x 12 x n_layer x T x C). With cross_attn='mean' the memory is one vector
+        a source: the cross-attention's key and value projections run once a source, not once a position (left
+        out), and each query scores that one key (12 x n_layer x 1 x C)."""
         cfg = self.config
         T = T or cfg.block_size
-        return 6 * self.num_params() + 3 * 12 * cfg.n_layer * T * cfg.n_embd
+        params, keys = self.num_params(), T  # keys: the memory positions each cross-attention query scores
+        if cfg.cross_attn == "mean":
+            params -= sum(p.numel() for block in self.decoder for p in block.cross.kv.parameters())
+            keys = 1
+        return 6 * params + 12 * cfg.n_layer * (2 * T + keys) * cfg.n_embd

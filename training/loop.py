@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
-from common.device import autocast
+from common.device import autocast, synchronize
 from common.errors import SetupError
 from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic
@@ -241,6 +241,15 @@ class Bookkeeping:
         self.unchecked += result.skipped
         return result
 
+    def drain(self) -> None:
+        """At a row, before anything is read back: waits for the device to finish the steps queued on it, and counts
+        the wait as training time. A step never waits for the device, so a GPU runs behind the host and the last
+        steps' device time would otherwise fall outside every row's seconds (tok/s and MFU read high)."""
+        t0 = time.perf_counter()
+        synchronize(self.run.device)
+        seconds = time.perf_counter() - t0
+        self.seconds, self.train_s = self.seconds + seconds, self.train_s + seconds
+
     def check(self, done: int) -> None:
         """At a logging step and before any checkpoint: reads the skipped updates since the last check (one host
         sync). With --on_nonfinite=stop a non-finite gradient stops the run here; its update was never applied, so
@@ -322,6 +331,7 @@ def train(run, columns=(), images=()) -> dict:
             at_row = done % tc.log_interval == 0 or is_eval
             signum, timed = book.agree()  # every process stops (or saves) at the same step
             if at_row or signum or timed:  # a row at every checkpoint's step too: a resumed run continues it
+                book.drain()  # the steps' device time, counted before the row reads anything back
                 book.check(done)  # skipped updates, read back: before the row and any checkpoint
                 row = book.row(done, result, lr)
                 if is_eval:

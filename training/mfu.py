@@ -16,6 +16,7 @@ import time
 import torch
 import torch.nn as nn
 
+from common.device import synchronize
 from speed.linear import HAVE_ONEDNN, _onednn
 
 SQUARE_N = {"cuda": 4096, "mps": 2048, "cpu": 1024}  # the square probe; the model's shapes are probed beside it
@@ -23,13 +24,6 @@ MAX_PROBE_FLOPS = 4e9  # rows of a probe shape are cut to stay under this (a hea
 # Training's MFU column probes each shape with 1 warm-up and at least 3 timed calls, so its cost stays a small share
 # of a short run's start; bench.py times each probe for 0.25 s, before and after its timed steps.
 MEASURE_S = 0.0
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def matmul_shapes(model: nn.Module, rows: int) -> tuple[tuple[int, int, int], ...]:
@@ -73,12 +67,12 @@ def probe_rates(device, dtype: torch.dtype, shapes=(), seconds: float = MEASURE_
         a, b = a_all[:m * k].view(m, k), b_all[:out * k].view(out, k)
         for name, f in _kernels(device, dtype).items():
             f(a, b)  # warm-up: kernel selection, allocator, thread pool
-            _sync(device)
+            synchronize(device)
             best, calls, start = float("inf"), 0, time.perf_counter()
             while calls < 3 or time.perf_counter() - start < seconds:
                 t = time.perf_counter()
                 f(a, b)
-                _sync(device)
+                synchronize(device)
                 best, calls = min(best, time.perf_counter() - t), calls + 1  # the fastest: the least disturbed
             rows.append({"shape": shape, "kernel": name, "flops": 2 * m * k * out / best})
     return rows

@@ -126,3 +126,12 @@ def test_speculative_benchmark_refuses_in_one_line_before_loading_the_models(tmp
     r = subprocess.run([sys.executable, "-m", "benchmarks.speculative", f"--model={tmp_path / 'm'}",
                         f"--draft={tmp_path / 'd'}", flag], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith(said) and r.stderr.count("\n") == 1, r.stderr[-2000:]
+
+
+def test_time_to_quality_takes_the_median_of_an_even_number_of_rounds_as_the_mean_of_the_middle_two():
+    """bench.py's ttq rows are medians over --repeats rounds; of 2 rounds the median took the slower one."""
+    import bench
+    rows = [{"who": "ours", "wall_s": w} for w in (30.0, 10.0, 20.0, 40.0)] + [{"who": "nanogpt", "wall_s": 5.0}]
+    assert bench.median(rows, "ours", "wall_s") == 25.0
+    assert bench.median(rows[:2], "ours", "wall_s") == 20.0
+    assert bench.median(rows, "nanogpt", "wall_s") == 5.0 and bench.median(rows, "hf", "wall_s") is None

@@ -91,6 +91,36 @@ def test_tokens_per_second_count_steps_and_training_time_only(corpus, tmp_path, 
     assert sum(seconds) == pytest.approx(rows[-1]["train_s"], rel=0.01)
 
 
+DRAIN_S = 0.5
+
+
+def test_tokens_per_second_count_the_time_the_device_still_owes_for_the_steps(corpus, tmp_path, monkeypatch):
+    """A GPU runs behind the host: a step returns once its work is queued, and the host waits for that work at the
+    first thing it reads back or synchronizes on. Emulated here: after each step the device owes DRAIN_S (the queue,
+    not per step), paid at the next tensor read or synchronize, whichever comes first. Before, the row's reads paid
+    it outside the timed steps, so tok/s and MFU left the last steps' device time out."""
+    from training import loop
+
+    owed, step, item = [False], loop.train_step, torch.Tensor.item
+
+    def pay():
+        if owed[0]:
+            owed[0] = False
+            time.sleep(DRAIN_S)
+
+    monkeypatch.setattr(loop, "train_step", lambda *a, **k: (step(*a, **k), owed.__setitem__(0, True))[0])
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: (pay(), item(self))[1])
+    monkeypatch.setattr(loop, "synchronize", lambda device: pay(), raising=False)
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=4", "--log_interval=2",
+                                               "--eval_interval=4", "--sample_tokens=0")) == 0
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [2, 4]
+    for r in rows:  # each row's 2 steps took at least the DRAIN_S the device owed for them
+        assert 2 * 4 * 16 / r["tok_per_s"] >= DRAIN_S, r
+    assert rows[-1]["train_s"] >= 2 * DRAIN_S
+
+
 def test_mfu_is_never_raised_to_the_models_own_rate_and_a_low_peak_is_said(corpus, tmp_path, monkeypatch, capsys):
     """A peak measured low (a disturbed probe: here 1 kFLOP/s) is kept as measured, so mfu reads above 1, and the
     run says once why, instead of quietly raising the peak to what training reached."""

@@ -41,7 +41,6 @@ END_TO_END = {
     # a training run's parts, as train.py puts them together
     "training/config.py": ("train.py's flags and config files", [E2E + "test_every_flag.py"]),
     "training/setup.py": ("what a run builds", [E2E + "test_train_then_sample.py", E2E + "test_first_run_messages.py"]),
-    "training/loop.py": ("the training loop", [E2E + "test_loop_in_a_run.py", E2E + "test_signals_and_lock.py"]),
     "training/stopping.py": ("Ctrl-C and SIGTERM stop every process at one step", [E2E + "test_signals_and_lock.py"]),
     "training/fsdp.py": ("sharded training under torchrun", [E2E + "test_torchrun.py"]),
     "inference/evaluation.py": ("evaluate.py's report", [E2E + "test_evaluate_cli.py"]),

@@ -148,3 +148,20 @@ def test_the_mean_memory_averages_the_real_source_positions_alone():
             n = int(valid[row].sum())
             alone, _ = model.encode(source[row:row + 1, :n])
             torch.testing.assert_close(memory[row:row + 1], alone)
+
+
+@pytest.mark.parametrize("cross_attn", ["attention", "mean"])
+def test_flops_per_token_is_a_count_written_out_from_the_shapes(cross_attn):
+    """6 per weight a position multiplies by (the tied head once, the lookups none) plus 12 x n_layer x keys x C for
+    each attention's scores and weighted sums. cross_attn='mean': one memory vector a source, projected once a source
+    (its key/value weights are no per-position product) and the one key every query scores; before, that model was
+    counted as if it attended to all T source positions."""
+    model = tiny_seq2seq(cross_attn=cross_attn)
+    L, C, V, T = 2, 32, 37, 16
+    encoder = L * (C * 3 * C + C * C + C * 4 * C + 4 * C * C)  # qkv, proj, MLP up and down
+    decoder = L * (C * 3 * C + C * C + C * C + C * C + C * 4 * C + 4 * C * C)  # self, cross q and proj, MLP
+    kv = L * C * 2 * C  # cross-attention's keys and values of the memory
+    norms = (2 * L + 1) * C + (3 * L + 1) * C  # counted too: the docstring's slight overcount
+    per_position = encoder + decoder + V * C + norms + (kv if cross_attn == "attention" else 0)
+    keys = T if cross_attn == "attention" else 1
+    assert model.flops_per_token() == 6 * per_position + 12 * L * (T + T + keys) * C
