@@ -1,5 +1,6 @@
-"""The learning-rate schedule against a table written by hand, the lr train.py really hands the optimizer, and
-the optimizer's weight decay by parameter role (matrices decay; biases and norm gains do not)."""
+"""The learning-rate schedule against a table written by hand, and the optimizer's weight decay by parameter role
+(matrices decay; biases and norm gains do not). The lr train.py really hands the optimizer, step by step:
+tests/e2e/test_loop_in_a_run.py."""
 import pytest
 import torch
 import torch.nn as nn
@@ -35,7 +36,6 @@ def test_lr_schedule_shape():
     assert lr_at(0, 3e-3, 3e-4, 0, 50) == pytest.approx(3e-3)  # no warmup: the peak from the first step
 
 
-# learning_rate=1e-2, min_lr=1e-3, warmup 2, lr_decay_iters 6, max_iters 8: the lr of steps 0..7 by hand
 # ---- weight decay by role ----------------------------------------------------------------------------------------
 MODELS = {"bias+learned+tied": dict(bias=True, pos_emb="learned"),
           "bias+rope+untied": dict(bias=True, tie_head=False),
