@@ -176,6 +176,13 @@ def describe_data(run) -> str:
             f"tokens)")
 
 
+def say(bar, line: str) -> None:
+    """One line above the progress bar, from rank 0 alone: the bar is disabled on every other process, but
+    tqdm.write prints whether or not a bar is disabled."""
+    if not bar.disable:
+        bar.write(line)
+
+
 def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:
     """At an evaluation: the validation loss into row (and the columns hooks add), a checkpoint, wandb's extras, one
     line on the terminal."""
@@ -190,7 +197,7 @@ def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:
     log_extras(run, log, row["step"], images)
     bar.set_description("")
     row["eval_s"] = round(time.perf_counter() - t_eval, 3)
-    bar.write(f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
+    say(bar, f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
               f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
 
 
@@ -257,7 +264,7 @@ class Bookkeeping:
                              f"--on_nonfinite=skip to skip such steps" + checkpoint_note(run))
         self.skipped += skipped
         why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
-        self.bar.write(f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
+        say(self.bar, f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
 
     def agree(self) -> tuple[int | None, bool]:
         """(the signal that stops every process after this step or None, whether every process saves now)."""
@@ -288,7 +295,7 @@ class Bookkeeping:
         self.steps, self.seconds = 0, 0.0
         if self.flops_per_token * tok_per_s > self.peak and not self.disturbed:  # the probe read low: say so once
             self.disturbed = True
-            self.bar.write(f"note: training ran at {self.flops_per_token * tok_per_s / 1e9:,.0f} GFLOP/s, above the "
+            say(self.bar, f"note: training ran at {self.flops_per_token * tok_per_s / 1e9:,.0f} GFLOP/s, above the "
                            f"matmul peak measured at the start ({self.peak / 1e9:,.0f}): that measurement was "
                            f"disturbed (another process?), so the mfu column reads high")
         row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
