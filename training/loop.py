@@ -9,6 +9,7 @@ batches vary in length (seq2seq's pairs) their real tokens are counted on the de
 """
 import math
 import os
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -379,8 +380,17 @@ def stop_here(run, log, bar, done: int, signum: int):
         log.close()
     if run.dist.master:
         print(f"stopped after step {done}: checkpoint saved in {run.tc.out_dir}; continue with "
-              f"python train.py --out_dir={run.tc.out_dir} --init_from=resume", file=sys.stderr, flush=True)
+              f"{resume_command(run)}", file=sys.stderr, flush=True)
     raise Stopped(128 + signum)
+
+
+def resume_command(run) -> str:
+    """What continues a stopped run, ready to paste: under torchrun the same launch (one process refuses an FSDP
+    checkpoint, and trains a DDP run's later steps on a smaller batch)."""
+    args = f"train.py --out_dir={shlex.quote(run.tc.out_dir)} --init_from=resume"
+    if run.dist.enabled:
+        return f"the same torchrun launch ({run.dist.world_size} processes) of {args}"
+    return f"python {args}"
 
 
 def finish(run, log, book: Bookkeeping) -> dict:
