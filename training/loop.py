@@ -227,7 +227,7 @@ class Bookkeeping:
         self.unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # skipped updates not yet read
         self.first_unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # the first one's step (1-based)
         self.last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
-        self.stop = StopRequests()
+        self.stop = StopRequests(master=run.dist.master)
 
     def __enter__(self):
         self.stop.__enter__()
