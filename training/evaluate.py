@@ -88,12 +88,14 @@ def sample_text(run, n_tokens: int) -> str:
 
 
 def log_extras(run, log, step: int, images) -> None:
-    """What wandb shows at an evaluation besides numbers: a sample, and the images hooks draw (attention maps)."""
+    """What wandb shows at an evaluation besides numbers: a sample (none with --sample_tokens=0), and the images
+    hooks draw (attention maps)."""
     if not (run.tc.wandb_log and run.everyone):
         return
-    text = sample_text(run, run.tc.sample_tokens)
+    text = sample_text(run, run.tc.sample_tokens) if run.tc.sample_tokens else None
     drawn = [image(run.model, run.tokenizer) for image in images]  # under FSDP every process runs their forwards
     if log is not None:
-        log.log_samples(step, [text])
+        if text is not None:
+            log.log_samples(step, [text])
         for key, picture, caption in drawn:
             log.log_image(step, key, picture, caption=caption)

@@ -9,6 +9,7 @@ batches vary in length (seq2seq's pairs) their real tokens are counted on the de
 """
 import math
 import os
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -176,6 +177,13 @@ def describe_data(run) -> str:
             f"tokens)")
 
 
+def say(bar, line: str) -> None:
+    """One line above the progress bar, from rank 0 alone: the bar is disabled on every other process, but
+    tqdm.write prints whether or not a bar is disabled."""
+    if not bar.disable:
+        bar.write(line)
+
+
 def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:
     """At an evaluation: the validation loss into row (and the columns hooks add), a checkpoint, wandb's extras, one
     line on the terminal."""
@@ -190,7 +198,7 @@ def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:
     log_extras(run, log, row["step"], images)
     bar.set_description("")
     row["eval_s"] = round(time.perf_counter() - t_eval, 3)
-    bar.write(f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
+    say(bar, f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
               f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
 
 
@@ -219,7 +227,7 @@ class Bookkeeping:
         self.unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # skipped updates not yet read
         self.first_unchecked = torch.zeros((), dtype=torch.long, device=run.device)  # the first one's step (1-based)
         self.last_save = time.monotonic()  # --checkpoint_every_s counts from here and from every save
-        self.stop = StopRequests()
+        self.stop = StopRequests(master=run.dist.master)
 
     def __enter__(self):
         self.stop.__enter__()
@@ -266,7 +274,7 @@ class Bookkeeping:
                              f"--on_nonfinite=skip to skip such steps" + checkpoint_note(run))
         self.skipped += skipped
         why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
-        self.bar.write(f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
+        say(self.bar, f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
 
     def agree(self) -> tuple[int | None, bool]:
         """(the signal that stops every process after this step or None, whether every process saves now)."""
@@ -297,7 +305,7 @@ class Bookkeeping:
         self.steps, self.seconds = 0, 0.0
         if self.flops_per_token * tok_per_s > self.peak and not self.disturbed:  # the probe read low: say so once
             self.disturbed = True
-            self.bar.write(f"note: training ran at {self.flops_per_token * tok_per_s / 1e9:,.0f} GFLOP/s, above the "
+            say(self.bar, f"note: training ran at {self.flops_per_token * tok_per_s / 1e9:,.0f} GFLOP/s, above the "
                            f"matmul peak measured at the start ({self.peak / 1e9:,.0f}): that measurement was "
                            f"disturbed (another process?), so the mfu column reads high")
         row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
@@ -382,8 +390,17 @@ def stop_here(run, log, bar, done: int, signum: int):
         log.close()
     if run.dist.master:
         print(f"stopped after step {done}: checkpoint saved in {run.tc.out_dir}; continue with "
-              f"python train.py --out_dir={run.tc.out_dir} --init_from=resume", file=sys.stderr, flush=True)
+              f"{resume_command(run)}", file=sys.stderr, flush=True)
     raise Stopped(128 + signum)
+
+
+def resume_command(run) -> str:
+    """What continues a stopped run, ready to paste: under torchrun the same launch (one process refuses an FSDP
+    checkpoint, and trains a DDP run's later steps on a smaller batch)."""
+    args = f"train.py --out_dir={shlex.quote(run.tc.out_dir)} --init_from=resume"
+    if run.dist.enabled:
+        return f"the same torchrun launch ({run.dist.world_size} processes) of {args}"
+    return f"python {args}"
 
 
 def finish(run, log, book: Bookkeeping) -> dict:

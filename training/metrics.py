@@ -4,8 +4,9 @@ wandb runs offline unless the user has logged in and set WANDB_MODE=online: trai
 network, and `wandb sync out_dir/wandb/offline-run-*` uploads a finished run later.
 
 The wandb layout, so that dashboards need no hand-editing:
-- sections: train/ (loss, lr, grad_norm), val/ (loss, bpb, ppl), perf/ (tok_per_s, mfu, elapsed_s), tasks/
-  (train.py --eval_tasks: tasks/NAME/acc_norm, ...), samples; a key not in WANDB_KEYS is logged under its own name;
+- sections: train/ (loss, lr, grad_norm, ...), val/ (loss, bpb, ppl), perf/ (tok_per_s, mfu, elapsed_s, ...),
+  insight/ (train.py --log_induction), tasks/ (train.py --eval_tasks: tasks/NAME/acc_norm, ...), samples; a key not
+  in WANDB_KEYS is logged under its own name;
 - two x axes: `step` (the default) and `tokens` (pick it in a panel to compare runs of different batch sizes);
 - run names, groups and tags for filtering studies: the group is the data and model size, so runs that differ only
   in the option under study (pos_emb, attn_impl, causal) share a group; tags and the job type name those options.

@@ -126,9 +126,9 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
 
 
 def check_prompt(tc: TrainConfig, tokenizer) -> None:
-    """The samples' prompt is encoded at every evaluation (with wandb) and at the end: a character the vocabulary
-    lacks is refused before training, not after it."""
-    if not (tc.sample_tokens or tc.wandb_log) or tc.model == "seq2seq":  # seq2seq samples a validation source
+    """The samples' prompt is encoded at every evaluation (with wandb) and at the end (both none with
+    --sample_tokens=0): a character the vocabulary lacks is refused before training, not after it."""
+    if not tc.sample_tokens or tc.model == "seq2seq":  # seq2seq samples a validation source
         return
     try:
         tokenizer.encode(tc.sample_prompt)

@@ -26,10 +26,12 @@ class Stopped(Exception):
 
 
 class StopRequests:
-    """Catches SIGINT/SIGTERM while installed: the first asks the loop to stop after the step, a second stops now."""
+    """Catches SIGINT/SIGTERM while installed: the first asks the loop to stop after the step, a second stops now.
+    master: whether this process says so (under torchrun a Ctrl-C reaches every process; rank 0 alone prints)."""
 
-    def __init__(self):
+    def __init__(self, master: bool = True):
         self.signum = None
+        self.master = master
         self._previous = {}
 
     def __enter__(self):
@@ -49,8 +51,9 @@ class StopRequests:
         if self.signum is not None:  # the second signal: stop at once
             raise KeyboardInterrupt
         self.signum = signum
-        print(f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
-              f"(send it again to stop at once)", file=sys.stderr, flush=True)
+        if self.master:
+            print(f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
+                  f"(send it again to stop at once)", file=sys.stderr, flush=True)
 
     def agreed(self, d: distributed.Dist, device, save_due: bool = False) -> tuple[int | None, bool]:
         """(the signal number if any process was asked to stop, whether any process says a timed checkpoint is due).

@@ -106,6 +106,17 @@ def test_only_rank_zero_writes(runs):
     assert len(ckpt.rng) == 2  # both processes' random states, for resume
 
 
+def test_only_rank_zero_prints_the_evaluation_lines(runs):
+    """Each evaluation's line is printed once, by rank 0, with the numbers of its metrics row (the other process's
+    throughput differs)."""
+    out, r = runs
+    lines = [line for line in r.stdout.splitlines() if line.startswith("step ")]
+    rows = [row for row in metrics(out["two"]) if "val_loss" in row]
+    assert [line.split(":")[0] for line in lines] == [f"step {row['step']}" for row in rows] == ["step 5", "step 10"]
+    for line, row in zip(lines, rows):
+        assert f"train {row['train_loss']:.4f}, val {row['val_loss']:.4f}" in line, (line, row)
+        assert f"{row['tok_per_s']:,.0f} tok/s" in line, (line, row)
+
 # the only logged values that may differ
 TIMING = ("elapsed_s", "train_s", "eval_s", "tok_per_s", "rss_mb", "mfu", "peak_gflops")
 #                                                                            between runs

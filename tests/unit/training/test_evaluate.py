@@ -46,3 +46,33 @@ def test_a_batch_sums_its_token_losses_targets_and_bytes(name):
     losses = [F.cross_entropy(logits[b, t].double(), y[b, t]).item() for b, t in scored]
     assert sums[0] == pytest.approx(sum(losses), rel=1e-5) and sums[1] == len(scored)
     assert sums[2] == sum(len(LETTERS[int(y[b, t])].encode()) if y[b, t] < len(LETTERS) else 0 for b, t in scored)
+
+
+def test_wandb_gets_a_sample_only_where_samples_are_asked_for(monkeypatch):
+    """--sample_tokens=0 asks for no sample: none at the end and none in wandb's table (it held the bare prompt)."""
+    from types import SimpleNamespace
+
+    from training import evaluate as module
+
+    monkeypatch.setattr(module, "sample_text", lambda run, n: "x" * n)
+    logged = []
+    log = SimpleNamespace(log_samples=lambda step, samples: logged.append((step, samples)))
+    for n in (0, 3):
+        run = SimpleNamespace(tc=SimpleNamespace(wandb_log=True, sample_tokens=n), everyone=True)
+        module.log_extras(run, log, 2 + n, images=[])
+    assert logged == [(5, ["xxx"])]
+
+
+def test_the_prompt_is_not_checked_where_no_sample_is_drawn():
+    from types import SimpleNamespace
+
+    from common.errors import ConfigError
+    from training.setup import check_prompt
+
+    for tokens in (0, 4):
+        tc = SimpleNamespace(sample_tokens=tokens, wandb_log=True, model="decoder", sample_prompt="\u00e9")
+        if tokens:
+            with pytest.raises(ConfigError, match="has characters the training text's vocabulary lacks"):
+                check_prompt(tc, CharTokenizer(LETTERS))
+        else:
+            check_prompt(tc, CharTokenizer(LETTERS))  # no sample, with or without wandb: the prompt is unused

@@ -1,11 +1,18 @@
-"""One optimizer step of the training loop (training/loop.py's train_step) against its micro-batches' losses and
-gradients computed here."""
+"""training/loop.py: one optimizer step (train_step) against its micro-batches' losses and gradients computed
+here, and the command a stopped run prints to continue it."""
+import shlex
+import signal
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from training import distributed, loop, setup
 from training import out_dir as run_folder
 from training.config import configure
+from training.distributed import Dist
+from training.loop import stop_here
+from training.stopping import Stopped
 
 FLAGS = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--eval_iters=2",
          "--tokenizer=char", "--sample_tokens=0", "--device=cpu", "--dtype=float32", "--split=tail",
@@ -39,3 +46,21 @@ def test_an_accumulated_step_is_the_mean_of_its_micro_batches(corpus, tmp_path, 
     torch.testing.assert_close(result.loss, want_loss.detach())
     for got, grad in zip(seen[0], want):
         torch.testing.assert_close(got, grad)
+
+
+def resume_line(out_dir: str, dist: Dist, capsys) -> str:
+    run = SimpleNamespace(tc=SimpleNamespace(out_dir=out_dir), dist=dist)
+    with pytest.raises(Stopped):
+        stop_here(run, None, SimpleNamespace(close=lambda: None), 7, signal.SIGTERM)
+    err = capsys.readouterr().err
+    assert err.startswith("stopped after step 7: checkpoint saved in ") and err.count("\n") == 1, err
+    return err.split("; continue with ")[1].strip()
+
+
+def test_the_resume_command_pastes_into_a_shell_and_keeps_the_launch(capsys):
+    out_dir = "/tmp/my runs/it's"
+    one = resume_line(out_dir, Dist(), capsys)
+    assert shlex.split(one) == ["python", "train.py", f"--out_dir={out_dir}", "--init_from=resume"]
+    # under torchrun (rank 0 says it): the same launch, as one process would refuse an FSDP checkpoint
+    two = resume_line("out", Dist(world_size=2), capsys)
+    assert two == "the same torchrun launch (2 processes) of train.py --out_dir=out --init_from=resume"

@@ -20,3 +20,16 @@ def test_an_encoder_decoder_is_grouped_by_the_pairs_it_trains_on_not_the_unread_
     assert sort["group"] == "task-sort-char-1x2x32-ctx20"
     assert pairs["group"] == "en-fr-char-1x2x32-ctx20"
     assert layout("--input=/corpora/poems/")["group"] == "poems-char-1x2x32-ctx20"
+
+
+def test_the_wandb_page_lists_every_sectioned_key():
+    """docs/interop.md's table of wandb sections names every key a metrics row is logged under."""
+    import os
+    import re
+
+    from training.metrics import WANDB_KEYS
+
+    page = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "interop.md")).read()
+    rows = dict(re.findall(r"^\| (\w+)/ \| (.*) \|$", page, flags=re.M))
+    missing = [key for key in WANDB_KEYS.values() if f"`{key.split('/')[1]}`" not in rows.get(key.split("/")[0], "")]
+    assert not missing, missing
