@@ -4,7 +4,7 @@ a metrics row; every eval_interval steps it also evaluates, checkpoints and samp
 loop: training/evaluate.py, `save` below (the format: inference/checkpoint.py), training/metrics.py.
 
 Throughput is counted, not assumed: tokens/s and MFU divide the tokens of the steps really run since the last
-row by the time spent in those steps alone; evaluation, checkpointing and sampling are timed apart (eval_s). Where
+row by the time spent in those steps alone; evaluation and sampling are timed apart (eval_s). Where
 batches vary in length (seq2seq's pairs) their real tokens are counted on the device and read back with the row.
 """
 import math
@@ -184,9 +184,9 @@ def say(bar, line: str) -> None:
         bar.write(line)
 
 
-def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:
-    """At an evaluation: the validation loss into row (and the columns hooks add), a checkpoint, wandb's extras, one
-    line on the terminal."""
+def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
+    """At an evaluation: the validation loss into row (and the columns hooks add), wandb's extras, one line on the
+    terminal. Returns whether the model is the best so far (its checkpoint, saved after the row, is the best)."""
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
     row.update(evaluate(run))
@@ -194,17 +194,17 @@ def evaluate_and_save(run, row: dict, log, bar, columns=(), images=()) -> None:
         row.update(column(run.model, run.tokenizer))
     best = row["val_loss"] < run.best_val
     run.best_val = min(run.best_val, row["val_loss"])
-    save(run, row["step"], best)
     log_extras(run, log, row["step"], images)
     bar.set_description("")
     row["eval_s"] = round(time.perf_counter() - t_eval, 3)
     say(bar, f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
               f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
+    return best
 
 
 class Bookkeeping:
     """What the loop counts beside training: tokens/s and MFU over the steps since the last row (their training time
-    only, so evaluation, checkpoints and samples are timed apart), skipped updates, when a timed checkpoint is due,
+    only, so evaluation, checkpoints and samples are not in them), skipped updates, when a timed checkpoint is due,
     and the agreement of every process on stopping (a signal) and saving (the clock). A context: while it lasts,
     Ctrl-C and SIGTERM ask for a graceful stop (training/stopping.py)."""
 
@@ -338,17 +338,17 @@ def train(run, columns=(), images=()) -> dict:
             is_eval = done % tc.eval_interval == 0 or done == tc.max_iters
             at_row = done % tc.log_interval == 0 or is_eval
             signum, timed = book.agree()  # every process stops (or saves) at the same step
+            best = False
             if at_row or signum or timed:  # a row at every checkpoint's step too: a resumed run continues it
                 book.drain()  # the steps' device time, counted before the row reads anything back
                 book.check(done)  # skipped updates, read back: before the row and any checkpoint
                 row = book.row(done, result, lr)
                 if is_eval:
-                    evaluate_and_save(run, row, log, bar, columns, images)
+                    best = evaluate_row(run, row, log, bar, columns, images)
                 if log is not None:
                     log.log(row)
-            if (signum or timed) and not is_eval:  # an evaluation has just saved
-                save(run, done, best=False)
-            if is_eval or signum or timed:
+            if is_eval or signum or timed:  # after its row: a process killed in between leaves no checkpoint
+                save(run, done, best)  # without its row (a resume drops rows past its checkpoint)
                 book.saved()
             if signum:
                 stop_here(run, log, bar, done, signum)

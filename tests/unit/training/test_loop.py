@@ -1,5 +1,6 @@
 """training/loop.py: one optimizer step (train_step) against its micro-batches' losses and gradients computed
 here, and the command a stopped run prints to continue it."""
+import json
 import shlex
 import signal
 from types import SimpleNamespace
@@ -64,3 +65,21 @@ def test_the_resume_command_pastes_into_a_shell_and_keeps_the_launch(capsys):
     # under torchrun (rank 0 says it): the same launch, as one process would refuse an FSDP checkpoint
     two = resume_line("out", Dist(world_size=2), capsys)
     assert two == "the same torchrun launch (2 processes) of train.py --out_dir=out --init_from=resume"
+
+
+def test_a_checkpoint_is_saved_after_its_metrics_row(corpus, tmp_path, monkeypatch):
+    """A resumed run reads its tokens, seconds and skipped updates from the row at its checkpoint's step. The row is
+    written first, so a process killed between the two leaves a row without a checkpoint (which the resume drops),
+    never a checkpoint without its row."""
+    run = cpu_run(corpus, tmp_path / "run", "--max_iters=4", "--eval_interval=2", "--log_interval=1")
+    run_folder.claim_out_dir(run)
+    rows_at_save = []
+    real_save = loop.save
+
+    def save(run, step, best):
+        metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        rows_at_save.append((step, [json.loads(line)["step"] for line in metrics][-1]))
+        real_save(run, step, best)
+    monkeypatch.setattr(loop, "save", save)
+    loop.train(run)
+    assert rows_at_save == [(2, 2), (4, 4)]
