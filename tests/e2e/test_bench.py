@@ -29,6 +29,66 @@ def test_bench_names_an_unknown_target(tmp_path):
     assert proc.returncode == 2 and "--target=speed is not one of" in proc.stderr
 
 
+NOT_RUN = ("run_ttq", "run_throughput", "run_sampling", "run_llama_cpp", "run_prepare", "run_evaluate", "run_memory")
+TARGETS_OF_ROUNDS = "--target=ttq, quality, throughput, mfu, sampling, llama_cpp, evaluate or memory only"
+REFUSED = [
+    (["--target=prepare", "--repeats=3"], f"--repeats applies to {TARGETS_OF_ROUNDS} (this run is --target=prepare)"),
+    (["--target=prepare", "--threads=2"], f"--threads applies to {TARGETS_OF_ROUNDS} (this run is --target=prepare)"),
+    (["--target=memory", "--batch_size=4"], "--batch_size applies to --target=throughput or mfu only (this run is "
+                                            "--target=memory); drop it"),
+    (["--target=sampling,memory", "--eval_items=3"], "--eval_items applies to --target=evaluate only (this run is "
+                                                     "--target=sampling,memory)"),
+    (["--target=mfu", "--against_nanogpt=ng"], "--against_nanogpt applies to --target=ttq, quality, throughput or "
+                                               "sampling only (this run is --target=mfu)"),
+    (["--target=memory", "--quick", "--lengths=64"], "--lengths applies without --quick only (--quick is given)"),
+    (["--target=sampling", "--quick", "--compile_sampling=true"], "--compile_sampling applies without --quick only"),
+    (["--target=memory", "--threads=-1"], "--threads=-1 must be >= 1 (leave it out for torch's own count)"),
+    (["--target=memory", "--threads=0"], "--threads=0 must be >= 1"),
+    (["--target=memory", "--repeats=0"], "--repeats=0 must be >= 1"),
+    (["--target=memory", "--lengths=256,51x"], "--lengths=256,51x must be positive integers separated by commas"),
+    (["--target=memory", "--prepare_sizes=100,"], "--prepare_sizes=100, must be positive integers"),
+    (["--target=memory", "--plot=m.xyz"], "--plot=m.xyz: matplotlib writes no .xyz files"),
+    (["--target=ttq,", "--input=x"], "--target=ttq, names an empty target; separate the targets by single commas"),
+    (["--target=ttq", "--preset=nope"], "--preset=nope is unknown; choose one of "),
+    (["--target=throughput", "--against_nanogpt=ng"], "--against-nanogpt="),
+]
+
+
+@pytest.mark.parametrize("argv, said", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_a_flag_no_target_reads_or_a_bad_value_is_one_line_before_any_target_runs(argv, said, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Every flag applies to the targets that read it (common/flag_scope.py), and --quick refuses the sizes it sets
+    itself: before, such a flag was ignored, --quick overrode it, --threads=-1 ended in torch's traceback, and a bad
+    --lengths or --prepare_sizes failed after the other targets had run."""
+    import bench
+    from common import cli
+
+    def began(*args, **kwargs):
+        raise AssertionError("a target ran before the flags were checked")
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, began)
+    monkeypatch.chdir(tmp_path)  # a plot or run folder would land here
+    (tmp_path / "x").write_text("some text\n\nmore text\n")
+    before = sorted(tmp_path.iterdir())
+    assert cli.run(bench.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_the_flags_a_target_reads_are_honoured_and_help_tags_them(tmp_path, capsys):
+    import bench
+
+    args, want = bench.checked(["--target=ttq,memory", "--preset=quality-cpu", f"--input={__file__}",
+                                "--lengths=64,128", f"--plot={tmp_path}/m.png", "--repeats=2", "--threads=1"])
+    assert want == ("ttq", "memory") and args.preset == "quality-cpu" and args.lengths == "64,128"
+    assert args.repeats == 2 and args.threads == 1 and not list(tmp_path.iterdir())
+    bench.main(["--help"])
+    text = capsys.readouterr().out
+    assert "--lengths=256,512,1024,2048,4096,8192   [memory; no --quick] " in text
+    assert "--preset=fast-cpu   [ttq] " in text and "--batch_size=8   [throughput/mfu; no --quick] " in text
+
+
 def test_default_run_benchmark_takes_no_per_step_table_and_refuses_no_rounds(tmp_path):
     """`--step_rounds=0` leaves the per-step table out (it crashed on an empty median); `--repeats=0` would time
     nothing: a one-line error."""
