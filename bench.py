@@ -107,7 +107,8 @@ def run_throughput(args, table, want):
     bs = QUICK["batch_size"] if args.quick else args.batch_size
     peak_s = 0.0 if args.quick else throughput.PEAK_S
     compiled = "mfu" in want and args.compile_step and not args.quick and throughput.can_compile()
-    res = throughput.measure(args.against_nanogpt, bs, args.repeats, QUICK["steps"] if args.quick else args.steps,
+    nanogpt = args.against_nanogpt if "throughput" in want else None  # the MFU rows leave nanoGPT out
+    res = throughput.measure(nanogpt, bs, args.repeats, QUICK["steps"] if args.quick else args.steps,
                              shape, peak_s=peak_s, compiled=compiled)
     o, n = res["ours"], res.get("nanogpt")
     size = f"{shape['n_layer']}L/{shape['n_embd']}/T{shape['block_size']}, B{bs}"

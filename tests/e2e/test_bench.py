@@ -89,6 +89,26 @@ def test_the_flags_a_target_reads_are_honoured_and_help_tags_them(tmp_path, caps
     assert "--preset=fast-cpu   [ttq] " in text and "--batch_size=8   [throughput/mfu; no --quick] " in text
 
 
+def test_the_mfu_rows_leave_nanogpt_out_where_throughput_is_not_asked(monkeypatch):
+    """--target=sampling,mfu --against_nanogpt=DIR: nanoGPT's model was timed for the MFU rows, which show none of
+    it."""
+    import bench
+
+    class Stop(Exception):
+        pass
+    given = []
+
+    def measure(nanogpt, *args, **kwargs):
+        given.append(nanogpt)
+        raise Stop  # the arguments are what is checked: no step is timed
+    monkeypatch.setattr(bench.throughput, "measure", measure)
+    args = bench.BenchConfig(against_nanogpt="/nanogpt")
+    for want in (("mfu", "sampling"), ("throughput", "mfu")):
+        with pytest.raises(Stop):
+            bench.run_throughput(args, [], want)
+    assert given == [None, "/nanogpt"]
+
+
 def test_default_run_benchmark_takes_no_per_step_table_and_refuses_no_rounds(tmp_path):
     """`--step_rounds=0` leaves the per-step table out (it crashed on an empty median); `--repeats=0` would time
     nothing: a one-line error."""
