@@ -46,7 +46,6 @@ import torch
 from benchmarks import attention_cost, nanogpt_ref, sampling, throughput, ttq  # noqa: E402
 from common import cli, flag_scope, flags  # noqa: E402
 from common.errors import FlagError, need  # noqa: E402
-from common.files import need_file_folder  # noqa: E402
 from training.mfu import mfu  # noqa: E402
 
 TARGETS = flag_scope.BENCH_TARGETS
@@ -386,12 +385,7 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
         if {"ttq", "quality"} & set(want):  # its training runs read its own prepared data
             nanogpt_ref.check_data(args.against_nanogpt)
     if "memory" in want and args.plot:
-        from insight.attention_figures import figure_format
-
-        figure_format(args.plot, "plot")
-        need(not os.path.isdir(args.plot), f"--plot={args.plot} is a folder; give the path of the image file to "
-             f"write", FlagError)
-        need_file_folder(args.plot, "plot")
+        attention_cost.need_figure_file(args.plot, "plot")
     return args, want
 
 

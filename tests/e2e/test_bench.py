@@ -109,6 +109,50 @@ def test_the_mfu_rows_leave_nanogpt_out_where_throughput_is_not_asked(monkeypatc
     assert given == [None, "/nanogpt"]
 
 
+BENCHMARK_REFUSALS = [
+    ("attention_cost", ["--lengths=256,x"], "--lengths=256,x must be positive integers separated by commas"),
+    ("attention_cost", ["--lengths=0"], "--lengths=0 must be positive integers"),
+    ("attention_cost", ["--repeats=0"], "--repeats=0 must be >= 1"),
+    ("attention_cost", ["--out=cost.xyz"], "--out=cost.xyz: matplotlib writes no .xyz files"),
+    ("attention_cost", ["--out=."], "--out=. is a folder; give the path of the image file to write"),
+    ("sqrt_dk", ["--keys=0"], "--keys=0 must be in [2, 1024]"),
+    ("sqrt_dk", ["--out=sqrt.xyz"], "--out=sqrt.xyz: matplotlib writes no .xyz files"),
+    ("translate", ["--new_tokens=0"], "--new_tokens=0 must be >= 1"),
+    ("translate", ["--repeats=0"], "--repeats=0 must be >= 1"),
+    ("translate", ["--threads=-1"], "--threads=-1 must be >= 1"),
+    ("translate", ["--vocab_size=1"], "--vocab_size=1 must be >= 2"),
+    ("translate", ["--source_len=0"], "--source_len=0 must be >= 1"),
+    ("translate", ["--source_len=300"], "--source_len=300 is more than --block_size=256 positions"),
+    ("translate", ["--n_head=3"], "n_embd=256 is not divisible by n_head=3"),
+    ("llama_cpp", ["--shapes=6x384"], "--shapes=6x384: '6x384' is not LAYERSxWIDTHxCONTEXT"),
+    ("llama_cpp", ["--shapes=6x384x256,2x96x0"], "--shapes=6x384x256,2x96x0: '2x96x0' is not"),
+    ("llama_cpp", ["--new_tokens=1"], "--new_tokens=1 must be >= 2"),
+    ("llama_cpp", ["--repeats=0"], "--prompt_tokens=32 and --repeats=0 must be >= 1"),
+    ("llama_cpp", ["--threads=0"], "--threads=0 must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("module, argv, said", BENCHMARK_REFUSALS,
+                         ids=[f"{m} {' '.join(a)}" for m, a, _ in BENCHMARK_REFUSALS])
+def test_a_benchmarks_bad_flag_is_one_line_before_it_measures(module, argv, said, tmp_path, monkeypatch, capsys):
+    """Before, these ended in a traceback (a ZeroDivisionError, an empty median, torch's set_num_threads), some
+    after the measurements (a plot's file type), and llama_cpp's --repeats=0 went on timing nothing."""
+    import importlib
+
+    from common import cli
+
+    bench = importlib.import_module(f"benchmarks.{module}")
+
+    def began(*args, **kwargs):
+        raise AssertionError("the benchmark began before its flags were checked")
+    monkeypatch.setattr(bench, "max_weights" if module == "sqrt_dk" else "measure", began)
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(bench.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and said in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
 def test_default_run_benchmark_takes_no_per_step_table_and_refuses_no_rounds(tmp_path):
     """`--step_rounds=0` leaves the per-step table out (it crashed on an empty median); `--repeats=0` would time
     nothing: a one-line error."""
