@@ -33,7 +33,9 @@ Targets (--target=NAME, or all):
                    (benchmarks/attention_cost.py); the SDPA / math peak-memory ratio at T=4096
 Every timed ratio but memory's is of medians over --repeats rounds in which the contenders alternate (the order
 flips each round); memory's times are the best of a few runs of each path in turn, its peaks one profiled run.
---threads=N runs everything (and the training subprocesses) on N threads; compare ratios, not absolute times.
+--threads=N runs every target but prepare (and the training subprocesses) on N threads; compare ratios, not absolute
+times. A flag is read by the targets --help tags it with, and refused in a run without them; --quick sets the sizes,
+rounds and compiles itself, and refuses the flags that would set them.
 """
 import os
 import statistics
@@ -42,13 +44,12 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import attention_cost, sampling, throughput, ttq  # noqa: E402
-from common import cli  # noqa: E402
-from common.errors import FlagError  # noqa: E402
-from common.flags import config_from_argv  # noqa: E402
+from benchmarks import attention_cost, nanogpt_ref, sampling, throughput, ttq  # noqa: E402
+from common import cli, flag_scope, flags  # noqa: E402
+from common.errors import FlagError, need  # noqa: E402
 from training.mfu import mfu  # noqa: E402
 
-TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "llama_cpp", "prepare", "evaluate", "memory")
+TARGETS = flag_scope.BENCH_TARGETS
 TARGET_LOSS = 1.886  # nanoGPT's CPU recipe's final validation loss on tiny-shakespeare
 TTQ_GOAL = 12  # times nanoGPT's wall time to that loss
 QUALITY_LOSS = 1.60  # the goal for our best recipe given nanoGPT's CPU recipe's wall time
@@ -107,7 +108,8 @@ def run_throughput(args, table, want):
     bs = QUICK["batch_size"] if args.quick else args.batch_size
     peak_s = 0.0 if args.quick else throughput.PEAK_S
     compiled = "mfu" in want and args.compile_step and not args.quick and throughput.can_compile()
-    res = throughput.measure(args.against_nanogpt, bs, args.repeats, QUICK["steps"] if args.quick else args.steps,
+    nanogpt = args.against_nanogpt if "throughput" in want else None  # the MFU rows leave nanoGPT out
+    res = throughput.measure(nanogpt, bs, args.repeats, QUICK["steps"] if args.quick else args.steps,
                              shape, peak_s=peak_s, compiled=compiled)
     o, n = res["ours"], res.get("nanogpt")
     size = f"{shape['n_layer']}L/{shape['n_embd']}/T{shape['block_size']}, B{bs}"
@@ -329,36 +331,75 @@ class BenchConfig:
     input: str = "/work/shared/data/tinyshakespeare.txt"  # tiny-shakespeare text (ttq)
     preset: str = "fast-cpu"  # our train.py preset for time to quality
     quality_preset: str = "quality-cpu"  # our train.py preset for quality in nanoGPT's time
-    repeats: int = 3
+    repeats: int = 3  # rounds of each timed row (the contenders alternate)
     threads: int | None = None  # torch threads here and in the training subprocesses
     batch_size: int = 8  # throughput/MFU batch (nanoGPT's is 64: ~10 s/step)
     steps: int = 3  # timed steps per round (throughput)
-    new_tokens: int = 500
+    new_tokens: int = 500  # new tokens per round
     new_tokens_llama: int = 500  # llama_cpp: new tokens after a 32-token prompt (benchmarks/llama_cpp.py)
     prepare_sizes: str = "100,1000"  # prepare: corpus sizes in MB
     eval_items: int = 64  # evaluate: multiple-choice items per round
     no_hf: bool = False  # leave Hugging Face transformers out of sampling and evaluate
     compile_sampling: bool = True  # also time the torch.compile'd decode step (--quick leaves it out: compiles)
     compile_step: bool = True  # mfu: also time train.py's step torch.compile'd (--quick, or no g++, leaves it out)
-    lengths: str = "256,512,1024,2048,4096,8192"
-    plot: str = "attention_memory.png"  # '' for no plot
-    quick: bool = False  # tiny sizes, one round: checks every row runs
+    lengths: str = "256,512,1024,2048,4096,8192"  # sequence lengths T, comma-separated
+    plot: str = "attention_memory.png"  # the figure to write; '' for no plot
+    quick: bool = False  # tiny sizes, one round: checks every row runs (it sets the flags tagged no --quick)
+
+    def __post_init__(self):  # every value, before the first target runs (a typo in --lengths ended the last one)
+        for name in ("repeats", "batch_size", "steps", "new_tokens", "new_tokens_llama", "eval_items"):
+            need(getattr(self, name) >= 1, f"--{name}={getattr(self, name)} must be >= 1", FlagError)
+        need(self.threads is None or self.threads >= 1, f"--threads={self.threads} must be >= 1 (leave it out for "
+             f"torch's own count)", FlagError)
+        for name in ("prepare_sizes", "lengths"):
+            text = getattr(self, name)
+            need(all(p.strip().isdigit() and int(p) > 0 for p in text.split(",")), f"--{name}={text} must be "
+                 f"positive integers separated by commas (e.g. {'100,1000' if name == 'prepare_sizes' else '256,512'})",
+                 FlagError)
+
+
+def targets(target: str) -> tuple[str, ...]:
+    """--target's value -> the targets it names, in table order (all: every one)."""
+    want = TARGETS if target == "all" else tuple(target.split(","))
+    bad = [t for t in want if t not in TARGETS]
+    need("" not in bad, f"--target={target} names an empty target; separate the targets by single commas", FlagError)
+    if bad:
+        raise FlagError(f"--target={','.join(bad)} is not one of all, {', '.join(TARGETS)}")
+    return want
+
+
+def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
+    """The flags -> (BenchConfig, the targets to run), each explicit flag checked against the targets that read it
+    and --quick (common/flag_scope.py), and every file a target reads or writes: before any target runs."""
+    from training.config import PRESETS
+
+    per_class, explicit = flags.parse_configs(argv, (BenchConfig,), {})
+    args = BenchConfig(**per_class[BenchConfig])
+    want = targets(args.target)
+    flag_scope.check("bench.py", explicit, {"target": want, "quick": args.quick})
+    for flag, target in (("preset", "ttq"), ("quality_preset", "quality")):
+        if target in want and getattr(args, flag) not in PRESETS:
+            raise FlagError(f"--{flag}={getattr(args, flag)} is unknown; choose one of {', '.join(PRESETS)}")
+    if {"ttq", "quality", "prepare"} & set(want) and not os.path.isfile(args.input):
+        raise FlagError(f"--input={args.input} does not exist; give the tiny-shakespeare text file")
+    if args.against_nanogpt and {"ttq", "quality", "throughput", "sampling"} & set(want):
+        nanogpt_ref.check_checkout(args.against_nanogpt)
+        if {"ttq", "quality"} & set(want):  # its training runs read its own prepared data
+            nanogpt_ref.check_data(args.against_nanogpt)
+    if "memory" in want and args.plot:
+        attention_cost.need_figure_file(args.plot, "plot")
+    return args, want
 
 
 def main(argv) -> None:
-    args = config_from_argv(argv, BenchConfig)
-    if args is None:  # --help
+    if "--help" in argv or "-h" in argv:
+        print(flags.help_text((BenchConfig,), {}, tags=flag_scope.tags("bench.py")))
         return
-    want = TARGETS if args.target == "all" else tuple(args.target.split(","))
-    bad = [t for t in want if t not in TARGETS]
-    if bad:
-        raise FlagError(f"--target={','.join(bad)} is not one of all, {', '.join(TARGETS)}")
+    args, want = checked(argv)
     if args.quick:
         args.repeats = 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    if ("ttq" in want or "quality" in want or "prepare" in want) and not os.path.isfile(args.input):
-        raise FlagError(f"--input={args.input} does not exist; give the tiny-shakespeare text file")
 
     table = []
     if "ttq" in want or "quality" in want:

@@ -18,6 +18,7 @@ includes the kernels' own buffers.
                  O(T * window) time and O(T) memory, what a windowed kernel buys
 On a log-log plot a cost ~ T^p is a line of slope p: dashed guides of slope 2 and 1 are drawn.
 """
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from common import cli
+from common.errors import FlagError, need
+from common.files import need_file_folder
 from common.flags import config_from_argv
 from model.attention import BACKENDS, AttentionContext, with_empty_rows
 from model.masks import build_mask
@@ -142,11 +145,27 @@ class CostConfig:
     lengths: str = ",".join(map(str, LENGTHS))  # sequence lengths, comma-separated
     repeats: int = 3
 
+    def __post_init__(self):  # before the first length is timed: these ended the run after it, in a traceback
+        need(all(t.strip().isdigit() and int(t) > 0 for t in self.lengths.split(",")), f"--lengths={self.lengths} "
+             f"must be positive integers separated by commas (e.g. 256,512)", FlagError)
+        need(self.repeats >= 1, f"--repeats={self.repeats} must be >= 1", FlagError)
+
+
+def need_figure_file(path: str, flag: str) -> None:
+    """Refuses, in one line, a figure path that cannot be written (a type matplotlib does not write, a folder, a file
+    in the way of its folder): before the measurements it would plot, not after."""
+    from insight.attention_figures import figure_format
+
+    figure_format(path, flag)
+    need(not os.path.isdir(path), f"--{flag}={path} is a folder; give the path of the image file to write", FlagError)
+    need_file_folder(path, flag)
+
 
 def main(argv) -> None:
     args = config_from_argv(argv, CostConfig)
     if args is None:  # --help
         return
+    need_figure_file(args.out, "out")
     rows = measure([int(t) for t in args.lengths.split(",")], repeats=args.repeats)
     print(table(rows))
     print(f"wrote {plot(rows, args.out, note=f'({torch.get_num_threads()} CPU threads)')}")

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from common import cli
-from common.errors import UserError
+from common.errors import FlagError, UserError, need
 from common.flags import config_from_argv
 from data.tokenizer import gpt2_tokenizer
 from inference.decode_step import StaticDecoder
@@ -74,6 +74,20 @@ class LlamaBench:
     kernels: bool = False  # also time our compiled step calling the external kernels (--step_loops=false)
     extend: bool = True  # also time our compiled step keeping every token past block_size (--past_context=extend)
     int8: bool = True  # also time int8 weights: ours (--quantize=int8) against llama.cpp's q8_0
+
+    def __post_init__(self):  # before llama.cpp loads: a bad second shape ended the run after the first was timed
+        for shape in self.shapes.split(","):
+            sizes = shape.split("x")
+            need(len(sizes) == 3 and all(x.isdigit() and int(x) > 0 for x in sizes), f"--shapes={self.shapes}: "
+                 f"{shape!r} is not LAYERSxWIDTHxCONTEXT (e.g. 6x384x256)", FlagError)
+            L, C, T = (int(x) for x in sizes)
+            GPTConfig(vocab_size=50257, n_layer=L, n_head=max(1, C // 64), n_embd=C, block_size=T)  # as contenders
+        need(self.prompt_tokens >= 1 and self.repeats >= 1, f"--prompt_tokens={self.prompt_tokens} and --repeats="
+             f"{self.repeats} must be >= 1", FlagError)
+        need(self.new_tokens >= 2, f"--new_tokens={self.new_tokens} must be >= 2 (decoding is timed after the "
+             f"first token)", FlagError)
+        need(self.threads is None or self.threads >= 1, f"--threads={self.threads} must be >= 1 (leave it out for "
+             f"torch's own count)", FlagError)
 
 
 def timed(tokens):

@@ -39,13 +39,19 @@ def load_model_module(path: str):
     return module
 
 
-def train_command(path: str, python: str, out_dir: str, extra=()) -> list[str]:
-    """The command (run with cwd=path) for nanoGPT's CPU recipe; refuses if its data is not prepared."""
-    path = check_checkout(path)
+def check_data(path: str) -> None:
+    """Refuses a checkout whose shakespeare_char data (what its CPU recipe trains on) is not prepared."""
+    path = os.path.abspath(path)
     data = os.path.join(path, "data", "shakespeare_char")
     if not os.path.isfile(os.path.join(data, "val.bin")):
         raise SetupError(f"nanoGPT's shakespeare_char data is not prepared in {data}; put tinyshakespeare.txt there "
                          f"as input.txt and run (cd {path} && python data/shakespeare_char/prepare.py)")
+
+
+def train_command(path: str, python: str, out_dir: str, extra=()) -> list[str]:
+    """The command (run with cwd=path) for nanoGPT's CPU recipe; refuses if its data is not prepared."""
+    path = check_checkout(path)
+    check_data(path)
     return [python, "train.py", *CPU_RECIPE, f"--out_dir={out_dir}", *extra]
 
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.attention_cost import need_figure_file
 from common import cli
+from common.errors import FlagError, need
 from common.flags import config_from_argv
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -44,9 +46,7 @@ def table(rows) -> str:
 
 
 def plot(rows, path: str, keys: int = KEYS) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    from insight.attention_figures import save_figure  # sets matplotlib's Agg backend first
     import matplotlib.pyplot as plt
 
     d = [r["d_k"] for r in rows]
@@ -62,21 +62,23 @@ def plot(rows, path: str, keys: int = KEYS) -> str:
     ax.set_title(f"Without 1/sqrt(d_k) the softmax saturates (random q, k; {keys} keys)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center right")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)  # written whole, its folder made
 
 
 @dataclass
 class SqrtDkConfig:
     out: str = "sqrt_dk.png"
-    keys: int = KEYS  # keys each query attends over
+    keys: int = KEYS  # keys each query attends over (2 to 1024)
+
+    def __post_init__(self):  # a softmax over one key is 1 at any scale; 1024 keys of 512 queries at d_k=1024: 2 GiB
+        need(2 <= self.keys <= 1024, f"--keys={self.keys} must be in [2, 1024]", FlagError)
 
 
 def main(argv) -> None:
     args = config_from_argv(argv, SqrtDkConfig)
     if args is None:  # --help
         return
+    need_figure_file(args.out, "out")
     rows = max_weights(keys=args.keys)
     print(table(rows))
     print(f"wrote {plot(rows, args.out, args.keys)}")

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from common import cli
-from common.errors import UserError
+from common.errors import FlagError, UserError, need
 from common.flags import config_from_argv
 from inference.translate import translate
 from model import GPTConfig, Seq2Seq
@@ -38,6 +38,19 @@ class TranslateBench:
     batch: int = 1
     repeats: int = 5
     threads: int | None = None
+
+    def __post_init__(self):  # before the model is built: these ended in a traceback, some after the timed rounds
+        for name in ("batch", "repeats", "source_len", "new_tokens"):
+            need(getattr(self, name) >= 1, f"--{name}={getattr(self, name)} must be >= 1", FlagError)
+        need(self.threads is None or self.threads >= 1, f"--threads={self.threads} must be >= 1 (leave it out for "
+             f"torch's own count)", FlagError)
+        need(self.vocab_size >= 2, f"--vocab_size={self.vocab_size} must be >= 2 (the last id is the stop token)",
+             FlagError)
+        for name in ("source_len", "new_tokens"):  # the encoder's positions, and the decoder's
+            need(getattr(self, name) <= self.block_size, f"--{name}={getattr(self, name)} is more than "
+                 f"--block_size={self.block_size} positions", FlagError)
+        GPTConfig(vocab_size=self.vocab_size, n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
+                  block_size=self.block_size)  # its own checks: n_embd divisible by n_head, ...
 
 
 def measure(cfg: TranslateBench) -> dict:
@@ -64,8 +77,6 @@ def main(argv) -> None:
     cfg = config_from_argv(argv, TranslateBench)
     if cfg is None:
         return
-    if cfg.new_tokens > cfg.block_size:
-        raise UserError(f"--new_tokens={cfg.new_tokens} is more than block_size={cfg.block_size} target positions")
     result = measure(cfg)
     print(json.dumps(result))
     if not result["same_tokens"]:

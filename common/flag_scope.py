@@ -5,9 +5,10 @@ anything is written) and so does --help (each flag shows where it applies, e.g. 
 A condition is a set of facts about the run that the command knows before it does any work: the model kind
 (train.py's --model; for sample.py and visualize.py the checkpoint's), the optimizer, how the run starts
 (--init_from), the data it trains on or prepares (its tokenizer, whether --input holds .jsonl or .parquet files, its
-split: the same rules for train.py and data/prepare.py), and a few flags other flags need (--draft, --html,
---wandb_log). A flag applies where every fact of every rule that names it holds; a fact the command does not know yet
-is not checked (train.py --init_from=resume learns the model kind from the checkpoint, and checks again then).
+split: the same rules for train.py and data/prepare.py), a few flags other flags need (--draft, --html,
+--wandb_log), and for bench.py the targets it runs and --quick. A flag applies where every fact of every rule that
+names it holds; a fact the command does not know yet is not checked (train.py --init_from=resume learns the model
+kind from the checkpoint, and checks again then).
 
 Only explicit flags are checked (typed, or set in --config): a preset's values are not the user's choice, so a
 preset may set muon_lr and the user choose --optimizer=adamw. A rule that would break a habit (a config file that
@@ -49,6 +50,11 @@ def table(everywhere: str, *rules: Rule, set_by: dict | None = None) -> Table:
     return Table(tuple(everywhere.split()), rules, set_by or {})
 
 
+# bench.py's targets (--target=all runs each): a run of several targets holds each of them (broken: any one will do)
+BENCH_TARGETS = ("ttq", "quality", "throughput", "mfu", "sampling", "llama_cpp", "prepare", "evaluate", "memory")
+TIMED_IN_ROUNDS = tuple(t for t in BENCH_TARGETS if t != "prepare")  # data prep times each row once, by processes
+QUICK_SETS = ("--quick sets it (tiny sizes, one round, nothing compiled: the same smoke test everywhere); leave out "
+              "--quick to choose it")
 TO_SEQ2SEQ = "--model=seq2seq trains on --pairs=FILE (.tsv or .jsonl) or --task"
 SEQ2SEQ_SAMPLE = "give an encoder-decoder the text to translate as --source"
 NOT_SAMPLING = "--attention, --temperatures and an encoder's [MASK] in --start do not sample"
@@ -143,6 +149,25 @@ TABLES = {
         rule("out_dir ckpt", "--init_from=hf:FOLDER scores that folder's model", model_from=("run",)),
         rule("limit", "it caps the items of --tasks", tasks=(True,)),
         rule("stride", "it moves --text's sliding window", text=(True,))),
+    # bench.py: the flags each target reads (the rest read none); --quick sets the sizes, rounds and compiles itself
+    "bench.py": table(
+        "target quick",
+        rule("threads", "data prep runs data/prepare.py's processes, 1 and 2 --workers", target=TIMED_IN_ROUNDS),
+        rule("repeats", "data prep times each row once", target=TIMED_IN_ROUNDS),
+        rule("against_nanogpt", target=("ttq", "quality", "throughput", "sampling")),
+        rule("input", target=("ttq", "quality", "prepare")),
+        rule("preset", target=("ttq",)),
+        rule("quality_preset", target=("quality",)),
+        rule("batch_size steps", target=("throughput", "mfu")),
+        rule("compile_step", target=("mfu",)),
+        rule("new_tokens compile_sampling", target=("sampling",)),
+        rule("new_tokens_llama", target=("llama_cpp",)),
+        rule("prepare_sizes", target=("prepare",)),
+        rule("eval_items", target=("evaluate",)),
+        rule("no_hf", target=("sampling", "evaluate")),
+        rule("lengths plot", target=("memory",)),
+        rule("repeats batch_size steps new_tokens new_tokens_llama prepare_sizes eval_items compile_sampling "
+             "compile_step lengths", QUICK_SETS, quick=(False,))),
     # compare.py: --study picks one study, whose own dataclass holds the rest; every flag of a study applies to it
     "compare.py": table("study"),
     "compare.py --study=encoder": table(
@@ -176,7 +201,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
-          "greedy": (False, True), "trains": (False, True)}
+          "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -206,6 +231,10 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
               lambda vs: "--split=" + "/".join(vs)),
     "mode": (lambda vs: f"to {_one_of(MODES[v][0] for v in vs)}", lambda v: f"this run {MODES[v][1]}",
              lambda vs: "/".join(MODES[v][2] for v in vs)),
+    # bench.py: the targets of this run (a tuple: several), and --quick
+    "target": (lambda vs: f"to --target={_one_of(vs)}",
+               lambda v: f"this run is --target={v if isinstance(v, str) else ','.join(v)}", "/".join),
+    "quick": (lambda vs: "without --quick", lambda v: "--quick is given", lambda vs: "no --quick"),
     # sample.py and evaluate.py run the model in eval mode: no dropout to draw
     "trains": (lambda vs: "to training", lambda v: "the model runs here without dropout", lambda vs: "training"),
     # sample.py's drawing modes: --temperature=0 is greedy (inference/generate.py's sample_next)
@@ -224,7 +253,13 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
 
 def broken(r: Rule, facts: dict) -> str | None:
     """The first fact of r that this run does not meet (facts it does not know are not checked), or None."""
-    return next((f for f, values in r.when.items() if f in facts and facts[f] not in values), None)
+    return next((f for f, values in r.when.items() if f in facts and not holds(facts[f], values)), None)
+
+
+def holds(value, values) -> bool:
+    """Whether a fact's value is one of values; a fact with several values (a tuple: bench.py's targets) holds
+    where any of them is."""
+    return any(v in values for v in value) if isinstance(value, tuple) else value in values
 
 
 def refusal(names: list[str], r: Rule, fact: str, facts: dict) -> str:

@@ -134,7 +134,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     known = field_types(*classes)
     raw = split_argv(argv)
     values = {}
-    preset = raw.pop("preset", None)
+    preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
         if preset not in presets:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")

@@ -29,6 +29,130 @@ def test_bench_names_an_unknown_target(tmp_path):
     assert proc.returncode == 2 and "--target=speed is not one of" in proc.stderr
 
 
+NOT_RUN = ("run_ttq", "run_throughput", "run_sampling", "run_llama_cpp", "run_prepare", "run_evaluate", "run_memory")
+TARGETS_OF_ROUNDS = "--target=ttq, quality, throughput, mfu, sampling, llama_cpp, evaluate or memory only"
+REFUSED = [
+    (["--target=prepare", "--repeats=3"], f"--repeats applies to {TARGETS_OF_ROUNDS} (this run is --target=prepare)"),
+    (["--target=prepare", "--threads=2"], f"--threads applies to {TARGETS_OF_ROUNDS} (this run is --target=prepare)"),
+    (["--target=memory", "--batch_size=4"], "--batch_size applies to --target=throughput or mfu only (this run is "
+                                            "--target=memory); drop it"),
+    (["--target=sampling,memory", "--eval_items=3"], "--eval_items applies to --target=evaluate only (this run is "
+                                                     "--target=sampling,memory)"),
+    (["--target=mfu", "--against_nanogpt=ng"], "--against_nanogpt applies to --target=ttq, quality, throughput or "
+                                               "sampling only (this run is --target=mfu)"),
+    (["--target=memory", "--quick", "--lengths=64"], "--lengths applies without --quick only (--quick is given)"),
+    (["--target=sampling", "--quick", "--compile_sampling=true"], "--compile_sampling applies without --quick only"),
+    (["--target=memory", "--threads=-1"], "--threads=-1 must be >= 1 (leave it out for torch's own count)"),
+    (["--target=memory", "--threads=0"], "--threads=0 must be >= 1"),
+    (["--target=memory", "--repeats=0"], "--repeats=0 must be >= 1"),
+    (["--target=memory", "--lengths=256,51x"], "--lengths=256,51x must be positive integers separated by commas"),
+    (["--target=memory", "--prepare_sizes=100,"], "--prepare_sizes=100, must be positive integers"),
+    (["--target=memory", "--plot=m.xyz"], "--plot=m.xyz: matplotlib writes no .xyz files"),
+    (["--target=ttq,", "--input=x"], "--target=ttq, names an empty target; separate the targets by single commas"),
+    (["--target=ttq", "--preset=nope"], "--preset=nope is unknown; choose one of "),
+    (["--target=throughput", "--against_nanogpt=ng"], "--against-nanogpt="),
+]
+
+
+@pytest.mark.parametrize("argv, said", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_a_flag_no_target_reads_or_a_bad_value_is_one_line_before_any_target_runs(argv, said, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Every flag applies to the targets that read it (common/flag_scope.py), and --quick refuses the sizes it sets
+    itself: before, such a flag was ignored, --quick overrode it, --threads=-1 ended in torch's traceback, and a bad
+    --lengths or --prepare_sizes failed after the other targets had run."""
+    import bench
+    from common import cli
+
+    def began(*args, **kwargs):
+        raise AssertionError("a target ran before the flags were checked")
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, began)
+    monkeypatch.chdir(tmp_path)  # a plot or run folder would land here
+    (tmp_path / "x").write_text("some text\n\nmore text\n")
+    before = sorted(tmp_path.iterdir())
+    assert cli.run(bench.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_the_flags_a_target_reads_are_honoured_and_help_tags_them(tmp_path, capsys):
+    import bench
+
+    args, want = bench.checked(["--target=ttq,memory", "--preset=quality-cpu", f"--input={__file__}",
+                                "--lengths=64,128", f"--plot={tmp_path}/m.png", "--repeats=2", "--threads=1"])
+    assert want == ("ttq", "memory") and args.preset == "quality-cpu" and args.lengths == "64,128"
+    assert args.repeats == 2 and args.threads == 1 and not list(tmp_path.iterdir())
+    bench.main(["--help"])
+    text = capsys.readouterr().out
+    assert "--lengths=256,512,1024,2048,4096,8192   [memory; no --quick] " in text
+    assert "--preset=fast-cpu   [ttq] " in text and "--batch_size=8   [throughput/mfu; no --quick] " in text
+
+
+def test_the_mfu_rows_leave_nanogpt_out_where_throughput_is_not_asked(monkeypatch):
+    """--target=sampling,mfu --against_nanogpt=DIR: nanoGPT's model was timed for the MFU rows, which show none of
+    it."""
+    import bench
+
+    class Stop(Exception):
+        pass
+    given = []
+
+    def measure(nanogpt, *args, **kwargs):
+        given.append(nanogpt)
+        raise Stop  # the arguments are what is checked: no step is timed
+    monkeypatch.setattr(bench.throughput, "measure", measure)
+    args = bench.BenchConfig(against_nanogpt="/nanogpt")
+    for want in (("mfu", "sampling"), ("throughput", "mfu")):
+        with pytest.raises(Stop):
+            bench.run_throughput(args, [], want)
+    assert given == [None, "/nanogpt"]
+
+
+BENCHMARK_REFUSALS = [
+    ("attention_cost", ["--lengths=256,x"], "--lengths=256,x must be positive integers separated by commas"),
+    ("attention_cost", ["--lengths=0"], "--lengths=0 must be positive integers"),
+    ("attention_cost", ["--repeats=0"], "--repeats=0 must be >= 1"),
+    ("attention_cost", ["--out=cost.xyz"], "--out=cost.xyz: matplotlib writes no .xyz files"),
+    ("attention_cost", ["--out=."], "--out=. is a folder; give the path of the image file to write"),
+    ("sqrt_dk", ["--keys=0"], "--keys=0 must be in [2, 1024]"),
+    ("sqrt_dk", ["--out=sqrt.xyz"], "--out=sqrt.xyz: matplotlib writes no .xyz files"),
+    ("translate", ["--new_tokens=0"], "--new_tokens=0 must be >= 1"),
+    ("translate", ["--repeats=0"], "--repeats=0 must be >= 1"),
+    ("translate", ["--threads=-1"], "--threads=-1 must be >= 1"),
+    ("translate", ["--vocab_size=1"], "--vocab_size=1 must be >= 2"),
+    ("translate", ["--source_len=0"], "--source_len=0 must be >= 1"),
+    ("translate", ["--source_len=300"], "--source_len=300 is more than --block_size=256 positions"),
+    ("translate", ["--n_head=3"], "n_embd=256 is not divisible by n_head=3"),
+    ("llama_cpp", ["--shapes=6x384"], "--shapes=6x384: '6x384' is not LAYERSxWIDTHxCONTEXT"),
+    ("llama_cpp", ["--shapes=6x384x256,2x96x0"], "--shapes=6x384x256,2x96x0: '2x96x0' is not"),
+    ("llama_cpp", ["--new_tokens=1"], "--new_tokens=1 must be >= 2"),
+    ("llama_cpp", ["--repeats=0"], "--prompt_tokens=32 and --repeats=0 must be >= 1"),
+    ("llama_cpp", ["--threads=0"], "--threads=0 must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("module, argv, said", BENCHMARK_REFUSALS,
+                         ids=[f"{m} {' '.join(a)}" for m, a, _ in BENCHMARK_REFUSALS])
+def test_a_benchmarks_bad_flag_is_one_line_before_it_measures(module, argv, said, tmp_path, monkeypatch, capsys):
+    """Before, these ended in a traceback (a ZeroDivisionError, an empty median, torch's set_num_threads), some
+    after the measurements (a plot's file type), and llama_cpp's --repeats=0 went on timing nothing."""
+    import importlib
+
+    from common import cli
+
+    bench = importlib.import_module(f"benchmarks.{module}")
+
+    def began(*args, **kwargs):
+        raise AssertionError("the benchmark began before its flags were checked")
+    monkeypatch.setattr(bench, "max_weights" if module == "sqrt_dk" else "measure", began)
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(bench.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and said in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
 def test_default_run_benchmark_takes_no_per_step_table_and_refuses_no_rounds(tmp_path):
     """`--step_rounds=0` leaves the per-step table out (it crashed on an empty median); `--repeats=0` would time
     nothing: a one-line error."""

@@ -25,6 +25,21 @@ def test_preset_then_flags_override_it():
     assert explicit == {"n_layer"}  # what the preset set is not "explicit": a resume ignores it
 
 
+def test_a_field_named_preset_is_a_flag_not_the_preset_layer(tmp_path):
+    """bench.py's --preset names the train.py preset its runs use: it was taken for a preset of bench.py's own flags
+    (it has none), so every value was refused ("--preset=fast-cpu is unknown; choose one of")."""
+    @dataclass
+    class Bench:
+        preset: str = "fast-cpu"
+        repeats: int = 3
+
+    f = tmp_path / "bench.toml"
+    f.write_text('preset = "gpt2"\n')
+    assert parse(["--preset=quality-cpu", "--repeats=2"], (Bench,), {}) == ({"preset": "quality-cpu", "repeats": 2},
+                                                                            {"preset", "repeats"})
+    assert parse([f"--config={f}"], (Bench,), {}) == ({"preset": "gpt2"}, {"preset"})
+
+
 def test_toml_config_file_between_preset_and_flags(tmp_path):
     f = tmp_path / "run.toml"
     f.write_text('n_layer = 5\nlearning_rate = 1\ndataset = "shakespeare"\n')
