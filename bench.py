@@ -310,7 +310,7 @@ def run_evaluate(args, table):
 
 
 def run_memory(args, table):
-    lengths = QUICK["lengths"] if args.quick else [int(t) for t in args.lengths.split(",")]
+    lengths = QUICK["lengths"] if args.quick else attention_cost.parse_lengths(args.lengths)
     rows = attention_cost.measure(lengths, repeats=1 if args.quick else args.repeats, skip=("tiled",))
     print(attention_cost.table(rows))
     if args.plot:
@@ -343,6 +343,11 @@ class BenchConfig:
     lengths: str = "256,512,1024,2048,4096,8192"
     plot: str = "attention_memory.png"  # '' for no plot
     quick: bool = False  # tiny sizes, one round: checks every row runs
+
+    def __post_init__(self):  # before any target runs: a mistake here would end the run after the others
+        attention_cost.parse_lengths(self.lengths)
+        if self.repeats < 1:
+            raise FlagError(f"--repeats={self.repeats} must be >= 1 (rounds of each timed row)")
 
 
 def main(argv) -> None:

@@ -26,6 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from common import cli
+from common.errors import FlagError, need
 from common.flags import config_from_argv
 from model.attention import BACKENDS, AttentionContext, with_empty_rows
 from model.masks import build_mask
@@ -142,12 +143,24 @@ class CostConfig:
     lengths: str = ",".join(map(str, LENGTHS))  # sequence lengths, comma-separated
     repeats: int = 3
 
+    def __post_init__(self):  # before the first length is measured, not after it
+        parse_lengths(self.lengths)
+        need(self.repeats >= 1, f"--repeats={self.repeats} must be >= 1 (timed runs of each path)", FlagError)
+
+
+def parse_lengths(text: str) -> list[int]:
+    """'256,512' -> [256, 512]; anything but positive integers separated by commas is refused in one line."""
+    parts = [t.strip() for t in text.split(",")]
+    need(all(t.isdigit() and int(t) > 0 for t in parts),
+         f"--lengths={text} must be positive integers separated by commas (e.g. 256,512,1024)", FlagError)
+    return [int(t) for t in parts]
+
 
 def main(argv) -> None:
     args = config_from_argv(argv, CostConfig)
     if args is None:  # --help
         return
-    rows = measure([int(t) for t in args.lengths.split(",")], repeats=args.repeats)
+    rows = measure(parse_lengths(args.lengths), repeats=args.repeats)
     print(table(rows))
     print(f"wrote {plot(rows, args.out, note=f'({torch.get_num_threads()} CPU threads)')}")
 

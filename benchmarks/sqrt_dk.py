@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from common import cli
+from common.errors import FlagError, need
 from common.flags import config_from_argv
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -71,6 +72,9 @@ def plot(rows, path: str, keys: int = KEYS) -> str:
 class SqrtDkConfig:
     out: str = "sqrt_dk.png"
     keys: int = KEYS  # keys each query attends over
+
+    def __post_init__(self):
+        need(self.keys >= 1, f"--keys={self.keys} must be >= 1 (the keys each query attends over)", FlagError)
 
 
 def main(argv) -> None:
