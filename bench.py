@@ -312,7 +312,7 @@ def run_evaluate(args, table):
 
 
 def run_memory(args, table):
-    lengths = QUICK["lengths"] if args.quick else [int(t) for t in args.lengths.split(",")]
+    lengths = QUICK["lengths"] if args.quick else attention_cost.parse_lengths(args.lengths)
     rows = attention_cost.measure(lengths, repeats=1 if args.quick else args.repeats, skip=("tiled",))
     print(attention_cost.table(rows))
     if args.plot:

@@ -161,12 +161,17 @@ def need_figure_file(path: str, flag: str) -> None:
     need_file_folder(path, flag)
 
 
+def parse_lengths(text: str) -> list[int]:
+    """'256,512' -> [256, 512] (CostConfig has checked them)."""
+    return [int(t) for t in text.split(",")]
+
+
 def main(argv) -> None:
     args = config_from_argv(argv, CostConfig)
     if args is None:  # --help
         return
     need_figure_file(args.out, "out")
-    rows = measure([int(t) for t in args.lengths.split(",")], repeats=args.repeats)
+    rows = measure(parse_lengths(args.lengths), repeats=args.repeats)
     print(table(rows))
     print(f"wrote {plot(rows, args.out, note=f'({torch.get_num_threads()} CPU threads)')}")
 

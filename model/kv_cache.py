@@ -1,8 +1,9 @@
 """A preallocated key/value cache for fast sampling.
 
-Without a cache, each new token re-runs the whole context: O(T) work per layer for the token's own row, but
-O(T^2) to recompute everyone else's keys and values again. With it, the prompt is run once (prefill) and each
-new token computes only its own q, k, v and attends to the stored keys: the cost per token is one row.
+Without a cache, each new token re-runs the whole context: its own attention row is O(T) work per layer, but every
+earlier token's q, k, v and MLP are computed again (O(T)) and so is every earlier query's attention row (O(T^2)).
+With it, the prompt is run once (prefill) and each new token computes only its own q, k, v and attends to the stored
+keys: the cost per token is one row.
 
 The cache holds one slot per attention layer (`cache.layers[i]`, handed to block i), and what every layer shares:
 how many columns are filled (`pos`) and which of them are left padding (`valid`). A slot's buffers are allocated

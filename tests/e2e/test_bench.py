@@ -259,3 +259,21 @@ def test_time_to_quality_takes_the_median_of_an_even_number_of_rounds_as_the_mea
     assert bench.median(rows, "ours", "wall_s") == 25.0
     assert bench.median(rows[:2], "ours", "wall_s") == 20.0
     assert bench.median(rows, "nanogpt", "wall_s") == 5.0 and bench.median(rows, "hf", "wall_s") is None
+
+
+@pytest.mark.parametrize("flag, said", [("--lengths=256,x", "--lengths=256,x must be positive integers"),
+                                        ("--repeats=0", "--repeats=0 must be >= 1")])
+def test_a_bad_memory_length_or_repeat_count_is_refused_before_any_target_runs(flag, said, tmp_path, monkeypatch):
+    """The memory row runs last: its --lengths were read only then, a traceback after every other target's
+    minutes; --repeats=0 timed no round and failed on an empty minimum or median."""
+    import bench
+    from common.errors import FlagError
+
+    ran = []
+    for name in ("run_ttq", "run_memory"):
+        monkeypatch.setattr(bench, name, lambda args, table, *rest, name=name: ran.append(name))
+    text = tmp_path / "input.txt"
+    text.write_text("some text")
+    with pytest.raises(FlagError, match=said):
+        bench.main(["--target=ttq,memory", f"--input={text}", flag, f"--plot={tmp_path / 'm.png'}"])
+    assert ran == [] and sorted(p.name for p in tmp_path.iterdir()) == ["input.txt"]
