@@ -184,7 +184,8 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
         figure_format(sc.attention, "attention")
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
     mode = run_mode(sc, ckpt.objective)
-    facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode, "trains": False}
+    facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode, "trains": False,
+             "quantized": sc.quantize is not None}  # int8 layers: nothing left for --pack_weights to pack
     if mode == "translate":  # an encoder-decoder translates greedily unless --temperature is given
         facts["temperature"] = "temperature" in explicit
     if mode in ("sample", "translate") and facts.get("temperature", True):

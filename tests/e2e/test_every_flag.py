@@ -67,7 +67,8 @@ def sample_record(argv, ckpts):
     import sample
 
     sc, speed, _, ckpt, mode = sample.checked(argv)
-    return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode}
+    return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode,
+                                         "quantized": sc.quantize is not None}
 
 
 def visualize_record(argv, ckpts):
@@ -289,6 +290,10 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     ("encoder", ["--start=ab", "--temperature=0", "--seed=5"], "--seed applies to sampling with --temperature above"),
     ("seq2seq", ["--source=abc", "--temperature=0", "--top_k=1"], "--top_k applies to sampling with --temperature "
                                                                   "above 0 only"),
+    # int8 layers leave nothing to pack
+    ("decoder", ["--start=ab", "--quantize=int8", "--pack_weights=false"], "--pack_weights applies to float weights "
+                                                                           "(no --quantize) only (--quantize=int8 "
+                                                                           "is given)"),
     # a model samples in eval mode: there is no dropout mask to draw
     ("decoder", ["--start=ab", "--dropout_impl=bernoulli"], "--dropout_impl applies to training only (the model "
                                                             "runs here without dropout)"),
