@@ -185,7 +185,9 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
     mode = run_mode(sc, ckpt.objective)
     facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode, "trains": False,
-             "quantized": sc.quantize is not None}  # int8 layers: nothing left for --pack_weights to pack
+             "quantized": sc.quantize is not None,  # int8 layers: nothing left for --pack_weights to pack
+             # --step_loops changes only a step compiled for a CPU (speed/one_token.py); the default compiles on CUDA
+             "cpu_step": bool(sc.compile) and pick_device(sc.device).type == "cpu"}
     if mode == "translate":  # an encoder-decoder translates greedily unless --temperature is given
         facts["temperature"] = "temperature" in explicit
     if mode in ("sample", "translate") and facts.get("temperature", True):
