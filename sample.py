@@ -480,7 +480,7 @@ def print_samples(sc: SampleConfig, tokenizer, prompt: list[int], device, stream
             print(decode([token]), end="", flush=True)
             n += 1
         elapsed = time.perf_counter() - t0
-        print()
+        print(decode([], final=True))  # a sample that ends inside a character: its bytes, as the batch prints them
         print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, {note}]", file=sys.stderr)
 
 
