@@ -184,7 +184,10 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
         figure_format(sc.attention, "attention")
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
     mode = run_mode(sc, ckpt.objective)
-    facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode, "trains": False}
+    facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode, "trains": False,
+             "quantized": sc.quantize is not None,  # int8 layers: nothing left for --pack_weights to pack
+             # --step_loops changes only a step compiled for a CPU (speed/one_token.py); the default compiles on CUDA
+             "cpu_step": bool(sc.compile) and pick_device(sc.device).type == "cpu"}
     if mode == "translate":  # an encoder-decoder translates greedily unless --temperature is given
         facts["temperature"] = "temperature" in explicit
     if mode in ("sample", "translate") and facts.get("temperature", True):
@@ -477,7 +480,7 @@ def print_samples(sc: SampleConfig, tokenizer, prompt: list[int], device, stream
             print(decode([token]), end="", flush=True)
             n += 1
         elapsed = time.perf_counter() - t0
-        print()
+        print(decode([], final=True))  # a sample that ends inside a character: its bytes, as the batch prints them
         print(f"[{n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} tokens/s, {note}]", file=sys.stderr)
 
 

@@ -112,7 +112,7 @@ TABLES = {
         set_by={"causal": "model"}),
     "data/prepare.py": table("input split tokenizer data_root workers shard_tokens on_bad progress", *DATA_RULES),
     "sample.py": table(
-        "out_dir ckpt device dtype quantize pack_weights attn_impl linear_impl qk_impl",
+        "out_dir ckpt device dtype quantize attn_impl linear_impl qk_impl",
         rule("dropout_impl", trains=(True,)),
         rule("start num_samples top_tokens", SEQ2SEQ_SAMPLE, kind=TEXT),
         rule("attention", "visualize.py --source=TEXT draws an encoder-decoder's cross-attention", kind=TEXT),
@@ -127,6 +127,8 @@ TABLES = {
         rule("source source_batch", "pass --start=... to sample from it", kind=("seq2seq",)),
         # what the run does (sample.py's run_mode): only sampling and translating draw tokens
         rule("num_samples past_context compile step_loops draft batch", NOT_SAMPLING, mode=("sample",)),
+        rule("pack_weights", "int8 layers are not packed", quantized=(False,)),
+        rule("step_loops", "or add --compile=true, whose step it changes", cpu_step=(True,)),
         rule("max_new_tokens temperature top_k top_p min_p seed kv_cache", NOT_SAMPLING,
              mode=("sample", "translate")),
         rule("top_tokens", "it sets how many tokens those list", mode=("masks", "temperatures")),
@@ -201,7 +203,8 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
-          "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True)}
+          "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
+          "quantized": (False, True), "cpu_step": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -240,6 +243,11 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     # sample.py's drawing modes: --temperature=0 is greedy (inference/generate.py's sample_next)
     "greedy": (lambda vs: "to sampling with --temperature above 0", lambda v: "--temperature=0 is greedy",
                lambda vs: "--temperature > 0"),
+    # sample.py: int8 weights (--quantize), and whether a decoding step is compiled for a CPU (--compile=true there)
+    "quantized": (lambda vs: "to float weights (no --quantize)", lambda v: "--quantize=int8 is given",
+                  lambda vs: "no --quantize"),
+    "cpu_step": (lambda vs: "to the compiled step on a CPU", lambda v: "this run compiles no step on a CPU",
+                 lambda vs: "--compile on a CPU"),
     # visualize.py: whether it draws the PNG grid, and whether it draws --text at all (the grid or the page)
     "grid": (lambda vs: "to the PNG grid", lambda v: "this run draws no grid: --html and --induction draw it only "
              "with --out", lambda vs: "the PNG grid"),

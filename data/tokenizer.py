@@ -73,9 +73,10 @@ class Tokenizer:
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
     def stream_decoder(self):
-        """A function ids -> str that holds back an incomplete UTF-8 character until its last byte arrives."""
+        """A function (ids, final=False) -> str that holds back an incomplete UTF-8 character until its last byte
+        arrives; final=True ends the text, giving the bytes still held back as decode() does (U+FFFD)."""
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        return lambda ids: utf8.decode(self.decode_bytes(ids))
+        return lambda ids, final=False: utf8.decode(self.decode_bytes(ids), final)
 
 
 class CharTokenizer(Tokenizer):

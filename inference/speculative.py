@@ -75,8 +75,8 @@ def verify(p: torch.Tensor, q: list, guesses: list[int], greedy: bool, generator
     for d in guesses:
         if greedy:
             ok = d == int(p[n].argmax())
-        else:  # keep d with probability min(1, p(d) / q(d))
-            ok = bool(torch.rand((), generator=generator, device=p.device) * q[n][d] <= p[n][d])
+        else:  # keep d with probability min(1, p(d) / q(d)): u in [0, 1) may be 0, so strictly below (p(d) = 0: never)
+            ok = bool(torch.rand((), generator=generator, device=p.device) * q[n][d] < p[n][d])
         if not ok:
             break
         n += 1

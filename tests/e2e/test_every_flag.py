@@ -67,7 +67,8 @@ def sample_record(argv, ckpts):
     import sample
 
     sc, speed, _, ckpt, mode = sample.checked(argv)
-    return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode}
+    return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode,
+                                         "quantized": sc.quantize is not None}
 
 
 def visualize_record(argv, ckpts):
@@ -289,6 +290,13 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     ("encoder", ["--start=ab", "--temperature=0", "--seed=5"], "--seed applies to sampling with --temperature above"),
     ("seq2seq", ["--source=abc", "--temperature=0", "--top_k=1"], "--top_k applies to sampling with --temperature "
                                                                   "above 0 only"),
+    # int8 layers leave nothing to pack; the step loops change a step compiled for a CPU, nothing else
+    ("decoder", ["--start=ab", "--quantize=int8", "--pack_weights=false"], "--pack_weights applies to float weights "
+                                                                           "(no --quantize) only (--quantize=int8 "
+                                                                           "is given)"),
+    ("decoder", ["--start=ab", "--step_loops=false"], "--step_loops applies to the compiled step on a CPU only (this "
+                                                      "run compiles no step on a CPU)"),
+    ("decoder", ["--start=ab", "--compile=false", "--step_loops=true"], "--step_loops applies to the compiled step"),
     # a model samples in eval mode: there is no dropout mask to draw
     ("decoder", ["--start=ab", "--dropout_impl=bernoulli"], "--dropout_impl applies to training only (the model "
                                                             "runs here without dropout)"),
@@ -306,6 +314,15 @@ def test_sample_refuses_a_flag_that_what_it_does_has_no_use_for(ckpts, tmp_path,
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and said in captured.err, captured.err
     assert not list(tmp_path.iterdir())
+
+
+def test_step_loops_is_taken_with_a_step_compiled_for_the_cpu(ckpts):
+    """--step_loops with --compile=true on a CPU: accepted and recorded (the checks only; nothing is compiled)."""
+    import sample
+
+    sc, *_ = sample.checked([f"--out_dir={ckpts['decoder']}", "--start=ab", "--device=cpu", "--compile=true",
+                             "--step_loops=false"])
+    assert sc.step_loops is False and sc.compile is True
 
 
 def test_top_tokens_sizes_the_candidates_and_the_table(ckpts, capsys):

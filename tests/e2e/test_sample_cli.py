@@ -185,3 +185,17 @@ def test_an_encoder_writing_by_masks_stops_at_the_end_of_text_as_a_decoder_does(
                                compiled={})
     ids = list(sample.sample_stream(decoding, [1, 2], torch.Generator().manual_seed(0), mask_id=MASK))
     assert ids == [EOT], ids
+
+
+def test_a_streamed_sample_that_ends_inside_a_character_prints_its_bytes_as_the_batch_does(capsys):
+    """A byte-level token can end a sample inside a multi-byte character: the streamed sample printed the prompt and
+    dropped those bytes; it prints what decode() gives for them (U+FFFD), as a batch's sample does."""
+    from data.tokenizer import gpt2_tokenizer
+
+    tok = gpt2_tokenizer()
+    prompt = tok.encode("ROMEO:")
+    new = [next(i for i in range(256) if tok.decode_bytes([i]) == "中".encode()[:1])]  # the character's first byte
+    assert tok.stream_decoder()(new) == ""  # held back: the character never completes
+    sc = sample.SampleConfig(num_samples=1)
+    sample.print_samples(sc, tok, prompt, torch.device("cpu"), lambda generator: iter(new), "", "note")
+    assert capsys.readouterr().out.splitlines()[1] == tok.decode(prompt + new)

@@ -51,6 +51,21 @@ def test_stream_decoder_holds_back_partial_characters(make):
     assert "\ufffd" not in "".join(pieces)
 
 
+@pytest.mark.parametrize("make", [gpt2_tokenizer, bpe_small], ids=["gpt2", "bpe"])
+def test_a_stream_ended_inside_a_character_gives_what_decode_gives(make):
+    """Cut after any token, the streamed pieces and the final call give decode()'s text of those tokens: bytes held
+    back for a character that never completes come out as U+FFFD, not dropped."""
+    tok = make()
+    ids = tok.encode("naïve 中文 🙂🎭")
+    cut_inside = 0
+    for n in range(1, len(ids) + 1):
+        decode = tok.stream_decoder()
+        streamed = "".join(decode([i]) for i in ids[:n])
+        cut_inside += streamed != tok.decode(ids[:n])  # a cut inside a character: its bytes held back so far
+        assert streamed + decode([], final=True) == tok.decode(ids[:n]), n
+    assert cut_inside  # the text has cuts inside a character
+
+
 @pytest.mark.parametrize("make", [lambda: CharTokenizer(TEXT), gpt2_tokenizer, bpe_small], ids=["char", "gpt2", "bpe"])
 @pytest.mark.parametrize("allow_eot", [False, True])
 def test_half_a_surrogate_pair_is_refused_in_one_line_not_replaced(make, allow_eot):

@@ -52,6 +52,16 @@ def test_the_acceptance_rule_keeps_the_models_distribution():
     assert torch.all((freq - p).abs() < 4 * (p * (1 - p) / draws).sqrt()), (freq, p)
 
 
+def test_a_guess_the_model_gives_no_probability_is_never_kept(monkeypatch):
+    """A guess the model's filters removed (p = 0: top-k) is rejected even when the uniform draw is exactly 0, which
+    torch.rand can return: u * q <= p kept it."""
+    p = torch.tensor([0.0, 0.6, 0.4])
+    q = torch.tensor([0.5, 0.25, 0.25])
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.zeros(()))
+    n, last = verify(torch.stack([p, p]), [q], [0], greedy=False, generator=torch.Generator().manual_seed(0))
+    assert n == 0 and last != 0
+
+
 def test_sampling_through_a_draft_keeps_the_first_tokens_distribution():
     """End to end, temperature 1 and top_k 5: the first new token's frequencies over 1,000 streams match the
     model's own next-token probabilities, with a draft that disagrees with it."""
