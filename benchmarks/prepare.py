@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import cli
+from common.errors import FlagError, need
+from common.files import need_folder
 from common.flags import config_from_argv
 from data.sources import ShakespeareSource, shakespeare_archive
 from data.tokenizer import gpt2_tokenizer, read_meta
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MB = 1_000_000
 GOALS = {1: 1.0, 2: 1.9}  # workers -> MB/s over tiktoken's one-thread encode of the same text
+FORMATS, TOKENIZERS = ("txt", "jsonl", "parquet"), ("char", "gpt2", "bpe")
 
 
 def paragraphs() -> list[str]:
@@ -87,8 +90,8 @@ def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path, word_cac
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # prepare and its workers
-    if proc.returncode:
-        raise SystemExit(proc.stderr)
+    if proc.returncode:  # its flags are ours and checked: a failure here is a bug, said with prepare's own words
+        raise RuntimeError(f"data/prepare.py failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     out = Path(proc.stdout.split(" (")[0])
     meta = read_meta(out)
     return {"out": out, "wall": wall, "meta": meta, "cpu": cpu}
@@ -223,7 +226,7 @@ def encoder_compare(paras, size_mb: int, rounds: int = 3):
                 got = [tokens for b in batches for tokens in cache.encode(b)]
                 best[label] = max(best[label], n / (time.perf_counter() - t0))
             if not all(np.array_equal(a, b) for a, b in zip(got, expected)):
-                raise SystemExit(f"word cache tokens differ from tiktoken's on {name}")
+                raise AssertionError(f"word cache tokens differ from tiktoken's on {name}")
         print(f"encoder on {size_mb} MB of {name}: tiktoken {best['tiktoken']:.1f} MB/s; word cache first pass "
               f"{best['first pass']:.1f} MB/s ({best['first pass'] / best['tiktoken']:.2f}x), known words "
               f"{best['known words']:.1f} MB/s ({best['known words'] / best['tiktoken']:.2f}x); "
@@ -271,7 +274,7 @@ def train_startup(corpus: Path, root: Path, tokenizer: str):
         proc.wait()
         total = time.perf_counter() - t0
         if proc.returncode:
-            raise SystemExit("".join(lines[-20:]))
+            raise RuntimeError(f"train.py failed (exit {proc.returncode}):\n{''.join(lines[-20:])}")
         rss = max(r.get("rss_mb") or 0 for r in read_metrics(out))
         print(f"train.py on {label}: start-up (to the model banner) {banner:.1f} s, 200 steps in {total:.1f} s, "
               f"peak RSS logged {rss:.0f} MB", flush=True)
@@ -290,11 +293,30 @@ class PrepareBenchConfig:
     train: bool = False  # train.py 200 steps on the largest jsonl corpus
     keep: bool = False  # keep the corpora and prepared folders
 
+    def __post_init__(self):  # before the first measurement: these failed after minutes, or were read as another value
+        for name, text in (("sizes", self.sizes), ("bpe", self.bpe)):  # '' times none
+            need(text == "" or all(s.strip().isdigit() and int(s) > 0 for s in text.split(",")), f"--{name}={text} "
+                 f"must be sizes in MB, positive integers separated by commas (e.g. 100,1000), or empty", FlagError)
+        for name, allowed in (("formats", FORMATS), ("tokenizers", TOKENIZERS), ("word_cache", ("true", "false"))):
+            text = getattr(self, name)
+            need(all(v in allowed for v in text.split(",")), f"--{name}={text} must be one or more of "
+                 f"{', '.join(allowed)} separated by commas", FlagError)
+        need(all(w.strip().isdigit() for w in self.workers.split(",")), f"--workers={self.workers} must be worker "
+             f"counts separated by commas (0: one per core)", FlagError)
+        need(self.encoder >= 0, f"--encoder={self.encoder} must be >= 0 MB (0 leaves the encoder out)", FlagError)
+        need(self.word_cache == "true" or set(self.tokenizers.split(",")) != {"char"}, f"--word_cache="
+             f"{self.word_cache} applies to --tokenizers=gpt2 and bpe only (char has no words to cache); drop it",
+             FlagError)
+        need(not self.train or (self.sizes and "jsonl" in self.formats.split(",") and "gpt2" in
+                                self.tokenizers.split(",")), "--train=true trains on the gpt2-prepared .jsonl "
+             "corpus: give --formats with jsonl, --tokenizers with gpt2 and --sizes", FlagError)
+
 
 def main(argv):
     a = config_from_argv(argv, PrepareBenchConfig)
     if a is None:  # --help
         return
+    need_folder(a.tmp, "tmp")
     tmp = Path(a.tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     paras = paragraphs()
