@@ -16,6 +16,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +51,22 @@ def documents(paras: list[str], n_bytes: int, seed: int = 0):
 
 
 def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
+    """The corpus file (one found there already, kept by --keep, is used as it is); written under another name and
+    renamed when whole, so a run stopped while writing leaves no part of one to be taken for it."""
     path = folder / f"corpus_{size_mb}mb.{fmt}"
     if path.exists():
         return path
-    docs = documents(paras, size_mb * MB)
+    part = path.with_name(path.name + ".part")
+    try:
+        write_documents(documents(paras, size_mb * MB), fmt, part)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    part.rename(path)
+    return path
+
+
+def write_documents(docs, fmt: str, path: Path) -> None:
     if fmt == "txt":  # one file: one document, split by `tail`
         with open(path, "w") as f:
             for d in docs:
@@ -77,7 +90,6 @@ def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
         writer = writer or pq.ParquetWriter(path, table.schema)
         writer.write_table(table)
         writer.close()
-    return path
 
 
 def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path, word_cache: bool = True) -> dict:
@@ -287,7 +299,7 @@ class PrepareBenchConfig:
     tokenizers: str = "char,gpt2"
     workers: str = "1,0"  # 0: one per core
     word_cache: str = "true"  # prepare's --word_cache for gpt2; "true,false" adds the rows without it (the ablation)
-    tmp: str = "/tmp/prepare-bench"
+    tmp: str = "/tmp/prepare-bench"  # the corpora and prepared folders; only what this run wrote is removed
     bpe: str = ""  # also compare BPE trainers on these sizes in MB, e.g. 10,100
     encoder: int = 0  # also compare the gpt2 encoder alone (word cache vs tiktoken) on this many MB, e.g. 20
     train: bool = False  # train.py 200 steps on the largest jsonl corpus
@@ -318,7 +330,18 @@ def main(argv):
         return
     need_folder(a.tmp, "tmp")
     tmp = Path(a.tmp)
+    made = not tmp.exists()  # a folder of ours, removed whole; in one of the user's, only what this run wrote
     tmp.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="prepare-bench-", dir=tmp))  # the prepared folders and training runs
+    try:
+        measure(a, tmp, work)
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp if made else work, ignore_errors=True)
+
+
+def measure(a: PrepareBenchConfig, tmp: Path, work: Path) -> None:
+    """The corpora are written in tmp (and kept there with --keep, for the next run); the rest goes in work."""
     paras = paragraphs()
     sample = "\n\n\n".join(documents(paras, 20 * MB, seed=2))
     speeds = tiktoken_speeds(sample)
@@ -343,7 +366,7 @@ def main(argv):
                     for cache in ([c == "true" for c in a.word_cache.split(",")] if tok != "char" else [True])
                     for w in map(int, a.workers.split(","))]
             for tok, cache, workers in runs:
-                root = tmp / "root"
+                root = work / "root"
                 r = run_prepare(corpus, tok, workers, root, cache)
                 m, t = r["meta"], r["meta"]["timing"]
                 mbs = corpus.stat().st_size / MB / r["wall"]
@@ -360,11 +383,9 @@ def main(argv):
                 if not keep_for_training:
                     shutil.rmtree(r["out"])
             if a.train and fmt == "jsonl":
-                train_startup(corpus, tmp / "root", "gpt2")
+                train_startup(corpus, work / "root", "gpt2")
             if not a.keep:
                 corpus.unlink()
-    if not a.keep:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

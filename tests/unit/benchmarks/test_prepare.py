@@ -1,5 +1,6 @@
-"""benchmarks/prepare.py (python -m benchmarks.prepare): its flags are checked before the first measurement, and a
-failure of one of its steps keeps its message. Nothing is measured here."""
+"""benchmarks/prepare.py (python -m benchmarks.prepare): its flags are checked before the first measurement, it
+removes what it wrote and nothing else, and no half-written corpus is left to be taken for a whole one. Nothing is
+measured here: the measurements are replaced by stubs."""
 import pytest
 
 from benchmarks import prepare
@@ -42,6 +43,47 @@ def test_a_file_where_tmp_goes_is_one_line(tmp_path, monkeypatch, capsys):
     (tmp_path / "f").write_text("mine")
     assert cli.run(prepare.main, [f"--tmp={tmp_path / 'f' / 'tmp'}"]) == 2
     assert capsys.readouterr().err.startswith(f"error: --tmp={tmp_path / 'f' / 'tmp'}: {tmp_path / 'f'} is a file")
+
+
+def nothing_measured(monkeypatch):
+    """The benchmark's measurements as stubs: it runs end to end in no time."""
+    monkeypatch.setattr(prepare, "paragraphs", lambda: ["One paragraph."])
+    monkeypatch.setattr(prepare, "documents", lambda paras, n_bytes, seed=0: iter(["One paragraph."]))
+    monkeypatch.setattr(prepare, "tiktoken_speeds", lambda text: {})
+    monkeypatch.setattr(prepare, "two_core_scaling", lambda text: 1.0)
+    monkeypatch.setattr(prepare, "Baseline", lambda text: None)
+
+
+def test_a_tmp_folder_of_the_users_keeps_what_was_there(tmp_path, monkeypatch):
+    """Before, the run ended with shutil.rmtree(--tmp): a folder the user named lost everything in it."""
+    nothing_measured(monkeypatch)
+    (tmp_path / "notes.txt").write_text("mine")
+    prepare.main(["--sizes=", f"--tmp={tmp_path}"])
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_a_failed_run_removes_the_folder_it_made(tmp_path, monkeypatch):
+    """A row that fails ends the run in a traceback (a bug, not the user's mistake) and leaves no folder behind."""
+    nothing_measured(monkeypatch)
+
+    def failed(*args, **kwargs):
+        raise RuntimeError("data/prepare.py failed")
+    monkeypatch.setattr(prepare, "run_prepare", failed)
+    with pytest.raises(RuntimeError, match="data/prepare.py failed"):
+        prepare.main(["--sizes=1", "--formats=txt", "--tokenizers=char", f"--tmp={tmp_path / 'tmp'}"])
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_corpus_stopped_while_it_is_written_leaves_no_file(tmp_path, monkeypatch):
+    """A corpus found in --tmp is used as it is (kept by --keep): one cut short by Ctrl-C must not be there."""
+    def documents(paras, n_bytes, seed=0):
+        yield "One paragraph."
+        raise KeyboardInterrupt
+    monkeypatch.setattr(prepare, "documents", documents)
+    for fmt in ("txt", "jsonl"):
+        with pytest.raises(KeyboardInterrupt):
+            prepare.write_corpus(["One paragraph."], fmt, 1, tmp_path)
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_failed_prepare_is_an_error_with_its_message_not_an_exit(tmp_path):
