@@ -69,20 +69,20 @@ def whole_runs(cfg: DefaultRunConfig) -> list[dict]:
     env = dict(os.environ)
     if cfg.threads:
         env.update(OMP_NUM_THREADS=str(cfg.threads), MKL_NUM_THREADS=str(cfg.threads))
-    work = tempfile.mkdtemp(prefix="bench-default-")
-    runs = {"today": [], "previous": PREVIOUS}
-    rows = []
-    for r, who in alternated(runs, cfg.repeats):
-        out = os.path.join(work, f"{who}-{r}")
-        cmd = [sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={out}", *runs[who]]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-        rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": whole_split_loss(out)})
-        print(f"  {who:8s} round {r}: {wall:6.1f} s, whole-split val {rows[-1]['val_loss']:.4f}", flush=True)
-    return rows
+    with tempfile.TemporaryDirectory(prefix="bench-default-") as work:  # both runs' checkpoints
+        runs = {"today": [], "previous": PREVIOUS}
+        rows = []
+        for r, who in alternated(runs, cfg.repeats):
+            out = os.path.join(work, f"{who}-{r}")
+            cmd = [sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={out}", *runs[who]]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+            rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": whole_split_loss(out)})
+            print(f"  {who:8s} round {r}: {wall:6.1f} s, whole-split val {rows[-1]['val_loss']:.4f}", flush=True)
+        return rows
 
 
 def lever_steps(cfg: DefaultRunConfig) -> dict:
