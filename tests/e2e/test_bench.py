@@ -129,6 +129,7 @@ BENCHMARK_REFUSALS = [
     ("llama_cpp", ["--new_tokens=1"], "--new_tokens=1 must be >= 2"),
     ("llama_cpp", ["--repeats=0"], "--prompt_tokens=32 and --repeats=0 must be >= 1"),
     ("llama_cpp", ["--threads=0"], "--threads=0 must be >= 1"),
+    ("llama_cpp", ["--repeats=50000"], "--repeats=50000 must be < 50000: each round's prompt"),
     ("cpu_ops", ["--threads=-1"], "--threads=-1 must be >= 1 (leave it out for torch's own count)"),
     ("cpu_ops", ["--threads=0"], "--threads=0 must be >= 1"),
     ("default_run", ["--threads=-1"], "--threads=-1 must be >= 1 (leave it out for torch's own count)"),
