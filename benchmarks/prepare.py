@@ -295,14 +295,14 @@ def train_startup(corpus: Path, root: Path, tokenizer: str):
 @dataclass
 class PrepareBenchConfig:
     sizes: str = "100,1000"  # corpus sizes in MB
-    formats: str = "txt,jsonl,parquet"
-    tokenizers: str = "char,gpt2"
+    formats: str = "txt,jsonl,parquet"  # the corpus files to write, of txt, jsonl and parquet
+    tokenizers: str = "char,gpt2"  # prepare's --tokenizer for each row, of char, gpt2 and bpe
     workers: str = "1,0"  # 0: one per core
     word_cache: str = "true"  # prepare's --word_cache for gpt2; "true,false" adds the rows without it (the ablation)
     tmp: str = "/tmp/prepare-bench"  # the corpora and prepared folders; only what this run wrote is removed
     bpe: str = ""  # also compare BPE trainers on these sizes in MB, e.g. 10,100
     encoder: int = 0  # also compare the gpt2 encoder alone (word cache vs tiktoken) on this many MB, e.g. 20
-    train: bool = False  # train.py 200 steps on the largest jsonl corpus
+    train: bool = False  # train.py 200 steps on each size's jsonl corpus (gpt2), and on Shakespeare
     keep: bool = False  # keep the corpora and prepared folders
 
     def __post_init__(self):  # before the first measurement: these failed after minutes, or were read as another value
