@@ -43,6 +43,11 @@ class DefaultRunConfig:
         if self.repeats < 1 or self.step_rounds < 0:
             raise FlagError(f"--repeats={self.repeats} must be >= 1 and --step_rounds={self.step_rounds} >= 0 "
                             f"(--step_rounds=0 leaves the per-step table out, --whole_runs=false the whole runs)")
+        if self.threads is not None and self.threads < 1:  # 0 was torch's choice unsaid, -1 torch's traceback
+            raise FlagError(f"--threads={self.threads} must be >= 1 (leave it out for torch's own count)")
+        if self.repeats != 1 and not self.whole_runs:
+            raise FlagError(f"--repeats={self.repeats} counts rounds of the whole runs, which --whole_runs=false "
+                            f"leaves out; drop it (--step_rounds sets the per-step table's rounds)")
 
 
 def whole_split_loss(out_dir: str) -> float:
@@ -69,20 +74,20 @@ def whole_runs(cfg: DefaultRunConfig) -> list[dict]:
     env = dict(os.environ)
     if cfg.threads:
         env.update(OMP_NUM_THREADS=str(cfg.threads), MKL_NUM_THREADS=str(cfg.threads))
-    work = tempfile.mkdtemp(prefix="bench-default-")
-    runs = {"today": [], "previous": PREVIOUS}
-    rows = []
-    for r, who in alternated(runs, cfg.repeats):
-        out = os.path.join(work, f"{who}-{r}")
-        cmd = [sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={out}", *runs[who]]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-        rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": whole_split_loss(out)})
-        print(f"  {who:8s} round {r}: {wall:6.1f} s, whole-split val {rows[-1]['val_loss']:.4f}", flush=True)
-    return rows
+    with tempfile.TemporaryDirectory(prefix="bench-default-") as work:  # both runs' checkpoints
+        runs = {"today": [], "previous": PREVIOUS}
+        rows = []
+        for r, who in alternated(runs, cfg.repeats):
+            out = os.path.join(work, f"{who}-{r}")
+            cmd = [sys.executable, os.path.join(ROOT, "train.py"), f"--out_dir={out}", *runs[who]]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+            rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": whole_split_loss(out)})
+            print(f"  {who:8s} round {r}: {wall:6.1f} s, whole-split val {rows[-1]['val_loss']:.4f}", flush=True)
+        return rows
 
 
 def lever_steps(cfg: DefaultRunConfig) -> dict:

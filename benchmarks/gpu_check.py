@@ -37,6 +37,7 @@ Parts, the most valuable first:
 """
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -45,10 +46,11 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import gpu_parts, gpu_runs
+from benchmarks import gpu_parts, gpu_runs, nanogpt_ref
 from common import cli
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import FlagError, need
+from common.files import need_file_folder
 from common.flags import config_from_argv
 from model import GPT, GPTConfig
 import speed
@@ -60,6 +62,7 @@ DEFAULT_PARTS = ("env", "train", "sampling", "attention", "kernels", "compile", 
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024)
 SMOKE_MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
 GPT2_VOCAB, SMOKE_VOCAB = 50257, 97
+MICRO_BATCHES = "16,32"  # the train part's default micro-batches
 
 
 @dataclass
@@ -70,13 +73,22 @@ class GpuCheckConfig:
     nanogpt: str | None = None  # a folder holding nanoGPT's model.py: the train part times its model beside ours
     out: str = "gpu_check.jsonl"  # the JSON lines, each written as its part ends (the file is started afresh)
     budget_s: float = 420.0  # the whole run's seconds: a part running past it is stopped and the rest skipped
-    micro_batches: str = "16,32"  # the train part's micro-batch sizes (sequences of 1024 tokens per forward)
+    micro_batches: str = MICRO_BATCHES  # the train part's micro-batch sizes (sequences of 1024 tokens per forward)
 
     def __post_init__(self):
         need(self.budget_s > 0, f"--budget_s={self.budget_s:g} must be > 0 (the whole run's seconds)", FlagError)
         need(all(b.strip().isdigit() and int(b) > 0 for b in self.micro_batches.split(",")),
              f"--micro_batches={self.micro_batches} must be positive integers separated by commas (e.g. 16,32)",
              FlagError)
+        names = [p.strip() for p in self.parts.split(",") if p.strip()]
+        need(bool(names), f"--parts={self.parts} names no part; choose from {', '.join(PARTS)}", FlagError)
+        # the train part's flags: refused where it does not run (or, for --micro_batches, runs at --smoke's sizes)
+        given = {"nanogpt": self.nanogpt is not None, "micro_batches": self.micro_batches != MICRO_BATCHES}
+        for flag in (f for f, g in given.items() if g):
+            need("train" in names, f"--{flag} applies to the train part only (--parts={self.parts}); "
+                 f"drop it or add train to --parts", FlagError)
+        need(not (self.smoke and given["micro_batches"]), "--micro_batches applies without --smoke only (--smoke "
+             "trains at micro-batches 2 and 4); drop it", FlagError)
 
 
 class OverBudget(BaseException):
@@ -164,8 +176,13 @@ def main(argv) -> int:
     unknown = [p for p in names if p not in PARTS]
     if unknown:
         raise FlagError(f"--parts names {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    if cfg.nanogpt is not None:
+        nanogpt_ref.check_model_file(cfg.nanogpt)  # before the parts: the train part would fail after its own run
+    need(not os.path.isdir(cfg.out), f"--out={cfg.out} is a folder; give the path of the file to write", FlagError)
+    need_file_folder(cfg.out, "out")
     c = Check(cfg)
     failed = 0
+    os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
     with open(cfg.out, "w", encoding="utf-8") as out:
         for name in names:
             if c.left() > 0:

@@ -61,6 +61,8 @@ from speed.packed import pack_weights
 
 from .rounds import alternated
 
+PROMPT_VOCAB = 50000  # the ids the random prompts draw from (GPT-2's vocabulary holds them all)
+
 
 @dataclass
 class LlamaBench:
@@ -84,6 +86,8 @@ class LlamaBench:
             GPTConfig(vocab_size=50257, n_layer=L, n_head=max(1, C // 64), n_embd=C, block_size=T)  # as contenders
         need(self.prompt_tokens >= 1 and self.repeats >= 1, f"--prompt_tokens={self.prompt_tokens} and --repeats="
              f"{self.repeats} must be >= 1", FlagError)
+        need(self.repeats < PROMPT_VOCAB, f"--repeats={self.repeats} must be < {PROMPT_VOCAB}: each round's prompt "
+             f"(and the warm-up's) starts with a token of its own", FlagError)
         need(self.new_tokens >= 2, f"--new_tokens={self.new_tokens} must be >= 2 (decoding is timed after the "
              f"first token)", FlagError)
         need(self.threads is None or self.threads >= 1, f"--threads={self.threads} must be >= 1 (leave it out for "
@@ -232,7 +236,7 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
     return out
 
 
-def round_prompts(length: int, rounds: int, vocab: int = 50000) -> list[list[int]]:
+def round_prompts(length: int, rounds: int, vocab: int = PROMPT_VOCAB) -> list[list[int]]:
     """A random prompt per round, each with a first token of its own: no round shares a prefix with an earlier one,
     so no contender can keep a cached prefix from one round to the next."""
     g = torch.Generator().manual_seed(1)

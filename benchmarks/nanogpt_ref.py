@@ -25,13 +25,19 @@ def check_checkout(path: str) -> str:
     return path
 
 
-def load_model_module(path: str):
-    """nanoGPT's model.py as a module (GPT, GPTConfig), imported from its checkout (or any folder holding that
-    file alone) under a name of its own."""
+def check_model_file(path: str) -> str:
+    """Refuses a folder without nanoGPT's model.py (what load_model_module imports); its absolute path."""
     path = os.path.abspath(path)
     if not os.path.isfile(os.path.join(path, "model.py")):
         raise SetupError(f"--nanogpt={path} holds no nanoGPT model.py; git clone https://github.com/karpathy/nanoGPT "
                          f"{path} (or copy its model.py there)")
+    return path
+
+
+def load_model_module(path: str):
+    """nanoGPT's model.py as a module (GPT, GPTConfig), imported from its checkout (or any folder holding that
+    file alone) under a name of its own."""
+    path = check_model_file(path)
     spec = importlib.util.spec_from_file_location("nanogpt_model", os.path.join(path, "model.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules["nanogpt_model"] = module  # dataclasses look their module up by name

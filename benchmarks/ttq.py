@@ -48,26 +48,26 @@ def measure(presets, input_path: str, nanogpt: str | None, repeats: int, threads
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    work = tempfile.mkdtemp(prefix="bench-ttq-")
-    data_root = os.path.join(work, "data")
-    sys.path.insert(0, ROOT)
-    from data.prepare import prepare  # noqa: E402
+    with tempfile.TemporaryDirectory(prefix="bench-ttq-") as work:  # the prepared data, every run's checkpoints
+        data_root = os.path.join(work, "data")
+        sys.path.insert(0, ROOT)
+        from data.prepare import prepare  # noqa: E402
 
-    prepare(input=input_path, split="tail", tokenizer="char", data_root=data_root)  # tokenise once, untimed
+        prepare(input=input_path, split="tail", tokenizer="char", data_root=data_root)  # tokenise once, untimed
 
-    def ours(preset):
-        return lambda out: (timed(our_command(preset, input_path, out, data_root, extra), ROOT, env)[0],
-                            last_val_loss(out))
-    runners = {preset: ours(preset) for preset in dict.fromkeys(presets)}
-    if nanogpt:
-        ng = nanogpt_ref.check_checkout(nanogpt)
+        def ours(preset):
+            return lambda out: (timed(our_command(preset, input_path, out, data_root, extra), ROOT, env)[0],
+                                last_val_loss(out))
+        runners = {preset: ours(preset) for preset in dict.fromkeys(presets)}
+        if nanogpt:
+            ng = nanogpt_ref.check_checkout(nanogpt)
 
-        def theirs(out):
-            wall, log = timed(nanogpt_ref.train_command(ng, sys.executable, out, extra_theirs), ng, env)
-            return wall, nanogpt_ref.parse_val_loss(log)
-        runners["nanogpt"] = theirs
-    rows = []
-    for r, who in alternated(runners, repeats):
-        wall, val = runners[who](os.path.join(work, f"{who}-{r}"))
-        rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": val})
-    return rows
+            def theirs(out):
+                wall, log = timed(nanogpt_ref.train_command(ng, sys.executable, out, extra_theirs), ng, env)
+                return wall, nanogpt_ref.parse_val_loss(log)
+            runners["nanogpt"] = theirs
+        rows = []
+        for r, who in alternated(runners, repeats):
+            wall, val = runners[who](os.path.join(work, f"{who}-{r}"))
+            rows.append({"who": who, "repeat": r, "wall_s": wall, "val_loss": val})
+        return rows

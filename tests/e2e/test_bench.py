@@ -129,14 +129,23 @@ BENCHMARK_REFUSALS = [
     ("llama_cpp", ["--new_tokens=1"], "--new_tokens=1 must be >= 2"),
     ("llama_cpp", ["--repeats=0"], "--prompt_tokens=32 and --repeats=0 must be >= 1"),
     ("llama_cpp", ["--threads=0"], "--threads=0 must be >= 1"),
+    ("llama_cpp", ["--repeats=50000"], "--repeats=50000 must be < 50000: each round's prompt"),
+    ("cpu_ops", ["--threads=-1"], "--threads=-1 must be >= 1 (leave it out for torch's own count)"),
+    ("cpu_ops", ["--threads=0"], "--threads=0 must be >= 1"),
+    ("default_run", ["--threads=-1"], "--threads=-1 must be >= 1 (leave it out for torch's own count)"),
+    ("default_run", ["--threads=0", "--whole_runs=false"], "--threads=0 must be >= 1"),
+    ("default_run", ["--whole_runs=false", "--repeats=3"], "--repeats=3 counts rounds of the whole runs, which "
+                                                           "--whole_runs=false leaves out; drop it"),
 ]
+MEASURES = {"sqrt_dk": "max_weights", "default_run": "lever_steps"}  # the function that begins the measuring
 
 
 @pytest.mark.parametrize("module, argv, said", BENCHMARK_REFUSALS,
                          ids=[f"{m} {' '.join(a)}" for m, a, _ in BENCHMARK_REFUSALS])
 def test_a_benchmarks_bad_flag_is_one_line_before_it_measures(module, argv, said, tmp_path, monkeypatch, capsys):
     """Before, these ended in a traceback (a ZeroDivisionError, an empty median, torch's set_num_threads), some
-    after the measurements (a plot's file type), and llama_cpp's --repeats=0 went on timing nothing."""
+    after the measurements (a plot's file type), llama_cpp's --repeats=0 went on timing nothing, --threads=0 was
+    torch's own count unsaid and default_run's --repeats was ignored without the whole runs."""
     import importlib
 
     from common import cli
@@ -145,7 +154,7 @@ def test_a_benchmarks_bad_flag_is_one_line_before_it_measures(module, argv, said
 
     def began(*args, **kwargs):
         raise AssertionError("the benchmark began before its flags were checked")
-    monkeypatch.setattr(bench, "max_weights" if module == "sqrt_dk" else "measure", began)
+    monkeypatch.setattr(bench, MEASURES.get(module, "measure"), began)
     monkeypatch.chdir(tmp_path)
     assert cli.run(bench.main, argv) == 2
     err = capsys.readouterr().err

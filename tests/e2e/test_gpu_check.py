@@ -88,3 +88,32 @@ def test_an_unknown_part_is_one_line(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--parts names speed" in err[0] and "induction" in err[0]
     assert not (tmp_path / "o").exists()  # nothing written on a refusal
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--parts="], "--parts= names no part; choose from env, train"),
+    (["--parts=env", "--nanogpt=ng"], "--nanogpt applies to the train part only (--parts=env); drop it"),
+    (["--parts=env", "--micro_batches=8"], "--micro_batches applies to the train part only (--parts=env); drop it"),
+    (["--smoke", "--micro_batches=8"], "--micro_batches applies without --smoke only"),
+    (["--parts=train", "--nanogpt=ng"], "holds no nanoGPT model.py"),
+    (["--out=."], "--out=. is a folder; give the path of the file to write"),
+    (["--out=f/check.jsonl"], "--out=f/check.jsonl: "),
+])
+def test_a_flag_the_parts_do_not_read_or_an_out_that_cannot_be_written_is_one_line(capsys, tmp_path, monkeypatch,
+                                                                                    argv, says):
+    """Before, --parts= checked nothing (exit 0), --nanogpt and --micro_batches were ignored where the train part did
+    not run them, a --nanogpt folder without model.py failed the train part after its own run, and an --out that is
+    a folder or under a file ended in a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f").write_text("in the way")
+    monkeypatch.setattr(gpu_check, "Check", lambda cfg: pytest.fail("the check began before its flags were checked"))
+    assert gpu_check.entry(["--device=cpu", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_an_out_in_a_folder_not_made_yet_is_written_there(tmp_path):
+    """Before, a FileNotFoundError: the folder of --out is made, as every command's output folder is."""
+    assert gpu_check.entry(["--smoke", "--device=cpu", "--parts=env", f"--out={tmp_path / 'new' / 'check.jsonl'}"]) == 0
+    assert [line["part"] for line in lines(tmp_path / "new" / "check.jsonl")] == ["env"]

@@ -1,0 +1,21 @@
+"""benchmarks/ttq.py: the whole runs' folders (the prepared data, every run's checkpoints) are removed when the
+measurement ends. No run is made: the timed processes are stubs."""
+import tempfile
+
+from benchmarks import ttq
+
+
+def test_the_runs_folder_is_removed_when_the_measurement_ends(tmp_path, monkeypatch):
+    """Before, tempfile.mkdtemp('bench-ttq-') was never removed: every bench.py run left its checkpoints in /tmp."""
+    import data.prepare
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = []
+    monkeypatch.setattr(data.prepare, "prepare", lambda **kw: made.append(kw["data_root"]))
+    monkeypatch.setattr(ttq, "timed", lambda cmd, cwd, env: (made.append(cmd[-1]) or 1.0, ""))
+    monkeypatch.setattr(ttq, "last_val_loss", lambda out: 1.5)
+    rows = ttq.measure(["fast-cpu", "quality-cpu"], "input.txt", None, 2, None, extra=["--max_iters=3"])
+    assert [(r["who"], r["repeat"], r["val_loss"]) for r in rows] == [
+        ("fast-cpu", 0, 1.5), ("quality-cpu", 0, 1.5), ("quality-cpu", 1, 1.5), ("fast-cpu", 1, 1.5)]
+    assert made[0].startswith(str(tmp_path / "bench-ttq-")) and made[1:] == ["--max_iters=3"] * 4
+    assert not list(tmp_path.iterdir())
