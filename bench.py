@@ -209,6 +209,15 @@ def run_sampling(args, table):
             print(f"  sampling {name:48s} compile + 8-token warm-up {seconds:.1f} s (once per process)")
 
 
+def llama_config(args):
+    """The llama_cpp target's settings (benchmarks/llama_cpp.py checks them as it builds them)."""
+    from benchmarks import llama_cpp
+
+    return llama_cpp.LlamaBench(shapes="1x64x64" if args.quick else "6x384x256,4x128x128",
+                                new_tokens=8 if args.quick else args.new_tokens_llama, repeats=args.repeats,
+                                compiled=not args.quick)
+
+
 def run_llama_cpp(args, table):
     import importlib.util
     from benchmarks import llama_cpp
@@ -216,9 +225,7 @@ def run_llama_cpp(args, table):
         table.append(("decoding vs llama.cpp", "-", "n/a: llama-cpp-python not installed", "-", "ours >= llama.cpp",
                       "n/a"))
         return
-    cfg = llama_cpp.LlamaBench(shapes="1x64x64" if args.quick else "6x384x256,4x128x128",
-                               new_tokens=8 if args.quick else args.new_tokens_llama, repeats=args.repeats,
-                               compiled=not args.quick)
+    cfg = llama_config(args)
     rows = llama_cpp.measure(cfg)
     for r in rows:
         print(f"  decoding {r['shape']:>10} {r['contender']:<18} prefill {r['prefill_tok_per_s']:8.1f} tok/s, decode "
@@ -386,6 +393,8 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
         nanogpt_ref.check_checkout(args.against_nanogpt)
         if {"ttq", "quality"} & set(want):  # its training runs read its own prepared data
             nanogpt_ref.check_data(args.against_nanogpt)
+    if "llama_cpp" in want:  # its own limits (e.g. --repeats below its prompts' vocabulary), before any target
+        llama_config(args)
     if "memory" in want and args.plot:
         attention_cost.need_figure_file(args.plot, "plot")
     return args, want

@@ -51,6 +51,7 @@ REFUSED = [
     (["--target=ttq,", "--input=x"], "--target=ttq, names an empty target; separate the targets by single commas"),
     (["--target=ttq", "--preset=nope"], "--preset=nope is unknown; choose one of "),
     (["--target=throughput", "--against_nanogpt=ng"], "--against-nanogpt="),
+    (["--target=memory,llama_cpp", "--repeats=50000"], "--repeats=50000 must be < 50000"),  # llama_cpp's own limit
 ]
 
 
