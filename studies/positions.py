@@ -94,7 +94,9 @@ def evaluate(sc: PositionsConfig, out_dir: str, sample: bool) -> dict:
     model, tokenizer, ckpt = load_for_inference(path_in(out_dir, "last"), torch.device("cpu"))
     T = model.config.block_size
     longest = T if model.pos.max_len is not None else max(EXTRAPOLATION) * T  # learned: nothing past T
-    curve = loss_by_position(model, val_windows(ckpt, longest, sc.eval_windows))
+    # every model reads the same windows of 4T+1 tokens (learned positions their first T+1), so the columns compare
+    windows = val_windows(ckpt, max(EXTRAPOLATION) * T, sc.eval_windows)  # (N, 4T + 1)
+    curve = loss_by_position(model, windows[:, :longest + 1])
     losses = {f"{m}T": (curve[:m * T].mean().item() if m * T <= longest else None) for m in EXTRAPOLATION}
     speed, seconds = train_speed(out_dir)
     result = {"loss": losses, "curve": curve.tolist(), "tok_per_s": speed, "train_s": seconds,
