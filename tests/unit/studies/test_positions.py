@@ -42,3 +42,19 @@ def test_learned_positions_are_scored_on_the_windows_the_others_read(corpus, tmp
     extrapolating, learned = seen
     assert extrapolating.shape == (3, 4 * T + 1) and learned.shape == (3, T + 1)
     assert torch.equal(learned, extrapolating[:, :T + 1])
+
+
+def test_the_trained_context_label_sits_at_the_top_of_the_plot_whatever_the_curves(tmp_path, monkeypatch):
+    """A model whose loss runs away past T moves the y limits after the curves are drawn: the label of the dashed
+    line at T stays at the top edge of the axes, not where the top was before (above the plot, over its title)."""
+    from insight import attention_figures
+    from studies import positions
+
+    T, kept = 8, []
+    monkeypatch.setattr(attention_figures, "save_figure", lambda fig, path: kept.append(fig) or path)
+    flat, runaway = [3.0] * (4 * T), [3.0] * (3 * T) + [30.0] * T  # its median stays 3: the top is cut at 4.5
+    positions.plot({"pos-rope": {"curve": flat}, "pos-none": {"curve": runaway}}, T, str(tmp_path / "p.png"))
+    ax = kept[0].axes[0]
+    label = next(t for t in ax.texts if "trained context T" in t.get_text())
+    _, y = ax.transAxes.inverted().transform(label.get_transform().transform(label.get_position()))
+    assert abs(y - 1) < 1e-6, y  # in axes fractions: 1 is the top edge
