@@ -1,11 +1,12 @@
 """Train a tiny model on one probe task (insight/probe_tasks.py) and score it at several lengths.
 
 A probe model is small (a few layers, width 64) and trained on batches drawn afresh at every step, at one size or
-(mixed) at sizes drawn from n/2..n: about 10 s per 500 steps on one CPU thread. At the sizes the study uses the
-tasks have far more sequences than training draws, so held-out batches are unseen ones; at tiny sizes (copy at
-n=1 has 32) the same sequences recur and a held-out score measures recall, not the rule. Accuracy is the share of
-answer tokens whose most likely prediction is right, on held-out batches drawn from another seed; best_prefix_score
-says whether an induction head does it.
+(mixed) at sizes drawn from n/2..n: about 10 s per 500 steps on one CPU thread. At their default sizes copy,
+induction and recall have far more sequences than training draws, so held-out batches are unseen ones. Dyck-1 at
+n = 8 has at most 2^8 = 256 (its label follows from the brackets), and tiny sizes few (copy at n=1 has 32): training
+draws the held-out ones too, so a score at the trained size there measures recall, not the rule (2x and 4x are
+longer than any trained sequence). Accuracy is the share of answer tokens whose most likely prediction is right, on
+held-out batches drawn from another seed; best_prefix_score says whether an induction head does it.
 Shapes: B batch, T length, V vocabulary.
 """
 import math

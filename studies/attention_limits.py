@@ -63,7 +63,7 @@ def probe_effects(ac: AttentionLimitsConfig):
     from insight.probe_tasks import make_batch, model_io
 
     model = fit(ac.probe_task, ac.probe_n, ac.probe_pos_emb, True, ProbeModel(steps=ac.probe_steps), ac.seed)
-    acc = accuracy(model, ac.probe_task, ac.probe_n)
+    acc = accuracy(model, ac.probe_task, ac.probe_n, seed=ac.seed)  # held out: seed's own evaluation stream
     g = torch.Generator().manual_seed(ac.seed + 1)
     x, y = model_io(*make_batch(ac.probe_task, ac.probe_sequences, ac.probe_n, g), causal=True)  # (N, T) each
     parts = [key_effects(model, x[i:i + 1], y[i].clamp(min=0), (y[i] >= 0).nonzero().flatten().tolist())

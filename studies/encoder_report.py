@@ -72,9 +72,12 @@ def results_table(res) -> str:
 
 
 def cloze_table(res) -> str:
+    def cell(acc, ce, n):
+        return f"{acc * 100:.1f}% / {fmt(ce)}" if n else "-"  # a kind no cloze position drew has no score
+
     rows = []
     for s, name in SCORER_NAMES.items():
-        cells = [f"{fmt(res['cloze'][s][k][0] * 100, '.1f')}% / {fmt(res['cloze'][s][k][1])}" for k in KINDS]
+        cells = [cell(*res["cloze"][s][k]) for k in KINDS]
         rows.append([name, *cells])
     counts = [res["cloze"]["decoder_left"][k][2] for k in KINDS]
     return table(["top-1 accuracy / cross-entropy (nats)"] + [f"{k} ({n})" for k, n in zip(KINDS, counts)], rows)

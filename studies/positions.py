@@ -94,7 +94,9 @@ def evaluate(sc: PositionsConfig, out_dir: str, sample: bool) -> dict:
     model, tokenizer, ckpt = load_for_inference(path_in(out_dir, "last"), torch.device("cpu"))
     T = model.config.block_size
     longest = T if model.pos.max_len is not None else max(EXTRAPOLATION) * T  # learned: nothing past T
-    curve = loss_by_position(model, val_windows(ckpt, longest, sc.eval_windows))
+    # every model reads the same windows of 4T+1 tokens (learned positions their first T+1), so the columns compare
+    windows = val_windows(ckpt, max(EXTRAPOLATION) * T, sc.eval_windows)  # (N, 4T + 1)
+    curve = loss_by_position(model, windows[:, :longest + 1])
     losses = {f"{m}T": (curve[:m * T].mean().item() if m * T <= longest else None) for m in EXTRAPOLATION}
     speed, seconds = train_speed(out_dir)
     result = {"loss": losses, "curve": curve.tolist(), "tok_per_s": speed, "train_s": seconds,
@@ -147,7 +149,8 @@ def plot(results: dict, T: int, path: str) -> str:
         lows.append(curve.min())
         highs.append(np.median(curve))
     ax.axvline(T, color="k", ls="--", lw=1)
-    ax.text(T, ax.get_ylim()[1], " trained context T", ha="left", va="top", fontsize=8)
+    ax.text(T, 1, " trained context T", ha="left", va="top", fontsize=8,
+            transform=ax.get_xaxis_transform())  # y in axes fractions: the top edge, wherever set_ylim puts it
     ax.set_ylim(min(lows) - 0.1, max(highs) + 1.5)  # runaway curves leave the top edge rather than flatten the rest
     ax.set_xlabel("position in the window (tokens of context before the target + 1)")
     ax.set_ylabel(f"validation loss (nats), moving average of {smooth}")

@@ -86,3 +86,24 @@ def test_best_prefix_score_reads_the_attention_at_the_token_after_the_previous_o
     learned = fit("induction", 5, "learned", True, ProbeModel(n_layer=1, n_head=1, n_embd=8, steps=0))
     assert best_prefix_score(learned, 5) is not None and best_prefix_score(learned, 10) is None  # past its table
     assert best_prefix_score(model, pt.N_SYMBOLS + 1) is None  # no room for that many distinct symbols
+
+
+def held_out_and_trained(task: str, n: int, steps: int, seed: int = 0) -> tuple[set, set]:
+    """The distinct sequences of accuracy's held-out batches at size n, and of fit's first `steps` training batches
+    (64 each, one size), drawn here as those two draw them."""
+    from insight.probe_fit import EVAL_SEED_OFFSET
+
+    def drawn(g, batches, size):
+        return {tuple(row) for _ in range(batches) for row in pt.make_batch(task, size, n, g)[0].tolist()}
+
+    return (drawn(torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET), 4, 128),
+            drawn(torch.Generator().manual_seed(seed), steps, 64))
+
+
+def test_held_out_dyck_sequences_at_the_default_size_are_trained_ones_and_copy_sequences_are_not():
+    """What the module docstring and docs/probes.md say: Dyck-1 at n = 8 has at most 2^8 sequences and the first 100
+    of the default 500 training steps already hold every held-out one; copy at n = 8 (32^8) none."""
+    held, trained = held_out_and_trained("dyck", 8, steps=100)
+    assert len(trained) <= 2 ** 8 and held <= trained
+    held, trained = held_out_and_trained("copy", 8, steps=100)
+    assert not held & trained

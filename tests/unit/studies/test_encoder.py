@@ -11,3 +11,16 @@ def test_more_pseudo_perplexity_windows_than_next_token_windows_are_refused():
     with pytest.raises(ConfigError, match=r"^pppl_windows=5 must be at most nll_windows=3"):
         EncoderStudyConfig(nll_windows=3, pppl_windows=5)
     assert EncoderStudyConfig(nll_windows=3, pppl_windows=3).pppl_windows == 3
+
+
+def test_the_cloze_table_says_dash_for_a_kind_with_no_positions():
+    """A kind of position the cloze windows never drew (no word-initial letter among a few positions) has no score:
+    its cells read '-', not a percentage of nothing ('-%')."""
+    from studies.encoder_report import SCORER_NAMES, cloze_table
+
+    nan = float("nan")
+    res = {"cloze": {s: {"all": (0.25, 3.0, 4), "word-initial": (nan, nan, 0), "in-word": (0.5, 2.0, 2)}
+                     for s in SCORER_NAMES}}
+    lines = cloze_table(res).splitlines()
+    assert lines[0] == "| top-1 accuracy / cross-entropy (nats) | all (4) | word-initial (0) | in-word (2) |"
+    assert lines[2] == "| decoder, left only | 25.0% / 3.000 | - | 50.0% / 2.000 |"
