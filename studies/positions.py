@@ -152,7 +152,7 @@ def plot(results: dict, T: int, path: str) -> str:
     ax.text(T, 1, " trained context T", ha="left", va="top", fontsize=8,
             transform=ax.get_xaxis_transform())  # y in axes fractions: the top edge, wherever set_ylim puts it
     ax.set_ylim(min(lows) - 0.1, max(highs) + 1.5)  # runaway curves leave the top edge rather than flatten the rest
-    ax.set_xlabel("position in the window (tokens of context before the target + 1)")
+    ax.set_xlabel("tokens of context before the target")
     ax.set_ylabel(f"validation loss (nats), moving average of {smooth}")
     ax.set_title(f"Which positional encodings extrapolate: trained at T={T}, evaluated to {max(EXTRAPOLATION)}T",
                  fontsize=10)
