@@ -1,5 +1,7 @@
 """One optimizer step of the training loop (training/loop.py's train_step) against its micro-batches' losses and
-gradients computed here."""
+gradients computed here; which evaluation counts as the best."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -39,3 +41,17 @@ def test_an_accumulated_step_is_the_mean_of_its_micro_batches(corpus, tmp_path, 
     torch.testing.assert_close(result.loss, want_loss.detach())
     for got, grad in zip(seen[0], want):
         torch.testing.assert_close(got, grad)
+
+
+def test_an_evaluation_is_the_best_only_below_every_earlier_one(monkeypatch):
+    """ckpt_best.pt is written at an evaluation strictly below the lowest before it: a tie keeps the earlier one."""
+    saved = []
+    losses = iter([2.0, 1.5, 1.5, 1.7, 1.0])
+    monkeypatch.setattr(loop, "evaluate", lambda run: {"val_loss": next(losses)})
+    monkeypatch.setattr(loop, "save", lambda run, step, best: saved.append((step, best)))
+    monkeypatch.setattr(loop, "log_extras", lambda *args: None)
+    run = SimpleNamespace(best_val=float("inf"))
+    bar = SimpleNamespace(set_description=lambda text: None, write=lambda text: None)
+    for step in range(1, 6):
+        loop.evaluate_and_save(run, {"step": step, "train_loss": 1.0, "lr": 1e-3, "tok_per_s": 1.0}, None, bar)
+    assert saved == [(1, True), (2, True), (3, False), (4, False), (5, True)] and run.best_val == 1.0
