@@ -29,3 +29,25 @@ def test_acc_norm_divides_by_the_choices_characters_as_lm_evaluation_harness_doe
     sums = [it["logprobs"] for it in report["items"]]
     lm_eval = [max(range(2), key=lambda j: s[j] / len(item.choices[j])) for s, item in zip(sums, items)]
     assert [it["pred_norm"] for it in report["items"]] == lm_eval == [1, 0] and report["acc_norm"] == 1
+
+
+def test_whole_and_cut_items_each_get_their_own_choices_sums_and_chance_averages_over_items():
+    """Items whose context fits and items cut to the block, mixed, with 2 and 3 choices: each choice's sum against
+    a forward of its own row written here; chance is the items' mean of 1 / choices."""
+    import torch.nn.functional as F
+
+    model = tiny_model(vocab_size=8)
+    long = "abcabcabcabcabcabcab"  # 20 characters: cut to fit block_size 16
+    items = [Item(long, ["ab", "c"], 0, 1), Item("ab", ["a", "bc", "cab"], 1, 2),
+             Item(long[1:], ["cc", "a", "b"], 2, 3), Item("c", ["b", "a"], 1, 4)]
+    encoded = encode_task(Task("t", "t", items), CharTokenizer(" abc"), block_size=16)
+    assert [e.cut for e in encoded] == [True, False, True, False]
+    report = score_task(model, encoded)
+    for item, got in zip(encoded, report["items"]):
+        want = []
+        for row, n in zip(item.rows, item.n_tokens):
+            with torch.no_grad():
+                logp = F.log_softmax(model(torch.tensor([row[:-1]]))[0][0].double(), dim=-1)  # (T, V)
+            want.append(logp[torch.arange(len(row) - 1), torch.tensor(row[1:])][-n:].sum().item())
+        assert got["logprobs"] == pytest.approx(want, abs=1e-4)
+    assert report["cut"] == 2 and report["chance"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 3 + 1 / 2) / 4)

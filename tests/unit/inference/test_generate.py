@@ -253,3 +253,36 @@ def test_off_the_cpu_sampling_draws_by_the_race_not_by_multinomial(monkeypatch):
     monkeypatch.setattr(torch, "multinomial", multinomial)
     token = sample_next(torch.empty(3, 37, device="meta"), temperature=0.8, top_k=5, top_p=0.9, min_p=0.01)
     assert token.device.type == "meta" and token.shape == (3,) and token.dtype == torch.long
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_slide_samples_from_the_full_window_then_its_last_three_quarters(use_cache):
+    """block_size 16, 4 + 30 tokens: a token is sampled from a forward over every token so far while they fit in
+    the block (the 16th included); the next context keeps the last 12 (three quarters), which grows to 16 again
+    before the next slide. Each token's logits against one forward over that window."""
+    model = tiny_model()
+    seen = []  # the head's output of every forward: (1, V) per sampled token, with last_only
+    hook = model.head.register_forward_hook(lambda mod, args, out: seen.append(out[:, -1].clone()))
+    prompt = torch.randint(0, 37, (1, 4), generator=torch.Generator().manual_seed(0))
+    out = generate(model, prompt, 30, use_cache=use_cache, generator=torch.Generator().manual_seed(3))
+    hook.remove()
+    starts, start = [], 0
+    for t in range(4, 34):  # t tokens in, the (t+1)-th sampled
+        if t - start > 16:
+            start = t - 12
+        starts.append(start)
+    assert starts[:13] == [0] * 13 and starts[13] == 17 - 12  # 16 tokens read whole, the 17th slides
+    for i, (t, start) in enumerate(zip(range(4, 34), starts)):
+        logits, _ = model(out[:, start:t])
+        torch.testing.assert_close(seen[i], logits[:, -1], atol=1e-5, rtol=1e-5, msg=f"token {t}")
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_prompt_longer_than_the_block_is_read_through_its_last_block_size_tokens(use_cache):
+    model = tiny_model()
+    prompt = torch.randint(0, 37, (1, 20), generator=torch.Generator().manual_seed(1))
+    seen = []
+    hook = model.head.register_forward_hook(lambda mod, args, out: seen.append(out[:, -1].clone()))
+    generate(model, prompt, 1, use_cache=use_cache, temperature=0.0)
+    hook.remove()
+    torch.testing.assert_close(seen[0], model(prompt[:, -16:])[0][:, -1], atol=1e-5, rtol=1e-5)

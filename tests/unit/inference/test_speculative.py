@@ -87,3 +87,25 @@ def test_refusals():
         list(speculative_stream(model, tiny(1, causal=False), [1, 2], 5))
     with pytest.raises(ValueError, match="k=0"):
         list(speculative_stream(model, model, [1, 2], 5, k=0))
+
+
+def test_a_stream_gives_exactly_max_new_tokens_and_ends_after_a_stop_token():
+    """With the model as its own draft every guess is kept: a round must still not run past max_new_tokens; a stop
+    token ends the stream right after its first occurrence."""
+    model = tiny(0)
+    prompt = [3, 1, 4]
+    reference = generate(model, torch.tensor([prompt]), 12, temperature=0)[0, 3:].tolist()
+    for n in range(1, 13):
+        assert list(speculative_stream(model, model, prompt, n, k=4, temperature=0)) == reference[:n], n
+    stop = reference[4]
+    want = reference[:reference.index(stop) + 1]
+    assert list(speculative_stream(model, tiny(1), prompt, 12, k=3, temperature=0, stop_tokens=[stop])) == want
+
+
+def test_a_prompt_longer_than_the_context_gives_the_models_own_tokens():
+    """A 20-token prompt, context 16: the model reads its last 16 tokens, as its plain loop does."""
+    model, draft = tiny(0), tiny(1, n_layer=1, n_embd=16, block_size=8)
+    prompt = torch.randint(0, 11, (20,), generator=torch.Generator().manual_seed(4)).tolist()
+    reference = generate(model, torch.tensor([prompt]), 10, temperature=0)[0, 20:].tolist()
+    for k in (1, 3):
+        assert list(speculative_stream(model, draft, prompt, 10, k=k, temperature=0)) == reference

@@ -1,5 +1,5 @@
 """training/loop.py: one optimizer step (train_step) against its micro-batches' losses and gradients computed
-here, and the command a stopped run prints to continue it."""
+here, which evaluation counts as the best, and the command a stopped run prints to continue it."""
 import json
 import shlex
 import signal
@@ -83,3 +83,17 @@ def test_a_checkpoint_is_saved_after_its_metrics_row(corpus, tmp_path, monkeypat
     monkeypatch.setattr(loop, "save", save)
     loop.train(run)
     assert rows_at_save == [(2, 2), (4, 4)]
+
+
+def test_an_evaluation_is_the_best_only_below_every_earlier_one(monkeypatch):
+    """ckpt_best.pt is written at an evaluation strictly below the lowest before it: a tie keeps the earlier one."""
+    saved = []
+    losses = iter([2.0, 1.5, 1.5, 1.7, 1.0])
+    monkeypatch.setattr(loop, "evaluate", lambda run: {"val_loss": next(losses)})
+    monkeypatch.setattr(loop, "log_extras", lambda *args: None)
+    run = SimpleNamespace(best_val=float("inf"))
+    bar = SimpleNamespace(set_description=lambda text: None, write=lambda text: None, disable=False)
+    for step in range(1, 6):
+        row = {"step": step, "train_loss": 1.0, "lr": 1e-3, "tok_per_s": 1.0}
+        saved.append((step, loop.evaluate_row(run, row, None, bar)))  # the loop saves with this as best
+    assert saved == [(1, True), (2, True), (3, False), (4, False), (5, True)] and run.best_val == 1.0

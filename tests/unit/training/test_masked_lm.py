@@ -80,3 +80,25 @@ def test_loss_is_counted_only_at_selected_positions():
     logits = logits.detach().requires_grad_()
     F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).backward()
     assert logits.grad[~sel].abs().max() == 0 and logits.grad[sel].abs().max() > 0
+
+
+def test_the_fallback_target_only_fills_empty_rows():
+    """Positions are drawn independently at `rate`; a row with none gets exactly one. So over rows of T positions
+    the selected share is rate + P(empty row) / T, an independent expectation: a fallback that also touched rows
+    with targets (clearing one) would read far lower."""
+    rate, T = 0.5, 4
+    _, targets = masker(rate=rate)(torch.zeros(8192, T, dtype=torch.long), seed=11)
+    selected = targets >= 0
+    assert (selected.sum(1) >= 1).all()
+    assert abs(selected.float().mean().item() - (rate + (1 - rate) ** T / T)) < 0.01
+
+
+def test_each_validation_batch_has_its_own_fixed_mask():
+    """Batch i's mask is the same for every masker and call, differs from batch i+1's, and is not a training
+    draw seeded i (validation has a seed of its own)."""
+    x = big_batch()[:8, :64]
+    m = masker()
+    v3, v4 = m.validation(x, 3), m.validation(x, 4)
+    assert torch.equal(v3[1], masker().validation(x, 3)[1])
+    assert not torch.equal(v3[1], v4[1])
+    assert not torch.equal(v3[1], m(x, 3)[1]) and not torch.equal(v3[1], m(x, (3,))[1])

@@ -24,7 +24,7 @@ def seq2seq_batch(device, B=3, S=5, T=6):
 def decoding_stand_in(outputs):
     """translate() with fixed outputs: greedy decoding reads on the host whether every row has stopped, which a meta
     tensor cannot answer; the counts around it are what is tested. outputs(source, n) -> (B, <= n) ids."""
-    def translate(model, source, n, start_id, stop_id, source_valid=None):
+    def translate(model, source, n, start_id, stop_id, source_valid=None, **sampling):
         return outputs(source, n)
     return translate
 
@@ -103,3 +103,50 @@ def test_a_text_objectives_stream_ends_after_a_stop_token(name):
     model.head.bias = torch.nn.Parameter(bias)
     tokens = list(objective.stream(model, [1, 2], 5, temperature=0.0, stop_tokens=[stop]))
     assert tokens == [stop]
+
+
+def greedy(model, source, valid, n):
+    """Greedy decoding written here: the whole target run again at every step, the start token 0."""
+    target = torch.zeros(len(source), 1, dtype=torch.long)
+    for _ in range(n):
+        logits = model(source, target, source_valid=valid)[0]
+        target = torch.cat([target, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return target[:, 1:]
+
+
+def test_seq2seq_decode_counts_decode_as_far_as_the_longest_target():
+    """With the real translate(): targets as long as the batch's columns, taken from the model's own greedy
+    decoding (STOP, id 0, made unreachable), are all exact; one changed token makes its pair inexact."""
+    from conftest import seq2seq_batch as random_sources, tiny_seq2seq
+
+    model = tiny_seq2seq()
+    with torch.no_grad():
+        model.head.bias = torch.nn.Parameter(torch.zeros(model.head.out_features).index_fill(0, torch.tensor(0), -1e4))
+    source, _, valid = random_sources()
+    y = greedy(model, source, valid, 6)  # (3, 6)
+    y[2, -1] = -1  # a shorter target
+    objective = objectives.Seq2SeqObjective(stop_id=0)
+    assert objective.decode_counts(model, (source, valid, None), y).tolist() == [3, 3, 17, 17]
+    y[1, 3] = (y[1, 3] + 1) % model.head.out_features
+    assert objective.decode_counts(model, (source, valid, None), y).tolist() == [2, 3, 16, 17]
+
+
+def test_the_encoders_validation_batches_ignore_the_training_rate_and_span():
+    """Every encoder run is validated on the same masks (training/masked_lm.py's fixed validation mask)."""
+    x = torch.randint(0, len(LETTERS), (4, 16), generator=torch.Generator().manual_seed(0))
+    plain, _ = objectives.build("encoder", CharTokenizer(LETTERS))
+    wide, _ = objectives.build("encoder", CharTokenizer(LETTERS), mask_rate=0.4, mask_span=3)
+    a, b = plain.val_batch(x, x, 2), wide.val_batch(x, x, 2)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert torch.equal(a[1], plain.masker.validation(x, 2)[1])
+
+
+def test_the_seq2seq_stream_yields_the_target_up_to_its_stop(monkeypatch):
+    """stream() gives translate()'s tokens before the first STOP, the STOP and the STOPs repeated after it left
+    out."""
+    objective, tokenizer = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    stop = tokenizer.stop_id
+    monkeypatch.setattr(objectives, "translate", decoding_stand_in(lambda source, n: torch.tensor([[5, 6, 1, stop,
+                                                                                                  stop]])))
+    model = Seq2Seq(tiny_config(vocab_size=tokenizer.vocab_size))
+    assert list(objective.stream(model, [1, 2, 3], 8, temperature=0.0)) == [5, 6, 1]
