@@ -31,8 +31,6 @@ END_TO_END = {
     "common/files.py": ("atomic writes and full disks",
                         [E2E + "test_disk_full.py", E2E + "test_atomic_checkpoints.py"]),
     "common/malloc.py": ("page faults of a training process", [E2E + "test_malloc.py"]),
-    "inference/checkpoint.py": ("checkpoints written, crashed and resumed",
-                                [E2E + "test_atomic_checkpoints.py", E2E + "test_resume_and_import_messages.py"]),
     # prepare's stream: worker processes, shards on disk, locks between processes, resuming after a kill
     "data/build.py": ("a preparation, resumed after a kill", [E2E + "test_prepare_at_scale.py"]),
     "data/encode.py": ("tokenizing worker processes", [E2E + "test_prepare_at_scale.py"]),
