@@ -31,13 +31,9 @@ END_TO_END = {
     "common/files.py": ("atomic writes and full disks",
                         [E2E + "test_disk_full.py", E2E + "test_atomic_checkpoints.py"]),
     "common/malloc.py": ("page faults of a training process", [E2E + "test_malloc.py"]),
-    "inference/checkpoint.py": ("checkpoints written, crashed and resumed",
-                                [E2E + "test_atomic_checkpoints.py", E2E + "test_resume_and_import_messages.py"]),
     # prepare's stream: worker processes, shards on disk, locks between processes, resuming after a kill
     "data/build.py": ("a preparation, resumed after a kill", [E2E + "test_prepare_at_scale.py"]),
     "data/encode.py": ("tokenizing worker processes", [E2E + "test_prepare_at_scale.py"]),
-    "data/shard_writer.py": ("shards written and resumed", [E2E + "test_prepare_at_scale.py"]),
-    "data/shards.py": ("a split read across shards", [E2E + "test_prepare_at_scale.py"]),
     # a training run's parts, as train.py puts them together
     "training/config.py": ("train.py's flags and config files", [E2E + "test_every_flag.py"]),
     "training/setup.py": ("what a run builds", [E2E + "test_train_then_sample.py", E2E + "test_first_run_messages.py"]),

@@ -47,6 +47,33 @@ def test_toml_config_file_between_preset_and_flags(tmp_path):
     assert v == dict(n_layer=7, learning_rate=1.0, dataset="shakespeare")
 
 
+def test_preset_then_config_file_then_flags_each_override_the_one_before(tmp_path):
+    """nanogpt-cpu sets n_layer=4, n_embd=128 and batch_size=12: the file overrides two of them, a flag one of those."""
+    f = tmp_path / "run.toml"
+    f.write_text("n_layer = 5\nn_embd = 64\n")
+    v, explicit = parse(["--preset=nanogpt-cpu", f"--config={f}", "--n_layer=7"], CLASSES, PRESETS)
+    assert (v["n_layer"], v["n_embd"], v["batch_size"]) == (7, 64, 12)
+    assert explicit == {"n_layer", "n_embd"}
+
+
+@pytest.mark.parametrize("text, value", [(t, True) for t in ("true", "True", "1", "yes", "on")] +
+                         [(t, False) for t in ("false", "FALSE", "0", "no", "off")])
+def test_every_spelling_of_a_boolean(text, value):
+    assert parse([f"--compile={text}"], CLASSES, PRESETS)[0] == dict(compile=value)
+
+
+def test_dashes_in_a_flag_name_are_underscores():
+    assert parse(["--n-layer=3", "--learning-rate", "0.5"], CLASSES, PRESETS)[0] == dict(n_layer=3, learning_rate=0.5)
+
+
+def test_a_toml_boolean_is_not_an_integer(tmp_path):
+    """TOML's true is a Python bool, which is an int to isinstance: it is refused for an integer field, not 1."""
+    f = tmp_path / "run.toml"
+    f.write_text("n_layer = true\n")
+    with pytest.raises(FlagError, match="--n_layer=True is not an integer"):
+        parse([f"--config={f}"], CLASSES, PRESETS)
+
+
 def test_a_toml_file_may_start_with_a_byte_order_mark(tmp_path):
     f = tmp_path / "run.toml"
     f.write_bytes("\ufeffn_layer = 5\n".encode())

@@ -102,6 +102,15 @@ def test_python_whitespace_that_is_not_gpt2s():
     check(WordCache(enc, np.uint16), ["a!\x1c?\x1f b", "!\x1c?\x1f!\x1c?\x1f", " \x1c?", "x\x1d\x1e\x1f"])
 
 
+@pytest.mark.parametrize("space", list("\t\n\x0b\x0c\r"))
+def test_each_ascii_whitespace_character_ends_a_word(space):
+    """Each of GPT-2's six ASCII whitespace characters belongs to the whitespace run of a word: with a merge across
+    it and the space after it, a cut between the two (as if it were not whitespace) would lose that merge."""
+    enc = bpe_tokenizer(train_bpe([(space * 2 + " ") * 50], 256 + 4, GPT2_PATTERN)).encoding
+    assert len(enc.encode_ordinary(space * 2 + " ")) == 1
+    check(WordCache(enc, np.uint16), [f"a{space}{space}  y", f"x{space}{space} ", f"{space}{space}  z"])
+
+
 @pytest.mark.parametrize("space", list("\x85\xa0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000"))
 def test_unicode_whitespace_goes_to_tiktoken(space):
     """Whitespace beyond ASCII's joins the ASCII whitespace next to it in one piece, which the byte rule would cut:

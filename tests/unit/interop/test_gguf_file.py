@@ -46,6 +46,25 @@ def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
     assert types[:tok.eot_id] + types[tok.eot_id + 1:] == [1] * (tok.vocab_size - 1)
 
 
+@pytest.mark.parametrize("pos_emb, arch", [("rope", "gptneox"), ("learned", "gpt2")])
+def test_gguf_holds_the_shape_llama_cpp_builds_its_graph_from(tmp_path, pos_emb, arch):
+    """The hyperparameters llama.cpp reads instead of the tensors' shapes: heads (and as many key/value heads),
+    the MLP's width, the norms' epsilon, RoPE's base, each from the model's config (4 heads, a RoPE base of 500
+    here: no default hides a value left out)."""
+    tok = small_bpe()
+    model = tiny_model(vocab_size=tok.vocab_size, pos_emb=pos_emb, n_head=4, rope_base=500.0)
+    write_gguf(model, tok, tmp_path / "m.gguf")
+    fields, _ = read_gguf(tmp_path / "m.gguf")
+    cfg = model.config
+    assert fields[f"{arch}.attention.head_count"] == cfg.n_head == 4
+    assert fields[f"{arch}.attention.head_count_kv"] == cfg.n_head
+    assert fields[f"{arch}.feed_forward_length"] == 4 * cfg.n_embd
+    assert fields[f"{arch}.attention.layer_norm_epsilon"] == pytest.approx(model.norm.eps)
+    if arch == "gptneox":
+        assert fields["gptneox.rope.freq_base"] == cfg.rope_base == 500.0
+        assert fields["gptneox.rope.dimension_count"] == cfg.n_embd // cfg.n_head
+
+
 def test_gguf_tokenizer_has_the_vocabulary_and_merges_of_tokenizer_json(tmp_path):
     from interop.hf_tokenizer import build_hf_tokenizer
 

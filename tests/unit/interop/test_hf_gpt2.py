@@ -182,6 +182,8 @@ def test_training_from_a_folder_refuses_data_of_another_tokenizer(tmp_path):
     with pytest.raises(ValueError, match="token 5 is") as e:
         check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(other))
     assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="token 36 is"):  # only the last id differs
+        check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS[:-1] + "~"))
     with pytest.raises(ValueError, match="it has 37 tokens, the data 38"):
         check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS + "~"))
 

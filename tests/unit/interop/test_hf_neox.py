@@ -179,3 +179,25 @@ def test_unscaled_rope_under_rope_scaling_imports_with_transformers_logits(tmp_p
     ours = load_hf(tmp_path)
     assert ours.config.rope_base == 500.0
     assert_same_logits(hf, ours)
+
+
+def test_a_config_json_without_the_keys_transformers_defaults_takes_the_same_defaults(tmp_path):
+    """A hand-written or trimmed config.json may leave keys out: transformers then unties the head
+    (tie_word_embeddings=false) and rotates a quarter of each head (rotary_pct=0.25). The import reads the same:
+    an untied head with transformers' logits, and a refusal of the partial rotation."""
+    hf = random_hf_neox(tmp_path, tie=False)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert not transformers.AutoConfig.from_pretrained(tmp_path).tie_word_embeddings
+    ours = load_hf(tmp_path)
+    assert not ours.config.tie_head
+    assert_same_logits(hf, ours)
+
+    for key in ("rope_parameters", "rotary_pct", "partial_rotary_factor"):
+        config.pop(key, None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["partial_rotary_factor"] == 0.25
+    with pytest.raises(ValueError, match="partial_rotary_factor=0.25") as e:
+        load_hf(tmp_path)
+    assert "\n" not in str(e.value)

@@ -26,6 +26,21 @@ def test_trained_bpe_merges_reproduce_tiktoken_on_tricky_text():
         assert hf.encode(probe).ids == ours.encode(probe, allow_eot=True)
 
 
+def test_merges_are_listed_in_the_order_of_the_token_they_make():
+    """Ranks where a later token's left half is an earlier byte: "bc" (256) merges before "ab" (257), so "abc" is
+    a + bc, as tiktoken encodes it. Listed by the halves' ranks instead, (a, b) would come first and give ab + c."""
+    from data.tokenizer import bpe_tokenizer
+    from interop.hf_tokenizer import build_hf_tokenizer
+
+    ranks = {bytes([b]): b for b in range(256)} | {b"bc": 256, b"ab": 257, b"xy": 258}
+    vocab, merges = bpe_vocab_and_merges(ranks)
+    assert merges == [("b", "c"), ("a", "b"), ("x", "y")]
+    ours = bpe_tokenizer(ranks)
+    assert ours.encode("abc") == [ord("a"), 256]
+    for probe in ("abc", "xabcab bcab"):
+        assert build_hf_tokenizer(ours).encode(probe).ids == ours.encode(probe)
+
+
 def test_a_character_outside_the_char_vocabulary_is_an_error_on_both_sides():
     from data.tokenizer import CharTokenizer
     from interop.hf_tokenizer import build_hf_tokenizer

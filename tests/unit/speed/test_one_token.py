@@ -118,6 +118,13 @@ def test_a_large_weight_is_a_loop_in_float32_only(monkeypatch, dtype, loop):
     assert (F.linear not in calls(gm)) == loop
 
 
+@pytest.mark.parametrize("limit, loop", [(80 * 48, True), (80 * 48 - 1, False)])
+def test_a_half_precision_weight_of_max_half_loop_weight_elements_is_still_a_loop(monkeypatch, limit, loop):
+    """"Up to MAX_HALF_LOOP_WEIGHT elements": the bound itself is a loop, one element past it is not."""
+    monkeypatch.setattr(one_token, "MAX_HALF_LOOP_WEIGHT", limit)
+    assert one_token.as_loop(torch.zeros(80, 48, dtype=torch.bfloat16)) == loop
+
+
 @pytest.mark.parametrize("rows", [80, 81])
 def test_a_half_precision_weight_of_many_rows_is_a_loop_at_any_size(monkeypatch, rows):
     """A bf16 weight above MAX_HALF_LOOP_WEIGHT keeps oneDNN's kernel, unless it has HALF_LOOP_ROWS rows or more (a

@@ -1,0 +1,55 @@
+"""The checkpoint format's reading side (inference/checkpoint.py's from_dict): a version-1 dict (before the format
+had a version) loads with the defaults of what it lacks, a newer version is refused, and a [MASK] id must be a row
+of the model. (Writing, crashes and resumes: tests/e2e/test_atomic_checkpoints.py and
+tests/e2e/test_resume_and_import_messages.py.)"""
+import math
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from common.errors import CheckpointError
+from inference.checkpoint import FORMAT_VERSION, Checkpoint
+
+CHARS = "".join(chr(c) for c in range(ord("!"), ord("!") + 37))  # tiny_model's 37 tokens
+
+
+def saved_dict(**changes) -> dict:
+    """A checkpoint dict as torch.load gives it back, with changes (None: the key left out)."""
+    model = tiny_model()
+    raw = Checkpoint(weights=model.state_dict(), model_config=model.config, step=5,
+                     data_meta={"tokenizer": "char", "vocab_size": 37, "eot_id": None, "chars": CHARS}).to_dict()
+    for key, value in changes.items():
+        if value is None:
+            raw.pop(key)
+        else:
+            raw[key] = value
+    return raw
+
+
+def test_a_version_1_checkpoint_loads_with_the_defaults_of_what_it_lacks():
+    """Version 1 had the required keys only: no version, no best loss, no objective, no [MASK] id."""
+    old = {k: v for k, v in saved_dict().items() if k in ("model", "model_config", "step", "data_meta")}
+    ckpt = Checkpoint.from_dict(old)
+    assert ckpt.best_val_loss == math.inf  # a resumed run's first evaluation is its best so far
+    assert (ckpt.objective, ckpt.mask_id, ckpt.train_config, ckpt.step) == ("decoder", None, {}, 5)
+    x = torch.randint(0, 37, (1, 8))
+    torch.testing.assert_close(ckpt.build_model()(x)[0], tiny_model()(x)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, "2"])
+def test_a_newer_or_unreadable_format_version_is_refused_in_one_line(version):
+    with pytest.raises(CheckpointError, match=f"format_version={version!r}, newer than this code's") as e:
+        Checkpoint.from_dict(saved_dict(format_version=version), "ckpt.pt")
+    assert "\n" not in str(e.value)
+    assert Checkpoint.from_dict(saved_dict(format_version=FORMAT_VERSION)).step == 5
+
+
+@pytest.mark.parametrize("mask_id, ok", [(36, True), (37, False), (-1, False)])
+def test_a_mask_id_must_be_a_row_of_the_embedding(mask_id, ok):
+    raw = saved_dict(mask_id=mask_id)
+    if ok:
+        assert Checkpoint.from_dict(raw).mask_id == mask_id
+        return
+    with pytest.raises(CheckpointError, match=f"mask_id={mask_id} is not an id of its vocabulary"):
+        Checkpoint.from_dict(raw)
