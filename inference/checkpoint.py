@@ -89,7 +89,10 @@ class Checkpoint:
         if missing:
             raise CheckpointError(f"{path} is not a checkpoint of this project (missing {', '.join(missing)})")
         version = raw.get("format_version", 1)
-        if not isinstance(version, int) or version > FORMAT_VERSION:
+        if not isinstance(version, int):
+            raise CheckpointError(f"{path} has format_version={version!r}, not a version number: the file is corrupt "
+                                  f"or not ours")
+        if version > FORMAT_VERSION:
             raise CheckpointError(f"{path} has format_version={version!r}, newer than this code's {FORMAT_VERSION}; "
                                   f"update small-gpt to read it")
         if not isinstance(raw["model"], dict) or not isinstance(raw["model_config"], dict):
