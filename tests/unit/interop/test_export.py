@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from common import cli
+from common.errors import UserError
 from conftest import tiny_model
 from data.mask_token import MASK_TEXT, with_mask_token
 from data.tokenizer import CharTokenizer, gpt2_tokenizer, ranks_to_bytes
@@ -233,3 +234,21 @@ def test_the_export_command_refuses_gguf_dtype_without_a_gguf_file(tmp_path, cap
         err = capsys.readouterr().err
         assert err == "error: --gguf_dtype applies to --to_gguf=FILE only (no GGUF file is written); drop it\n"
     assert os.listdir(tmp_path) == ["ckpt_best.pt"]
+
+
+def test_an_import_checks_out_dir_again_under_its_lock(tmp_path, monkeypatch):
+    """A run may start, save and end in out_dir while the import reads the weights: under the lock the import finds
+    that run's checkpoint and refuses, rather than write over it."""
+    import interop.import_hf as import_hf
+
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    taken = import_hf.lock_out_dir
+
+    def lock_after_a_run(out_dir, d):
+        (tmp_path / "run").mkdir(exist_ok=True)
+        (tmp_path / "run" / "ckpt_last.pt").write_bytes(b"a run's")  # saved while the weights were read
+        return taken(out_dir, d)
+    monkeypatch.setattr(import_hf, "lock_out_dir", lock_after_a_run)
+    with pytest.raises(UserError, match="already holds a run"):
+        import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    assert (tmp_path / "run" / "ckpt_last.pt").read_bytes() == b"a run's"
