@@ -37,7 +37,6 @@ END_TO_END = {
     # a training run's parts, as train.py puts them together
     "training/config.py": ("train.py's flags and config files", [E2E + "test_every_flag.py"]),
     "training/setup.py": ("what a run builds", [E2E + "test_train_then_sample.py", E2E + "test_first_run_messages.py"]),
-    "training/stopping.py": ("Ctrl-C and SIGTERM stop every process at one step", [E2E + "test_signals_and_lock.py"]),
     "training/fsdp.py": ("sharded training under torchrun", [E2E + "test_torchrun.py"]),
     "inference/evaluation.py": ("evaluate.py's report", [E2E + "test_evaluate_cli.py"]),
     "interop/import_hf.py": ("a Hugging Face folder imported and run (its mappings: tests/unit/interop/test_hf_*.py)",

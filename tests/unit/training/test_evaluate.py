@@ -1,5 +1,8 @@
 """training/evaluate.py: a validation batch's sums, against sums written here, and on the batch's device (the meta
 device stands for a GPU: a CPU tensor met there raises, as it would on CUDA; nothing is read back per batch)."""
+import math
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,7 +11,8 @@ from conftest import tiny_config
 from data.tokenizer import CharTokenizer
 from model import GPT, Seq2Seq
 from training import objectives
-from training.evaluate import batch_sums, token_byte_lengths
+from training.distributed import Dist
+from training.evaluate import batch_sums, evaluate, token_byte_lengths
 from test_objectives import LETTERS, decoding_stand_in, seq2seq_batch
 
 
@@ -76,3 +80,33 @@ def test_the_prompt_is_not_checked_where_no_sample_is_drawn():
                 check_prompt(tc, CharTokenizer(LETTERS))
         else:
             check_prompt(tc, CharTokenizer(LETTERS))  # no sample, with or without wandb: the prompt is unused
+
+
+def test_evaluation_sums_every_target_and_its_bytes_over_batches():
+    """Two validation batches with different numbers of targets and tokens of 1-4 UTF-8 bytes: val_loss is the
+    mean over every target (not the mean of the batches' means), val_bpb the summed nats / ln 2 / the targets'
+    bytes (not per token), val_ppl exp(val_loss); all against per-target losses computed here."""
+    text = "aé€😀"
+    objective, tokenizer = objectives.build("decoder", CharTokenizer(text))
+    torch.manual_seed(0)
+    model = GPT(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
+    g = torch.Generator().manual_seed(2)
+    val_set = []
+    for rows in (1, 3):
+        windows = torch.randint(0, len(text), (rows, 17), generator=g)
+        val_set.append(objective.val_batch(windows[:, :-1], windows[:, 1:], index=0))
+    run = SimpleNamespace(model=model, objective=objective, token_bytes=token_byte_lengths(tokenizer),
+                          device=torch.device("cpu"), dtype=torch.float32, val_set=val_set,
+                          tc=SimpleNamespace(fsdp=False), dist=Dist())
+    got = evaluate(run)
+    nats, targets, n_bytes = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in val_set:
+            logits = model(x, y)[0]
+            nats += F.cross_entropy(logits.flatten(0, 1).double(), y.flatten(), reduction="sum").item()
+            targets += y.numel()
+            n_bytes += sum(len(text[int(t)].encode()) for t in y.flatten())
+    assert n_bytes > 2 * targets  # the bytes differ from the tokens: bits per token would not pass
+    assert got["val_loss"] == pytest.approx(nats / targets, rel=1e-5)
+    assert got["val_bpb"] == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
+    assert got["val_ppl"] == pytest.approx(math.exp(nats / targets), rel=1e-5)

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from common.errors import SetupError
 from training import distributed, loop, setup
 from training import out_dir as run_folder
 from training.config import configure
@@ -97,3 +98,81 @@ def test_an_evaluation_is_the_best_only_below_every_earlier_one(monkeypatch):
         row = {"step": step, "train_loss": 1.0, "lr": 1e-3, "tok_per_s": 1.0}
         saved.append((step, loop.evaluate_row(run, row, None, bar)))  # the loop saves with this as best
     assert saved == [(1, True), (2, True), (3, False), (4, False), (5, True)] and run.best_val == 1.0
+
+
+class Poisoned:
+    """Makes one parameter's gradient all inf (no NaN: an inf norm) while `on` is set, as a backward that overflows
+    would; the run's other gradients stay finite."""
+
+    def __init__(self, run):
+        self.on = False
+        next(run.model.parameters()).register_hook(lambda g: torch.full_like(g, float("inf")) if self.on else g)
+
+
+def bookkeeping(corpus, tmp_path, monkeypatch, *flags):
+    """A Bookkeeping over a tiny CPU run (MFU's peak not measured), the lines it says, and the poisoning switch."""
+    monkeypatch.setattr(loop, "peak_matmul_flops", lambda *args: 1e12)
+    run = cpu_run(corpus, tmp_path / "run", *flags)
+    lines = []
+    book = loop.Bookkeeping(run, SimpleNamespace(disable=False, write=lines.append))
+    return run, book, lines, Poisoned(run)
+
+
+def test_an_inf_gradient_skips_its_update(corpus, tmp_path, monkeypatch):
+    """An inf gradient (not only a NaN) is found: the step leaves every parameter and the optimizer state as they
+    were, and the next finite step updates again."""
+    run, book, _, poison = bookkeeping(corpus, tmp_path, monkeypatch, "--on_nonfinite=skip")
+    book.step(0, 1e-3)
+    before = [p.detach().clone() for p in run.model.parameters()]
+    state = {k: v.clone() for s in run.optimizer.state.values() for k, v in s.items() if torch.is_tensor(v)}
+    poison.on = True
+    result = book.step(1, 1e-3)
+    assert bool(result.skipped) and torch.isinf(result.grad_norm)
+    assert all(torch.equal(a, p) for a, p in zip(before, run.model.parameters()))
+    after = {k: v for s in run.optimizer.state.values() for k, v in s.items() if torch.is_tensor(v)}
+    assert all(torch.equal(state[k], after[k]) for k in state)
+    poison.on = False
+    assert not bool(book.step(2, 1e-3).skipped)
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+    assert not all(torch.equal(a, p) for a, p in zip(before, run.model.parameters()))
+
+
+def test_skipped_updates_are_said_from_the_first_since_the_last_check(corpus, tmp_path, monkeypatch):
+    """Steps 3, 4 and 5 (1-based) skipped, read at step 6: the line names step 3, the first of them, and counts 3;
+    after that check the next skipped step (8) starts a new range, and the count runs on."""
+    run, book, lines, poison = bookkeeping(corpus, tmp_path, monkeypatch, "--on_nonfinite=skip")
+    for step in range(6):
+        poison.on = step in (2, 3, 4)
+        book.step(step, 1e-3)
+    book.check(6)
+    for step in range(6, 9):
+        poison.on = step == 7
+        book.step(step, 1e-3)
+    book.check(9)
+    book.check(9)  # nothing skipped since: says nothing
+    assert lines == ["steps 3-6: gradient not finite, 3 update(s) skipped (3 so far)",
+                     "steps 8-9: gradient not finite, 1 update(s) skipped (4 so far)"]
+    assert book.skipped == 4
+
+
+def test_a_non_finite_gradient_stops_the_run_naming_the_first_skipped_step(corpus, tmp_path, monkeypatch):
+    run, book, lines, poison = bookkeeping(corpus, tmp_path, monkeypatch, "--on_nonfinite=stop")
+    for step in range(5):
+        poison.on = step >= 1
+        book.step(step, 1e-3)
+    with pytest.raises(SetupError, match="non-finite loss or gradient at step 2; .* stopped at step 5, before saving"):
+        book.check(5)
+    assert lines == []
+
+
+def test_the_float16_scalers_overflow_is_skipped_even_where_non_finite_stops(corpus, tmp_path, monkeypatch):
+    """With the float16 GradScaler an overflow is routine (the scaler lowers its scale and skips the step), so
+    --on_nonfinite=stop does not stop the run: the skipped steps are said instead."""
+    run, book, lines, poison = bookkeeping(corpus, tmp_path, monkeypatch, "--on_nonfinite=stop")
+    run.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    for step in range(4):
+        poison.on = step in (1, 2)
+        book.step(step, 1e-3)
+    book.check(4)
+    assert lines == ["steps 2-4: gradient overflow (float16 scaler), 2 update(s) skipped (2 so far)"]
+    assert run.scaler.get_scale() == 2.0 ** 8  # halved at each overflow

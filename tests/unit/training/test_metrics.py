@@ -1,6 +1,10 @@
-"""training/metrics.py: the wandb layout a run's flags give (name, group, tags)."""
+"""training/metrics.py: the wandb layout a run's flags give (name, group, tags), and the metrics file a resumed run
+continues (rows past its checkpoint dropped, lines cut by a kill skipped)."""
+import json
+import math
+
 from training.config import configure
-from training.metrics import run_layout
+from training.metrics import METRICS_FILE, MetricsLog, keep_through, run_layout
 
 SIZE = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=20"]
 
@@ -33,3 +37,34 @@ def test_the_wandb_page_lists_every_sectioned_key():
     rows = dict(re.findall(r"^\| (\w+)/ \| (.*) \|$", page, flags=re.M))
     missing = [key for key in WANDB_KEYS.values() if f"`{key.split('/')[1]}`" not in rows.get(key.split("/")[0], "")]
     assert not missing, missing
+
+
+def test_a_resume_keeps_the_rows_through_its_step_and_drops_a_cut_line(tmp_path):
+    """Rows past the checkpoint's step are dropped, one at it kept, blank lines too; the last line, cut short by a
+    kill, is dropped."""
+    path = tmp_path / METRICS_FILE
+    rows = [{"step": s, "train_loss": 1.0 / s} for s in (1, 2, 3, 4, 5)]
+    lines = [json.dumps(r) + "\n" for r in rows]
+    path.write_text(lines[0] + "\n" + "".join(lines[1:]) + '{"step": 6, "train_lo')
+    assert keep_through(str(path), 9) == rows[4] and path.read_text() == "".join(lines)
+    assert keep_through(str(path), 3) == rows[2]
+    assert path.read_text() == "".join(lines[:3])
+    assert not (tmp_path / (METRICS_FILE + ".tmp")).exists()
+    assert keep_through(str(path), 0) is None and path.read_text() == ""
+    assert keep_through(str(tmp_path / "none.jsonl"), 3) is None and not (tmp_path / "none.jsonl").exists()
+
+
+def test_the_log_writes_non_finite_numbers_as_null_and_a_resume_appends_after_its_step(tmp_path):
+    log = MetricsLog(str(tmp_path), fresh=True)
+    for step, loss in [(1, 2.0), (2, math.inf), (3, math.nan)]:
+        log.log({"step": step, "train_loss": loss})
+    log.close()
+    read = [json.loads(line) for line in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert read == [{"step": 1, "train_loss": 2.0}, {"step": 2, "train_loss": None}, {"step": 3, "train_loss": None}]
+    log = MetricsLog(str(tmp_path), fresh=False, resume_step=2)
+    assert log.resumed_row == {"step": 2, "train_loss": None}
+    log.log({"step": 3, "train_loss": 1.5})
+    log.close()
+    steps = [json.loads(line)["step"] for line in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert steps == [1, 2, 3]
+    assert MetricsLog(str(tmp_path), fresh=True).resumed_row is None and (tmp_path / METRICS_FILE).read_text() == ""
