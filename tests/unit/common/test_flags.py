@@ -145,7 +145,7 @@ def test_no_preset_flag_means_the_default_preset():
 
 @pytest.mark.parametrize("bad, msg", [(dict(init_from="latest"), "init_from"), (dict(tokenizer="word"), "tokenizer"),
                                       (dict(min_lr=1.0), "min_lr"), (dict(dtype="fp8"), "dtype"),
-                                      (dict(batch_size=0), "batch_size")])
+                                      (dict(batch_size=0), "batch_size"), (dict(threads=2**31), "threads")])
 def test_train_config_validation(bad, msg):
     with pytest.raises(ValueError, match=msg):
         TrainConfig(**bad)
