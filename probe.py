@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from common import cli
-from common.errors import ConfigError, need, need_seed
+from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
 from common.flags import help_text, parse_configs
 from insight.probe_config import ProbeModel
@@ -60,7 +60,7 @@ class ProbeConfig:
              f"tasks={self.tasks!r} have no encoder form, and models='encoder': nothing to run; add "
              f"--models=decoder or a task among {', '.join(ENCODER_TASKS)}")
         need_seed(self.seed)
-        need(self.threads is None or self.threads > 0, f"threads={self.threads} must be a positive integer or None")
+        need_threads(self.threads)
         need_folder(self.out, "out")  # found now, not when the results are written after the training
 
     def items(self, name: str) -> list[str]:

@@ -29,10 +29,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from common import cli
 from common import flag_scope
+from common.device import pick_device
 from common.errors import FlagError, UserError
 from common.files import need_file_folder, write_atomic
 from common.flags import help_text, parse_configs
@@ -74,7 +73,7 @@ def drawn(vc: VisualizeConfig, given: set, ckpt: Checkpoint | None) -> list[Call
     writes = [figure_write(induction_curve(vc), vc.induction_curve)] if vc.induction_curve else []
     if ckpt is None:
         return writes
-    model, tokenizer = ckpt.build_model(torch.device(vc.device)).eval(), ckpt.tokenizer()
+    model, tokenizer = ckpt.build_model(pick_device(vc.device)).eval(), ckpt.tokenizer()
     if ckpt.objective == "seq2seq":
         return writes + drawn_cross(vc, model, tokenizer, png=not vc.html or "out" in given)
     if vc.html:
@@ -112,6 +111,9 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     for flag in ("out", "induction", "induction_curve", "html"):  # and where it goes: found before any is written
         if getattr(vc, flag):
             need_file_folder(getattr(vc, flag), flag)
+            if os.path.isdir(getattr(vc, flag)):  # the rename onto it would fail, after the drawing
+                raise FlagError(f"--{flag}={getattr(vc, flag)} is a folder; give the path of the file to write")
+    pick_device(vc.device)  # an unknown or absent device: one line, before the checkpoint is read
     path = path_in(vc.out_dir, vc.ckpt)
     curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too
     ckpt = None if curve_only else Checkpoint.load(path)

@@ -7,6 +7,7 @@ its traceback: it must never look like the user's fault.
 
 UserError derives from ValueError, so code that validates values (a config's __post_init__) stays idiomatic.
 """
+import os
 
 
 class UserError(ValueError):
@@ -47,3 +48,11 @@ def need_seed(seed: int) -> None:
     """A seed every random generator here takes: torch's (below 2^64, and a process adds its rank) and numpy's
     (not negative)."""
     need(0 <= seed < 2**63, f"seed={seed} must be an integer in [0, 2^63)")
+
+
+def need_threads(threads: int | None) -> None:
+    """A --threads that torch.set_num_threads takes (a C int) and this machine can run: None (torch's choice) or up
+    to a few threads per core, as data/config.py caps its --workers processes."""
+    most = max(64, 4 * (os.cpu_count() or 1))
+    need(threads is None or 0 < threads <= most, f"threads={threads} must be a positive integer up to {most} (this "
+         f"machine has {os.cpu_count()} CPU cores) or None")

@@ -7,6 +7,7 @@ Every mistake is a FlagError with one line that names the flag and, for a typo, 
 import dataclasses
 import difflib
 import math
+import os
 import tomllib
 import types
 import typing
@@ -16,12 +17,14 @@ from common.errors import FlagError
 # The flags that name a file or folder, in every command that has them (train.py, sample.py, data/prepare.py,
 # visualize.py, probe.py, compare.py's studies, interop/, bench.py and benchmarks/). An empty value names nothing:
 # it is refused, before anything runs, rather than read as the default (for --input and --pairs, the built-in
-# data: an unset shell variable would train on Shakespeare without a word) or as a path ('' is no folder).
+# data: an unset shell variable would train on Shakespeare without a word) or as a path ('' is no folder). So is a
+# value no path can be (check_path: a NUL, a name or a path past the system's limits).
 PATHS = frozenset({"out_dir", "input", "pairs", "data_root", "archive", "ckpt", "ckpt_dir", "hf_dir", "to", "to_gguf",
                    "out", "html", "induction", "induction_curve", "attention", "draft", "tmp", "nanogpt",
                    "against_nanogpt"})
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+NAME_MAX, PATH_MAX = 255, 4096  # bytes in one file or folder name, in a whole path (Linux; macOS takes shorter paths)
 
 
 def field_types(*classes) -> dict:
@@ -114,6 +117,24 @@ def check_utf8(key: str, value: str) -> None:
         raise FlagError(f"{shown} is not valid UTF-8 text; {fix}") from None
 
 
+def check_path(key: str, text: str) -> None:
+    """Refuses a path flag's value that names no file: empty, or one the system cannot take (a NUL character, which
+    a TOML string can hold; a name or a path longer than NAME_MAX or PATH_MAX), which would otherwise be met as a
+    ValueError or an OSError traceback by the first open or makedirs."""
+    if not text.strip():
+        raise FlagError(f"--{key} is empty: it takes a path; give one, or leave the flag out for its default")
+    if "\x00" in text:
+        raise FlagError(f"--{key}={text!r} holds a NUL character, which no path can; remove it")
+    longest = max(len(name.encode()) for name in text.split(os.sep))
+    shown = text if len(text) <= 60 else f"{text[:40]}...{text[-10:]}"
+    if longest > NAME_MAX:
+        raise FlagError(f"--{key}={shown} has a name of {longest} bytes; a file or folder name takes at most "
+                        f"{NAME_MAX}: give a shorter one")
+    if len(os.path.abspath(text).encode()) >= PATH_MAX:
+        raise FlagError(f"--{key}={shown} is a path of {len(os.path.abspath(text).encode())} bytes; a path takes "
+                        f"fewer than {PATH_MAX}: give a shorter one")
+
+
 def load_toml(path: str) -> dict:
     try:
         with open(path, "rb") as f:  # utf-8-sig: tomllib would read an editor's byte-order mark as a bad statement
@@ -140,6 +161,8 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
         values.update(presets[preset])
     config_file = raw.pop("config", None)
+    if config_file is not None:
+        check_path("config", config_file)
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([load_toml(config_file)] if config_file else []) + [raw]
     explicit = set()
@@ -149,8 +172,8 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
                 raise FlagError(f"unknown flag --{key}{suggest(key, names)}")
-            if key in PATHS and isinstance(text, str) and not text.strip():
-                raise FlagError(f"--{key} is empty: it takes a path; give one, or leave the flag out for its default")
+            if key in PATHS and isinstance(text, str):
+                check_path(key, text)
             values[key] = convert(key, text, known[key][1])
             if isinstance(values[key], float) and not math.isfinite(values[key]):  # no flag takes inf or nan
                 raise FlagError(f"--{key}={text} is not a finite number")

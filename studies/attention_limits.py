@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from common.errors import ConfigError
+from common.errors import ConfigError, need, need_seed
 from common.files import need_folder, write_atomic
 from common.flags import config_from_argv
 from insight.ablation import agreement, key_effects
@@ -36,13 +36,22 @@ class AttentionLimitsConfig:
     seed: int = 0
 
     def __post_init__(self):
-        from insight.probe_tasks import TASKS
+        from insight.probe_tasks import MAX_N, MIN_N, TASKS
+        from model.config import POS_EMBS
 
         if self.probe_task not in TASKS:
             raise ConfigError(f"probe_task={self.probe_task!r} is not one of {', '.join(TASKS)}")
         for name in ("windows", "query_every", "probe_sequences"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        need(self.probe_pos_emb in POS_EMBS,
+             f"probe_pos_emb={self.probe_pos_emb!r} is not one of {', '.join(POS_EMBS)}")
+        task, n, most = self.probe_task, self.probe_n, MAX_N.get(self.probe_task)  # as probe.py checks its sizes
+        need(MIN_N[task] <= n and (most is None or n <= most) and (task != "dyck" or n % 2 == 0),
+             f"probe_n={n}: the {task} task makes sizes {MIN_N[task]}..{most or 'any'}"
+             f"{' (even)' if task == 'dyck' else ''}; choose one there")
+        need(self.probe_steps >= 0, f"probe_steps={self.probe_steps} must be 0 (untrained) or more")
+        need_seed(self.seed)
 
 
 def merged(parts: list[list[dict]]) -> list[dict]:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 
 import configs
 from common.device import need_dtype
-from common.errors import CheckpointError, ConfigError, FlagError, SetupError, need, need_seed
+from common.errors import CheckpointError, ConfigError, FlagError, SetupError, need, need_seed, need_threads
 from common import flags
 from common import flag_scope
 from common.flags import parse_configs
@@ -139,7 +139,7 @@ class TrainConfig(PrepareConfig):
         need_seed(self.seed)
         need(self.checkpoint_every_s >= 0, f"checkpoint_every_s={self.checkpoint_every_s} must be >= 0 (0 = off)")
         need(self.sample_tokens >= 0, f"sample_tokens={self.sample_tokens} must be >= 0")
-        need(self.threads is None or self.threads > 0, f"threads={self.threads} must be a positive integer or None")
+        need_threads(self.threads)
         need(self.eval_tasks_n is None or self.eval_tasks_n > 0, f"eval_tasks_n={self.eval_tasks_n} must be a "
              f"positive number of items or None (all)")
         need(self.eval_tasks is None or self.model == "decoder", f"--eval_tasks scores next-token probabilities; "

@@ -92,3 +92,32 @@ def test_figures_go_into_new_folders_and_unwritable_file_types_are_refused_first
     with pytest.raises(ConfigError, match="induction=.*no .doc files"):
         visualize.main([f"--out_dir={checkpoints[0]}", f"--html={page}", f"--induction={tmp_path / 'i.doc'}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new"]
+
+
+@pytest.mark.parametrize("flag", ["--out", "--html", "--induction", "--induction_curve"])
+def test_visualize_refuses_a_folder_for_a_file_before_drawing(checkpoints, tmp_path, flag):
+    """The drawing was done and its rename onto the folder failed: an IsADirectoryError traceback."""
+    import visualize
+    from common.errors import FlagError
+
+    folder = tmp_path / "maps"
+    folder.mkdir()
+    with pytest.raises(FlagError, match=rf"^{flag}={folder} is a folder; give the path of the file to write$"):
+        visualize.main([f"--out_dir={checkpoints[0]}", "--text=ROMEO", f"{flag}={folder}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["maps"] and not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("device, said", [("x", "is not a torch device"), ("", "is not a torch device"),
+                                          ("cuda:7", "CUDA is not available here")])
+def test_visualize_refuses_a_device_it_cannot_use_in_one_line(checkpoints, tmp_path, device, said, monkeypatch):
+    """torch.device(--device) raised a RuntimeError traceback ('Invalid device string') for any typo."""
+    import visualize
+    from common.errors import SetupError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "maps.png"
+    with pytest.raises(SetupError, match=f"^--device={device}.*{said}"):
+        visualize.main([f"--out_dir={checkpoints[0]}", "--text=ROMEO", f"--out={out}", f"--device={device}"])
+    assert not out.exists()
+    visualize.main([f"--out_dir={checkpoints[0]}", "--text=ROMEO", f"--out={out}", "--device=auto"])
+    assert is_png(out)  # auto: the CPU here, as in every other command

@@ -62,6 +62,26 @@ def test_an_empty_path_flag_is_one_line_and_nothing_is_written(command, flag, tm
     assert not list(tmp_path.iterdir())
 
 
+UNTAKEN = {"nul": ("a\x00b", "holds a NUL character, which no path can; remove it"),  # a TOML string can hold one
+           "long name": ("n" * 256, "has a name of 256 bytes; a file or folder name takes at most 255"),
+           "long path": ("/".join(["d" * 200] * 21), "bytes; a path takes fewer than 4096")}
+
+
+@pytest.mark.parametrize("kind", UNTAKEN)
+@pytest.mark.parametrize("command, flag", CASES, ids=[f"{c} --{f}" for c, f in CASES])
+def test_a_path_the_system_cannot_take_is_one_line_and_nothing_is_written(command, flag, kind, tmp_path, monkeypatch,
+                                                                           capsys):
+    """A NUL or a name past the system's limits met the first open or makedirs: ValueError ('embedded null byte')
+    or OSError ('File name too long') tracebacks, in train.py after its configs were checked."""
+    module, main, _, first = COMMANDS[command]
+    value, said = UNTAKEN[kind]
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(getattr(importlib.import_module(module), main), [*first, f"--{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --{flag}=") and said in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("flag", ["--out_dir=", "--input=", "--data_root="])
 def test_train_refuses_an_empty_path_before_preparing_data(corpus, tmp_path, flag):
     """In a fresh process, as a shell runs it: the one line, and no data prepared, no run folder made."""

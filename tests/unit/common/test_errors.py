@@ -1,7 +1,7 @@
 """The user's errors (common/errors.py): need() raises the class it is given, with the message as written."""
 import pytest
 
-from common.errors import ConfigError, DataError, UserError, need, need_seed
+from common.errors import ConfigError, DataError, UserError, need, need_seed, need_threads
 
 
 def test_need_passes_silently_and_raises_its_error_class_with_the_message():
@@ -24,3 +24,15 @@ def test_a_seed_is_what_torch_and_numpy_both_take():
     for seed in (-1, 2**63, 2**70):
         with pytest.raises(ConfigError, match=rf"seed={seed} must be"):
             need_seed(seed)
+
+
+def test_threads_are_what_set_num_threads_takes_and_the_machine_can_run():
+    """2**31 passed the check and overflowed torch.set_num_threads's C int: a traceback once the run began."""
+    import os
+
+    most = max(64, 4 * os.cpu_count())
+    for threads in (None, 1, most):
+        need_threads(threads)
+    for threads in (0, -1, most + 1, 2**31):
+        with pytest.raises(ConfigError, match=rf"^threads={threads} must be a positive integer up to {most} "):
+            need_threads(threads)

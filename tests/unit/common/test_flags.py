@@ -109,6 +109,21 @@ def test_an_empty_path_is_refused_from_the_command_line_and_from_a_file(tmp_path
     assert parse(["--input=none", "--wandb_run_name="], CLASSES, PRESETS)[0] == dict(input=None, wandb_run_name=None)
 
 
+def test_a_path_the_system_cannot_take_is_refused_from_the_command_line_and_from_a_file(tmp_path):
+    """Not only the flags: a --config that no system can open was a ValueError traceback ('embedded null byte')."""
+    f = tmp_path / "run.toml"
+    f.write_text('out_dir = "run\\u0000"\n')  # TOML's escape of NUL, which no command line can pass
+    for argv, said in (([f"--config={f}"], "--out_dir='run\\x00' holds a NUL character"),
+                       (["--config=a\x00.toml"], "--config='a\\x00.toml' holds a NUL character"),
+                       (["--input=" + "x" * 256], "has a name of 256 bytes"),
+                       (["--data_root=" + "/x" * 2048], "is a path of 4096 bytes")):
+        with pytest.raises(FlagError) as e:
+            parse(argv, CLASSES, PRESETS)
+        assert said in str(e.value) and "\n" not in str(e.value)
+    name = "é" * 127  # 254 bytes: a name the system takes
+    assert parse([f"--out_dir=runs/{name}"], CLASSES, PRESETS)[0] == dict(out_dir=f"runs/{name}")
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--sample_prompt=\udcff"], "--sample_prompt=\\xff is not valid UTF-8 text; pass it as UTF-8"),
     (["--wandb_attention_probe", "caf\udce9"], "--wandb_attention_probe=caf\\xe9 is not valid UTF-8 text"),
@@ -172,7 +187,7 @@ def test_no_preset_flag_means_the_default_preset():
 
 @pytest.mark.parametrize("bad, msg", [(dict(init_from="latest"), "init_from"), (dict(tokenizer="word"), "tokenizer"),
                                       (dict(min_lr=1.0), "min_lr"), (dict(dtype="fp8"), "dtype"),
-                                      (dict(batch_size=0), "batch_size")])
+                                      (dict(batch_size=0), "batch_size"), (dict(threads=2**31), "threads")])
 def test_train_config_validation(bad, msg):
     with pytest.raises(ValueError, match=msg):
         TrainConfig(**bad)

@@ -1,4 +1,7 @@
 """The attention-limits study's pieces (studies/attention_limits.py); end to end: tests/e2e/test_studies.py."""
+import pytest
+
+from common.errors import ConfigError
 from insight import probe_fit
 from studies import attention_limits
 from studies.attention_limits import AttentionLimitsConfig, probe_effects
@@ -30,3 +33,22 @@ def test_the_probe_answer_accuracy_is_scored_on_batches_the_probe_never_trained_
         assert not streams["train"] & streams["held out"], (seed, streams)
         for seen in streams.values():
             seen.clear()
+
+
+@pytest.mark.parametrize("bad, said", [
+    (dict(probe_n=-1), "probe_n=-1: the induction task makes sizes 2..32; choose one there"),
+    (dict(probe_n=0), "probe_n=0: the induction task makes sizes 2..32"),
+    (dict(probe_n=2**31), "probe_n=2147483648: the induction task makes sizes 2..32"),
+    (dict(probe_task="dyck", probe_n=3), "probe_n=3: the dyck task makes sizes 2..any (even)"),
+    (dict(probe_pos_emb="x"), "probe_pos_emb='x' is not one of rope,"),
+    (dict(probe_steps=-1), "probe_steps=-1 must be 0 (untrained) or more"),
+    (dict(seed=-1), "seed=-1 must be an integer in [0, 2^63)")])
+def test_the_probe_settings_are_refused_in_one_line_before_the_study_runs(bad, said):
+    """--probe_n=-1 and --seed=-1 ran and wrote their results without a word, --probe_n=0 was refused as
+    'block_size=-1' and --probe_pos_emb=x as 'pos_emb=...' (no flags of the study), --probe_n=2147483648 was a
+    ValueError traceback."""
+    with pytest.raises(ConfigError) as e:
+        AttentionLimitsConfig(**bad)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+    for task, n in (("induction", 2), ("induction", 32), ("copy", 1), ("dyck", 2)):
+        AttentionLimitsConfig(probe_task=task, probe_n=n)  # the ends of each range are taken
