@@ -85,7 +85,7 @@ def test_tokens_per_second_count_steps_and_training_time_only(corpus, tmp_path, 
     for n, s, r in zip(steps, seconds, rows):
         assert s >= n * STEP_S * 0.99, (r["step"], r["tok_per_s"])  # each step sleeps STEP_S: no faster than that
     evals = [r for r in rows if "val_loss" in r]
-    assert len(evals) == 3 and all(r["eval_s"] >= SAVE_S for r in evals)
+    assert len(evals) == 3  # each saved after its row: eval_s times the evaluation, the save counts in neither
     # the rates' time excludes the three slow saves: it fits in the wall time without them
     assert sum(seconds) <= rows[-1]["elapsed_s"] - 3 * SAVE_S, (sum(seconds), rows[-1]["elapsed_s"])
     assert sum(seconds) == pytest.approx(rows[-1]["train_s"], rel=0.01)
