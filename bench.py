@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import attention_cost, nanogpt_ref, sampling, throughput, ttq  # noqa: E402
+from benchmarks import attention_cost, nanogpt_ref, need_threads, sampling, throughput, ttq  # noqa: E402
 from common import cli, flag_scope, flags  # noqa: E402
 from common.errors import FlagError, need  # noqa: E402
 from training.mfu import mfu  # noqa: E402
@@ -356,8 +356,7 @@ class BenchConfig:
     def __post_init__(self):  # every value, before the first target runs (a typo in --lengths ended the last one)
         for name in ("repeats", "batch_size", "steps", "new_tokens", "new_tokens_llama", "eval_items"):
             need(getattr(self, name) >= 1, f"--{name}={getattr(self, name)} must be >= 1", FlagError)
-        need(self.threads is None or self.threads >= 1, f"--threads={self.threads} must be >= 1 (leave it out for "
-             f"torch's own count)", FlagError)
+        need_threads(self.threads)
         for name in ("prepare_sizes", "lengths"):
             text = getattr(self, name)
             need(all(p.strip().isdigit() and int(p) > 0 for p in text.split(",")), f"--{name}={text} must be "

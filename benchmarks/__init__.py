@@ -1,2 +1,10 @@
 """Measurements that make the attention story visible: sqrt_dk.py (softmax saturation), attention_cost.py (time and
 memory vs T)."""
+from common.errors import FlagError, need
+
+
+def need_threads(threads: int | None) -> None:
+    """A benchmark's --threads: left out (None) for torch's own count, else at least 1 (0 was torch's count unsaid,
+    -1 torch's traceback)."""
+    need(threads is None or threads >= 1, f"--threads={threads} must be >= 1 (leave it out for torch's own count)",
+         FlagError)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from common import cli
+from benchmarks import need_threads
 from common.errors import FlagError
 from common.flags import config_from_argv
 from common.malloc import keep_freed_memory
@@ -162,8 +163,7 @@ class OpsConfig:
     def __post_init__(self):
         if self.rounds < 1 or self.steps < 1:
             raise FlagError(f"--rounds={self.rounds} and --steps={self.steps} must both be >= 1")
-        if self.threads is not None and self.threads < 1:  # 0 was torch's choice unsaid, -1 torch's traceback
-            raise FlagError(f"--threads={self.threads} must be >= 1 (leave it out for torch's own count)")
+        need_threads(self.threads)
 
 
 def main(argv) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import need_threads
 from .rounds import alternated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,8 +44,7 @@ class DefaultRunConfig:
         if self.repeats < 1 or self.step_rounds < 0:
             raise FlagError(f"--repeats={self.repeats} must be >= 1 and --step_rounds={self.step_rounds} >= 0 "
                             f"(--step_rounds=0 leaves the per-step table out, --whole_runs=false the whole runs)")
-        if self.threads is not None and self.threads < 1:  # 0 was torch's choice unsaid, -1 torch's traceback
-            raise FlagError(f"--threads={self.threads} must be >= 1 (leave it out for torch's own count)")
+        need_threads(self.threads)
         if self.repeats != 1 and not self.whole_runs:
             raise FlagError(f"--repeats={self.repeats} counts rounds of the whole runs, which --whole_runs=false "
                             f"leaves out; drop it (--step_rounds sets the per-step table's rounds)")

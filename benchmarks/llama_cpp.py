@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from common import cli
+from benchmarks import need_threads
 from common.errors import FlagError, UserError, need
 from common.flags import config_from_argv
 from data.tokenizer import gpt2_tokenizer
@@ -90,8 +91,7 @@ class LlamaBench:
              f"(and the warm-up's) starts with a token of its own", FlagError)
         need(self.new_tokens >= 2, f"--new_tokens={self.new_tokens} must be >= 2 (decoding is timed after the "
              f"first token)", FlagError)
-        need(self.threads is None or self.threads >= 1, f"--threads={self.threads} must be >= 1 (leave it out for "
-             f"torch's own count)", FlagError)
+        need_threads(self.threads)
 
 
 def timed(tokens):

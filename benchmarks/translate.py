@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from common import cli
+from benchmarks import need_threads
 from common.errors import FlagError, UserError, need
 from common.flags import config_from_argv
 from inference.translate import translate
@@ -42,8 +43,7 @@ class TranslateBench:
     def __post_init__(self):  # before the model is built: these ended in a traceback, some after the timed rounds
         for name in ("batch", "repeats", "source_len", "new_tokens"):
             need(getattr(self, name) >= 1, f"--{name}={getattr(self, name)} must be >= 1", FlagError)
-        need(self.threads is None or self.threads >= 1, f"--threads={self.threads} must be >= 1 (leave it out for "
-             f"torch's own count)", FlagError)
+        need_threads(self.threads)
         need(self.vocab_size >= 2, f"--vocab_size={self.vocab_size} must be >= 2 (the last id is the stop token)",
              FlagError)
         for name in ("source_len", "new_tokens"):  # the encoder's positions, and the decoder's
