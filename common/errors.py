@@ -50,9 +50,15 @@ def need_seed(seed: int) -> None:
     need(0 <= seed < 2**63, f"seed={seed} must be an integer in [0, 2^63)")
 
 
+def most_per_machine() -> int:
+    """The most threads (--threads) or processes (data/prepare.py --workers) a command runs: a few per core (never
+    under 64). Beyond it they only stall the machine, and 2^31 threads overflow torch.set_num_threads' C int."""
+    return max(64, 4 * (os.cpu_count() or 1))
+
+
 def need_threads(threads: int | None) -> None:
-    """A --threads that torch.set_num_threads takes (a C int) and this machine can run: None (torch's choice) or up
-    to a few threads per core, as data/config.py caps its --workers processes."""
-    most = max(64, 4 * (os.cpu_count() or 1))
+    """A --threads that torch.set_num_threads takes and this machine can run: None (torch's choice) or up to
+    most_per_machine()."""
+    most = most_per_machine()
     need(threads is None or 0 < threads <= most, f"threads={threads} must be a positive integer up to {most} (this "
          f"machine has {os.cpu_count()} CPU cores) or None")

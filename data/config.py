@@ -4,7 +4,7 @@ import difflib
 import os
 from dataclasses import dataclass
 
-from common.errors import need
+from common.errors import most_per_machine, need
 
 TOKENIZERS = ("char", "gpt2", "bpe")
 SPLITS = ("works", "tail", "docs")
@@ -55,7 +55,7 @@ class PrepareConfig:
                  f"(256 bytes + <|endoftext|>), e.g. 2048")
         need(self.val_tokens >= 1, f"--val_tokens={self.val_tokens} must be at least 1")
         need(self.workers >= 0, f"--workers={self.workers} must be >= 0 (0: one per CPU core)")
-        most = max(64, 4 * (os.cpu_count() or 1))  # each is a process: 100,000 of them stall the machine
+        most = most_per_machine()  # each is a process: 100,000 of them stall the machine
         need(self.workers <= most, f"--workers={self.workers} is more processes than this machine can use; use at "
                                    f"most {most}, or 0 (one per CPU core)")
         need(self.shard_tokens >= 1024, f"--shard_tokens={self.shard_tokens} is too small; use at least 1024, "
