@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import attention_cost, nanogpt_ref, need_threads, sampling, throughput, ttq  # noqa: E402
+from benchmarks import attention_cost, nanogpt_ref, need_counts, need_threads, sampling, throughput, ttq  # noqa: E402
 from common import cli, flag_scope, flags  # noqa: E402
 from common.errors import FlagError, need  # noqa: E402
 from training.mfu import mfu  # noqa: E402
@@ -357,11 +357,8 @@ class BenchConfig:
         for name in ("repeats", "batch_size", "steps", "new_tokens", "new_tokens_llama", "eval_items"):
             need(getattr(self, name) >= 1, f"--{name}={getattr(self, name)} must be >= 1", FlagError)
         need_threads(self.threads)
-        for name in ("prepare_sizes", "lengths"):
-            text = getattr(self, name)
-            need(all(p.strip().isdigit() and int(p) > 0 for p in text.split(",")), f"--{name}={text} must be "
-                 f"positive integers separated by commas (e.g. {'100,1000' if name == 'prepare_sizes' else '256,512'})",
-                 FlagError)
+        need_counts("prepare_sizes", self.prepare_sizes, "100,1000")
+        need_counts("lengths", self.lengths, "256,512")
 
 
 def targets(target: str) -> tuple[str, ...]:

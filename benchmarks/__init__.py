@@ -8,3 +8,9 @@ def need_threads(threads: int | None) -> None:
     -1 torch's traceback)."""
     need(threads is None or threads >= 1, f"--threads={threads} must be >= 1 (leave it out for torch's own count)",
          FlagError)
+
+
+def need_counts(flag: str, text: str, example: str) -> None:
+    """--flag=text must be positive integers separated by commas (sizes, lengths, batches): refused in one line."""
+    need(all(t.strip().isdigit() and int(t) > 0 for t in text.split(",")),
+         f"--{flag}={text} must be positive integers separated by commas (e.g. {example})", FlagError)

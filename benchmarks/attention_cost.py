@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks import need_counts
 from common import cli
 from common.errors import FlagError, need
 from common.files import need_file_folder
@@ -146,8 +147,7 @@ class CostConfig:
     repeats: int = 3
 
     def __post_init__(self):  # before the first length is timed: these ended the run after it, in a traceback
-        need(all(t.strip().isdigit() and int(t) > 0 for t in self.lengths.split(",")), f"--lengths={self.lengths} "
-             f"must be positive integers separated by commas (e.g. 256,512)", FlagError)
+        need_counts("lengths", self.lengths, "256,512")
         need(self.repeats >= 1, f"--repeats={self.repeats} must be >= 1", FlagError)
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import gpu_parts, gpu_runs, nanogpt_ref
+from benchmarks import gpu_parts, gpu_runs, nanogpt_ref, need_counts
 from common import cli
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import FlagError, need
@@ -77,9 +77,7 @@ class GpuCheckConfig:
 
     def __post_init__(self):
         need(self.budget_s > 0, f"--budget_s={self.budget_s:g} must be > 0 (the whole run's seconds)", FlagError)
-        need(all(b.strip().isdigit() and int(b) > 0 for b in self.micro_batches.split(",")),
-             f"--micro_batches={self.micro_batches} must be positive integers separated by commas (e.g. 16,32)",
-             FlagError)
+        need_counts("micro_batches", self.micro_batches, "16,32")
         names = [p.strip() for p in self.parts.split(",") if p.strip()]
         need(bool(names), f"--parts={self.parts} names no part; choose from {', '.join(PARTS)}", FlagError)
         # the train part's flags: refused where it does not run (or, for --micro_batches, runs at --smoke's sizes)

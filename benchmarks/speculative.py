@@ -26,6 +26,7 @@ from inference.checkpoint import in_folder_or_file, load_for_inference
 from speed.int8_kernel import for_device
 from speed.one_token import OneTokenLoops
 
+from . import need_counts
 from .rounds import alternated
 from inference.generate import check_sampling, generate_stream
 
@@ -47,8 +48,7 @@ class SpeculativeBench:
         if self.tokens < 1 or self.repeats < 1 or self.threads < 0:
             raise FlagError(f"--tokens={self.tokens} and --repeats={self.repeats} must be >= 1, --threads="
                             f"{self.threads} >= 0 (0: torch's default)")
-        if not all(k.strip().isdigit() and int(k) > 0 for k in self.guesses.split(",")):
-            raise FlagError(f"--guesses={self.guesses} must be positive integers separated by commas (e.g. 2,3,4)")
+        need_counts("guesses", self.guesses, "2,3,4")
         check_sampling(self.temperature)
 
 
