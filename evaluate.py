@@ -10,15 +10,14 @@ standard errors (inference/tasks.py, inference/choices.py). Nothing is downloade
 defaults compute in float32 on any device, so the figures compare with other tools' and between machines.
 """
 import json
-import os
 import sys
 from dataclasses import dataclass
 
 import speed
 from common import cli, flag_scope, flags, malloc
 from common.device import need_dtype, pick_device, pick_dtype
-from common.errors import CheckpointError, ConfigError, UserError, need
-from common.files import need_file_folder, write_atomic
+from common.errors import CheckpointError, UserError, need
+from common.files import need_file_path, write_atomic
 from inference.checkpoint import load_for_inference, path_in
 from inference.evaluation import evaluate, read_text, report_table
 from inference.tasks import read_tasks
@@ -104,10 +103,8 @@ def main(argv) -> None:
         return
     ec, speed_config, explicit = checked(argv)
     tasks = read_tasks(ec.tasks, ec.limit) if ec.tasks else []  # every line checked before a model is loaded
-    if ec.out and os.path.isdir(ec.out):
-        raise ConfigError(f"--out={ec.out} is a folder; give the path of the JSON file to write")
     if ec.out:
-        need_file_folder(ec.out, "out")  # found now, not when the report is written after the scoring
+        need_file_path(ec.out, "out", "JSON file")  # found now, not when the report is written after the scoring
     device = pick_device(ec.device)
     if device.type == "cpu":
         malloc.keep_freed_memory()  # each batch reuses the last one's memory: no page faults (common/malloc.py)

@@ -33,7 +33,7 @@ from common import cli
 from common import flag_scope
 from common.device import pick_device
 from common.errors import FlagError, UserError
-from common.files import need_file_folder, write_atomic
+from common.files import need_file_path, write_atomic
 from common.flags import help_text, parse_configs
 from inference.checkpoint import Checkpoint, path_in
 
@@ -110,9 +110,7 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
             figure_format(getattr(vc, flag), flag)
     for flag in ("out", "induction", "induction_curve", "html"):  # and where it goes: found before any is written
         if getattr(vc, flag):
-            need_file_folder(getattr(vc, flag), flag)
-            if os.path.isdir(getattr(vc, flag)):  # the rename onto it would fail, after the drawing
-                raise FlagError(f"--{flag}={getattr(vc, flag)} is a folder; give the path of the file to write")
+            need_file_path(getattr(vc, flag), flag)  # a folder there: the rename onto it would fail, after drawing
     pick_device(vc.device)  # an unknown or absent device: one line, before the checkpoint is read
     path = path_in(vc.out_dir, vc.ckpt)
     curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too

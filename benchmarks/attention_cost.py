@@ -18,7 +18,6 @@ includes the kernels' own buffers.
                  O(T * window) time and O(T) memory, what a windowed kernel buys
 On a log-log plot a cost ~ T^p is a line of slope p: dashed guides of slope 2 and 1 are drawn.
 """
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks import need_counts
 from common import cli
 from common.errors import FlagError, need
-from common.files import need_file_folder
+from common.files import need_file_path
 from common.flags import config_from_argv
 from model.attention import BACKENDS, AttentionContext, with_empty_rows
 from model.masks import build_mask
@@ -157,8 +156,7 @@ def need_figure_file(path: str, flag: str) -> None:
     from insight.attention_figures import figure_format
 
     figure_format(path, flag)
-    need(not os.path.isdir(path), f"--{flag}={path} is a folder; give the path of the image file to write", FlagError)
-    need_file_folder(path, flag)
+    need_file_path(path, flag, "image file")
 
 
 def parse_lengths(text: str) -> list[int]:

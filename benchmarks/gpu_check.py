@@ -50,7 +50,7 @@ from benchmarks import gpu_parts, gpu_runs, nanogpt_ref, need_counts
 from common import cli
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import FlagError, need
-from common.files import need_file_folder
+from common.files import need_file_path
 from common.flags import config_from_argv
 from model import GPT, GPTConfig
 import speed
@@ -176,8 +176,7 @@ def main(argv) -> int:
         raise FlagError(f"--parts names {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     if cfg.nanogpt is not None:
         nanogpt_ref.check_model_file(cfg.nanogpt)  # before the parts: the train part would fail after its own run
-    need(not os.path.isdir(cfg.out), f"--out={cfg.out} is a folder; give the path of the file to write", FlagError)
-    need_file_folder(cfg.out, "out")
+    need_file_path(cfg.out, "out")
     c = Check(cfg)
     failed = 0
     os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)

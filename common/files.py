@@ -84,9 +84,12 @@ def need_folder(path, flag: str) -> None:
     _refuse(path, flag, why_no_folder(path))
 
 
-def need_file_folder(path, flag: str) -> None:
-    """Refuses, in one line naming --flag, a file path whose folder cannot be made (why_no_folder), writing nothing:
-    found before the work whose result the file holds, not by its write."""
+def need_file_path(path, flag: str, kind: str = "file") -> None:
+    """Refuses, in one line naming --flag, a path no file can be written at: a folder, or one whose folder cannot be
+    made (why_no_folder); writing nothing, and found before the work whose result the file holds, not by its write.
+    kind: what the file is, as the refusal names it ('JSON file')."""
+    if os.path.isdir(path):
+        raise FlagError(f"--{flag}={path} is a folder; give the path of the {kind} to write")
     _refuse(path, flag, why_no_folder(os.path.dirname(os.path.abspath(path))))
 
 

@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from common.errors import UserError
-from common.files import disk_errors, need_file_folder, write_atomic
+from common.files import disk_errors, need_file_path, write_atomic
 from interop.mappings import hf_target
 from interop.hf_tokenizer import bpe_vocab_and_merges, mask_token
 from inference.checkpoint import Checkpoint, tensor_bytes
@@ -164,9 +164,7 @@ def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool 
     """Refuses (one line) a GGUF export of the checkpoint to path before anything is written: a folder at path, a
     file there unless overwrite, a model or tokenizer llama.cpp cannot run, a tokenizer of another size than the
     model or without merges (a char vocabulary is refused before any tokenizer is loaded)."""
-    if os.path.isdir(path):
-        raise UserError(f"--to_gguf={path} is a folder; give the path of the .gguf file to write")
-    need_file_folder(path, "to_gguf")
+    need_file_path(path, "to_gguf", ".gguf file")
     if os.path.exists(path) and not overwrite:
         raise UserError(f"{path} already exists; pass --overwrite=true or another --to_gguf")
     hf_refusals(ckpt.model_config)
