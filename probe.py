@@ -42,7 +42,7 @@ class ProbeConfig:
     wandb_project: str = "small-gpt"
 
     def __post_init__(self):
-        from insight.probe_tasks import ENCODER_TASKS, MAX_N, MIN_N, TASKS
+        from insight.probe_tasks import ENCODER_TASKS, TASKS, need_size
         from model.config import POS_EMBS
 
         for name, allowed in (("tasks", TASKS), ("pos_embs", POS_EMBS), ("models", ("decoder", "encoder"))):
@@ -53,9 +53,7 @@ class ProbeConfig:
         for name in ("copy_n", "induction_n", "recall_n", "dyck_n", "eval_batches"):
             need(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be a positive integer")
         for task in self.items("tasks"):  # the sizes a task can make, and that leave it an answer to score
-            n, most = getattr(self, f"{task}_n"), MAX_N.get(task)
-            need(n >= MIN_N[task] and (most is None or n <= most), f"{task}_n={n}: the {task} task makes sizes "
-                 f"{MIN_N[task]}..{most or 'any'}; choose one there")
+            need_size(task, getattr(self, f"{task}_n"), f"{task}_n")
         need("decoder" in self.items("models") or any(t in ENCODER_TASKS for t in self.items("tasks")),
              f"tasks={self.tasks!r} have no encoder form, and models='encoder': nothing to run; add "
              f"--models=decoder or a task among {', '.join(ENCODER_TASKS)}")

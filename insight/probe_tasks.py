@@ -21,6 +21,8 @@ Shapes: B batch, T sequence length.
 """
 import torch
 
+from common.errors import need
+
 N_SYMBOLS = 32  # content symbols 0..31 (recall: keys 0..15, values 16..31)
 SEP, QUERY, OPEN, CLOSE, EQ, YES, NO, MASK = range(N_SYMBOLS, N_SYMBOLS + 8)
 VOCAB_SIZE = N_SYMBOLS + 8
@@ -32,6 +34,13 @@ CHANCE = {"copy": 1 / N_SYMBOLS, "induction": 1 / N_SYMBOLS, "recall": 1 / (N_SY
 MAX_N = {"induction": N_SYMBOLS, "recall": N_KEYS}  # distinct symbols or keys run out beyond these
 MIN_N = {"copy": 1, "induction": 2, "recall": 1, "dyck": 2}  # the smallest size with an answer to score
 N_STEP = {"dyck": 2}  # bracket strings that can balance have even lengths
+
+
+def need_size(task: str, n: int, flag: str) -> None:
+    """Refuses (ConfigError, one line naming flag) a size the task cannot make, or that leaves it no answer."""
+    lo, most, step = MIN_N[task], MAX_N.get(task), N_STEP.get(task, 1)
+    need(lo <= n and (most is None or n <= most) and n % step == 0, f"{flag}={n}: the {task} task makes sizes "
+         f"{lo}..{most or 'any'}{' (even)' if step == 2 else ''}; choose one there")
 
 
 def copy_task(B: int, n: int, g: torch.Generator):

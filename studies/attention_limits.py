@@ -36,7 +36,7 @@ class AttentionLimitsConfig:
     seed: int = 0
 
     def __post_init__(self):
-        from insight.probe_tasks import MAX_N, MIN_N, TASKS
+        from insight.probe_tasks import TASKS, need_size
         from model.config import POS_EMBS
 
         if self.probe_task not in TASKS:
@@ -46,10 +46,7 @@ class AttentionLimitsConfig:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
         need(self.probe_pos_emb in POS_EMBS,
              f"probe_pos_emb={self.probe_pos_emb!r} is not one of {', '.join(POS_EMBS)}")
-        task, n, most = self.probe_task, self.probe_n, MAX_N.get(self.probe_task)  # as probe.py checks its sizes
-        need(MIN_N[task] <= n and (most is None or n <= most) and (task != "dyck" or n % 2 == 0),
-             f"probe_n={n}: the {task} task makes sizes {MIN_N[task]}..{most or 'any'}"
-             f"{' (even)' if task == 'dyck' else ''}; choose one there")
+        need_size(self.probe_task, self.probe_n, "probe_n")
         need(self.probe_steps >= 0, f"probe_steps={self.probe_steps} must be 0 (untrained) or more")
         need_seed(self.seed)
 
