@@ -392,7 +392,9 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
     if "llama_cpp" in want:  # its own limits (e.g. --repeats below its prompts' vocabulary), before any target
         llama_config(args)
     if "memory" in want and args.plot:
-        attention_cost.need_figure_file(args.plot, "plot")
+        from insight.attention_figures import need_figure_file  # here: matplotlib is slow to import
+
+        need_figure_file(args.plot, "plot")
     return args, want
 
 

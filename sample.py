@@ -178,10 +178,10 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
     checked against them (common/flag_scope.py) here: before the model is built or anything is printed."""
     per_class, explicit = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
     sc, speed_config = SampleConfig(**per_class[SampleConfig]), SpeedConfig(**per_class[SpeedConfig])
-    if sc.attention:  # a file type matplotlib cannot write is refused now, not after the model has run
-        from insight.attention_figures import figure_format
+    if sc.attention:  # a type matplotlib cannot write, or a folder in the way: refused now, not after the model ran
+        from insight.attention_figures import need_figure_file
 
-        figure_format(sc.attention, "attention")
+        need_figure_file(sc.attention, "attention")
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
     mode = run_mode(sc, ckpt.objective)
     facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode, "trains": False,

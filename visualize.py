@@ -103,14 +103,13 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     before anything is drawn or written."""
     per_class, explicit = parse_configs(argv, (VisualizeConfig,), {})
     vc = VisualizeConfig(**per_class[VisualizeConfig])
-    from insight.attention_figures import figure_format  # every figure's file type, before any is written
+    from insight.attention_figures import need_figure_file  # every figure's type and place, before any is written
 
     for flag in ("out", "induction", "induction_curve"):
         if getattr(vc, flag):
-            figure_format(getattr(vc, flag), flag)
-    for flag in ("out", "induction", "induction_curve", "html"):  # and where it goes: found before any is written
-        if getattr(vc, flag):
-            need_file_path(getattr(vc, flag), flag)  # a folder there: the rename onto it would fail, after drawing
+            need_figure_file(getattr(vc, flag), flag)
+    if vc.html:  # a folder there: the rename onto it would fail, after drawing
+        need_file_path(vc.html, "html", "HTML page")
     pick_device(vc.device)  # an unknown or absent device: one line, before the checkpoint is read
     path = path_in(vc.out_dir, vc.ckpt)
     curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too

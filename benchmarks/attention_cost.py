@@ -28,7 +28,6 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks import need_counts
 from common import cli
 from common.errors import FlagError, need
-from common.files import need_file_path
 from common.flags import config_from_argv
 from model.attention import BACKENDS, AttentionContext, with_empty_rows
 from model.masks import build_mask
@@ -150,14 +149,6 @@ class CostConfig:
         need(self.repeats >= 1, f"--repeats={self.repeats} must be >= 1", FlagError)
 
 
-def need_figure_file(path: str, flag: str) -> None:
-    """Refuses, in one line, a figure path that cannot be written (a type matplotlib does not write, a folder, a file
-    in the way of its folder): before the measurements it would plot, not after."""
-    from insight.attention_figures import figure_format
-
-    figure_format(path, flag)
-    need_file_path(path, flag, "image file")
-
 
 def parse_lengths(text: str) -> list[int]:
     """'256,512' -> [256, 512] (CostConfig has checked them)."""
@@ -168,6 +159,8 @@ def main(argv) -> None:
     args = config_from_argv(argv, CostConfig)
     if args is None:  # --help
         return
+    from insight.attention_figures import need_figure_file  # here: matplotlib is slow to import
+
     need_figure_file(args.out, "out")
     rows = measure(parse_lengths(args.lengths), repeats=args.repeats)
     print(table(rows))

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks.attention_cost import need_figure_file
 from common import cli
 from common.errors import FlagError, need
 from common.flags import config_from_argv
@@ -78,6 +77,8 @@ def main(argv) -> None:
     args = config_from_argv(argv, SqrtDkConfig)
     if args is None:  # --help
         return
+    from insight.attention_figures import need_figure_file  # here: matplotlib is slow to import
+
     need_figure_file(args.out, "out")
     rows = max_weights(keys=args.keys)
     print(table(rows))

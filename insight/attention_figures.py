@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from matplotlib.colors import PowerNorm  # noqa: E402
 
 from common.errors import ConfigError, UserError  # noqa: E402
-from common.files import write_atomic  # noqa: E402
+from common.files import need_file_path, write_atomic  # noqa: E402
 from common.eval_mode import evaluating  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
 from .attention_maps import attention_maps
@@ -147,6 +147,13 @@ def figure_format(path: str, flag: str | None = None) -> str:
         raise ConfigError(f"{f'--{flag}=' if flag else ''}{path}: matplotlib writes no .{kind} files; give a path "
                           f"ending in .png (or {', '.join('.' + t for t in sorted(types) if t != 'png')})")
     return kind
+
+
+def need_figure_file(path: str, flag: str) -> None:
+    """Refuses, in one line naming --flag, a figure path that cannot be written: a type matplotlib does not write, a
+    folder, a file in the way of its folder. Each command checks its figures before the work they show."""
+    figure_format(path, flag)
+    need_file_path(path, flag, "image file")
 
 
 def save_figure(fig, path, dpi: int = 110):

@@ -102,9 +102,28 @@ def test_visualize_refuses_a_folder_for_a_file_before_drawing(checkpoints, tmp_p
 
     folder = tmp_path / "maps"
     folder.mkdir()
-    with pytest.raises(FlagError, match=rf"^{flag}={folder} is a folder; give the path of the file to write$"):
+    kind = "HTML page" if flag == "--html" else "image file"
+    with pytest.raises(FlagError, match=rf"^{flag}={folder} is a folder; give the path of the {kind} to write$"):
         visualize.main([f"--out_dir={checkpoints[0]}", "--text=ROMEO", f"{flag}={folder}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["maps"] and not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("where, said", [("maps", "is a folder; give the path of the image file to write"),
+                                         ("notes.txt/maps.png", "is a file, not a folder")])
+def test_sample_refuses_an_attention_path_it_cannot_write_before_the_model_runs(checkpoints, tmp_path, where, said,
+                                                                                 monkeypatch):
+    """A folder at --attention: IsADirectoryError when the drawn figure was renamed onto it; a file in the way of its
+    folder: FileExistsError from making the folder. Both after the model had run."""
+    import sample
+    from common.errors import FlagError
+
+    (tmp_path / "maps").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setattr(sample, "draw_attention", lambda *a: pytest.fail("the model ran before the refusal"))
+    with pytest.raises(FlagError, match=f"^--attention={tmp_path / where}.*{said}"):
+        sample.main([f"--out_dir={checkpoints[0]}", "--start=ROMEO:", f"--attention={tmp_path / where}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["maps", "notes.txt"]
+    assert not list((tmp_path / "maps").iterdir())
 
 
 @pytest.mark.parametrize("device, said", [("x", "is not a torch device"), ("", "is not a torch device"),
