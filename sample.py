@@ -172,10 +172,12 @@ def read_prompt(start: str, flag: str = "start") -> str:
     return start
 
 
-def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
-    """The flags -> (SampleConfig, SpeedConfig, the flags given explicitly, the Checkpoint, the mode). The checkpoint
-    says what kind of model it holds, and with the flags what the run does (run_mode), so every explicit flag is
-    checked against them (common/flag_scope.py) here: before the model is built or anything is printed."""
+def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str, str | None]:
+    """The flags -> (SampleConfig, SpeedConfig, the flags given explicitly, the Checkpoint, the mode, the prompt's
+    text: None for an encoder-decoder, which reads --source). The checkpoint says what kind of model it holds, and
+    with the flags what the run does (run_mode), so every explicit flag is checked against them
+    (common/flag_scope.py) here: before the model is built or anything is printed. --start=FILE: is read once: the
+    mode and the prompt come from the same text, also where FILE is a pipe."""
     per_class, explicit = flags.parse_configs(argv, (SampleConfig, SpeedConfig), {})
     sc, speed_config = SampleConfig(**per_class[SampleConfig]), SpeedConfig(**per_class[SpeedConfig])
     if sc.attention:  # a type matplotlib cannot write, or a folder in the way: refused now, not after the model ran
@@ -183,7 +185,8 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
 
         need_figure_file(sc.attention, "attention")
     ckpt = Checkpoint.load(path_in(sc.out_dir, sc.ckpt))
-    mode = run_mode(sc, ckpt.objective)
+    text = None if ckpt.objective == "seq2seq" else read_prompt(sc.start)
+    mode = run_mode(sc, ckpt.objective, text)
     facts = {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode, "trains": False,
              "quantized": sc.quantize is not None,  # int8 layers: nothing left for --pack_weights to pack
              # --step_loops changes only a step compiled for a CPU (speed/one_token.py); the default compiles on CUDA
@@ -193,10 +196,10 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str]:
     if mode in ("sample", "translate") and facts.get("temperature", True):
         facts["greedy"] = sc.temperature < MIN_TEMPERATURE  # as sample_next decides
     flag_scope.print_notes(flag_scope.check("sample.py", explicit, facts))
-    return sc, speed_config, explicit, ckpt, mode
+    return sc, speed_config, explicit, ckpt, mode, text
 
 
-def run_mode(sc: SampleConfig, kind: str) -> str:
+def run_mode(sc: SampleConfig, kind: str, text: str | None) -> str:
     """What main does: 'translate' (an encoder-decoder's --source), 'attention' (draws the prompt's maps), 'masks'
     (an encoder fills the [MASK]s of its prompt), 'temperatures' (the table) or 'sample' (draws num_samples samples).
     Only 'sample' and 'translate' draw tokens: the flags of drawing apply there only."""
@@ -204,7 +207,7 @@ def run_mode(sc: SampleConfig, kind: str) -> str:
         return "translate"
     if sc.attention:
         return "attention"
-    if kind == "encoder" and MASK_TEXT in read_prompt(sc.start):  # the text that encodes to the mask id
+    if kind == "encoder" and MASK_TEXT in text:  # the text that encodes to the mask id
         return "masks"
     return "temperatures" if sc.temperatures and kind != "encoder" else "sample"
 
@@ -215,7 +218,7 @@ def main(argv) -> None:
     if "--help" in argv or "-h" in argv:
         print(flags.help_text((SampleConfig, SpeedConfig), {}, tags=flag_scope.tags("sample.py")))
         return
-    sc, speed_config, explicit, ckpt, mode = checked(argv)
+    sc, speed_config, explicit, ckpt, mode, text = checked(argv)
     device = pick_device(sc.device)
     dtype = pick_dtype(sc.dtype or ("auto" if device.type == "cuda" else "float32"), device)
     model, tokenizer = ckpt.build_model(device).eval(), ckpt.tokenizer()
@@ -224,7 +227,6 @@ def main(argv) -> None:
     if mode == "translate":
         print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
         return
-    text = read_prompt(sc.start)
     if mode == "attention":  # works for encoders too: it draws, it does not generate
         draw_attention(model, tokenizer, text, sc.attention)
         return

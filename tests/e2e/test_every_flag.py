@@ -66,7 +66,7 @@ def train_record(argv, ckpts):
 def sample_record(argv, ckpts):
     import sample
 
-    sc, speed, _, ckpt, mode = sample.checked(argv)
+    sc, speed, _, ckpt, mode, _ = sample.checked(argv)
     return {**vars(sc), **vars(speed)}, {"kind": ckpt.objective, "draft": sc.draft is not None, "mode": mode,
                                          "quantized": sc.quantize is not None}
 

@@ -199,3 +199,38 @@ def test_a_streamed_sample_that_ends_inside_a_character_prints_its_bytes_as_the_
     sc = sample.SampleConfig(num_samples=1)
     sample.print_samples(sc, tok, prompt, torch.device("cpu"), lambda generator: iter(new), "", "note")
     assert capsys.readouterr().out.splitlines()[1] == tok.decode(prompt + new)
+
+
+def test_a_prompt_file_is_read_once(tmp_path, capsys, monkeypatch):
+    """An encoder's --start=FILE: was read twice, once to choose the mode (are there masks to fill?) and again for
+    the prompt: from a pipe (FILE:/dev/stdin) the second read found nothing, and sample.py said the prompt was
+    empty. Here the file reads as a drained pipe after its first read."""
+    import builtins
+    import io
+
+    from conftest import tiny_config
+    from data.mask_token import MASK_TEXT
+    from inference.checkpoint import Checkpoint
+    from model import GPT
+
+    chars = "abcdefghijklmnopqrstuvwxyz "
+    torch.manual_seed(0)
+    model = GPT(tiny_config(vocab_size=len(chars) + 1, causal=False))
+    meta = {"tokenizer": "char", "vocab_size": len(chars), "eot_id": None, "chars": chars}
+    (tmp_path / "enc").mkdir()
+    Checkpoint(weights=model.state_dict(), model_config=model.config, step=1, data_meta=meta, objective="encoder",
+               mask_id=len(chars)).save(str(tmp_path / "enc" / "ckpt_best.pt"))
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(f"a cat {MASK_TEXT} the mat")
+    reads = []
+
+    def open_once(path, *args, **kwargs):
+        if str(path) != str(prompt):
+            return builtins.open(path, *args, **kwargs)
+        reads.append(path)
+        return builtins.open(path, *args, **kwargs) if len(reads) == 1 else io.StringIO("")
+
+    monkeypatch.setattr(sample, "open", open_once, raising=False)
+    assert sample.cli.run(sample.main, [f"--out_dir={tmp_path / 'enc'}", f"--start=FILE:{prompt}"]) == 0
+    out = capsys.readouterr()
+    assert len(reads) == 1 and out.out.startswith("a cat ") and out.out.splitlines()[0].endswith(" the mat"), out
