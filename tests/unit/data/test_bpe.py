@@ -10,7 +10,7 @@ from test_tokenizer import TEXT  # the tokenizers' sample text
 
 
 def naive_bpe(text: str, n_tokens: int) -> dict[bytes, int]:
-    # The textbook algorithm, recounting every pair after every merge; same tie rule (smallest pair of ids).
+    # The textbook algorithm, recounting every pair after every merge; same tie rule (the smallest tie_key).
     words = Counter(tuple(w.encode()) for w in regex.findall(GPT2_PATTERN, text))
     vocab = [bytes([b]) for b in range(256)]
     while len(vocab) < n_tokens:

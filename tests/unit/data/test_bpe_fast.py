@@ -12,3 +12,16 @@ def test_library_bpe_trainer_equals_the_reference(n_tokens):
     # prepare() trains with Hugging Face tokenizers (data/bpe_fast.py); data/bpe.py is the readable reference.
     text = TEXT + "the thee then there these theatre other brother " * 5
     assert train_bpe_fast([text], n_tokens) == train_bpe([text], n_tokens, GPT2_PATTERN)
+
+
+def test_the_two_trainers_agree_on_random_texts_of_few_characters():
+    """Few characters make many pairs of equal count: the tie rule (data/bpe.py's tie_key, merged tokens included)
+    decides most merges, and the library's must be the same."""
+    import random
+
+    for seed in range(30):
+        rng = random.Random(seed)
+        alphabet = rng.choice(["ab ", "abc \n", "xyz é", "aAbB1 .,", "ab\t 日"])
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(5, 400)))
+        n_tokens = N_BYTES + rng.randint(1, 80)
+        assert train_bpe_fast([text], n_tokens) == train_bpe([text], n_tokens, GPT2_PATTERN), seed

@@ -10,8 +10,8 @@ from data.bpe import N_BYTES, train_bpe
 from data.mask_token import with_mask_token
 from common.errors import DataError
 from data.tokenizer import (CHAR_SEPARATOR, GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer,
-                            carry_tokenizer, gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer, load_tokenizer,
-                            meta_problem, ranks_to_bytes)
+                            carry_tokenizer, drop_unknown, gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer,
+                            load_tokenizer, meta_problem, ranks_to_bytes)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
         "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"
@@ -166,3 +166,12 @@ def test_a_meta_that_carries_its_bpe_merges_needs_no_folder(tmp_path):
     with pytest.raises(DataError, match="corrupt") as e:
         load_tokenizer({**carried, "bpe_ranks": "not a rank\n"})
     assert "\n" not in str(e.value)
+
+
+def test_drop_unknown_keeps_what_a_char_vocabulary_has_leaves_other_tokenizers_text_and_is_never_empty():
+    char = CharTokenizer("ab c")
+    for tok in (char, with_mask_token(char)):  # the [MASK] wrapper reads the base's characters
+        assert drop_unknown(tok, "a Zb!c") == "a bc"
+        assert drop_unknown(tok, "ZZ!") == " " and tok.encode(drop_unknown(tok, "")) == [0]  # never empty
+    for tok in (gpt2_tokenizer(), bpe_small()):
+        assert drop_unknown(tok, "a Zb!c 🙂") == "a Zb!c 🙂"

@@ -51,3 +51,17 @@ def test_whole_and_cut_items_each_get_their_own_choices_sums_and_chance_averages
             want.append(logp[torch.arange(len(row) - 1), torch.tensor(row[1:])][-n:].sum().item())
         assert got["logprobs"] == pytest.approx(want, abs=1e-4)
     assert report["cut"] == 2 and report["chance"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 3 + 1 / 2) / 4)
+
+
+def test_a_tie_goes_to_the_first_choice_in_every_metric():
+    """Choices of one character each on a model whose every next token is equally likely: every sum, every mean
+    per character and per token is the same, so each metric picks choice 0, whichever the label."""
+    model = tiny_model(vocab_size=4)
+    with torch.no_grad():
+        model.head.weight.zero_()  # tied to the embedding: every logit is zero
+    items = [Item("ab", ["b", "a", "é"], 1, 1), Item("ba", ["a", "b"], 0, 2)]
+    report = score_task(model, encode_task(Task("t", "t", items), CharTokenizer(" abé"), block_size=16))
+    for it in report["items"]:
+        assert len(set(it["logprobs"])) == 1  # a tie
+        assert it["pred"] == it["pred_norm"] == it["pred_token"] == 0
+    assert report["acc"] == report["acc_norm"] == report["acc_token"] == 0.5

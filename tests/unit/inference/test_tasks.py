@@ -74,6 +74,16 @@ def test_a_bad_line_past_the_limit_still_refuses_the_file_and_names_clash(tmp_pa
         read_tasks(f"{same},{write(tmp_path / 't.jsonl', good)}")
 
 
+def test_a_limit_keeps_the_first_items_of_the_file_in_order(tmp_path):
+    """train.py --eval_tasks_n=N scores the first N items of each file, the same ones at every evaluation."""
+    lines = [{"context": f"c{i}", "choices": ["a", "b"], "label": i % 2} for i in range(5)]
+    path = write(tmp_path / "t.jsonl", *lines)
+    for limit, want in ((3, ["c0", "c1", "c2"]), (9, [f"c{i}" for i in range(5)]), (None, [f"c{i}" for i in range(5)])):
+        (task,) = read_tasks(path, limit=limit)
+        assert [item.context for item in task.items] == want and [item.line for item in task.items] == [
+            int(c[1:]) + 1 for c in want]
+
+
 def test_context_and_choice_are_tokenized_apart_the_choice_after_a_space():
     tok = gpt2_tokenizer()
     item = read_item({"context": "The cat sat on the", "choices": ["mat.", "ça va"], "label": 0})

@@ -106,6 +106,15 @@ def test_a_mask_token_export_imports_with_its_mask_id(tmp_path, capsys):
         check_same_tokenizer(str(tmp_path / "hf"), 38, CharTokenizer(CHARS))  # the data's tokenizer has none
 
 
+def test_an_import_writes_ckpt_last_and_ckpt_best_alike(tmp_path):
+    """interop/import_hf.py: the two checkpoints it writes are identical, byte for byte."""
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    last = import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    assert sorted(os.listdir(tmp_path / "run")) == [".lock", "ckpt_best.pt", "ckpt_last.pt"]  # .lock: the run lock
+    assert (tmp_path / "run" / "ckpt_best.pt").read_bytes() == (tmp_path / "run" / "ckpt_last.pt").read_bytes()
+    assert last == str(tmp_path / "run" / "ckpt_last.pt")
+
+
 def test_import_refuses_a_mask_token_the_model_has_no_row_for(tmp_path):
     export(as_checkpoint(tiny_model()), tmp_path / "hf")  # 37 tokens, 37 rows: no [MASK]
     meta = json.loads((tmp_path / "hf" / TOKENIZER_META).read_text())

@@ -150,6 +150,14 @@ def test_the_mean_memory_averages_the_real_source_positions_alone():
             torch.testing.assert_close(memory[row:row + 1], alone)
 
 
+def test_the_mean_memory_baseline_has_the_parameters_of_cross_attention():
+    """docs/seq2seq.md: cross_attn='mean' is a baseline with the same parameters (names, shapes, and from one seed
+    the same initial values): only how the memory is read differs."""
+    attention, mean = (tiny_seq2seq(cross_attn=c).state_dict() for c in ("attention", "mean"))
+    assert list(attention) == list(mean)
+    assert all(torch.equal(attention[k], mean[k]) for k in attention)
+
+
 @pytest.mark.parametrize("cross_attn", ["attention", "mean"])
 def test_flops_per_token_is_a_count_written_out_from_the_shapes(cross_attn):
     """6 per weight a position multiplies by (the tied head once, the lookups none) plus 12 x n_layer x keys x C for
