@@ -112,7 +112,7 @@ TABLES = {
         set_by={"causal": "model"}),
     "data/prepare.py": table("input split tokenizer data_root workers shard_tokens on_bad progress", *DATA_RULES),
     "sample.py": table(
-        "out_dir ckpt device dtype quantize attn_impl linear_impl qk_impl",
+        "out_dir ckpt device dtype quantize attn_impl qk_impl",
         rule("dropout_impl", trains=(True,)),
         rule("start num_samples top_tokens", SEQ2SEQ_SAMPLE, kind=TEXT),
         rule("attention", "visualize.py --source=TEXT draws an encoder-decoder's cross-attention", kind=TEXT),
@@ -129,6 +129,8 @@ TABLES = {
         # what the run does (sample.py's run_mode): only sampling and translating draw tokens
         rule("num_samples past_context compile step_loops draft batch", NOT_SAMPLING, mode=("sample",)),
         rule("pack_weights", "int8 layers are not packed", quantized=(False,)),
+        rule("linear_impl", "--quantize=int8 replaces every linear layer (the blocks' and the head) by an int8 one",
+             quantized=(False,)),
         rule("step_loops", "or add --compile=true, whose step it changes", cpu_step=(True,)),
         rule("max_new_tokens temperature top_k top_p min_p seed kv_cache", NOT_SAMPLING,
              mode=("sample", "translate")),

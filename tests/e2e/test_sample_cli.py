@@ -89,6 +89,17 @@ def test_source_batch_applies_to_a_file_of_sources_only(seq2seq_run, tmp_path, c
     assert len(capsys.readouterr().out.splitlines()) == 3
 
 
+def test_linear_impl_is_refused_with_int8_weights(seq2seq_run, capsys):
+    """--quantize=int8 replaces every linear layer, so --linear_impl would change nothing
+    (tests/unit/inference/test_quantize.py): refused in one line; with float weights it applies."""
+    args = [f"--out_dir={seq2seq_run}", "--source=abcd", "--max_new_tokens=4", "--device=cpu", "--linear_impl=aten"]
+    capsys.readouterr()
+    assert cli.run(sample.main, args + ["--quantize=int8"]) == 2
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and "--linear_impl applies to float weights" in out.err and not out.out
+    assert cli.run(sample.main, args) == 0
+
+
 def test_sample_py_compile_needs_the_cache(tmp_path, capsys):
     import sample
 
