@@ -87,6 +87,8 @@ def test_source_batch_applies_to_a_file_of_sources_only(seq2seq_run, tmp_path, c
     (tmp_path / "src.txt").write_text("abcd\nzz\nabc\n")
     assert cli.run(sample.main, args + [f"--source=FILE:{tmp_path / 'src.txt'}"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
+    assert cli.run(sample.main, args) == 2  # no --source at all: that is what is said
+    assert "pass --source=" in capsys.readouterr().err
 
 
 def test_linear_impl_is_refused_with_int8_weights(seq2seq_run, capsys):
