@@ -193,6 +193,8 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str, str
              "cpu_step": bool(sc.compile) and pick_device(sc.device).type == "cpu"}
     if mode == "translate":  # an encoder-decoder translates greedily unless --temperature is given
         facts["temperature"] = "temperature" in explicit
+        if sc.source is not None:  # none: refused when it translates (print_translations)
+            facts["source_file"] = sc.source.startswith("FILE:")  # a file's lines are batched; one text goes alone
     if mode in ("sample", "translate") and facts.get("temperature", True):
         facts["greedy"] = sc.temperature < MIN_TEMPERATURE  # as sample_next decides
     flag_scope.print_notes(flag_scope.check("sample.py", explicit, facts))

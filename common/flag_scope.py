@@ -112,7 +112,7 @@ TABLES = {
         set_by={"causal": "model"}),
     "data/prepare.py": table("input split tokenizer data_root workers shard_tokens on_bad progress", *DATA_RULES),
     "sample.py": table(
-        "out_dir ckpt device dtype quantize attn_impl linear_impl qk_impl",
+        "out_dir ckpt device dtype quantize attn_impl qk_impl",
         rule("dropout_impl", trains=(True,)),
         rule("start num_samples top_tokens", SEQ2SEQ_SAMPLE, kind=TEXT),
         rule("attention", "visualize.py --source=TEXT draws an encoder-decoder's cross-attention", kind=TEXT),
@@ -125,9 +125,12 @@ TABLES = {
         rule("draft_tokens", kind=("decoder",)),
         rule("draft_tokens", draft=(True,)),
         rule("source source_batch", "pass --start=... to sample from it", kind=("seq2seq",)),
+        rule("source_batch", "one source is translated alone", source_file=(True,)),
         # what the run does (sample.py's run_mode): only sampling and translating draw tokens
         rule("num_samples past_context compile step_loops draft batch", NOT_SAMPLING, mode=("sample",)),
         rule("pack_weights", "int8 layers are not packed", quantized=(False,)),
+        rule("linear_impl", "--quantize=int8 replaces every linear layer (the blocks' and the head) by an int8 one",
+             quantized=(False,)),
         rule("step_loops", "or add --compile=true, whose step it changes", cpu_step=(True,)),
         rule("max_new_tokens temperature top_k top_p min_p seed kv_cache", NOT_SAMPLING,
              mode=("sample", "translate")),
@@ -204,7 +207,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
           "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
-          "quantized": (False, True), "cpu_step": (False, True)}
+          "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -256,6 +259,9 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     # sample.py's translations only (a fact the other modes leave out): greedy unless --temperature is given
     "temperature": (lambda vs: "to a translation with --temperature", lambda v: "this translation is greedy: no "
                     "--temperature is given", lambda vs: "--temperature with --source"),
+    # and whether they are a file's lines, translated in batches (--source=FILE:path), or one --source text
+    "source_file": (lambda vs: "to --source=FILE:path (a file's lines, translated in batches)",
+                    lambda v: "--source is one text", lambda vs: "--source=FILE:"),
 }
 
 

@@ -59,3 +59,9 @@ class MaskTokenizer(Tokenizer):
 
 def with_mask_token(tokenizer: Tokenizer) -> MaskTokenizer:
     return tokenizer if isinstance(tokenizer, MaskTokenizer) else MaskTokenizer(tokenizer)
+
+
+def as_data(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer that reads text as the prepared data does: a MaskTokenizer's base, which spells a literal
+    `[MASK]` out as its characters (a decoder scored on a text never saw the mask id); any other unchanged."""
+    return tokenizer.base if isinstance(tokenizer, MaskTokenizer) else tokenizer

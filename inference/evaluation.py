@@ -9,6 +9,7 @@ The report (docs/evaluation.md): {"tasks": {NAME: {"n", "cut", "chance", "acc", 
 import torch
 
 from common.errors import DataError, UserError
+from data.mask_token import as_data
 from inference.choices import METRICS, score_task
 from inference.scoring import perplexity, progress_bar, sliding_windows
 from inference.tasks import Task, encode_task
@@ -26,7 +27,7 @@ def read_text(path: str, tokenizer) -> list[int]:
     except OSError as e:
         raise UserError(f"--text={path} cannot be read ({e.strerror}); give a UTF-8 text file") from None
     try:
-        tokens = tokenizer.encode(text)
+        tokens = as_data(tokenizer).encode(text)  # as the run's own text was: a literal [MASK] is characters
     except DataError as e:  # a char vocabulary without one of the text's characters
         raise UserError(f"--text={path}: {e}") from None
     if len(tokens) < 2:

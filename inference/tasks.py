@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 
 from common.errors import DataError, UserError
+from data.mask_token import as_data
 
 FORMATS = (("ctx", "endings"), ("context", "choices"))  # (context key, choices key): HellaSwag's, then plain
 
@@ -127,7 +128,7 @@ def short(value) -> str:
 def encode_task(task: Task, tokenizer, block_size: int) -> list[Encoded]:
     """A task's items -> token rows for a model of block_size; a character the tokenizer cannot encode, or a choice
     longer than the block, is a one-line UserError naming FILE:LINE."""
-    out = []
+    out, tokenizer = [], as_data(tokenizer)  # as the run's own text was: a literal [MASK] is characters
     for item in task.items:
         where = f"{task.path}:{item.line}"
         try:

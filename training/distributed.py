@@ -44,6 +44,8 @@ def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
         device_name = "cpu"
     if backend == "auto":
         backend = "nccl" if use_cuda else "gloo"  # nccl for GPUs; gloo runs on CPUs (and anywhere)
+    else:
+        need_backend(backend, torch.device(device_name).type)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restart == 0:
         dist.init_process_group(backend=backend)
@@ -53,6 +55,33 @@ def init(device_name: str, backend: str = "auto") -> tuple[Dist, str]:
         dist.init_process_group(backend=backend, store=dist.PrefixStore(f"restart{restart}", store), rank=d.rank,
                                 world_size=d.world_size)
     return d, device_name
+
+
+def need_backend(backend: str, device: str) -> None:
+    """--backend must be one torch.distributed can use here, for this process's device: a backend's name (gloo,
+    nccl, mpi, ucc, or one registered with dist.Backend.register_backend), or device:name pairs (cpu:gloo,cuda:nccl).
+    Every process refuses alike, before any joins the group (torch raises inside it, in every process)."""
+    pairs = [part.split(":", 1) for part in backend.lower().split(",")] if ":" in backend else []
+    if pairs and not all(len(pair) == 2 and all(pair) for pair in pairs):
+        raise SetupError(f"--backend={backend}: a list of backends is device:name pairs separated by commas, e.g. "
+                         f"cpu:gloo,cuda:nccl")
+    name = backend.lower()
+    # the devices each backend serves: the list's own, or those torch registered for the name (cpu and cuda)
+    served = dict(pairs) or {d: name for d in getattr(dist.Backend, "backend_capability", {}).get(name, [device])}
+    missing = sorted(n for n in set(served.values()) if not backend_available(n))
+    if missing:
+        raise SetupError(f"--backend={backend}: torch.distributed cannot use {missing[0]!r} here (no such backend, "
+                         f"or not built into this torch); use --backend=auto (nccl on GPUs, gloo on CPUs)")
+    if device in ("cpu", "cuda") and device not in served:
+        raise SetupError(f"--backend={backend} does not serve this run's device ({device}); use --backend=auto "
+                         f"(nccl on GPUs, gloo on CPUs)")
+
+
+def backend_available(name: str) -> bool:
+    if name == "undefined":  # torch's placeholder, listed among the backends
+        return False
+    check = getattr(dist, "is_backend_available", None)  # the backends built in or registered, usable here
+    return check(name) if check is not None else name in getattr(dist.Backend, "backend_list", ())
 
 
 def need_gpus(device_name: str, d: Dist) -> None:

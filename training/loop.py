@@ -190,9 +190,10 @@ def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
     row.update(evaluate(run))
+    finite = nonfinite_val(run, row, bar)
     for column in columns:  # e.g. the best head's induction score (train.py: insight/induction.py)
         row.update(column(run.model, run.tokenizer))
-    best = row["val_loss"] < run.best_val
+    best = finite and row["val_loss"] < run.best_val
     run.best_val = min(run.best_val, row["val_loss"])
     log_extras(run, log, row["step"], images)
     bar.set_description("")
@@ -200,6 +201,22 @@ def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
     say(bar, f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
               f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
     return best
+
+
+def nonfinite_val(run, row: dict, bar) -> bool:
+    """Whether row's validation loss is finite. One that is not comes from the weights an update left (a gradient
+    can be finite and its update still overflow them) or from the forward itself: with --on_nonfinite=stop the run
+    stops here, before its checkpoint; with skip it is said and counted (run.nonfinite_evals), never the best."""
+    if math.isfinite(row["val_loss"]):
+        return True
+    if run.tc.on_nonfinite == "stop":
+        raise SetupError(f"validation loss not finite at step {row['step']} (the weights or the forward overflowed); "
+                         f"the run stopped before saving: lower --learning_rate, or pass --on_nonfinite=skip to go "
+                         f"on" + checkpoint_note(run))
+    run.nonfinite_evals += 1
+    say(bar, f"step {row['step']}: validation loss not finite, not a best checkpoint "
+             f"({run.nonfinite_evals} such evaluation(s) so far)")
+    return False
 
 
 class Bookkeeping:
@@ -409,7 +426,8 @@ def finish(run, log, book: Bookkeeping) -> dict:
     steps_run = max(0, tc.max_iters - run.start_step)
     if run.dist.master:
         print(f"done: {steps_run} steps in {time.time() - book.t_start:.1f} s ({book.train_s:.1f} s training), best "
-              f"val loss {run.best_val:.4f}; checkpoints in {tc.out_dir}/")
+              f"val loss {run.best_val:.4f}; checkpoints in {tc.out_dir}/"
+              + (f" ({run.nonfinite_evals} evaluation(s) not finite)" if run.nonfinite_evals else ""))
     if tc.sample_tokens and run.everyone:
         text = sample_text(run, tc.sample_tokens)
         if run.dist.master:

@@ -4,9 +4,9 @@ wandb runs offline unless the user has logged in and set WANDB_MODE=online: trai
 network, and `wandb sync out_dir/wandb/offline-run-*` uploads a finished run later.
 
 The wandb layout, so that dashboards need no hand-editing:
-- sections: train/ (loss, lr, grad_norm, ...), val/ (loss, bpb, ppl), perf/ (tok_per_s, mfu, elapsed_s, ...),
-  insight/ (train.py --log_induction), tasks/ (train.py --eval_tasks: tasks/NAME/acc_norm, ...), samples; a key not
-  in WANDB_KEYS is logged under its own name;
+- sections: train/ (loss, lr, grad_norm, ...), val/ (loss, bpb, ppl; an encoder-decoder's exact, token_acc),
+  perf/ (tok_per_s, mfu, elapsed_s, ...), insight/ (train.py --log_induction), tasks/ (train.py --eval_tasks:
+  tasks/NAME/acc_norm, ...), samples; a key not in WANDB_KEYS is logged under its own name;
 - two x axes: `step` (the default) and `tokens` (pick it in a panel to compare runs of different batch sizes);
 - run names, groups and tags for filtering studies: the group is the data and model size, so runs that differ only
   in the option under study (pos_emb, attn_impl, causal) share a group; tags and the job type name those options.
@@ -21,6 +21,7 @@ from common.files import disk_errors, write_all
 # flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
               "val_loss": "val/loss", "val_bpb": "val/bpb", "val_ppl": "val/ppl",
+              "val_exact": "val/exact", "val_token_acc": "val/token_acc",  # an encoder-decoder's greedy decoding
               "skipped_steps": "train/skipped_steps", "tok_per_s": "perf/tok_per_s", "mfu": "perf/mfu",
               "peak_gflops": "perf/peak_gflops", "elapsed_s": "perf/elapsed_s", "train_s": "perf/train_s",
               "eval_s": "perf/eval_s",
@@ -28,6 +29,7 @@ WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/
               "induction_head": "insight/induction_head"}
 SECTIONS = ("train/*", "val/*", "perf/*", "insight/*", "tasks/*")
 BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the best value, not the last
+BEST_IS_MAX = ("val/exact", "val/token_acc")
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -121,6 +123,8 @@ class MetricsLog:
             run.define_metric(section, step_metric="step")
         for key in BEST_IS_MIN:
             run.define_metric(key, step_metric="step", summary="min")
+        for key in BEST_IS_MAX:
+            run.define_metric(key, step_metric="step", summary="max")
 
     def log(self, row: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}

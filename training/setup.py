@@ -49,6 +49,7 @@ class Run:
     token_bytes: torch.Tensor  # (V,) bytes of text per token id, for bits per byte
     start_step: int = 0
     best_val: float = math.inf
+    nonfinite_evals: int = 0  # evaluations whose loss was not finite (--on_nonfinite=skip goes on past them)
     resumed: bool = False  # from out_dir's checkpoint (whose step may be 0: an imported one)
     wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
 

@@ -111,6 +111,17 @@ def test_nan_steps_can_be_skipped(corpus, tmp_path, nan_at_step):
     assert all(torch.isfinite(w).all() for w in weights.values())
 
 
+def test_an_update_that_overflows_the_weights_stops_at_the_evaluation(corpus, tmp_path, capsys):
+    """Step 1's gradient is finite, but its update at lr 1e300 is not: the evaluation after it finds the validation
+    loss not finite and the run stops there (exit 2, one error line) without a checkpoint."""
+    out = tmp_path / "run"
+    code = train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=3", "--eval_interval=1",
+                                               "--learning_rate=1e300", "--warmup_iters=0"))
+    errors = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "validation loss not finite at step 1" in errors[0], errors
+    assert not (out / "ckpt_last.pt").exists() and not (out / "ckpt_best.pt").exists()
+
+
 def test_skipped_updates_and_tokens_count_on_across_a_resume(corpus, tmp_path, nan_at_step):
     """The metrics' running columns continue from the checkpoint's row, also where the resumed run takes more
     tokens per step than its first part did."""

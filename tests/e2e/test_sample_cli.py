@@ -76,6 +76,32 @@ def test_sample_py_translates_with_int8_weights(seq2seq_run, capsys):
         assert len(out.out.splitlines()) == 1 and "1 source(s)" in out.err, out
 
 
+def test_source_batch_applies_to_a_file_of_sources_only(seq2seq_run, tmp_path, capsys):
+    """One --source text is translated alone: --source_batch would change nothing, so it is refused; with
+    --source=FILE:path it batches the file's lines."""
+    args = [f"--out_dir={seq2seq_run}", "--max_new_tokens=4", "--device=cpu", "--source_batch=2"]
+    capsys.readouterr()
+    assert cli.run(sample.main, args + ["--source=abcd"]) == 2
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and "--source_batch applies to --source=FILE:path" in out.err and not out.out
+    (tmp_path / "src.txt").write_text("abcd\nzz\nabc\n")
+    assert cli.run(sample.main, args + [f"--source=FILE:{tmp_path / 'src.txt'}"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert cli.run(sample.main, args) == 2  # no --source at all: that is what is said
+    assert "pass --source=" in capsys.readouterr().err
+
+
+def test_linear_impl_is_refused_with_int8_weights(seq2seq_run, capsys):
+    """--quantize=int8 replaces every linear layer, so --linear_impl would change nothing
+    (tests/unit/inference/test_quantize.py): refused in one line; with float weights it applies."""
+    args = [f"--out_dir={seq2seq_run}", "--source=abcd", "--max_new_tokens=4", "--device=cpu", "--linear_impl=aten"]
+    capsys.readouterr()
+    assert cli.run(sample.main, args + ["--quantize=int8"]) == 2
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and "--linear_impl applies to float weights" in out.err and not out.out
+    assert cli.run(sample.main, args) == 0
+
+
 def test_sample_py_compile_needs_the_cache(tmp_path, capsys):
     import sample
 

@@ -173,6 +173,15 @@ def test_fsdp_needs_torchrun(corpus, tmp_path):
     assert r.returncode == 2 and "start it with torchrun" in r.stderr
 
 
+def test_a_backend_torch_cannot_use_is_refused_in_one_line_before_any_data(corpus, tmp_path):
+    out = tmp_path / "run"
+    r = run_script("train.py", tiny_args(corpus, out, "--max_iters=1", "--backend=x"), launcher=TORCHRUN)
+    said = workers_said(r.stderr)
+    assert r.returncode != 0 and "error: --backend=x: torch.distributed cannot use 'x' here" in said, said
+    assert "Traceback" not in said and "AssertionError" not in said
+    assert not out.exists() and not (tmp_path / "data").exists()  # nothing prepared, no folder made
+
+
 def test_the_encoders_validation_mask_is_the_same_for_one_and_two_processes(corpus, tmp_path):
     """The encoder's masks are seeded by each batch's global index, not its index within a rank's share: the
     fixed validation mask and the training masks of 1 process x 2 micro-steps and 2 processes agree."""

@@ -172,5 +172,5 @@ def test_an_encoder_decoder_logs_its_exact_match_and_a_translation(tmp_path):
     records = list(read_records(log))
     keys = {item.key or "/".join(item.nested_key) for rec in records if rec.WhichOneof("record_type") == "history"
             for item in rec.history.item}
-    assert any("val_exact" in k for k in keys) and any("val_token_acc" in k for k in keys), keys
+    assert {"val/exact", "val/token_acc"} <= keys and not [k for k in keys if k.startswith("val_")], keys
     assert any("sample" in k for k in keys), keys

@@ -131,6 +131,27 @@ def test_an_encoder_decoder_quantizes_both_stacks_and_the_cross_attention():
         assert (got - want).abs().max() < 2e-2 * scale, kernel
 
 
+@pytest.mark.parametrize("kind", ["decoder", "seq2seq"])
+def test_int8_weights_leave_linear_impl_nothing_to_change(kind):
+    """sample.py applies the speed levers, then quantizes: every linear layer becomes an Int8Linear, and the MLP's
+    fused up projection and GELU falls back to its own forward, so --linear_impl=onednn and aten compute the same
+    numbers (which is why sample.py refuses --linear_impl with --quantize=int8)."""
+    import speed
+
+    outputs = []
+    for impl in ("onednn", "aten"):
+        torch.manual_seed(0)
+        model = (GPT if kind == "decoder" else Seq2Seq)(tiny_config(tie_head=kind != "decoder")).eval()
+        speed.apply(model, speed.SpeedConfig(linear_impl=impl))
+        quantize(model, "int8", KERNEL)
+        assert not any(isinstance(m, nn.Linear) for m in model.modules())
+        torch.manual_seed(1)
+        x = torch.randint(0, 37, (2, 16))  # 32 rows: enough for the fused MLP call on float weights
+        with torch.no_grad():
+            outputs.append(model(x)[0] if kind == "decoder" else model(x, x)[0])
+    assert torch.equal(*outputs)
+
+
 def test_sample_config_refuses_an_unknown_quantization():
     import sample
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from common.errors import UserError
+from data.mask_token import with_mask_token
 from data.tokenizer import CharTokenizer, gpt2_tokenizer
 from inference.tasks import Task, encode_task, read_task, read_tasks
 
@@ -92,6 +93,16 @@ def test_context_and_choice_are_tokenized_apart_the_choice_after_a_space():
     assert enc.rows == [context + tok.encode(" mat."), context + tok.encode(" ça va")]
     assert enc.n_tokens == [len(tok.encode(" mat.")), len(tok.encode(" ça va"))]
     assert enc.n_chars == [4, 5] and enc.label == 0 and not enc.cut  # characters as written: ç is one
+
+
+def test_a_literal_mask_in_an_item_is_its_characters_for_a_mask_token_decoder():
+    """A --mask_token=true decoder's tokenizer reads [MASK] in a prompt as the mask id; a task's text is scored as
+    the run's prepared text was encoded, where [MASK] is six characters."""
+    chars = CharTokenizer(" AKMS[]abc")
+    item = read_item({"context": "a [MASK] b", "choices": ["[MASK]", "c"], "label": 0})
+    (enc,) = encode_task(Task("t", "t.jsonl", [item]), with_mask_token(chars), block_size=32)
+    context = chars.encode("a [MASK] b")
+    assert enc.rows == [context + chars.encode(" [MASK]"), context + chars.encode(" c")] and enc.n_tokens == [7, 2]
 
 
 def test_a_long_context_keeps_its_last_tokens_and_a_choice_longer_than_the_block_is_refused():

@@ -58,3 +58,29 @@ def test_a_gpu_index_under_torchrun_is_refused_not_ignored(torchrun):
     with pytest.raises(SetupError, match="--device=cuda:1: under torchrun each process takes the GPU of its local"):
         distributed.init("cuda:1")
     assert joined == []
+
+
+@pytest.mark.parametrize("backend, why", [
+    ("x", "torch.distributed cannot use 'x' here"),
+    ("undefined", "cannot use 'undefined'"),  # torch's placeholder, in its list of backends
+    ("gloo,x", "cannot use 'gloo,x'"),
+    ("cpu:gloo,", "a list of backends is device:name pairs"),
+    ("cuda:gloo", r"does not serve this run's device \(cpu\)"),
+])
+def test_a_backend_torch_cannot_use_is_refused_before_any_process_joins(torchrun, backend, why):
+    joined = torchrun(0, gpus=0)
+    with pytest.raises(SetupError, match=why):
+        distributed.init("cpu", backend)
+    assert joined == []
+
+
+@pytest.mark.parametrize("backend", ["gloo", "GLOO", "cpu:gloo", "mine", "cpu:mine"])
+def test_a_backend_torch_can_use_is_handed_to_it(torchrun, monkeypatch, backend):
+    """Names torch knows, in any case, alone or as device:name pairs, and one registered with torch (as
+    dist.Backend.register_backend records it: in the list of backends, with the devices it serves)."""
+    monkeypatch.setattr(distributed.dist.Backend, "backend_list", [*distributed.dist.Backend.backend_list, "mine"])
+    monkeypatch.setattr(distributed.dist.Backend, "backend_capability",
+                        {**distributed.dist.Backend.backend_capability, "mine": ["cpu"]})
+    joined = torchrun(0, gpus=0)
+    distributed.init("cpu", backend)
+    assert joined[0]["backend"] == backend

@@ -100,6 +100,41 @@ def test_an_evaluation_is_the_best_only_below_every_earlier_one(monkeypatch):
     assert saved == [(1, True), (2, True), (3, False), (4, False), (5, True)] and run.best_val == 1.0
 
 
+def evaluations(monkeypatch, losses, policy: str, out_dir: str = "unused"):
+    """A stand-in run that evaluates to each of losses in turn, the lines it says, and a function that runs the next
+    evaluation at a step and returns whether it is the best."""
+    losses = iter(losses)
+    monkeypatch.setattr(loop, "evaluate", lambda run: {"val_loss": next(losses)})
+    monkeypatch.setattr(loop, "log_extras", lambda *args: None)
+    run = SimpleNamespace(best_val=float("inf"), nonfinite_evals=0, tc=SimpleNamespace(on_nonfinite=policy,
+                                                                                        out_dir=out_dir))
+    lines = []
+    bar = SimpleNamespace(set_description=lambda text: None, write=lines.append, disable=False)
+
+    def at(step):
+        return loop.evaluate_row(run, {"step": step, "train_loss": 1.0, "lr": 1e-3, "tok_per_s": 1.0}, None, bar)
+    return run, lines, at
+
+
+def test_a_non_finite_validation_loss_is_said_and_never_the_best_where_skipped(monkeypatch):
+    run, lines, at = evaluations(monkeypatch, [2.0, float("nan"), float("inf"), 1.9], "skip")
+    assert [at(step) for step in range(1, 5)] == [True, False, False, True]
+    assert run.best_val == 1.9 and run.nonfinite_evals == 2
+    said = [line for line in lines if "not finite" in line]
+    assert said == ["step 2: validation loss not finite, not a best checkpoint (1 such evaluation(s) so far)",
+                    "step 3: validation loss not finite, not a best checkpoint (2 such evaluation(s) so far)"]
+
+
+def test_a_non_finite_validation_loss_stops_the_run_before_its_checkpoint(monkeypatch, tmp_path):
+    """A gradient can be finite while the update it makes overflows the weights: the next evaluation is the first to
+    see it, and --on_nonfinite=stop stops there (evaluate_row comes before the step's save)."""
+    run, lines, at = evaluations(monkeypatch, [2.0, float("nan")], "stop", str(tmp_path))
+    assert at(1)
+    with pytest.raises(SetupError, match="validation loss not finite at step 2 .* stopped before saving"):
+        at(2)
+    assert run.best_val == 2.0
+
+
 class Poisoned:
     """Makes one parameter's gradient all inf (no NaN: an inf norm) while `on` is set, as a backward that overflows
     would; the run's other gradients stay finite."""

@@ -68,3 +68,32 @@ def test_the_log_writes_non_finite_numbers_as_null_and_a_resume_appends_after_it
     steps = [json.loads(line)["step"] for line in (tmp_path / METRICS_FILE).read_text().splitlines()]
     assert steps == [1, 2, 3]
     assert MetricsLog(str(tmp_path), fresh=True).resumed_row is None and (tmp_path / METRICS_FILE).read_text() == ""
+
+
+class RecordingRun:
+    """Stands in for a wandb run: what define_metric and log were called with."""
+
+    def __init__(self):
+        self.defined, self.logged = {}, []
+
+    def define_metric(self, name, **kwargs):
+        self.defined[name] = kwargs
+
+    def log(self, data, step=None):
+        self.logged.append((step, data))
+
+
+def test_an_encoder_decoders_exact_match_goes_to_the_val_section_and_keeps_its_best(tmp_path):
+    """val_exact and val_token_acc (seq2seq's evaluation) are logged as val/exact and val/token_acc, which
+    docs/interop.md lists (test_the_wandb_page_lists_every_sectioned_key), and the run summary keeps their maximum
+    as it keeps the loss's minimum."""
+    log = MetricsLog(str(tmp_path), fresh=True)
+    log.wandb = run = RecordingRun()
+    log._define_layout()
+    log.log({"step": 2, "train_loss": 1.0, "val_loss": 0.5, "val_exact": 0.25, "val_token_acc": 0.75})
+    log.wandb = None  # nothing to finish
+    log.close()
+    assert run.logged == [(2, {"step": 2, "train/loss": 1.0, "val/loss": 0.5, "val/exact": 0.25,
+                               "val/token_acc": 0.75})]
+    assert run.defined["val/exact"]["summary"] == run.defined["val/token_acc"]["summary"] == "max"
+    assert run.defined["val/loss"]["summary"] == "min"
