@@ -9,6 +9,7 @@ its full traceback (exit 1): it must never be dressed up as the user's fault. Se
 traceback of a UserError too.
 """
 import atexit
+import io
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from common.errors import UserError
 
 
 def run(main, argv) -> int:
+    escape_what_stdout_cannot_encode()
     try:
         main(argv)
         return 0
@@ -40,6 +42,14 @@ def run(main, argv) -> int:
     except BrokenPipeError:  # `train.py --help | head`: the reader left; nothing to say, nowhere to say it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return 1
+
+
+def escape_what_stdout_cannot_encode() -> None:
+    """A stdout whose encoding lacks some characters (PYTHONIOENCODING=ascii, a Latin-1 locale) prints them as
+    escapes (caf\\xe9), as Python's stderr does, instead of failing with UnicodeEncodeError halfway through a sample
+    or a finished run's report."""
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.errors == "strict":
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 # A torchrun worker other than rank 0 that meets a mistake must not exit at once: torchrun stops every worker as soon
