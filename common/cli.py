@@ -6,7 +6,8 @@ fail first and speak only if torchrun has not stopped them within RANK0_GRACE_S.
 
 Only UserError (common/errors.py) is a user mistake. Any other exception is a bug, ours or a library's, and keeps
 its full traceback (exit 1): it must never be dressed up as the user's fault. Set SMALLGPT_DEBUG=1 to see the
-traceback of a UserError too.
+traceback of a UserError too. A Ctrl-C ends as `interrupted` and exit 130, also one that comes while a command
+still imports torch, before cli.run (quiet_interrupt_hook).
 """
 import atexit
 import io
@@ -15,6 +16,22 @@ import sys
 import time
 
 from common.errors import UserError
+
+
+def quiet_interrupt_hook(kind, value, traceback) -> None:
+    """sys.excepthook while a command starts: a Ctrl-C before cli.run can catch it (the seconds in which a script
+    imports torch) prints `interrupted`, not a traceback through torch's import machinery. Python then still ends
+    the process by SIGINT (exit status 130), as for any KeyboardInterrupt nothing caught; other exceptions keep
+    their traceback."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        return
+    sys.__excepthook__(kind, value, traceback)
+
+
+# Each command imports this module before torch (its first import of the project), so the hook is in place early.
+if sys.excepthook is sys.__excepthook__:  # not over a hook someone else installed (IPython, a debugger)
+    sys.excepthook = quiet_interrupt_hook
 
 
 def run(main, argv) -> int:
