@@ -42,10 +42,11 @@ import statistics
 import sys
 from dataclasses import dataclass
 
+from common import cli  # first: a Ctrl-C while torch imports prints one line (common/cli.py)
 import torch
 
 from benchmarks import attention_cost, nanogpt_ref, need_counts, need_threads, sampling, throughput, ttq  # noqa: E402
-from common import cli, flag_scope, flags  # noqa: E402
+from common import flag_scope, flags  # noqa: E402
 from common.errors import FlagError, need  # noqa: E402
 from training.mfu import mfu  # noqa: E402
 

@@ -13,8 +13,9 @@ import json
 import sys
 from dataclasses import dataclass
 
+from common import cli  # first: a Ctrl-C while torch imports prints one line (common/cli.py)
 import speed
-from common import cli, flag_scope, flags, malloc
+from common import flag_scope, flags, malloc
 from common.device import need_dtype, pick_device, pick_dtype
 from common.errors import CheckpointError, UserError, need
 from common.files import need_file_path, write_atomic

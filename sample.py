@@ -33,9 +33,9 @@ import sys
 import time
 from dataclasses import dataclass
 
+from common import cli  # first: a Ctrl-C while torch imports prints one line (common/cli.py)
 import torch
 
-from common import cli
 from common import flag_scope
 from common.device import autocast, need_dtype, pick_device, pick_dtype
 from common.errors import ConfigError, DataError, UserError, need_seed

@@ -23,6 +23,7 @@ from common import cli
 from training import distributed, loop, out_dir, setup
 from training.config import checkpoint_system, configure
 from training.loop import on_disk
+from training.metrics import need_wandb_mode
 from training.stopping import Stopped
 
 
@@ -37,6 +38,7 @@ def main(argv) -> None:
     try:
         out_dir.refuse_if_in_use(tc.out_dir, d)  # 3
         tc, ckpt = out_dir.starting_config(tc, model_overrides, explicit, d)
+        need_wandb_mode(tc.wandb_log)  # the resumed run's setting too
         tasks = []
         if tc.eval_tasks:  # every line of the task files checked now, before any data is prepared
             from inference.tasks import read_tasks

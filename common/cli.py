@@ -6,9 +6,11 @@ fail first and speak only if torchrun has not stopped them within RANK0_GRACE_S.
 
 Only UserError (common/errors.py) is a user mistake. Any other exception is a bug, ours or a library's, and keeps
 its full traceback (exit 1): it must never be dressed up as the user's fault. Set SMALLGPT_DEBUG=1 to see the
-traceback of a UserError too.
+traceback of a UserError too. A Ctrl-C ends as `interrupted` and exit 130, also one that comes while a command
+still imports torch, before cli.run (quiet_interrupt_hook).
 """
 import atexit
+import io
 import os
 import sys
 import time
@@ -16,7 +18,24 @@ import time
 from common.errors import UserError
 
 
+def quiet_interrupt_hook(kind, value, traceback) -> None:
+    """sys.excepthook while a command starts: a Ctrl-C before cli.run can catch it (the seconds in which a script
+    imports torch) prints `interrupted`, not a traceback through torch's import machinery. Python then still ends
+    the process by SIGINT (exit status 130), as for any KeyboardInterrupt nothing caught; other exceptions keep
+    their traceback."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        return
+    sys.__excepthook__(kind, value, traceback)
+
+
+# Each command imports this module before torch (its first import of the project), so the hook is in place early.
+if sys.excepthook is sys.__excepthook__:  # not over a hook someone else installed (IPython, a debugger)
+    sys.excepthook = quiet_interrupt_hook
+
+
 def run(main, argv) -> int:
+    escape_what_stdout_cannot_encode()
     try:
         main(argv)
         return 0
@@ -40,6 +59,14 @@ def run(main, argv) -> int:
     except BrokenPipeError:  # `train.py --help | head`: the reader left; nothing to say, nowhere to say it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return 1
+
+
+def escape_what_stdout_cannot_encode() -> None:
+    """A stdout whose encoding lacks some characters (PYTHONIOENCODING=ascii, a Latin-1 locale) prints them as
+    escapes (caf\\xe9), as Python's stderr does, instead of failing with UnicodeEncodeError halfway through a sample
+    or a finished run's report."""
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.errors == "strict":
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 # A torchrun worker other than rank 0 that meets a mistake must not exit at once: torchrun stops every worker as soon

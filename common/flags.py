@@ -18,7 +18,8 @@ from common.errors import FlagError
 # visualize.py, probe.py, compare.py's studies, interop/, bench.py and benchmarks/). An empty value names nothing:
 # it is refused, before anything runs, rather than read as the default (for --input and --pairs, the built-in
 # data: an unset shell variable would train on Shakespeare without a word) or as a path ('' is no folder). So is a
-# value no path can be (check_path: a NUL, a name or a path past the system's limits).
+# value no path can be (check_path: a NUL, a name or a path past the system's limits). A leading ~ is the home folder,
+# as in a shell (which expands it only at the start of a word: not in --out_dir=~/runs), never a folder named '~'.
 PATHS = frozenset({"out_dir", "input", "pairs", "data_root", "archive", "ckpt", "ckpt_dir", "hf_dir", "to", "to_gguf",
                    "out", "html", "induction", "induction_curve", "attention", "draft", "tmp", "nanogpt",
                    "against_nanogpt"})
@@ -162,6 +163,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
         values.update(presets[preset])
     config_file = raw.pop("config", None)
     if config_file is not None:
+        config_file = os.path.expanduser(config_file)
         check_path("config", config_file)
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([load_toml(config_file)] if config_file else []) + [raw]
@@ -173,6 +175,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if key not in known:
                 raise FlagError(f"unknown flag --{key}{suggest(key, names)}")
             if key in PATHS and isinstance(text, str):
+                text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed
                 check_path(key, text)
             values[key] = convert(key, text, known[key][1])
             if isinstance(values[key], float) and not math.isfinite(values[key]):  # no flag takes inf or nan

@@ -14,9 +14,9 @@ import os
 import sys
 from dataclasses import dataclass
 
+from common import cli  # first: a Ctrl-C while torch imports prints one line (common/cli.py)
 import torch
 
-from common import cli
 from common.errors import SetupError, UserError
 from common.files import need_folder
 from common.flags import config_from_argv

@@ -16,6 +16,7 @@ import json
 import math
 import os
 
+from common.errors import SetupError
 from common.files import disk_errors, write_all
 
 # flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
@@ -31,6 +32,18 @@ SECTIONS = ("train/*", "val/*", "perf/*", "insight/*", "tasks/*")
 BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the best value, not the last
 BEST_IS_MAX = ("val/exact", "val/token_acc")
 METRICS_FILE = "metrics.jsonl"
+
+
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # the values wandb takes
+
+
+def need_wandb_mode(wandb_log: bool) -> None:
+    """A run that logs to wandb, with a WANDB_MODE wandb does not take (a typo), is refused before anything is
+    built: wandb.init would fail on it with a traceback once out_dir was claimed."""
+    mode = os.environ.get("WANDB_MODE")
+    if wandb_log and mode is not None and mode not in WANDB_MODES:
+        raise SetupError(f"WANDB_MODE={mode} is not a mode wandb takes ({', '.join(WANDB_MODES)}); set it to one, "
+                         f"or unset it (offline)")
 
 
 def read_metrics(out_dir) -> list[dict]:

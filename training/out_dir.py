@@ -44,6 +44,7 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
                     d: distributed.Dist) -> tuple[TrainConfig, Checkpoint | None]:
     """(the run's settings, the checkpoint it resumes or None). A resumed run's settings are its checkpoint's with
     the flags' changes (resumed_config); a fresh run's are the flags', and out_dir must not hold a run already."""
+    check_writable(tc.out_dir)
     if start_mode(tc, d) == "resume":
         tc, ckpt = resumed_config(tc, model_overrides, explicit)
         block_size = ckpt.model_config.block_size
@@ -56,6 +57,14 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
             flag_scope.print_notes(fresh_checks(tc, explicit))
         check_out_dir(tc)
     return tc, ckpt
+
+
+def check_writable(out_dir: str) -> None:
+    """An existing out_dir this process may not write in (a read-only mount, another user's run) is refused now, not
+    by the lock file's open once the data and the model were built (a new one's folders: check_out_dir)."""
+    if os.path.isdir(out_dir) and not os.access(out_dir, os.W_OK | os.X_OK):
+        raise SetupError(f"out_dir={out_dir} is a folder this process may not write in (read-only, or another "
+                         f"user's); choose another --out_dir")
 
 
 def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:

@@ -1,7 +1,11 @@
 """How a command ends, seen from a fresh process: a user's mistake is one line and exit 2, a bug keeps its traceback,
-output piped into head ends quietly, and cli.exit_process keeps output and atexit handlers."""
+output piped into head and a Ctrl-C during the imports end quietly, and cli.exit_process keeps output and atexit
+handlers."""
+import signal
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT, run_code
 
@@ -51,3 +55,22 @@ sys.exit(5)
     r = run_code(code, timeout=120)
     assert r.stdout.split() == ["buffered", "atexit"], r.stderr  # no "teardown": __del__ at finalization skipped
     assert r.returncode == 3
+
+
+@pytest.mark.parametrize("script", ["train.py", "sample.py", "evaluate.py", "visualize.py", "compare.py", "bench.py",
+                                    "interop/export.py", "interop/import_hf.py"])
+def test_ctrl_c_while_a_command_imports_torch_is_one_line(script):
+    """A Ctrl-C in the seconds a command spends importing torch, before cli.run can catch it: `interrupted` and the
+    process ends by SIGINT (or with 130, where main imports torch), without a traceback through torch's imports."""
+    code = f"""
+import runpy, sys
+class CtrlC:  # the KeyboardInterrupt arrives as torch starts to import
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv = [{script!r}, "--help"]
+runpy.run_path({script!r}, run_name="__main__")
+"""
+    r = run_code(code, timeout=60)
+    assert r.stderr == "interrupted\n" and r.returncode in (-signal.SIGINT, 130), r.stderr[-2000:]

@@ -118,3 +118,22 @@ def test_a_file_on_the_way_of_an_output_is_one_line_before_the_work(module, args
     assert err.startswith(f"error: --{flag}={file}/") and err.endswith(f": {file} is a file, not a folder; choose "
                                                                          f"another --{flag}\n"), err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("init_from", ["scratch", "auto"])
+def test_train_refuses_an_out_dir_it_may_not_write_in_before_preparing_data(corpus, tmp_path, monkeypatch, capsys,
+                                                                              init_from):
+    """An existing out_dir on a read-only mount, or another user's: one line before the data is prepared. It failed
+    with an OSError traceback from the lock file's open, after the data and the model were built. (os.access is
+    made to say no: root, which runs these tests in places, may write in any folder a chmod guards.)"""
+    import os
+
+    import train
+    run = tmp_path / "run"
+    run.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(run) and real_access(path, mode))
+    assert cli.run(train.main, tiny_args(corpus, run, f"--init_from={init_from}")) == 2
+    assert capsys.readouterr().err == (f"error: out_dir={run} is a folder this process may not write in (read-only, "
+                                       f"or another user's); choose another --out_dir\n")
+    assert list(run.iterdir()) == [] and not (tmp_path / "data").exists()

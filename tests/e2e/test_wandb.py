@@ -174,3 +174,15 @@ def test_an_encoder_decoder_logs_its_exact_match_and_a_translation(tmp_path):
             for item in rec.history.item}
     assert {"val/exact", "val/token_acc"} <= keys and not [k for k in keys if k.startswith("val_")], keys
     assert any("sample" in k for k in keys), keys
+
+
+def test_a_wandb_mode_wandb_does_not_take_is_one_line_before_anything_is_written(corpus, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """WANDB_MODE=ofline (a typo): wandb.init failed with pydantic's traceback, after out_dir was locked and claimed
+    (a metrics.jsonl that refused the next run: "already holds a run")."""
+    import train
+    from common import cli
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    assert cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--wandb_log=true")) == 2
+    assert capsys.readouterr().err.startswith("error: WANDB_MODE=ofline is not a mode wandb takes (online, offline, ")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()

@@ -49,3 +49,15 @@ def test_train_and_sample_end_through_exit_process(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["sample.py", "--no_such_flag=1"])
     sample.entry()
     assert seen == [2, 2]
+
+
+def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
+    """PYTHONIOENCODING=ascii or a Latin-1 locale: a sample's é or 日 becomes an escape, not a UnicodeEncodeError."""
+    import io
+    for encoding, shown in (("ascii", b"caf\\xe9 \\u65e5\n"), ("latin-1", b"caf\xe9 \\u65e5\n")):
+        raw = io.BytesIO()
+        stdout = io.TextIOWrapper(raw, encoding=encoding)
+        monkeypatch.setattr(sys, "stdout", stdout)
+        assert cli.run(lambda argv: print("café 日"), []) == 0
+        stdout.flush()
+        assert raw.getvalue() == shown

@@ -280,3 +280,15 @@ def test_a_typo_of_preset_or_config_suggests_it(flag, meant):
     with pytest.raises(FlagError) as e:  # a command without presets does not suggest one
         parse(["--presets=x"], (PrepareConfig,), {})
     assert "--preset?" not in str(e.value)
+
+
+def test_a_path_flag_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """The shell leaves the ~ of --out_dir=~/runs as typed (it expands one only at a word's start); read literally,
+    train.py made a folder named '~' in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    f = tmp_path / "run.toml"
+    f.write_text('input = "~/corpus.txt"\n')
+    values, _ = parse(["--config=~/run.toml", "--out_dir=~/runs", "--data_root=~"], CLASSES, PRESETS)
+    assert values == {"input": str(tmp_path / "corpus.txt"), "out_dir": str(tmp_path / "runs"),
+                      "data_root": str(tmp_path)}
+    assert parse(["--out_dir=runs~/a~"], CLASSES, PRESETS)[0] == {"out_dir": "runs~/a~"}  # a ~ elsewhere is a name
