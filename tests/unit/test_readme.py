@@ -1,9 +1,16 @@
-"""README's words about the code that a test can check: the reading order's files and how long they are together;
-and docs/layout.md's, a line for every file."""
+"""README's words about the code that a test can check: the reading order's files and how long they are together,
+the preset table; docs/layout.md's, a line for every file; docs/interop.md's console commands; the layout of
+docs/training.md's temperature table."""
 import re
+import tomllib
+import types
 from pathlib import Path
 
-from conftest import ROOT
+import torch
+
+import configs
+from conftest import ROOT, tiny_config
+from model import GPT
 
 
 def reading_order() -> str:
@@ -46,3 +53,43 @@ def test_layout_md_gives_every_file_its_line():
     unlisted = {f for f in files - listed if not f.endswith("/__init__.py")}
     assert unlisted == set(), f"files docs/layout.md does not list: {sorted(unlisted)}"
     assert listed - files == set(), f"docs/layout.md lists files that do not exist: {sorted(listed - files)}"
+
+
+def test_interop_md_names_every_console_command():
+    """docs/interop.md's 'pip install' section lists the console commands: those pyproject.toml installs."""
+    project = tomllib.loads((Path(ROOT) / "pyproject.toml").read_text(encoding="utf-8"))
+    installed = set(project["project"]["scripts"])
+    section = (Path(ROOT) / "docs" / "interop.md").read_text(encoding="utf-8").split("## pip install")[1]
+    assert set(re.findall(r"`(small-gpt-[\w-]+)`", section)) == installed
+
+
+def test_readmes_preset_table_is_the_presets_notes():
+    """README's preset table: a row for every configs/NAME.toml, its note the file's first line (what --help shows)."""
+    readme = (Path(ROOT) / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([\w-]+)` \| (.*) \|$", readme.split("## Presets")[1].split("\n## ")[0], re.M))
+    assert rows == {name: configs.note(name) for name in configs.names()}
+
+
+def skeleton(line: str) -> str:
+    """A line of sample.py's temperature table with its token and figures blanked: its layout alone."""
+    return re.sub(r"\d", "0", re.sub(r"^'.*?'", "'x'", line))
+
+
+def test_training_mds_temperature_table_is_laid_out_as_sample_py_prints_it():
+    """docs/training.md's --temperatures table: sample.py's header, rows, 'the rest' and entropy lines, column for
+    column, and as many rows (shown + 'N more') as --top_tokens gives by default."""
+    import sample
+
+    text = (Path(ROOT) / "docs" / "training.md").read_text(encoding="utf-8")
+    doc = re.search(r"```\n(next token.*?)```", text, re.S).group(1).splitlines()
+    temperatures = [float(t) for t in re.findall(r"T=(\S+)", doc[0])]
+    doc[-2], more = re.match(r"(.*?)\s+\((\d+) more rows in the real output\)$", doc[-2]).groups()
+    torch.manual_seed(0)
+    model = GPT(tiny_config(vocab_size=12)).eval()
+    tokenizer = types.SimpleNamespace(decode=lambda ids: "abcdefghijkl"[ids[0]])
+    top = sample.SampleConfig().top_tokens
+    printed = sample.temperature_table(model, tokenizer, [1, 2, 3], temperatures, top).splitlines()
+    assert len(doc) - 3 + int(more) == len(printed) - 3 == top
+    assert doc[0] == printed[0].rstrip()
+    assert [skeleton(line) for line in doc[1:-2]] == [skeleton(line) for line in printed[1:len(doc) - 2]]
+    assert [skeleton(line) for line in doc[-2:]] == [skeleton(line) for line in printed[-2:]]
