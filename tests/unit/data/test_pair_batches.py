@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from data.pair_batches import PairBatches, TaskPairs, collate, task_pair, val_pair_batches
+from data.pair_batches import FilePairs, PairBatches, TaskPairs, collate, task_pair, val_pair_batches
 from data.pairs import is_val_pair
 
 
@@ -13,6 +13,7 @@ def test_the_tasks_answers():
         assert 3 <= len(s) <= 9 and t == s[::-1]
         s, t = task_pair("sort", rng, 3, 9)
         assert list(t) == sorted(s)
+    assert {len(task_pair("sort", rng, 2, 4)[0]) for _ in range(200)} == {2, 3, 4}  # both ends drawn
 
 
 def test_a_task_never_trains_on_a_validation_pair():
@@ -43,3 +44,24 @@ def test_two_processes_draw_what_one_accumulating_process_draws():
     assert not torch.equal(one.get(0, 0)[1], one.get(1, 0)[1])  # each step draws afresh
     shares = [val_pair_batches(pairs, 4, 5, 26, rank=r, world_size=2) for r in (0, 1)]
     assert len(shares[0]) == 3 and len(shares[1]) == 2
+
+
+def pairs_folder(tmp_path, pairs):
+    """A prepared split written by hand: each pair's source then target tokens, and their lengths."""
+    np.save(tmp_path / "train.lengths.npy", np.array([(len(s), len(t)) for s, t in pairs], dtype=np.int64))
+    (tmp_path / "train.tokens").write_bytes(np.array([i for s, t in pairs for i in s + t], dtype=np.uint16).tobytes())
+    return tmp_path
+
+
+def test_a_file_pair_fits_when_its_source_and_its_target_with_stop_fill_the_block_exactly(tmp_path):
+    pairs = [([1] * n_s, [2] * n_t) for n_s in (3, 4, 5) for n_t in (2, 3, 4)]
+    got = FilePairs(pairs_folder(tmp_path, pairs), "train", {"dtype": "uint16"}, block_size=4)
+    want = [(s, t) for s, t in pairs if len(s) <= 4 and len(t) + 1 <= 4]
+    assert got.first(100) == want and got.too_long == len(pairs) - len(want)
+
+
+def test_a_file_draw_reaches_every_pair(tmp_path):
+    pairs = [([i], [i + 1, i]) for i in range(1, 6)]
+    got = FilePairs(pairs_folder(tmp_path, pairs), "train", {"dtype": "uint16"}, block_size=4)
+    drawn = got.draw(np.random.default_rng(0), 200)
+    assert sorted(set(map(str, drawn))) == sorted(map(str, pairs))

@@ -208,3 +208,39 @@ def test_a_bpe_vocabulary_the_pairs_cannot_make_is_refused(tmp_path):
     with pytest.raises(DataError, match=r"^--bpe_vocab_size=2048 .* use --bpe_vocab_size=\d+ or less"):
         prepare_pairs(str(path), "bpe", bpe_vocab_size=2048, data_root=tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.tsv"]  # no prepared/ or locks/
+
+
+def test_a_checkpoint_meta_from_before_bpe_ranks_is_compared_by_the_files_alone(tmp_path):
+    """A meta.json without bpe_ranks (an older checkpoint's) still matches a new one that carries them."""
+    older = {k: v for k, v in META.items() if k != "bpe_ranks"}
+    old = pairs_folder(tmp_path / "old", older)
+    moved = dict(META, fingerprint="bbb", input="/v2/pairs.tsv", bpe_ranks="ranks")
+    assert same_prepared_pairs(old, older, pairs_folder(tmp_path / "new", moved), moved)
+
+
+def test_the_bpe_merges_are_learned_from_the_training_pairs_alone(tmp_path):
+    from data.bpe_fast import train_bpe_vocab
+    from data.tokenizer import ranks_to_bytes
+
+    path, pairs = pairs_file(tmp_path)
+    folder = prepare_pairs(str(path), "bpe", bpe_vocab_size=300, data_root=tmp_path, progress=False)
+    train = [side for p in pairs if not is_val_pair(*p) for side in p]
+    assert (folder / "bpe.ranks").read_bytes() == ranks_to_bytes(train_bpe_vocab(train, 300))
+
+
+def test_settings_that_do_not_apply_to_the_file_leave_its_folder_as_it_is(tmp_path):
+    """--bpe_vocab_size without bpe, the JSON fields of a .tsv: the same folder, not a second build."""
+    path, _ = pairs_file(tmp_path, n=60)
+    folder = prepare_pairs(str(path), "char", data_root=tmp_path, progress=False)
+    assert prepare_pairs(str(path), "char", bpe_vocab_size=300, source_field="q", target_field="a",
+                         data_root=tmp_path, progress=False) == folder
+    assert [p.name for p in (tmp_path / "prepared").iterdir()] == [folder.name]
+
+
+def test_pairs_that_all_land_in_training_are_refused_and_leave_no_folder(tmp_path):
+    lines = [f"a{i}\tb{i}" for i in range(40)]
+    path = write(tmp_path / "p.tsv", "".join(f"{line}\n" for line in lines if not is_val_pair(*line.split("\t")))
+                 .encode())
+    with pytest.raises(DataError, match=r"leave the val split empty"):
+        prepare_pairs(str(path), data_root=tmp_path / "root", progress=False)
+    assert not (tmp_path / "root").exists()

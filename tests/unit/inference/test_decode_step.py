@@ -207,6 +207,23 @@ def test_a_graph_is_not_called_directly_unless_its_inputs_and_output_are_the_ste
     assert GraphCall.of((graph, [weight, idx, k[0], v[0], col], [(logits.clone(),)]), args, logits) is None
 
 
+def test_a_graph_call_drops_the_first_output_and_refuses_a_graph_run_never_or_with_shared_inputs():
+    """GraphCall.of lets go of the first call's output, and gives None where the graph never ran (no first output) or
+    where two of the step's own tensors are one (a graph traced with them shared could not be given two)."""
+    idx, k, v, col, logits = torch.zeros(1, 1), [torch.zeros(1)], [torch.zeros(1)], torch.zeros(1), torch.zeros(1, 5)
+    weight = torch.ones(3)
+
+    def graph(*inputs):
+        return (logits,)
+    first = [(logits,)]
+    assert isinstance(GraphCall.of((graph, [weight, idx, k[0], v[0], col], first), (None, idx, k, v, col, None),
+                                   logits), GraphCall)
+    assert first == []  # the first call's logits are not kept alive
+    assert GraphCall.of((graph, [weight, idx, k[0], v[0], col], []), (None, idx, k, v, col, None), logits) is None
+    shared = (None, idx, k, k, col, None)  # v is k
+    assert GraphCall.of((graph, [weight, idx, k[0], col], [(logits,)]), shared, logits) is None
+
+
 def test_a_step_copies_nothing_from_the_host(monkeypatch):
     """The step's column lives on the device and counts up there: one tensor made from a host number per cache (the
     prefill, and each slide of the window), not one per token."""

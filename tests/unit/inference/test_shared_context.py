@@ -61,6 +61,28 @@ def test_groups_share_a_number_of_choices_and_fit_the_budget_and_the_block():
     assert len(groups(items, 1000, block_size=16)) == 3  # 4 choices: (9 + 6), (2 + 7), (12 + 1) do not all fit 16
 
 
+def test_groups_take_the_longest_context_first_and_fill_the_budget_and_the_block_to_the_last_token():
+    """Each bound met exactly joins the group: B x Tc == batch_tokens, and Tc + Tch - 1 == block_size."""
+    items = [item([1] * 2, [[2], [3]]), item([1] * 9, [[2] * 3, [3]]), item([1] * 5, [[2] * 8, [3]]),
+             item([1] * 5, [[2], [3]])]
+    # longest context first: 1 (9), then 2 (5 + a choice of 8: 9 + 8 - 1 = 16 columns, 2 x 9 = 18 tokens); 3 would
+    # make 3 x 9 = 27 tokens, so it starts a group that 0 joins (2 x 5 = 10)
+    assert groups(items, batch_tokens=18, block_size=16) == [[1, 2], [3, 0]]
+
+
+def test_the_bar_counts_every_row_once_whole_items_and_cut_ones():
+    class Bar:
+        n = 0
+
+        def update(self, n):
+            self.n += n
+    items = random_items()
+    items[1] = item(items[1].rows[0][:-items[1].n_tokens[0]], [[1, 2]] * 4, cut=True)
+    bar = Bar()
+    choice_logprobs(tiny_model(), items, batch_tokens=20, bar=bar)
+    assert bar.n == sum(len(it.rows) for it in items) == 16
+
+
 def test_cut_items_go_through_the_rows_and_the_batch_changes_no_score():
     model = tiny_model(pos_emb="learned")
     items = random_items(seed=1)

@@ -35,3 +35,47 @@ def test_a_cut_probe_drops_characters_the_vocabulary_lacks_and_an_uncut_one_refu
     assert encode_probe(model, tokenizer, "abc Z!cab", cut=True).tolist() == [tokenizer.encode("abccab")]
     with pytest.raises(ValueError, match="not in this char vocabulary"):
         encode_probe(model, tokenizer, "abc Z!cab")
+
+
+def test_labels_show_whitespace_and_shorten_pieces_past_eight_characters():
+    from insight.attention_figures import printable
+
+    assert printable(["a b", "\n", "\t", "abcdefgh", "abcdefghi"]) == [
+        "a\u2423b", "\\n", "\\t", "abcdefgh", "abcdefg\u2026"]
+
+
+def test_a_probe_takes_up_to_the_smaller_of_its_limit_and_the_context_and_a_cut_one_keeps_the_end():
+    from common.errors import UserError
+    from data.tokenizer import CharTokenizer
+    from insight.attention_figures import encode_probe
+
+    model, tokenizer = tiny_model(block_size=16), CharTokenizer("abc")
+    text = "abc" * 6  # 18 tokens
+    assert encode_probe(model, tokenizer, text[:16]).tolist() == [tokenizer.encode(text[:16])]  # exactly the block
+    assert encode_probe(model, tokenizer, text, cut=True).tolist() == [tokenizer.encode(text[-16:])]
+    assert encode_probe(model, tokenizer, text, max_tokens=5, cut=True).tolist() == [tokenizer.encode(text[-5:])]
+    with pytest.raises(UserError, match=r"^the text is 18 tokens and this model's context is 16; shorten the text$"):
+        encode_probe(model, tokenizer, text)
+    with pytest.raises(UserError, match=r"a figure shows at most --max_tokens=5; shorten the text or raise"):
+        encode_probe(model, tokenizer, text[:6], max_tokens=5)
+
+
+def test_the_last_panel_of_each_layer_is_the_mean_of_its_heads():
+    import torch
+
+    from insight.attention_figures import attention_data
+    from insight.attention_maps import attention_maps
+
+    model = tiny_model()
+    idx = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    data = attention_data(model, idx)  # (L, H + 1, T, T)
+    maps = attention_maps(model, idx)[:, 0]  # (L, H, T, T)
+    torch.testing.assert_close(data[:, :-1], maps)
+    torch.testing.assert_close(data[:, -1], (maps[:, 0] + maps[:, 1]) / 2)
+
+
+def test_a_figure_path_names_its_type_in_any_case_and_png_without_one():
+    from insight.attention_figures import figure_format
+
+    assert figure_format("a/maps.PNG") == "png" and figure_format("maps") == "png"
+    assert figure_format("maps.Svg") == "svg"

@@ -108,3 +108,32 @@ def test_repeated_tokens_use_every_allowed_token_when_there_are_too_few():
     first = idx[0, :11]
     assert torch.equal(idx[0, 11:], first) and set(first[:4].tolist()) == {1, 2, 3, 4}  # all four before a repeat
     assert sorted(first.bincount(minlength=6).tolist()) == [0, 0, 2, 3, 3, 3]  # 11 = 3 + 3 + 3 + 2
+
+
+def test_the_best_head_is_named_by_its_layer_and_head():
+    from insight.induction import InductionScores
+
+    prefix = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.1, 0.9]])  # (L=2, H=3)
+    assert InductionScores(prefix, None).best() == (pytest.approx(0.9), 1, 2)
+
+
+@torch.no_grad()
+def test_the_probe_fits_the_models_context_and_a_context_too_short_gives_no_row():
+    """Learned positions refuse a sequence past the block: the default probe (2 x 32 tokens) is cut to 2 x 8."""
+    from insight.induction import induction_scores, training_row
+    from data.tokenizer import CharTokenizer
+
+    model = tiny_model(pos_emb="learned", block_size=16)
+    assert torch.equal(induction_scores(model, with_copy=False).prefix,
+                       induction_scores(model, half=8, with_copy=False).prefix)
+    assert set(training_row(model, CharTokenizer("abc"))) == {"induction_score", "induction_head"}
+    assert training_row(tiny_model(pos_emb="learned", block_size=3), CharTokenizer("abc")) == {}
+
+
+def test_a_probe_avoids_the_mask_and_end_of_text_ids():
+    from types import SimpleNamespace
+
+    from insight.induction import special_ids
+
+    assert special_ids(SimpleNamespace(mask_id=7, eot_id=5)) == (7, 5)
+    assert special_ids(SimpleNamespace(eot_id=5)) == (5,) and special_ids(SimpleNamespace(eot_id=None)) == ()

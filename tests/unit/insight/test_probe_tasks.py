@@ -88,3 +88,32 @@ def test_mixed_sizes_run_from_half_to_n_on_the_tasks_own_steps():
         for n in (2, 4, 8):
             for size in pt.train_sizes(task, n, mixed=True):
                 pt.make_batch(task, 1, size, torch.Generator().manual_seed(0))
+
+
+def test_recall_asks_for_every_pair_and_chance_is_one_over_the_answers_it_can_take():
+    tokens, _ = batch("recall", 3, B=300)
+    asked = {row[:6:2].index(row[7]) for row in tokens.tolist()}
+    assert asked == {0, 1, 2}  # the last pair too
+    for task in ("copy", "recall"):
+        x, y = pt.model_io(*batch(task, 8, B=500), causal=True)
+        assert len(y[y >= 0].unique()) == round(1 / pt.CHANCE[task])
+
+
+def test_the_largest_size_a_task_has_room_for_is_made_and_the_next_refused():
+    from common.errors import ConfigError
+
+    for task, most in pt.MAX_N.items():
+        assert batch(task, most, B=2)[0].size(0) == 2
+        pt.need_size(task, most, "--n")
+        with pytest.raises(ValueError, match=f"at most n={most}"):
+            batch(task, most + 1, B=2)
+        with pytest.raises(ConfigError, match=f"^--n={most + 1}: the {task} task makes sizes"):
+            pt.need_size(task, most + 1, "--n")
+
+
+def test_a_decoder_reads_one_token_fewer_than_an_encoder():
+    for task in pt.TASKS:
+        tokens, answer = batch(task, 4, B=1)
+        for causal in (True, False):
+            assert pt.length(task, 4, causal) == pt.model_io(tokens, answer, causal)[0].size(1)
+    assert (pt.length("copy", 4, causal=True), pt.length("copy", 4, causal=False)) == (8, 9)

@@ -261,3 +261,58 @@ def test_an_import_checks_out_dir_again_under_its_lock(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="already holds a run"):
         import_checkpoint(tmp_path / "hf", tmp_path / "run")
     assert (tmp_path / "run" / "ckpt_last.pt").read_bytes() == b"a run's"
+
+
+def test_an_import_into_a_run_is_refused_before_the_weights_are_read(tmp_path, monkeypatch):
+    import interop.import_hf as import_hf
+
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ckpt_best.pt").write_bytes(b"a run's")
+    read = []
+    monkeypatch.setattr(import_hf, "load_hf_gpt2", lambda *a, **k: read.append(a))
+    with pytest.raises(UserError, match="already holds a run"):
+        import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    assert read == [] and os.listdir(tmp_path / "run") == ["ckpt_best.pt"]
+
+
+def test_a_folder_tokenizer_with_its_merges_inline_needs_no_merges_file(tmp_path):
+    from interop.import_hf import exported_tokenizer
+
+    base = small_bpe()
+    meta = {"tokenizer": "bpe", "vocab_size": base.vocab_size, "eot_id": base.eot_id, "bpe_file": "bpe.tiktoken",
+            "bpe_ranks": ranks_to_bytes(base.encoding._mergeable_ranks).decode("ascii")}
+    (tmp_path / TOKENIZER_META).write_text(json.dumps(meta))
+    assert exported_tokenizer(str(tmp_path)) == meta
+    del meta["bpe_ranks"]
+    (tmp_path / TOKENIZER_META).write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="bpe.tiktoken is missing"):
+        exported_tokenizer(str(tmp_path))
+
+
+def test_an_export_fills_an_empty_folder_readable_as_the_umask_allows(tmp_path):
+    from common.files import current_umask
+
+    (tmp_path / "hf").mkdir()  # empty: nothing to overwrite
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    assert "model.safetensors" in os.listdir(tmp_path / "hf")
+    assert os.stat(tmp_path / "hf").st_mode & 0o777 == 0o777 & ~current_umask()  # not mkdtemp's 0700
+
+
+def test_an_overwrite_that_fails_to_move_the_new_export_in_puts_the_old_one_back(tmp_path, monkeypatch):
+    from interop.export import replace_folder
+
+    export(as_checkpoint(tiny_model(seed=0)), tmp_path / "hf")
+    before = {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")}
+    (tmp_path / "new").mkdir()
+    replace, calls = os.replace, []
+
+    def fails_second(src, dst):
+        calls.append(src)
+        if len(calls) == 2:  # the first moves the old export aside, the second would move the new one in
+            raise OSError("disk gone")
+        return replace(src, dst)
+    monkeypatch.setattr(os, "replace", fails_second)
+    with pytest.raises(OSError, match="disk gone"):
+        replace_folder(str(tmp_path / "new"), str(tmp_path / "hf"))
+    assert {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")} == before

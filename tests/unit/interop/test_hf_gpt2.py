@@ -130,6 +130,19 @@ def test_an_unprefixed_gpt2_save_with_mask_buffers_imports_from_pytorch_model_bi
         assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
 
 
+def test_a_state_dict_saved_with_its_tied_head_imports(tmp_path):
+    """torch.save(model.state_dict()) keeps lm_head.weight (the tied copy that save_pretrained leaves out)."""
+    hf = random_hf_gpt2(tmp_path / "hf")
+    state = hf.state_dict()
+    assert "lm_head.weight" in state
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    torch.save(state, tmp_path / "hf" / "pytorch_model.bin")
+    ours = load_hf_gpt2(tmp_path / "hf")
+    idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
+
+
 class RunsCode:
     """Pickled, it asks the loader to call open(path, 'w'): a file that appears shows that the pickle ran code."""
 
