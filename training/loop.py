@@ -190,7 +190,7 @@ def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
     row.update(evaluate(run))
-    finite = nonfinite_val(run, row, bar)
+    finite = val_is_finite(run, row, bar)
     for column in columns:  # e.g. the best head's induction score (train.py: insight/induction.py)
         row.update(column(run.model, run.tokenizer))
     best = finite and row["val_loss"] < run.best_val
@@ -203,7 +203,7 @@ def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
     return best
 
 
-def nonfinite_val(run, row: dict, bar) -> bool:
+def val_is_finite(run, row: dict, bar) -> bool:
     """Whether row's validation loss is finite. One that is not comes from the weights an update left (a gradient
     can be finite and its update still overflow them) or from the forward itself: with --on_nonfinite=stop the run
     stops here, before its checkpoint; with skip it is said and counted (run.nonfinite_evals), never the best."""
