@@ -190,12 +190,11 @@ def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
     row.update(evaluate(run))
-    finite = val_is_finite(run, row, bar)
     for column in columns:  # e.g. the best head's induction score (train.py: insight/induction.py)
         row.update(column(run.model, run.tokenizer))
-    best = finite and row["val_loss"] < run.best_val
-    run.best_val = min(run.best_val, row["val_loss"])
     log_extras(run, log, row["step"], images)
+    best = val_is_finite(run, row, bar) and row["val_loss"] < run.best_val
+    run.best_val = min(run.best_val, row["val_loss"])
     bar.set_description("")
     row["eval_s"] = round(time.perf_counter() - t_eval, 3)
     say(bar, f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
