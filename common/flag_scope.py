@@ -79,7 +79,7 @@ TABLES = {
         "out_dir init_from model tokenizer data_root on_bad progress batch_size "
         "gradient_accumulation_steps max_iters eval_interval eval_iters log_interval checkpoint_every_s "
         "learning_rate min_lr warmup_iters lr_decay_iters weight_decay beta1 beta2 grad_clip optimizer on_nonfinite "
-        "device dtype compile reuse_freed_memory threads backend seed sample_tokens wandb_log "
+        "device dtype compile reuse_freed_memory threads seed sample_tokens wandb_log "
         "vocab_multiple block_size n_layer n_head n_embd dropout bias pos_emb rope_base attn_score window qk_norm "
         "mlp_act zero_init attn_impl dropout_impl linear_impl qk_impl config",
         rule("mask_rate mask_span", model=("encoder",)),
@@ -99,6 +99,8 @@ TABLES = {
         rule("total_batch_size", "pairs do not fill block_size tokens a row; set --batch_size and "
              "--gradient_accumulation_steps for --model=seq2seq", model=TEXT),
         rule("fsdp", "train --model=seq2seq with DDP (torchrun without --fsdp)", model=TEXT),
+        rule("backend", "a single process joins no group (start it with torchrun to use a backend)",
+             torchrun=(True,)),
         rule("log_induction sample_prompt wandb_attention_probe", "an encoder-decoder is scored by exact match and "
              "its sample is a validation source", model=TEXT),
         rule("muon_lr muon_momentum muon_ns_steps", optimizer=("muon",)),
@@ -207,7 +209,8 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
           "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
-          "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True)}
+          "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True),
+          "torchrun": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -219,6 +222,8 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     "data": (lambda vs: "without --input" if vs == ("dataset",) else f"to {_one_of(DATA[v] for v in vs)}",
              lambda v: "--input is given" if v == "input" else f"this run trains on {DATA[v]}",
              lambda vs: "/".join(DATA[v] if v != "dataset" else "no --input" for v in vs)),
+    "torchrun": (lambda vs: "under torchrun", lambda v: "this run is one process, not started by torchrun",
+                 lambda vs: "torchrun"),
     "wandb_log": (lambda vs: "with --wandb_log=true", lambda v: "this run is --wandb_log=false",
                   lambda vs: "--wandb_log=true"),
     "draft": (lambda vs: "with --draft" if vs[0] else "without --draft",
@@ -324,7 +329,12 @@ def train_facts(tc) -> dict:
         ("input" if tc.input is not None else "dataset")
     return {"model": tc.model, "optimizer": tc.optimizer, "data": data, "wandb_log": tc.wandb_log,
             "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from, "tasks": tc.eval_tasks is not None,
-            "tokenizer": tc.tokenizer}
+            "tokenizer": tc.tokenizer, "torchrun": under_torchrun()}
+
+
+def under_torchrun() -> bool:
+    """Whether torchrun started this process: it sets RANK, as training/distributed.py's init reads it."""
+    return "RANK" in os.environ
 
 
 def prepare_facts(pc) -> dict:

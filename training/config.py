@@ -214,7 +214,9 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     tc = TrainConfig(**train_values)
     given = set(explicit) | ({"preset"} if preset else set())
     if tc.init_from in ("resume", "auto"):
-        notes += flag_scope.check("train.py", given, {"init_from": tc.init_from})
+        # the facts known before the checkpoint is read; --backend's before the checkpoint's moves the run
+        notes += flag_scope.check("train.py", given, {"init_from": tc.init_from,
+                                                      "torchrun": flag_scope.under_torchrun()})
         if preset and tc.init_from == "auto" and os.path.isfile(os.path.join(tc.out_dir, LAST)):
             notes.append(f"note: --init_from=auto resumes {os.path.join(tc.out_dir, LAST)}, which keeps its own "
                          f"settings: --preset={preset} applies to a fresh start only")

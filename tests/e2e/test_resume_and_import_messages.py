@@ -99,7 +99,8 @@ def test_a_resume_keeps_its_warmup_and_says_nothing_of_the_presets(corpus, tmp_p
 
 
 def test_a_resume_runs_on_its_checkpoints_device_unless_told(corpus, tmp_path, capsys, monkeypatch):
-    """The checkpoint keeps --device=cpu; the new command line's default (auto: CUDA where there is one) moved it."""
+    """The checkpoint keeps --device=cpu; the new command line's default (auto: CUDA where there is one) moved it.
+    A checkpoint trained under torchrun keeps its --backend too, and a single process resumes it (no group)."""
     seen = []
     join = distributed.init
     monkeypatch.setattr(distributed, "init", lambda device, backend: (seen.append((device, backend)),
@@ -110,8 +111,27 @@ def test_a_resume_runs_on_its_checkpoints_device_unless_told(corpus, tmp_path, c
     capsys.readouterr()
     assert cli.run(train.main, [*args, "--max_iters=3", "--init_from=resume"]) == 0
     assert seen[-1] == ("cpu", "auto") and "note:" not in capsys.readouterr().err
-    assert cli.run(train.main, [*args, "--max_iters=4", "--init_from=resume", "--backend=gloo"]) == 0
-    assert seen[-1] == ("cpu", "gloo")
+    last = Checkpoint.load(str(out / "ckpt_last.pt"))
+    last.train_config["backend"] = "gloo"  # as torchrun --backend=gloo would have saved it
+    last.save(str(out / "ckpt_last.pt"))
+    assert cli.run(train.main, [*args, "--max_iters=4", "--init_from=resume"]) == 0
+    assert seen[-1] == ("cpu", "gloo") and "note:" not in capsys.readouterr().err
+
+
+def test_a_resume_under_torchrun_notes_the_backend_a_flag_changes(corpus, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 0
+    seen = []
+
+    def pretend_init(device, backend):  # torchrun's process of one: the group is not joined here
+        seen.append(backend)
+        return distributed.Dist(), device
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(distributed, "init", pretend_init)
+    capsys.readouterr()
+    assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=3", "--init_from=resume", "--backend=gloo")) == 0
+    assert seen == ["gloo"]
     assert "note: resuming with --backend=gloo; the checkpoint was trained with --backend=auto" in \
         capsys.readouterr().err
 

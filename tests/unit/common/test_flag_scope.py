@@ -141,6 +141,19 @@ def test_under_torchrun_only_rank_0_prints_the_notes(monkeypatch, capsys):
     assert capsys.readouterr().err.count("note:") == 1
 
 
+@pytest.mark.parametrize("start", [[], ["--init_from=resume"], ["--init_from=auto"]])
+def test_an_explicit_backend_without_torchrun_is_refused(monkeypatch, start):
+    """One process joins no group (training/distributed.py's init), so --backend chose nothing and the run went on."""
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(UserError) as e:
+        configure([*start, "--backend=gloo"])
+    assert str(e.value).startswith("--backend applies under torchrun only (this run is one process, not started by "
+                                   "torchrun); drop it")
+    monkeypatch.setenv("RANK", "0")  # torchrun's: the group is joined with it
+    tc, *_ = configure([*start, "--backend=gloo"])
+    assert tc.backend == "gloo"
+
+
 def test_auto_with_a_checkpoint_notes_that_the_preset_is_not_applied(tmp_path, capsys):
     (tmp_path / "ckpt_last.pt").write_bytes(b"")  # only its presence is read here
     configure([f"--out_dir={tmp_path}", "--init_from=auto", "--preset=fast-cpu"])
