@@ -20,6 +20,7 @@ from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
 from common.flags import help_text, parse_configs
 from insight.probe_config import ProbeModel
+from training.metrics import need_wandb_mode
 
 
 @dataclass
@@ -75,6 +76,7 @@ def main(argv) -> None:
         return
     per_class, _ = parse_configs(argv, (ProbeConfig, ProbeModel), {})
     pc, pm = ProbeConfig(**per_class[ProbeConfig]), ProbeModel(**per_class[ProbeModel])
+    need_wandb_mode(pc.wandb_log)  # wandb.init would fail on a bad one after --out is made
     config = {**asdict(pc), **asdict(pm)}
     import torch
 

@@ -36,6 +36,7 @@ from common.errors import FlagError, UserError
 from common.files import need_file_path, write_atomic
 from common.flags import help_text, parse_configs
 from inference.checkpoint import Checkpoint, path_in
+from training.metrics import need_wandb_mode
 
 
 @dataclass
@@ -103,6 +104,7 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     before anything is drawn or written."""
     per_class, explicit = parse_configs(argv, (VisualizeConfig,), {})
     vc = VisualizeConfig(**per_class[VisualizeConfig])
+    need_wandb_mode(vc.wandb_log)  # wandb.init would fail on a bad one after the page is written
     from insight.attention_figures import need_figure_file  # every figure's type and place, before any is written
 
     for flag in ("out", "induction", "induction_curve"):

@@ -13,7 +13,7 @@ import torch
 
 from common.errors import DataError, UserError
 from common.files import need_folder
-from training.metrics import read_metrics
+from training.metrics import need_wandb_mode, read_metrics
 
 TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
@@ -50,6 +50,7 @@ def start_study(sc, runs: dict) -> None:
     from training.config import configure
 
     need_folder(sc.out, "out")
+    need_wandb_mode(getattr(sc, "wandb_log", False))  # each run's train.py would refuse it, the first after --out
     for name, settings in runs.items():
         with contextlib.redirect_stderr(io.StringIO()):  # its notes: train.py says them when the run starts
             configure(run_flags(sc, name, **settings))

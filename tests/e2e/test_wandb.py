@@ -186,3 +186,42 @@ def test_a_wandb_mode_wandb_does_not_take_is_one_line_before_anything_is_written
     assert cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--wandb_log=true")) == 2
     assert capsys.readouterr().err.startswith("error: WANDB_MODE=ofline is not a mode wandb takes (online, offline, ")
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
+def decoder_folder(folder):
+    """A tiny decoder checkpoint with random weights, as a run's ckpt_best.pt."""
+    import torch
+
+    from conftest import tiny_config
+    from inference.checkpoint import Checkpoint
+    from model import GPT
+
+    chars = "abcdefghijklmnopqrstuvwxyz :"
+    torch.manual_seed(0)
+    model = GPT(tiny_config(vocab_size=len(chars)))
+    folder.mkdir()
+    Checkpoint(weights=model.state_dict(), model_config=model.config, step=1, objective="decoder",
+               data_meta={"tokenizer": "char", "vocab_size": len(chars), "eot_id": None, "chars": chars}
+               ).save(str(folder / "ckpt_best.pt"))
+    return folder
+
+
+@pytest.mark.parametrize("command", ["visualize", "probe", "compare"])
+def test_the_other_commands_refuse_a_wandb_mode_wandb_does_not_take_before_any_work(command, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """visualize.py wrote its page, then wandb.init failed with pydantic's traceback; probe.py made --out first;
+    compare.py made --out, then its first run's train.py refused it."""
+    import importlib
+
+    from common import cli
+    out = tmp_path / "out"
+    argv = {"visualize": [f"--out_dir={decoder_folder(tmp_path / 'run')}", "--text=ab", f"--html={out}"],
+            "probe": [f"--out={out}", "--tasks=copy", "--pos_embs=rope", "--models=decoder", "--steps=1",
+                      "--n_embd=16", "--n_head=2", "--eval_batches=1"],
+            "compare": ["--study=seq2seq", f"--out={out}", "--max_iters=1"]}[command]
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    capsys.readouterr()
+    assert cli.run(importlib.import_module(command).main, [*argv, "--wandb_log=true"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: WANDB_MODE=ofline is not a mode wandb takes (") and err.count("\n") == 1, err
+    assert not out.exists()
