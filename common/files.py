@@ -40,29 +40,33 @@ def free_bytes(path) -> int | None:
         return None
 
 
-def disk_error(path, needed: int | None, reason: str) -> DiskError:
+def disk_error(path, needed: int | None, reason: str, kept: str | None = None) -> DiskError:
+    """kept: what the failed write leaves at path, said in the message; by default, for a file written whole
+    (write_atomic), that the previous one is intact where there is one. A folder's writer says what it leaves."""
     free = free_bytes(path)
     size = f"it needed about {human(needed)}" if needed is not None else "its size is unknown"
     room = f", {human(free)} free there" if free is not None else ""
-    kept = " (the previous complete file is intact)" if os.path.exists(path) else ""
-    error = DiskError(f"could not write {path}: {reason} ({size}{room}){kept}; free some space or write to another "
-                      f"folder")
+    if kept is None and os.path.isfile(path):
+        kept = "the previous complete file is intact"
+    error = DiskError(f"could not write {path}: {reason} ({size}{room}){f' ({kept})' if kept else ''}; free some "
+                      f"space or write to another folder")
     error.reason = reason
     return error
 
 
 @contextlib.contextmanager
-def disk_errors(path, needed: int | None = None):
-    """Inside: a write into path (about `needed` bytes) that fails for the disk's sake raises DiskError, one line.
-    Nested, the outermost names the file: an export's folder rather than a temporary file inside it."""
+def disk_errors(path, needed: int | None = None, kept: str | None = None):
+    """Inside: a write into path (about `needed` bytes) that fails for the disk's sake raises DiskError, one line
+    (kept: what the failure leaves at path, as disk_error says it). Nested, the outermost names the file: an
+    export's folder rather than a temporary file inside it."""
     try:
         yield
     except DiskError as e:
-        raise disk_error(path, needed, e.reason) from None
+        raise disk_error(path, needed, e.reason, kept) from None
     except OSError as e:
         if e.errno not in DISK_ERRNOS:
             raise
-        raise disk_error(path, needed, DISK_ERRNOS[e.errno]) from None
+        raise disk_error(path, needed, DISK_ERRNOS[e.errno], kept) from None
 
 
 def why_no_folder(path) -> str | None:

@@ -193,7 +193,9 @@ def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:
     tok = make_tokenizer(spec)
     dtype = np.dtype(np.uint16 if tok.vocab_size <= 2 ** 16 else np.uint32)
     t_enc = time.time()
-    with files.disk_errors(out, needed=source.total_bytes * dtype.itemsize):  # at most a token per byte
+    # at most a token per byte; meta.json is gone until the build ends (data/build.py saves its progress)
+    with files.disk_errors(out, needed=source.total_bytes * dtype.itemsize,
+                           kept="the folder is not prepared; a rerun continues from its saved progress, if any"):
         result = build.encode(spec, tok, dtype)
     t_enc = time.time() - t_enc
     check_result(result, f"--input={cfg.input}" if cfg.input else "shakespeare")

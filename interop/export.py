@@ -92,7 +92,8 @@ def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
     target = hf_target(model.config)
     folder = os.path.abspath(folder)
     check_folder(folder, overwrite)
-    with disk_errors(folder, needed=tensor_bytes(model.state_dict())):  # a full disk: one line, no partial folder
+    kept = "the previous export is intact" if os.path.isdir(folder) and os.listdir(folder) else None  # --overwrite
+    with disk_errors(folder, needed=tensor_bytes(model.state_dict()), kept=kept):  # one line, no partial folder
         write_folder(ckpt, model, target, folder)
 
 

@@ -188,6 +188,26 @@ def test_a_refusal_keeps_a_folder_that_was_there_before(tmp_path):
     assert (out / "progress.json").exists()
 
 
+def test_a_full_disk_says_the_folder_is_not_prepared(tmp_path, monkeypatch):
+    """It said "(the previous complete file is intact)" of a folder that held only the partial files it began."""
+    import errno
+
+    from common.errors import DiskError
+    from data.shard_writer import ShardWriter
+
+    def full(self, tokens):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(ShardWriter, "write", full)
+    src = tmp_path / "t.txt"
+    src.write_text(synthetic_text(5000))
+    with pytest.raises(DiskError) as e:
+        prepare(input=src, data_root=tmp_path, progress=False)
+    (out,) = (tmp_path / "prepared").iterdir()
+    assert str(e.value).startswith(f"could not write {out}: no space left on the device (")
+    assert "(the folder is not prepared; a rerun continues from its saved progress, if any)" in str(e.value)
+    assert "intact" not in str(e.value) and not (out / "meta.json").exists()
+
+
 def test_huge_vocabulary_is_stored_as_uint32(tmp_path):
     text = "".join(chr(0x10000 + i) for i in range(70_000)) * 2  # 70,000 distinct characters > 65,536
     (tmp_path / "wide.txt").write_text(text)

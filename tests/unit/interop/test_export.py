@@ -316,3 +316,26 @@ def test_an_overwrite_that_fails_to_move_the_new_export_in_puts_the_old_one_back
     with pytest.raises(OSError, match="disk gone"):
         replace_folder(str(tmp_path / "new"), str(tmp_path / "hf"))
     assert {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")} == before
+
+
+@pytest.mark.parametrize("before", ["empty", "export"])
+def test_a_full_disk_says_the_previous_export_is_intact_only_where_there_is_one(tmp_path, monkeypatch, before):
+    """An empty --to folder was said to hold "the previous complete file", intact."""
+    import errno
+
+    from common.errors import DiskError
+    from interop import export as export_module
+
+    (tmp_path / "hf").mkdir()
+    if before == "export":
+        export(as_checkpoint(tiny_model()), tmp_path / "hf", overwrite=True)
+    held = {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")}
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(export_module, "write_tokenizer", full)
+    with pytest.raises(DiskError) as e:
+        export(as_checkpoint(tiny_model()), tmp_path / "hf", overwrite=True)
+    assert ("(the previous export is intact)" in str(e.value)) == (before == "export")
+    assert "file is intact" not in str(e.value)
+    assert {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")} == held
