@@ -19,7 +19,7 @@ from common import cli
 from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
 from common.flags import help_text, parse_configs
-from insight.probe_config import ProbeModel
+from insight.probe_config import CURVE_EVERY, ProbeModel
 from training.metrics import need_wandb_mode
 
 
@@ -77,6 +77,8 @@ def main(argv) -> None:
     per_class, _ = parse_configs(argv, (ProbeConfig, ProbeModel), {})
     pc, pm = ProbeConfig(**per_class[ProbeConfig]), ProbeModel(**per_class[ProbeModel])
     need_wandb_mode(pc.wandb_log)  # wandb.init would fail on a bad one after --out is made
+    for line in curve_notes(pc, pm):
+        print(line, file=sys.stderr)
     config = {**asdict(pc), **asdict(pm)}
     import torch
 
@@ -100,6 +102,18 @@ def main(argv) -> None:
     png = write_results(pc, config, results)
     if wandb_run is not None:
         finish_wandb(wandb_run, results, png)
+
+
+def curve_notes(pc: ProbeConfig, pm: ProbeModel) -> list[str]:
+    """What a run too short for the training curve's first row leaves out (curves.png, the wandb curves), said
+    before it trains."""
+    missing = ["curves.png"] if "induction" in pc.items("tasks") else []
+    if pc.wandb_log:
+        missing.append("wandb curves")
+    if pm.steps >= CURVE_EVERY or not missing:
+        return []
+    return [f"note: --steps={pm.steps} ends before the training curve's first row (step {CURVE_EVERY}): no "
+            f"{' and no '.join(missing)}"]
 
 
 def start_wandb(pc: ProbeConfig, config: dict):

@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from common.errors import ConfigError, need
 
+CURVE_EVERY = 50  # the training curve's spacing in steps: its rows (results.json, curves.png, wandb) at 50, 100, ...
+
 
 @dataclass
 class ProbeModel:

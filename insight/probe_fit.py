@@ -20,7 +20,7 @@ import speed
 from speed import SpeedConfig
 
 from .induction import prefix_matching, repeated_tokens
-from .probe_config import ProbeModel
+from .probe_config import CURVE_EVERY, ProbeModel
 from .probe_tasks import N_SYMBOLS, VOCAB_SIZE, length, make_batch, model_io, train_sizes
 from .attention_maps import attention_maps
 
@@ -36,8 +36,8 @@ def build(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: i
 
 
 def fit(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int = 0, on_step=None) -> GPT:
-    """Train a probe model on task at size n; on_step(step, loss, model) is called every 50 steps (the training
-    curve, wandb)."""
+    """Train a probe model on task at size n; on_step(step, loss, model) is called every CURVE_EVERY (50) steps (the
+    training curve, wandb)."""
     model = build(task, n, pos_emb, causal, pm, seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=pm.learning_rate, weight_decay=pm.weight_decay,
                             betas=(0.9, 0.98))
@@ -55,7 +55,7 @@ def fit(task: str, n: int, pos_emb: str, causal: bool, pm: ProbeModel, seed: int
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if on_step is not None and (step + 1) % 50 == 0:
+        if on_step is not None and (step + 1) % CURVE_EVERY == 0:
             on_step(step + 1, loss.item(), model)
     return model.eval()
 

@@ -73,3 +73,24 @@ def test_probe_py_refuses_bad_threads_and_weight_decay_in_one_line_before_writin
     assert cli.run(probe.main, argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {said}") and err.count("\n") == 1 and not out.exists()
+
+
+def test_probe_py_says_before_training_that_steps_below_the_curves_first_row_draw_no_curves(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """--steps=10 on the induction task wrote no curves.png and said nothing of it."""
+    import probe
+    from insight import probe_report
+    from insight.probe_config import CURVE_EVERY
+
+    def no_training(*args):
+        raise KeyboardInterrupt  # the note is said by now
+    monkeypatch.setattr(probe_report, "run_cell", no_training)
+    with pytest.raises(KeyboardInterrupt):
+        probe.main([f"--out={tmp_path}", "--steps=1", "--tasks=induction,copy", "--pos_embs=rope"])
+    assert capsys.readouterr().err == (f"note: --steps=1 ends before the training curve's first row (step "
+                                       f"{CURVE_EVERY}): no curves.png\n")
+    short = probe.ProbeModel(steps=CURVE_EVERY - 1)
+    assert probe.curve_notes(probe.ProbeConfig(tasks="copy"), short) == []  # copy draws no curves.png
+    assert probe.curve_notes(probe.ProbeConfig(tasks="induction", wandb_log=True), short)[0].endswith(
+        "no curves.png and no wandb curves")
+    assert probe.curve_notes(probe.ProbeConfig(tasks="induction"), probe.ProbeModel(steps=CURVE_EVERY)) == []
