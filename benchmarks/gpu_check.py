@@ -5,6 +5,8 @@
     python -m benchmarks.gpu_check --nanogpt=/tmp/nanogpt  # the train part also times nanoGPT's model (its model.py)
     python -m benchmarks.gpu_check --smoke                 # tiny sizes on any device (CI runs it on the CPU)
 
+Without --smoke it runs on a CUDA GPU only: on a CPU the real sizes would take minutes, so it refuses there.
+
 Each line is {"part", "ok", "seconds", ...what it measured}, written to --out (gpu_check.jsonl) and printed the moment
 the part ends, so a run that is killed keeps what it measured. A part that raised is {"part", "ok": false,
 "error"}: a result, and the next part runs. --budget_s (420) bounds the whole run: a part still running when it is
@@ -177,6 +179,7 @@ def main(argv) -> int:
     if cfg.nanogpt is not None:
         nanogpt_ref.check_model_file(cfg.nanogpt)  # before the parts: the train part would fail after its own run
     need_file_path(cfg.out, "out")
+    need_gpu_or_smoke(cfg)
     c = Check(cfg)
     failed = 0
     os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
@@ -192,6 +195,15 @@ def main(argv) -> int:
             out.write(text + "\n")
             out.flush()  # on disk as it is measured: a killed run keeps every line written so far
     return failed
+
+
+def need_gpu_or_smoke(cfg: GpuCheckConfig) -> None:
+    """The real sizes (GPT-2 small, micro-batches of 16 and more) are a GPU's work: on a CPU they run for minutes,
+    until --budget_s stops them, and measure nothing this check is for. There only --smoke runs."""
+    device = pick_device(cfg.device)
+    if device.type != "cuda" and not cfg.smoke:
+        raise FlagError(f"--device={cfg.device} runs on the {device.type}, where the check's GPU sizes take minutes; "
+                        f"add --smoke=true (tiny sizes, any device) or run it on a CUDA GPU")
 
 
 def entry(argv) -> int:

@@ -113,6 +113,17 @@ def test_a_flag_the_parts_do_not_read_or_an_out_that_cannot_be_written_is_one_li
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
 
+@pytest.mark.parametrize("parts", ["sampling", "env,train"])
+def test_the_gpu_sizes_on_a_cpu_are_refused_in_one_line_before_any_part(capsys, tmp_path, monkeypatch, parts):
+    """Before, --parts=sampling without --smoke ran GPT-2-sized sampling on the CPU for minutes."""
+    monkeypatch.setattr(gpu_check, "Check", lambda cfg: pytest.fail("the check began on a CPU at the GPU's sizes"))
+    assert gpu_check.entry(["--device=cpu", f"--parts={parts}", f"--out={tmp_path / 'o'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --device=cpu runs on the cpu, where the check's GPU sizes take minutes; add --smoke=true "
+                   "(tiny sizes, any device) or run it on a CUDA GPU"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_an_out_in_a_folder_not_made_yet_is_written_there(tmp_path):
     """Before, a FileNotFoundError: the folder of --out is made, as every command's output folder is."""
     assert gpu_check.entry(["--smoke", "--device=cpu", "--parts=env", f"--out={tmp_path / 'new' / 'check.jsonl'}"]) == 0
