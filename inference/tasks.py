@@ -109,7 +109,7 @@ def parse_item(line: str, where: str, n: int) -> Item:
     if empty is not None:
         raise UserError(f"{where}: choice {empty} is empty: it has no tokens to score")
     label = obj.get("label")
-    if isinstance(label, str) and label.strip().isdigit():  # the hub's copies of HellaSwag store "3"
+    if isinstance(label, str) and label.strip().isdecimal():  # the hub's HellaSwag: "3" (not isdigit: "²" is one)
         label = int(label)
     if not (isinstance(label, int) and not isinstance(label, bool)):
         raise UserError(f"{where}: label must be the index of the right choice; it is {short(label)}"
