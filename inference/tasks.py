@@ -59,7 +59,8 @@ def task_name(path: str) -> str:
 
 def read_tasks(paths: str, limit: int | None = None, flag: str = "tasks") -> list[Task]:
     """A comma-separated list of task files -> a Task each, with the first `limit` items. Every line of every file
-    is checked, also past the limit: a file that is wrong somewhere is refused whole."""
+    is checked, also past the limit: a file that is wrong somewhere is refused whole (what needs the model's
+    tokenizer and block, encode_task checks in the items kept)."""
     tasks = []
     for path in [p.strip() for p in paths.split(",") if p.strip()]:
         name = task_name(path)
