@@ -91,6 +91,9 @@ def need_file_path(path, flag: str, kind: str = "file") -> None:
     the file is, as the refusal names it ('JSON file')."""
     if os.path.isdir(path):
         raise FlagError(f"--{flag}={path} is a folder; give the path of the {kind} to write")
+    if str(path).endswith(("/", os.sep)):  # abspath drops the slash: the write would meet it, after the work
+        raise FlagError(f"--{flag}={path} ends with a /, as a folder's name does; give the path of the {kind} to "
+                        f"write")
     folder = os.path.dirname(os.path.abspath(path))
     _refuse(path, flag, why_no_folder(folder))
     if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):

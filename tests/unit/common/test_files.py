@@ -20,3 +20,12 @@ def test_a_file_in_a_folder_this_process_may_not_write_in_is_refused(tmp_path, m
                             f"(read-only, or another user's); choose another --out")
     need_file_path(str(tmp_path / "mine" / "report.json"), "out", "JSON file")  # a folder it can make: fine
     assert list(tmp_path.iterdir()) == [folder] and list(folder.iterdir()) == []
+
+
+def test_a_path_that_ends_with_a_slash_is_refused_as_a_folders_name(tmp_path):
+    """report/ (no such folder yet) is no file's path: it passed, and the write's rename failed after the work."""
+    with pytest.raises(FlagError) as e:
+        need_file_path(f"{tmp_path}/report/", "out", "JSON file")
+    assert str(e.value) == (f"--out={tmp_path}/report/ ends with a /, as a folder's name does; give the path of the "
+                            f"JSON file to write")
+    assert list(tmp_path.iterdir()) == []
