@@ -44,8 +44,9 @@ class EvaluateConfig:
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
     init_from: str | None = None  # 'hf:FOLDER': a local Hugging Face GPT-2 (or GPT-NeoX) folder instead of a run
     # how
-    batch_tokens: int | None = None  # input tokens per forward: (context, choice) rows or text windows, padded on
-    #                                  the right to the longest in the batch; more is faster and takes more memory.
+    batch_tokens: int | None = None  # input tokens per forward: items' contexts (padded on the left), their
+    #                                  choices, cut items' (context, choice) rows or text windows (padded on the
+    #                                  right to the longest in the batch); more is faster and takes more memory.
     #                                  None: 2048 on a CPU, 16384 on CUDA, fewer for a large vocabulary (its
     #                                  logits within 256 MB)
     device: str = "auto"

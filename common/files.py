@@ -89,12 +89,19 @@ def need_folder(path, flag: str) -> None:
 
 
 def need_file_path(path, flag: str, kind: str = "file") -> None:
-    """Refuses, in one line naming --flag, a path no file can be written at: a folder, or one whose folder cannot be
-    made (why_no_folder); writing nothing, and found before the work whose result the file holds, not by its write.
-    kind: what the file is, as the refusal names it ('JSON file')."""
+    """Refuses, in one line naming --flag, a path no file can be written at: a folder, one whose folder cannot be
+    made (why_no_folder), or one in an existing folder this process may not write in (write_atomic makes its file
+    there); writing nothing, and found before the work whose result the file holds, not by its write. kind: what
+    the file is, as the refusal names it ('JSON file')."""
     if os.path.isdir(path):
         raise FlagError(f"--{flag}={path} is a folder; give the path of the {kind} to write")
-    _refuse(path, flag, why_no_folder(os.path.dirname(os.path.abspath(path))))
+    if str(path).endswith(("/", os.sep)):  # abspath drops the slash: the write would meet it, after the work
+        raise FlagError(f"--{flag}={path} ends with a /, as a folder's name does; give the path of the {kind} to "
+                        f"write")
+    folder = os.path.dirname(os.path.abspath(path))
+    _refuse(path, flag, why_no_folder(folder))
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+        _refuse(path, flag, f"{folder} is a folder this process may not write in (read-only, or another user's)")
 
 
 def _refuse(path, flag: str, problem: str | None) -> None:

@@ -59,7 +59,8 @@ def task_name(path: str) -> str:
 
 def read_tasks(paths: str, limit: int | None = None, flag: str = "tasks") -> list[Task]:
     """A comma-separated list of task files -> a Task each, with the first `limit` items. Every line of every file
-    is checked, also past the limit: a file that is wrong somewhere is refused whole."""
+    is checked, also past the limit: a file that is wrong somewhere is refused whole (what needs the model's
+    tokenizer and block, encode_task checks in the items kept)."""
     tasks = []
     for path in [p.strip() for p in paths.split(",") if p.strip()]:
         name = task_name(path)
@@ -109,7 +110,7 @@ def parse_item(line: str, where: str, n: int) -> Item:
     if empty is not None:
         raise UserError(f"{where}: choice {empty} is empty: it has no tokens to score")
     label = obj.get("label")
-    if isinstance(label, str) and label.strip().isdigit():  # the hub's copies of HellaSwag store "3"
+    if isinstance(label, str) and label.strip().isdecimal():  # the hub's HellaSwag: "3" (not isdigit: "²" is one)
         label = int(label)
     if not (isinstance(label, int) and not isinstance(label, bool)):
         raise UserError(f"{where}: label must be the index of the right choice; it is {short(label)}"

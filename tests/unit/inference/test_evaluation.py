@@ -13,3 +13,14 @@ def test_a_literal_mask_in_the_text_is_its_characters_for_a_mask_token_decoder(t
     path.write_text("a [MASK] be")
     tokens = read_text(str(path), with_mask_token(chars))
     assert tokens == chars.encode("a [MASK] be") and len(tokens) == len("a [MASK] be")
+
+
+def test_the_text_keeps_its_line_ends_as_the_prepared_data_does(tmp_path):
+    """A file's \\r\\n and lone \\r are text, as data/readers.py reads a training file: scored as they are, and
+    counted in bits per byte; universal newlines made them \\n, a text the run's data never held."""
+    raw = "one\r\ntwo\rthree\n".encode()
+    chars = CharTokenizer("\r\n ehnortw")
+    path = tmp_path / "t.txt"
+    path.write_bytes(raw)
+    tokens = read_text(str(path), chars)
+    assert chars.decode_bytes(tokens) == raw

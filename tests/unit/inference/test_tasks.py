@@ -42,6 +42,7 @@ def test_hellaswag_lines_and_plain_lines_read_alike(tmp_path):
     ({"context": "x", "choices": ["a", "b"], "label": 2}, "mistakes.jsonl:2: label=2 is out of range for 2 choices"),
     ({"context": "x", "choices": ["a", "b"], "label": -1}, "label=-1 is out of range"),
     ({"context": "x", "choices": ["a", "b"], "label": True}, "label must be the index of the right choice"),
+    ({"context": "x", "choices": ["a", "b"], "label": "\u00b2"}, "label must be the index of the right choice"),
     ({**HELLASWAG, "label": ""}, "HellaSwag's test split has no labels"),
 ])
 def test_a_mistake_is_one_line_naming_the_file_and_line(tmp_path, line, message):
