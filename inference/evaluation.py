@@ -18,7 +18,7 @@ from inference.tasks import Task, encode_task
 def read_text(path: str, tokenizer) -> list[int]:
     """A UTF-8 text file -> its tokens (at least two: the first is only context), or a one-line UserError."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open(path, encoding="utf-8-sig", newline="") as f:  # line ends as stored, as prepare reads a .txt
             text = f.read()
     except FileNotFoundError:
         raise UserError(f"--text={path} does not exist; give a UTF-8 text file") from None
