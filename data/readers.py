@@ -136,12 +136,28 @@ def _cut(text: str) -> int:
     return m.start() if m else 0
 
 
+# Byte-order marks of the encodings a file that is not UTF-8 most likely is instead (a Windows editor's "Unicode"
+# is UTF-16); UTF-32's first, as UTF-32-LE's mark starts with UTF-16-LE's
+_OTHER_BOMS = (("utf-32", codecs.BOM_UTF32_LE), ("utf-32", codecs.BOM_UTF32_BE), ("utf-16", codecs.BOM_UTF16_LE),
+               ("utf-16", codecs.BOM_UTF16_BE))
+
+
 class _NotUTF8(ValueError):
-    """The first undecodable byte of a stream: which byte and at what offset."""
+    """The first undecodable byte of a stream: which byte and at what offset, and the encoding to convert from
+    (`encoding`: the one whose byte-order mark starts the stream, else latin1)."""
+
+    def __init__(self, message: str, encoding: str = "latin1"):
+        super().__init__(message)
+        self.encoding = encoding
 
     @classmethod
     def at(cls, e: UnicodeDecodeError, offset: int = 0) -> "_NotUTF8":
-        return cls(f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {offset + e.start})")
+        where = f"byte 0x{e.object[e.start]:02x} at offset {offset + e.start}"
+        encoding = next((name for name, bom in _OTHER_BOMS if offset == 0 and e.object.startswith(bom)), None)
+        if encoding:
+            return cls(f"{encoding.upper()} text, not UTF-8 (it starts with {encoding.upper()}'s byte-order mark; "
+                       f"{where})", encoding)
+        return cls(f"not UTF-8 text ({where})")
 
 
 def _utf8_text(f, on_raw=lambda raw: None):
@@ -202,7 +218,7 @@ def _txt_problem(path: Path, sha) -> str | None:
         except _NotUTF8 as e:
             for raw in iter(lambda: f.read(READ_BYTES), b""):  # the rest still counts in the input's sha256
                 sha.update(raw)
-            return f"{e}; convert it first, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt"
+            return f"{e}; convert it first, e.g. iconv -f {e.encoding} -t utf-8 {path.name} > {path.stem}.utf8.txt"
     return "the document is empty" if blank else None
 
 

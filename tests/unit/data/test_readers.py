@@ -1,4 +1,5 @@
 """data/readers.py on its own: lines, pieces and bad documents, without preparing a folder."""
+import codecs
 import gzip
 import hashlib
 import io
@@ -125,6 +126,21 @@ def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tm
     with pytest.raises(readers.DataError, match=r"b.txt: not UTF-8 text \(byte 0xe9 at offset 203\)"):
         texts_of(tmp_path / "in")
 
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
+def test_a_utf16_or_utf32_file_is_named_so_with_the_conversion_that_reads_it(tmp_path, encoding):
+    """A file that starts with UTF-16's or UTF-32's byte-order mark (a Windows editor's "Unicode") is refused with
+    the iconv line that converts it: converting it as latin1 would make valid UTF-8 of its NUL bytes and marks,
+    which would then train."""
+    text = "Text saved as Unicode.\n"
+    bom = {"utf-16-be": codecs.BOM_UTF16_BE, "utf-32-be": codecs.BOM_UTF32_BE}.get(encoding, b"")
+    (tmp_path / "w.txt").write_bytes(bom + text.encode(encoding))
+    base = encoding.removesuffix("-be")
+    with pytest.raises(readers.DataError, match=rf"^w.txt: {base.upper()} text, not UTF-8 .*; convert it first, "
+                                                rf"e.g. iconv -f {base} -t utf-8 w.txt > w.utf8.txt"):
+        texts_of(tmp_path / "w.txt")
+    assert (tmp_path / "w.txt").read_bytes().decode(base) == text  # the encoding it names reads it, mark and all
 
 def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
     # JSON can escape half of a UTF-16 pair, and json.loads decodes bytes with surrogatepass: Python then holds a
