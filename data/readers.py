@@ -136,28 +136,38 @@ def _cut(text: str) -> int:
     return m.start() if m else 0
 
 
-# Byte-order marks of the encodings a file that is not UTF-8 most likely is instead (a Windows editor's "Unicode"
-# is UTF-16); UTF-32's first, as UTF-32-LE's mark starts with UTF-16-LE's
-_OTHER_BOMS = (("utf-32", codecs.BOM_UTF32_LE), ("utf-32", codecs.BOM_UTF32_BE), ("utf-16", codecs.BOM_UTF16_LE),
-               ("utf-16", codecs.BOM_UTF16_BE))
+# What a file that is not UTF-8 most likely is instead, by its first bytes: (those bytes, what it is, what says so,
+# the command that makes UTF-8 text of it, with {name}: the file's name, {stem}: without its last suffix). A Windows
+# editor's "Unicode" is UTF-16 (UTF-32's marks come first: UTF-32-LE's starts with UTF-16-LE's); a compressed one is
+# a corpus.txt.gz or a misnamed .jsonl. Converted as latin1, either would make valid UTF-8 that would then train.
+_NOT_UTF8 = [(bom, f"{name.upper()} text", f"it starts with {name.upper()}'s byte-order mark",
+              f"iconv -f {name} -t utf-8 {{name}} > {{stem}}.utf8.txt")
+             for name, bom in (("utf-32", codecs.BOM_UTF32_LE), ("utf-32", codecs.BOM_UTF32_BE),
+                               ("utf-16", codecs.BOM_UTF16_LE), ("utf-16", codecs.BOM_UTF16_BE))]
+_NOT_UTF8 += [(magic, f"{packer}-compressed", f"it starts with {packer}'s magic bytes", f"{command} {{name}}")
+              for magic, packer, command in ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"(\xb5/\xfd", "zstd", "zstd -d"),
+                                             (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"BZh", "bzip2", "bunzip2 -k"))]
+LATIN1 = "iconv -f latin1 -t utf-8 {name} > {stem}.utf8.txt"
 
 
 class _NotUTF8(ValueError):
-    """The first undecodable byte of a stream: which byte and at what offset, and the encoding to convert from
-    (`encoding`: the one whose byte-order mark starts the stream, else latin1)."""
+    """The first undecodable byte of a stream: which byte and at what offset, what the stream is instead where its
+    first bytes say so, and `fix`, the command that converts it."""
 
-    def __init__(self, message: str, encoding: str = "latin1"):
+    def __init__(self, message: str, command: str = LATIN1):
         super().__init__(message)
-        self.encoding = encoding
+        self.command = command
 
     @classmethod
     def at(cls, e: UnicodeDecodeError, offset: int = 0) -> "_NotUTF8":
         where = f"byte 0x{e.object[e.start]:02x} at offset {offset + e.start}"
-        encoding = next((name for name, bom in _OTHER_BOMS if offset == 0 and e.object.startswith(bom)), None)
-        if encoding:
-            return cls(f"{encoding.upper()} text, not UTF-8 (it starts with {encoding.upper()}'s byte-order mark; "
-                       f"{where})", encoding)
+        for head, what, why, command in _NOT_UTF8:
+            if offset == 0 and e.object.startswith(head):
+                return cls(f"{what}, not UTF-8 ({why}; {where})", command)
         return cls(f"not UTF-8 text ({where})")
+
+    def fix(self, path: Path) -> str:
+        return self.command.format(name=path.name, stem=path.stem)
 
 
 def _utf8_text(f, on_raw=lambda raw: None):
@@ -218,7 +228,7 @@ def _txt_problem(path: Path, sha) -> str | None:
         except _NotUTF8 as e:
             for raw in iter(lambda: f.read(READ_BYTES), b""):  # the rest still counts in the input's sha256
                 sha.update(raw)
-            return f"{e}; convert it first, e.g. iconv -f {e.encoding} -t utf-8 {path.name} > {path.stem}.utf8.txt"
+            return f"{e}; convert it first, e.g. {e.fix(path)}"
     return "the document is empty" if blank else None
 
 

@@ -142,6 +142,22 @@ def test_a_utf16_or_utf32_file_is_named_so_with_the_conversion_that_reads_it(tmp
         texts_of(tmp_path / "w.txt")
     assert (tmp_path / "w.txt").read_bytes().decode(base) == text  # the encoding it names reads it, mark and all
 
+
+@pytest.mark.parametrize("packer, name, suffix",
+                         [("gzip", "gzip", "gz"), ("bz2", "bzip2", "bz2"), ("lzma", "xz", "xz")])
+def test_a_compressed_text_file_is_named_so_with_the_command_that_unpacks_it(tmp_path, packer, name, suffix):
+    """One --input file is read as text whatever its name: a corpus.txt.gz (or .bz2, .xz) is refused as
+    compressed, not as latin1 text, whose iconv line would make valid UTF-8 of the compressed bytes."""
+    module = __import__(packer)
+    text = "Plain text, packed.\n" * 20
+    path = tmp_path / f"c.txt.{suffix}"
+    path.write_bytes(module.compress(text.encode()))
+    with pytest.raises(readers.DataError, match=rf"^{path.name}: {name}-compressed, not UTF-8 .*; convert it first, "
+                                                rf"e.g. [a-z0-9]+ -k {path.name};"):
+        texts_of(path)
+    assert module.decompress(path.read_bytes()).decode() == text
+
+
 def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
     # JSON can escape half of a UTF-16 pair, and json.loads decodes bytes with surrogatepass: Python then holds a
     # str that no tokenizer can encode as UTF-8 text
