@@ -68,11 +68,16 @@ def input_files(path: Path) -> list[Path]:
     folders (a name starting with '.') are left out: a notebook's .ipynb_checkpoints/ copies, a macOS ._ file or a
     .git folder are not the corpus (a copy of a validation work there would train on it)."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"--input={path} does not exist; pass a .txt file or a folder of .txt files "
+    if not path.exists():  # a link to a missing target, or in a loop of links, exists neither
+        what = "is a symbolic link that leads to no file (a missing target or a loop)" if path.is_symlink() else \
+            "does not exist"
+        raise DataError(f"--input={path} {what}; pass a .txt file or a folder of .txt files "
                         f"(or .jsonl, .jsonl.gz, .parquet)")
     if path.is_file():
         return [path]
+    if not path.is_dir():  # a pipe (<(zcat ...)) or a device: prepare reads its input more than once
+        raise DataError(f"--input={path} is neither a file nor a folder (a pipe or a device, which can be read "
+                        f"only once); save the text to a file and pass that")
     files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p) and not hidden(p.relative_to(path))),
                    key=lambda p: p.relative_to(path).as_posix())
     if not files:

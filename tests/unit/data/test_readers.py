@@ -3,6 +3,7 @@ import codecs
 import gzip
 import hashlib
 import io
+import os
 import random
 import time
 
@@ -44,6 +45,20 @@ def texts_of(path, bad=None) -> list[str]:
         docs[-1] += p.text
     return docs
 
+
+
+def test_an_input_that_is_a_link_loop_or_a_pipe_is_named_so(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "missing.txt")
+    os.mkfifo(tmp_path / "pipe")
+    for name in ("a", "gone"):
+        with pytest.raises(readers.DataError, match=rf"^--input=.*{name} is a symbolic link that leads to no file"):
+            readers.Source.open(tmp_path / name)
+    with pytest.raises(readers.DataError, match=r"^--input=.*pipe is neither a file nor a folder .*; save the text"):
+        readers.Source.open(tmp_path / "pipe")
+    with pytest.raises(readers.DataError, match=r"^--input=.*missing.txt does not exist"):
+        readers.Source.open(tmp_path / "missing.txt")
 
 @pytest.mark.parametrize("name", ["c.jsonl", "c.jsonl.gz"])
 def test_a_last_json_line_without_a_newline_is_read(tmp_path, name):
