@@ -164,7 +164,9 @@ def read_prompt(start: str, flag: str = "start") -> str:
     if start.startswith("FILE:"):
         path = start[len("FILE:"):]
         try:
-            with open(path, encoding="utf-8-sig") as f:  # without the byte-order mark an editor may put first
+            # Without the byte-order mark an editor may put first; newline="": the line ends as stored (\r\n stays
+            # \r\n, as prepare keeps it in the training text, and a lone \r ends no --source line)
+            with open(path, encoding="utf-8-sig", newline="") as f:
                 return f.read()
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"--{flag}=FILE:{path} cannot be read ({type(e).__name__}); "

@@ -68,11 +68,16 @@ def input_files(path: Path) -> list[Path]:
     folders (a name starting with '.') are left out: a notebook's .ipynb_checkpoints/ copies, a macOS ._ file or a
     .git folder are not the corpus (a copy of a validation work there would train on it)."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"--input={path} does not exist; pass a .txt file or a folder of .txt files "
+    if not path.exists():  # a link to a missing target, or in a loop of links, exists neither
+        what = "is a symbolic link that leads to no file (a missing target or a loop)" if path.is_symlink() else \
+            "does not exist"
+        raise DataError(f"--input={path} {what}; pass a .txt file or a folder of .txt files "
                         f"(or .jsonl, .jsonl.gz, .parquet)")
     if path.is_file():
         return [path]
+    if not path.is_dir():  # a pipe (<(zcat ...)) or a device: prepare reads its input more than once
+        raise DataError(f"--input={path} is neither a file nor a folder (a pipe or a device, which can be read "
+                        f"only once); save the text to a file and pass that")
     files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p) and not hidden(p.relative_to(path))),
                    key=lambda p: p.relative_to(path).as_posix())
     if not files:
@@ -136,12 +141,38 @@ def _cut(text: str) -> int:
     return m.start() if m else 0
 
 
+# What a file that is not UTF-8 most likely is instead, by its first bytes: (those bytes, what it is, what says so,
+# the command that makes UTF-8 text of it, with {name}: the file's name, {stem}: without its last suffix). A Windows
+# editor's "Unicode" is UTF-16 (UTF-32's marks come first: UTF-32-LE's starts with UTF-16-LE's); a compressed one is
+# a corpus.txt.gz or a misnamed .jsonl. Converted as latin1, either would make valid UTF-8 that would then train.
+_NOT_UTF8 = [(bom, f"{name.upper()} text", f"it starts with {name.upper()}'s byte-order mark",
+              f"iconv -f {name} -t utf-8 {{name}} > {{stem}}.utf8.txt")
+             for name, bom in (("utf-32", codecs.BOM_UTF32_LE), ("utf-32", codecs.BOM_UTF32_BE),
+                               ("utf-16", codecs.BOM_UTF16_LE), ("utf-16", codecs.BOM_UTF16_BE))]
+_NOT_UTF8 += [(magic, f"{packer}-compressed", f"it starts with {packer}'s magic bytes", f"{command} {{name}}")
+              for magic, packer, command in ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"(\xb5/\xfd", "zstd", "zstd -d"),
+                                             (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"BZh", "bzip2", "bunzip2 -k"))]
+LATIN1 = "iconv -f latin1 -t utf-8 {name} > {stem}.utf8.txt"
+
+
 class _NotUTF8(ValueError):
-    """The first undecodable byte of a stream: which byte and at what offset."""
+    """The first undecodable byte of a stream: which byte and at what offset, what the stream is instead where its
+    first bytes say so, and `fix`, the command that converts it."""
+
+    def __init__(self, message: str, command: str = LATIN1):
+        super().__init__(message)
+        self.command = command
 
     @classmethod
     def at(cls, e: UnicodeDecodeError, offset: int = 0) -> "_NotUTF8":
-        return cls(f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {offset + e.start})")
+        where = f"byte 0x{e.object[e.start]:02x} at offset {offset + e.start}"
+        for head, what, why, command in _NOT_UTF8:
+            if offset == 0 and e.object.startswith(head):
+                return cls(f"{what}, not UTF-8 ({why}; {where})", command)
+        return cls(f"not UTF-8 text ({where})")
+
+    def fix(self, path: Path) -> str:
+        return self.command.format(name=path.name, stem=path.stem)
 
 
 def _utf8_text(f, on_raw=lambda raw: None):
@@ -202,7 +233,7 @@ def _txt_problem(path: Path, sha) -> str | None:
         except _NotUTF8 as e:
             for raw in iter(lambda: f.read(READ_BYTES), b""):  # the rest still counts in the input's sha256
                 sha.update(raw)
-            return f"{e}; convert it first, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt"
+            return f"{e}; convert it first, e.g. {e.fix(path)}"
     return "the document is empty" if blank else None
 
 

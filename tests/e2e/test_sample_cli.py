@@ -260,3 +260,11 @@ def test_a_prompt_file_is_read_once(tmp_path, capsys, monkeypatch):
     assert sample.cli.run(sample.main, [f"--out_dir={tmp_path / 'enc'}", f"--start=FILE:{prompt}"]) == 0
     out = capsys.readouterr()
     assert len(reads) == 1 and out.out.startswith("a cat ") and out.out.splitlines()[0].endswith(" the mat"), out
+
+
+def test_a_prompt_file_keeps_its_line_ends(tmp_path):
+    """--start=FILE: and --source=FILE: read the text as stored: \\r\\n stays \\r\\n (as prepare keeps it in a run's
+    training text) and a lone \\r ends no line of a --source file; only a leading byte-order mark is left out."""
+    raw = "\ufeffa\r\nb\rc\n".encode()
+    (tmp_path / "p.txt").write_bytes(raw)
+    assert sample.read_prompt(f"FILE:{tmp_path / 'p.txt'}") == "a\r\nb\rc\n"

@@ -1,7 +1,9 @@
 """data/readers.py on its own: lines, pieces and bad documents, without preparing a folder."""
+import codecs
 import gzip
 import hashlib
 import io
+import os
 import random
 import time
 
@@ -43,6 +45,20 @@ def texts_of(path, bad=None) -> list[str]:
         docs[-1] += p.text
     return docs
 
+
+
+def test_an_input_that_is_a_link_loop_or_a_pipe_is_named_so(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "missing.txt")
+    os.mkfifo(tmp_path / "pipe")
+    for name in ("a", "gone"):
+        with pytest.raises(readers.DataError, match=rf"^--input=.*{name} is a symbolic link that leads to no file"):
+            readers.Source.open(tmp_path / name)
+    with pytest.raises(readers.DataError, match=r"^--input=.*pipe is neither a file nor a folder .*; save the text"):
+        readers.Source.open(tmp_path / "pipe")
+    with pytest.raises(readers.DataError, match=r"^--input=.*missing.txt does not exist"):
+        readers.Source.open(tmp_path / "missing.txt")
 
 @pytest.mark.parametrize("name", ["c.jsonl", "c.jsonl.gz"])
 def test_a_last_json_line_without_a_newline_is_read(tmp_path, name):
@@ -124,6 +140,37 @@ def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tm
                                                "e.g. iconv -f latin1 -t utf-8 b.txt > b.utf8.txt)"]
     with pytest.raises(readers.DataError, match=r"b.txt: not UTF-8 text \(byte 0xe9 at offset 203\)"):
         texts_of(tmp_path / "in")
+
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
+def test_a_utf16_or_utf32_file_is_named_so_with_the_conversion_that_reads_it(tmp_path, encoding):
+    """A file that starts with UTF-16's or UTF-32's byte-order mark (a Windows editor's "Unicode") is refused with
+    the iconv line that converts it: converting it as latin1 would make valid UTF-8 of its NUL bytes and marks,
+    which would then train."""
+    text = "Text saved as Unicode.\n"
+    bom = {"utf-16-be": codecs.BOM_UTF16_BE, "utf-32-be": codecs.BOM_UTF32_BE}.get(encoding, b"")
+    (tmp_path / "w.txt").write_bytes(bom + text.encode(encoding))
+    base = encoding.removesuffix("-be")
+    with pytest.raises(readers.DataError, match=rf"^w.txt: {base.upper()} text, not UTF-8 .*; convert it first, "
+                                                rf"e.g. iconv -f {base} -t utf-8 w.txt > w.utf8.txt"):
+        texts_of(tmp_path / "w.txt")
+    assert (tmp_path / "w.txt").read_bytes().decode(base) == text  # the encoding it names reads it, mark and all
+
+
+@pytest.mark.parametrize("packer, name, suffix",
+                         [("gzip", "gzip", "gz"), ("bz2", "bzip2", "bz2"), ("lzma", "xz", "xz")])
+def test_a_compressed_text_file_is_named_so_with_the_command_that_unpacks_it(tmp_path, packer, name, suffix):
+    """One --input file is read as text whatever its name: a corpus.txt.gz (or .bz2, .xz) is refused as
+    compressed, not as latin1 text, whose iconv line would make valid UTF-8 of the compressed bytes."""
+    module = __import__(packer)
+    text = "Plain text, packed.\n" * 20
+    path = tmp_path / f"c.txt.{suffix}"
+    path.write_bytes(module.compress(text.encode()))
+    with pytest.raises(readers.DataError, match=rf"^{path.name}: {name}-compressed, not UTF-8 .*; convert it first, "
+                                                rf"e.g. [a-z0-9]+ -k {path.name};"):
+        texts_of(path)
+    assert module.decompress(path.read_bytes()).decode() == text
 
 
 def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):

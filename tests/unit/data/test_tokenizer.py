@@ -2,6 +2,7 @@
 use."""
 import json
 import socket
+import unicodedata
 
 import numpy as np
 import pytest
@@ -30,6 +31,18 @@ def test_round_trip_is_exact(make):
     assert tok.decode(ids) == TEXT
     assert tok.decode_bytes(ids) == TEXT.encode("utf-8")
 
+
+
+@pytest.mark.parametrize("make", [CharTokenizer, lambda _: gpt2_tokenizer(), lambda t: bpe_small(t * 20)],
+                         ids=["char", "gpt2", "bpe"])
+def test_text_is_taken_as_written_without_normalisation(make):
+    """NFC and NFD forms of the same word, and \r\n against \n, are other tokens; each round-trips as written."""
+    nfc, nfd, crlf = unicodedata.normalize("NFC", "café\n"), unicodedata.normalize("NFD", "café\n"), "café\r\n"
+    assert nfc != nfd
+    tok = make(nfc + nfd + crlf)
+    encoded = [tok.encode(t) for t in (nfc, nfd, crlf)]
+    assert len({tuple(ids) for ids in encoded}) == 3
+    assert [tok.decode(ids) for ids in encoded] == [nfc, nfd, crlf]
 
 @pytest.mark.parametrize("make", [lambda: CharTokenizer(TEXT), gpt2_tokenizer, bpe_small], ids=["char", "gpt2", "bpe"])
 def test_documents_are_encoded_alone_with_a_separator_between_them_not_after_the_last(make):
