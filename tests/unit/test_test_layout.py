@@ -27,9 +27,7 @@ END_TO_END = {
     "visualize.py": ("draws a checkpoint's attention", [E2E + "test_attention_pictures_from_a_run.py"]),
     "compare.py": ("runs a study's report", [E2E + "test_encoder_study.py", E2E + "test_seq2seq_study.py"]),
     "bench.py": ("runs the benchmarks", [E2E + "test_bench.py"]),
-    # files on a disk: atomic writes, full disks, crashes
-    "common/files.py": ("atomic writes and full disks",
-                        [E2E + "test_disk_full.py", E2E + "test_atomic_checkpoints.py"]),
+    # the memory of a training process
     "common/malloc.py": ("page faults of a training process", [E2E + "test_malloc.py"]),
     # prepare's stream: worker processes, shards on disk, locks between processes, resuming after a kill
     "data/build.py": ("a preparation, resumed after a kill", [E2E + "test_prepare_at_scale.py"]),
