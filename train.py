@@ -58,7 +58,8 @@ def main(argv) -> None:
     except Stopped as stopped:  # a graceful stop: the checkpoint is saved and the resume command printed
         raise SystemExit(stopped.code) from None
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the loop began
-        print(f"interrupted: {on_disk(tc.out_dir)}", file=sys.stderr)
+        if d.master:  # under torchrun it reaches every process
+            print(f"interrupted: {on_disk(tc.out_dir)}", file=sys.stderr)
         raise SystemExit(130) from None
     finally:
         if lock is not None:

@@ -138,8 +138,9 @@ def write_all(f, data) -> int:
 
 class WholeWrites:
     """A binary file object for write(f) callbacks: every write lands whole or raises (see write_all). It keeps the
-    first OSError it raised: torch.save catches it and fails later with "unexpected pos", which would hide the
-    disk's error from the user."""
+    first OSError it raised, or KeyboardInterrupt (a second Ctrl-C, raised by a signal handler inside a write):
+    torch.save's zip writer then fails with "unexpected pos" as it closes, which would hide the disk's error, or
+    turn a stop at once into a traceback."""
 
     def __init__(self, raw):
         self.raw, self.error = raw, None
@@ -147,7 +148,7 @@ class WholeWrites:
     def write(self, data) -> int:
         try:
             return write_all(self.raw, data)
-        except OSError as e:
+        except (OSError, KeyboardInterrupt) as e:
             self.error = self.error or e
             raise
 
@@ -170,7 +171,7 @@ def write_atomic(path, write, prefix: str = ".tmp-", suffix: str = ".tmp", neede
                     write(target)
                 except Exception as e:
                     if target.error is not None and e is not target.error:
-                        raise target.error from e  # the disk's error, not what a library made of it
+                        raise target.error from e  # the disk's error (or Ctrl-C), not what a library made of it
                     raise
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o666 & ~current_umask())

@@ -178,13 +178,15 @@ def training_module(model, tc: TrainConfig, device, d: distributed.Dist) -> torc
 
 def where_to_start(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None, device) -> tuple[int, float]:
     """(the first step, the best validation loss so far), and each process's random stream: under torchrun a seed
-    of its own (different dropout masks in different processes); a resumed run continues the checkpoint's."""
+    of its own (different dropout masks in different processes); a resumed run continues the checkpoint's, one per
+    rank. A rank the checkpoint's run did not have (it had fewer processes) keeps its own seed: another rank's
+    state would give two processes the same masks."""
     if d.enabled:
         torch.manual_seed(tc.seed + d.rank)
     if ckpt is None:
         return 0, math.inf
-    if ckpt.rng is not None:  # None: not written by a training run (an import), no stream to continue
-        set_rng_state(ckpt.rng[d.rank % len(ckpt.rng)], device)
+    if ckpt.rng is not None and d.rank < len(ckpt.rng):  # None: not written by a training run (an import)
+        set_rng_state(ckpt.rng[d.rank], device)
     return ckpt.step, ckpt.best_val_loss
 
 

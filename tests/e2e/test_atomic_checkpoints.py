@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from common import files
 from inference import checkpoint
 from inference.checkpoint import clean_state_dict, save_atomic
 from conftest import ROOT, tiny_model
@@ -129,6 +130,7 @@ def test_crash_while_writing_the_temporary_leaves_the_previous_checkpoint(tmp_pa
 
 KILL_AT_RENAME = """
 import os, sys, torch
+from common import files
 from inference import checkpoint
 from inference.checkpoint import Checkpoint
 path = sys.argv[1]
@@ -181,3 +183,23 @@ def test_clean_state_dict_strips_wrapper_prefixes(attrs):
 def test_clean_state_dict_strips_ddp_around_compiled():
     model = tiny_model()
     assert list(clean_state_dict(Wrapper("module", Wrapper("_orig_mod", model)))) == list(model.state_dict())
+
+
+def test_ctrl_c_inside_a_write_of_torch_save_stays_a_keyboard_interrupt(tmp_path, monkeypatch):
+    """A second Ctrl-C stops a run at once, also in the middle of its checkpoint's save: the KeyboardInterrupt raised
+    inside one of torch.save's writes must reach train.py as itself (its 'interrupted' line and exit 130), not as the
+    "unexpected pos" RuntimeError torch.save's zip writer raises when it closes after a write that never finished."""
+    path = tmp_path / "ckpt.pt"
+    save_atomic(state(1), str(path))
+    real_write_all, calls = files.write_all, []
+
+    def interrupted(f, data):
+        calls.append(len(data))
+        if len(calls) == 3:  # the signal handler raises here, between two of the record's writes
+            raise KeyboardInterrupt
+        return real_write_all(f, data)
+
+    monkeypatch.setattr(files, "write_all", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_atomic(state(2), str(path))
+    assert len(calls) >= 3 and load(str(path))["step"] == 1 and leftovers(tmp_path) == []

@@ -9,6 +9,7 @@ import train
 from common import cli
 from conftest import ROOT, metrics, run_script, tiny_args
 from training.config import PRESETS, configure
+from training.distributed import Dist
 
 
 def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_go_on(corpus, tmp_path, capsys):
@@ -27,6 +28,22 @@ def test_ctrl_c_outside_training_says_only_that(capsys):
         raise KeyboardInterrupt
     assert cli.run(main, []) == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_stop_at_once_under_torchrun_is_said_by_rank_zero_alone(corpus, tmp_path, capsys, monkeypatch, rank):
+    """A second Ctrl-C reaches every process of a torchrun launch: each exits 130, and only rank 0 says what is on
+    disk (as it alone says the first signal's line)."""
+    monkeypatch.setattr(train.distributed, "init", lambda device, backend: (Dist(rank=rank, world_size=2), "cpu"))
+
+    def interrupted(out_dir, d):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train.out_dir, "refuse_if_in_use", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        train.main(tiny_args(corpus, tmp_path / "run", "--max_iters=2"))
+    assert stopped.value.code == 130
+    err = capsys.readouterr().err
+    assert err == (f"interrupted: nothing was written to {tmp_path / 'run'}\n" if rank == 0 else ""), err
 
 
 def test_resuming_with_more_steps_keeps_the_schedule_and_counts_what_ran(corpus, tmp_path, capsys):

@@ -36,10 +36,12 @@ def tasks(tmp_path_factory):
 def runs(corpus, tasks, tmp_path_factory):
     base = tmp_path_factory.mktemp("ddp")
     out = {name: base / name for name in ("one", "two", "two_part")}
-    train_run(corpus, out["one"], "--max_iters=10", tasks)
-    r = train_run(corpus, out["two"], "--max_iters=10", tasks, processes=2)
-    train_run(corpus, out["two_part"], "--max_iters=5", tasks, processes=2)
-    train_run(corpus, out["two_part"], "--max_iters=10", "--init_from=resume", processes=2)  # the tasks kept
+    # 3 validation batches: one process scores two of them, the other one
+    train_run(corpus, out["one"], "--max_iters=10", "--eval_iters=3", tasks)
+    r = train_run(corpus, out["two"], "--max_iters=10", "--eval_iters=3", tasks, processes=2)
+    train_run(corpus, out["two_part"], "--max_iters=5", "--eval_iters=3", tasks, processes=2)
+    train_run(corpus, out["two_part"], "--max_iters=10", "--eval_iters=3", "--init_from=resume",
+              processes=2)  # the tasks kept
     return out, r
 
 

@@ -3,6 +3,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from common.errors import SetupError
 from inference.checkpoint import BEST, LAST, Checkpoint
@@ -10,7 +11,7 @@ from model import GPTConfig
 from training.config import TrainConfig
 from training.distributed import Dist
 from training.metrics import METRICS_FILE
-from training.out_dir import check_out_dir, claim_out_dir, lock_out_dir, refuse_if_in_use, start_mode
+from training.out_dir import check_out_dir, claim_out_dir, lock_out_dir, refuse_if_in_use, start_mode, starting_config
 
 
 def holding(folder, *files):
@@ -104,3 +105,26 @@ def test_a_resume_refuses_a_checkpoint_another_run_saved_after_it_read_it(tmp_pa
     os.remove(out / LAST)
     with pytest.raises(SetupError, match="was removed"):
         claim_out_dir(SimpleNamespace(**vars(run), start_step=4))
+
+
+@pytest.mark.parametrize("saved, world, total, said", [
+    (2, 1, None, "had 2 process(es) and this one has 1: a step now trains on 2 sequences, not 4 "
+                 "(--total_batch_size=64 keeps"),
+    (1, 2, None, "had 1 process(es) and this one has 2: a step now trains on 4 sequences, not 2"),
+    (2, 2, None, None), (2, 1, 64, None)])
+def test_a_resume_by_another_number_of_processes_says_how_the_batch_changes(tmp_path, capsys, saved, world, total,
+                                                                           said):
+    """A checkpoint holds one random state per process of its run: resumed by another number of processes without
+    --total_batch_size, a step's batch follows the processes, and the run says so (with it, the batch stays)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    trained = TrainConfig(out_dir=str(out), batch_size=2, total_batch_size=total)
+    rng = [{"torch": torch.get_rng_state()}] * saved
+    meta = {"tokenizer": "char", "vocab_size": 3, "chars": "abc"}
+    Checkpoint(weights={}, model_config=GPTConfig(vocab_size=3, block_size=16), step=4, data_meta=meta,
+               train_config=trained.to_dict(), rng=rng).save(str(out / LAST))
+    tc = TrainConfig(out_dir=str(out), init_from="resume")
+    resumed, _ = starting_config(tc, {}, {"init_from": "resume", "out_dir": str(out)}, Dist(world_size=world))
+    assert resumed.total_batch_size == total
+    err = capsys.readouterr().err
+    assert (said in err and err.count("\n") == 1) if said else "process" not in err, err

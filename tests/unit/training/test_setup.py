@@ -1,0 +1,41 @@
+"""training/setup.py: what a run starts from."""
+from types import SimpleNamespace
+
+import torch
+
+from training.config import TrainConfig
+from training.distributed import Dist
+from training.random_state import rng_state
+from training.setup import where_to_start
+
+CPU = torch.device("cpu")
+
+
+def saved_streams(n: int) -> list:
+    """The random states a checkpoint of an n-process run holds, one per rank (each moved on by some draws)."""
+    states = []
+    for rank in range(n):
+        torch.manual_seed(100 + rank)
+        torch.rand(3)
+        states.append(rng_state(CPU))
+    return states
+
+
+def next_draws(rank: int, world_size: int, ckpt) -> torch.Tensor:
+    step, best = where_to_start(TrainConfig(seed=7), Dist(rank=rank, world_size=world_size), ckpt, CPU)
+    assert (step, best) == (ckpt.step, ckpt.best_val_loss)
+    return torch.rand(8)  # what this process's dropout would draw next
+
+
+def test_each_process_resumes_its_own_stream_and_one_the_checkpoint_lacks_gets_its_own():
+    """A checkpoint of 1 process resumed by 2 (or of 2 by 3): the processes it has a state for continue theirs, and a
+    process it has none for must not reuse another's (the same dropout masks in two processes)."""
+    for saved, world in ((1, 2), (2, 3)):
+        ckpt = SimpleNamespace(rng=saved_streams(saved), step=4, best_val_loss=2.5)
+        draws = [next_draws(rank, world, ckpt) for rank in range(world)]
+        for rank in range(saved):  # exactly the stream it saved
+            torch.set_rng_state(ckpt.rng[rank]["torch"])
+            assert torch.equal(draws[rank], torch.rand(8)), (saved, world, rank)
+        for a in range(world):
+            for b in range(a):
+                assert not torch.equal(draws[a], draws[b]), (saved, world, a, b)
