@@ -16,7 +16,8 @@ Bad input mid-stream (undecodable bytes, a malformed JSON line, half a surrogate
 goes to `BadDocuments`, so every text that comes out is valid Unicode: with on_bad=stop the first one is a one-line
 error with its location; with skip the whole document is left out, counted once and reported. A .txt file is
 decoded once before any of its pieces goes out, so a bad byte late in a file leaves out the file, not only the
-bytes.
+bytes. A blank JSON line (empty, or ASCII whitespace only) holds no document and is passed over, as in a pairs
+file: not a bad document.
 """
 import codecs
 import gzip
@@ -244,11 +245,10 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
         try:
             for line_no, line in enumerate(_lines(stream), 1):
                 loc = f"{where}:{line_no}"
-                if not line or line.isspace():  # bytes.isspace: ASCII whitespace, as bytes.strip removes
-                    bad.report(loc, "empty line")
-                    continue
                 if line.startswith(codecs.BOM_UTF8):  # as the utf-8-sig codec, without its Python-level wrapper
                     line = line[3:]
+                if not line or line.isspace():  # no document, as in a pairs file (bytes.isspace: ASCII whitespace)
+                    continue
                 try:  # strictly: json.loads(bytes) would let surrogate bytes through
                     obj = json.loads(line.decode("utf-8"))
                 except UnicodeDecodeError as e:

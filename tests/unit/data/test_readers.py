@@ -187,6 +187,17 @@ def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["c.jsonl", "c.jsonl.gz"])
+def test_blank_json_lines_are_passed_over_not_bad_documents(tmp_path, name):
+    """Empty and whitespace-only lines (a hand-edited file, CRLF endings, a mark alone on the first line) hold no
+    document: read as a pairs file reads them, with no refusal under --on_bad=stop and nothing counted."""
+    data = b'\xef\xbb\xbf\r\n{"text": "first"}\n\n  \t\r\n{"text": "second"}\n\n'
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / name) == ["first", "second"] == texts_of(tmp_path / name, bad)
+    assert bad.count == 0 and bad.examples == []
+
+
+@pytest.mark.parametrize("name", ["c.jsonl", "c.jsonl.gz"])
 def test_a_json_file_may_start_with_a_byte_order_mark(tmp_path, name):
     data = b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n'
     (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
