@@ -67,7 +67,8 @@ def input_files(path: Path) -> list[Path]:
     """The files of --input in a fixed order: one file (any name is read as text unless .jsonl/.parquet), or a
     folder's .txt / .jsonl / .jsonl.gz / .parquet files, recursively, sorted by relative path. Hidden files and
     folders (a name starting with '.') are left out: a notebook's .ipynb_checkpoints/ copies, a macOS ._ file or a
-    .git folder are not the corpus (a copy of a validation work there would train on it)."""
+    .git folder are not the corpus (a copy of a validation work there would train on it). A link to a file or a
+    folder is read as what it leads to, named by the link's path (a loop of folder links is entered once)."""
     path = Path(path)
     if not path.exists():  # a link to a missing target, or in a loop of links, exists neither
         what = "is a symbolic link that leads to no file (a missing target or a loop)" if path.is_symlink() else \
@@ -79,16 +80,35 @@ def input_files(path: Path) -> list[Path]:
     if not path.is_dir():  # a pipe (<(zcat ...)) or a device: prepare reads its input more than once
         raise DataError(f"--input={path} is neither a file nor a folder (a pipe or a device, which can be read "
                         f"only once); save the text to a file and pass that")
-    files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p) and not hidden(p.relative_to(path))),
-                   key=lambda p: p.relative_to(path).as_posix())
+    files = sorted(_files_under(path), key=lambda p: p.relative_to(path).as_posix())
     if not files:
         raise DataError(f"--input={path} is a folder without .txt files (or .jsonl, .jsonl.gz, .parquet); "
                         f"put UTF-8 text files in it or pass one file")
     return files
 
 
-def hidden(relative: Path) -> bool:
-    return any(part.startswith(".") for part in relative.parts)
+def _files_under(root: Path):
+    """The readable kinds of file under root, its hidden names left out. A link to a folder is followed, as `find -L`
+    does (Path.rglob follows none on Python 3.11 and 3.12), except one that leads back to a folder it is in: a loop,
+    whose files are read once already."""
+    stack = [(root, frozenset())]
+    while stack:
+        folder, above = stack.pop()
+        real = folder.resolve()
+        if real in above:
+            continue
+        try:
+            entries = list(folder.iterdir())
+        except OSError as e:  # rglob passes over an unreadable folder without a word
+            raise DataError(f"--input={root}: cannot read the folder {folder} ({e.strerror}); make it readable or "
+                            f"move it out") from None
+        for p in entries:
+            if p.name.startswith("."):
+                continue
+            if p.is_dir():
+                stack.append((p, above | {real}))
+            elif p.is_file() and kind_of(p):
+                yield p
 
 
 def stat_fingerprint(path: Path, files: list[Path]) -> str:
