@@ -163,17 +163,20 @@ def _cut(text: str) -> int:
 
 
 # What a file that is not UTF-8 most likely is instead, by its first bytes: (those bytes, what it is, what says so,
-# the command that makes UTF-8 text of it, with {name}: the file's name, {stem}: without its last suffix). A Windows
+# the command that makes UTF-8 text of it, with {name}: the file's name, {plain}: a name for the result). A Windows
 # editor's "Unicode" is UTF-16 (UTF-32's marks come first: UTF-32-LE's starts with UTF-16-LE's); a compressed one is
-# a corpus.txt.gz or a misnamed .jsonl. Converted as latin1, either would make valid UTF-8 that would then train.
+# a corpus.txt.gz or a misnamed .txt or .jsonl, which `gunzip -k` would refuse for its suffix (hence -dc). Converted
+# as latin1, either would make valid UTF-8 that would then train.
 _NOT_UTF8 = [(bom, f"{name.upper()} text", f"it starts with {name.upper()}'s byte-order mark",
-              f"iconv -f {name} -t utf-8 {{name}} > {{stem}}.utf8.txt")
+              f"iconv -f {name} -t utf-8 {{name}} > {{plain}}")
              for name, bom in (("utf-32", codecs.BOM_UTF32_LE), ("utf-32", codecs.BOM_UTF32_BE),
                                ("utf-16", codecs.BOM_UTF16_LE), ("utf-16", codecs.BOM_UTF16_BE))]
-_NOT_UTF8 += [(magic, f"{packer}-compressed", f"it starts with {packer}'s magic bytes", f"{command} {{name}}")
-              for magic, packer, command in ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"(\xb5/\xfd", "zstd", "zstd -d"),
-                                             (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"BZh", "bzip2", "bunzip2 -k"))]
-LATIN1 = "iconv -f latin1 -t utf-8 {name} > {stem}.utf8.txt"
+_NOT_UTF8 += [(magic, f"{packer}-compressed", f"it starts with {packer}'s magic bytes",
+               f"{packer} -dc {{name}} > {{plain}}")
+              for magic, packer in ((b"\x1f\x8b", "gzip"), (b"(\xb5/\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"),
+                                    (b"BZh", "bzip2"))]
+PACKED = (".gz", ".zst", ".xz", ".bz2")
+LATIN1 = "iconv -f latin1 -t utf-8 {name} > {plain}"
 
 
 class _NotUTF8(ValueError):
@@ -193,7 +196,12 @@ class _NotUTF8(ValueError):
         return cls(f"not UTF-8 text ({where})")
 
     def fix(self, path: Path) -> str:
-        return self.command.format(name=path.name, stem=path.stem)
+        """The command, for this file: c.txt.gz unpacks to c.txt; x.txt converts to x.utf8.txt, x.jsonl to
+        x.utf8.jsonl."""
+        name = path.name
+        packed = next((s for s in PACKED if name.lower().endswith(s)), None)
+        plain = name[:-len(packed)] if packed else f"{path.stem}.utf8{'.jsonl' if kind_of(path) == 'jsonl' else '.txt'}"
+        return self.command.format(name=name, plain=plain)
 
 
 def _utf8_text(f, on_raw=lambda raw: None):
@@ -272,7 +280,7 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                 try:  # strictly: json.loads(bytes) would let surrogate bytes through
                     obj = json.loads(line.decode("utf-8"))
                 except UnicodeDecodeError as e:
-                    bad.report(loc, f"not UTF-8 (byte at offset {e.start} of the line)")
+                    bad.report(loc, _line_not_utf8(e, line_no, path))
                     continue
                 except ValueError as e:
                     bad.report(loc, f"malformed JSON ({str(e).splitlines()[0]})")
@@ -288,6 +296,15 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                     yield Piece(text, True, loc)
         except (OSError, EOFError) as e:  # a truncated or corrupt .gz
             raise DataError(f"{where}: cannot be read ({e}); check the file (gzip -t)") from None
+
+
+def _line_not_utf8(e: UnicodeDecodeError, line_no: int, path: Path) -> str:
+    """Why a JSON line is not UTF-8: a first line that starts as a compressed or UTF-16 file does is named so, with
+    the command that converts the file (a gzipped file named .jsonl, not .jsonl.gz, is read as text)."""
+    first = _NotUTF8.at(e) if line_no == 1 else None
+    if first is not None and first.command != LATIN1:
+        return f"{first}; convert it first, e.g. {first.fix(path)}"
+    return f"not UTF-8 (byte at offset {e.start} of the line)"
 
 
 def _half_pair(line: bytes, text: str) -> str | None:

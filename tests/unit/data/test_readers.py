@@ -5,6 +5,9 @@ import hashlib
 import io
 import os
 import random
+import re
+import shutil
+import subprocess
 import time
 
 import numpy as np
@@ -144,33 +147,42 @@ def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tm
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
-def test_a_utf16_or_utf32_file_is_named_so_with_the_conversion_that_reads_it(tmp_path, encoding):
+@pytest.mark.parametrize("name, line", [("w.txt", ""), ("w.jsonl", ":1")])
+def test_a_utf16_or_utf32_file_is_named_so_with_the_conversion_that_reads_it(tmp_path, encoding, name, line):
     """A file that starts with UTF-16's or UTF-32's byte-order mark (a Windows editor's "Unicode") is refused with
     the iconv line that converts it: converting it as latin1 would make valid UTF-8 of its NUL bytes and marks,
     which would then train."""
-    text = "Text saved as Unicode.\n"
+    text = '{"text": "Text saved as Unicode."}\n'
     bom = {"utf-16-be": codecs.BOM_UTF16_BE, "utf-32-be": codecs.BOM_UTF32_BE}.get(encoding, b"")
-    (tmp_path / "w.txt").write_bytes(bom + text.encode(encoding))
-    base = encoding.removesuffix("-be")
-    with pytest.raises(readers.DataError, match=rf"^w.txt: {base.upper()} text, not UTF-8 .*; convert it first, "
-                                                rf"e.g. iconv -f {base} -t utf-8 w.txt > w.utf8.txt"):
-        texts_of(tmp_path / "w.txt")
-    assert (tmp_path / "w.txt").read_bytes().decode(base) == text  # the encoding it names reads it, mark and all
+    (tmp_path / name).write_bytes(bom + text.encode(encoding))
+    base, stem, suffix = encoding.removesuffix("-be"), *name.split(".")
+    with pytest.raises(readers.DataError, match=rf"^{name}{line}: {base.upper()} text, not UTF-8 .*; convert it "
+                                                rf"first, e.g. iconv -f {base} -t utf-8 {name} > {stem}.utf8.{suffix}"):
+        texts_of(tmp_path / name)
+    assert (tmp_path / name).read_bytes().decode(base) == text  # the encoding it names reads it, mark and all
 
 
 @pytest.mark.parametrize("packer, name, suffix",
                          [("gzip", "gzip", "gz"), ("bz2", "bzip2", "bz2"), ("lzma", "xz", "xz")])
-def test_a_compressed_text_file_is_named_so_with_the_command_that_unpacks_it(tmp_path, packer, name, suffix):
-    """One --input file is read as text whatever its name: a corpus.txt.gz (or .bz2, .xz) is refused as
-    compressed, not as latin1 text, whose iconv line would make valid UTF-8 of the compressed bytes."""
+@pytest.mark.parametrize("file, plain", [("c.txt.{suffix}", "c.txt"), ("in/x.txt", "x.utf8.txt"),
+                                         ("x.jsonl", "x.utf8.jsonl"), ("in/x.jsonl", "x.utf8.jsonl")])
+def test_a_compressed_file_is_named_so_with_the_command_that_unpacks_it(tmp_path, packer, name, suffix, file, plain):
+    """One --input file is read as text whatever its name, and a .txt or .jsonl (not .jsonl.gz) as text or JSON
+    lines: a packed one is refused as compressed, not as latin1 text (whose iconv line would make valid UTF-8 of
+    the packed bytes) or as a JSON line that is not UTF-8. The command named unpacks it, whatever its suffix."""
     module = __import__(packer)
-    text = "Plain text, packed.\n" * 20
-    path = tmp_path / f"c.txt.{suffix}"
+    text = '{"text": "Plain text, packed."}\n' * 20
+    path = tmp_path / file.format(suffix=suffix)
+    path.parent.mkdir(exist_ok=True)
     path.write_bytes(module.compress(text.encode()))
-    with pytest.raises(readers.DataError, match=rf"^{path.name}: {name}-compressed, not UTF-8 .*; convert it first, "
-                                                rf"e.g. [a-z0-9]+ -k {path.name};"):
-        texts_of(path)
-    assert module.decompress(path.read_bytes()).decode() == text
+    line = ":1" if file.endswith(".jsonl") else ""
+    with pytest.raises(readers.DataError, match=rf"^{path.name}{line}: {name}-compressed, not UTF-8 .*; convert it "
+                                                rf"first, e.g. {name} -dc {path.name} > {plain};") as refusal:
+        texts_of(tmp_path / file.format(suffix=suffix).split("/")[0])
+    if shutil.which(name):  # the command works as it is given
+        command = re.search(r"e.g. (.*? > \S+);", str(refusal.value)).group(1)
+        subprocess.run(command, shell=True, cwd=path.parent, check=True)
+        assert (path.parent / plain).read_text() == text
 
 
 def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
