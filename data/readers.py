@@ -57,6 +57,10 @@ class BadDocuments:
         if len(self.examples) < EXAMPLES:
             self.examples.append(f"{where} ({problem})")
 
+    def skipped(self) -> str:
+        """For a refusal they may explain (too little text): how many were left out and the first, or ''."""
+        return f" once {self.count:,} bad documents were skipped (e.g. {self.examples[0]})" if self.count else ""
+
 
 def kind_of(path: Path) -> str | None:
     name = path.name.lower()
