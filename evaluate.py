@@ -10,6 +10,7 @@ standard errors (inference/tasks.py, inference/choices.py). Nothing is downloade
 defaults compute in float32 on any device, so the figures compare with other tools' and between machines.
 """
 import json
+import math
 import sys
 from dataclasses import dataclass
 
@@ -118,9 +119,22 @@ def main(argv) -> None:
     print(f"{source}, {str(dtype).removeprefix('torch.')} on {device}")
     print(report_table(report))
     if ec.out:  # written once everything is scored: a refused or interrupted command leaves no file
-        data = json.dumps({"model": source, "dtype": str(dtype).removeprefix("torch."), **report}, indent=1)
+        report = finite_or_null({"model": source, "dtype": str(dtype).removeprefix("torch."), **report})
+        data = json.dumps(report, indent=1, allow_nan=False)
         write_atomic(ec.out, lambda f: f.write(data.encode() + b"\n"), needed=len(data))
         print(f"wrote {ec.out}")
+
+
+def finite_or_null(value):
+    """The report with null for every NaN or infinite float (a model that overflows): json.dumps would write NaN,
+    which is no JSON, and strict parsers (jq, JavaScript's JSON.parse) refuse the whole file."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    return value
 
 
 def entry() -> int:

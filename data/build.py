@@ -24,7 +24,7 @@ from data.bpe_fast import train_bpe_vocab
 from data.encode import encode_stream
 from data.readers import BadDocuments
 from data.shard_writer import ShardWriter, StateMismatch
-from data.split import assign_docs, assign_tail, assign_works, is_val_hash, joined
+from data.split import assign_docs, assign_tail, assign_works, check_tail, is_val_hash, joined
 from data.tokenizer import CHAR_SEPARATOR, ranks_to_bytes
 
 PROGRESS = "progress.json"
@@ -92,12 +92,14 @@ class Build:
         if "scan" in self.state or (self.cfg.tokenizer != "char" and self.split != "tail"):
             return
         vocab = self.cfg.tokenizer == "char"  # `tail` alone needs only the count
-        seen, n_chars = np.zeros(MAX_CODEPOINT, dtype=bool), 0
-        for text in joined(self.pieces(BadDocuments(self.cfg.on_bad), "scan")):
+        seen, n_chars, bad = np.zeros(MAX_CODEPOINT, dtype=bool), 0, BadDocuments(self.cfg.on_bad)
+        for text in joined(self.pieces(bad, "scan")):
             if vocab:
                 cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
                 seen[cps] = True  # a bitmap: ~10x faster than set(text)
             n_chars += len(text)
+        if self.split == "tail":  # refused now, saying what --on_bad=skip left out (encode checks again)
+            check_tail(n_chars, bad.skipped())
         chars = "".join(map(chr, np.flatnonzero(seen))) if vocab else None
         self.state["scan"] = {"n_chars": n_chars, "chars": chars}
 
@@ -196,8 +198,8 @@ class Build:
         return out, current
 
 
-def check_result(result: dict, where: str):
+def check_result(result: dict, where: str, bad: BadDocuments):
     for s in ("train", "val"):
         if result[s][1].docs == 0:
             hint = ("use --split=tail, or a corpus with more documents" if s == "val" else "pass more text")
-            raise DataError(f"the {s} split of {where} is empty (no document went to it); {hint}")
+            raise DataError(f"the {s} split of {where} is empty (no document went to it{bad.skipped()}); {hint}")

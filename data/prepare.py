@@ -198,7 +198,7 @@ def _build(cfg, t0, root, source, split, out, fingerprint, identity) -> Path:
                            kept="the folder is not prepared; a rerun continues from its saved progress, if any"):
         result = build.encode(spec, tok, dtype)
     t_enc = time.time() - t_enc
-    check_result(result, f"--input={cfg.input}" if cfg.input else "shakespeare")
+    check_result(result, f"--input={cfg.input}" if cfg.input else "shakespeare", build.bad)
     meta = _meta(cfg, source, split, val_works, tok, dtype, result, fingerprint, identity, build.bad, build.dropped)
     meta["timing"] = {"prepare_s": round(time.time() - t0, 2), "encode_s": round(t_enc, 2),
                       "encode_mb_per_s": round(source.total_bytes / 1e6 / max(t_enc, 1e-9), 2),

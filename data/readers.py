@@ -16,7 +16,8 @@ Bad input mid-stream (undecodable bytes, a malformed JSON line, half a surrogate
 goes to `BadDocuments`, so every text that comes out is valid Unicode: with on_bad=stop the first one is a one-line
 error with its location; with skip the whole document is left out, counted once and reported. A .txt file is
 decoded once before any of its pieces goes out, so a bad byte late in a file leaves out the file, not only the
-bytes.
+bytes. A blank JSON line (empty, or ASCII whitespace only) holds no document and is passed over, as in a pairs
+file: not a bad document.
 """
 import codecs
 import gzip
@@ -56,6 +57,10 @@ class BadDocuments:
         if len(self.examples) < EXAMPLES:
             self.examples.append(f"{where} ({problem})")
 
+    def skipped(self) -> str:
+        """For a refusal they may explain (too little text): how many were left out and the first, or ''."""
+        return f" once {self.count:,} bad documents were skipped (e.g. {self.examples[0]})" if self.count else ""
+
 
 def kind_of(path: Path) -> str | None:
     name = path.name.lower()
@@ -66,7 +71,8 @@ def input_files(path: Path) -> list[Path]:
     """The files of --input in a fixed order: one file (any name is read as text unless .jsonl/.parquet), or a
     folder's .txt / .jsonl / .jsonl.gz / .parquet files, recursively, sorted by relative path. Hidden files and
     folders (a name starting with '.') are left out: a notebook's .ipynb_checkpoints/ copies, a macOS ._ file or a
-    .git folder are not the corpus (a copy of a validation work there would train on it)."""
+    .git folder are not the corpus (a copy of a validation work there would train on it). A link to a file or a
+    folder is read as what it leads to, named by the link's path (a loop of folder links is entered once)."""
     path = Path(path)
     if not path.exists():  # a link to a missing target, or in a loop of links, exists neither
         what = "is a symbolic link that leads to no file (a missing target or a loop)" if path.is_symlink() else \
@@ -78,16 +84,35 @@ def input_files(path: Path) -> list[Path]:
     if not path.is_dir():  # a pipe (<(zcat ...)) or a device: prepare reads its input more than once
         raise DataError(f"--input={path} is neither a file nor a folder (a pipe or a device, which can be read "
                         f"only once); save the text to a file and pass that")
-    files = sorted((p for p in path.rglob("*") if p.is_file() and kind_of(p) and not hidden(p.relative_to(path))),
-                   key=lambda p: p.relative_to(path).as_posix())
+    files = sorted(_files_under(path), key=lambda p: p.relative_to(path).as_posix())
     if not files:
         raise DataError(f"--input={path} is a folder without .txt files (or .jsonl, .jsonl.gz, .parquet); "
                         f"put UTF-8 text files in it or pass one file")
     return files
 
 
-def hidden(relative: Path) -> bool:
-    return any(part.startswith(".") for part in relative.parts)
+def _files_under(root: Path):
+    """The readable kinds of file under root, its hidden names left out. A link to a folder is followed, as `find -L`
+    does (Path.rglob follows none on Python 3.11 and 3.12), except one that leads back to a folder it is in: a loop,
+    whose files are read once already."""
+    stack = [(root, frozenset())]
+    while stack:
+        folder, above = stack.pop()
+        real = folder.resolve()
+        if real in above:
+            continue
+        try:
+            entries = list(folder.iterdir())
+        except OSError as e:  # rglob passes over an unreadable folder without a word
+            raise DataError(f"--input={root}: cannot read the folder {folder} ({e.strerror}); make it readable or "
+                            f"move it out") from None
+        for p in entries:
+            if p.name.startswith("."):
+                continue
+            if p.is_dir():
+                stack.append((p, above | {real}))
+            elif p.is_file() and kind_of(p):
+                yield p
 
 
 def stat_fingerprint(path: Path, files: list[Path]) -> str:
@@ -142,17 +167,20 @@ def _cut(text: str) -> int:
 
 
 # What a file that is not UTF-8 most likely is instead, by its first bytes: (those bytes, what it is, what says so,
-# the command that makes UTF-8 text of it, with {name}: the file's name, {stem}: without its last suffix). A Windows
+# the command that makes UTF-8 text of it, with {name}: the file's name, {plain}: a name for the result). A Windows
 # editor's "Unicode" is UTF-16 (UTF-32's marks come first: UTF-32-LE's starts with UTF-16-LE's); a compressed one is
-# a corpus.txt.gz or a misnamed .jsonl. Converted as latin1, either would make valid UTF-8 that would then train.
+# a corpus.txt.gz or a misnamed .txt or .jsonl, which `gunzip -k` would refuse for its suffix (hence -dc). Converted
+# as latin1, either would make valid UTF-8 that would then train.
 _NOT_UTF8 = [(bom, f"{name.upper()} text", f"it starts with {name.upper()}'s byte-order mark",
-              f"iconv -f {name} -t utf-8 {{name}} > {{stem}}.utf8.txt")
+              f"iconv -f {name} -t utf-8 {{name}} > {{plain}}")
              for name, bom in (("utf-32", codecs.BOM_UTF32_LE), ("utf-32", codecs.BOM_UTF32_BE),
                                ("utf-16", codecs.BOM_UTF16_LE), ("utf-16", codecs.BOM_UTF16_BE))]
-_NOT_UTF8 += [(magic, f"{packer}-compressed", f"it starts with {packer}'s magic bytes", f"{command} {{name}}")
-              for magic, packer, command in ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"(\xb5/\xfd", "zstd", "zstd -d"),
-                                             (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"BZh", "bzip2", "bunzip2 -k"))]
-LATIN1 = "iconv -f latin1 -t utf-8 {name} > {stem}.utf8.txt"
+_NOT_UTF8 += [(magic, f"{packer}-compressed", f"it starts with {packer}'s magic bytes",
+               f"{packer} -dc {{name}} > {{plain}}")
+              for magic, packer in ((b"\x1f\x8b", "gzip"), (b"(\xb5/\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"),
+                                    (b"BZh", "bzip2"))]
+PACKED = (".gz", ".zst", ".xz", ".bz2")
+LATIN1 = "iconv -f latin1 -t utf-8 {name} > {plain}"
 
 
 class _NotUTF8(ValueError):
@@ -172,7 +200,12 @@ class _NotUTF8(ValueError):
         return cls(f"not UTF-8 text ({where})")
 
     def fix(self, path: Path) -> str:
-        return self.command.format(name=path.name, stem=path.stem)
+        """The command, for this file: c.txt.gz unpacks to c.txt; x.txt converts to x.utf8.txt, x.jsonl to
+        x.utf8.jsonl."""
+        name = path.name
+        packed = next((s for s in PACKED if name.lower().endswith(s)), None)
+        plain = name[:-len(packed)] if packed else f"{path.stem}.utf8{'.jsonl' if kind_of(path) == 'jsonl' else '.txt'}"
+        return self.command.format(name=name, plain=plain)
 
 
 def _utf8_text(f, on_raw=lambda raw: None):
@@ -244,15 +277,14 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
         try:
             for line_no, line in enumerate(_lines(stream), 1):
                 loc = f"{where}:{line_no}"
-                if not line or line.isspace():  # bytes.isspace: ASCII whitespace, as bytes.strip removes
-                    bad.report(loc, "empty line")
-                    continue
                 if line.startswith(codecs.BOM_UTF8):  # as the utf-8-sig codec, without its Python-level wrapper
                     line = line[3:]
+                if not line or line.isspace():  # no document, as in a pairs file (bytes.isspace: ASCII whitespace)
+                    continue
                 try:  # strictly: json.loads(bytes) would let surrogate bytes through
                     obj = json.loads(line.decode("utf-8"))
                 except UnicodeDecodeError as e:
-                    bad.report(loc, f"not UTF-8 (byte at offset {e.start} of the line)")
+                    bad.report(loc, _line_not_utf8(e, line_no, path))
                     continue
                 except ValueError as e:
                     bad.report(loc, f"malformed JSON ({str(e).splitlines()[0]})")
@@ -268,6 +300,15 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                     yield Piece(text, True, loc)
         except (OSError, EOFError) as e:  # a truncated or corrupt .gz
             raise DataError(f"{where}: cannot be read ({e}); check the file (gzip -t)") from None
+
+
+def _line_not_utf8(e: UnicodeDecodeError, line_no: int, path: Path) -> str:
+    """Why a JSON line is not UTF-8: a first line that starts as a compressed or UTF-16 file does is named so, with
+    the command that converts the file (a gzipped file named .jsonl, not .jsonl.gz, is read as text)."""
+    first = _NotUTF8.at(e) if line_no == 1 else None
+    if first is not None and first.command != LATIN1:
+        return f"{first}; convert it first, e.g. {first.fix(path)}"
+    return f"not UTF-8 (byte at offset {e.start} of the line)"
 
 
 def _half_pair(line: bytes, text: str) -> str | None:

@@ -115,9 +115,7 @@ def assign_works(pieces, val_names: list[str]):
 
 def assign_tail(pieces, n_chars: int):
     """One train document (the first int(0.9 * n) characters of the joined text) and one val document (the rest)."""
-    n_train = int(n_chars * TRAIN_FRACTION)  # in characters, not bytes or tokens
-    if n_train == 0 or n_train == n_chars:
-        raise DataError(f"the input has only {n_chars} characters, too few for a train/val split; pass a longer text")
+    n_train = check_tail(n_chars)
     pos = 0
     for p in joined(pieces):
         end = pos + len(p)
@@ -126,6 +124,15 @@ def assign_tail(pieces, n_chars: int):
         if end > n_train:
             yield Item(p[max(n_train - pos, 0):], pos <= n_train, "val")
         pos = end
+
+
+def check_tail(n_chars: int, skipped: str = "") -> int:
+    """The train split's characters, refused when either split would be empty (skipped: bad documents left out)."""
+    n_train = int(n_chars * TRAIN_FRACTION)  # in characters, not bytes or tokens
+    if n_train == 0 or n_train == n_chars:
+        raise DataError(f"the input has only {n_chars} characters{skipped}, too few for a train/val split; pass a "
+                        f"longer text")
+    return n_train
 
 
 def joined(pieces):

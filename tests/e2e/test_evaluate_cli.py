@@ -107,6 +107,30 @@ def test_a_model_trained_on_a_corpus_picks_the_ending_it_was_trained_on(tmp_path
     assert report["acc_token"] == logged[-1]["tasks/known/acc_token"]
 
 
+def strict_json(text: str):
+    """json.loads as strict parsers read: NaN and Infinity are no JSON."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_report_of_non_finite_scores_is_valid_json_with_null(tmp_path):
+    """A model whose scores are NaN (here a NaN weight in a Hugging Face folder) gets a report that strict JSON
+    parsers read: each NaN or infinite number is null, the finite ones stay."""
+    hf = hf_gpt2_folder(tmp_path / "hf")
+    with torch.no_grad():
+        hf.transformer.ln_f.weight[0] = float("nan")
+    hf.save_pretrained(tmp_path / "hf")
+    tasks = write_jsonl(tmp_path / "mixed.jsonl", ITEMS)
+    (tmp_path / "text.txt").write_text(TEXT)
+    assert run(f"--init_from=hf:{tmp_path / 'hf'}", f"--tasks={tasks}", f"--text={tmp_path / 'text.txt'}",
+               f"--out={tmp_path / 'r.json'}") == 0
+    report = strict_json((tmp_path / "r.json").read_text())
+    assert [i["logprobs"] for i in report["tasks"]["mixed"]["items"]] == [[None] * 3, [None] * 3, [None] * 2]
+    assert report["text"]["nll_per_token"] is None and report["text"]["ppl"] is None
+    assert report["text"]["scored"] == len(TEXT) - 1 and report["tasks"]["mixed"]["n"] == 3
+
+
 def refused(capsys, *args) -> str:
     assert run(*args) == 2
     err = capsys.readouterr().err

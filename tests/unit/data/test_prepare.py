@@ -173,6 +173,20 @@ def test_a_refused_preparation_leaves_no_folder(tmp_path, name, text, settings, 
     assert list(root.iterdir()) == [root / "prepared"] and not list((root / "prepared").iterdir())
 
 
+@pytest.mark.parametrize("n_files, split, refusal", [(2, "tail", "only 0 characters"),
+                                                      (10, "docs", "the train split .* is empty")])
+def test_too_little_text_says_that_bad_documents_were_skipped(tmp_path, n_files, split, refusal):
+    """A corpus whose documents --on_bad=skip all left out is refused for having no text, and says why: the
+    skipped documents, not an input that is too short."""
+    for i in range(n_files):
+        (tmp_path / "in" / f"{i}.txt").parent.mkdir(exist_ok=True)
+        (tmp_path / "in" / f"{i}.txt").write_text(" \n")
+    with pytest.raises(DataError, match=rf"{refusal}.* once {n_files} bad documents were skipped \(e.g. 0.txt \(the "
+                                        rf"document is empty\)\)"):
+        prepare(input=tmp_path / "in", data_root=tmp_path / "root", split=split, on_bad="skip", progress=False)
+    assert not (tmp_path / "root").exists()
+
+
 def test_a_refusal_keeps_a_folder_that_was_there_before(tmp_path):
     """A killed run's folder is kept: the refusal may be one fixed without changing the input, and then the run
     resumes from what is in it."""
