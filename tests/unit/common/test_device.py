@@ -70,15 +70,27 @@ def test_the_cpus_flags_say_whether_it_multiplies_bf16_natively(monkeypatch, fla
 
 
 def test_the_bf16_speedup_is_float32s_time_over_bf16s(monkeypatch):
-    """A fake clock: each float32 product takes 2 s, each bf16 one 1 s (float32 is timed first, 2 readings a call)."""
-    readings = []
+    """A fake clock on which a product of the dtype drawn last takes 2 s in float32 and 1 s in bf16."""
+    now, drawn, randn = [0.0], [None], torch.randn
 
-    def perf_counter():
-        readings.append(1)
-        return sum(2.0 if i < 2 * 3 else 1.0 for i in range(len(readings)))
+    def drawing(*shape, dtype):
+        drawn[0] = dtype
+        return randn(*shape, dtype=dtype)
 
+    def perf_counter():  # read before and after each product: each reading moves the clock on by a product's time
+        now[0] += 2.0 if drawn[0] == torch.float32 else 1.0
+        return now[0]
+
+    monkeypatch.setattr(torch, "randn", drawing)
     monkeypatch.setitem(sys.modules, "time", SimpleNamespace(perf_counter=perf_counter))
     assert device.cpu_bf16_speedup.__wrapped__(n=8, repeats=3) == 2.0  # uncached
+
+
+@pytest.mark.parametrize("speedup, dtype", [(2.0, torch.bfloat16), (1.0, torch.float32)])
+def test_where_the_flags_cannot_be_read_the_timing_decides(monkeypatch, speedup, dtype):
+    monkeypatch.setattr(device, "cpu_native_bf16", lambda: None)
+    monkeypatch.setattr(device, "cpu_bf16_speedup", lambda: speedup)
+    assert pick_dtype("auto", torch.device("cpu")) == dtype
 
 
 def test_autocast_lowers_the_matmuls_to_bf16_and_leaves_float32_alone():
