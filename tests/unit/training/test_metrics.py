@@ -106,6 +106,7 @@ def test_an_encoder_decoders_exact_match_goes_to_the_val_section_and_keeps_its_b
                                "val/token_acc": 0.75})]
     assert run.defined["val/exact"]["summary"] == run.defined["val/token_acc"]["summary"] == "max"
     assert run.defined["val/loss"]["summary"] == "min"
+    assert run.defined["tokens"] == {"step_metric": "step"}  # the second x axis a panel may pick
 
 
 def test_a_wandb_mode_is_checked_only_for_a_run_that_logs_to_wandb(monkeypatch):
