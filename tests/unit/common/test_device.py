@@ -1,8 +1,12 @@
 """dtype 'auto' on CUDA: bf16 only where the GPU multiplies it natively (sm80+), float16 + GradScaler elsewhere; what
 /proc/cpuinfo says of the CPU; a device torch cannot compute on here, refused."""
+import sys
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from common import device
 from common.device import cpuinfo, pick_device, pick_dtype
 from common.errors import SetupError
 
@@ -56,3 +60,42 @@ def test_a_gpu_index_this_machine_lacks_is_refused_in_one_line(monkeypatch):
     with pytest.raises(SetupError, match=r"--device=cuda:1 but this machine has 1 GPU\(s\), cuda:0 to cuda:0"):
         pick_device("cuda:1")
     assert pick_device("cuda:0") == torch.device("cuda:0") and pick_device("cuda") == torch.device("cuda")
+
+
+@pytest.mark.parametrize("flags, native", [("fpu avx2 amx_bf16 amx_tile", True), ("fpu avx512f avx512_bf16", True),
+                                          ("fpu avx2 avx512f", False), (None, None)])
+def test_the_cpus_flags_say_whether_it_multiplies_bf16_natively(monkeypatch, flags, native):
+    monkeypatch.setattr(device, "cpuinfo", lambda field: flags if field == "flags" else None)
+    assert device.cpu_native_bf16() is native
+
+
+def test_the_bf16_speedup_is_float32s_time_over_bf16s(monkeypatch):
+    """A fake clock on which a product of the dtype drawn last takes 2 s in float32 and 1 s in bf16."""
+    now, drawn, randn = [0.0], [None], torch.randn
+
+    def drawing(*shape, dtype):
+        drawn[0] = dtype
+        return randn(*shape, dtype=dtype)
+
+    def perf_counter():  # read before and after each product: each reading moves the clock on by a product's time
+        now[0] += 2.0 if drawn[0] == torch.float32 else 1.0
+        return now[0]
+
+    monkeypatch.setattr(torch, "randn", drawing)
+    monkeypatch.setitem(sys.modules, "time", SimpleNamespace(perf_counter=perf_counter))
+    assert device.cpu_bf16_speedup.__wrapped__(n=8, repeats=3) == 2.0  # uncached
+
+
+@pytest.mark.parametrize("speedup, dtype", [(2.0, torch.bfloat16), (1.0, torch.float32)])
+def test_where_the_flags_cannot_be_read_the_timing_decides(monkeypatch, speedup, dtype):
+    monkeypatch.setattr(device, "cpu_native_bf16", lambda: None)
+    monkeypatch.setattr(device, "cpu_bf16_speedup", lambda: speedup)
+    assert pick_dtype("auto", torch.device("cpu")) == dtype
+
+
+def test_autocast_lowers_the_matmuls_to_bf16_and_leaves_float32_alone():
+    a, b = torch.ones(4, 4), torch.ones(4, 4)
+    with device.autocast(torch.device("cpu"), torch.bfloat16):
+        assert (a @ b).dtype == torch.bfloat16
+    with device.autocast(torch.device("cpu"), torch.float32):
+        assert (a @ b).dtype == torch.float32

@@ -3,7 +3,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from common.flags import FlagError, field_docs, help_text, parse, parse_configs
+from common.flags import FlagError, config_from_argv, field_docs, help_text, parse, parse_configs, suggest
 from data.config import PrepareConfig
 from training.loop import lr_at
 from training.config import CLASSES, PRESETS, TrainConfig
@@ -292,3 +292,25 @@ def test_a_path_flag_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monke
     assert values == {"input": str(tmp_path / "corpus.txt"), "out_dir": str(tmp_path / "runs"),
                       "data_root": str(tmp_path)}
     assert parse(["--out_dir=runs~/a~"], CLASSES, PRESETS)[0] == {"out_dir": "runs~/a~"}  # a ~ elsewhere is a name
+
+
+def test_the_edges_of_a_flags_value(tmp_path):
+    """A name of NAME_MAX bytes is still a name; an integer may group its digits with _; a TOML boolean is not a
+    number for a float field (as it is no integer for an int one)."""
+    assert parse(["--out_dir=runs/" + "x" * 255], CLASSES, PRESETS)[0] == dict(out_dir="runs/" + "x" * 255)
+    assert parse(["--max_iters=1_000"], CLASSES, PRESETS)[0] == dict(max_iters=1000)
+    f = tmp_path / "run.toml"
+    f.write_text("learning_rate = true\n")
+    with pytest.raises(FlagError, match="--learning_rate=True is not a number"):
+        parse([f"--config={f}"], CLASSES, PRESETS)
+
+
+def test_a_lone_double_dash_and_a_distant_typo_are_one_line_errors():
+    with pytest.raises(FlagError, match="unexpected argument '--'; flags look like --name=value"):
+        parse(["--n_layer=2", "--"], CLASSES, PRESETS)
+    assert suggest("layers", ["n_layer", "n_head"]) == "; did you mean --n_layer?"  # half the letters in common
+
+
+def test_dash_h_prints_the_flags_like_dash_dash_help(capsys):
+    assert config_from_argv(["-h"], PrepareConfig) is None
+    assert "--tokenizer=" in capsys.readouterr().out

@@ -3,13 +3,15 @@ flags' checks."""
 import hashlib
 import itertools
 import random
+from types import SimpleNamespace
 
 import pytest
 
 from common.errors import DataError
 from data.prepare import prepare
 from data.config import PrepareConfig
-from data.split import MIN_FILES_FOR_WORKS, VAL_FRACTION, VAL_SHARE, input_facts, pick_val_documents
+from data.split import (MIN_FILES_FOR_WORKS, VAL_FRACTION, VAL_SHARE, assign_tail, check_works, input_facts,
+                        pick_val_documents)
 from data.tokenizer import read_meta
 
 
@@ -110,3 +112,47 @@ def test_input_facts_name_the_records_and_the_split_from_the_files_listed_not_re
     missing = str(tmp_path / "nope.txt")  # preparing it says why; the facts say nothing they do not know
     assert input_facts(PrepareConfig(input=missing)) == {}
     assert input_facts(PrepareConfig(input=missing, split="tail")) == {"split": "tail"}
+
+
+def test_a_folder_of_text_and_records_splits_by_documents(tmp_path):
+    (tmp_path / "notes.txt").write_text("a text\n")
+    (tmp_path / "a.jsonl").write_text("never read by the facts\n")
+    assert input_facts(PrepareConfig(input=str(tmp_path))) == {"records": True, "split": "docs"}
+
+
+def test_validation_stops_at_its_share_and_may_fill_the_upper_bound_exactly():
+    a, b, *rest = in_hash_order(["a", "b", "c", "d", "e"])
+    at_share = {a: 10, b: 1, **dict(zip(rest, (30, 30, 29)))}  # a alone holds VAL_FRACTION: b is not needed
+    assert VAL_FRACTION * sum(at_share.values()) == 10 and pick_val_documents(at_share) == [a]
+    to_bound = {a: 5, b: 10, **dict(zip(rest, (30, 30, 25)))}  # a and b hold the upper bound, 15%, exactly
+    assert VAL_SHARE[1] * sum(to_bound.values()) == 15 and pick_val_documents(to_bound) == sorted([a, b])
+
+
+def test_an_empty_file_never_validates():
+    sizes = {**{f"empty{i}.txt": 0 for i in range(20)}, **{f"w{i}.txt": 100 for i in range(10)}}
+    val = pick_val_documents(sizes)
+    assert val and all(sizes[n] for n in val)
+
+
+def test_the_refusal_names_the_largest_files_share():
+    with pytest.raises(DataError, match=r"the largest of the 4 files holds 97%"):
+        pick_val_documents({"big.txt": 1000, "x.txt": 10, "y.txt": 10, "z.txt": 10})
+
+
+def test_works_needs_two_documents():
+    with pytest.raises(DataError, match="needs at least 2 documents but the input has 1"):
+        check_works(["only.txt"], [])
+    check_works(["a.txt", "b.txt"], ["a.txt"])
+
+
+def test_the_tail_starts_its_validation_document_where_a_piece_starts_at_the_cut():
+    """A piece that begins exactly at int(0.9 * n) starts the val document (first=True): build.py decides an
+    item's split where a document starts, so without the flag that piece went on in the train split."""
+    def piece(text, first):
+        return SimpleNamespace(text=text, first=first)
+
+    items = list(assign_tail([piece("a" * 9, True), piece("b", False)], 10))
+    assert [(i.text, i.first, i.split) for i in items] == [("a" * 9, True, "train"), ("b", True, "val")]
+    items = list(assign_tail([piece("a" * 8, True), piece("bc", False)], 10))  # a cut inside a piece
+    assert [(i.text, i.first, i.split) for i in items] == [("a" * 8, True, "train"), ("b", False, "train"),
+                                                         ("c", True, "val")]

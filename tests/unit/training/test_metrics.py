@@ -1,10 +1,18 @@
 """training/metrics.py: the wandb layout a run's flags give (name, group, tags), and the metrics file a resumed run
 continues (rows past its checkpoint dropped, lines cut by a kill skipped)."""
+import errno
 import json
 import math
+import os
+import sys
+import types
 
+import pytest
+
+from common.errors import DiskError, SetupError
+from training import metrics
 from training.config import configure
-from training.metrics import METRICS_FILE, MetricsLog, keep_through, run_layout
+from training.metrics import METRICS_FILE, MetricsLog, keep_through, need_wandb_mode, run_layout
 
 SIZE = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=20"]
 
@@ -61,6 +69,7 @@ def test_the_log_writes_non_finite_numbers_as_null_and_a_resume_appends_after_it
     log.close()
     read = [json.loads(line) for line in (tmp_path / METRICS_FILE).read_text().splitlines()]
     assert read == [{"step": 1, "train_loss": 2.0}, {"step": 2, "train_loss": None}, {"step": 3, "train_loss": None}]
+    assert metrics.read_metrics(str(tmp_path)) == read
     log = MetricsLog(str(tmp_path), fresh=False, resume_step=2)
     assert log.resumed_row == {"step": 2, "train_loss": None}
     log.log({"step": 3, "train_loss": 1.5})
@@ -97,3 +106,74 @@ def test_an_encoder_decoders_exact_match_goes_to_the_val_section_and_keeps_its_b
                                "val/token_acc": 0.75})]
     assert run.defined["val/exact"]["summary"] == run.defined["val/token_acc"]["summary"] == "max"
     assert run.defined["val/loss"]["summary"] == "min"
+    assert run.defined["tokens"] == {"step_metric": "step"}  # the second x axis a panel may pick
+
+
+def test_a_wandb_mode_is_checked_only_for_a_run_that_logs_to_wandb(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    need_wandb_mode(False)  # not read: nothing to refuse
+    with pytest.raises(SetupError, match="WANDB_MODE=ofline is not a mode wandb takes"):
+        need_wandb_mode(True)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    need_wandb_mode(True)
+
+
+def test_the_layout_of_a_config_without_model_or_causal_and_with_a_window():
+    """An older checkpoint's config may lack --model and --causal: it was a decoder. A sliding window is a tag."""
+    config = dict(n_layer=1, n_head=2, n_embd=32, block_size=20, tokenizer="char", dataset="shakespeare",
+                  pos_emb="rope", attn_impl="sdpa")
+    plain, windowed = run_layout(config), run_layout({**config, "window": 8})
+    assert plain["job_type"] == "decoder" and not [t for t in plain["tags"] if t.startswith("window:")]
+    assert windowed["tags"] == plain["tags"] + ["window:8"]
+    both = {**config, "model": "seq2seq", "pairs": "/data/en-fr.tsv", "input": "/corpora/poems.txt"}
+    assert run_layout(both)["group"].startswith("en-fr-")  # a seq2seq run reads its pairs, not --input
+
+
+def test_a_row_missing_a_value_logs_no_key_for_it_in_wandb(tmp_path):
+    log = MetricsLog(str(tmp_path), fresh=True)
+    log.wandb = run = RecordingRun()
+    log.log({"step": 1, "train_loss": 1.0, "val_loss": None})
+    log.wandb = None
+    log.close()
+    assert run.logged == [(1, {"step": 1, "train/loss": 1.0})]
+    assert json.loads((tmp_path / METRICS_FILE).read_text()) == {"step": 1, "train_loss": 1.0, "val_loss": None}
+
+
+def test_a_line_the_disk_takes_only_part_of_is_cut_back_off(tmp_path, monkeypatch):
+    log = MetricsLog(str(tmp_path), fresh=True)
+    log.log({"step": 1, "train_loss": 1.0})
+    whole = (tmp_path / METRICS_FILE).read_text()
+
+    def half_then_full(f, data):  # the disk fills in the middle of the line
+        f.write(data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(metrics, "write_all", half_then_full)
+    with pytest.raises(DiskError, match="no space left on the device"):
+        log.log({"step": 2, "train_loss": 0.5})
+    log.close()
+    assert (tmp_path / METRICS_FILE).read_text() == whole
+
+
+def test_wandb_is_started_offline_with_the_runs_layout_and_continues_a_given_run(tmp_path, monkeypatch):
+    """A stand-in wandb module records what wandb.init was called with."""
+    calls = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        return RecordingRun()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    for name in ("WANDB_MODE", "WANDB_SILENT"):  # set by the log, put back as they were after the test
+        monkeypatch.delenv(name, raising=False)
+    config = dict(n_layer=1, n_head=2, n_embd=32, block_size=20, tokenizer="char", dataset="shakespeare",
+                  pos_emb="rope", attn_impl="sdpa", causal=True)
+    for run_id in (None, "abc123"):
+        log = MetricsLog(str(tmp_path), fresh=True, wandb_cfg={"project": "p", "config": config, "id": run_id})
+        log.file.close()
+    assert os.environ["WANDB_MODE"] == "offline"
+    expected = run_layout(config)
+    assert calls[0] == dict(project="p", name=expected["name"], group=expected["group"],
+                            job_type=expected["job_type"], tags=expected["tags"], config=config, dir=str(tmp_path),
+                            id=None, resume=None)
+    assert calls[1]["id"] == "abc123" and calls[1]["resume"] == "allow"

@@ -55,3 +55,39 @@ def test_the_peak_is_the_fastest_probe_and_a_huge_shape_is_cut_to_the_probe_budg
     assert mfu.peak_matmul_flops("cpu", torch.float16, ((9, 9, 9),)) == 7.0  # a dtype no other test caches
     m, k, n = mfu._fit((10**6, 384, 50257))
     assert (k, n) == (384, 50257) and 2 * m * k * n <= mfu.MAX_PROBE_FLOPS < 2 * (m + 1) * k * n
+
+
+def test_probe_rates_time_the_fastest_of_the_timed_calls_after_a_warm_up(monkeypatch):
+    """A fake clock and kernel: each call of the kernel takes the next of `durations` seconds; the rate is the
+    product's 2*M*K*N FLOPs over the fastest timed call, the warm-up call left out."""
+    now, durations, inputs = [0.0], iter([100.0, 4.0, 2.0, 3.0, 100.0, 5.0, 8.0, 6.0]), []
+
+    def kernel(a, b):
+        inputs.append((tuple(a.shape), tuple(b.shape), b.is_contiguous()))
+        now[0] += next(durations)
+
+    monkeypatch.setattr(mfu, "_kernels", lambda device, dtype: {"fake": kernel})
+    monkeypatch.setattr(mfu, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
+    n = mfu.SQUARE_N["cpu"]
+    rows = mfu.probe_rates("cpu", torch.float32, [(8, 16, 4), (n, n, n)], seconds=0.0)
+    assert rows == [{"shape": (n, n, n), "kernel": "fake", "flops": 2 * n**3 / 2.0},  # the square one, once
+                    {"shape": (8, 16, 4), "kernel": "fake", "flops": 2 * 8 * 16 * 4 / 5.0}]
+    # a (M, K) and b laid out as a linear layer's weight (N, K); 1 warm-up and 3 timed calls a shape
+    assert inputs == [((n, n), (n, n), True)] * 4 + [((8, 16), (4, 16), True)] * 4
+
+
+def test_probe_rates_keep_calling_until_the_seconds_are_spent(monkeypatch):
+    now, calls = [0.0], []
+
+    def kernel(a, b):  # each call takes a second of the fake clock
+        calls.append(1)
+        now[0] += 1.0
+
+    monkeypatch.setattr(mfu, "_kernels", lambda device, dtype: {"fake": kernel})
+    monkeypatch.setattr(mfu, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
+    mfu.probe_rates("cpu", torch.float32, (), seconds=10.0)
+    assert len(calls) == 1 + 10  # the warm-up, then timed calls until 10 s have passed
+
+
+def test_mfu_is_the_model_flops_a_second_over_the_peak():
+    assert mfu.mfu(flops_per_token=6e6, tokens_per_s=1e3, peak_flops=1.2e10) == pytest.approx(0.5)

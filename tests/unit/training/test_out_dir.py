@@ -5,13 +5,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from common.errors import SetupError
-from inference.checkpoint import BEST, LAST, Checkpoint
+from common.errors import ConfigError, SetupError
+from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training.config import TrainConfig
 from training.distributed import Dist
 from training.metrics import METRICS_FILE
-from training.out_dir import check_out_dir, claim_out_dir, lock_out_dir, refuse_if_in_use, start_mode, starting_config
+from training import out_dir
+from training.out_dir import (check_out_dir, check_writable, claim_out_dir, lock_out_dir, refuse_if_in_use,
+                              start_mode, starting_config)
 
 
 def holding(folder, *files):
@@ -128,3 +130,77 @@ def test_a_resume_by_another_number_of_processes_says_how_the_batch_changes(tmp_
     assert resumed.total_batch_size == total
     err = capsys.readouterr().err
     assert (said in err and err.count("\n") == 1) if said else "process" not in err, err
+
+
+def test_an_out_dir_this_process_may_read_but_not_write_in_is_refused(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    out.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: not mode & (os.W_OK | os.X_OK))  # a read-only mount
+    with pytest.raises(SetupError, match="may not write in"):
+        check_writable(str(out))
+    monkeypatch.setattr(os, "access", lambda path, mode: True)
+    check_writable(str(out))
+
+
+def test_the_refusal_names_the_checkpoint_before_the_metrics(tmp_path):
+    with pytest.raises(SetupError, match=rf"already holds a run \({LAST}\)"):
+        check_out_dir(TrainConfig(out_dir=holding(tmp_path / "a", LAST, METRICS_FILE)))
+
+
+def test_the_lock_file_holds_this_process_id_alone(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".lock").write_text("123456789")  # a dead run's pid, longer than ours
+    lock_out_dir(str(out), Dist()).close()
+    assert (out / ".lock").read_text() == str(os.getpid())
+
+
+def test_an_overwriting_claim_removes_the_run_and_its_wandb_files_and_nothing_else(tmp_path):
+    out = holding(tmp_path / "run", LAST, BEST, METRICS_FILE, "notes.txt", f"{TMP_PREFIX}x{TMP_SUFFIX}")
+    holding(tmp_path / "run" / "wandb", "offline-run")
+    run = SimpleNamespace(tc=TrainConfig(out_dir=out, overwrite=True), dist=Dist(), resumed=False)
+    claim_out_dir(run)
+    assert os.listdir(out) == ["notes.txt"]
+
+
+def test_a_resumed_claim_removes_stale_temporaries_on_the_first_process_only(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    Checkpoint(weights={}, model_config=GPTConfig(), step=4, data_meta={}).save(str(out / LAST))
+    stale = out / f"{TMP_PREFIX}x{TMP_SUFFIX}"
+    stale.write_text("half a checkpoint")
+    tc = TrainConfig(out_dir=str(out), init_from="resume")
+    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(rank=1, world_size=2), resumed=True, start_step=4))
+    assert stale.exists()  # rank 1 may be on another node: rank 0 cleans
+    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(), resumed=True, start_step=4))
+    assert sorted(os.listdir(out)) == [LAST]
+
+
+def test_a_resume_refuses_a_checkpoint_replaced_by_an_earlier_step(tmp_path):
+    """An --overwrite=true run that saved fewer steps since: its checkpoint is not the one this run continues."""
+    out = tmp_path / "run"
+    out.mkdir()
+    Checkpoint(weights={}, model_config=GPTConfig(), step=2, data_meta={}).save(str(out / LAST))
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True)
+    with pytest.raises(SetupError, match="at step 2 after this one read it at step 4"):
+        claim_out_dir(SimpleNamespace(**vars(run), start_step=4))
+
+
+@pytest.mark.parametrize("init_from, checked", [("scratch", False), ("hf:folder", False), ("auto", True)])
+def test_starting_config_checks_a_fresh_run_only_where_the_flags_could_not(tmp_path, monkeypatch, init_from, checked):
+    """train.py's configure runs fresh_checks for --init_from=scratch and hf:; an auto start is known to be fresh
+    only here."""
+    calls = []
+    monkeypatch.setattr(out_dir, "fresh_checks", lambda tc, explicit: calls.append(tc) or [])
+    tc = TrainConfig(out_dir=str(tmp_path / "run"), init_from=init_from)
+    assert starting_config(tc, {}, {}, Dist())[1] is None
+    assert len(calls) == int(checked)
+
+
+def test_a_total_batch_size_is_divided_over_every_process(tmp_path):
+    tc = TrainConfig(out_dir=str(tmp_path / "run"), init_from="scratch", batch_size=2, total_batch_size=64)
+    starting_config(tc, {"block_size": 16}, {}, Dist())  # 2 x 16 x 1 divides 64
+    with pytest.raises(ConfigError, match=r"2 x 16 x 4 = 128"):
+        starting_config(tc, {"block_size": 16}, {}, Dist(rank=0, world_size=4))
+    hf = TrainConfig(out_dir=str(tmp_path / "hf"), init_from="hf:folder", batch_size=2, total_batch_size=64)
+    starting_config(hf, {}, {}, Dist())  # an imported model's context is unknown here: checked once it is read

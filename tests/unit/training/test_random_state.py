@@ -13,15 +13,17 @@ def test_restored_state_draws_the_same_numbers():
     set_rng_state(saved, torch.device("cpu"))
     assert torch.equal(torch.rand(5), first)
     assert set(saved) == {"torch"}
+    assert set(rng_state(torch.device("mps"))) == {"torch"}  # only a CUDA device's generator is saved beside
 
 
 def test_gpu_state_saved_and_restored_beside_the_cpus(monkeypatch):
-    restored = []  # torch.cuda's generator functions answered here: no GPU is asked
-    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.zeros(16, dtype=torch.uint8))
+    restored, asked = [], []  # torch.cuda's generator functions answered here: no GPU is asked
+    monkeypatch.setattr(torch.cuda, "get_rng_state",
+                        lambda device="cuda": asked.append(device) or torch.zeros(16, dtype=torch.uint8))
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: restored.append((state, device)))
     gpu = torch.device("cuda", 0)
     saved = rng_state(gpu)
-    assert set(saved) == {"torch", "cuda"}
+    assert set(saved) == {"torch", "cuda"} and asked == [gpu]  # this process's device, not the current one
     set_rng_state(saved, gpu)
     assert len(restored) == 1 and restored[0][1] == gpu
     set_rng_state({"torch": saved["torch"]}, gpu)  # written by a CPU run: the GPU's generator is left as it is

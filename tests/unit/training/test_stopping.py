@@ -1,5 +1,6 @@
 """training/stopping.py: the first SIGINT/SIGTERM asks for a stop after the step (said by the master alone), a
-second stops at once, the handlers before are restored, and one process agrees with itself."""
+second stops at once, the handlers before are restored, and the all-reduce keeps the signal and a due checkpoint
+apart."""
 import signal
 
 import pytest
@@ -27,3 +28,27 @@ def test_only_the_master_says_it_stops(capsys):
     with StopRequests(master=False) as stop:
         signal.raise_signal(signal.SIGTERM)
     assert stop.signum == signal.SIGTERM and capsys.readouterr().err == ""
+
+
+def test_an_exception_inside_passes_through_and_the_handlers_come_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RuntimeError, match="inside"):
+        with StopRequests():
+            raise RuntimeError("inside")
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_under_a_process_group_the_signal_and_the_due_checkpoint_travel_apart(tmp_path):
+    """One real gloo process stands in for torchrun's group; a Dist of world size 2 takes the all-reduce path."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        two = Dist(rank=0, local_rank=0, world_size=2)
+        with StopRequests() as stop:
+            assert stop.agreed(two, "cpu") == (None, False)
+            assert stop.agreed(two, "cpu", save_due=True) == (None, True)
+            signal.raise_signal(signal.SIGTERM)
+            assert stop.agreed(two, "cpu") == (signal.SIGTERM, False)
+            assert stop.agreed(two, "cpu", save_due=True) == (signal.SIGTERM, True)
+    finally:
+        dist.destroy_process_group()
