@@ -137,7 +137,7 @@ def drawn_cross(vc: VisualizeConfig, model, tokenizer, png: bool) -> list[Callab
         raise FlagError("a seq2seq checkpoint is drawn as its cross-attention for a source; give --source=TEXT")
     writes = []
     if vc.html:
-        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens)
+        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens, "html_max_tokens")
         writes.append(html_write(vc, model, cross_explorer_html(model, view)))
     if png:
         view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.max_tokens)
