@@ -372,6 +372,30 @@ def test_visualize_refuses_what_no_drawing_of_the_run_reads(ckpts, tmp_path, cap
     assert said in err and err.count("\n") == 1 and not list(tmp_path.iterdir()), err
 
 
+# every command's flags as --help shows them: the commands above, and those this file does not walk
+HELP_CLASSES = {**{command: COMMANDS[command][0] for command in COMMANDS},
+                "bench.py": ("bench.BenchConfig",),
+                "probe.py": ("probe.ProbeConfig", "insight.probe_config.ProbeModel"),
+                "interop.export": ("interop.export.ExportConfig",),
+                "interop.import_hf": ("interop.import_hf.ImportConfig",)}
+
+
+def help_docs(command) -> dict:
+    """{flag: its --help description} of a command."""
+    out = {}
+    for c in HELP_CLASSES[command]:
+        cls = getattr(importlib.import_module(c.rsplit(".", 1)[0]), c.rsplit(".", 1)[1]) if isinstance(c, str) else c
+        out.update({name: doc for name, (_, doc) in flags.field_docs(cls).items()})
+    return out
+
+
+@pytest.mark.parametrize("command", HELP_CLASSES)
+def test_no_help_offers_an_empty_path(command):
+    """A path flag given '' is refused (common/flags.py's check_path): visualize.py's --help offered "('' = none)"."""
+    for flag, doc in help_docs(command).items():
+        assert not (flag in flags.PATHS and "''" in doc), (flag, doc)
+
+
 def test_sample_and_visualize_help_show_where_flags_apply(capsys):
     import sample
     import visualize
