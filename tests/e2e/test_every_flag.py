@@ -403,7 +403,9 @@ def test_sample_and_visualize_help_show_where_flags_apply(capsys):
     sample.main(["-h"])
     text = capsys.readouterr().out
     assert "[decoder/cheater; no --draft; sampling]" in text and "--source=None   [seq2seq] " in text
-    assert "--top_tokens=8   [decoder/encoder/cheater; [MASK]/--temperatures] " in text
+    assert "--top_tokens=8   [decoder/encoder/cheater; [MASK]/--temperatures] the likeliest tokens listed: " in text
+    # the default 0.8 is not what a translation uses (print_translations: greedy unless the flag is given)
+    assert "--temperature=0.8   [sampling/--source] 0 = greedy; a translation (--source) is greedy unless" in text
     visualize.main(["--help"])
     assert "--wandb_log=False   [--html] " in capsys.readouterr().out
 
