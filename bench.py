@@ -334,7 +334,8 @@ def run_memory(args, table):
 
 @dataclass
 class BenchConfig:
-    target: str = "all"  # all, or a comma-separated subset of the TARGETS
+    target: str = "all"  # all, or a comma-separated subset of ttq, quality, throughput, mfu, sampling, llama_cpp,
+    #                      prepare, evaluate, memory
     against_nanogpt: str | None = None  # path of a nanoGPT checkout to run side by side
     input: str = "/work/shared/data/tinyshakespeare.txt"  # tiny-shakespeare text (ttq)
     preset: str = "fast-cpu"  # our train.py preset for time to quality

@@ -26,9 +26,9 @@ from training.metrics import need_wandb_mode
 @dataclass
 class ProbeConfig:
     out: str = "probes"  # table.md, results.json, probes.png, curves.png (the induction task's training curves)
-    tasks: str = "copy,induction,recall,dyck"  # comma-separated, from insight/probe_tasks.py TASKS
-    pos_embs: str = "rope,alibi,sinusoidal,learned,none"
-    models: str = "decoder,encoder"  # the encoder sees the answers masked (not for induction)
+    tasks: str = "copy,induction,recall,dyck"  # comma-separated, any of these (insight/probe_tasks.py)
+    pos_embs: str = "rope,alibi,sinusoidal,learned,none"  # comma-separated, any of these
+    models: str = "decoder,encoder"  # either or both; the encoder sees the answers masked (not for induction)
     # trained sizes (tested at 1x, 2x, 4x): items to copy, tokens to repeat, key-value pairs, brackets
     copy_n: int = 8
     induction_n: int = 8

@@ -71,7 +71,7 @@ class SampleConfig:
     start: str = "\n"  # the prompt, or FILE:path to read it from a file
     num_samples: int = 1
     max_new_tokens: int = 500
-    temperature: float = 0.8  # 0 = greedy
+    temperature: float = 0.8  # 0 = greedy; a translation (--source) is greedy unless --temperature is given
     top_k: int | None = 200
     top_p: float | None = None
     min_p: float | None = None
@@ -98,7 +98,7 @@ class SampleConfig:
     source_batch: int = 64  # sources translated together, right-padded
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
-    top_tokens: int = 8  # rows of that table
+    top_tokens: int = 8  # the likeliest tokens listed: each [MASK]'s candidates, the --temperatures table's rows
 
     def __post_init__(self):
         if self.num_samples < 1 or self.max_new_tokens < 0:

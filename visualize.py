@@ -48,11 +48,11 @@ class VisualizeConfig:
     target: str = ""  # a seq2seq checkpoint: the target to read it with ('' = what greedy decoding writes)
     out: str = "attention.png"
     device: str = "cpu"
-    max_tokens: int = 64  # the longest text a figure shows (token labels stop fitting beyond); longer is refused
-    html: str = ""  # write the interactive explorer page here ('' = none); up to html_max_tokens tokens
+    max_tokens: int = 64  # the most tokens a figure shows (their labels stop fitting beyond); longer is refused
+    html: str = ""  # write the interactive explorer page here (left out: no page); up to html_max_tokens tokens
     html_max_tokens: int = 512
-    induction: str = ""  # draw the heads' induction scores (a layer x head heatmap) here ('' = none)
-    induction_curve: str = ""  # draw the run's logged induction score against its loss here ('' = none)
+    induction: str = ""  # draw the heads' induction scores (a layer x head heatmap) here (left out: none)
+    induction_curve: str = ""  # draw the run's logged induction score against its loss here (left out: none)
     wandb_log: bool = False  # log the --html page to wandb (offline unless you log in)
     wandb_project: str = "small-gpt"
 
@@ -137,7 +137,7 @@ def drawn_cross(vc: VisualizeConfig, model, tokenizer, png: bool) -> list[Callab
         raise FlagError("a seq2seq checkpoint is drawn as its cross-attention for a source; give --source=TEXT")
     writes = []
     if vc.html:
-        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens)
+        view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.html_max_tokens, "html_max_tokens")
         writes.append(html_write(vc, model, cross_explorer_html(model, view)))
     if png:
         view = cross_attention_view(model, tokenizer, vc.source, vc.target, vc.max_tokens)

@@ -312,11 +312,12 @@ def applies(command: str, flag: str, facts: dict) -> bool:
 
 
 def tags(command: str) -> dict:
-    """{flag: '[encoder]'} for --help: where each flag with a rule applies."""
+    """{flag: '[encoder]'} for --help: where each flag with a rule applies (a note rule's flag, ignored elsewhere
+    rather than refused: '[--wandb_log=true, else ignored]')."""
     t = TABLES[command]
     out = {f: f"[set by --{by}]" for f, by in t.set_by.items()}
     for r in t.rules:
-        said = " ".join(SAY[fact][2](values) for fact, values in r.when.items())
+        said = " ".join(SAY[fact][2](values) for fact, values in r.when.items()) + (", else ignored" if r.note else "")
         for f in r.flags:
             out[f] = f"{out[f][:-1]}; {said}]" if f in out else f"[{said}]"
     return out

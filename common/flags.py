@@ -233,7 +233,8 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
     head = "flags (--name=value); the values shown are " + (f"those of --preset={preset} and the flags given"
                                                               if preset else "the defaults")
     if tags:
-        head += "; [...] says where a flag applies (given anywhere else, it is refused)"
+        head += ("; [...] says where a flag applies (given anywhere else, it is refused; where it says 'else ignored', "
+                 "ignored with a note)")
     lines = [head]
     for cls in classes:
         docs, group = field_docs(cls), None

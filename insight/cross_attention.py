@@ -48,9 +48,9 @@ def token_texts(tokenizer, ids) -> list[str]:
 
 
 def cross_attention_view(model, tokenizer, source_text: str, target_text: str = "",
-                         max_tokens: int | None = None) -> CrossAttentionView:
+                         max_tokens: int | None = None, flag: str = "max_tokens") -> CrossAttentionView:
     """The cross-attention of source_text, for target_text or (when empty) the target greedy decoding writes.
-    max_tokens: the longest source or target shown (the model's block_size at most)."""
+    max_tokens: the longest source or target shown (the model's block_size at most), the value of --flag."""
     if model.config.cross_attn == "mean":
         raise UserError("this checkpoint was trained with cross_attn='mean': the decoder reads one fixed summary of "
                         "the source, not its tokens, so there is no target x source map to draw; visualise a "
@@ -61,7 +61,7 @@ def cross_attention_view(model, tokenizer, source_text: str, target_text: str = 
         raise UserError("the source to visualise is empty; pass some text with --source=...")
     if len(source) > limit:
         raise UserError(f"the source is {len(source)} tokens and at most {limit} can be shown "
-                        f"(block_size={model.config.block_size}, --max_tokens={max_tokens}); shorten it")
+                        f"(block_size={model.config.block_size}, --{flag}={max_tokens}); shorten it")
     device = next(model.parameters()).device
     src = torch.tensor([source], device=device)  # (1, S)
     stop = tokenizer.stop_id

@@ -73,7 +73,7 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
     limit = min(max_tokens, model.config.block_size)
     if len(ids) > limit:
         why = (f"this model's context is {model.config.block_size}" if limit == model.config.block_size
-               else f"the page shows at most --max_tokens={max_tokens}")
+               else f"the page shows at most --html_max_tokens={max_tokens}")
         raise UserError(f"the text is {len(ids)} tokens and {why}; shorten the text")
     device = next(model.parameters()).device
     with evaluating(model):

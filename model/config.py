@@ -31,7 +31,7 @@ class GPTConfig:
     n_embd: int = 384
     dropout: float = 0.0  # residual, attention and embedding dropout
     bias: bool = False  # biases in Linear and LayerNorm (GPT-2 has them; Llama-style models, and this default, not)
-    pos_emb: str = "rope"  # one of POS_EMBS
+    pos_emb: str = "rope"  # 'rope', 'sinusoidal', 'learned', 'alibi' or 'none'
     rope_base: float = 10000.0  # RoPE's theta: wavelength of the slowest-rotating pair
     attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k (Luong), 'additive' = v^T tanh(W1 q + W2 k)
     causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
@@ -45,8 +45,8 @@ class GPTConfig:
     # without them (GPT-2's choices), which a checkpoint's config that lacks their keys gets (from_dict)
     qk_norm: bool = False  # RMS-normalise each head's q and k (no gain) before RoPE and the scores: with the dot
     #                        score, |q.k| / sqrt(D) <= sqrt(D), so high learning rates cannot blow the softmax up
-    mlp_act: str = "gelu"  # one of MLP_ACTS: 'gelu' (GPT-2's tanh GELU), 'gelu_exact' (the erf GELU of BERT,
-    #                        nanoGPT and GPT-NeoX) or 'relu2' (relu(x)^2, So et al. 2021)
+    mlp_act: str = "gelu"  # 'gelu' (GPT-2's tanh GELU), 'gelu_exact' (the erf GELU of BERT, nanoGPT and
+    #                        GPT-NeoX) or 'relu2' (relu(x)^2, So et al. 2021)
     tie_head: bool = True  # False: a separate output head instead of reusing the token embedding
     zero_init: bool = False  # zero-initialise the projections that write into the residual stream (and an untied
     #                          head): each block starts as the identity

@@ -31,7 +31,8 @@ QK_IMPLS = ("fused", "aten")
 
 @dataclass
 class SpeedConfig:
-    # how the model is computed (not part of the model: any run may choose another)
+    # how the model is computed (not part of the model: any run may choose another); on CUDA, the levers that no flag
+    # or config file sets are attn_impl=auto, dropout_impl=bernoulli and qk_impl=aten
     attn_impl: str = "auto"  # 'sdpa' = fused kernel (FlashAttention on GPU), 'math' = the formula written out,
     #                          'tiled' = FlashAttention's online softmax in plain PyTorch (teaching, slow), 'auto' =
     #                          sdpa, or math for a learned attn_score (only math computes one)

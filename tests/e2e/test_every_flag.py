@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import re
 import shutil
+import sys
 import typing
 
 import pytest
@@ -18,9 +19,10 @@ import torch
 
 from common import flags
 from common.errors import UserError
-from conftest import run_script, tiny_args, tiny_config
+from conftest import ROOT, run_script, tiny_args, tiny_config
 from inference.checkpoint import Checkpoint
 from model import GPT, GPTConfig, Seq2Seq
+from model.config import POS_EMBS
 from speed import SpeedConfig
 from common import flag_scope
 from training.config import CLASSES
@@ -372,6 +374,46 @@ def test_visualize_refuses_what_no_drawing_of_the_run_reads(ckpts, tmp_path, cap
     assert said in err and err.count("\n") == 1 and not list(tmp_path.iterdir()), err
 
 
+# every command's flags as --help shows them: the commands above, and those this file does not walk
+HELP_CLASSES = {**{command: COMMANDS[command][0] for command in COMMANDS},
+                "bench.py": ("bench.BenchConfig",),
+                "probe.py": ("probe.ProbeConfig", "insight.probe_config.ProbeModel"),
+                "interop.export": ("interop.export.ExportConfig",),
+                "interop.import_hf": ("interop.import_hf.ImportConfig",)}
+
+
+def help_docs(command) -> dict:
+    """{flag: its --help description} of a command."""
+    out = {}
+    for c in HELP_CLASSES[command]:
+        cls = getattr(importlib.import_module(c.rsplit(".", 1)[0]), c.rsplit(".", 1)[1]) if isinstance(c, str) else c
+        out.update({name: doc for name, (_, doc) in flags.field_docs(cls).items()})
+    return out
+
+
+@pytest.mark.parametrize("command", HELP_CLASSES)
+def test_no_help_offers_an_empty_path(command):
+    """A path flag given '' is refused (common/flags.py's check_path): visualize.py's --help offered "('' = none)"."""
+    for flag, doc in help_docs(command).items():
+        assert not (flag in flags.PATHS and "''" in doc), (flag, doc)
+
+
+@pytest.mark.parametrize("command", HELP_CLASSES)
+def test_help_lists_the_values_not_a_constants_name(command):
+    """--pos_emb said "one of POS_EMBS", bench.py's --target "a subset of the TARGETS": names a user cannot read."""
+    docs = help_docs(command)  # its modules imported first, for their constants
+    import insight.probe_tasks  # noqa: F401 (probe.py imports it when it checks its flags)
+    constants = {name for module in list(sys.modules.values()) if module and getattr(module, "__file__", None)
+                 and str(module.__file__).startswith(ROOT) for name, value in vars(module).items()
+                 if name.isupper() and isinstance(value, (tuple, frozenset, dict))}
+    for flag, doc in docs.items():
+        assert not set(re.findall(r"\b[A-Z][A-Z0-9_]+\b", doc)) & constants, (flag, doc)
+    if command == "bench.py":
+        assert all(t in docs["target"] for t in flag_scope.BENCH_TARGETS)
+    if command == "train.py":
+        assert all(f"'{p}'" in docs["pos_emb"] for p in POS_EMBS)
+
+
 def test_sample_and_visualize_help_show_where_flags_apply(capsys):
     import sample
     import visualize
@@ -379,7 +421,9 @@ def test_sample_and_visualize_help_show_where_flags_apply(capsys):
     sample.main(["-h"])
     text = capsys.readouterr().out
     assert "[decoder/cheater; no --draft; sampling]" in text and "--source=None   [seq2seq] " in text
-    assert "--top_tokens=8   [decoder/encoder/cheater; [MASK]/--temperatures] " in text
+    assert "--top_tokens=8   [decoder/encoder/cheater; [MASK]/--temperatures] the likeliest tokens listed: " in text
+    # the default 0.8 is not what a translation uses (print_translations: greedy unless the flag is given)
+    assert "--temperature=0.8   [sampling/--source] 0 = greedy; a translation (--source) is greedy unless" in text
     visualize.main(["--help"])
     assert "--wandb_log=False   [--html] " in capsys.readouterr().out
 

@@ -185,6 +185,20 @@ def test_a_source_one_view_refuses_writes_neither_file(seq2seq_run, tmp_path, ca
     assert not list(tmp_path.iterdir())
 
 
+def test_the_pages_limit_is_named_as_its_own_flag(seq2seq_run, decoder_run, tmp_path, capsys):
+    """The page's limit is --html_max_tokens: its refusals named --max_tokens (the PNG's), which does not raise it."""
+    from common import cli
+    import visualize
+
+    cases = [(decoder_run, "--text=ROMEO:", "the page shows at most --html_max_tokens=4"),
+             (seq2seq_run, "--source=abcdefg", "(block_size=16, --html_max_tokens=4)")]
+    for run, text, said in cases:
+        flags = [f"--out_dir={run}", text, "--html_max_tokens=4", f"--html={tmp_path / 'x.html'}"]
+        assert cli.run(visualize.main, flags) == 2
+        assert said in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 # the outputs visualize.py writes in order (curve, page, heatmap, grid), each with one a later one refuses
 REFUSED_LATER = {
     "page, then a grid over --max_tokens": (["--html=h.html", "--out=g.png", "--text=ROMEOROMEORO", "--max_tokens=10"],

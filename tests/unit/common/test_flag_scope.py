@@ -4,8 +4,8 @@ import pytest
 
 import train
 from common.errors import UserError
-from common import flag_scope
-from training.config import configure
+from common import flag_scope, flags
+from training.config import CLASSES, PRESETS, configure
 
 
 @pytest.mark.parametrize("argv, said", [
@@ -171,6 +171,18 @@ def test_help_names_the_preset_it_shows_and_where_flags_apply(capsys):
     assert "--task_min_len=4   [seq2seq --task] " in text and "--causal=True   [set by --model] " in text
     assert "--preset=NAME   [--init_from=scratch/auto/hf:] one of" in text
     assert "--bpe_vocab_size=2048   [--tokenizer=bpe]" in text and "[decoder/encoder/cheater; .jsonl/.parquet]" in text
+
+
+def test_help_tells_a_flag_ignored_elsewhere_from_one_refused():
+    """--help said every tagged flag is refused where its tag does not hold; a note rule's (--wandb_project without
+    --wandb_log=true) is ignored with a note instead, and its tag says so."""
+    for command in flag_scope.TABLES:
+        tags, rules = flag_scope.tags(command), flag_scope.TABLES[command].rules
+        for flag in {f for r in rules for f in r.flags}:
+            noted = any(r.note and flag in r.flags for r in rules)
+            assert tags[flag].endswith(", else ignored]") == noted, (command, flag, tags[flag])
+    assert "(given anywhere else, it is refused; where it says 'else ignored', ignored with a note)" in \
+        flags.help_text(CLASSES, PRESETS, tags=flag_scope.tags("train.py"))
 
 
 def test_every_rule_is_said_in_one_line_for_every_value_it_refuses():
