@@ -339,8 +339,16 @@ def train(run, columns=(), images=()) -> dict:
     """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}. columns:
     functions (model, tokenizer) -> {metric: value} added at each evaluation; images: functions (model, tokenizer) ->
     (wandb key, image, caption) logged to wandb at each evaluation."""
-    tc = run.tc
     log = open_log(run)
+    try:
+        return train_steps(run, log, columns, images)
+    finally:
+        run.train_data.close()  # the shards' open files
+
+
+def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
+    """train's steps, with the metrics log it opened (None outside rank 0)."""
+    tc = run.tc
     if run.dist.master:
         announce(run)
     run.model.train()
