@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from common.device import autocast, synchronize
-from common.errors import SetupError
+from common.errors import SetupError, UserError
 from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic
 from training.evaluate import describe, evaluate, log_extras, sample_text
@@ -342,6 +342,10 @@ def train(run, columns=(), images=()) -> dict:
     log = open_log(run)
     try:
         return train_steps(run, log, columns, images)
+    except BaseException as e:  # a refusal, a crash, a second Ctrl-C: the metrics file closed, the wandb run failed
+        if log is not None:
+            log.close(exit_code=2 if isinstance(e, UserError) else 130 if isinstance(e, KeyboardInterrupt) else 1)
+        raise
     finally:
         run.train_data.close()  # the shards' open files
 

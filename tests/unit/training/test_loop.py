@@ -234,3 +234,17 @@ def test_a_finished_run_leaves_no_shard_open(corpus, tmp_path):
     loop.train(run)
     shard = os.path.realpath(os.path.join(run.data_dir, "train.bin"))
     assert shard not in open_files()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_run_refused_in_the_loop_closes_its_metrics_file_and_shards(corpus, tmp_path, monkeypatch):
+    """A refusal at an evaluation (here a non-finite loss) leaves neither metrics.jsonl nor a shard open."""
+    run = cpu_run(corpus, tmp_path / "run", "--max_iters=4", "--eval_interval=2")
+    run_folder.claim_out_dir(run)
+    logs = []
+    monkeypatch.setattr(loop, "open_log", lambda run, _open=loop.open_log: logs.append(_open(run)) or logs[-1])
+    monkeypatch.setattr(loop, "evaluate", lambda run: {"val_loss": float("nan")})
+    with pytest.raises(SetupError, match="validation loss not finite at step 2"):
+        loop.train(run)
+    assert logs[0].file.closed
+    assert os.path.realpath(os.path.join(run.data_dir, "train.bin")) not in open_files()
