@@ -7,7 +7,7 @@ data (data/build.py) are written this way.
 
 A write that fails because the disk is full (ENOSPC), a quota is reached (EDQUOT), the disk fails (EIO) or the file
 is too large for the filesystem (EFBIG) becomes one line, `disk_errors`: which file, how much it needed, how much is
-free; the previous complete file is intact and no temporary file remains.
+free; the previous complete file is intact, and no temporary file, nor a folder the write made, remains.
 """
 import contextlib
 import errno
@@ -156,13 +156,31 @@ class WholeWrites:
         pass  # unbuffered: nothing waits in memory
 
 
+@contextlib.contextmanager
+def folders_made(folder):
+    """Inside: folder exists (made with its missing parents). A failure inside removes the folders this call made,
+    deepest first, where they are still empty: a refused or failed write leaves no folder behind."""
+    folder = os.path.abspath(folder)
+    missing, there = [], folder
+    while not os.path.exists(there) and os.path.dirname(there) != there:
+        missing.append(there)  # deepest first
+        there = os.path.dirname(there)
+    os.makedirs(folder, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for made in missing:
+            with contextlib.suppress(OSError):  # not empty: another process's files are in it
+                os.rmdir(made)
+        raise
+
+
 def write_atomic(path, write, prefix: str = ".tmp-", suffix: str = ".tmp", needed: int | None = None) -> None:
     """write(f) fills a binary file object; path then holds exactly what it wrote. A temporary file left by a kill
     is named prefix...suffix in path's folder. needed: about how many bytes write() writes (for a full disk's
     message)."""
     folder = os.path.dirname(os.path.abspath(path))
-    with disk_errors(path, needed):
-        os.makedirs(folder, exist_ok=True)
+    with disk_errors(path, needed), folders_made(folder):
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
         try:
             with os.fdopen(fd, "wb", buffering=0) as f:

@@ -9,6 +9,7 @@ GPT-2 and bpe tokens come from a WordCache (data/word_cache.py): tiktoken's toke
 worker.
 """
 import multiprocessing as mp
+import signal
 from collections import deque
 
 import numpy as np
@@ -41,6 +42,13 @@ def _init(spec: tuple, tok=None, word_cache_dtype=None):
     _TOKENIZER = tok if tok is not None else make_tokenizer(spec)
     use_words = word_cache_dtype is not None and not isinstance(_TOKENIZER, CharTokenizer)
     _WORDS = WordCache(_TOKENIZER.encoding, word_cache_dtype) if use_words else None
+
+
+def _worker_init(spec: tuple, tok=None, word_cache_dtype=None):
+    """A worker process's start: Ctrl-C reaches every process of the terminal's group, and a worker it interrupted
+    would print its own traceback; the parent alone handles it, and ends the workers (the pool's terminate)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init(spec, tok, word_cache_dtype)
 
 
 def _encode(texts: list[str], dtype) -> list[np.ndarray]:
@@ -108,7 +116,7 @@ def _ordered(items, spec, tok, dtype, workers, want_hash, word_cache):
     fork = "fork" in methods
     ctx = mp.get_context("fork" if fork else "spawn")
     # A forked worker receives initargs in memory; a spawned one would have them pickled, so it gets the spec only
-    with ctx.Pool(workers, initializer=_init, initargs=(spec, tok if fork else None, words_dtype)) as pool:
+    with ctx.Pool(workers, initializer=_worker_init, initargs=(spec, tok if fork else None, words_dtype)) as pool:
         pending = deque()
         for batch in batches:
             pending.append((batch, pool.apply_async(encode_batch, ([i.text for i in batch], dtype,

@@ -122,6 +122,9 @@ class PairBatches:
         rng = np.random.default_rng([self.seed, step, micro * self.world_size + self.rank])
         return collate(self.pairs.draw(rng, self.batch_size), self.stop_id, self.device)
 
+    def close(self):
+        pass  # no file is held open: a memory map closes with its array
+
 
 def val_pair_batches(pairs, batch_size: int, max_batches: int, stop_id: int, rank: int = 0, world_size: int = 1,
                      device="cpu") -> list:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from common import cli
 from common.errors import CheckpointError, FlagError, UserError
-from common.files import current_umask, disk_errors, need_folder
+from common.files import current_umask, disk_errors, folders_made, need_folder
 from common.flags import help_text, parse_configs
 from data.mask_token import with_mask_token
 from data.tokenizer import load_tokenizer
@@ -99,21 +99,21 @@ def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
 
 def write_folder(ckpt: Checkpoint, model, target, folder: str) -> None:
     parent = os.path.dirname(folder)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
-    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would keep teammates out of the folder
-    try:
-        meta = ckpt.data_meta
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(target.hf_config(model.config, meta.get("eot_id")), f, indent=1)
-        safetensors_file.save(target.to_hf_state_dict(model), os.path.join(tmp, "model.safetensors"),
-                              metadata={"format": "pt"})  # transformers checks that the weights are PyTorch's
-        write_tokenizer(meta, ckpt.data_dir, tmp, model.config.block_size, mask=ckpt.mask_id is not None)
-        with open(os.path.join(tmp, "README.md"), "w") as f:
-            f.write(model_card(ckpt, target.ARCH))
-        replace_folder(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with folders_made(parent):  # a failed export leaves no folder it made on the way to --to
+        tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would keep teammates out of the folder
+        try:
+            meta = ckpt.data_meta
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(target.hf_config(model.config, meta.get("eot_id")), f, indent=1)
+            safetensors_file.save(target.to_hf_state_dict(model), os.path.join(tmp, "model.safetensors"),
+                                  metadata={"format": "pt"})  # transformers checks that the weights are PyTorch's
+            write_tokenizer(meta, ckpt.data_dir, tmp, model.config.block_size, mask=ckpt.mask_id is not None)
+            with open(os.path.join(tmp, "README.md"), "w") as f:
+                f.write(model_card(ckpt, target.ARCH))
+            replace_folder(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def replace_folder(new: str, folder: str) -> None:

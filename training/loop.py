@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from common.device import autocast, synchronize
-from common.errors import SetupError
+from common.errors import SetupError, UserError
 from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic
 from training.evaluate import describe, evaluate, log_extras, sample_text
@@ -339,8 +339,20 @@ def train(run, columns=(), images=()) -> dict:
     """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}. columns:
     functions (model, tokenizer) -> {metric: value} added at each evaluation; images: functions (model, tokenizer) ->
     (wandb key, image, caption) logged to wandb at each evaluation."""
-    tc = run.tc
     log = open_log(run)
+    try:
+        return train_steps(run, log, columns, images)
+    except BaseException as e:  # a refusal, a crash, a second Ctrl-C: the metrics file closed, the wandb run failed
+        if log is not None:
+            log.close(exit_code=2 if isinstance(e, UserError) else 130 if isinstance(e, KeyboardInterrupt) else 1)
+        raise
+    finally:
+        run.train_data.close()  # the shards' open files
+
+
+def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
+    """train's steps, with the metrics log it opened (None outside rank 0)."""
+    tc = run.tc
     if run.dist.master:
         announce(run)
     run.model.train()

@@ -170,11 +170,15 @@ class MetricsLog:
 
             self.wandb.log({key: wandb.Image(image, caption=caption)}, step=step)
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
+        """The file closed and the wandb run finished, once (a second call does nothing). exit_code: the process's,
+        kept in the wandb run (not 0: the run failed)."""
+        if self.file.closed:
+            return
         self.file.close()
         if self.wandb is not None:
             run_dir = os.path.dirname(self.wandb.dir)  # .../wandb/offline-run-DATE-ID (dir is its files/)
             offline = self.wandb.settings.mode == "offline" if hasattr(self.wandb, "settings") else True
-            self.wandb.finish()
+            self.wandb.finish(exit_code=exit_code)
             if offline:
                 print(f"wandb run saved offline in {run_dir}; upload it with: wandb sync {run_dir}")

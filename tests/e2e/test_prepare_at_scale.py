@@ -1,15 +1,17 @@
 """Streaming, parallel, sharded, resumable preparation, on small generated corpora."""
 import gzip
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, children
 import torch
 
 import data.bpe_fast as bpe_fast
@@ -337,3 +339,54 @@ def test_without_file_locks_one_process_prepares_and_torchrun_is_refused(corpus,
     monkeypatch.delenv("WORLD_SIZE")
     out = p.prepare(input=str(corpus), data_root=str(tmp_path / "data"), tokenizer="char", progress=False)
     assert (out / "meta.json").exists()
+
+
+ENCODING_FOREVER = """
+import itertools, signal, sys
+from types import SimpleNamespace
+sys.path.insert(0, {repo!r})
+signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test's runner ignores
+from data.encode import encode_stream, make_tokenizer
+spec = ("char", "ab ")
+items = (SimpleNamespace(text="ab " * 1000) for _ in itertools.count())
+try:
+    for i, _ in enumerate(encode_stream(items, spec, make_tokenizer(spec), "uint16", 2, lambda item: False, {{}})):
+        if i == 0:
+            print("encoding", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_stops_the_workers_without_a_traceback_of_theirs(tmp_path):
+    """Ctrl-C reaches the whole process group, workers included: the parent says `interrupted` and ends them; no
+    worker prints a KeyboardInterrupt traceback of its own, and none outlives the parent."""
+    code = ENCODING_FOREVER.format(repo=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # a group of its own, as a terminal's foreground job
+    try:
+        assert proc.stdout.readline() == "encoding\n"
+        workers = children(proc.pid)
+        assert len(workers) == 2
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip() == "interrupted"
+    deadline = time.time() + 10
+    while any(map(running, workers)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not any(map(running, workers))
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and has not ended (a zombie waits only for its parent to read its status)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

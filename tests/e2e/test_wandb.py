@@ -157,6 +157,21 @@ def test_a_resumed_run_continues_its_wandb_run(corpus, tmp_path):
     assert steps == [[1, 2], [3, 4]]
 
 
+def test_a_run_refused_in_the_loop_ends_its_wandb_run_as_failed(corpus, tmp_path):
+    """A refusal after wandb started (a non-finite validation loss at the first evaluation) ends the wandb run
+    with the process's exit status, 2: the dashboard shows it failed, not finished."""
+    out = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    args = tiny_args(corpus, out, "--max_iters=2", "--eval_interval=1", "--learning_rate=1e30", "--wandb_log=true",
+                     "--wandb_attention_probe=")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 2 and "not finite" in r.stderr, r.stderr[-2000:]
+    (log,) = glob.glob(str(out / "wandb" / "offline-run-*" / "run-*.wandb"))
+    exits = [rec.exit for rec in read_records(log) if rec.WhichOneof("record_type") == "exit"]
+    assert [e.exit_code for e in exits] == [2]
+
+
 def test_an_encoder_decoder_logs_its_exact_match_and_a_translation(tmp_path):
     """--model=seq2seq through the same wandb log: the exact match in the history, and the sample (a validation
     source and what the model writes for it) as a text table."""

@@ -3,6 +3,7 @@ tokenizer's (data/mask_token.py): every tool sees as many tokens as the model ha
 (config.json, AutoTokenizer, the model's logits), the gguf package's reader (the token list, token_embd) and our own
 import, for the char, gpt2 and a trained BPE tokenizer. (llama.cpp reads the same GGUF file in
 tests/e2e/test_gguf_in_llama_cpp.py.)"""
+import errno
 import json
 import os
 import shutil
@@ -339,3 +340,28 @@ def test_a_full_disk_says_the_previous_export_is_intact_only_where_there_is_one(
     assert ("(the previous export is intact)" in str(e.value)) == (before == "export")
     assert "file is intact" not in str(e.value)
     assert {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")} == held
+
+
+@pytest.mark.parametrize("to", ["--to", "--to_gguf"])
+def test_a_failed_export_leaves_no_folder_it_made_on_the_way(tmp_path, monkeypatch, capsys, to):
+    """--to (or --to_gguf) under folders that do not exist yet: an export that fails while it writes (here the disk
+    fills at the tokenizer) leaves neither its temporary folder nor the folders it made."""
+    if to == "--to_gguf":
+        pytest.importorskip("gguf")
+    from interop import export as hf_export, gguf_file
+
+    tok = small_bpe()
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
+    as_checkpoint(tiny_model(vocab_size=tok.vocab_size), meta, data_dir=str(run)).save(str(run / "ckpt_best.pt"))
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(hf_export, "write_tokenizer", full_disk)
+    monkeypatch.setattr(gguf_file, "_add_tokenizer", full_disk)
+    target = tmp_path / "exports" / "v1" / ("hf" if to == "--to" else "m.gguf")
+    assert cli.run(export_main, [f"--out_dir={run}", f"{to}={target}"]) == 2
+    assert "no space left on the device" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["run"]

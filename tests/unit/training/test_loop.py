@@ -1,6 +1,7 @@
 """training/loop.py: one optimizer step (train_step) against its micro-batches' losses and gradients computed
 here, which evaluation counts as the best, and the command a stopped run prints to continue it."""
 import json
+import os
 import shlex
 import signal
 from types import SimpleNamespace
@@ -211,3 +212,39 @@ def test_the_float16_scalers_overflow_is_skipped_even_where_non_finite_stops(cor
     book.check(4)
     assert lines == ["steps 2-4: gradient overflow (float16 scaler), 2 update(s) skipped (2 so far)"]
     assert run.scaler.get_scale() == 2.0 ** 8  # halved at each overflow
+
+
+def open_files() -> set[str]:
+    """The paths of the files this process holds open (Linux)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            pass
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_finished_run_leaves_no_shard_open(corpus, tmp_path):
+    """The training batches read the shards through open files; train() closes them when it ends (a process that
+    trains again, a study or a test, would otherwise hold one more file per run)."""
+    run = cpu_run(corpus, tmp_path / "run", "--max_iters=2", "--eval_interval=2")
+    run_folder.claim_out_dir(run)
+    loop.train(run)
+    shard = os.path.realpath(os.path.join(run.data_dir, "train.bin"))
+    assert shard not in open_files()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_run_refused_in_the_loop_closes_its_metrics_file_and_shards(corpus, tmp_path, monkeypatch):
+    """A refusal at an evaluation (here a non-finite loss) leaves neither metrics.jsonl nor a shard open."""
+    run = cpu_run(corpus, tmp_path / "run", "--max_iters=4", "--eval_interval=2")
+    run_folder.claim_out_dir(run)
+    logs = []
+    monkeypatch.setattr(loop, "open_log", lambda run, _open=loop.open_log: logs.append(_open(run)) or logs[-1])
+    monkeypatch.setattr(loop, "evaluate", lambda run: {"val_loss": float("nan")})
+    with pytest.raises(SetupError, match="validation loss not finite at step 2"):
+        loop.train(run)
+    assert logs[0].file.closed
+    assert os.path.realpath(os.path.join(run.data_dir, "train.bin")) not in open_files()
