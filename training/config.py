@@ -340,11 +340,13 @@ def checkpoint_system(tc: TrainConfig, explicit: dict) -> TrainConfig:
     return tc
 
 
-def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tuple[TrainConfig, Checkpoint]:
+def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
+                   world_size: int = 1) -> tuple[TrainConfig, Checkpoint]:
     """For --init_from=resume: the checkpoint's configs, with explicitly given training flags (e.g. a larger
     --max_iters) applied on top, and those flags checked against where they apply to this checkpoint's run. The
     model's shape cannot change under a checkpoint; out_dir is always the command line's (the folder may have
-    moved)."""
+    moved). world_size: this run's processes (another number than the checkpoint's run had may change a step's
+    batch: said)."""
     path = os.path.join(tc.out_dir, LAST)
     ckpt = Checkpoint.load(path)
     if ckpt.source is not None:  # an import (interop/import_hf.py): weights at step 0, no optimizer, no data
@@ -375,8 +377,27 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict) -> tu
     notes += flag_scope.check("train.py", explicit, facts)
     if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
         check_schedule(resumed, explicit, "the checkpoint's")
-    flag_scope.print_notes(notes)
+    flag_scope.print_notes(notes + other_process_count(resumed, ckpt, world_size))
     return resumed, ckpt
+
+
+def other_process_count(tc: TrainConfig, ckpt: Checkpoint, world_size: int) -> list[str]:
+    """A resume by another number of processes than its checkpoint's run had (the checkpoint holds one random state
+    per process): without total_batch_size each process still trains batch_size x gradient_accumulation_steps rows
+    a step, so a step's batch changes with the number of processes; said, with the flag that keeps it."""
+    saved = len(ckpt.rng or ())  # none: an import's, no run to compare with
+    if not saved or saved == world_size or tc.total_batch_size is not None:
+        return []
+    old = ckpt.train_config
+    before = old.get("batch_size", tc.batch_size) * old.get("gradient_accumulation_steps", 1) * saved
+    now = tc.batch_size * tc.gradient_accumulation_steps * world_size
+    if now == before:  # the flags made up for it
+        return []
+    rows = "pairs" if tc.model == "seq2seq" else "sequences"
+    keep = (f"--total_batch_size={before * ckpt.model_config.block_size}" if tc.model != "seq2seq" else
+            "--batch_size and --gradient_accumulation_steps")
+    return [f"note: the checkpoint's run had {saved} process(es) and this one has {world_size}: a step now trains on "
+            f"{now} {rows}, not {before} ({keep} keeps the checkpoint's)"]
 
 
 def run_speed(sc: SpeedConfig, explicit: dict, ckpt: Checkpoint | None) -> tuple[SpeedConfig, list[str]]:

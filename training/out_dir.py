@@ -46,9 +46,8 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     the flags' changes (resumed_config); a fresh run's are the flags', and out_dir must not hold a run already."""
     check_writable(tc.out_dir)
     if start_mode(tc, d) == "resume":
-        tc, ckpt = resumed_config(tc, model_overrides, explicit)
+        tc, ckpt = resumed_config(tc, model_overrides, explicit, d.world_size)
         block_size = ckpt.model_config.block_size
-        flag_scope.print_notes(other_process_count(tc, ckpt, d.world_size))
     else:
         ckpt, block_size = None, GPTConfig(**model_overrides).block_size
     if not tc.init_from.startswith("hf:"):  # an imported model's context is its folder's, read later
@@ -59,24 +58,6 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
         check_out_dir(tc)
     return tc, ckpt
 
-
-def other_process_count(tc: TrainConfig, ckpt: Checkpoint, world_size: int) -> list[str]:
-    """A resume by another number of processes than its checkpoint's run had (the checkpoint holds one random state
-    per process): without total_batch_size each process still trains batch_size x gradient_accumulation_steps rows
-    a step, so a step's batch changes with the number of processes; said, with the flag that keeps it."""
-    saved = len(ckpt.rng or ())  # none: an import's, no run to compare with
-    if not saved or saved == world_size or tc.total_batch_size is not None:
-        return []
-    old = ckpt.train_config
-    before = old.get("batch_size", tc.batch_size) * old.get("gradient_accumulation_steps", 1) * saved
-    now = tc.batch_size * tc.gradient_accumulation_steps * world_size
-    if now == before:  # the flags made up for it
-        return []
-    rows = "pairs" if tc.model == "seq2seq" else "sequences"
-    keep = (f"--total_batch_size={before * ckpt.model_config.block_size}" if tc.model != "seq2seq" else
-            "--batch_size and --gradient_accumulation_steps")
-    return [f"note: the checkpoint's run had {saved} process(es) and this one has {world_size}: a step now trains on "
-            f"{now} {rows}, not {before} ({keep} keeps the checkpoint's)"]
 
 
 def check_writable(out_dir: str) -> None:
