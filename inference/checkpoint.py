@@ -20,7 +20,10 @@ reads them from data_dir.
 """
 import math
 import os
+import pickle
 import shutil
+import warnings
+import zipfile
 from dataclasses import dataclass, field
 
 import torch
@@ -73,14 +76,13 @@ class Checkpoint:
     @classmethod
     def load(cls, path: str, map_location="cpu") -> "Checkpoint":
         if not os.path.isfile(path):
-            raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or "
-                                  f"pass the right --out_dir")
+            raise CheckpointError(not_found(path))
         try:
-            raw = torch.load(path, map_location=map_location, weights_only=True)
+            with warnings.catch_warnings():  # a pickle of another protocol than torch's warns before it is refused
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                raw = torch.load(path, map_location=map_location, weights_only=True)
         except Exception as e:  # truncated file, not a checkpoint, or a pickle that would run code
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise CheckpointError(f"{path} is not a loadable checkpoint ({first[:200]}); it is corrupt, truncated "
-                                  f"or unsafe, and nothing in it was executed") from None
+            raise CheckpointError(f"{path} is not a loadable checkpoint: {unreadable(path, e)}") from None
         return cls.from_dict(raw, path)
 
     @classmethod
@@ -211,6 +213,59 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return f"speed_flags={given!r} is not a list of lever names"
     problem = meta_problem(raw["data_meta"])
     return f"its data_meta is not valid: {problem}" if problem else None
+
+
+def not_found(path: str) -> str:
+    """Why there is no checkpoint file at path, and what to pass instead."""
+    folder = os.path.dirname(path)
+    hf = path if os.path.isdir(path) else folder if os.path.basename(path) in (LAST, BEST) else None
+    if hf and os.path.isfile(os.path.join(hf, "config.json")):
+        return (f"{hf} is a Hugging Face model folder, not a run of this project; import it first: "
+                f"python -m interop.import_hf --hf_dir={hf} --out_dir=RUN (then use RUN)")
+    if os.path.isdir(path):
+        return (f"{path} is a folder, not a checkpoint file; a run's folder is passed as --out_dir={path} (with "
+                f"--ckpt=best or last), a checkpoint file as --ckpt=FILE.pt")
+    if os.path.isfile(folder):
+        return f"{folder} is a file, not a run's folder; pass a checkpoint file as --ckpt={folder}"
+    return f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or pass the right --out_dir"
+
+
+def unreadable(path: str, error: Exception) -> str:
+    """What the file at path is, which torch.load(weights_only=True) could not read, and what to do: the file's
+    first bytes say which format it has (torch's own message names its internals, or advises weights_only=False)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    again = "use the other checkpoint of the run (ckpt_best.pt, ckpt_last.pt) or copy the file again"
+    ours = "pass a checkpoint that train.py or interop.import_hf wrote"
+    if not head:
+        return f"the file is empty (a save or a copy that did not finish); {again}"
+    if head.startswith(b"GGUF"):
+        return ("it is a GGUF file (llama.cpp's format); small-gpt writes GGUF (python -m interop.export --to_gguf) "
+                f"but does not read it: {ours}")
+    if head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 30:  # header size, then its JSON
+        return ("it is a safetensors file; Hugging Face weights are imported with their folder: "
+                "python -m interop.import_hf --hf_dir=FOLDER --out_dir=RUN")
+    if head.startswith(b"PK") and not zipfile.is_zipfile(path):  # a zip archive without its end
+        return f"the file is cut short (a save or a copy that did not finish); {again}"
+    if head.startswith(b"PK") and not torch_archive(path):
+        return f"it is a zip archive, but not one torch.save wrote; {ours}"
+    if isinstance(error, pickle.UnpicklingError) and "weights only load failed" in str(error).lower():
+        return ("it holds Python objects that only running code could rebuild (a pickled class or function), "
+                f"so it was refused and nothing in it was executed (a checkpoint of this project holds tensors, "
+                f"numbers and strings only); {ours}")
+    if all(32 <= b < 127 or b in b"\t\n\r" for b in head):
+        return f"it is a text file; {ours}"
+    first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+    return f"it is corrupt or not a checkpoint ({type(error).__name__}{': ' + first if first else ''}); {again}"
+
+
+def torch_archive(path: str) -> bool:
+    """A zip archive that torch.save wrote: its records lie in one folder, with the pickle at data.pkl."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(name.endswith("/data.pkl") for name in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
 
 
 def read_train_config(path: str) -> dict:
