@@ -126,7 +126,11 @@ class Checkpoint:
             wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
             raise CheckpointError(f"checkpoint weights do not fit its own config ({len(wrong)} tensor(s) missing, "
                                   f"extra or of another shape, e.g. {wrong[0]}); the file is corrupt or not ours")
-        bad = next((k for k, v in self.weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+        whole = next((k for k, v in self.weights.items() if not v.is_floating_point()), None)
+        if whole is not None:  # load_state_dict would copy them into the model's floats without a word
+            raise CheckpointError(f"checkpoint weight {whole} holds {self.weights[whole].dtype} numbers, not floating "
+                                  f"point ones: the file is corrupt or not ours")
+        bad = next((k for k, v in self.weights.items() if not torch.isfinite(v).all()), None)
         if bad is not None:
             raise CheckpointError(f"checkpoint weight {bad} holds NaN or inf: the file is corrupt (a run of this "
                                   f"project never saves a non-finite update)")

@@ -113,3 +113,19 @@ def test_what_is_not_a_checkpoint_is_named_for_what_it_is_in_one_line(tmp_path, 
     message = str(e.value)
     assert said in message and "\n" not in message and "PyTorch" not in message and "miniz" not in message, message
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("dtype, ok", [(torch.float16, True), (torch.bfloat16, True), (torch.int64, False),
+                                       (torch.bool, False)])
+def test_weights_that_are_not_floating_point_are_refused(dtype, ok):
+    """A weight of integers (or booleans) in the file: load_state_dict copied it into the model's float32 parameter
+    without a word. Half-precision weights are floats: they load."""
+    raw = saved_dict()
+    raw["model"]["norm.weight"] = raw["model"]["norm.weight"].to(dtype)
+    ckpt = Checkpoint.from_dict(raw)
+    if ok:
+        model = ckpt.build_model()
+        assert torch.equal(model.norm.weight, raw["model"]["norm.weight"].float())
+        return
+    with pytest.raises(CheckpointError, match=f"checkpoint weight norm.weight holds {dtype} numbers, not floating"):
+        ckpt.build_model()
