@@ -144,6 +144,9 @@ class Checkpoint:
         from data.mask_token import with_mask_token
         from data.tokenizer import load_tokenizer
 
+        if self.data_meta.get("tokenizer") == "bpe" and "bpe_ranks" not in self.data_meta and not self.data_dir:
+            raise CheckpointError("the checkpoint's bpe merges are neither in it (data_meta's bpe_ranks) nor in a "
+                                  "data folder it names (data_dir): the file is corrupt or not ours")
         tokenizer = load_tokenizer(self.data_meta, folder=self.data_dir)
         if tokenizer.vocab_size > self.model_config.vocab_size:
             raise CheckpointError(f"the checkpoint's tokenizer has {tokenizer.vocab_size} tokens but its model only "

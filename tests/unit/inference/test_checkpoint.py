@@ -129,3 +129,12 @@ def test_weights_that_are_not_floating_point_are_refused(dtype, ok):
         return
     with pytest.raises(CheckpointError, match=f"checkpoint weight norm.weight holds {dtype} numbers, not floating"):
         ckpt.build_model()
+
+
+def test_a_bpe_checkpoint_with_its_merges_nowhere_is_refused_as_a_corrupt_file():
+    """Neither bpe_ranks nor a data_dir: the refusal was load_tokenizer's word to a programmer ('pass
+    load_tokenizer(meta, folder=...)'), which a user of sample.py cannot act on."""
+    meta = {"tokenizer": "bpe", "vocab_size": 37, "eot_id": 36, "bpe_file": "bpe.tiktoken"}
+    ckpt = Checkpoint.from_dict(saved_dict(data_meta=meta))
+    with pytest.raises(CheckpointError, match="bpe merges are neither in it .* nor in a data folder it names"):
+        ckpt.tokenizer()
