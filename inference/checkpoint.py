@@ -20,7 +20,10 @@ reads them from data_dir.
 """
 import math
 import os
+import pickle
 import shutil
+import warnings
+import zipfile
 from dataclasses import dataclass, field
 
 import torch
@@ -73,14 +76,13 @@ class Checkpoint:
     @classmethod
     def load(cls, path: str, map_location="cpu") -> "Checkpoint":
         if not os.path.isfile(path):
-            raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or "
-                                  f"pass the right --out_dir")
+            raise CheckpointError(not_found(path))
         try:
-            raw = torch.load(path, map_location=map_location, weights_only=True)
+            with warnings.catch_warnings():  # a pickle of another protocol than torch's warns before it is refused
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                raw = torch.load(path, map_location=map_location, weights_only=True)
         except Exception as e:  # truncated file, not a checkpoint, or a pickle that would run code
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise CheckpointError(f"{path} is not a loadable checkpoint ({first[:200]}); it is corrupt, truncated "
-                                  f"or unsafe, and nothing in it was executed") from None
+            raise CheckpointError(f"{path} is not a loadable checkpoint: {unreadable(path, e)}") from None
         return cls.from_dict(raw, path)
 
     @classmethod
@@ -124,7 +126,11 @@ class Checkpoint:
             wrong = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
             raise CheckpointError(f"checkpoint weights do not fit its own config ({len(wrong)} tensor(s) missing, "
                                   f"extra or of another shape, e.g. {wrong[0]}); the file is corrupt or not ours")
-        bad = next((k for k, v in self.weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+        whole = next((k for k, v in self.weights.items() if not v.is_floating_point()), None)
+        if whole is not None:  # load_state_dict would copy them into the model's floats without a word
+            raise CheckpointError(f"checkpoint weight {whole} holds {self.weights[whole].dtype} numbers, not floating "
+                                  f"point ones: the file is corrupt or not ours")
+        bad = next((k for k, v in self.weights.items() if not torch.isfinite(v).all()), None)
         if bad is not None:
             raise CheckpointError(f"checkpoint weight {bad} holds NaN or inf: the file is corrupt (a run of this "
                                   f"project never saves a non-finite update)")
@@ -138,6 +144,9 @@ class Checkpoint:
         from data.mask_token import with_mask_token
         from data.tokenizer import load_tokenizer
 
+        if self.data_meta.get("tokenizer") == "bpe" and "bpe_ranks" not in self.data_meta and not self.data_dir:
+            raise CheckpointError("the checkpoint's bpe merges are neither in it (data_meta's bpe_ranks) nor in a "
+                                  "data folder it names (data_dir): the file is corrupt or not ours")
         tokenizer = load_tokenizer(self.data_meta, folder=self.data_dir)
         if tokenizer.vocab_size > self.model_config.vocab_size:
             raise CheckpointError(f"the checkpoint's tokenizer has {tokenizer.vocab_size} tokens but its model only "
@@ -211,6 +220,59 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return f"speed_flags={given!r} is not a list of lever names"
     problem = meta_problem(raw["data_meta"])
     return f"its data_meta is not valid: {problem}" if problem else None
+
+
+def not_found(path: str) -> str:
+    """Why there is no checkpoint file at path, and what to pass instead."""
+    folder = os.path.dirname(path)
+    hf = path if os.path.isdir(path) else folder if os.path.basename(path) in (LAST, BEST) else None
+    if hf and os.path.isfile(os.path.join(hf, "config.json")):
+        return (f"{hf} is a Hugging Face model folder, not a run of this project; import it first: "
+                f"python -m interop.import_hf --hf_dir={hf} --out_dir=RUN (then use RUN)")
+    if os.path.isdir(path):
+        return (f"{path} is a folder, not a checkpoint file; a run's folder is passed as --out_dir={path} (with "
+                f"--ckpt=best or last), a checkpoint file as --ckpt=FILE.pt")
+    if os.path.isfile(folder):
+        return f"{folder} is a file, not a run's folder; pass a checkpoint file as --ckpt={folder}"
+    return f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or pass the right --out_dir"
+
+
+def unreadable(path: str, error: Exception) -> str:
+    """What the file at path is, which torch.load(weights_only=True) could not read, and what to do: the file's
+    first bytes say which format it has (torch's own message names its internals, or advises weights_only=False)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    again = "use the other checkpoint of the run (ckpt_best.pt, ckpt_last.pt) or copy the file again"
+    ours = "pass a checkpoint that train.py or interop.import_hf wrote"
+    if not head:
+        return f"the file is empty (a save or a copy that did not finish); {again}"
+    if head.startswith(b"GGUF"):
+        return ("it is a GGUF file (llama.cpp's format); small-gpt writes GGUF (python -m interop.export --to_gguf) "
+                f"but does not read it: {ours}")
+    if head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 30:  # header size, then its JSON
+        return ("it is a safetensors file; Hugging Face weights are imported with their folder: "
+                "python -m interop.import_hf --hf_dir=FOLDER --out_dir=RUN")
+    if head.startswith(b"PK") and not zipfile.is_zipfile(path):  # a zip archive without its end
+        return f"the file is cut short (a save or a copy that did not finish); {again}"
+    if head.startswith(b"PK") and not torch_archive(path):
+        return f"it is a zip archive, but not one torch.save wrote; {ours}"
+    if isinstance(error, pickle.UnpicklingError) and "weights only load failed" in str(error).lower():
+        return ("it holds Python objects that only running code could rebuild (a pickled class or function), "
+                f"so it was refused and nothing in it was executed (a checkpoint of this project holds tensors, "
+                f"numbers and strings only); {ours}")
+    if all(32 <= b < 127 or b in b"\t\n\r" for b in head):
+        return f"it is a text file; {ours}"
+    first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+    return f"it is corrupt or not a checkpoint ({type(error).__name__}{': ' + first if first else ''}); {again}"
+
+
+def torch_archive(path: str) -> bool:
+    """A zip archive that torch.save wrote: its records lie in one folder, with the pickle at data.pkl."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(name.endswith("/data.pkl") for name in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
 
 
 def read_train_config(path: str) -> dict:

@@ -150,6 +150,7 @@ def main(argv) -> None:
                         f"Hugging Face's encoder-decoders (T5, BART, Marian) differ from it in their positions and "
                         f"norms, and llama.cpp runs decoders only, so no file would compute this model. Use it "
                         f"here: python sample.py --out_dir={ec.out_dir} --source=...")
+    ckpt.tokenizer()  # the tokenizer written beside the weights must be readable and fit them: refused before writing
     if ec.to:  # every target is checked before any is written: a refusal leaves no file behind
         hf_target(ckpt.model_config)
         check_folder(os.path.abspath(ec.to), ec.overwrite)

@@ -54,3 +54,87 @@ def test_a_mask_id_must_be_a_row_of_the_embedding(mask_id, ok):
         return
     with pytest.raises(CheckpointError, match=f"mask_id={mask_id} is not an id of its vocabulary"):
         Checkpoint.from_dict(raw)
+
+
+class RunsCode:
+    """Pickled, it asks the loader to call open(path, 'w'): a file that appears shows that the pickle ran code."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+NOT_CHECKPOINTS = [  # (what a user hands over as a checkpoint, its path in make_not_checkpoints' folder, the refusal)
+    ("empty", "empty.pt", "the file is empty"),
+    ("text", "text.pt", "it is a text file"),
+    ("gguf", "gguf.pt", "it is a GGUF file"),
+    ("cut", "cut.pt", "the file is cut short"),
+    ("cut_at_the_end", "cut_at_the_end.pt", "the file is cut short"),
+    ("safetensors", "st.pt", "it is a safetensors file; Hugging Face weights are imported"),
+    ("zip", "zip.pt", "it is a zip archive, but not one torch.save wrote"),
+    ("code", "code.pt", "only running code could rebuild"),
+    ("a run's folder", ".", "is a folder, not a checkpoint file; a run's folder is passed as --out_dir="),
+    ("a Hugging Face folder", "hf", "is a Hugging Face model folder, not a run of this project; import it"),
+    ("ckpt_best.pt of a Hugging Face folder", "hf/ckpt_best.pt", "is a Hugging Face model folder"),
+    ("ckpt_best.pt of a file", "good.pt/ckpt_best.pt", "good.pt is a file, not a run's folder; pass"),
+]
+
+
+def make_not_checkpoints(folder) -> None:
+    import zipfile
+
+    import safetensors.torch
+
+    good = folder / "good.pt"
+    torch.save(saved_dict(), good)
+    whole = good.read_bytes()
+    files = {"empty": b"", "text": b"step: 5\nloss: 1.2\n", "gguf": b"GGUF\x03\x00\x00\x00" + bytes(64),
+             "cut": whole[: len(whole) // 2], "cut_at_the_end": whole[:-1]}
+    for name, data in files.items():
+        (folder / f"{name}.pt").write_bytes(data)
+    safetensors.torch.save_file({"w": torch.zeros(3)}, str(folder / "st.pt"))
+    with zipfile.ZipFile(folder / "zip.pt", "w") as z:
+        z.writestr("notes.txt", "not a checkpoint")
+    torch.save({**saved_dict(), "step": RunsCode(str(folder / "ran"))}, folder / "code.pt")
+    (folder / "hf").mkdir()
+    (folder / "hf" / "config.json").write_text("{}")
+
+
+@pytest.mark.parametrize("name, said", [c[1:] for c in NOT_CHECKPOINTS], ids=[c[0] for c in NOT_CHECKPOINTS])
+def test_what_is_not_a_checkpoint_is_named_for_what_it_is_in_one_line(tmp_path, name, said):
+    """Each refusal says what the file is and what to pass instead, without torch's internals (a miniz error, 'In
+    PyTorch 2.6 we changed the default...', a KeyError '101' for a text file) cut off mid-sentence. A pickle that
+    would run code runs none."""
+    make_not_checkpoints(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.load(str(tmp_path / name))
+    message = str(e.value)
+    assert said in message and "\n" not in message and "PyTorch" not in message and "miniz" not in message, message
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("dtype, ok", [(torch.float16, True), (torch.bfloat16, True), (torch.int64, False),
+                                       (torch.bool, False)])
+def test_weights_that_are_not_floating_point_are_refused(dtype, ok):
+    """A weight of integers (or booleans) in the file: load_state_dict copied it into the model's float32 parameter
+    without a word. Half-precision weights are floats: they load."""
+    raw = saved_dict()
+    raw["model"]["norm.weight"] = raw["model"]["norm.weight"].to(dtype)
+    ckpt = Checkpoint.from_dict(raw)
+    if ok:
+        model = ckpt.build_model()
+        assert torch.equal(model.norm.weight, raw["model"]["norm.weight"].float())
+        return
+    with pytest.raises(CheckpointError, match=f"checkpoint weight norm.weight holds {dtype} numbers, not floating"):
+        ckpt.build_model()
+
+
+def test_a_bpe_checkpoint_with_its_merges_nowhere_is_refused_as_a_corrupt_file():
+    """Neither bpe_ranks nor a data_dir: the refusal was load_tokenizer's word to a programmer ('pass
+    load_tokenizer(meta, folder=...)'), which a user of sample.py cannot act on."""
+    meta = {"tokenizer": "bpe", "vocab_size": 37, "eot_id": 36, "bpe_file": "bpe.tiktoken"}
+    ckpt = Checkpoint.from_dict(saved_dict(data_meta=meta))
+    with pytest.raises(CheckpointError, match="bpe merges are neither in it .* nor in a data folder it names"):
+        ckpt.tokenizer()

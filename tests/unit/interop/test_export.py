@@ -365,3 +365,19 @@ def test_a_failed_export_leaves_no_folder_it_made_on_the_way(tmp_path, monkeypat
     assert cli.run(export_main, [f"--out_dir={run}", f"{to}={target}"]) == 2
     assert "no space left on the device" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+@pytest.mark.parametrize("meta, said", [
+    ({"tokenizer": "gpt2", "vocab_size": 50257, "eot_id": 50256}, "has 50257 tokens but its model only"),
+    ({"tokenizer": "bpe", "vocab_size": 300, "eot_id": 299, "bpe_file": "bpe.tiktoken"}, "bpe.tiktoken is missing"),
+])
+def test_the_export_command_refuses_a_tokenizer_that_does_not_fit_or_cannot_be_read_before_writing(tmp_path, capsys,
+                                                                                                   meta, said):
+    """A checkpoint whose tokenizer has more tokens than its model has rows, or a bpe one whose merges are neither
+    in it nor in its data folder (removed): one line, and no folder written (the first was exported with the wrong
+    tokenizer, the second was a FileNotFoundError traceback)."""
+    as_checkpoint(tiny_model(), meta, data_dir=str(tmp_path / "gone")).save(str(tmp_path / "ckpt_best.pt"))
+    assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.startswith("error: ") and err.count("\n") == 1, err
+    assert os.listdir(tmp_path) == ["ckpt_best.pt"]
