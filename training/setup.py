@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import malloc
+from common import flag_scope, malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
@@ -120,8 +120,9 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
     dtype = pick_dtype(tc.dtype, device)
     use_tf32(device)
     sc = speed.for_device(sc or SpeedConfig(), speed_flags, device.type)  # on a GPU, the fused kernels
-    if tc.fsdp and not d.enabled:
-        raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "
+    # torchrun's one process is allowed: FSDP over a group of one holds everything and trains as without it
+    if tc.fsdp and not flag_scope.under_torchrun():
+        raise SetupError("--fsdp=true shards the model over torchrun's processes: start it with torchrun "
                          "(torchrun --standalone --nproc_per_node=2 train.py ...)")
     return device, dtype, sc
 
