@@ -19,7 +19,7 @@ import torch
 
 from common.errors import SetupError, UserError
 from common.files import need_folder
-from common.flags import config_from_argv
+from common.flags import config_from_argv, typed
 from interop import safetensors_file
 from interop.export import MASK_KEY, TOKENIZER_META
 from interop.mappings import BY_MODEL_TYPE
@@ -227,8 +227,8 @@ def initializer(folder: str, model_overrides: dict, explicit: dict):
         have = model.config.to_dict()
         for k, v in model_overrides.items():
             if k in explicit and have[k] != v:
-                raise SetupError(f"--{k}={v} differs from the Hugging Face model's {k}={have[k]}; the folder fixes "
-                                 f"the architecture: drop the flag")
+                raise SetupError(f"--{k}={typed(v)} differs from the Hugging Face model's {k}={typed(have[k])}; the "
+                                 f"folder fixes the architecture: drop the flag")
         check_same_tokenizer(folder, model.config.vocab_size, tokenizer)
         return model
     return init

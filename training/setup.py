@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import flag_scope, malloc
+from common import flag_scope, flags, malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
@@ -156,7 +156,8 @@ def build_model(tc: TrainConfig, model_overrides: dict, ckpt: Checkpoint | None,
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     if ckpt is not None:
         if ckpt.train_config.get("fsdp", False) != tc.fsdp:
-            raise SetupError(f"this checkpoint was trained with fsdp={not tc.fsdp}; resume with --fsdp={not tc.fsdp}")
+            was = flags.typed(not tc.fsdp)
+            raise SetupError(f"this checkpoint was trained with fsdp={was}; resume with --fsdp={was}")
         model = ckpt.build_model(device)
     elif init_model is not None:
         model = init_model(tokenizer).to(device)

@@ -214,6 +214,9 @@ def test_a_run_from_a_folder_may_change_dropout_only(tmp_path):
     with pytest.raises(ValueError, match="--n_layer=3 differs") as e:
         initializer(folder, {"n_layer": 3}, {"n_layer": 3})(tokenizer)
     assert "\n" not in str(e.value)
+    # a flag's value as a user types it (Python's True/False is no flag value the docs show)
+    with pytest.raises(ValueError, match="^--tie_head=false differs from the Hugging Face model's tie_head=true;"):
+        initializer(folder, {"tie_head": False}, {"tie_head": False})(tokenizer)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])
