@@ -101,6 +101,11 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
         raise UserError(f"{path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
                         f"{str(e)[:100]})") from None
     weights = read_hf_weights(folder)
+    # refused as a checkpoint's are (inference/checkpoint.py): a model that computes NaN is no model to import
+    bad = next((k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+    if bad is not None:
+        raise UserError(f"the weights in {folder} hold NaN or inf in {bad}: the file is corrupt or the model "
+                        f"diverged; import a folder whose weights are all finite")
     wanted = sum(p.numel() for p in meta_model(cfg).parameters())  # the size config.json asks for, unallocated
     held = sum(t.numel() for t in weights.values())
     if wanted > 2 * held:  # (a tied head may be stored once or twice; nothing else is shared)

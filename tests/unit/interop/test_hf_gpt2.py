@@ -201,6 +201,18 @@ def test_training_from_a_folder_refuses_data_of_another_tokenizer(tmp_path):
         check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS + "~"))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_weights_that_hold_nan_or_inf_are_refused_naming_the_tensor(tmp_path, bad):
+    """As a checkpoint's are on loading: imported, they trained or sampled NaN from the first step."""
+    hf = random_hf_gpt2(tmp_path / "hf")
+    with torch.no_grad():
+        hf.transformer.h[1].mlp.c_fc.weight[3, 5] = bad
+    hf.save_pretrained(tmp_path / "hf")
+    with pytest.raises(ValueError, match=r"hold NaN or inf in transformer\.h\.1\.mlp\.c_fc\.weight: ") as e:
+        load_hf_gpt2(str(tmp_path / "hf"))
+    assert "\n" not in str(e.value)
+
+
 def test_a_run_from_a_folder_may_change_dropout_only(tmp_path):
     from data.tokenizer import CharTokenizer
     from interop.import_hf import initializer
