@@ -337,13 +337,14 @@ class BenchConfig:
     target: str = "all"  # all, or a comma-separated subset of ttq, quality, throughput, mfu, sampling, llama_cpp,
     #                      prepare, evaluate, memory
     against_nanogpt: str | None = None  # path of a nanoGPT checkout to run side by side
-    input: str = "/work/shared/data/tinyshakespeare.txt"  # tiny-shakespeare text (ttq)
+    input: str = "/work/shared/data/tinyshakespeare.txt"  # tiny-shakespeare text (ttq and quality train on it,
+    #                                                        prepare cuts its corpora from it)
     preset: str = "fast-cpu"  # our train.py preset for time to quality
     quality_preset: str = "quality-cpu"  # our train.py preset for quality in nanoGPT's time
     repeats: int = 3  # rounds of each timed row (the contenders alternate)
     threads: int | None = None  # torch threads here and in the training subprocesses
     batch_size: int = 8  # throughput/MFU batch (nanoGPT's is 64: ~10 s/step)
-    steps: int = 3  # timed steps per round (throughput)
+    steps: int = 3  # timed steps per round (throughput and mfu)
     new_tokens: int = 500  # new tokens per round
     new_tokens_llama: int = 500  # llama_cpp: new tokens after a 32-token prompt (benchmarks/llama_cpp.py)
     prepare_sizes: str = "100,1000"  # prepare: corpus sizes in MB

@@ -106,7 +106,7 @@ TABLES = {
         rule("muon_lr muon_momentum muon_ns_steps", optimizer=("muon",)),
         rule("eval_tasks", "an encoder, a cheater and an encoder-decoder have no next-token probabilities to score "
              "choices with", model=("decoder",)),
-        rule("eval_tasks_n", "it caps the items of --eval_tasks", tasks=(True,)),
+        rule("eval_tasks_n", "it caps the items of --eval_tasks", eval_tasks=(True,)),
         rule("overwrite", "--init_from=resume and auto continue the run in out_dir", init_from=("scratch", "hf")),
         rule("preset", "a resumed run keeps its checkpoint's settings and changes those the flags give",
              init_from=("scratch", "auto", "hf")),
@@ -210,7 +210,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
           "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
           "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True),
-          "torchrun": (False, True)}
+          "torchrun": (False, True), "eval_tasks": (False, True)}
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -230,7 +230,9 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
               lambda v: "--draft is given" if v else "no --draft is given",
               lambda vs: "--draft" if vs[0] else "no --draft"),
     "html": (lambda vs: "with --html", lambda v: "no --html is given", lambda vs: "--html"),
-    "tasks": (lambda vs: "with task files", lambda v: "no task file is given", lambda vs: "tasks"),
+    "tasks": (lambda vs: "with --tasks", lambda v: "no --tasks is given", lambda vs: "--tasks"),  # evaluate.py's
+    "eval_tasks": (lambda vs: "with --eval_tasks", lambda v: "no --eval_tasks is given",  # train.py's
+                   lambda vs: "--eval_tasks"),
     "text": (lambda vs: "with --text", lambda v: "no --text is given", lambda vs: "--text"),
     "model_from": (lambda vs: "to a run's checkpoint", lambda v: "--init_from=hf:FOLDER is given",
                    lambda vs: "a run"),
@@ -329,8 +331,8 @@ def train_facts(tc) -> dict:
     data = ("pairs" if tc.pairs is not None else "task") if tc.model == "seq2seq" else \
         ("input" if tc.input is not None else "dataset")
     return {"model": tc.model, "optimizer": tc.optimizer, "data": data, "wandb_log": tc.wandb_log,
-            "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from, "tasks": tc.eval_tasks is not None,
-            "tokenizer": tc.tokenizer, "torchrun": under_torchrun()}
+            "init_from": "hf" if tc.init_from.startswith("hf:") else tc.init_from,
+            "eval_tasks": tc.eval_tasks is not None, "tokenizer": tc.tokenizer, "torchrun": under_torchrun()}
 
 
 def under_torchrun() -> bool:

@@ -44,6 +44,11 @@ def not_flags(*classes) -> dict:
     return {name: why for cls in classes for name, why in getattr(cls, "NOT_FLAGS", {}).items()}
 
 
+def typed(value) -> str:
+    """A flag's value as a user types it, for messages: true/false for a bool (not Python's True/False)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def convert(name: str, text, typ):
     """Convert a flag's text (or a TOML value) to the field's type: int, float, bool, str or `X | None`."""
     optional = isinstance(typ, types.UnionType) and type(None) in typing.get_args(typ)

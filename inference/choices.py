@@ -3,7 +3,8 @@
 A choice's score is the sum of its tokens' log-probabilities given the context. acc picks the highest sum; acc_norm
 the highest sum divided by the choice's length in characters as written (lm-evaluation-harness's normalisation);
 acc_token the highest mean per token (llm.c's). Each comes with its standard error over the items (the sample
-standard deviation / sqrt(n)). A tie goes to the first choice.
+standard deviation / sqrt(n)). A tie goes to the first choice. An item with a NaN score has no pick (None), and a
+metric over it is NaN (without a standard error): all-NaN scores would otherwise pick the first choice.
 
 The sums come from inference/shared_context.py (each context run once for all its choices) for items whose context
 is whole, and from inference/scoring.py's rows (each context with each choice) for items whose context was cut.
@@ -44,7 +45,11 @@ def stderr(hits: list[bool]) -> float | None:
     return math.sqrt(p * (1 - p) / (n - 1))
 
 
-def first_max(values: list[float]) -> int:
+def first_max(values: list[float]) -> int | None:
+    """The index of the highest value (the first of equal ones); None where one is NaN, which orders with nothing:
+    max would pick by position, and all-NaN scores would look like a choice."""
+    if any(math.isnan(v) for v in values):
+        return None
     return max(range(len(values)), key=lambda j: values[j])  # max keeps the first of equal values
 
 
@@ -66,7 +71,8 @@ def score_task(model, items: list[Encoded], batch_tokens: int | None = None,
               "chance": sum(1 / len(item.rows) for item in items) / max(len(items), 1)}
     for metric, key in zip(METRICS, ("pred", "pred_norm", "pred_token")):
         hits = [it[key] == it["label"] for it in out_items]
-        report[metric] = sum(hits) / max(len(hits), 1)
-        report[f"{metric}_stderr"] = stderr(hits)
+        unscored = any(it[key] is None for it in out_items)  # a NaN score: no accuracy, not a count of misses
+        report[metric] = math.nan if unscored else sum(hits) / max(len(hits), 1)
+        report[f"{metric}_stderr"] = None if unscored else stderr(hits)
     report["items"] = out_items
     return report

@@ -19,7 +19,7 @@ import torch
 
 from common.errors import SetupError, UserError
 from common.files import need_folder
-from common.flags import config_from_argv
+from common.flags import config_from_argv, typed
 from interop import safetensors_file
 from interop.export import MASK_KEY, TOKENIZER_META
 from interop.mappings import BY_MODEL_TYPE
@@ -101,6 +101,11 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
         raise UserError(f"{path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
                         f"{str(e)[:100]})") from None
     weights = read_hf_weights(folder)
+    # refused as a checkpoint's are (inference/checkpoint.py): a model that computes NaN is no model to import
+    bad = next((k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+    if bad is not None:
+        raise UserError(f"the weights in {folder} hold NaN or inf in {bad}: the file is corrupt or the model "
+                        f"diverged; import a folder whose weights are all finite")
     wanted = sum(p.numel() for p in meta_model(cfg).parameters())  # the size config.json asks for, unallocated
     held = sum(t.numel() for t in weights.values())
     if wanted > 2 * held:  # (a tied head may be stored once or twice; nothing else is shared)
@@ -227,8 +232,8 @@ def initializer(folder: str, model_overrides: dict, explicit: dict):
         have = model.config.to_dict()
         for k, v in model_overrides.items():
             if k in explicit and have[k] != v:
-                raise SetupError(f"--{k}={v} differs from the Hugging Face model's {k}={have[k]}; the folder fixes "
-                                 f"the architecture: drop the flag")
+                raise SetupError(f"--{k}={typed(v)} differs from the Hugging Face model's {k}={typed(have[k])}; the "
+                                 f"folder fixes the architecture: drop the flag")
         check_same_tokenizer(folder, model.config.vocab_size, tokenizer)
         return model
     return init

@@ -249,8 +249,8 @@ def check_causal(tc: TrainConfig, explicit: dict) -> None:
     only: a resumed one's model is its checkpoint's, and resumed_config compares --causal with that."""
     causal = objective_class(tc.model).causal
     if "causal" in explicit and explicit["causal"] != causal:
-        raise SetupError(f"--causal={explicit['causal']} contradicts --model={tc.model} (which sets causal={causal}); "
-                         f"drop --causal and choose --model={', '.join(OBJECTIVES)}")
+        raise SetupError(f"--causal={flags.typed(explicit['causal'])} contradicts --model={tc.model} (which sets "
+                         f"causal={flags.typed(causal)}); drop --causal and choose --model={', '.join(OBJECTIVES)}")
 
 
 def scope_facts(tc: TrainConfig) -> dict:
@@ -360,8 +360,8 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     kept = {**ckpt.model_config.to_dict(), "model": ckpt.objective, **{k: saved[k] for k in KEPT_ON_RESUME}}
     for k, v in {**model_overrides, **explicit}.items():
         if k in explicit and k in kept and kept[k] != v:
-            raise SetupError(f"--{k}={v} differs from the checkpoint's {k}={kept[k]}; a resumed run keeps its model "
-                             f"and optimizer: drop the flag or start a new --out_dir")
+            raise SetupError(f"--{k}={flags.typed(v)} differs from the checkpoint's {k}={flags.typed(kept[k])}; a "
+                             f"resumed run keeps its model and optimizer: drop the flag or start a new --out_dir")
     if "max_iters" in explicit and explicit["max_iters"] < ckpt.step:
         raise SetupError(f"--max_iters={explicit['max_iters']} is below step {ckpt.step}, where the checkpoint in "
                          f"{tc.out_dir} is: there is nothing left to train; pass a --max_iters above {ckpt.step}")

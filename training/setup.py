@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import malloc
+from common import flag_scope, flags, malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
@@ -120,8 +120,9 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
     dtype = pick_dtype(tc.dtype, device)
     use_tf32(device)
     sc = speed.for_device(sc or SpeedConfig(), speed_flags, device.type)  # on a GPU, the fused kernels
-    if tc.fsdp and not d.enabled:
-        raise SetupError("--fsdp=true shards the model over several processes: start it with torchrun "
+    # torchrun's one process is allowed: FSDP over a group of one holds everything and trains as without it
+    if tc.fsdp and not flag_scope.under_torchrun():
+        raise SetupError("--fsdp=true shards the model over torchrun's processes: start it with torchrun "
                          "(torchrun --standalone --nproc_per_node=2 train.py ...)")
     return device, dtype, sc
 
@@ -155,7 +156,8 @@ def build_model(tc: TrainConfig, model_overrides: dict, ckpt: Checkpoint | None,
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     if ckpt is not None:
         if ckpt.train_config.get("fsdp", False) != tc.fsdp:
-            raise SetupError(f"this checkpoint was trained with fsdp={not tc.fsdp}; resume with --fsdp={not tc.fsdp}")
+            was = flags.typed(not tc.fsdp)
+            raise SetupError(f"this checkpoint was trained with fsdp={was}; resume with --fsdp={was}")
         model = ckpt.build_model(device)
     elif init_model is not None:
         model = init_model(tokenizer).to(device)

@@ -248,7 +248,8 @@ def test_train_refusals_leave_the_run_untouched(corpus, tmp_path, capsys):
              # checkpoint whose [MASK] id is outside its vocabulary)
              (["--init_from=resume", "--optimizer=muon"], "--optimizer=muon differs from the checkpoint's"),
              (["--init_from=resume", "--model=encoder"], "--model=encoder differs from the checkpoint's"),
-             (["--init_from=resume", "--mask_token=true"], "--mask_token=True differs from the checkpoint's")]
+             (["--init_from=resume", "--mask_token=true"],
+              "--mask_token=true differs from the checkpoint's mask_token=false")]
     for extra, msg in cases:
         assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=4", *extra)) == 2
         err = capsys.readouterr().err

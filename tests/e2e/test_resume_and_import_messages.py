@@ -263,4 +263,4 @@ def test_causal_on_resume_is_checked_against_the_checkpoints_model(corpus, tmp_p
     assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 3
     before = files_of(out)
     err = refused(tiny_args(corpus, out, "--max_iters=4", "--init_from=resume", "--causal=true"), capsys)
-    assert "--causal=True differs from the checkpoint's causal=False" in err and files_of(out) == before
+    assert "--causal=true differs from the checkpoint's causal=false" in err and files_of(out) == before

@@ -170,6 +170,18 @@ def test_fsdp_trains_like_one_process_and_resumes(runs, tasks, corpus, tmp_path)
     assert {row["step"]: row["train_loss"] for row in metrics(part)} == sharded
 
 
+def test_fsdp_over_torchruns_one_process_trains_as_without_it(corpus, tmp_path):
+    """torchrun --nproc_per_node=1 is torchrun: --fsdp=true was refused with "start it with torchrun". A group of
+    one holds every shard, so the run is the plain one's."""
+    one = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1")
+    r = run_script("train.py", tiny_args(corpus, tmp_path / "fsdp", *SAME_GLOBAL_BATCH, "--max_iters=3",
+                                         "--fsdp=true"), launcher=one)
+    assert r.returncode == 0, workers_said(r.stderr)
+    train_run(corpus, tmp_path / "plain", "--max_iters=3")
+    sharded, plain = ({row["step"]: row["train_loss"] for row in metrics(tmp_path / n)} for n in ("fsdp", "plain"))
+    assert list(sharded) == [1, 2, 3] and all(abs(sharded[s] - plain[s]) < 1e-5 for s in plain)
+
+
 def test_fsdp_needs_torchrun(corpus, tmp_path):
     r = run_script("train.py", tiny_args(corpus, tmp_path / "x", "--fsdp=true", "--max_iters=1"))
     assert r.returncode == 2 and "start it with torchrun" in r.stderr

@@ -204,3 +204,27 @@ def test_train_and_prepare_hold_the_same_rules_for_the_data_flags():
         assert all(r in rules for r in flag_scope.DATA_RULES), command
     prepare = flag_scope.TABLES["data/prepare.py"]
     assert prepare.rules == flag_scope.DATA_RULES and not prepare.set_by
+
+
+def test_a_help_tag_names_a_flag_of_its_own_command():
+    """train.py's --eval_tasks_n was tagged [tasks], evaluate.py's flag: train.py has --eval_tasks. Where a rule's
+    fact is a flag given, the tag and the refusal name that command's flag."""
+    assert flag_scope.tags("train.py")["eval_tasks_n"] == "[--eval_tasks]"
+    assert flag_scope.tags("evaluate.py")["limit"] == "[--tasks]"
+    with pytest.raises(UserError, match=r"^--eval_tasks_n applies with --eval_tasks only \(no --eval_tasks is given"):
+        configure(["--eval_tasks_n=5"])
+
+
+def test_benchs_flag_texts_name_every_target_that_reads_the_flag():
+    """A closing "(...)" that names bench.py targets names all of those the flag's tag gives: --input said (ttq),
+    which quality and prepare read too, and --steps (throughput), which mfu reads too."""
+    import re
+
+    import bench
+
+    tags, targets = flag_scope.tags("bench.py"), flag_scope.BENCH_TARGETS
+    for name, (_, doc) in flags.field_docs(bench.BenchConfig).items():
+        said = re.search(r"\(([^()]*)\)$", doc)
+        named = {t for t in targets if said and re.search(rf"\b{t}\b", said.group(1))}
+        if named:
+            assert named == {t for t in targets if re.search(rf"\b{t}\b", tags[name])}, (name, doc, tags[name])

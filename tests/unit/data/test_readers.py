@@ -268,6 +268,25 @@ def test_a_folder_link_in_the_input_is_followed_once(tmp_path):
     assert found == ["a.txt", "linked/b.txt", "linked/deep/c.jsonl"]
 
 
+def test_a_file_reached_twice_through_links_is_read_once_under_its_first_name(tmp_path):
+    """A link to a file of the folder, or a linked folder beside the real one, is the same text again: read twice,
+    `works` could put it in train and in validation. Each real file is read once, under its first name in sorted
+    order; a link that sorts after its file leaves the input's quick identity as it was without the link."""
+    for name, text in (("in/a.txt", "alpha\n"), ("in/real/c.txt", "gamma\n"), ("elsewhere/b.txt", "beta\n")):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "in/b.txt").symlink_to(tmp_path / "elsewhere/b.txt")
+    before = readers.stat_fingerprint(tmp_path / "in", readers.input_files(tmp_path / "in"))
+    (tmp_path / "in/z_copy.txt").symlink_to(tmp_path / "in/a.txt")
+    (tmp_path / "in/linked").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "in/alias").symlink_to(tmp_path / "in/real")
+    found = readers.input_files(tmp_path / "in")
+    assert [p.relative_to(tmp_path / "in").as_posix() for p in found] == ["a.txt", "alias/c.txt", "b.txt"]
+    assert texts_of(tmp_path / "in") == ["alpha\n", "gamma\n", "beta\n"]
+    (tmp_path / "in/alias").unlink()
+    assert readers.stat_fingerprint(tmp_path / "in", readers.input_files(tmp_path / "in")) == before
+
+
 def test_an_unreadable_folder_in_the_input_is_named(tmp_path, monkeypatch):
     """Refused in one line: rglob left its files out without a word. (Denied by a stand-in for iterdir: root, as
     tests often run, reads any folder.)"""

@@ -7,7 +7,7 @@ import torch
 
 from conftest import tiny_model
 from data.tokenizer import CharTokenizer
-from inference.choices import score_task, stderr
+from inference.choices import METRICS, first_max, score_task, stderr
 from inference.tasks import Item, Task, encode_task
 
 
@@ -65,3 +65,20 @@ def test_a_tie_goes_to_the_first_choice_in_every_metric():
         assert len(set(it["logprobs"])) == 1  # a tie
         assert it["pred"] == it["pred_norm"] == it["pred_token"] == 0
     assert report["acc"] == report["acc_norm"] == report["acc_token"] == 0.5
+
+
+def test_a_nan_score_gives_no_pick_and_a_nan_metric_not_an_accuracy():
+    """A model whose scores are all NaN picked choice 0 (max orders nothing with NaN) and reported acc 1.0 where
+    every label is 0: now no item has a pick and each metric is NaN, without a standard error. One NaN among an
+    item's sums is enough: max would pick by position."""
+    model = tiny_model(vocab_size=4)
+    with torch.no_grad():
+        model.head.weight.fill_(float("nan"))  # tied to the embedding: every logit is NaN
+    items = [Item("ab", ["b", "a", "é"], 0, 1), Item("ba", ["a", "b"], 0, 2)]
+    report = score_task(model, encode_task(Task("t", "t", items), CharTokenizer(" abé"), block_size=16))
+    assert all(math.isnan(s) for it in report["items"] for s in it["logprobs"])
+    assert all(it[k] is None for it in report["items"] for k in ("pred", "pred_norm", "pred_token"))
+    for metric in METRICS:
+        assert math.isnan(report[metric]) and report[f"{metric}_stderr"] is None
+    assert first_max([math.nan, -1.0]) is None and first_max([-1.0, math.nan]) is None
+    assert first_max([-2.0, -1.0, -1.0]) == 1

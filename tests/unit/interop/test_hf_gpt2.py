@@ -201,6 +201,18 @@ def test_training_from_a_folder_refuses_data_of_another_tokenizer(tmp_path):
         check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS + "~"))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_weights_that_hold_nan_or_inf_are_refused_naming_the_tensor(tmp_path, bad):
+    """As a checkpoint's are on loading: imported, they trained or sampled NaN from the first step."""
+    hf = random_hf_gpt2(tmp_path / "hf")
+    with torch.no_grad():
+        hf.transformer.h[1].mlp.c_fc.weight[3, 5] = bad
+    hf.save_pretrained(tmp_path / "hf")
+    with pytest.raises(ValueError, match=r"hold NaN or inf in transformer\.h\.1\.mlp\.c_fc\.weight: ") as e:
+        load_hf_gpt2(str(tmp_path / "hf"))
+    assert "\n" not in str(e.value)
+
+
 def test_a_run_from_a_folder_may_change_dropout_only(tmp_path):
     from data.tokenizer import CharTokenizer
     from interop.import_hf import initializer
@@ -214,6 +226,9 @@ def test_a_run_from_a_folder_may_change_dropout_only(tmp_path):
     with pytest.raises(ValueError, match="--n_layer=3 differs") as e:
         initializer(folder, {"n_layer": 3}, {"n_layer": 3})(tokenizer)
     assert "\n" not in str(e.value)
+    # a flag's value as a user types it (Python's True/False is no flag value the docs show)
+    with pytest.raises(ValueError, match="^--tie_head=false differs from the Hugging Face model's tie_head=true;"):
+        initializer(folder, {"tie_head": False}, {"tie_head": False})(tokenizer)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])

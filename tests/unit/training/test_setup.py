@@ -1,12 +1,15 @@
 """training/setup.py: what a run starts from."""
 from types import SimpleNamespace
 
+import pytest
 import torch
 
-from training.config import TrainConfig
+from common.errors import SetupError
+from speed import SpeedConfig
+from training.config import TrainConfig, check_causal
 from training.distributed import Dist
 from training.random_state import rng_state
-from training.setup import where_to_start
+from training.setup import build_model, where_to_start
 
 CPU = torch.device("cpu")
 
@@ -39,3 +42,16 @@ def test_each_process_resumes_its_own_stream_and_one_the_checkpoint_lacks_gets_i
         for a in range(world):
             for b in range(a):
                 assert not torch.equal(draws[a], draws[b]), (saved, world, a, b)
+
+
+def test_a_checkpoints_fsdp_setting_is_named_as_a_user_types_it():
+    """The refusal tells the flag to pass: --fsdp=true, not Python's --fsdp=True (convert reads both; the help and
+    the docs say true/false)."""
+    ckpt = SimpleNamespace(train_config={"fsdp": True})
+    with pytest.raises(SetupError, match=r"^this checkpoint was trained with fsdp=true; resume with --fsdp=true$"):
+        build_model(TrainConfig(), {}, ckpt, None, None, CPU, torch.float32, SpeedConfig())
+
+
+def test_a_causal_that_contradicts_the_model_is_named_as_a_user_types_it():
+    with pytest.raises(SetupError, match=r"^--causal=true contradicts --model=encoder \(which sets causal=false\);"):
+        check_causal(TrainConfig(model="encoder"), {"causal": True})
