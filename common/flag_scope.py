@@ -80,12 +80,13 @@ TABLES = {
         "gradient_accumulation_steps max_iters eval_interval eval_iters log_interval checkpoint_every_s "
         "learning_rate min_lr warmup_iters lr_decay_iters weight_decay beta1 beta2 grad_clip optimizer on_nonfinite "
         "device dtype compile reuse_freed_memory threads seed sample_tokens wandb_log "
-        "vocab_multiple block_size n_layer n_head n_embd dropout bias pos_emb rope_base attn_score window qk_norm "
+        "vocab_multiple block_size n_layer n_head n_embd dropout bias pos_emb attn_score window qk_norm "
         "mlp_act zero_init attn_impl dropout_impl linear_impl qk_impl config",
         rule("mask_rate mask_span", model=("encoder",)),
         rule("mask_token", "an encoder has its [MASK] id already; --model=seq2seq has no use for one",
              model=("decoder", "cheater")),
         rule("cross_attn", model=("seq2seq",)),
+        rule("rope_base", "the other positions have no rotation to set the wavelengths of", pos_emb=("rope",)),
         rule("tie_head", "--model=seq2seq always ties its head to the token embedding", model=TEXT),
         rule("pairs task", "--model=decoder, encoder and cheater train on text (--dataset or --input)",
              model=("seq2seq",)),
@@ -210,7 +211,8 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
           "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
           "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True),
-          "torchrun": (False, True), "eval_tasks": (False, True)}
+          "torchrun": (False, True), "eval_tasks": (False, True),
+          "pos_emb": ("rope", "sinusoidal", "learned", "alibi", "none")}  # model/config.py's POS_EMBS
 SAY = {  # fact -> (where(values), this run(value), tag(values))
     "model": (lambda vs: f"to --model={_one_of(vs)}", lambda v: f"this run is --model={v}", "/".join),
     "kind": (lambda vs: f"to {_article(_one_of(vs))} checkpoint", lambda v: f"this is {_article(v)} checkpoint",
@@ -222,6 +224,8 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     "data": (lambda vs: "without --input" if vs == ("dataset",) else f"to {_one_of(DATA[v] for v in vs)}",
              lambda v: "--input is given" if v == "input" else f"this run trains on {DATA[v]}",
              lambda vs: "/".join(DATA[v] if v != "dataset" else "no --input" for v in vs)),
+    "pos_emb": (lambda vs: f"to --pos_emb={_one_of(vs)}", lambda v: f"this run is --pos_emb={v}",
+                lambda vs: "--pos_emb=" + "/".join(vs)),
     "torchrun": (lambda vs: "under torchrun", lambda v: "this run is one process, not started by torchrun",
                  lambda vs: "torchrun"),
     "wandb_log": (lambda vs: "with --wandb_log=true", lambda v: "this run is --wandb_log=false",

@@ -83,10 +83,9 @@ def config_path(folder: str) -> str:
     return path
 
 
-def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
-    """A local GPT-2 or GPT-NeoX folder -> our GPT (bias=True), in eval mode, float32 as stored. dropout is ours to
-    choose: it changes how it trains, not what it computes. (The name is older than the GPT-NeoX mapping; load_hf is
-    the same function.)"""
+def read_hf_config(folder: str, dropout: float = 0.0) -> tuple:
+    """folder's config.json -> (the mapping module of its model_type, our GPTConfig for it); a one-line UserError
+    for a model this code cannot run. Reads no weights."""
     path = config_path(folder)
     hf = read_json(path, "a model config")
     mapping = BY_MODEL_TYPE.get(hf.get("model_type")) if isinstance(hf.get("model_type"), str) else None
@@ -94,12 +93,20 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
         raise UserError(f"this Hugging Face model cannot be imported: model_type={hf.get('model_type')!r}, only "
                         f"{' and '.join(repr(k) for k in BY_MODEL_TYPE)} are supported")
     try:
-        cfg = mapping.config_from_hf(hf, dropout)
+        return mapping, mapping.config_from_hf(hf, dropout)
     except UserError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a field missing or of the wrong type
         raise UserError(f"{path} is not a {hf['model_type']} config this code can read ({type(e).__name__}: "
                         f"{str(e)[:100]})") from None
+
+
+def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
+    """A local GPT-2 or GPT-NeoX folder -> our GPT (bias=True), in eval mode, float32 as stored. dropout is ours to
+    choose: it changes how it trains, not what it computes. (The name is older than the GPT-NeoX mapping; load_hf is
+    the same function.)"""
+    path = config_path(folder)
+    mapping, cfg = read_hf_config(folder, dropout)
     weights = read_hf_weights(folder)
     # refused as a checkpoint's are (inference/checkpoint.py): a model that computes NaN is no model to import
     bad = next((k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
@@ -222,18 +229,19 @@ def check_free(paths: list[str], out_dir: str, overwrite: bool) -> None:
 
 def initializer(folder: str, model_overrides: dict, explicit: dict):
     """For train.py --init_from=hf:FOLDER: a function tokenizer -> our GPT with the folder's weights, for a fresh
-    run (step 0, new optimizer). The folder fixes the architecture; --dropout is free. A folder without a model, or
-    without the merges file of its bpe tokenizer, is refused now, before any data is prepared."""
-    config_path(folder)
+    run (step 0, new optimizer). The folder fixes the architecture; --dropout is free. A folder without a model
+    config this code can run, a model flag that contradicts it, or a folder without the merges file of its bpe
+    tokenizer, is refused now, before any data is prepared."""
+    dropout = {k: v for k, v in model_overrides.items() if k == "dropout"}
+    have = read_hf_config(folder, **dropout)[1].to_dict()
+    for k, v in model_overrides.items():
+        if k in explicit and have[k] != v:
+            raise SetupError(f"--{k}={typed(v)} differs from the Hugging Face model's {k}={typed(have[k])}; the "
+                             f"folder fixes the architecture: drop the flag")
     exported_tokenizer(folder)
 
     def init(tokenizer) -> GPT:
-        model = load_hf_gpt2(folder, **{k: v for k, v in model_overrides.items() if k == "dropout"})
-        have = model.config.to_dict()
-        for k, v in model_overrides.items():
-            if k in explicit and have[k] != v:
-                raise SetupError(f"--{k}={typed(v)} differs from the Hugging Face model's {k}={typed(have[k])}; the "
-                                 f"folder fixes the architecture: drop the flag")
+        model = load_hf_gpt2(folder, **dropout)
         check_same_tokenizer(folder, model.config.vocab_size, tokenizer)
         return model
     return init

@@ -224,12 +224,12 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     model_overrides["causal"] = objective_class(tc.model).causal
     GPTConfig(**model_overrides)
     if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/out_dir.py)
-        notes += fresh_checks(tc, explicit)
+        notes += fresh_checks(tc, explicit, model_overrides)
     flag_scope.print_notes(notes)
     return tc, model_overrides, SpeedConfig(**per_class[SpeedConfig]), explicit
 
 
-def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
+def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list[str]:
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
     check_causal(tc, explicit)
@@ -240,8 +240,8 @@ def fresh_checks(tc: TrainConfig, explicit: dict) -> list[str]:
                      f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)")
         tc.warmup_iters = short
     check_schedule(tc, explicit, "the preset's")
-    facts = scope_facts(tc)
-    return notes + flag_scope.check("train.py", explicit, facts)
+    model = None if tc.init_from.startswith("hf:") else GPTConfig(**model_overrides)  # an import's: its folder's
+    return notes + flag_scope.check("train.py", explicit, scope_facts(tc, model))
 
 
 def check_causal(tc: TrainConfig, explicit: dict) -> None:
@@ -253,11 +253,13 @@ def check_causal(tc: TrainConfig, explicit: dict) -> None:
                          f"causal={flags.typed(causal)}); drop --causal and choose --model={', '.join(OBJECTIVES)}")
 
 
-def scope_facts(tc: TrainConfig) -> dict:
-    """The facts where train.py's flags apply (common/flag_scope.py): the TrainConfig's, and for a text model what
-    data/prepare.py will find in the text (data/split.py's input_facts); a seq2seq run reads pairs."""
+def scope_facts(tc: TrainConfig, model: GPTConfig | None = None) -> dict:
+    """The facts where train.py's flags apply (common/flag_scope.py): the TrainConfig's, for a text model what
+    data/prepare.py will find in the text (data/split.py's input_facts; a seq2seq run reads pairs), and the model's
+    positions where the model is known."""
     data = {} if tc.model == "seq2seq" else input_facts(tc)
-    return {**flag_scope.train_facts(tc), **data}
+    positions = {} if model is None else {"pos_emb": model.pos_emb}
+    return {**flag_scope.train_facts(tc), **data, **positions}
 
 
 def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]:
@@ -373,7 +375,7 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     saved.update({k: v for k, v in explicit.items() if k in saved})
     notes = explicit_accumulation(saved, explicit, "the checkpoint's")
     resumed = TrainConfig(**{**saved, "out_dir": tc.out_dir})
-    facts = scope_facts(resumed)
+    facts = scope_facts(resumed, ckpt.model_config)
     notes += flag_scope.check("train.py", explicit, facts)
     if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
         check_schedule(resumed, explicit, "the checkpoint's")

@@ -16,10 +16,11 @@ from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
 from model import GPT, GPTConfig, Seq2Seq
+from model.attention import use_backend
 import speed
 from speed import SpeedConfig
 from training import distributed, fsdp, objectives, optim, run_data
-from inference.checkpoint import Checkpoint
+from inference.checkpoint import Checkpoint, meta_model
 from training.config import TrainConfig, run_speed
 from training.evaluate import token_byte_lengths
 from training.random_state import set_rng_state
@@ -88,6 +89,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     claim_out_dir does that, under the lock."""
     chosen, speed_flags = run_speed(sc or SpeedConfig(), explicit, ckpt)
     device, dtype, sc = system(tc, device_name, speed_flags, chosen, d)
+    check_backend(tc, model_overrides, ckpt, sc)
     data_dir, meta, tokenizer = run_data.load(tc, d, ckpt)
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
     check_prompt(tc, tokenizer)
@@ -125,6 +127,16 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
         raise SetupError("--fsdp=true shards the model over torchrun's processes: start it with torchrun "
                          "(torchrun --standalone --nproc_per_node=2 train.py ...)")
     return device, dtype, sc
+
+
+def check_backend(tc: TrainConfig, model_overrides: dict, ckpt: Checkpoint | None, sc: SpeedConfig) -> None:
+    """Refuses an --attn_impl the model cannot compute with (a learned attn_score off the math path, the tiled path
+    with attention dropout) before any data is prepared: speed.apply's own check, run on the model (a resumed run's:
+    its checkpoint's) built on the meta device with the flags' placeholder vocabulary."""
+    if sc.attn_impl == "auto":
+        return
+    config = ckpt.model_config if ckpt is not None else GPTConfig(**model_overrides)
+    use_backend(meta_model(config, Seq2Seq if tc.model == "seq2seq" else GPT), sc.attn_impl)  # in training mode
 
 
 def check_prompt(tc: TrainConfig, tokenizer) -> None:

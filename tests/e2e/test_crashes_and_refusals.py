@@ -225,6 +225,19 @@ def test_a_mistake_the_flags_show_is_refused_before_the_data_is_prepared(corpus,
     assert list(tmp_path.iterdir()) == []  # no data folder, no out_dir
 
 
+@pytest.mark.parametrize("bad, msg", [
+    (["--attn_score=additive", "--attn_impl=sdpa"], "math path only, not attn_impl='sdpa'"),
+    (["--attn_score=bilinear", "--attn_impl=tiled"], "math path only, not attn_impl='tiled'"),
+    (["--dropout=0.1", "--attn_impl=tiled"], "attn_impl='tiled' has no attention dropout"),
+])
+def test_an_attention_backend_the_model_cannot_use_is_refused_before_the_data_is_prepared(corpus, tmp_path, capsys,
+                                                                                           bad, msg):
+    code = train.cli.run(train.main, tiny_args(corpus, tmp_path / "run", "--max_iters=1", *bad))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and msg in err, err
+    assert list(tmp_path.iterdir()) == []  # no data folder, no out_dir
+
+
 def files_of(folder) -> dict:
     """Every file under folder: its bytes and modification time (a rewrite with the same bytes still shows)."""
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*")

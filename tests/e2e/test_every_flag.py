@@ -62,7 +62,7 @@ def train_record(argv, ckpts):
     from training.config import configure, scope_facts
 
     tc, model, speed, _ = configure(argv)
-    return {**tc.to_dict(), **GPTConfig(**model).to_dict(), **vars(speed)}, scope_facts(tc)
+    return {**tc.to_dict(), **GPTConfig(**model).to_dict(), **vars(speed)}, scope_facts(tc, GPTConfig(**model))
 
 
 def sample_record(argv, ckpts):

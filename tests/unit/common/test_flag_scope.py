@@ -27,6 +27,9 @@ from training.config import CLASSES, PRESETS, configure
     (["--init_from=resume", "--preset=fast-cpu"], "--preset applies to --init_from=scratch, auto or hf:FOLDER only "
                                                   "(this run is --init_from=resume)"),
     (["--init_from=resume", "--overwrite=true"], "--overwrite applies to --init_from=scratch or hf:FOLDER only"),
+    (["--pos_emb=learned", "--rope_base=500"], "--rope_base applies to --pos_emb=rope only (this run is "
+                                                "--pos_emb=learned); drop it"),
+    (["--model=encoder", "--pos_emb=alibi", "--rope_base=500"], "--rope_base applies to --pos_emb=rope only"),
     (["--model=seq2seq", "--log_induction=false"], "--log_induction applies to --model=decoder, encoder or cheater"),
     (["--tokenizer=char", "--bpe_vocab_size=4096"], "--bpe_vocab_size applies to --tokenizer=bpe only (this run is "
                                                     "--tokenizer=char); drop it"),
@@ -228,3 +231,9 @@ def test_benchs_flag_texts_name_every_target_that_reads_the_flag():
         named = {t for t in targets if said and re.search(rf"\b{t}\b", said.group(1))}
         if named:
             assert named == {t for t in targets if re.search(rf"\b{t}\b", tags[name])}, (name, doc, tags[name])
+
+
+def test_the_pos_emb_facts_values_are_the_models_positions():
+    from model.config import POS_EMBS
+
+    assert flag_scope.VALUES["pos_emb"] == POS_EMBS  # common/ cannot import model/: written out, kept in step here

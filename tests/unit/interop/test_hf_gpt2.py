@@ -224,7 +224,7 @@ def test_a_run_from_a_folder_may_change_dropout_only(tmp_path):
     model = initializer(folder, overrides, {"dropout": 0.25, "n_layer": 2})(tokenizer)
     assert (model.config.dropout, model.config.n_embd) == (0.25, 32)
     with pytest.raises(ValueError, match="--n_layer=3 differs") as e:
-        initializer(folder, {"n_layer": 3}, {"n_layer": 3})(tokenizer)
+        initializer(folder, {"n_layer": 3}, {"n_layer": 3})  # refused before the data (and its tokenizer) is prepared
     assert "\n" not in str(e.value)
     # a flag's value as a user types it (Python's True/False is no flag value the docs show)
     with pytest.raises(ValueError, match="^--tie_head=false differs from the Hugging Face model's tie_head=true;"):

@@ -191,7 +191,7 @@ def test_starting_config_checks_a_fresh_run_only_where_the_flags_could_not(tmp_p
     """train.py's configure runs fresh_checks for --init_from=scratch and hf:; an auto start is known to be fresh
     only here."""
     calls = []
-    monkeypatch.setattr(out_dir, "fresh_checks", lambda tc, explicit: calls.append(tc) or [])
+    monkeypatch.setattr(out_dir, "fresh_checks", lambda tc, explicit, model_overrides: calls.append(tc) or [])
     tc = TrainConfig(out_dir=str(tmp_path / "run"), init_from=init_from)
     assert starting_config(tc, {}, {}, Dist())[1] is None
     assert len(calls) == int(checked)
