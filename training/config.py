@@ -241,7 +241,8 @@ def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list
         tc.warmup_iters = short
     check_schedule(tc, explicit, "the preset's")
     model = None if tc.init_from.startswith("hf:") else GPTConfig(**model_overrides)  # an import's: its folder's
-    return notes + flag_scope.check("train.py", explicit, scope_facts(tc, model))
+    facts = scope_facts(tc, model)
+    return notes + flag_scope.check("train.py", explicit, facts)
 
 
 def check_causal(tc: TrainConfig, explicit: dict) -> None:

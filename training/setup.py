@@ -20,7 +20,7 @@ from model.attention import use_backend
 import speed
 from speed import SpeedConfig
 from training import distributed, fsdp, objectives, optim, run_data
-from inference.checkpoint import Checkpoint, meta_model
+from inference.checkpoint import Checkpoint
 from training.config import TrainConfig, run_speed
 from training.evaluate import token_byte_lengths
 from training.random_state import set_rng_state
@@ -88,8 +88,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     run's checks happen here (the lock's own come after it), and nothing is written to out_dir: training/out_dir.py's
     claim_out_dir does that, under the lock."""
     chosen, speed_flags = run_speed(sc or SpeedConfig(), explicit, ckpt)
-    device, dtype, sc = system(tc, device_name, speed_flags, chosen, d)
-    check_backend(tc, model_overrides, ckpt, sc)
+    config = ckpt.model_config if ckpt is not None else GPTConfig(**model_overrides)  # an import's: as the flags say
+    device, dtype, sc = system(tc, device_name, speed_flags, chosen, d, config)
     data_dir, meta, tokenizer = run_data.load(tc, d, ckpt)
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
     check_prompt(tc, tokenizer)
@@ -109,19 +109,20 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
 
 
-def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | None,
-           d: distributed.Dist) -> tuple[torch.device, torch.dtype, SpeedConfig]:
-    """Where and how the run computes: the threads, the device (and on a CPU its memory reuse), the dtype of
-    autocast, TF32 matmuls, the speed levers the device gets (sc's, with the device's own choices for those not in
-    speed_flags: the levers a flag gave)."""
+def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | None, d: distributed.Dist,
+           model: GPTConfig) -> tuple[torch.device, torch.dtype, SpeedConfig]:
+    """Where and how the run computes: the threads, the device (and on a CPU its memory reuse), the speed levers
+    the device gets (sc's, with the device's own choices for those not in speed_flags: the levers a flag gave),
+    checked against the model's config, the dtype of autocast, TF32 matmuls."""
     if tc.threads:
         torch.set_num_threads(tc.threads)
     device = pick_device(device_name)
     if device.type == "cpu" and tc.reuse_freed_memory:
         malloc.keep_freed_memory()  # no page faults for each step's activations (common/malloc.py)
+    sc = speed.for_device(sc or SpeedConfig(), speed_flags, device.type)  # on a GPU, the fused kernels
+    check_backend(tc.model, model, sc)
     dtype = pick_dtype(tc.dtype, device)
     use_tf32(device)
-    sc = speed.for_device(sc or SpeedConfig(), speed_flags, device.type)  # on a GPU, the fused kernels
     # torchrun's one process is allowed: FSDP over a group of one holds everything and trains as without it
     if tc.fsdp and not flag_scope.under_torchrun():
         raise SetupError("--fsdp=true shards the model over torchrun's processes: start it with torchrun "
@@ -129,14 +130,15 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
     return device, dtype, sc
 
 
-def check_backend(tc: TrainConfig, model_overrides: dict, ckpt: Checkpoint | None, sc: SpeedConfig) -> None:
+def check_backend(kind: str, config: GPTConfig, sc: SpeedConfig) -> None:
     """Refuses an --attn_impl the model cannot compute with (a learned attn_score off the math path, the tiled path
     with attention dropout) before any data is prepared: speed.apply's own check, run on the model (a resumed run's:
-    its checkpoint's) built on the meta device with the flags' placeholder vocabulary."""
+    its checkpoint's) built on the meta device with the flags' placeholder vocabulary. kind: --model."""
     if sc.attn_impl == "auto":
         return
-    config = ckpt.model_config if ckpt is not None else GPTConfig(**model_overrides)
-    use_backend(meta_model(config, Seq2Seq if tc.model == "seq2seq" else GPT), sc.attn_impl)  # in training mode
+    with torch.device("meta"):  # its layers and their settings, without memory or values
+        model = (Seq2Seq if kind == "seq2seq" else GPT)(config)
+    use_backend(model, sc.attn_impl)  # in training mode
 
 
 def check_prompt(tc: TrainConfig, tokenizer) -> None:
