@@ -204,3 +204,16 @@ def test_train_and_prepare_hold_the_same_rules_for_the_data_flags():
         assert all(r in rules for r in flag_scope.DATA_RULES), command
     prepare = flag_scope.TABLES["data/prepare.py"]
     assert prepare.rules == flag_scope.DATA_RULES and not prepare.set_by
+
+
+def test_an_hf_start_takes_the_flags_of_a_fresh_run():
+    """--init_from=hf:FOLDER is a fresh start, said as the fact 'hf': --overwrite and --preset apply to it."""
+    tc, *_ = configure(["--init_from=hf:some_folder", "--overwrite=true", "--preset=fast-cpu"])
+    assert tc.init_from == "hf:some_folder" and tc.overwrite
+
+
+def test_eval_tasks_n_applies_with_eval_tasks_only():
+    tc, *_ = configure(["--eval_tasks=t.jsonl", "--eval_tasks_n=2"])  # the file is read later, in the run
+    assert tc.eval_tasks_n == 2
+    with pytest.raises(UserError, match=r"^--eval_tasks_n applies with task files only \(no task file is given\)"):
+        configure(["--eval_tasks_n=2"])
