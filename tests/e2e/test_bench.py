@@ -287,3 +287,47 @@ def test_a_bad_memory_length_or_repeat_count_is_refused_before_any_target_runs(f
     with pytest.raises(FlagError, match=said):
         bench.main(["--target=ttq,memory", f"--input={text}", flag, f"--plot={tmp_path / 'm.png'}"])
     assert ran == [] and sorted(p.name for p in tmp_path.iterdir()) == ["input.txt"]
+
+
+def test_the_quality_rows_take_medians_of_times_and_the_worst_loss_against_their_goals(monkeypatch):
+    """bench.py's rows 1 and 2 from made-up whole runs (no run is made): the median wall time of each side, our
+    worst validation loss, the speed-up over nanoGPT against 12x and our time against nanoGPT's."""
+    import bench
+
+    runs = {"nanogpt": [(120.0, 1.88), (100.0, 1.89), (110.0, 1.87)], "fast": [(9.0, 1.85), (8.0, 1.88), (10.0, 1.7)],
+            "good": [(115.0, 1.55), (105.0, 1.59), (100.0, 1.58)]}
+    rows = [{"who": who, "repeat": i, "wall_s": s, "val_loss": v}
+            for who, runs_of in runs.items() for i, (s, v) in enumerate(runs_of)]
+    monkeypatch.setattr(bench.ttq, "measure", lambda *args, **kwargs: rows)
+    table = []
+    bench.run_ttq(bench.BenchConfig(preset="fast", quality_preset="good"), table, ("ttq", "quality"))
+    ttq, quality = table
+    assert ttq[1] == "9.0 s (worst val 1.8800, full split)" and ttq[2].startswith("110.0 s (val 1.8800")
+    assert ttq[3] == f"{110 / 9:.2f}x" and ttq[5] is True  # 12.2x faster, every run at or below 1.886
+    assert quality[1] == "val 1.5900 (worst, full split) in 105.0 s" and quality[3] == f"{105 / 110:.2f}x of its time"
+    assert quality[5] is True
+    runs["fast"][1], runs["good"][0] = (9.5, 1.88), (125.0, 1.55)  # 110 / 9.5: 11.6x faster
+    runs["good"][1] = (115.0, 1.59)  # good's median, 115 s, above nanoGPT's
+    rows[:] = [{"who": who, "repeat": i, "wall_s": s, "val_loss": v}
+               for who, runs_of in runs.items() for i, (s, v) in enumerate(runs_of)]
+    table = []
+    bench.run_ttq(bench.BenchConfig(preset="fast", quality_preset="good"), table, ("ttq", "quality"))
+    assert [row[5] for row in table] == [False, False]
+
+
+def test_the_mfu_rows_name_each_peak_and_a_disturbed_probe():
+    import bench
+
+    res = {"flops_per_token": 1e6, "batch_size": 2, "T": 50, "auto_dtype": "bfloat16", "peak_fp32": 1e11,
+           "peak_bf16": 1e12, "peak_spread": 0.0,
+           "probe_fp32": {"shape": (8, 16, 32), "kernel": "mm", "flops": 1e11},
+           "probe_bf16": {"shape": (64, 128, 256), "kernel": "addmm", "flops": 1e12},
+           "ours": {"mfu_fp32": 0.3, "mfu_bf16": 0.1},
+           "ours-auto": {"step_s": 0.1, "tok_per_s": 1000.0, "mfu_auto": 0.9},
+           "matmuls": {"seconds": 0.04}}
+    table = []
+    bench.mfu_rows(table, res, "tiny")
+    assert "(100 GFLOP/s, mm 8x16x32)" in table[0][1] and "(1000 GFLOP/s, addmm 64x128x256)" in table[1][1]
+    assert "disturbed" not in " ".join(row[1] for row in table)
+    res["peak_spread"] = 0.2
+    assert bench.peak_note(res, "fp32") == "100 GFLOP/s, mm 8x16x32; probes 20% apart: disturbed?"

@@ -20,3 +20,7 @@ def test_a_length_or_repeat_count_it_cannot_time_is_one_line_before_any_work(fla
 
 def test_lengths_are_read_as_the_integers_they_name():
     assert attention_cost.parse_lengths("256, 512,1024") == [256, 512, 1024]
+
+
+def test_lengths_may_have_spaces_after_their_commas():
+    assert attention_cost.parse_lengths(attention_cost.CostConfig(lengths="64, 128").lengths) == [64, 128]

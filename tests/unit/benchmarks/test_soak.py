@@ -28,3 +28,12 @@ def test_a_bad_flag_is_one_line_before_train_py_runs(argv, said, tmp_path, monke
     err = capsys.readouterr().err
     assert err.startswith("error: ") and said in err and err.count("\n") == 1, err
     assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+def test_slope_is_the_least_squares_fit_and_zero_without_spread():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    xs, ys = rng.normal(size=20), rng.normal(size=20)
+    assert soak.slope(list(xs), list(ys)) == pytest.approx(np.polyfit(xs, ys, 1)[0], rel=1e-9)
+    assert soak.slope([3.0, 3.0, 3.0], [1.0, 2.0, 5.0]) == 0.0  # one x: no line to fit

@@ -1,4 +1,5 @@
-"""common/files.py: output paths refused before the work, in one line naming the flag."""
+"""common/files.py: output paths refused before the work, in one line naming the flag; sizes said for a person;
+whole writes with the user's permissions; disk errors naming the outermost path."""
 import errno
 import os
 
@@ -53,3 +54,79 @@ def test_a_folder_made_that_another_process_wrote_in_stays(tmp_path):
             (tmp_path / "a" / "theirs.txt").write_text("kept")
             raise KeyError("the write failed")
     assert os.listdir(tmp_path / "a") == ["theirs.txt"]
+
+
+def test_human_sizes_step_by_a_thousand_whole_bytes_below_a_kilobyte():
+    from common.files import human
+
+    for n in (0, 1, 512, 999, 1000, 1500, 999_499, 3_100_000, 2 * 10 ** 9, 5 * 10 ** 12):
+        units = ("B", "kB", "MB", "GB")
+        power = min(len(str(n)) - 1, 9) // 3 if n else 0  # the largest unit of 1000**power not above n (GB at most)
+        want = f"{n} B" if power == 0 else f"{n / 1000 ** power:.1f} {units[power]}"
+        assert human(n) == want, n
+
+
+def test_nested_disk_errors_name_the_outermost_path(tmp_path):
+    """An export's folder, not the temporary file inside it that the disk refused."""
+    import errno
+
+    from common.errors import DiskError
+    from common.files import disk_errors
+
+    folder, inner = tmp_path / "hf", tmp_path / "hf" / ".tmp-model.safetensors"
+    with pytest.raises(DiskError) as e:
+        with disk_errors(folder, needed=2000, kept="no folder is left"):
+            with disk_errors(inner, needed=1000):
+                raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+    assert str(e.value).startswith(f"could not write {folder}: disk quota exceeded (it needed about 2.0 kB")
+    assert "(no folder is left)" in str(e.value) and ".tmp-" not in str(e.value)
+
+
+def test_a_folder_this_process_may_write_in_but_not_enter_is_refused(tmp_path, monkeypatch):
+    """Making a file in a folder takes both write and search (x) permission on it."""
+    from common.files import need_folder
+
+    folder = tmp_path / "no_x"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: not (str(path) == str(folder) and mode & os.X_OK)
+                        and real_access(path, mode))
+    with pytest.raises(FlagError, match=r"no_x is a folder this process may not write in; choose another --out_dir$"):
+        need_folder(str(folder / "run"), "out_dir")
+
+
+def test_an_atomic_write_gets_the_users_permissions_and_leaves_the_umask_alone(tmp_path):
+    """mkstemp makes 0600 files; the written file takes 0666 less the umask, as open() would make it."""
+    from common.files import write_atomic
+
+    before = os.umask(0o027)
+    try:
+        write_atomic(tmp_path / "f.bin", lambda f: f.write(b"abc"))
+        assert os.umask(0o027) == 0o027  # the umask read back is the one set
+    finally:
+        os.umask(before)
+    assert (tmp_path / "f.bin").read_bytes() == b"abc" and (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o640
+
+
+def test_whole_writes_count_every_byte_and_keep_the_first_error():
+    import errno
+    import io
+
+    from common.files import WholeWrites
+
+    target = WholeWrites(io.BytesIO())
+    assert target.write(b"abcd") == 4 and target.write(memoryview(b"xy")) == 2
+    assert target.raw.getvalue() == b"abcdxy"
+
+    class Failing:
+        def __init__(self):
+            self.codes = [errno.ENOSPC, errno.EIO]
+
+        def write(self, data):
+            raise OSError(self.codes.pop(0), "failed")
+    target = WholeWrites(Failing())
+    for code in (errno.ENOSPC, errno.EIO):
+        with pytest.raises(OSError) as e:
+            target.write(b"a")
+        assert e.value.errno == code
+    assert target.error.errno == errno.ENOSPC  # the disk's first error, not what came of it

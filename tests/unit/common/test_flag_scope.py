@@ -237,3 +237,16 @@ def test_the_pos_emb_facts_values_are_the_models_positions():
     from model.config import POS_EMBS
 
     assert flag_scope.VALUES["pos_emb"] == POS_EMBS  # common/ cannot import model/: written out, kept in step here
+
+
+def test_an_hf_start_takes_the_flags_of_a_fresh_run():
+    """--init_from=hf:FOLDER is a fresh start, said as the fact 'hf': --overwrite and --preset apply to it."""
+    tc, *_ = configure(["--init_from=hf:some_folder", "--overwrite=true", "--preset=fast-cpu"])
+    assert tc.init_from == "hf:some_folder" and tc.overwrite
+
+
+def test_eval_tasks_n_applies_with_eval_tasks_only():
+    tc, *_ = configure(["--eval_tasks=t.jsonl", "--eval_tasks_n=2"])  # the file is read later, in the run
+    assert tc.eval_tasks_n == 2
+    with pytest.raises(UserError, match=r"^--eval_tasks_n applies with --eval_tasks only \(no --eval_tasks is given\)"):
+        configure(["--eval_tasks_n=2"])

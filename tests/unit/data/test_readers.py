@@ -302,3 +302,88 @@ def test_an_unreadable_folder_in_the_input_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(readers.Path, "iterdir", denied)
     with pytest.raises(readers.DataError, match=r"^--input=.*: cannot read the folder .*locked \(Permission denied\)"):
         readers.input_files(tmp_path / "in")
+
+
+def test_a_bad_documents_report_keeps_the_first_few_and_counts_them_all():
+    bad = readers.BadDocuments("skip")
+    for i in range(readers.EXAMPLES + 2):
+        bad.report(f"d{i}.txt", "the document is empty")
+    assert bad.count == readers.EXAMPLES + 2
+    assert bad.examples == [f"d{i}.txt (the document is empty)" for i in range(readers.EXAMPLES)]
+
+
+def test_a_folders_files_are_ordered_by_relative_path_their_suffixes_in_any_case(tmp_path):
+    for name in ("b/a.txt", "a/z.TXT", "a/y.JSONL", "c.Parquet", "a/skip.md"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    files = readers.input_files(tmp_path)
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == ["a/y.JSONL", "a/z.TXT", "b/a.txt", "c.Parquet"]
+    assert [readers.kind_of(f) for f in files] == ["jsonl", "txt", "txt", "parquet"]
+    assert readers.Source.open(tmp_path / "a/skip.md").kinds == {"txt"}  # one file of another name is text
+
+
+def test_utf8_split_keeps_the_longest_prefix_of_whole_characters():
+    data = "aé€😀b€é😀".encode()
+    for end in range(len(data) + 1):
+        part = data[:end]
+        whole = max(n for n in range(end + 1) if _decodes(part[:n]))  # the longest prefix that decodes
+        assert readers._utf8_split(part) == whole, (part, whole)
+
+
+def _decodes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_a_document_is_cut_only_past_piece_chars_and_without_a_place_only_past_four_times_that(tmp_path,
+                                                                                              monkeypatch):
+    monkeypatch.setattr(readers, "PIECE_CHARS", 8)
+    monkeypatch.setattr(readers, "READ_BYTES", 4)
+    (tmp_path / "short.txt").write_text("abc defg")  # PIECE_CHARS characters: one piece
+    (tmp_path / "long.txt").write_text("a" * 60)  # no place to cut
+    pieces = lambda name: [p.text for p in readers.Source.open(tmp_path / name).pieces(readers.BadDocuments("stop"))]
+    assert pieces("short.txt") == ["abc defg"]
+    long = pieces("long.txt")
+    assert "".join(long) == "a" * 60 and all(len(p) > 4 * 8 for p in long[:-1]) and len(long) == 2
+
+
+def test_a_later_block_that_starts_like_a_packed_file_is_not_named_one(tmp_path, monkeypatch):
+    """What a file is instead is told from its first bytes only: gzip's magic at offset 4 is a bad byte in text."""
+    monkeypatch.setattr(readers, "READ_BYTES", 4)
+    (tmp_path / "t.txt").write_bytes(b"text\x1f\x8b more")
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "t.txt", bad) == []
+    assert bad.examples[0].startswith("t.txt (not UTF-8 text (byte 0x8b at offset 5); convert it first, e.g. iconv")
+
+
+def test_a_parquet_row_of_whitespace_is_an_empty_document_and_the_progress_adds_up_to_the_file(tmp_path,
+                                                                                                monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setattr(readers, "PARQUET_ROWS", 2)  # several batches
+    pq.write_table(pa.table({"text": ["one", " \n\t", "two", "three", None, "four", "five"]}), tmp_path / "f.parquet")
+    bad, read = readers.BadDocuments("skip"), []
+    source = readers.Source.open(tmp_path / "f.parquet")
+    docs = [p.text for p in source.pieces(bad, read.append)]
+    assert docs == ["one", "two", "three", "four", "five"] and bad.count == 2
+    assert bad.examples == ["f.parquet:row 1 (the document is empty)", "f.parquet:row 4 (the document is empty)"]
+    assert len(read) == 4 and sum(read) == os.path.getsize(tmp_path / "f.parquet") == source.total_bytes
+
+
+def test_a_folders_size_and_hash_cover_every_file_and_its_name(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("first\n")
+    (tmp_path / "in" / "b.txt").write_text("second text\n")
+    source = readers.Source.open(tmp_path / "in")
+    assert source.total_bytes == len("first\n") + len("second text\n")
+    list(source.pieces(readers.BadDocuments("stop")))
+    (tmp_path / "in" / "b.txt").rename(tmp_path / "in" / "c.txt")  # the same bytes under another name
+    renamed = readers.Source.open(tmp_path / "in")
+    list(renamed.pieces(readers.BadDocuments("stop")))
+    assert renamed.sha256 != source.sha256
+    want = hashlib.sha256("".join(f"{n}\0{hashlib.sha256(t.encode()).hexdigest()}\n"
+                                  for n, t in (("a.txt", "first\n"), ("c.txt", "second text\n"))).encode())
+    assert renamed.sha256 == want.hexdigest()
