@@ -74,8 +74,8 @@ def input_files(path: Path) -> list[Path]:
     folders (a name starting with '.') are left out: a notebook's .ipynb_checkpoints/ copies, a macOS ._ file or a
     .git folder are not the corpus (a copy of a validation work there would train on it). A link to a file or a
     folder is read as what it leads to, named by the link's path (a loop of folder links is entered once). A file
-    reached twice (a link to a file of the folder, or a linked folder beside the real one) is read once, under its
-    first name in that order: read twice, `works` could put the same text in train and validation."""
+    reached twice (a link to a file of the folder, a hard link, or a linked folder beside the real one) is read once,
+    under its first name in that order: read twice, `works` could put the same text in train and validation."""
     path = Path(path)
     if not path.exists():  # a link to a missing target, or in a loop of links, exists neither
         what = "is a symbolic link that leads to no file (a missing target or a loop)" if path.is_symlink() else \
@@ -88,9 +88,10 @@ def input_files(path: Path) -> list[Path]:
         raise DataError(f"--input={path} is neither a file nor a folder (a pipe or a device, which can be read "
                         f"only once); save the text to a file and pass that")
     files = sorted(_files_under(path), key=lambda p: p.relative_to(path).as_posix())
-    first = {}  # real path -> its first name: each real file read once
+    first = {}  # (device, inode) -> its first name: each file read once, however many names it has
     for f in files:
-        first.setdefault(os.path.realpath(f), f)
+        st = os.stat(f)
+        first.setdefault((st.st_dev, st.st_ino), f)
     files = list(first.values())
     if not files:
         raise DataError(f"--input={path} is a folder without .txt files (or .jsonl, .jsonl.gz, .parquet); "

@@ -287,6 +287,16 @@ def test_a_file_reached_twice_through_links_is_read_once_under_its_first_name(tm
     assert readers.stat_fingerprint(tmp_path / "in", readers.input_files(tmp_path / "in")) == before
 
 
+def test_a_hard_link_is_the_same_file_and_read_once(tmp_path):
+    """Two names of one file (a hard link: no symbolic link to resolve) are the same text: read twice, `works` could
+    put it in train and in validation."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in/a.txt").write_text("alpha\n")
+    (tmp_path / "in/b.txt").write_text("beta\n")
+    os.link(tmp_path / "in/a.txt", tmp_path / "in/c.txt")
+    assert [p.name for p in readers.input_files(tmp_path / "in")] == ["a.txt", "b.txt"]
+
+
 def test_an_unreadable_folder_in_the_input_is_named(tmp_path, monkeypatch):
     """Refused in one line: rglob left its files out without a word. (Denied by a stand-in for iterdir: root, as
     tests often run, reads any folder.)"""
