@@ -157,15 +157,18 @@ def need_figure_file(path: str, flag: str) -> None:
 
 
 def save_figure(fig, path, dpi: int = 110):
-    """Writes fig and closes it. path: a file name, written whole or not at all (its folder made if missing), in
-    the type its extension names (figure_format); or a binary file object, written as PNG."""
-    if isinstance(path, (str, os.PathLike)):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=figure_format(os.fspath(path)), dpi=dpi, bbox_inches="tight")
-        write_atomic(path, lambda f: f.write(buf.getvalue()))
-    else:
-        fig.savefig(path, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
+    """Writes fig and closes it, also where the write fails. path: a file name, written whole or not at all (its
+    folder made if missing), in the type its extension names (figure_format); or a binary file object, written as
+    PNG."""
+    try:
+        if isinstance(path, (str, os.PathLike)):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=figure_format(os.fspath(path)), dpi=dpi, bbox_inches="tight")
+            write_atomic(path, lambda f: f.write(buf.getvalue()))
+        else:
+            fig.savefig(path, format="png", dpi=dpi, bbox_inches="tight")
+    finally:  # pyplot keeps every open figure: a process that draws again would hold them all
+        plt.close(fig)
     return path
 
 

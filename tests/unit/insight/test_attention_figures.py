@@ -79,3 +79,18 @@ def test_a_figure_path_names_its_type_in_any_case_and_png_without_one():
 
     assert figure_format("a/maps.PNG") == "png" and figure_format("maps") == "png"
     assert figure_format("maps.Svg") == "svg"
+
+
+def test_a_figure_whose_write_fails_is_closed_all_the_same(tmp_path):
+    """save_figure says it closes the figure: a write that failed (here a file in the way of the folder) left it open
+    in pyplot, which holds every open figure for the rest of the process."""
+    import matplotlib.pyplot as plt
+
+    from common.errors import UserError
+    from insight.attention_figures import save_figure
+
+    (tmp_path / "notes.txt").write_text("mine")
+    fig = plt.figure()
+    with pytest.raises((OSError, UserError)):
+        save_figure(fig, tmp_path / "notes.txt" / "maps.png")
+    assert not plt.fignum_exists(fig.number)
