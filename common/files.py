@@ -73,14 +73,27 @@ def why_no_folder(path) -> str | None:
     """Why os.makedirs(path) would fail, found without writing anything: None where path is a folder or can be made
     one; else what is in the way (a file where a folder must be, or an ancestor this process may not write in)."""
     path = os.path.abspath(path)
-    there = path
-    while not os.path.exists(there) and os.path.dirname(there) != there:
-        there = os.path.dirname(there)  # the nearest part of the path that exists
+    missing = missing_folders(path)
+    there = os.path.dirname(missing[-1]) if missing else path  # the nearest part of the path that exists
     if not os.path.isdir(there):
         return f"{there} is a file, not a folder"
-    if there != path and not os.access(there, os.W_OK | os.X_OK):
+    if there != path and not may_write_in(there):
         return f"{there} is a folder this process may not write in"
     return None
+
+
+def missing_folders(path) -> list[str]:
+    """The parts of path (absolute) that do not exist, deepest first: what os.makedirs(path) would make."""
+    missing, there = [], os.path.abspath(path)
+    while not os.path.exists(there) and os.path.dirname(there) != there:
+        missing.append(there)
+        there = os.path.dirname(there)
+    return missing
+
+
+def may_write_in(folder) -> bool:
+    """Whether this process may make files in folder, an existing one."""
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def need_folder(path, flag: str) -> None:
@@ -100,7 +113,7 @@ def need_file_path(path, flag: str, kind: str = "file") -> None:
                         f"write")
     folder = os.path.dirname(os.path.abspath(path))
     _refuse(path, flag, why_no_folder(folder))
-    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+    if os.path.isdir(folder) and not may_write_in(folder):
         _refuse(path, flag, f"{folder} is a folder this process may not write in (read-only, or another user's)")
 
 
@@ -160,11 +173,7 @@ class WholeWrites:
 def folders_made(folder):
     """Inside: folder exists (made with its missing parents). A failure inside removes the folders this call made,
     deepest first, where they are still empty: a refused or failed write leaves no folder behind."""
-    folder = os.path.abspath(folder)
-    missing, there = [], folder
-    while not os.path.exists(there) and os.path.dirname(there) != there:
-        missing.append(there)  # deepest first
-        there = os.path.dirname(there)
+    missing = missing_folders(folder)
     os.makedirs(folder, exist_ok=True)
     try:
         yield

@@ -16,7 +16,7 @@ import torch
 
 from common import flag_scope
 from common.errors import SetupError
-from common.files import why_no_folder
+from common.files import may_write_in, why_no_folder
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training import distributed
@@ -59,11 +59,10 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     return tc, ckpt
 
 
-
 def check_writable(out_dir: str) -> None:
     """An existing out_dir this process may not write in (a read-only mount, another user's run) is refused now, not
     by the lock file's open once the data and the model were built (a new one's folders: check_out_dir)."""
-    if os.path.isdir(out_dir) and not os.access(out_dir, os.W_OK | os.X_OK):
+    if os.path.isdir(out_dir) and not may_write_in(out_dir):
         raise SetupError(f"out_dir={out_dir} is a folder this process may not write in (read-only, or another "
                          f"user's); choose another --out_dir")
 
