@@ -130,7 +130,7 @@ class Checkpoint:
         if whole is not None:  # load_state_dict would copy them into the model's floats without a word
             raise CheckpointError(f"checkpoint weight {whole} holds {self.weights[whole].dtype} numbers, not floating "
                                   f"point ones: the file is corrupt or not ours")
-        bad = non_finite(self.weights)
+        bad = next((k for k, v in self.weights.items() if not torch.isfinite(v).all()), None)
         if bad is not None:
             raise CheckpointError(f"checkpoint weight {bad} holds NaN or inf: the file is corrupt (a run of this "
                                   f"project never saves a non-finite update)")
@@ -220,11 +220,6 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return f"speed_flags={given!r} is not a list of lever names"
     problem = meta_problem(raw["data_meta"])
     return f"its data_meta is not valid: {problem}" if problem else None
-
-
-def non_finite(weights: dict) -> str | None:
-    """The name of the first floating-point tensor of weights that holds NaN or inf, or None."""
-    return next((k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
 
 
 def not_found(path: str) -> str:

@@ -25,7 +25,7 @@ from interop.export import MASK_KEY, TOKENIZER_META
 from interop.mappings import BY_MODEL_TYPE
 from data.tokenizer import carry_tokenizer, meta_problem
 from model import GPT
-from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, meta_model, non_finite
+from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, meta_model
 from training.distributed import Dist
 from training.out_dir import lock_out_dir, refuse_if_in_use
 
@@ -109,7 +109,7 @@ def load_hf_gpt2(folder: str, dropout: float = 0.0) -> GPT:
     mapping, cfg = read_hf_config(folder, dropout)
     weights = read_hf_weights(folder)
     # refused as a checkpoint's are (inference/checkpoint.py): a model that computes NaN is no model to import
-    bad = non_finite(weights)
+    bad = next((k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
     if bad is not None:
         raise UserError(f"the weights in {folder} hold NaN or inf in {bad}: the file is corrupt or the model "
                         f"diverged; import a folder whose weights are all finite")
