@@ -249,7 +249,8 @@ def draw_attention(model, tokenizer, text: str, path: str) -> None:
     """--attention=FILE.png: the prompt's attention maps (insight/attention_figures.py), written to path."""
     from insight.attention_figures import attention_figure, save_figure  # here: matplotlib is slow to import
 
-    print(f"wrote {save_figure(attention_figure(model, tokenizer, text), path)}")
+    figure = attention_figure(model, tokenizer, text, flags=("--start", None))  # the prompt; no --max_tokens here
+    print(f"wrote {save_figure(figure, path)}")
 
 
 def encoded_prompt(tokenizer, text: str, encoder: bool) -> list[int]:

@@ -44,18 +44,23 @@ def printable(texts: list[str]) -> list[str]:
     return labels
 
 
-def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut: bool = False) -> torch.Tensor:
+def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut: bool = False,
+                 flags: tuple[str, str | None] = ("--text", "--max_tokens")) -> torch.Tensor:
     """(1, T) ids of text. Longer than max_tokens or the model's context: refused, or with cut=True (a logging
-    hook, which must not stop a run) its last tokens, kept, and the characters a char vocabulary lacks dropped."""
+    hook, which must not stop a run) its last tokens, kept, and the characters a char vocabulary lacks dropped.
+    flags: the calling command's flags for the text and for max_tokens (None: it has none), named by refusals."""
+    text_flag, limit_flag = flags
     ids = tokenizer.encode(drop_unknown(tokenizer, text) if cut else text)
     if not ids:
-        raise UserError("the text to visualise is empty; pass some text (--text=... or --start=...)")
+        raise UserError(f"the text to visualise is empty; pass some text with {text_flag}=...")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further
     if len(ids) > limit and not cut:
-        why = (f"this model's context is {model.config.block_size}" if limit == model.config.block_size
-               else f"a figure shows at most --max_tokens={max_tokens}")
-        raise UserError(f"the text is {len(ids)} tokens and {why}; shorten the text"
-                        + ("" if limit == model.config.block_size else " or raise --max_tokens"))
+        if limit == model.config.block_size:
+            why, fix = f"this model's context is {limit}", ""
+        else:
+            why = f"a figure shows at most {f'{limit_flag}=' if limit_flag else ''}{max_tokens}"
+            fix = f" or raise {limit_flag}" if limit_flag else ""
+        raise UserError(f"the text is {len(ids)} tokens and {why}; shorten the text{fix}")
     device = next(model.parameters()).device
     return torch.tensor([ids[-limit:]], device=device)  # (1, T)
 
@@ -99,11 +104,11 @@ def plot_maps(data: torch.Tensor, labels: list[str], title: str, key_labels: lis
 
 
 def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, kind: str | None = None,
-                     cut: bool = False):
+                     cut: bool = False, flags: tuple[str, str | None] = ("--text", "--max_tokens")):
     """The attention maps of `text` as a matplotlib Figure (for files and for wandb.Image). kind: the title's name
-    of the model (default: decoder or encoder, from its config)."""
+    of the model (default: decoder or encoder, from its config). flags: encode_probe's."""
     with evaluating(model):
-        idx = encode_probe(model, tokenizer, text, max_tokens, cut)
+        idx = encode_probe(model, tokenizer, text, max_tokens, cut, flags)
         data = attention_data(model, idx)
     cfg = model.config
     kind = kind or ("decoder (causal)" if cfg.causal else "encoder (bidirectional)")

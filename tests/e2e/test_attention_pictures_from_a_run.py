@@ -140,3 +140,19 @@ def test_visualize_refuses_a_device_it_cannot_use_in_one_line(checkpoints, tmp_p
     assert not out.exists()
     visualize.main([f"--out_dir={checkpoints[0]}", "--text=ROMEO", f"--out={out}", "--device=auto"])
     assert is_png(out)  # auto: the CPU here, as in every other command
+
+
+def test_sample_attention_refusals_name_sample_py_flags(tmp_path):
+    """sample.py --attention's prompt is --start, and it has no --max_tokens: its refusals named visualize.py's flags
+    (an empty prompt: '--text=... or --start=...'; a long one: 'raise --max_tokens', an unknown flag there)."""
+    import sample
+    from common.errors import UserError
+    from conftest import tiny_model
+    from data.tokenizer import CharTokenizer
+
+    model, tokenizer = tiny_model(block_size=128), CharTokenizer("abc")
+    with pytest.raises(UserError, match=r"^the text to visualise is empty; pass some text with --start=\.\.\.$"):
+        sample.draw_attention(model, tokenizer, "", str(tmp_path / "a.png"))
+    with pytest.raises(UserError, match=r"^the text is 70 tokens and a figure shows at most 64; shorten the text$"):
+        sample.draw_attention(model, tokenizer, "a" * 70, str(tmp_path / "a.png"))
+    assert not list(tmp_path.iterdir())

@@ -58,6 +58,8 @@ def test_a_probe_takes_up_to_the_smaller_of_its_limit_and_the_context_and_a_cut_
         encode_probe(model, tokenizer, text)
     with pytest.raises(UserError, match=r"a figure shows at most --max_tokens=5; shorten the text or raise"):
         encode_probe(model, tokenizer, text[:6], max_tokens=5)
+    with pytest.raises(UserError, match=r"^the text to visualise is empty; pass some text with --text=\.\.\.$"):
+        encode_probe(model, tokenizer, "")
 
 
 def test_the_last_panel_of_each_layer_is_the_mean_of_its_heads():
