@@ -256,13 +256,16 @@ def unreadable(path: str, error: Exception) -> str:
         return f"the file is cut short (a save or a copy that did not finish); {again}"
     if head.startswith(b"PK") and not torch_archive(path):
         return f"it is a zip archive, but not one torch.save wrote; {ours}"
-    if isinstance(error, pickle.UnpicklingError) and "weights only load failed" in str(error).lower():
+    said = str(error).strip()
+    refused = isinstance(error, pickle.UnpicklingError) and "weights only load failed" in said.lower()
+    operand = next((line.strip() for line in said.splitlines() if "Unsupported operand" in line), None)
+    if refused and operand is None:  # torch's unpickler read the pickle and met what it does not allow
         return ("it holds Python objects that only running code could rebuild (a pickled class or function), "
                 f"so it was refused and nothing in it was executed (a checkpoint of this project holds tensors, "
                 f"numbers and strings only); {ours}")
     if all(32 <= b < 127 or b in b"\t\n\r" for b in head):
         return f"it is a text file; {ours}"
-    first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+    first = operand or (said.splitlines()[0][:120] if said else "")  # an operand: bytes no pickle begins with
     return f"it is corrupt or not a checkpoint ({type(error).__name__}{': ' + first if first else ''}); {again}"
 
 
