@@ -63,7 +63,8 @@ class ProbeConfig:
         need_folder(self.out, "out")  # found now, not when the results are written after the training
 
     def items(self, name: str) -> list[str]:
-        return [v.strip() for v in getattr(self, name).split(",") if v.strip()]
+        """The comma-separated values of a field, in order, each once (a value named twice runs once)."""
+        return list(dict.fromkeys(v.strip() for v in getattr(self, name).split(",") if v.strip()))
 
 
 def write_text(path: str, text: str) -> None:

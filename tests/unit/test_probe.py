@@ -94,3 +94,12 @@ def test_probe_py_says_before_training_that_steps_below_the_curves_first_row_dra
     assert probe.curve_notes(probe.ProbeConfig(tasks="induction", wandb_log=True), short)[0].endswith(
         "no curves.png and no wandb curves")
     assert probe.curve_notes(probe.ProbeConfig(tasks="induction"), probe.ProbeModel(steps=CURVE_EVERY)) == []
+
+
+def test_probe_py_runs_a_task_named_twice_once():
+    """--tasks=copy,copy trained the copy models twice and wrote each row twice into the table and results."""
+    from probe import ProbeConfig
+
+    pc = ProbeConfig(tasks="copy, recall,copy", pos_embs="rope,rope", models="decoder,encoder,decoder")
+    assert (pc.items("tasks"), pc.items("pos_embs"), pc.items("models")) == (
+        ["copy", "recall"], ["rope"], ["decoder", "encoder"])
