@@ -86,6 +86,15 @@ def check_folder(folder: str, overwrite: bool = False) -> None:
     need_folder(folder, "to")  # a file on its way (--to=notes.txt/hf)
 
 
+def check_apart(to: str, to_gguf: str) -> None:
+    """Refuses (one line) a --to_gguf that is --to or a folder above it: the Hugging Face folder, written first,
+    would stand where the GGUF file goes."""
+    folder, file = os.path.realpath(to), os.path.realpath(to_gguf)
+    if folder == file or folder.startswith(os.path.join(file, "")):
+        raise FlagError(f"--to_gguf={to_gguf} is where --to={to} writes the Hugging Face folder (or a folder above "
+                        f"it); give the GGUF file a path of its own, e.g. --to_gguf={os.path.join(to, 'model.gguf')}")
+
+
 def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
     """Writes the checkpoint as a Hugging Face folder: in a temporary folder first, renamed into place when complete."""
     model = ckpt.build_model("cpu")
@@ -158,6 +167,8 @@ def main(argv) -> None:
         from interop.gguf_file import check_gguf  # here: only GGUF export needs the gguf package
 
         check_gguf(ckpt, ec.to_gguf, ec.gguf_dtype, ec.overwrite)
+    if ec.to and ec.to_gguf:
+        check_apart(ec.to, ec.to_gguf)
     if ec.to:
         export(ckpt, ec.to, ec.overwrite)
         print(f"exported {path} to {os.path.abspath(ec.to)}: pipeline('text-generation', model='{ec.to}') runs it")

@@ -76,6 +76,8 @@ def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
 
 def config_path(folder: str) -> str:
     """folder's config.json; a folder without one is refused (nothing is downloaded)."""
+    if not folder:  # --init_from=hf: with nothing after it; not the current folder
+        raise UserError("--init_from=hf: names no folder; give hf:FOLDER, a local Hugging Face model folder")
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         raise UserError(f"{folder} is not a Hugging Face model folder (no config.json); nothing is downloaded, "

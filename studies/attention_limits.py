@@ -82,7 +82,11 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
     """--ckpt_dir's checkpoint, checked before the probe trains: a next-token model (a decoder, or the cheater). An
     encoder predicts the token at a [MASK], not the next one, so the next token's logit would measure nothing it
     learned; an encoder-decoder reads pairs, not text."""
-    ckpt = Checkpoint.load(path_in(ac.ckpt_dir, ac.ckpt))
+    path = path_in(ac.ckpt_dir, ac.ckpt)
+    if not os.path.exists(path) and not os.path.isfile(os.path.join(os.path.dirname(path), "config.json")):
+        raise ConfigError(f"no checkpoint at {path}; train a run first (python train.py --out_dir=RUN) and pass "
+                          f"--ckpt_dir=RUN")  # (a Hugging Face folder gets Checkpoint.load's advice to import it)
+    ckpt = Checkpoint.load(path)
     if ckpt.objective not in ("decoder", "cheater"):
         raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a {ckpt.objective} checkpoint; the study measures the "
                           f"effect on the next token's logit, so give the folder of a decoder (or cheater) run")

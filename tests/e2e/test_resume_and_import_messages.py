@@ -264,3 +264,20 @@ def test_causal_on_resume_is_checked_against_the_checkpoints_model(corpus, tmp_p
     before = files_of(out)
     err = refused(tiny_args(corpus, out, "--max_iters=4", "--init_from=resume", "--causal=true"), capsys)
     assert "--causal=true differs from the checkpoint's causal=false" in err and files_of(out) == before
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_an_hf_start_without_a_folder_is_refused_naming_the_flag(corpus, tmp_path, capsys, monkeypatch, command):
+    """--init_from=hf: with nothing after it: the message began with the empty folder name (" is not a Hugging
+    Face model folder")."""
+    import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    if command == "train":
+        err = refused(tiny_args(corpus, tmp_path / "run", "--max_iters=2", "--init_from=hf:"), capsys)
+    else:
+        capsys.readouterr()
+        assert cli.run(evaluate.main, ["--init_from=hf:", f"--text={corpus}"]) == 2
+        err = capsys.readouterr().err
+    assert err.startswith("error: --init_from=hf: names no folder") and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())  # no run folder, no report

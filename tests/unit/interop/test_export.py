@@ -222,6 +222,23 @@ def test_the_export_command_checks_the_gguf_token_count_before_it_writes_the_hf_
     assert sorted(os.listdir(tmp_path)) == ["bpe.tiktoken", "ckpt_best.pt"]
 
 
+@pytest.mark.parametrize("to, to_gguf", [("same.gguf", "same.gguf"), ("a/hf", "a"), ("c/d/hf", "c")])
+def test_the_export_command_refuses_a_gguf_path_the_hf_folder_would_take(tmp_path, capsys, to, to_gguf):
+    """--to_gguf at --to, or at a folder above it: the Hugging Face folder would leave no room for the file, so the
+    command refuses before it writes either (it wrote the folder, then refused the GGUF path as a folder)."""
+    pytest.importorskip("gguf")
+    tok = small_bpe()
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
+    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
+    as_checkpoint(tiny_model(vocab_size=tok.vocab_size), meta, data_dir=str(tmp_path)).save(
+        str(tmp_path / "ckpt_best.pt"))
+    argv = [f"--out_dir={tmp_path}", f"--to={tmp_path}/{to}", f"--to_gguf={tmp_path}/{to_gguf}"]
+    assert cli.run(export_main, argv) == 2
+    err = capsys.readouterr().err
+    assert "--to_gguf" in err and len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["bpe.tiktoken", "ckpt_best.pt"]
+
+
 def test_the_import_command_refuses_a_file_for_out_dir_in_one_line(tmp_path, capsys):
     """--out_dir under a file: one line naming --out_dir, before the weights are read (it was an OSError
     traceback once the model had been loaded)."""

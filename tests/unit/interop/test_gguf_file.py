@@ -126,6 +126,19 @@ def test_gguf_refusals_are_one_line(tmp_path, overrides, meta, blame):
     assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file
 
 
+@pytest.mark.parametrize("pos_emb", ["alibi", "sinusoidal", "none"])
+def test_positions_no_llama_cpp_graph_has_are_refused_as_gguf_not_hugging_face(tmp_path, pos_emb):
+    """A GGUF export alone names llama.cpp's graphs, not the Hugging Face classes no one asked for."""
+    tok = small_bpe()
+    model = tiny_model(vocab_size=tok.vocab_size, pos_emb=pos_emb)
+    ckpt = as_checkpoint(model, {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
+                                 "bpe_file": "x"})
+    with pytest.raises(ValueError) as e:
+        export_gguf(ckpt, tmp_path / "m.gguf")
+    assert f"pos_emb='{pos_emb}' cannot be exported to GGUF" in str(e.value) and "Hugging Face" not in str(e.value)
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_bpe_without_merges_is_refused_before_anything_is_written(tmp_path):
     """--bpe_vocab_size=257 is the 256 bytes and <|endoftext|>: no merge to list, and llama.cpp loads no BPE
     tokenizer without its merges list, which the gguf package leaves out when empty."""

@@ -52,3 +52,12 @@ def test_the_probe_settings_are_refused_in_one_line_before_the_study_runs(bad, s
     assert str(e.value).startswith(said) and "\n" not in str(e.value)
     for task, n in (("induction", 2), ("induction", 32), ("copy", 1), ("dyck", 2)):
         AttentionLimitsConfig(probe_task=task, probe_n=n)  # the ends of each range are taken
+
+
+def test_a_ckpt_dir_without_a_checkpoint_is_refused_naming_ckpt_dir(tmp_path):
+    """The study's run is --ckpt_dir: the message named --out_dir, which is the study's own output folder."""
+    from common.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path / "nope")))
+    assert "pass --ckpt_dir=" in str(e.value) and "the right --out_dir" not in str(e.value) and "\n" not in str(e.value)
