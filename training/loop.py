@@ -143,6 +143,7 @@ def open_log(run) -> MetricsLog | None:
                      "id": run.wandb_run_id}  # a resumed run's: its history continues in the same wandb run
     log = MetricsLog(tc.out_dir, fresh=run.start_step == 0, wandb_cfg=wandb_cfg, resume_step=run.start_step)
     run.wandb_run_id = log.wandb_run_id or run.wandb_run_id  # saved in every checkpoint from now on
+    run.nonfinite_evals = log.resumed_nonfinite_evals  # rank 0 alone says the count
     return log
 
 

@@ -78,14 +78,15 @@ def run_data_name(config: dict) -> str:
     return get("dataset")
 
 
-def keep_through(path: str, step: int) -> dict | None:
+def keep_through(path: str, step: int) -> tuple[dict | None, int]:
     """A resumed run restarts after its checkpoint's step; lines a killed run logged past that step would be logged
-    again, so drop them (rewritten atomically, like a checkpoint). Returns the last row kept (None: none)."""
+    again, so drop them (rewritten atomically, like a checkpoint). Returns the last row kept (None: none) and how many
+    kept rows hold a validation loss that was not finite (null), which the resumed run's count goes on from."""
     if not os.path.exists(path):
-        return None
+        return None, 0
     with open(path) as f:
         lines = [line for line in f if line.strip()]
-    kept, last = [], None
+    kept, last, nonfinite_evals = [], None, 0
     for line in lines:
         try:
             row = json.loads(line)
@@ -94,11 +95,12 @@ def keep_through(path: str, step: int) -> dict | None:
         if row.get("step", 0) <= step:
             kept.append(line)
             last = row
+            nonfinite_evals += "val_loss" in row and row["val_loss"] is None
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.writelines(kept)
     os.replace(tmp, path)
-    return last
+    return last, nonfinite_evals
 
 
 class MetricsLog:
@@ -107,8 +109,8 @@ class MetricsLog:
         from the config), "config", "id" (a run to continue; None: a new one)}; None: no wandb."""
         self.path = os.path.join(out_dir, METRICS_FILE)
         os.makedirs(out_dir, exist_ok=True)
-        # a resumed run's last row kept: what it continues from
-        self.resumed_row = None if fresh else keep_through(self.path, resume_step)
+        # a resumed run's last row kept, and its evaluations that were not finite: what it continues from
+        self.resumed_row, self.resumed_nonfinite_evals = (None, 0) if fresh else keep_through(self.path, resume_step)
         self.file = open(self.path, "wb" if fresh else "ab", buffering=0)  # unbuffered: each line lands whole
         self.wandb = None
         self.sample_rows = []  # every sample so far: the table logged at each evaluation holds the whole history

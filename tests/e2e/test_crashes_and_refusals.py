@@ -135,6 +135,21 @@ def test_skipped_updates_and_tokens_count_on_across_a_resume(corpus, tmp_path, n
     assert rows[6]["tokens"] == 6 * 4 * 16 and rows[10]["tokens"] == 6 * 4 * 16 + 4 * 8 * 16
 
 
+def test_evaluations_not_finite_count_on_across_a_resume(corpus, tmp_path, capsys):
+    """At lr 1e30 the weights stay finite but every evaluation's loss is not: a resumed run's count ("so far", and
+    the last line's) goes on from the evaluations its first part logged."""
+    out = tmp_path / "run"
+    first = ["--eval_interval=2", "--on_nonfinite=skip", "--learning_rate=1e30", "--min_lr=1e30", "--warmup_iters=0"]
+    assert train.cli.run(train.main, tiny_args(corpus, out, *first, "--max_iters=4")) == 0
+    assert train.cli.run(train.main, tiny_args(corpus, out, *first, "--max_iters=8", "--init_from=resume")) == 0
+    said = capsys.readouterr()
+    evals = [r["step"] for r in metrics(out) if "val_loss" in r and r["val_loss"] is None]
+    assert evals == [2, 4, 6, 8]  # the reference: the rows whose validation loss was not finite
+    lines = (said.out + said.err).replace("\r", "\n")
+    assert "step 8: validation loss not finite, not a best checkpoint (4 such evaluation(s) so far)" in lines
+    assert lines.count("(4 evaluation(s) not finite)") == 1
+
+
 def test_memory_stays_flat_over_a_long_run(corpus, tmp_path):
     out = tmp_path / "run"
     assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=1500", "--eval_interval=100",

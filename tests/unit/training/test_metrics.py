@@ -54,12 +54,23 @@ def test_a_resume_keeps_the_rows_through_its_step_and_drops_a_cut_line(tmp_path)
     rows = [{"step": s, "train_loss": 1.0 / s} for s in (1, 2, 3, 4, 5)]
     lines = [json.dumps(r) + "\n" for r in rows]
     path.write_text(lines[0] + "\n" + "".join(lines[1:]) + '{"step": 6, "train_lo')
-    assert keep_through(str(path), 9) == rows[4] and path.read_text() == "".join(lines)
-    assert keep_through(str(path), 3) == rows[2]
+    assert keep_through(str(path), 9) == (rows[4], 0) and path.read_text() == "".join(lines)
+    assert keep_through(str(path), 3) == (rows[2], 0)
     assert path.read_text() == "".join(lines[:3])
     assert not (tmp_path / (METRICS_FILE + ".tmp")).exists()
-    assert keep_through(str(path), 0) is None and path.read_text() == ""
-    assert keep_through(str(tmp_path / "none.jsonl"), 3) is None and not (tmp_path / "none.jsonl").exists()
+    assert keep_through(str(path), 0) == (None, 0) and path.read_text() == ""
+    assert keep_through(str(tmp_path / "none.jsonl"), 3) == (None, 0) and not (tmp_path / "none.jsonl").exists()
+
+
+def test_a_resume_counts_the_kept_evaluations_whose_loss_was_not_finite(tmp_path):
+    """null is how a validation loss that was not finite is written; a row without the column is no evaluation."""
+    path = tmp_path / METRICS_FILE
+    rows = [{"step": 1, "train_loss": 1.0}, {"step": 2, "train_loss": None, "val_loss": None},
+            {"step": 3, "train_loss": 2.0}, {"step": 4, "train_loss": 2.0, "val_loss": 1.5},
+            {"step": 6, "train_loss": 2.0, "val_loss": None}, {"step": 8, "train_loss": 2.0, "val_loss": None}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert keep_through(str(path), 6) == (rows[4], 2)  # step 8's is past the checkpoint: dropped, not counted
+    assert MetricsLog(str(tmp_path), fresh=False, resume_step=4).resumed_nonfinite_evals == 1
 
 
 def test_the_log_writes_non_finite_numbers_as_null_and_a_resume_appends_after_its_step(tmp_path):
