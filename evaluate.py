@@ -86,7 +86,7 @@ def load_model(ec: EvaluateConfig, device):
     path = path_in(ec.out_dir, ec.ckpt)
     model, tokenizer, ckpt = load_for_inference(path, device)
     if ckpt.objective in REFUSALS:
-        raise CheckpointError(f"{path} is a {ckpt.objective} (train.py --model={ckpt.objective}): "
+        raise CheckpointError(f"{path} was trained with --model={ckpt.objective}: "
                               f"{REFUSALS[ckpt.objective]}; evaluate a decoder's checkpoint")
     return model, tokenizer, f"{path} (step {ckpt.step})"
 

@@ -88,8 +88,9 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
                           f"--ckpt_dir=RUN")  # (a Hugging Face folder gets Checkpoint.load's advice to import it)
     ckpt = Checkpoint.load(path)
     if ckpt.objective not in ("decoder", "cheater"):
-        raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a {ckpt.objective} checkpoint; the study measures the "
-                          f"effect on the next token's logit, so give the folder of a decoder (or cheater) run")
+        raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a checkpoint trained with --model={ckpt.objective}; the "
+                          f"study measures the effect on the next token's logit, so give the folder of a decoder (or "
+                          f"cheater) run")
     return ckpt
 
 

@@ -167,6 +167,7 @@ def test_refusals_name_the_problem(tmp_path, capsys):
                objective="encoder").save(str(tmp_path / "ckpt_best.pt"))
     err = refused(capsys, f"--out_dir={tmp_path}", f"--tasks={tasks}", f"--out={tmp_path / 'r.json'}")
     assert "an encoder has no next-token log-probabilities" in err and not (tmp_path / "r.json").exists()
+    assert f"{tmp_path / 'ckpt_best.pt'} was trained with --model=encoder: an encoder has" in err  # not 'is a encoder'
 
 
 def test_train_py_refuses_a_bad_task_file_before_it_writes_anything(corpus, tmp_path, capsys):

@@ -39,7 +39,8 @@ def test_attention_study_refuses_a_checkpoint_without_a_next_token_before_traini
     monkeypatch.setattr(probe_fit, "fit", lambda *a, **k: pytest.fail("the probe trained before the refusal"))
     for run, kind in ((encoder, "encoder"), (seq2seq_run, "seq2seq")):
         out = tmp_path / f"limits-{kind}"
-        with pytest.raises(ConfigError, match=f"holds a {kind} checkpoint; .* decoder \\(or cheater\\) run"):
+        said = f"holds a checkpoint trained with --model={kind}; .* decoder \\(or cheater\\) run"
+        with pytest.raises(ConfigError, match=said):
             compare.main(["--study=attention", f"--ckpt_dir={run}", f"--out={out}", "--probe_steps=5"])
         assert not out.exists()
 
