@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
+from common import cli
 from common.device import autocast, synchronize
-from common.errors import SetupError, UserError
+from common.errors import SetupError
 from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic
 from training.evaluate import describe, evaluate, log_extras, sample_text
@@ -360,7 +361,7 @@ def train(run, columns=(), images=()) -> dict:
         return train_steps(run, log, columns, images)
     except BaseException as e:  # a refusal, a crash, a second Ctrl-C: the metrics file closed, the wandb run failed
         if log is not None:
-            log.close(exit_code=2 if isinstance(e, UserError) else 130 if isinstance(e, KeyboardInterrupt) else 1)
+            log.close(exit_code=cli.exit_code(e))  # the process's, as cli.run ends it
         raise
     finally:
         run.train_data.close()  # the shards' open files

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from common import cli
 from common.errors import SetupError
 from training import distributed, loop, setup
 from training import out_dir as run_folder
@@ -281,3 +282,23 @@ def test_a_stop_without_a_checkpoint_says_so_and_what_out_dir_holds(tmp_path, ca
         stop_here(run, None, SimpleNamespace(close=lambda: None), 7, signal.SIGTERM, saved=False)
     err = capsys.readouterr().err
     assert err == f"stopped after step 7: weights not finite, no checkpoint saved; nothing was written to {tmp_path}\n"
+
+
+@pytest.mark.parametrize("error", [SetupError("a mistake"), KeyboardInterrupt(), RuntimeError("bug")])
+def test_a_run_ended_in_the_loop_records_the_exit_status_the_command_ends_with(monkeypatch, error):
+    """The wandb run a failed run ends keeps the process's exit status: the one cli.run gives (a bug, which it lets
+    through with its traceback, ends the process with 1)."""
+    closed = []
+    log = SimpleNamespace(close=lambda exit_code=0: closed.append(exit_code))
+    monkeypatch.setattr(loop, "open_log", lambda run: log)
+
+    def fail(*args):
+        raise error
+    monkeypatch.setattr(loop, "train_steps", fail)
+    with pytest.raises(type(error)):
+        loop.train(SimpleNamespace(train_data=SimpleNamespace(close=lambda: None)))
+    try:
+        code = cli.run(fail, [])
+    except RuntimeError:
+        code = 1
+    assert closed == [code] and code == {SetupError: 2, KeyboardInterrupt: 130}.get(type(error), 1)
