@@ -34,6 +34,12 @@ if sys.excepthook is sys.__excepthook__:  # not over a hook someone else install
     sys.excepthook = quiet_interrupt_hook
 
 
+def exit_code(e: BaseException) -> int:
+    """The exit status a command ends with for the exception that ended it: 2 a user's mistake, 130 a Ctrl-C, 1
+    anything else (a bug, which keeps its traceback). The training loop records the same in the wandb run it ends."""
+    return 2 if isinstance(e, UserError) else 130 if isinstance(e, KeyboardInterrupt) else 1
+
+
 def run(main, argv) -> int:
     escape_what_stdout_cannot_encode()
     try:
@@ -52,13 +58,13 @@ def run(main, argv) -> int:
                 return 130
             message = f"(rank {rank}) {message}"  # torchrun has not stopped this rank: it says the mistake itself
         print(f"error: {message}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
+        return exit_code(e)
+    except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `train.py --help | head`: the reader left; nothing to say, nowhere to say it
+        return exit_code(e)
+    except BrokenPipeError as e:  # `train.py --help | head`: the reader left; nothing to say, nowhere to say it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
-        return 1
+        return exit_code(e)
 
 
 def escape_what_stdout_cannot_encode() -> None:

@@ -250,7 +250,7 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
             if g != group:
                 lines.append(f"\n{g}:")
                 group = g
-            value = values.get(f.name, f.default)
+            value = typed(values.get(f.name, f.default))  # true/false, as the flag takes it
             if isinstance(value, str) and not value.isprintable():  # '\n', not a line break in the listing
                 value = repr(value)
             about = " ".join(t for t in (tags.get(f.name), doc) if t)

@@ -188,6 +188,7 @@ _NOT_UTF8 += [(magic, f"{packer}-compressed", f"it starts with {packer}'s magic 
               for magic, packer in ((b"\x1f\x8b", "gzip"), (b"(\xb5/\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"),
                                     (b"BZh", "bzip2"))]
 PACKED = (".gz", ".zst", ".xz", ".bz2")
+UTF16_PROBE = 1024  # the bytes at a text's start looked at for UTF-16 without a byte-order mark
 LATIN1 = "iconv -f latin1 -t utf-8 {name} > {plain}"
 
 
@@ -205,7 +206,21 @@ class _NotUTF8(ValueError):
         for head, what, why, command in _NOT_UTF8:
             if offset == 0 and e.object.startswith(head):
                 return cls(f"{what}, not UTF-8 ({why}; {where})", command)
-        return cls(f"not UTF-8 text ({where})")
+        return (offset == 0 and cls.utf16_unmarked(e.object)) or cls(f"not UTF-8 text ({where})")
+
+    @classmethod
+    def utf16_unmarked(cls, head: bytes) -> "_NotUTF8 | None":
+        """UTF-16 without its byte-order mark is valid UTF-8 where its text is ASCII, a NUL beside each character:
+        a start whose bytes at one parity are half NUL or more (text holds none), and few at the other, is named so."""
+        head = head[:UTF16_PROBE]
+        half = len(head) // 2
+        for order, at in (("le", 1), ("be", 0)):
+            nuls, others = head[at:2 * half:2].count(0), head[1 - at:2 * half:2].count(0)
+            if half >= 2 and 2 * nuls >= half and 4 * others < nuls:
+                return cls(f"UTF-16-{order.upper()} text, not UTF-8 (every other byte of its start is NUL, as in "
+                           f"UTF-16 without a byte-order mark; byte 0x00 at offset {head.index(0)})",
+                           f"iconv -f utf-16{order} -t utf-8 {{name}} > {{plain}}")
+        return None
 
     def fix(self, path: Path) -> str:
         """The command, for this file: c.txt.gz unpacks to c.txt; x.txt converts to x.utf8.txt, x.jsonl to
@@ -231,6 +246,8 @@ def _utf8_text(f, on_raw=lambda raw: None):
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise _NotUTF8.at(e, offset) from None
+        if start and (unmarked := _NotUTF8.utf16_unmarked(data)):
+            raise unmarked
         if start and text:
             text, start = text.removeprefix("\ufeff"), False
         yield text
@@ -295,7 +312,9 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                     bad.report(loc, _line_not_utf8(e, line_no, path))
                     continue
                 except ValueError as e:
-                    bad.report(loc, f"malformed JSON ({str(e).splitlines()[0]})")
+                    unmarked = _NotUTF8.utf16_unmarked(line) if line_no == 1 else None
+                    bad.report(loc, f"{unmarked}; convert it first, e.g. {unmarked.fix(path)}" if unmarked else
+                               f"malformed JSON ({str(e).splitlines()[0]})")
                     continue
                 text = obj.get(text_field) if isinstance(obj, dict) else None
                 if not isinstance(text, str):

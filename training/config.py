@@ -74,7 +74,8 @@ class TrainConfig(PrepareConfig):
     muon_momentum: float = 0.95  # Muon's (Nesterov) momentum
     muon_ns_steps: int = 5  # Newton-Schulz iterations per update: fewer are cheaper and orthogonalise less
     on_nonfinite: str = "stop"  # a NaN/inf loss or gradient: 'stop' the run, or 'skip' that step's update (a
-    #                             validation loss that is not finite: stop, or say it and go on, never the best)
+    #                             validation loss that is not finite: stop, or say it and go on, never the best;
+    #                             weights not finite at a checkpoint: stop, or say it and save none)
     # system
     device: str = "auto"  # 'auto' (cuda > mps > cpu), or any torch device string
     dtype: str = "auto"  # 'auto', 'float32', 'bfloat16' or 'float16' (autocast dtype of matmuls)

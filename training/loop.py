@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
+from common import cli
 from common.device import autocast, synchronize
-from common.errors import SetupError, UserError
+from common.errors import SetupError
 from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic
 from training.evaluate import describe, evaluate, log_extras, sample_text
@@ -108,6 +109,22 @@ def on_disk(out_dir: str) -> str:
 
 def checkpoint_note(run) -> str:
     return "; " + on_disk(run.tc.out_dir)
+
+
+def weights_finite(run, step: int, bar) -> bool:
+    """Whether every weight is finite on every process (FSDP: each checks its shards), before a checkpoint. An update
+    can overflow the weights from a finite gradient, and a timed or Ctrl-C checkpoint has no validation loss to show
+    it: with --on_nonfinite=stop the run stops here, before saving; with skip that checkpoint is not written."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in run.model.parameters()]
+    bad = torch.stack([~torch.isfinite(t.detach()).all() for t in local]).sum()
+    if not distributed.all_sum(bad, run.dist).item():
+        return True
+    if run.tc.on_nonfinite == "stop":
+        raise SetupError(f"weights not finite at step {step} (an update overflowed them); the run stopped before "
+                         f"saving: lower --learning_rate, or pass --on_nonfinite=skip to go on without saving them"
+                         + checkpoint_note(run))
+    say(bar, f"step {step}: weights not finite, checkpoint not saved")
+    return False
 
 
 def save(run, step: int, best: bool) -> None:
@@ -345,7 +362,7 @@ def train(run, columns=(), images=()) -> dict:
         return train_steps(run, log, columns, images)
     except BaseException as e:  # a refusal, a crash, a second Ctrl-C: the metrics file closed, the wandb run failed
         if log is not None:
-            log.close(exit_code=2 if isinstance(e, UserError) else 130 if isinstance(e, KeyboardInterrupt) else 1)
+            log.close(exit_code=cli.exit_code(e))  # the process's, as cli.run ends it
         raise
     finally:
         run.train_data.close()  # the shards' open files
@@ -376,11 +393,14 @@ def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
                     best = evaluate_row(run, row, log, bar, columns, images)
                 if log is not None:
                     log.log(row)
+            saved = False
             if is_eval or signum or timed:  # after its row: a process killed in between leaves no checkpoint
-                save(run, done, best)  # without its row (a resume drops rows past its checkpoint)
+                saved = weights_finite(run, done, bar)  # without its row (a resume drops rows past its checkpoint)
+                if saved:
+                    save(run, done, best)
                 book.saved()
             if signum:
-                stop_here(run, log, bar, done, signum)
+                stop_here(run, log, bar, done, signum, saved)
     bar.close()
     return finish(run, log, book)
 
@@ -412,12 +432,16 @@ def resumed_row(run, log) -> dict:
     return row if row.get("step") == run.start_step else {}
 
 
-def stop_here(run, log, bar, done: int, signum: int):
-    """After a graceful stop's checkpoint: say how to resume, and end with 128 + the signal's number."""
+def stop_here(run, log, bar, done: int, signum: int, saved: bool = True):
+    """After a graceful stop's checkpoint (saved False: its weights were not finite): say how to resume, and end with
+    128 + the signal's number."""
     bar.close()
     if log is not None:
         log.close()
-    if run.dist.master:
+    if run.dist.master and not saved:
+        print(f"stopped after step {done}: weights not finite, no checkpoint saved; {on_disk(run.tc.out_dir)}",
+              file=sys.stderr, flush=True)
+    elif run.dist.master:
         print(f"stopped after step {done}: checkpoint saved in {run.tc.out_dir}; continue with "
               f"{resume_command(run)}", file=sys.stderr, flush=True)
     raise Stopped(128 + signum)

@@ -35,15 +35,27 @@ METRICS_FILE = "metrics.jsonl"
 
 
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # the values wandb takes
+ONLINE_MODES = ("online", "shared", "run")  # those that upload as the run goes: they need an API key
 
 
 def need_wandb_mode(wandb_log: bool) -> None:
-    """A run that logs to wandb, with a WANDB_MODE wandb does not take (a typo), is refused before anything is
-    built: wandb.init would fail on it with a traceback once out_dir was claimed."""
+    """A run that logs to wandb, with a WANDB_MODE wandb does not take (a typo), or an online one without a wandb
+    login, is refused before anything is built: wandb.init would fail on it with a traceback once out_dir was
+    claimed."""
     mode = os.environ.get("WANDB_MODE")
-    if wandb_log and mode is not None and mode not in WANDB_MODES:
+    if not wandb_log or mode is None:
+        return
+    if mode not in WANDB_MODES:
         raise SetupError(f"WANDB_MODE={mode} is not a mode wandb takes ({', '.join(WANDB_MODES)}); set it to one, "
                          f"or unset it (offline)")
+    if mode in ONLINE_MODES:
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb  # only here: the run imports it anyway, and it is slow to import
+
+        # the key from WANDB_API_KEY, .netrc or wandb's settings; no prompt, and no server asked
+        if not wandb.login(verify=False, prompt=False):
+            raise SetupError(f"WANDB_MODE={mode} needs a wandb API key: run `wandb login` (or set WANDB_API_KEY) "
+                             f"first, or unset WANDB_MODE (offline: `wandb sync` uploads the run later)")
 
 
 def read_metrics(out_dir) -> list[dict]:

@@ -203,6 +203,21 @@ def test_a_wandb_mode_wandb_does_not_take_is_one_line_before_anything_is_written
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 
+def test_an_online_run_without_a_wandb_login_is_one_line_before_anything_is_written(corpus, tmp_path):
+    """WANDB_MODE=online with no API key: wandb.init failed with its UsageError traceback once out_dir was claimed
+    (the real wandb, asked in a home with no .netrc and no settings)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k not in ("NETRC", "XDG_CONFIG_HOME")}
+    env.update(HOME=str(home), WANDB_MODE="online")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
+                        *tiny_args(corpus, tmp_path / "run", "--wandb_log=true")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: WANDB_MODE=online needs a wandb API key: run `wandb login`"), r.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
 def decoder_folder(folder):
     """A tiny decoder checkpoint with random weights, as a run's ckpt_best.pt."""
     import torch

@@ -171,7 +171,7 @@ def test_help_names_the_preset_it_shows_and_where_flags_apply(capsys):
     assert "the values shown are those of --preset=fast-cpu" in text and "--max_iters=180" in text
     assert "--mask_rate=0.15   [encoder] encoder: share of positions" in text
     assert "--muon_lr=0.02   [muon] " in text and "--cross_attn=attention   [seq2seq] " in text
-    assert "--task_min_len=4   [seq2seq --task] " in text and "--causal=True   [set by --model] " in text
+    assert "--task_min_len=4   [seq2seq --task] " in text and "--causal=true   [set by --model] " in text
     assert "--preset=NAME   [--init_from=scratch/auto/hf:] one of" in text
     assert "--bpe_vocab_size=2048   [--tokenizer=bpe]" in text and "[decoder/encoder/cheater; .jsonl/.parquet]" in text
 

@@ -267,6 +267,19 @@ def test_help_says_every_flag_on_one_line():
     assert "  --out_dir=out\n" in text and "  --wandb_project=small-gpt\n" in text  # plain text stays as it is
 
 
+def test_help_shows_a_boolean_as_the_flag_takes_it():
+    """--help listed --overwrite=False and --progress=True, Python's spelling; the flags take true/false (and
+    a value from the flags given too)."""
+    values = {"overwrite": True}
+    want = {f.name: "true" if values.get(f.name, f.default) else "false"
+            for cls in CLASSES for f in fields(cls) if f.type in (bool, "bool")}
+    text = help_text(CLASSES, PRESETS, values)
+    shown = {line.split("=")[0].strip(" -"): line.split("=")[1].split()[0] for line in text.splitlines()
+             if line.startswith("  --") and "=" in line}
+    assert want and {name: shown[name] for name in want} == want
+    assert "=True" not in text and "=False" not in text
+
+
 @pytest.mark.parametrize("flag, meant", [("presets", "preset"), ("prest", "preset"), ("confg", "config"),
                                          ("configs", "config")])
 def test_a_typo_of_preset_or_config_suggests_it(flag, meant):

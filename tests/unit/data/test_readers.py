@@ -162,6 +162,31 @@ def test_a_utf16_or_utf32_file_is_named_so_with_the_conversion_that_reads_it(tmp
     assert (tmp_path / name).read_bytes().decode(base) == text  # the encoding it names reads it, mark and all
 
 
+@pytest.mark.parametrize("order", ["le", "be"])
+@pytest.mark.parametrize("name, line", [("w.txt", ""), ("w.jsonl", ":1")])
+@pytest.mark.parametrize("word", ["Unicode", "caf\u00e9"])
+def test_a_utf16_file_without_a_byte_order_mark_is_named_so_too(tmp_path, order, name, line, word):
+    """Without its mark, UTF-16 of ASCII text is valid UTF-8, a NUL beside each character: a .txt was prepared as
+    that (NUL a token of the vocabulary), a .jsonl refused as malformed JSON; with an e-acute, as latin1 text."""
+    text = f'{{"text": "Text saved as {word}, but the byte-order mark was left out."}}\n' * 3
+    (tmp_path / name).write_bytes(text.encode(f"utf-16-{order}"))
+    stem, suffix = name.split(".")
+    with pytest.raises(readers.DataError, match=rf"^{name}{line}: UTF-16-{order.upper()} text, not UTF-8 .*; convert "
+                                                rf"it first, e.g. iconv -f utf-16{order} -t utf-8 {name} > "
+                                                rf"{stem}.utf8.{suffix}"):
+        texts_of(tmp_path / name)
+    assert (tmp_path / name).read_bytes().decode(f"utf-16{order}") == text  # the encoding it names reads it
+
+
+@pytest.mark.parametrize("text", ["a\0b\0c plain text with two NULs in it, " * 20, "\0" * 64,
+                                  "一丁七 ĀȀ CJK and Latin, in UTF-8 " * 20])
+def test_utf8_text_is_not_taken_for_utf16_for_its_nuls(tmp_path, text):
+    """Only a start whose bytes at one parity are mostly NUL, and few at the other, is named UTF-16: a few NULs
+    (or nothing but NULs) in UTF-8 text are read as they are."""
+    (tmp_path / "t.txt").write_bytes(text.encode())
+    assert texts_of(tmp_path / "t.txt") == [text]
+
+
 @pytest.mark.parametrize("packer, name, suffix",
                          [("gzip", "gzip", "gz"), ("bz2", "bzip2", "bz2"), ("lzma", "xz", "xz")])
 @pytest.mark.parametrize("file, plain", [("c.txt.{suffix}", "c.txt"), ("in/x.txt", "x.utf8.txt"),

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from common import cli
 from common.errors import SetupError
 from training import distributed, loop, setup
 from training import out_dir as run_folder
@@ -248,3 +249,56 @@ def test_a_run_refused_in_the_loop_closes_its_metrics_file_and_shards(corpus, tm
         loop.train(run)
     assert logs[0].file.closed
     assert os.path.realpath(os.path.join(run.data_dir, "train.bin")) not in open_files()
+
+
+def overflowing_run(corpus, tmp_path, monkeypatch, policy: str):
+    """A tiny run whose first update overflows the weights from a finite gradient (lr 1e300), with a timed
+    checkpoint after every step and its only evaluation at the end: no validation loss sees the weights first."""
+    monkeypatch.setattr(loop, "peak_matmul_flops", lambda *args: 1e12)
+    run = cpu_run(corpus, tmp_path / "run", "--max_iters=3", "--eval_interval=3", "--learning_rate=1e300",
+                  "--warmup_iters=0", "--checkpoint_every_s=1e-9", f"--on_nonfinite={policy}")
+    run_folder.claim_out_dir(run)
+    return run
+
+
+def test_a_timed_checkpoint_of_overflowed_weights_stops_the_run_before_saving(corpus, tmp_path, monkeypatch):
+    run = overflowing_run(corpus, tmp_path, monkeypatch, "stop")
+    with pytest.raises(SetupError, match="weights not finite at step 1 .* stopped before saving"):
+        loop.train(run)
+    assert not (tmp_path / "run" / "ckpt_last.pt").exists()
+
+
+def test_a_checkpoint_of_overflowed_weights_is_not_written_where_skipped(corpus, tmp_path, monkeypatch, capsys):
+    run = overflowing_run(corpus, tmp_path, monkeypatch, "skip")
+    loop.train(run)
+    assert not (tmp_path / "run" / "ckpt_last.pt").exists()  # every step's weights overflowed: none saved
+    said = [line for line in capsys.readouterr().out.splitlines() if "weights not finite" in line]
+    assert said == [f"step {step}: weights not finite, checkpoint not saved" for step in (1, 2, 3)], said
+
+
+def test_a_stop_without_a_checkpoint_says_so_and_what_out_dir_holds(tmp_path, capsys):
+    run = SimpleNamespace(tc=SimpleNamespace(out_dir=str(tmp_path)), dist=Dist())
+    with pytest.raises(Stopped):
+        stop_here(run, None, SimpleNamespace(close=lambda: None), 7, signal.SIGTERM, saved=False)
+    err = capsys.readouterr().err
+    assert err == f"stopped after step 7: weights not finite, no checkpoint saved; nothing was written to {tmp_path}\n"
+
+
+@pytest.mark.parametrize("error", [SetupError("a mistake"), KeyboardInterrupt(), RuntimeError("bug")])
+def test_a_run_ended_in_the_loop_records_the_exit_status_the_command_ends_with(monkeypatch, error):
+    """The wandb run a failed run ends keeps the process's exit status: the one cli.run gives (a bug, which it lets
+    through with its traceback, ends the process with 1)."""
+    closed = []
+    log = SimpleNamespace(close=lambda exit_code=0: closed.append(exit_code))
+    monkeypatch.setattr(loop, "open_log", lambda run: log)
+
+    def fail(*args):
+        raise error
+    monkeypatch.setattr(loop, "train_steps", fail)
+    with pytest.raises(type(error)):
+        loop.train(SimpleNamespace(train_data=SimpleNamespace(close=lambda: None)))
+    try:
+        code = cli.run(fail, [])
+    except RuntimeError:
+        code = 1
+    assert closed == [code] and code == {SetupError: 2, KeyboardInterrupt: 130}.get(type(error), 1)

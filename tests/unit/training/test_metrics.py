@@ -129,6 +129,24 @@ def test_a_wandb_mode_is_checked_only_for_a_run_that_logs_to_wandb(monkeypatch):
     need_wandb_mode(True)
 
 
+@pytest.mark.parametrize("mode", ["online", "shared", "run"])
+def test_an_online_wandb_mode_without_a_login_is_refused_and_wandb_is_asked_without_a_prompt(mode, monkeypatch):
+    asked, logged_in = [], [False]
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(
+        login=lambda **kw: asked.append(kw) or logged_in[0]))
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    monkeypatch.setenv("WANDB_MODE", mode)
+    with pytest.raises(SetupError, match=f"WANDB_MODE={mode} needs a wandb API key: run `wandb login`"):
+        need_wandb_mode(True)
+    assert asked == [{"verify": False, "prompt": False}]  # no server asked, no prompt to hang on
+    logged_in[0] = True
+    need_wandb_mode(True)
+    for mode in ("offline", "dryrun", "disabled"):  # wandb not asked: nothing is uploaded
+        monkeypatch.setenv("WANDB_MODE", mode)
+        need_wandb_mode(True)
+    assert len(asked) == 2
+
+
 def test_the_layout_of_a_config_without_model_or_causal_and_with_a_window():
     """An older checkpoint's config may lack --model and --causal: it was a decoder. A sliding window is a tag."""
     config = dict(n_layer=1, n_head=2, n_embd=32, block_size=20, tokenizer="char", dataset="shakespeare",
