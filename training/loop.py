@@ -127,8 +127,11 @@ def weights_finite(run, step: int, bar) -> bool:
     return False
 
 
-def save(run, step: int, best: bool) -> None:
-    """Called by every process (they all hand in their RNG state; FSDP gathers its shards); only rank 0 writes."""
+def save(run, step: int, best: bool, bar) -> bool:
+    """Called by every process (they all hand in their RNG state; FSDP gathers its shards); only rank 0 writes.
+    Weights that are not finite are not saved (weights_finite): returns whether the checkpoint was saved."""
+    if not weights_finite(run, step, bar):
+        return False
     rng = distributed.gather_objects(rng_state(run.device), run.dist)
     if run.tc.fsdp:
         weights, optim_state = fsdp.full_state(run.model, run.optimizer)
@@ -136,7 +139,7 @@ def save(run, step: int, best: bool) -> None:
         optim_state = run.optimizer.state_dict()
         weights = clean_state_dict(run.model)
     if not run.dist.master:
-        return
+        return True
     ckpt = Checkpoint(weights=weights, model_config=run.config, step=step, data_meta=run.data_meta,
                       data_dir=os.path.abspath(run.data_dir) if run.data_dir else None, train_config=run.tc.to_dict(),
                       objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,
@@ -147,6 +150,7 @@ def save(run, step: int, best: bool) -> None:
     ckpt.save(last)
     if best:
         copy_atomic(last, os.path.join(run.tc.out_dir, BEST))
+    return True
 
 
 def open_log(run) -> MetricsLog | None:
@@ -395,9 +399,7 @@ def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
                     log.log(row)
             saved = False
             if is_eval or signum or timed:  # after its row: a process killed in between leaves no checkpoint
-                saved = weights_finite(run, done, bar)  # without its row (a resume drops rows past its checkpoint)
-                if saved:
-                    save(run, done, best)
+                saved = save(run, done, best, bar)  # without its row (a resume drops rows past its checkpoint)
                 book.saved()
             if signum:
                 stop_here(run, log, bar, done, signum, saved)

@@ -65,7 +65,7 @@ def save(*args, **kwargs):
     if os.path.exists({signalled!r}):
         pathlib.Path({saving!r}).touch()
         time.sleep(120)
-    _save(*args, **kwargs)
+    return _save(*args, **kwargs)
 loop.save = save
 """
 
@@ -117,9 +117,9 @@ def test_a_checkpoint_at_an_evaluation_restarts_the_timed_clock(corpus, tmp_path
         now[0] += 1.0
         return train_step(*args)
 
-    def counted_save(run, step, best):
+    def counted_save(run, step, best, bar):
         saves.append(step)
-        save(run, step, best)
+        return save(run, step, best, bar)
     monkeypatch.setattr(loop, "train_step", one_second_step)
     monkeypatch.setattr(loop, "save", counted_save)
     monkeypatch.setattr(loop, "time", SimpleNamespace(monotonic=lambda: now[0], perf_counter=time.perf_counter,

@@ -79,10 +79,10 @@ def test_a_checkpoint_is_saved_after_its_metrics_row(corpus, tmp_path, monkeypat
     rows_at_save = []
     real_save = loop.save
 
-    def save(run, step, best):
+    def save(run, step, best, bar):
         metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
         rows_at_save.append((step, [json.loads(line)["step"] for line in metrics][-1]))
-        real_save(run, step, best)
+        return real_save(run, step, best, bar)
     monkeypatch.setattr(loop, "save", save)
     loop.train(run)
     assert rows_at_save == [(2, 2), (4, 4)]
