@@ -365,8 +365,10 @@ def measure(a: PrepareBenchConfig, tmp: Path, work: Path) -> None:
             runs = [(tok, cache, w) for tok in a.tokenizers.split(",")
                     for cache in ([c == "true" for c in a.word_cache.split(",")] if tok != "char" else [True])
                     for w in map(int, a.workers.split(","))]
+            train_root = None  # where the gpt2 row's folder stays for train.py
             for tok, cache, workers in runs:
-                root = work / "root"
+                # a root of its own: a folder kept for training would be "already prepared" for the next row
+                root = Path(tempfile.mkdtemp(prefix="root-", dir=work))
                 r = run_prepare(corpus, tok, workers, root, cache)
                 m, t = r["meta"], r["meta"]["timing"]
                 mbs = corpus.stat().st_size / MB / r["wall"]
@@ -379,11 +381,12 @@ def measure(a: PrepareBenchConfig, tmp: Path, work: Path) -> None:
                       f"{m['train_tokens'] + m['val_tokens']:>14,} {len(m['shards']['train']):>6} "
                       f"{t['peak_rss_mb']['main']:>11} {t['peak_rss_mb']['worker']:>13} {r['cpu']:>7.1f} "
                       f"{t['main_cpu_s']:>10.1f} {tiktoken_mbs:>8.2f} {ratio:>9.2f}x {met:>7}", flush=True)
-                keep_for_training = a.train and fmt == "jsonl" and tok == "gpt2"
-                if not keep_for_training:
-                    shutil.rmtree(r["out"])
-            if a.train and fmt == "jsonl":
-                train_startup(corpus, work / "root", "gpt2")
+                if a.train and fmt == "jsonl" and tok == "gpt2" and train_root is None:
+                    train_root = root
+                else:
+                    shutil.rmtree(root)
+            if train_root is not None:
+                train_startup(corpus, train_root, "gpt2")
             if not a.keep:
                 corpus.unlink()
 

@@ -90,3 +90,26 @@ def test_a_failed_prepare_is_an_error_with_its_message_not_an_exit(tmp_path):
     """Before, SystemExit(stderr): exit 1 as if the benchmark had ended by itself, its traceback lost."""
     with pytest.raises(RuntimeError, match="data/prepare.py failed .*--input="):
         prepare.run_prepare(tmp_path / "absent.txt", "char", 1, tmp_path / "root")
+
+
+def test_every_row_prepares_its_corpus_even_when_one_is_kept_for_training(tmp_path, monkeypatch, capsys):
+    """--train=true keeps the gpt2 .jsonl folder for train.py; a later row of that corpus (another --workers, the
+    word cache off) found it already prepared and reported a prepare that did nothing: its wall time, MB/s and the
+    first row's workers. Each row builds its folder, and train.py is given a folder the gpt2 row prepared."""
+    nothing_measured(monkeypatch)
+    monkeypatch.setattr(prepare, "documents", lambda paras, n_bytes, seed=0: (f"Paragraph {i}." for i in range(300)))
+    monkeypatch.setattr(prepare, "Baseline", lambda text: type("B", (), {"around": lambda self: 1.0})())
+    built, trained = [], []
+    real_run = prepare.subprocess.run
+
+    def run(cmd, **kwargs):
+        proc = real_run(cmd, **kwargs)
+        built.append("already prepared" not in proc.stdout)
+        return proc
+    monkeypatch.setattr(prepare.subprocess, "run", run)
+    monkeypatch.setattr(prepare, "train_startup", lambda corpus, root, tok: trained.append(
+        [p.name for p in root.glob("*/*") if (p / "meta.json").is_file()]))
+    prepare.main(["--sizes=1", "--formats=jsonl", "--tokenizers=gpt2", "--workers=1,1", "--word_cache=true,false",
+                  "--train=true", f"--tmp={tmp_path / 'tmp'}"])
+    assert built == [True] * 4, capsys.readouterr().out
+    assert len(trained) == 1 and len(trained[0]) == 1 and "gpt2" in trained[0][0], trained

@@ -34,14 +34,18 @@ def test_learned_positions_are_scored_on_the_windows_the_others_read(corpus, tmp
         return model, tokenizer, ckpt
 
     monkeypatch.setattr(positions, "loss_by_position", lambda model, windows: seen.append(windows)
-                        or torch.zeros(windows.size(1) - 1))
+                        or torch.arange(windows.size(1) - 1, dtype=torch.float32))  # the loss at t: t
     sc = positions.PositionsConfig(eval_windows=3)
+    losses = []
     for ends_at in (None, T):
         monkeypatch.setattr(positions, "load_for_inference", lambda p, d, e=ends_at: loaded(p, d, e))
-        positions.evaluate(sc, str(run), sample=False)
+        losses.append(positions.evaluate(sc, str(run), sample=False)["loss"])
     extrapolating, learned = seen
     assert extrapolating.shape == (3, 4 * T + 1) and learned.shape == (3, T + 1)
     assert torch.equal(learned, extrapolating[:, :T + 1])
+    # a context of mT: the mean loss over positions 0..mT-1, every position the model reads with up to mT tokens
+    first = {f"{m}T": sum(range(m * T)) / (m * T) for m in (1, 2, 4)}
+    assert losses == [first, {"1T": first["1T"], "2T": None, "4T": None}]
 
 
 def test_the_trained_context_label_sits_at_the_top_of_the_plot_whatever_the_curves(tmp_path, monkeypatch):
@@ -58,3 +62,60 @@ def test_the_trained_context_label_sits_at_the_top_of_the_plot_whatever_the_curv
     label = next(t for t in ax.texts if "trained context T" in t.get_text())
     _, y = ax.transAxes.inverted().transform(label.get_transform().transform(label.get_position()))
     assert abs(y - 1) < 1e-6, y  # in axes fractions: 1 is the top edge
+
+
+def test_the_loss_at_each_position_is_the_mean_over_windows_of_the_next_tokens_cross_entropy():
+    """Against one forward per window and its cross-entropy at each position, averaged over windows by hand; the
+    windows go in batches that do not divide them."""
+    import torch
+    import torch.nn.functional as F
+
+    from studies.positions import loss_by_position
+
+    model = tiny_model(seed=1, pos_emb="rope")
+    windows = torch.randint(0, model.config.vocab_size, (5, 13), generator=torch.Generator().manual_seed(0))
+    by_hand = torch.zeros(12, dtype=torch.float64)
+    for w in windows:
+        logits, _ = model(w[None, :-1])
+        by_hand += torch.tensor([F.cross_entropy(logits[0, t], w[t + 1]).item() for t in range(12)],
+                                dtype=torch.float64)
+    torch.testing.assert_close(loss_by_position(model, windows, batch=2), (by_hand / 5).float())
+
+
+def test_the_table_puts_each_loss_under_its_context():
+    """The columns say the context in tokens; a learned model's missing contexts and a diverged loss read N/A; the
+    score functions' 'ctx 4T' column is the loss at 4T."""
+    from studies.positions import tables
+
+    T, nan = 16, float("nan")
+    results = {"pos-rope": {"loss": {"1T": 1.5, "2T": 1.75, "4T": 2.0}, "tok_per_s": 1234.4},
+               "pos-learned": {"loss": {"1T": 1.25, "2T": None, "4T": None}, "tok_per_s": 99.6},
+               "pos-none": {"loss": {"1T": 1.0, "2T": nan, "4T": float("inf")}, "tok_per_s": 5.0},
+               "score-dot": {"loss": {"1T": 1.125, "2T": 3.0, "4T": 2.5}, "tok_per_s": 2000.0, "params": 12345,
+                             "train_s": 7.4}}
+    lines = tables(results, T).splitlines()
+    assert lines[2] == "| pos_emb | ctx 1T = 16 | ctx 2T = 32 | ctx 4T = 64 | train tok/s |"
+    assert lines[4:7] == ["| rope | 1.500 | 1.750 | 2.000 | 1,234 |", "| learned | 1.250 | N/A | N/A | 100 |",
+                          "| none | 1.000 | N/A | N/A | 5 |"]
+    assert lines[-1] == "| dot | 1.125 | 2.500 | 12,345 | 2,000 | 7 |"
+
+
+def test_each_curve_is_drawn_at_its_contexts_and_the_dashed_line_at_t(tmp_path, monkeypatch):
+    """The moving average of positions 0..smooth-1 (1..smooth tokens of context) is drawn at x = smooth; the dashed
+    line marks T, the trained context."""
+    import numpy as np
+
+    from insight import attention_figures
+    from studies import positions
+
+    T, kept = 16, []
+    monkeypatch.setattr(attention_figures, "save_figure", lambda fig, path: kept.append(fig) or path)
+    curve = [float(t) for t in range(4 * T)]
+    positions.plot({"pos-rope": {"curve": curve}}, T, str(tmp_path / "p.png"))
+    ax, smooth = kept[0].axes[0], T // 8
+    drawn = next(line for line in ax.lines if line.get_label() == "rope")
+    x, y = np.asarray(drawn.get_xdata()), np.asarray(drawn.get_ydata())
+    assert x[0] == smooth and x[-1] == 4 * T
+    np.testing.assert_allclose(y, [np.mean(curve[i:i + smooth]) for i in range(4 * T - smooth + 1)])
+    dashed = next(line for line in ax.lines if line.get_linestyle() == "--")
+    assert list(dashed.get_xdata()) == [T, T]
