@@ -19,37 +19,48 @@ from training.loop import stop_here
 from training.stopping import Stopped
 
 FLAGS = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--eval_iters=2",
-         "--tokenizer=char", "--sample_tokens=0", "--device=cpu", "--dtype=float32", "--split=tail",
-         "--log_induction=false", "--optimizer=adamw", "--grad_clip=0", "--seed=3"]
+         "--sample_tokens=0", "--device=cpu", "--dtype=float32", "--optimizer=adamw", "--grad_clip=0", "--seed=3"]
+TEXT_FLAGS = ["--tokenizer=char", "--split=tail", "--log_induction=false"]  # seq2seq trains on a task instead
 
 
 def cpu_run(corpus, out_dir, *flags):
-    argv = [*FLAGS, f"--input={corpus}", f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}", *flags]
+    data = ["--task=reverse", "--task_max_len=8"] if "--model=seq2seq" in flags else [*TEXT_FLAGS, f"--input={corpus}"]
+    argv = [*FLAGS, *data, f"--out_dir={out_dir}", f"--data_root={out_dir.parent / 'data'}", *flags]
     tc, model_overrides, sc, explicit = configure(argv)
     tc, ckpt = run_folder.starting_config(tc, model_overrides, explicit, distributed.Dist())
     return setup.build(tc, model_overrides, explicit, distributed.Dist(), "cpu", None, sc, ckpt)
 
 
-@pytest.mark.parametrize("objective", ["decoder", "encoder"])
-def test_an_accumulated_step_is_the_mean_of_its_micro_batches(corpus, tmp_path, objective):
+@pytest.mark.parametrize("clip", [0.0, 0.05])
+@pytest.mark.parametrize("objective", ["decoder", "encoder", "seq2seq"])
+def test_an_accumulated_step_is_the_mean_of_its_micro_batches(corpus, tmp_path, objective, clip):
     """With 3 micro-steps, the loss train_step reports and the gradient the optimizer steps on are the means of the
-    micro-batches' (each micro-batch as the objective transforms it), not their sums."""
-    run = cpu_run(corpus, tmp_path / "run", "--gradient_accumulation_steps=3", f"--model={objective}")
+    micro-batches' (each micro-batch as the objective transforms it; seq2seq's vary in length), not their sums.
+    --grad_clip: that mean gradient scaled by clip / its norm where the norm is larger, written out here; grad_norm
+    is the norm before clipping. seq2seq counts every micro-batch's real tokens."""
+    run = cpu_run(corpus, tmp_path / "run", "--gradient_accumulation_steps=3", f"--model={objective}",
+                  f"--grad_clip={clip}")
     model, step = run.model, 5
-    losses = []
+    losses, tokens = [], 0
     for micro in range(3):
         x, y = run.train_data.get(step, micro)
         x, y = run.objective.train_batch(x, y, (run.tc.seed, step, micro, 0))
         losses.append(run.objective.loss(model, x, y))
+        tokens += int(x[1].sum() + (y >= 0).sum()) if objective == "seq2seq" else 0
     want_loss = torch.stack(losses).mean()
     want = torch.autograd.grad(want_loss, list(model.parameters()))
+    norm = sum(g.double().pow(2).sum() for g in want).sqrt().item()
+    scale = min(1.0, clip / (norm + 1e-6)) if clip else 1.0
+    assert scale < 0.5 or not clip  # the clip is far below the norm: an unclipped step would fail
     seen = []
     run.optimizer.step = lambda *a, **k: seen.append([p.grad.clone() for p in model.parameters()])
     result = loop.train_step(run, step, 1e-3)
     assert len(seen) == 1
     torch.testing.assert_close(result.loss, want_loss.detach())
+    assert result.grad_norm.item() == pytest.approx(norm, rel=1e-5)
+    assert (result.tokens is None) == (objective != "seq2seq") and (result.tokens is None or result.tokens == tokens)
     for got, grad in zip(seen[0], want):
-        torch.testing.assert_close(got, grad)
+        torch.testing.assert_close(got, grad * scale)
 
 
 def resume_line(out_dir: str, dist: Dist, capsys) -> str:

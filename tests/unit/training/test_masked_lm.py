@@ -50,6 +50,22 @@ def test_span_masking_keeps_the_rate_and_selects_runs(rate):
     assert abs(follow1.item() - rate) < 0.01
 
 
+def test_spans_are_runs_of_1_to_span_positions_of_equal_chance():
+    """At a rate low enough that spans seldom touch, the selected runs are 1..span long, each length about equally
+    often (lengths are drawn uniformly); the rate is still the one asked for."""
+    rate, span = 0.02, 3
+    _, targets = masker(rate=rate, span=span)(big_batch(2), seed=5)
+    selected = targets >= 0
+    edges = torch.diff(selected.int(), dim=1, prepend=torch.zeros(len(selected), 1, dtype=torch.int),
+                       append=torch.zeros(len(selected), 1, dtype=torch.int))
+    starts, ends = (edges == 1).nonzero(), (edges == -1).nonzero()  # row-major: the k-th start ends at the k-th end
+    lengths = torch.bincount(ends[:, 1] - starts[:, 1])
+    share = lengths.float() / lengths.sum()
+    assert share[0] == 0 and share[span + 1:].sum() < 0.02  # merged neighbours, rarely
+    assert all(abs(share[k].item() - 1 / span) < 0.02 for k in range(1, span + 1)), share
+    assert abs(selected.float().mean().item() - rate) < 0.002
+
+
 def test_masks_are_a_pure_function_of_the_seed():
     x = big_batch()[:8, :64]
     m = masker()

@@ -10,7 +10,7 @@ from training.muon import Muon, orthogonalize
 from training.optim import Combined, make_optimizer, step_or_skip
 from training.config import TrainConfig
 from model import GPTConfig
-from conftest import tiny_model
+from conftest import tiny_model, tiny_seq2seq
 
 
 def test_train_config_checks_the_optimizer():
@@ -174,6 +174,25 @@ def test_make_optimizer_muon_splits_the_parameters_and_follows_the_schedule():
         group["lr"] = 5e-4
     muon_group = opt.parts["muon"].param_groups[0]
     assert muon_group["lr"] * muon_group["lr_scale"] == pytest.approx(0.01)  # half the peak, like AdamW's lr
+
+
+@pytest.mark.parametrize("cross_attn", ["attention", "mean"])
+def test_make_optimizer_muon_gives_both_stacks_of_an_encoder_decoder_to_muon(cross_attn):
+    """Seq2Seq: every Linear weight of the encoder's and the decoder's blocks (cross-attention included) to Muon; the
+    embeddings (the tied head's too, and learned position tables) and every norm gain to AdamW, the embeddings alone
+    decayed. Roles read from the modules here, not from the optimizer's own rule."""
+    model = tiny_seq2seq(cross_attn=cross_attn, pos_emb="learned")
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon")
+    names = {id(p): n for n, p in model.named_parameters()}
+    in_muon = {names[id(p)] for g in opt.parts["muon"].param_groups for p in g["params"]}
+    decay = {names[id(p)]: g["weight_decay"] for g in opt.parts["adamw"].param_groups for p in g["params"]}
+    linear = {f"{m}.weight" for m, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    stacks = {n for n in linear if n.split(".")[0] in ("encoder", "decoder")}
+    assert any(".cross." in n for n in stacks) and any(n.startswith("encoder.") for n in stacks)
+    assert in_muon == stacks and not in_muon & set(decay) and in_muon | set(decay) == set(names.values())
+    embeddings = {f"{m}.weight" for m, module in model.named_modules() if isinstance(module, torch.nn.Embedding)}
+    assert {"wte.weight", "source_pos.table.weight"} <= embeddings  # head.weight is wte.weight: one tensor
+    assert decay == {n: 0.1 if n in embeddings else 0.0 for n in decay}
 
 
 def _train(model, opt, idx, steps):
