@@ -111,7 +111,8 @@ def test_the_fallback_target_only_fills_empty_rows():
 
 def test_each_validation_batch_has_its_own_fixed_mask():
     """Batch i's mask is the same for every masker and call, differs from batch i+1's, and is not a training
-    draw seeded i (validation has a seed of its own)."""
+    draw seeded i (validation has a seed of its own, VAL_SEED; only a run given --seed=VAL_SEED draws its step i's
+    first masks as validation batch i's, over other text)."""
     x = big_batch()[:8, :64]
     m = masker()
     v3, v4 = m.validation(x, 3), m.validation(x, 4)
