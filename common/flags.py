@@ -88,8 +88,18 @@ def suggest(name: str, known) -> str:
     return f"; did you mean --{close[0]}?" if close else "; run with --help to list the flags"
 
 
+class Bare(str):
+    """The value of a flag given alone (`--wandb_log`): 'true' for a boolean flag; any other flag needs a value."""
+
+
+def need_value(key: str, text, typ=str) -> None:
+    """Refuses a flag other than a boolean given alone: `--out_dir --max_iters=1` trained into a folder named 'true'."""
+    if isinstance(text, Bare) and bool not in (typ, *typing.get_args(typ)):
+        raise FlagError(f"--{key} has no value; give one (--{key}=VALUE): only a true/false flag stands alone")
+
+
 def split_argv(argv) -> dict:
-    """['--a=1', '--b', '2', '--c'] -> {'a': '1', 'b': '2', 'c': 'true'} (a bare flag means true)."""
+    """['--a=1', '--b', '2', '--c'] -> {'a': '1', 'b': '2', 'c': Bare('true')} (a bare flag means true)."""
     out, i = {}, 0
     while i < len(argv):
         arg = argv[i]
@@ -100,7 +110,7 @@ def split_argv(argv) -> dict:
             if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 value, i = argv[i + 1], i + 1
             else:
-                value = "true"
+                value = Bare("true")
         key = key.replace("-", "_")
         check_utf8(key, value)
         out[key] = value
@@ -163,11 +173,13 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     values = {}
     preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
+        need_value("preset", preset)
         if preset not in presets:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
         values.update(presets[preset])
     config_file = raw.pop("config", None)
     if config_file is not None:
+        need_value("config", config_file)
         config_file = os.path.expanduser(config_file)
         check_path("config", config_file)
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
@@ -179,6 +191,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
                 raise FlagError(f"unknown flag --{key}{suggest(key, names)}")
+            need_value(key, text, known[key][1])
             if key in PATHS and isinstance(text, str):
                 text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed
                 check_path(key, text)

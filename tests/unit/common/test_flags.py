@@ -327,3 +327,17 @@ def test_a_lone_double_dash_and_a_distant_typo_are_one_line_errors():
 def test_dash_h_prints_the_flags_like_dash_dash_help(capsys):
     assert config_from_argv(["-h"], PrepareConfig) is None
     assert "--tokenizer=" in capsys.readouterr().out
+
+
+def test_a_flag_without_a_value_is_true_for_a_boolean_and_refused_for_any_other():
+    """`--out_dir --max_iters=1` (a value forgotten, or lost to an unset shell variable) read the bare flag as
+    'true': train.py trained into a folder named 'true' and sample.py prompted with the word."""
+    assert parse(["--wandb_log", "--compile", "--seed=1"], CLASSES, PRESETS)[0] == dict(wandb_log=True, compile=True,
+                                                                                          seed=1)
+    for argv, flag in ((["--out_dir", "--max_iters=1"], "out_dir"), (["--sample_prompt"], "sample_prompt"),
+                       (["--max_iters"], "max_iters"), (["--window"], "window"), (["--config"], "config"),
+                       (["--preset", "--n_layer=2"], "preset")):
+        with pytest.raises(FlagError) as e:
+            parse(argv, CLASSES, PRESETS)
+        assert str(e.value) == f"--{flag} has no value; give one (--{flag}=VALUE): only a true/false flag stands alone"
+    assert parse(["--out_dir", "true"], CLASSES, PRESETS)[0] == dict(out_dir="true")  # a value given is a value
