@@ -98,6 +98,22 @@ def need_value(key: str, text, typ=str) -> None:
         raise FlagError(f"--{key} has no value; give one (--{key}=VALUE): only a true/false flag stands alone")
 
 
+def unknown(key: str, known: dict, names: list, config_file: str | None = None) -> str:
+    """The line for a name that is no flag. A config file's is named with the file (nothing of it was typed), its
+    preset or config key as what only the command line gives; --no_NAME of a boolean says how to turn it off
+    (argparse's spelling, whose closest flag, --NAME alone, would turn it on)."""
+    if config_file is not None:
+        if key in names:  # --preset or --config
+            given = "--preset=NAME, applied under the file" if key == "preset" else "one --config=FILE.toml is read"
+            return (f"--config={config_file} sets {key}, which only the command line gives ({given}); drop it from "
+                    f"the file")
+        return f"--config={config_file} has a key {key} that is no flag of this command{suggest(key, names)}"
+    off = key.removeprefix("no_")
+    if off != key and off in known and bool in (known[off][1], *typing.get_args(known[off][1])):
+        return f"unknown flag --{key}; to turn --{off} off, give --{off}=false"
+    return f"unknown flag --{key}{suggest(key, names)}"
+
+
 def split_argv(argv) -> dict:
     """['--a=1', '--b', '2', '--c'] -> {'a': '1', 'b': '2', 'c': Bare('true')} (a bare flag means true)."""
     out, i = {}, 0
@@ -183,14 +199,14 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
         config_file = os.path.expanduser(config_file)
         check_path("config", config_file)
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
-    layers = ([load_toml(config_file)] if config_file else []) + [raw]
+    layers = ([(config_file, load_toml(config_file))] if config_file else []) + [(None, raw)]
     explicit = set()
-    for layer in layers:
+    for source, layer in layers:
         for key, text in layer.items():
             if key in not_flags(*classes):
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
-                raise FlagError(f"unknown flag --{key}{suggest(key, names)}")
+                raise FlagError(unknown(key, known, names, source))
             need_value(key, text, known[key][1])
             if key in PATHS and isinstance(text, str):
                 text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed

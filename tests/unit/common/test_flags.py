@@ -341,3 +341,29 @@ def test_a_flag_without_a_value_is_true_for_a_boolean_and_refused_for_any_other(
             parse(argv, CLASSES, PRESETS)
         assert str(e.value) == f"--{flag} has no value; give one (--{flag}=VALUE): only a true/false flag stands alone"
     assert parse(["--out_dir", "true"], CLASSES, PRESETS)[0] == dict(out_dir="true")  # a value given is a value
+
+
+@pytest.mark.parametrize("line, said", [
+    ('preset = "fast-cpu"', "sets preset, which only the command line gives (--preset=NAME, applied under the file); "
+                            "drop it from the file"),
+    ('config = "more.toml"', "sets config, which only the command line gives (one --config=FILE.toml is read); drop "
+                             "it from the file"),
+    ("temperature = 0.5", "has a key temperature that is no flag of this command; did you mean --mask_rate?")])
+def test_a_config_file_key_that_is_no_flag_is_named_with_the_file(tmp_path, line, said):
+    """A file's preset or config key was refused as 'unknown flag --preset; did you mean --preset?', and every
+    unknown key as a flag, though none was typed: the line names the file and the key."""
+    f = tmp_path / "run.toml"
+    f.write_text(line + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value) == f"--config={f} {said}"
+
+
+def test_no_name_for_a_boolean_says_how_to_turn_it_off():
+    """--no-compile (argparse's spelling) was answered 'did you mean --compile?', which turns it on."""
+    with pytest.raises(FlagError) as e:
+        parse(["--no-compile"], CLASSES, PRESETS)
+    assert str(e.value) == "unknown flag --no_compile; to turn --compile off, give --compile=false"
+    with pytest.raises(FlagError, match="did you mean --n_layer"):  # no boolean of that name: the usual suggestion
+        parse(["--no_n_layer=1"], CLASSES, PRESETS)
+
