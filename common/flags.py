@@ -74,7 +74,7 @@ def convert(name: str, text, typ):
                 return False
             raise ValueError
         if typ is int:
-            return int(text.replace("_", ""))
+            return int(text)  # Python's: 1_000 (an _ between digits), +3, 08
         if typ is float:
             return float(text)
         return str(text)

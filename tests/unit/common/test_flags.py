@@ -367,3 +367,10 @@ def test_no_name_for_a_boolean_says_how_to_turn_it_off():
     with pytest.raises(FlagError, match="did you mean --n_layer"):  # no boolean of that name: the usual suggestion
         parse(["--no_n_layer=1"], CLASSES, PRESETS)
 
+
+@pytest.mark.parametrize("text", ["__1", "1_", "1__000", "_"])
+def test_an_integer_groups_its_digits_with_single_underscores_only(text):
+    """Every _ was dropped before reading the number: --max_iters=__1 ran 1 step and --max_iters=1_ one."""
+    with pytest.raises(FlagError, match=f"^--max_iters={text} is not an integer$"):
+        parse([f"--max_iters={text}"], CLASSES, PRESETS)
+    assert parse(["--max_iters=+1_000", "--seed=08"], CLASSES, PRESETS)[0] == dict(max_iters=1000, seed=8)
