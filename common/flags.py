@@ -65,7 +65,7 @@ def convert(name: str, text, typ):
             return float(text)
         if isinstance(text, typ) and not (typ is int and isinstance(text, bool)):
             return text
-        text = str(text)
+        text = typed(text)  # true, as the file has it
     try:
         if typ is bool:
             if text.lower() in TRUE:
@@ -211,6 +211,9 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if key in PATHS and isinstance(text, str):
                 text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed
                 check_path(key, text)
+            if source and isinstance(text, float) and text.is_integer() and known[key][1] in (int, int | None):
+                raise FlagError(f"--{key}={text} is a TOML float (as 1e3 and 1000.0 are); it takes an integer: "
+                                f"write {key} = {int(text)}")
             values[key] = convert(key, text, known[key][1])
             if isinstance(values[key], float) and not math.isfinite(values[key]):  # no flag takes inf or nan
                 raise FlagError(f"--{key}={text} is not a finite number")

@@ -70,7 +70,7 @@ def test_a_toml_boolean_is_not_an_integer(tmp_path):
     """TOML's true is a Python bool, which is an int to isinstance: it is refused for an integer field, not 1."""
     f = tmp_path / "run.toml"
     f.write_text("n_layer = true\n")
-    with pytest.raises(FlagError, match="--n_layer=True is not an integer"):
+    with pytest.raises(FlagError, match="--n_layer=true is not an integer"):
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
@@ -314,7 +314,7 @@ def test_the_edges_of_a_flags_value(tmp_path):
     assert parse(["--max_iters=1_000"], CLASSES, PRESETS)[0] == dict(max_iters=1000)
     f = tmp_path / "run.toml"
     f.write_text("learning_rate = true\n")
-    with pytest.raises(FlagError, match="--learning_rate=True is not a number"):
+    with pytest.raises(FlagError, match="--learning_rate=true is not a number"):
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
@@ -374,3 +374,17 @@ def test_an_integer_groups_its_digits_with_single_underscores_only(text):
     with pytest.raises(FlagError, match=f"^--max_iters={text} is not an integer$"):
         parse([f"--max_iters={text}"], CLASSES, PRESETS)
     assert parse(["--max_iters=+1_000", "--seed=08"], CLASSES, PRESETS)[0] == dict(max_iters=1000, seed=8)
+
+
+def test_a_toml_float_for_an_integer_says_what_to_write(tmp_path):
+    """TOML reads 1e3 and 1000.0 as floats: 'max_iters = 1e3' was refused as '--max_iters=1000.0 is not an integer',
+    which it is; the line says how TOML read it and what to write. A boolean is shown as the file has it."""
+    f = tmp_path / "run.toml"
+    for line, said in (("max_iters = 1e3", "--max_iters=1000.0 is a TOML float (as 1e3 and 1000.0 are); it takes an "
+                                           "integer: write max_iters = 1000"),
+                       ("max_iters = 2.5", "--max_iters=2.5 is not an integer"),
+                       ("n_layer = true", "--n_layer=true is not an integer")):
+        f.write_text(line + "\n")
+        with pytest.raises(FlagError) as e:
+            parse([f"--config={f}"], CLASSES, PRESETS)
+        assert str(e.value) == said
