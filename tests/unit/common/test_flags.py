@@ -388,3 +388,13 @@ def test_a_toml_float_for_an_integer_says_what_to_write(tmp_path):
         with pytest.raises(FlagError) as e:
             parse([f"--config={f}"], CLASSES, PRESETS)
         assert str(e.value) == said
+
+
+def test_a_flag_given_twice_takes_its_last_value_and_a_second_config_file_replaces_the_first(tmp_path):
+    """What docs/training.md says of repeated flags, in every command (one parser)."""
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text("n_layer = 5\nn_embd = 64\n")
+    second.write_text("n_layer = 6\n")
+    v, _ = parse([f"--config={first}", "--max_iters=3", f"--config={second}", "--max_iters", "4"], CLASSES, PRESETS)
+    assert v == dict(n_layer=6, max_iters=4)
+    assert parse(["--preset=gpt2", "--preset=nanogpt-cpu"], CLASSES, PRESETS)[0] == PRESETS["nanogpt-cpu"]
