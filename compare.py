@@ -30,7 +30,7 @@ def main(argv) -> None:
     asks_help = "-h" in argv or "help" in raw or "h" in raw
     if study not in STUDIES:
         raise FlagError(f"--study={study} is not one of {', '.join(STUDIES)}")
-    rest = [f"--{k}={v}" for k, v in raw.items()]
+    rest = [f"--{k}" if isinstance(v, flags.Bare) else f"--{k}={v}" for k, v in raw.items()]  # alone stays alone
     if asks_help:
         print(f"--study: one of {', '.join(STUDIES)} (default encoder); the flags of --study={study}:")
         rest = ["--help"]

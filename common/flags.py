@@ -65,7 +65,7 @@ def convert(name: str, text, typ):
             return float(text)
         if isinstance(text, typ) and not (typ is int and isinstance(text, bool)):
             return text
-        text = str(text)
+        text = typed(text)  # true, as the file has it
     try:
         if typ is bool:
             if text.lower() in TRUE:
@@ -74,7 +74,7 @@ def convert(name: str, text, typ):
                 return False
             raise ValueError
         if typ is int:
-            return int(text.replace("_", ""))
+            return int(text)  # Python's: 1_000 (an _ between digits), +3, 08
         if typ is float:
             return float(text)
         return str(text)
@@ -88,8 +88,34 @@ def suggest(name: str, known) -> str:
     return f"; did you mean --{close[0]}?" if close else "; run with --help to list the flags"
 
 
+class Bare(str):
+    """The value of a flag given alone (`--wandb_log`): 'true' for a boolean flag; any other flag needs a value."""
+
+
+def need_value(key: str, text, typ=str) -> None:
+    """Refuses a flag other than a boolean given alone: `--out_dir --max_iters=1` trained into a folder named 'true'."""
+    if isinstance(text, Bare) and bool not in (typ, *typing.get_args(typ)):
+        raise FlagError(f"--{key} has no value; give one (--{key}=VALUE): only a true/false flag stands alone")
+
+
+def unknown(key: str, known: dict, names: list, config_file: str | None = None) -> str:
+    """The line for a name that is no flag. A config file's is named with the file (nothing of it was typed), its
+    preset or config key as what only the command line gives; --no_NAME of a boolean says how to turn it off
+    (argparse's spelling, whose closest flag, --NAME alone, would turn it on)."""
+    if config_file is not None:
+        if key in names:  # --preset or --config
+            given = "--preset=NAME, applied under the file" if key == "preset" else "one --config=FILE.toml is read"
+            return (f"--config={config_file} sets {key}, which only the command line gives ({given}); drop it from "
+                    f"the file")
+        return f"--config={config_file} has a key {key} that is no flag of this command{suggest(key, names)}"
+    off = key.removeprefix("no_")
+    if off != key and off in known and bool in (known[off][1], *typing.get_args(known[off][1])):
+        return f"unknown flag --{key}; to turn --{off} off, give --{off}=false"
+    return f"unknown flag --{key}{suggest(key, names)}"
+
+
 def split_argv(argv) -> dict:
-    """['--a=1', '--b', '2', '--c'] -> {'a': '1', 'b': '2', 'c': 'true'} (a bare flag means true)."""
+    """['--a=1', '--b', '2', '--c'] -> {'a': '1', 'b': '2', 'c': Bare('true')} (a bare flag means true)."""
     out, i = {}, 0
     while i < len(argv):
         arg = argv[i]
@@ -100,7 +126,7 @@ def split_argv(argv) -> dict:
             if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 value, i = argv[i + 1], i + 1
             else:
-                value = "true"
+                value = Bare("true")
         key = key.replace("-", "_")
         check_utf8(key, value)
         out[key] = value
@@ -163,25 +189,31 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     values = {}
     preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
+        need_value("preset", preset)
         if preset not in presets:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
         values.update(presets[preset])
     config_file = raw.pop("config", None)
     if config_file is not None:
+        need_value("config", config_file)
         config_file = os.path.expanduser(config_file)
         check_path("config", config_file)
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
-    layers = ([load_toml(config_file)] if config_file else []) + [raw]
+    layers = ([(config_file, load_toml(config_file))] if config_file else []) + [(None, raw)]
     explicit = set()
-    for layer in layers:
+    for source, layer in layers:
         for key, text in layer.items():
             if key in not_flags(*classes):
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
-                raise FlagError(f"unknown flag --{key}{suggest(key, names)}")
+                raise FlagError(unknown(key, known, names, source))
+            need_value(key, text, known[key][1])
             if key in PATHS and isinstance(text, str):
                 text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed
                 check_path(key, text)
+            if source and isinstance(text, float) and text.is_integer() and known[key][1] in (int, int | None):
+                raise FlagError(f"--{key}={text} is a TOML float (as 1e3 and 1000.0 are); it takes an integer: "
+                                f"write {key} = {int(text)}")
             values[key] = convert(key, text, known[key][1])
             if isinstance(values[key], float) and not math.isfinite(values[key]):  # no flag takes inf or nan
                 raise FlagError(f"--{key}={text} is not a finite number")

@@ -99,3 +99,15 @@ def test_the_study_writes_every_section_on_a_tiny_budget(corpus, tmp_path):
     assert all(len(s) == 3 for s in res["samples"].values())  # three prompts per model
     assert all(0 <= v[0] <= 1 for s in res["cloze"].values() for v in s.values() if v[2])
     assert list((out / "wandb").glob("offline-run-*"))  # the report's own wandb run, beside the three trainings'
+
+
+def test_a_flag_given_alone_reaches_the_study_alone(tmp_path, monkeypatch):
+    """compare.py hands the study its flags again as --name=value: a bare --out (a value forgotten) reached it as
+    --out=true, and the study wrote its report into a folder named 'true'."""
+    import pytest
+    from common.errors import FlagError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FlagError, match=r"^--out has no value; give one \(--out=VALUE\)"):
+        compare.main(["--study=encoder", "--out", "--max_iters=1"])
+    assert list(tmp_path.iterdir()) == []

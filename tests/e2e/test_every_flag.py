@@ -425,7 +425,7 @@ def test_sample_and_visualize_help_show_where_flags_apply(capsys):
     # the default 0.8 is not what a translation uses (print_translations: greedy unless the flag is given)
     assert "--temperature=0.8   [sampling/--source] 0 = greedy; a translation (--source) is greedy unless" in text
     visualize.main(["--help"])
-    assert "--wandb_log=False   [--html] " in capsys.readouterr().out
+    assert "--wandb_log=false   [--html] " in capsys.readouterr().out
 
 
 def test_compare_takes_dash_h_as_train_and_sample_do(capsys):

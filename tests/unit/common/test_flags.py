@@ -70,7 +70,7 @@ def test_a_toml_boolean_is_not_an_integer(tmp_path):
     """TOML's true is a Python bool, which is an int to isinstance: it is refused for an integer field, not 1."""
     f = tmp_path / "run.toml"
     f.write_text("n_layer = true\n")
-    with pytest.raises(FlagError, match="--n_layer=True is not an integer"):
+    with pytest.raises(FlagError, match="--n_layer=true is not an integer"):
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
@@ -314,7 +314,7 @@ def test_the_edges_of_a_flags_value(tmp_path):
     assert parse(["--max_iters=1_000"], CLASSES, PRESETS)[0] == dict(max_iters=1000)
     f = tmp_path / "run.toml"
     f.write_text("learning_rate = true\n")
-    with pytest.raises(FlagError, match="--learning_rate=True is not a number"):
+    with pytest.raises(FlagError, match="--learning_rate=true is not a number"):
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
@@ -327,3 +327,74 @@ def test_a_lone_double_dash_and_a_distant_typo_are_one_line_errors():
 def test_dash_h_prints_the_flags_like_dash_dash_help(capsys):
     assert config_from_argv(["-h"], PrepareConfig) is None
     assert "--tokenizer=" in capsys.readouterr().out
+
+
+def test_a_flag_without_a_value_is_true_for_a_boolean_and_refused_for_any_other():
+    """`--out_dir --max_iters=1` (a value forgotten, or lost to an unset shell variable) read the bare flag as
+    'true': train.py trained into a folder named 'true' and sample.py prompted with the word."""
+    assert parse(["--wandb_log", "--compile", "--seed=1"], CLASSES, PRESETS)[0] == dict(wandb_log=True, compile=True,
+                                                                                          seed=1)
+    for argv, flag in ((["--out_dir", "--max_iters=1"], "out_dir"), (["--sample_prompt"], "sample_prompt"),
+                       (["--max_iters"], "max_iters"), (["--window"], "window"), (["--config"], "config"),
+                       (["--preset", "--n_layer=2"], "preset")):
+        with pytest.raises(FlagError) as e:
+            parse(argv, CLASSES, PRESETS)
+        assert str(e.value) == f"--{flag} has no value; give one (--{flag}=VALUE): only a true/false flag stands alone"
+    assert parse(["--out_dir", "true"], CLASSES, PRESETS)[0] == dict(out_dir="true")  # a value given is a value
+
+
+@pytest.mark.parametrize("line, said", [
+    ('preset = "fast-cpu"', "sets preset, which only the command line gives (--preset=NAME, applied under the file); "
+                            "drop it from the file"),
+    ('config = "more.toml"', "sets config, which only the command line gives (one --config=FILE.toml is read); drop "
+                             "it from the file"),
+    ("temperature = 0.5", "has a key temperature that is no flag of this command; did you mean --mask_rate?")])
+def test_a_config_file_key_that_is_no_flag_is_named_with_the_file(tmp_path, line, said):
+    """A file's preset or config key was refused as 'unknown flag --preset; did you mean --preset?', and every
+    unknown key as a flag, though none was typed: the line names the file and the key."""
+    f = tmp_path / "run.toml"
+    f.write_text(line + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value) == f"--config={f} {said}"
+
+
+def test_no_name_for_a_boolean_says_how_to_turn_it_off():
+    """--no-compile (argparse's spelling) was answered 'did you mean --compile?', which turns it on."""
+    with pytest.raises(FlagError) as e:
+        parse(["--no-compile"], CLASSES, PRESETS)
+    assert str(e.value) == "unknown flag --no_compile; to turn --compile off, give --compile=false"
+    with pytest.raises(FlagError, match="did you mean --n_layer"):  # no boolean of that name: the usual suggestion
+        parse(["--no_n_layer=1"], CLASSES, PRESETS)
+
+
+@pytest.mark.parametrize("text", ["__1", "1_", "1__000", "_"])
+def test_an_integer_groups_its_digits_with_single_underscores_only(text):
+    """Every _ was dropped before reading the number: --max_iters=__1 ran 1 step and --max_iters=1_ one."""
+    with pytest.raises(FlagError, match=f"^--max_iters={text} is not an integer$"):
+        parse([f"--max_iters={text}"], CLASSES, PRESETS)
+    assert parse(["--max_iters=+1_000", "--seed=08"], CLASSES, PRESETS)[0] == dict(max_iters=1000, seed=8)
+
+
+def test_a_toml_float_for_an_integer_says_what_to_write(tmp_path):
+    """TOML reads 1e3 and 1000.0 as floats: 'max_iters = 1e3' was refused as '--max_iters=1000.0 is not an integer',
+    which it is; the line says how TOML read it and what to write. A boolean is shown as the file has it."""
+    f = tmp_path / "run.toml"
+    for line, said in (("max_iters = 1e3", "--max_iters=1000.0 is a TOML float (as 1e3 and 1000.0 are); it takes an "
+                                           "integer: write max_iters = 1000"),
+                       ("max_iters = 2.5", "--max_iters=2.5 is not an integer"),
+                       ("n_layer = true", "--n_layer=true is not an integer")):
+        f.write_text(line + "\n")
+        with pytest.raises(FlagError) as e:
+            parse([f"--config={f}"], CLASSES, PRESETS)
+        assert str(e.value) == said
+
+
+def test_a_flag_given_twice_takes_its_last_value_and_a_second_config_file_replaces_the_first(tmp_path):
+    """What docs/training.md says of repeated flags, in every command (one parser)."""
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text("n_layer = 5\nn_embd = 64\n")
+    second.write_text("n_layer = 6\n")
+    v, _ = parse([f"--config={first}", "--max_iters=3", f"--config={second}", "--max_iters", "4"], CLASSES, PRESETS)
+    assert v == dict(n_layer=6, max_iters=4)
+    assert parse(["--preset=gpt2", "--preset=nanogpt-cpu"], CLASSES, PRESETS)[0] == PRESETS["nanogpt-cpu"]
