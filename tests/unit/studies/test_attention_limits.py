@@ -1,10 +1,15 @@
 """The attention-limits study's pieces (studies/attention_limits.py); end to end: tests/e2e/test_studies.py."""
+from types import SimpleNamespace
+
 import pytest
+import torch
 
 from common.errors import ConfigError
+from conftest import tiny_model
 from insight import probe_fit
+from insight.ablation import top1_agreement
 from studies import attention_limits
-from studies.attention_limits import AttentionLimitsConfig, probe_effects
+from studies.attention_limits import AttentionLimitsConfig, merged, probe_effects, shakespeare_effects, table
 
 
 def test_the_probe_answer_accuracy_is_scored_on_batches_the_probe_never_trained_on(monkeypatch):
@@ -61,3 +66,51 @@ def test_a_ckpt_dir_without_a_checkpoint_is_refused_naming_ckpt_dir(tmp_path):
     with pytest.raises(UserError) as e:
         attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path / "nope")))
     assert "pass --ckpt_dir=" in str(e.value) and "the right --out_dir" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_merged_keeps_each_sequences_queries_apart():
+    """Two sequences scored at the same query position stay two queries: merged as one, top-1 agreement would take
+    one argmax over both sequences' keys (here: a miss where each sequence alone is a hit)."""
+    def part(weight, effect):
+        return [{"layer": 1, "head": h, "t": torch.tensor([3, 3]), "s": torch.tensor([0, 1]),
+                 "weight": torch.tensor(weight), "effect": torch.tensor(effect)} for h in (0, 1)]
+
+    parts = [part([0.9, 0.1], [5.0, 1.0]), part([0.2, 0.8], [1.0, 6.0])]
+    out = merged(parts)
+    assert [(r["layer"], r["head"]) for r in out] == [(1, 0), (1, 1)]
+    for r in out:
+        queries = r["t"].unique()
+        assert len(queries) == 2
+        assert [r["weight"][r["t"] == t].tolist() for t in queries] == [p[0]["weight"].tolist() for p in parts]
+        assert [r["effect"][r["t"] == t].tolist() for t in queries] == [p[0]["effect"].tolist() for p in parts]
+        assert r["s"].tolist() == [0, 1, 0, 1]
+        assert top1_agreement(r) == 1.0
+
+
+def test_the_text_queries_are_every_query_every_th_position_scored_on_the_next_token(monkeypatch):
+    """Query every k-th position (the k-th, 2k-th, ... counted from 1: with k=1 every position), each scored on the
+    token that follows it in the window."""
+    model = tiny_model()
+    T = model.config.block_size
+    windows = torch.randint(0, model.config.vocab_size, (2, T + 1), generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(attention_limits, "val_windows", lambda ckpt, length, count: windows[:count])
+    calls = []
+    monkeypatch.setattr(attention_limits, "key_effects", lambda m, idx, targets, queries: calls.append(
+        (idx, targets, queries)) or [])
+    for every in (1, 4, 5, T):
+        calls.clear()
+        shakespeare_effects(AttentionLimitsConfig(windows=2, query_every=every), SimpleNamespace(
+            build_model=lambda device: model))
+        assert len(calls) == 2
+        for w, (idx, targets, queries) in zip(windows, calls):
+            assert queries == [t for t in range(T) if (t + 1) % every == 0], every
+            assert idx.tolist() == [w[:T].tolist()]
+            assert [int(targets[t]) for t in range(T)] == [int(w[t + 1]) for t in range(T)]
+
+
+def test_the_table_gives_each_layers_mean_and_the_range_of_its_own_heads():
+    rhos = {(0, 0): 0.5, (0, 1): -0.3, (0, 2): 0.1, (1, 0): 0.9, (1, 1): 0.7}
+    heads = {lh: {"rho": r, "top1": 0.5} for lh, r in rhos.items()}
+    layers = {0: {"rho": 0.1, "top1": 0.5}, 1: {"rho": 0.8, "top1": 0.25}}
+    lines = table({"probe": {"heads": heads, "layers": layers}}).splitlines()
+    assert lines[2:] == ["| probe | 0 | 0.10 | -0.30..0.50 | 0.50 |", "| probe | 1 | 0.80 | 0.70..0.90 | 0.25 |"]
