@@ -10,7 +10,8 @@ A pairs file is prepared once into DATA_ROOT/prepared/pairs-NAME-TOKENIZER-HASH/
 each side tokenized by the chosen tokenizer (char and bpe learn their vocabulary from both sides), the pairs of
 each split as one token file and a table of lengths. A pair goes to validation by a hash of its text, so a pair
 that occurs twice is on one side only. A bad line (no tab or several, an empty side, invalid UTF-8, bad JSON, a
-missing field) stops with its file and line, or is skipped and counted with --on_bad=skip.
+missing field) stops with its file and line, or is skipped and counted with --on_bad=skip; a file that starts as
+UTF-16/32 or a compressed file does is refused whole.
 
 The target side is framed by one extra token, STOP (one id past the tokenizer's vocabulary): the decoder's input
 is STOP + target (STOP doubles as the start token) and it learns to predict target + STOP, so generation knows where
@@ -31,11 +32,11 @@ import numpy as np
 
 from common.errors import DataError
 from data.locks import build_lock
-from data.readers import BadDocuments, _lines, stat_fingerprint
+from data.readers import LATIN1, UTF16_PROBE, BadDocuments, _lines, _NotUTF8, stat_fingerprint
 from data.split import is_val_hash
 from data.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
 
-PAIRS_FORMAT = 1  # bump when the prepared layout or a reading rule changes: old folders are rebuilt
+PAIRS_FORMAT = 2  # bump when the prepared layout or a reading rule changes: old folders are rebuilt
 STOP_TEXT = "[STOP]"
 BPE_SAMPLE_CHARS = 64 << 20  # both sides of the training pairs, up to this much text, train a bpe vocabulary
 
@@ -89,6 +90,8 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
     if not path.is_file():
         raise DataError(f"--pairs={path} does not exist; give a .tsv or .jsonl file of pairs")
     with open(path, "rb") as f:
+        _check_start(path, f.read(UTF16_PROBE))
+        f.seek(0)
         for line_no, raw in enumerate(_lines(f), 1):
             where = f"{path}:{line_no}"
             raw = raw.removesuffix(b"\r")
@@ -130,6 +133,22 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
                 bad.report(where, f"the {empty} is empty")
                 continue
             yield where, source, target
+
+
+def _check_start(path: Path, head: bytes) -> None:
+    """Refuses a file that starts as UTF-16/32 or a compressed file does, whole and whatever --on_bad says: the
+    ASCII text of UTF-16 is valid UTF-8 with a NUL beside each character, so its lines would read as NUL-laced pairs.
+    A first line that is merely not UTF-8 (latin1) is a bad line like any other."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head)  # not final: the probe may end inside a character
+        found = _NotUTF8.utf16_unmarked(head)
+    except UnicodeDecodeError as e:
+        found = _NotUTF8.at(e)
+        found = None if found.command == LATIN1 else found
+    if found:
+        plain = f"{path.stem}.utf8{path.suffix}"
+        raise DataError(f"--pairs={path}: {found}; convert it first, e.g. "
+                        f"{found.command.format(name=path.name, plain=plain)}")
 
 
 def is_val_pair(source: str, target: str) -> bool:
