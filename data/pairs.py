@@ -246,12 +246,15 @@ def _prepared(out: Path, fingerprint: str) -> bool:
 def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_bad: str):
     """(the tokenizer --tokenizer names for the pairs that pairs(bad) reads, its entries of meta.json): char learns
     every character of both sides, bpe trains its merges on a sample of the training pairs (written to out)."""
+    bad = BadDocuments(on_bad)
+    if next(pairs(bad), None) is None:  # read up to the first good pair, or all of a file without one
+        what = ("line of source TAB target" if kind_of(path) == "tsv" else
+                "object with the string fields that --source_field and --target_field name")
+        raise DataError(f"--pairs={path} holds no pair{_skipped(bad)}; give a file with at least one {what}")
     if tokenizer == "char":  # a first pass: every character of both sides
         chars = set()
         for _, s, t in pairs(BadDocuments(on_bad)):
             chars.update(s, t)
-        if not chars:
-            raise DataError(f"--pairs={path} holds no pair; give a file with at least one line of source TAB target")
         tok = CharTokenizer("".join(sorted(chars)))
         meta = {"tokenizer": "char", "chars": tok.chars}
     elif tokenizer == "gpt2":
@@ -263,7 +266,7 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
 
         def sample():
             left = BPE_SAMPLE_CHARS
-            for _, s, t in pairs(BadDocuments("skip")):
+            for _, s, t in pairs(BadDocuments(on_bad)):  # with stop, a bad line stops before the merges are trained
                 if left <= 0:
                     return
                 if not is_val_pair(s, t):
@@ -275,6 +278,11 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
         tok = bpe_tokenizer(ranks)
         meta = {"tokenizer": "bpe", "bpe_file": "bpe.ranks"}
     return tok, meta
+
+
+def _skipped(bad: BadDocuments) -> str:
+    """For a refusal that --on_bad=skip may explain: how many lines were left out, and the first."""
+    return f" ({bad.count:,} bad line(s) skipped, e.g. {bad.examples[0]})" if bad.count else ""
 
 
 def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_bad) -> dict:
@@ -302,8 +310,9 @@ def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_
         np.save(out / f"{s}.lengths.npy", np.asarray(lengths[s], dtype=np.int64).reshape(-1, 2))
     if not counts["train"]["pairs"] or not counts["val"]["pairs"]:
         empty = "train" if not counts["train"]["pairs"] else "val"
-        raise DataError(f"--pairs={path}: its {counts['train']['pairs'] + counts['val']['pairs']} pair(s) leave the "
-                        f"{empty} split empty (about 1 pair in 10 validates, by a hash); give a file with more pairs")
+        raise DataError(f"--pairs={path}: its {counts['train']['pairs'] + counts['val']['pairs']} pair(s)"
+                        f"{_skipped(bad)} leave the {empty} split empty (about 1 pair in 10 validates, by a hash); "
+                        f"give a file with more pairs")
     return {**meta, "kind": "pairs", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "dtype": dtype.name,
             **{f"{s}_{k}": v for s, c in counts.items() for k, v in c.items()},
             "bad_pairs": {"count": bad.count, "examples": bad.examples}}

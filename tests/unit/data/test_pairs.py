@@ -271,3 +271,24 @@ def test_a_gzipped_pairs_file_is_refused_whole_and_a_latin1_line_alone(tmp_path)
     path = write(tmp_path / "p.tsv", "caf\xe9\tx\nab\tba\n".encode("latin1"))  # one bad line, as before
     bad = BadDocuments("skip")
     assert [(s, t) for _, s, t in read_pairs(path, bad)] == [("ab", "ba")] and bad.count == 1
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2", "bpe"])
+def test_a_file_whose_every_line_is_skipped_is_refused_for_that(tmp_path, tokenizer):
+    """--source_field naming a key no line has, with --on_bad=skip: the refusal says the lines were skipped and why,
+    and asks for what a .jsonl holds (not a split too small, nor a smaller bpe vocabulary)."""
+    path = write(tmp_path / "p.jsonl", b"".join(b'{"source": "ab%d", "target": "ba%d"}\n' % (i, i) for i in range(50)))
+    with pytest.raises(DataError) as e:
+        prepare_pairs(str(path), tokenizer, source_field="src", on_bad="skip", data_root=tmp_path / "root",
+                      progress=False)
+    assert str(e.value).startswith(f"--pairs={path} holds no pair")
+    assert "50 bad line(s) skipped" in str(e.value) and "no string field 'src'" in str(e.value)
+    assert "TAB" not in str(e.value) and "--source_field" in str(e.value)
+    assert not (tmp_path / "root").exists()
+
+
+def test_with_on_bad_stop_a_bpe_preparation_stops_at_the_first_bad_line(tmp_path):
+    """Before training its merges: a bad line is the error, not a vocabulary the good lines are too few for."""
+    path = write(tmp_path / "p.jsonl", b'{"q": "ab", "a": "ba"}\n' * 3 + b'{"q": "ab"}\n')
+    with pytest.raises(DataError, match=r"p\.jsonl:4: no string field 'a'"):
+        prepare_pairs(str(path), "bpe", source_field="q", target_field="a", data_root=tmp_path, progress=False)
