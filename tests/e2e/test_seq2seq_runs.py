@@ -185,6 +185,7 @@ def test_a_pairs_file_trains_and_a_bad_one_is_refused_before_anything_is_written
 @pytest.mark.parametrize("flags,said", [
     (["--model=decoder", "--task=reverse"], "--model=seq2seq"),
     (["--pairs=x.tsv", "--task=sort"], "one of them"),
+    (["--pairs=x.tsv", "--source_field=q"], "this run's --pairs is a .tsv file"),
     (["--task=copy"], "task='copy' is not one of"),
     (["--task_max_len=20"], "--block_size of at least 21"),
     (["--tokenizer=gpt2"], "drop the flag"),
