@@ -90,8 +90,7 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
     if not path.is_file():
         raise DataError(f"--pairs={path} does not exist; give a .tsv or .jsonl file of pairs")
     with open(path, "rb") as f:
-        _check_start(path, f.read(UTF16_PROBE))
-        f.seek(0)
+        _check_start(path, f)
         for line_no, raw in enumerate(_lines(f), 1):
             where = f"{path}:{line_no}"
             raw = raw.removesuffix(b"\r")
@@ -135,10 +134,12 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
             yield where, source, target
 
 
-def _check_start(path: Path, head: bytes) -> None:
+def _check_start(path: Path, f) -> None:
     """Refuses a file that starts as UTF-16/32 or a compressed file does, whole and whatever --on_bad says: the
     ASCII text of UTF-16 is valid UTF-8 with a NUL beside each character, so its lines would read as NUL-laced pairs.
-    A first line that is merely not UTF-8 (latin1) is a bad line like any other."""
+    A first line that is merely not UTF-8 (latin1) is a bad line like any other. f is read again from its start."""
+    head = f.read(UTF16_PROBE)
+    f.seek(0)
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head)  # not final: the probe may end inside a character
         found = _NotUTF8.utf16_unmarked(head)
