@@ -353,8 +353,9 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
     if sc.source is None:
         raise UserError("this is an encoder-decoder checkpoint: it writes a target for a source; pass "
                         "--source=\"TEXT\" or --source=FILE:path (one source per line)")
-    if sc.source.startswith("FILE:"):  # lines end at \n only: one output line per line an editor shows
-        texts = [line.removesuffix("\r") for line in read_prompt(sc.source, "source").removesuffix("\n").split("\n")]
+    if sc.source.startswith("FILE:"):  # lines end at \n only: one output line per line an editor shows (an empty
+        text = read_prompt(sc.source, "source")  # file has none)
+        texts = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
     else:
         texts = [sc.source]
     ids = []  # an unknown character is named with its line

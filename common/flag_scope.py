@@ -92,6 +92,8 @@ TABLES = {
              model=("seq2seq",)),
         rule("source_field target_field", "a --task has no keys to name", model=("seq2seq",),
              data=("pairs",)),
+        rule("source_field target_field", "a .tsv line is source TAB target, with no keys to name",
+             pairs_file=("jsonl",)),
         rule("task_min_len task_max_len", "a --pairs file holds its own lengths", model=("seq2seq",),
              data=("task",)),
         rule("input split text_field val_tokens workers word_cache shard_tokens", TO_SEQ2SEQ, model=TEXT),
@@ -211,6 +213,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
           "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
           "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True),
+          "pairs_file": ("tsv", "jsonl"),
           "torchrun": (False, True), "eval_tasks": (False, True),
           "pos_emb": ("rope", "sinusoidal", "learned", "alibi", "none")}  # model/config.py's POS_EMBS
 SAY = {  # fact -> (where(values), this run(value), tag(values))
@@ -244,6 +247,8 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
                   lambda vs: "--tokenizer=" + "/".join(vs)),
     "records": (lambda vs: "to .jsonl and .parquet files", lambda v: "this run reads no .jsonl or .parquet file",
                 lambda vs: ".jsonl/.parquet"),
+    "pairs_file": (lambda vs: f"to a .{_one_of(vs)} --pairs file", lambda v: f"this run's --pairs is a .{v} file",
+                   lambda vs: "/".join(f".{v}" for v in vs)),
     "split": (lambda vs: f"to --split={_one_of(vs)}", lambda v: f"this run is --split={v}",
               lambda vs: "--split=" + "/".join(vs)),
     "mode": (lambda vs: f"to {_one_of(MODES[v][0] for v in vs)}", lambda v: f"this run {MODES[v][1]}",

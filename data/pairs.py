@@ -10,7 +10,8 @@ A pairs file is prepared once into DATA_ROOT/prepared/pairs-NAME-TOKENIZER-HASH/
 each side tokenized by the chosen tokenizer (char and bpe learn their vocabulary from both sides), the pairs of
 each split as one token file and a table of lengths. A pair goes to validation by a hash of its text, so a pair
 that occurs twice is on one side only. A bad line (no tab or several, an empty side, invalid UTF-8, bad JSON, a
-missing field) stops with its file and line, or is skipped and counted with --on_bad=skip.
+missing field) stops with its file and line, or is skipped and counted with --on_bad=skip; a file that starts as
+UTF-16/32 or a compressed file does is refused whole.
 
 The target side is framed by one extra token, STOP (one id past the tokenizer's vocabulary): the decoder's input
 is STOP + target (STOP doubles as the start token) and it learns to predict target + STOP, so generation knows where
@@ -31,11 +32,11 @@ import numpy as np
 
 from common.errors import DataError
 from data.locks import build_lock
-from data.readers import BadDocuments, _lines, stat_fingerprint
+from data.readers import LATIN1, UTF16_PROBE, BadDocuments, _lines, _NotUTF8, stat_fingerprint
 from data.split import is_val_hash
 from data.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
 
-PAIRS_FORMAT = 1  # bump when the prepared layout or a reading rule changes: old folders are rebuilt
+PAIRS_FORMAT = 2  # bump when the prepared layout or a reading rule changes: old folders are rebuilt
 STOP_TEXT = "[STOP]"
 BPE_SAMPLE_CHARS = 64 << 20  # both sides of the training pairs, up to this much text, train a bpe vocabulary
 
@@ -89,6 +90,7 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
     if not path.is_file():
         raise DataError(f"--pairs={path} does not exist; give a .tsv or .jsonl file of pairs")
     with open(path, "rb") as f:
+        _check_start(path, f)
         for line_no, raw in enumerate(_lines(f), 1):
             where = f"{path}:{line_no}"
             raw = raw.removesuffix(b"\r")
@@ -130,6 +132,24 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
                 bad.report(where, f"the {empty} is empty")
                 continue
             yield where, source, target
+
+
+def _check_start(path: Path, f) -> None:
+    """Refuses a file that starts as UTF-16/32 or a compressed file does, whole and whatever --on_bad says: the
+    ASCII text of UTF-16 is valid UTF-8 with a NUL beside each character, so its lines would read as NUL-laced pairs.
+    A first line that is merely not UTF-8 (latin1) is a bad line like any other. f is read again from its start."""
+    head = f.read(UTF16_PROBE)
+    f.seek(0)
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head)  # not final: the probe may end inside a character
+        found = _NotUTF8.utf16_unmarked(head)
+    except UnicodeDecodeError as e:
+        found = _NotUTF8.at(e)
+        found = None if found.command == LATIN1 else found
+    if found:
+        plain = f"{path.stem}.utf8{path.suffix}"
+        raise DataError(f"--pairs={path}: {found}; convert it first, e.g. "
+                        f"{found.command.format(name=path.name, plain=plain)}")
 
 
 def is_val_pair(source: str, target: str) -> bool:
@@ -227,12 +247,15 @@ def _prepared(out: Path, fingerprint: str) -> bool:
 def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_bad: str):
     """(the tokenizer --tokenizer names for the pairs that pairs(bad) reads, its entries of meta.json): char learns
     every character of both sides, bpe trains its merges on a sample of the training pairs (written to out)."""
+    bad = BadDocuments(on_bad)
+    if next(pairs(bad), None) is None:  # read up to the first good pair, or all of a file without one
+        what = ("line of source TAB target" if kind_of(path) == "tsv" else
+                "object with the string fields that --source_field and --target_field name")
+        raise DataError(f"--pairs={path} holds no pair{_skipped(bad)}; give a file with at least one {what}")
     if tokenizer == "char":  # a first pass: every character of both sides
         chars = set()
         for _, s, t in pairs(BadDocuments(on_bad)):
             chars.update(s, t)
-        if not chars:
-            raise DataError(f"--pairs={path} holds no pair; give a file with at least one line of source TAB target")
         tok = CharTokenizer("".join(sorted(chars)))
         meta = {"tokenizer": "char", "chars": tok.chars}
     elif tokenizer == "gpt2":
@@ -244,7 +267,7 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
 
         def sample():
             left = BPE_SAMPLE_CHARS
-            for _, s, t in pairs(BadDocuments("skip")):
+            for _, s, t in pairs(BadDocuments(on_bad)):  # with stop, a bad line stops before the merges are trained
                 if left <= 0:
                     return
                 if not is_val_pair(s, t):
@@ -256,6 +279,11 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
         tok = bpe_tokenizer(ranks)
         meta = {"tokenizer": "bpe", "bpe_file": "bpe.ranks"}
     return tok, meta
+
+
+def _skipped(bad: BadDocuments) -> str:
+    """For a refusal that --on_bad=skip may explain: how many lines were left out, and the first."""
+    return f" ({bad.count:,} bad line(s) skipped, e.g. {bad.examples[0]})" if bad.count else ""
 
 
 def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_bad) -> dict:
@@ -283,8 +311,9 @@ def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_
         np.save(out / f"{s}.lengths.npy", np.asarray(lengths[s], dtype=np.int64).reshape(-1, 2))
     if not counts["train"]["pairs"] or not counts["val"]["pairs"]:
         empty = "train" if not counts["train"]["pairs"] else "val"
-        raise DataError(f"--pairs={path}: its {counts['train']['pairs'] + counts['val']['pairs']} pair(s) leave the "
-                        f"{empty} split empty (about 1 pair in 10 validates, by a hash); give a file with more pairs")
+        raise DataError(f"--pairs={path}: its {counts['train']['pairs'] + counts['val']['pairs']} pair(s)"
+                        f"{_skipped(bad)} leave the {empty} split empty (about 1 pair in 10 validates, by a hash); "
+                        f"give a file with more pairs")
     return {**meta, "kind": "pairs", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "dtype": dtype.name,
             **{f"{s}_{k}": v for s, c in counts.items() for k, v in c.items()},
             "bad_pairs": {"count": bad.count, "examples": bad.examples}}

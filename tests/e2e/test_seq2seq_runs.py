@@ -146,6 +146,17 @@ def test_a_source_file_may_start_with_a_byte_order_mark(runs, tmp_path, capsys):
     assert texts[0] == texts[1] and texts[0].count("\n") == 2
 
 
+def test_an_empty_source_file_has_no_line_to_translate(runs, tmp_path, capsys):
+    """One output line per input line: none for an empty file (a mark alone is empty too), one for a blank line."""
+    import sample
+
+    for data, lines in ((b"", 0), (b"\xef\xbb\xbf", 0), (b"\n", 1)):
+        (tmp_path / "src.txt").write_bytes(data)
+        assert sample.cli.run(sample.main, [f"--out_dir={runs['whole']}", f"--source=FILE:{tmp_path / 'src.txt'}"]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == "\n" * lines and f"[{lines} source(s)" in captured.err
+
+
 def test_export_refuses_an_encoder_decoder_in_one_line(runs, tmp_path):
     r = run_code("import sys; from interop import export; sys.exit(export.entry())", f"--out_dir={runs['whole']}",
                  f"--to={tmp_path / 'hf'}")
@@ -174,6 +185,7 @@ def test_a_pairs_file_trains_and_a_bad_one_is_refused_before_anything_is_written
 @pytest.mark.parametrize("flags,said", [
     (["--model=decoder", "--task=reverse"], "--model=seq2seq"),
     (["--pairs=x.tsv", "--task=sort"], "one of them"),
+    (["--pairs=x.tsv", "--source_field=q"], "this run's --pairs is a .tsv file"),
     (["--task=copy"], "task='copy' is not one of"),
     (["--task_max_len=20"], "--block_size of at least 21"),
     (["--tokenizer=gpt2"], "drop the flag"),

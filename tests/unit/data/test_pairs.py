@@ -244,3 +244,51 @@ def test_pairs_that_all_land_in_training_are_refused_and_leave_no_folder(tmp_pat
     with pytest.raises(DataError, match=r"leave the val split empty"):
         prepare_pairs(str(path), data_root=tmp_path / "root", progress=False)
     assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("encoding,named", [("utf-16", "UTF-16 text"), ("utf-16-le", "UTF-16-LE text"),
+                                            ("utf-16-be", "UTF-16-BE text"), ("utf-32", "UTF-32 text")])
+@pytest.mark.parametrize("name", ["p.tsv", "p.jsonl"])
+def test_a_utf16_file_is_refused_whole_with_the_command_that_converts_it(tmp_path, encoding, named, name):
+    """Without its mark, UTF-16's ASCII text is valid UTF-8 with a NUL beside each character: skipping bad lines
+    would train on NUL-laced pairs, so --on_bad=skip refuses it too."""
+    text = "ab\tba\ncd\tdc\n" if name.endswith(".tsv") else '{"source": "ab", "target": "ba"}\n'
+    path = write(tmp_path / name, text.encode(encoding))
+    for on_bad in ("stop", "skip"):
+        with pytest.raises(DataError) as e:
+            list(read_pairs(path, BadDocuments(on_bad)))
+        assert str(e.value).startswith(f"--pairs={path}: {named}, not UTF-8")
+        assert f"iconv -f {encoding.removesuffix('-le').removesuffix('-be')}" in str(e.value)
+        assert f"p.utf8.{name.split('.')[1]}" in str(e.value)
+
+
+def test_a_gzipped_pairs_file_is_refused_whole_and_a_latin1_line_alone(tmp_path):
+    import gzip
+
+    path = write(tmp_path / "p.tsv", gzip.compress(b"ab\tba\n" * 50))
+    with pytest.raises(DataError, match=r"gzip-compressed, not UTF-8 .* gzip -dc p.tsv > p.utf8.tsv"):
+        list(read_pairs(path, BadDocuments("skip")))
+    path = write(tmp_path / "p.tsv", "caf\xe9\tx\nab\tba\n".encode("latin1"))  # one bad line, as before
+    bad = BadDocuments("skip")
+    assert [(s, t) for _, s, t in read_pairs(path, bad)] == [("ab", "ba")] and bad.count == 1
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2", "bpe"])
+def test_a_file_whose_every_line_is_skipped_is_refused_for_that(tmp_path, tokenizer):
+    """--source_field naming a key no line has, with --on_bad=skip: the refusal says the lines were skipped and why,
+    and asks for what a .jsonl holds (not a split too small, nor a smaller bpe vocabulary)."""
+    path = write(tmp_path / "p.jsonl", b"".join(b'{"source": "ab%d", "target": "ba%d"}\n' % (i, i) for i in range(50)))
+    with pytest.raises(DataError) as e:
+        prepare_pairs(str(path), tokenizer, source_field="src", on_bad="skip", data_root=tmp_path / "root",
+                      progress=False)
+    assert str(e.value).startswith(f"--pairs={path} holds no pair")
+    assert "50 bad line(s) skipped" in str(e.value) and "no string field 'src'" in str(e.value)
+    assert "TAB" not in str(e.value) and "--source_field" in str(e.value)
+    assert not (tmp_path / "root").exists()
+
+
+def test_with_on_bad_stop_a_bpe_preparation_stops_at_the_first_bad_line(tmp_path):
+    """Before training its merges: a bad line is the error, not a vocabulary the good lines are too few for."""
+    path = write(tmp_path / "p.jsonl", b'{"q": "ab", "a": "ba"}\n' * 3 + b'{"q": "ab"}\n')
+    with pytest.raises(DataError, match=r"p\.jsonl:4: no string field 'a'"):
+        prepare_pairs(str(path), "bpe", source_field="q", target_field="a", data_root=tmp_path, progress=False)
