@@ -79,13 +79,17 @@ def probe_effects(ac: AttentionLimitsConfig):
 
 
 def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
-    """--ckpt_dir's checkpoint, checked before the probe trains: a next-token model (a decoder, or the cheater). An
-    encoder predicts the token at a [MASK], not the next one, so the next token's logit would measure nothing it
-    learned; an encoder-decoder reads pairs, not text."""
+    """--ckpt_dir's checkpoint, checked before the probe trains: a next-token model (a decoder, or the cheater), with a
+    context that holds a query every --query_every positions. An encoder predicts the token at a [MASK], not the
+    next one, so the next token's logit would measure nothing it learned; an encoder-decoder reads pairs, not text."""
     ckpt = Checkpoint.load(path_in(ac.ckpt_dir, ac.ckpt))
     if ckpt.objective not in ("decoder", "cheater"):
         raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a {ckpt.objective} checkpoint; the study measures the "
                           f"effect on the next token's logit, so give the folder of a decoder (or cheater) run")
+    T = ckpt.model_config.block_size
+    if ac.query_every > T:  # the queries are positions query_every - 1, 2 * query_every - 1, ... of a window
+        raise ConfigError(f"query_every={ac.query_every} leaves no query in a window of block_size={T} tokens (the "
+                          f"checkpoint's context); choose at most {T}")
     return ckpt
 
 

@@ -44,6 +44,27 @@ def test_attention_study_refuses_a_checkpoint_without_a_next_token_before_traini
         assert not out.exists()
 
 
+
+def test_attention_study_refuses_queries_past_the_checkpoints_context_before_training_its_probe(trained_checkpoints,
+                                                                                                tmp_path, monkeypatch):
+    """--query_every above the checkpoint's block_size leaves no query in a window: the study trained its probe,
+    then ended in an IndexError traceback. block_size itself (one query, the last position) is taken."""
+    import compare
+    from common.errors import ConfigError
+    from insight import probe_fit, probe_report  # noqa: F401  probe_report first: it binds the real fit by name
+
+    out = tmp_path / "limits"
+    flags = ["--study=attention", f"--ckpt_dir={trained_checkpoints['decoder']}", f"--out={out}", "--windows=1",
+             "--probe_steps=1", "--probe_sequences=1", "--probe_task=copy", "--probe_n=2"]
+    real_fit = probe_fit.fit
+    monkeypatch.setattr(probe_fit, "fit", lambda *a, **k: pytest.fail("the probe trained before the refusal"))
+    with pytest.raises(ConfigError, match=r"^query_every=17 leaves no query in a window of block_size=16 tokens"):
+        compare.main([*flags, "--query_every=17"])
+    assert not out.exists()
+    monkeypatch.setattr(probe_fit, "fit", real_fit)
+    compare.main([*flags, "--query_every=16"])
+    assert "| Shakespeare" in (out / "table.md").read_text()
+
 def test_positional_study_end_to_end(corpus, tmp_path):
     import compare
 
