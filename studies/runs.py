@@ -22,9 +22,15 @@ SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters"
 
 def train_run(sc, name: str, **settings) -> str:
     """Train one model into sc.out/name with train.py and run_flags(sc, name, **settings); returns the run's out_dir.
-    A run that fails stops the study with its own error, printed above."""
+    A run that fails stops the study with its own error, printed above. A Ctrl-C reaches the run too (one process
+    group): it finishes its step and saves its checkpoint, as train.py does, before the study stops."""
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
-    code = subprocess.run([sys.executable, TRAIN, *run_flags(sc, name, **settings)]).returncode
+    run = subprocess.Popen([sys.executable, TRAIN, *run_flags(sc, name, **settings)])
+    try:
+        code = run.wait()
+    except KeyboardInterrupt:  # subprocess.run would kill the run 0.25 s later, before its checkpoint is written
+        run.wait()  # a second Ctrl-C stops both at once
+        raise
     if code:
         raise UserError(f"the study's {name} run stopped with exit code {code} (its error is above); change the "
                         f"study's flags and run it again")

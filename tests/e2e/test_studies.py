@@ -120,7 +120,7 @@ def test_a_study_refuses_an_out_that_is_a_file_before_it_trains(study, corpus, t
     from insight import probe_fit, probe_report  # noqa: F401  probe_report first: it binds the real fit by name
     from studies import runs
 
-    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    monkeypatch.setattr(runs.subprocess, "Popen", lambda *a, **k: pytest.fail("a run trained before the refusal"))
     monkeypatch.setattr(probe_fit, "fit", lambda *a, **k: pytest.fail("the probe trained before the refusal"))
     out = tmp_path / "results.txt"
     out.write_text("not a folder")
@@ -142,7 +142,7 @@ def test_a_flag_that_one_run_refuses_is_refused_before_any_run_trains(study, fla
     from common.errors import UserError
     from studies import runs
 
-    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    monkeypatch.setattr(runs.subprocess, "Popen", lambda *a, **k: pytest.fail("a run trained before the refusal"))
     out = tmp_path / "study"
     with pytest.raises(UserError, match=refused):
         compare.main([*study_flags(study, corpus, tmp_path), flag, f"--out={out}"])
