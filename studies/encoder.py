@@ -34,7 +34,7 @@ VARIANTS = ("decoder", "encoder", "cheater")
 
 @dataclass
 class EncoderStudyConfig:
-    out: str = "study-encoder"  # report.md, figures, results.json and one run folder per model
+    out: str = "study-encoder"  # report.md, figures, results.json and one run folder per model (a new or empty folder)
     # the model and budget every run shares
     n_layer: int = 4
     n_head: int = 4

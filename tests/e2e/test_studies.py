@@ -147,3 +147,34 @@ def test_a_flag_that_one_run_refuses_is_refused_before_any_run_trains(study, fla
     with pytest.raises(UserError, match=refused):
         compare.main([*study_flags(study, corpus, tmp_path), flag, f"--out={out}"])
     assert not out.exists()
+
+
+@pytest.mark.parametrize("study", ["encoder", "positions", "seq2seq"])
+def test_a_study_refuses_an_out_that_holds_an_earlier_study_before_it_trains(study, corpus, tmp_path, monkeypatch):
+    """A second study into the same --out replaced the earlier one's runs one by one, and its report only at the
+    end: stopped between, the folder held an earlier report.md that no longer described its run folders."""
+    import compare
+    from common.errors import FlagError
+    from studies import runs
+
+    monkeypatch.setattr(runs.subprocess, "Popen", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    out = tmp_path / "study"
+    (out / "decoder").mkdir(parents=True)
+    (out / "report.md").write_text("the earlier study")
+    with pytest.raises(FlagError, match=f"^--out={out} holds an earlier study's files \\(decoder, report.md\\); "
+                                        f"choose another --out"):
+        compare.main([*study_flags(study, corpus, tmp_path), f"--out={out}"])
+    assert sorted(p.name for p in out.iterdir()) == ["decoder", "report.md"]
+    assert (out / "report.md").read_text() == "the earlier study"
+    (out / "report.md").unlink()
+    (out / "decoder").rmdir()
+
+    class Started(Exception):
+        pass
+
+    def start(*a, **k):
+        raise Started
+
+    monkeypatch.setattr(runs.subprocess, "Popen", start)
+    with pytest.raises(Started):  # an empty --out is taken: its first run starts
+        compare.main([*study_flags(study, corpus, tmp_path), f"--out={out}"])
