@@ -79,9 +79,9 @@ def probe_effects(ac: AttentionLimitsConfig):
 
 
 def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
-    """--ckpt_dir's checkpoint, checked before the probe trains: a next-token model (a decoder, or the cheater). An
-    encoder predicts the token at a [MASK], not the next one, so the next token's logit would measure nothing it
-    learned; an encoder-decoder reads pairs, not text."""
+    """--ckpt_dir's checkpoint, checked before the probe trains: a next-token model (a decoder, or the cheater), with a
+    context that holds a query every --query_every positions. An encoder predicts the token at a [MASK], not the
+    next one, so the next token's logit would measure nothing it learned; an encoder-decoder reads pairs, not text."""
     path = path_in(ac.ckpt_dir, ac.ckpt)
     if not os.path.exists(path) and not os.path.isfile(os.path.join(os.path.dirname(path), "config.json")):
         raise ConfigError(f"no checkpoint at {path}; train a run first (python train.py --out_dir=RUN) and pass "
@@ -91,6 +91,10 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
         raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a checkpoint trained with --model={ckpt.objective}; the "
                           f"study measures the effect on the next token's logit, so give the folder of a decoder (or "
                           f"cheater) run")
+    T = ckpt.model_config.block_size
+    if ac.query_every > T:  # the queries are positions query_every - 1, 2 * query_every - 1, ... of a window
+        raise ConfigError(f"query_every={ac.query_every} leaves no query in a window of block_size={T} tokens (the "
+                          f"checkpoint's context); choose at most {T}")
     return ckpt
 
 

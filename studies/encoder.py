@@ -27,14 +27,14 @@ from studies import cloze
 from studies.runs import read_metrics, start_study, train_run, train_speed, val_tokens, val_windows, wandb_flags
 from inference.checkpoint import load_for_inference, path_in
 from inference.masked import generate_by_masks as mask_append_stream
-from inference.generate import generate_stream
+from inference.generate import check_sampling, generate_stream
 
 VARIANTS = ("decoder", "encoder", "cheater")
 
 
 @dataclass
 class EncoderStudyConfig:
-    out: str = "study-encoder"  # report.md, figures, results.json and one run folder per model
+    out: str = "study-encoder"  # report.md, figures, results.json and one run folder per model (a new or empty folder)
     # the model and budget every run shares
     n_layer: int = 4
     n_head: int = 4
@@ -80,6 +80,7 @@ class EncoderStudyConfig:
         if self.pppl_windows > self.nll_windows:  # pseudo-perplexity scores the first of the next-token windows
             raise ConfigError(f"pppl_windows={self.pppl_windows} must be at most nll_windows={self.nll_windows}: "
                               f"pseudo-perplexity scores the first of those windows")
+        check_sampling(self.temperature, self.top_k)  # the samples come after the training: refused before it
 
 
 def run_settings(sc: EncoderStudyConfig) -> dict:

@@ -32,7 +32,7 @@ EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the trai
 
 @dataclass
 class PositionsConfig:
-    out: str = "study"  # results and one run folder per model
+    out: str = "study"  # results and one run folder per model (a new or empty folder)
     scores: bool = True  # also train the additive and bilinear score functions (and dot on the math path)
     # the model and budget every run shares
     n_layer: int = 4

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import torch
 
-from common.errors import DataError, UserError
+from common.errors import DataError, FlagError, UserError
 from common.files import need_folder
 from training.metrics import need_wandb_mode, read_metrics
 
@@ -22,9 +22,15 @@ SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters"
 
 def train_run(sc, name: str, **settings) -> str:
     """Train one model into sc.out/name with train.py and run_flags(sc, name, **settings); returns the run's out_dir.
-    A run that fails stops the study with its own error, printed above."""
+    A run that fails stops the study with its own error, printed above. A Ctrl-C reaches the run too (one process
+    group): it finishes its step and saves its checkpoint, as train.py does, before the study stops."""
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
-    code = subprocess.run([sys.executable, TRAIN, *run_flags(sc, name, **settings)]).returncode
+    run = subprocess.Popen([sys.executable, TRAIN, *run_flags(sc, name, **settings)])
+    try:
+        code = run.wait()
+    except KeyboardInterrupt:  # subprocess.run would kill the run 0.25 s later, before its checkpoint is written
+        run.wait()  # a second Ctrl-C stops both at once
+        raise
     if code:
         raise UserError(f"the study's {name} run stopped with exit code {code} (its error is above); change the "
                         f"study's flags and run it again")
@@ -43,13 +49,19 @@ def run_flags(sc, name: str, **settings) -> list[str]:
 
 
 def start_study(sc, runs: dict) -> None:
-    """Before any run trains: --out checked, and every run's train.py flags ({name: settings}, as train_run takes
-    them) checked as train.py checks its flags before it reads any data; then sc.out is made. A mistake only one run
-    would refuse (--mask_rate reaches the encoder alone) stops the study here, with nothing written, not after the
-    runs before it have trained."""
+    """Before any run trains: --out checked (a new or empty folder: an earlier study's is refused, not replaced), and
+    every run's train.py flags ({name: settings}, as train_run takes them) checked as train.py checks its flags
+    before it reads any data; then sc.out is made. A mistake only one run would refuse (--mask_rate reaches the
+    encoder alone) stops the study here, with nothing written, not after the runs before it have trained."""
     from training.config import configure
 
     need_folder(sc.out, "out")
+    earlier = sorted(os.listdir(sc.out)) if os.path.isdir(sc.out) else []
+    if earlier:  # each run would replace its folder as it starts, the report only at the end: stopped between,
+        #          the earlier report.md would describe runs that are gone
+        raise FlagError(f"--out={sc.out} holds an earlier study's files ({', '.join(earlier[:4])}"
+                        f"{', ...' if len(earlier) > 4 else ''}); choose another --out, or remove that folder to run "
+                        f"the study there again")
     need_wandb_mode(getattr(sc, "wandb_log", False))  # each run's train.py would refuse it, the first after --out
     for name, settings in runs.items():
         with contextlib.redirect_stderr(io.StringIO()):  # its notes: train.py says them when the run starts

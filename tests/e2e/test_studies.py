@@ -45,6 +45,27 @@ def test_attention_study_refuses_a_checkpoint_without_a_next_token_before_traini
         assert not out.exists()
 
 
+
+def test_attention_study_refuses_queries_past_the_checkpoints_context_before_training_its_probe(trained_checkpoints,
+                                                                                                tmp_path, monkeypatch):
+    """--query_every above the checkpoint's block_size leaves no query in a window: the study trained its probe,
+    then ended in an IndexError traceback. block_size itself (one query, the last position) is taken."""
+    import compare
+    from common.errors import ConfigError
+    from insight import probe_fit, probe_report  # noqa: F401  probe_report first: it binds the real fit by name
+
+    out = tmp_path / "limits"
+    flags = ["--study=attention", f"--ckpt_dir={trained_checkpoints['decoder']}", f"--out={out}", "--windows=1",
+             "--probe_steps=1", "--probe_sequences=1", "--probe_task=copy", "--probe_n=2"]
+    real_fit = probe_fit.fit
+    monkeypatch.setattr(probe_fit, "fit", lambda *a, **k: pytest.fail("the probe trained before the refusal"))
+    with pytest.raises(ConfigError, match=r"^query_every=17 leaves no query in a window of block_size=16 tokens"):
+        compare.main([*flags, "--query_every=17"])
+    assert not out.exists()
+    monkeypatch.setattr(probe_fit, "fit", real_fit)
+    compare.main([*flags, "--query_every=16"])
+    assert "| Shakespeare" in (out / "table.md").read_text()
+
 def test_positional_study_end_to_end(corpus, tmp_path):
     import compare
 
@@ -100,7 +121,7 @@ def test_a_study_refuses_an_out_that_is_a_file_before_it_trains(study, corpus, t
     from insight import probe_fit, probe_report  # noqa: F401  probe_report first: it binds the real fit by name
     from studies import runs
 
-    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    monkeypatch.setattr(runs.subprocess, "Popen", lambda *a, **k: pytest.fail("a run trained before the refusal"))
     monkeypatch.setattr(probe_fit, "fit", lambda *a, **k: pytest.fail("the probe trained before the refusal"))
     out = tmp_path / "results.txt"
     out.write_text("not a folder")
@@ -122,8 +143,39 @@ def test_a_flag_that_one_run_refuses_is_refused_before_any_run_trains(study, fla
     from common.errors import UserError
     from studies import runs
 
-    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    monkeypatch.setattr(runs.subprocess, "Popen", lambda *a, **k: pytest.fail("a run trained before the refusal"))
     out = tmp_path / "study"
     with pytest.raises(UserError, match=refused):
         compare.main([*study_flags(study, corpus, tmp_path), flag, f"--out={out}"])
     assert not out.exists()
+
+
+@pytest.mark.parametrize("study", ["encoder", "positions", "seq2seq"])
+def test_a_study_refuses_an_out_that_holds_an_earlier_study_before_it_trains(study, corpus, tmp_path, monkeypatch):
+    """A second study into the same --out replaced the earlier one's runs one by one, and its report only at the
+    end: stopped between, the folder held an earlier report.md that no longer described its run folders."""
+    import compare
+    from common.errors import FlagError
+    from studies import runs
+
+    monkeypatch.setattr(runs.subprocess, "Popen", lambda *a, **k: pytest.fail("a run trained before the refusal"))
+    out = tmp_path / "study"
+    (out / "decoder").mkdir(parents=True)
+    (out / "report.md").write_text("the earlier study")
+    with pytest.raises(FlagError, match=f"^--out={out} holds an earlier study's files \\(decoder, report.md\\); "
+                                        f"choose another --out"):
+        compare.main([*study_flags(study, corpus, tmp_path), f"--out={out}"])
+    assert sorted(p.name for p in out.iterdir()) == ["decoder", "report.md"]
+    assert (out / "report.md").read_text() == "the earlier study"
+    (out / "report.md").unlink()
+    (out / "decoder").rmdir()
+
+    class Started(Exception):
+        pass
+
+    def start(*a, **k):
+        raise Started
+
+    monkeypatch.setattr(runs.subprocess, "Popen", start)
+    with pytest.raises(Started):  # an empty --out is taken: its first run starts
+        compare.main([*study_flags(study, corpus, tmp_path), f"--out={out}"])

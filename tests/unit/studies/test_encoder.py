@@ -24,3 +24,13 @@ def test_the_cloze_table_says_dash_for_a_kind_with_no_positions():
     lines = cloze_table(res).splitlines()
     assert lines[0] == "| top-1 accuracy / cross-entropy (nats) | all (4) | word-initial (0) | in-word (2) |"
     assert lines[2] == "| decoder, left only | 25.0% / 3.000 | - | 50.0% / 2.000 |"
+
+
+@pytest.mark.parametrize("bad, said", [(dict(temperature=-1.0), "temperature=-1.0 must be >= 0"),
+                                       (dict(top_k=0), "top_k=0 must be a positive integer")])
+def test_sampling_settings_are_refused_before_any_run_trains(bad, said):
+    """--temperature and --top_k are used by the samples alone, after the three runs have trained: a bad value was
+    refused there, minutes of training too late."""
+    with pytest.raises(ConfigError, match=f"^{said}"):
+        EncoderStudyConfig(**bad)
+    assert EncoderStudyConfig(temperature=0.0, top_k=1).temperature == 0.0  # greedy, and the smallest top-k

@@ -1,0 +1,58 @@
+"""What every study shares (studies/runs.py): how it runs train.py."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+# Stands in for train.py: on SIGINT it takes a while to finish its step and save (as a real run of some size does),
+# then exits 130 as train.py does.
+FAKE_TRAIN = """
+import os, signal, sys, time
+out = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--out_dir=")][0]
+os.makedirs(out, exist_ok=True)
+stop = []
+signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+open(os.path.join(out, "started"), "w").close()
+while not stop:
+    time.sleep(0.05)
+time.sleep(1.0)
+open(os.path.join(out, "ckpt_last.pt"), "w").close()
+sys.exit(130)
+"""
+
+DRIVER = """
+import sys
+from types import SimpleNamespace
+from studies import runs
+runs.TRAIN = sys.argv[1]
+sc = SimpleNamespace(out=sys.argv[2], input=None, split=None, data_root=None,
+                     **{k: 1 for k in runs.SHARED})
+try:
+    runs.train_run(sc, "decoder")
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_lets_the_run_save_its_checkpoint_before_the_study_stops(tmp_path):
+    """Ctrl-C reaches the study and its train.py run (one process group): train.py finishes its step and saves, but
+    the study's subprocess.run killed it 0.25 s after the Ctrl-C, before its checkpoint was written."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_TRAIN)
+    out = tmp_path / "study"
+    study = subprocess.Popen([sys.executable, "-c", textwrap.dedent(DRIVER), str(fake), str(out)],
+                             cwd=os.getcwd(), start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "decoder" / "started").exists():
+            assert time.monotonic() < deadline and study.poll() is None, "the run never started"
+            time.sleep(0.05)
+        os.killpg(study.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+        assert study.wait(timeout=60) == 130
+    finally:
+        if study.poll() is None:
+            os.killpg(study.pid, signal.SIGKILL)
+    assert (out / "decoder" / "ckpt_last.pt").exists()
