@@ -72,6 +72,15 @@ def with_stop_token(tokenizer: Tokenizer) -> StopTokenizer:
 
 # ---- reading a pairs file ----
 
+def pairs_facts(cfg) -> dict:
+    """What kind of file a TrainConfig's --pairs is, for where its flags apply (common/flag_scope.py: a .jsonl has
+    keys to name); none without --pairs, or for a name of no kind (refused where the file is read, in its words)."""
+    try:
+        return {} if cfg.pairs is None else {"pairs_file": kind_of(Path(cfg.pairs))}
+    except DataError:
+        return {}
+
+
 def kind_of(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(".tsv"):

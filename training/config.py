@@ -5,17 +5,16 @@ Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.
 """
 import os
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 import configs
 from common.device import need_dtype
-from common.errors import CheckpointError, ConfigError, DataError, FlagError, SetupError, need, need_seed, need_threads
+from common.errors import CheckpointError, ConfigError, FlagError, SetupError, need, need_seed, need_threads
 from common import flags
 from common import flag_scope
 from common.flags import parse_configs
 from data.config import PrepareConfig
 from data.pair_batches import TASKS
-from data.pairs import kind_of as pairs_kind
+from data.pairs import pairs_facts
 from data.split import input_facts
 from model import GPTConfig
 from inference.checkpoint import LAST, Checkpoint, read_train_config
@@ -261,18 +260,9 @@ def scope_facts(tc: TrainConfig, model: GPTConfig | None = None) -> dict:
     """The facts where train.py's flags apply (common/flag_scope.py): the TrainConfig's, for a text model what
     data/prepare.py will find in the text (data/split.py's input_facts; a seq2seq run reads pairs), and the model's
     positions where the model is known."""
-    data = input_facts(tc) if tc.model != "seq2seq" else pairs_facts(tc.pairs) if tc.pairs is not None else {}
+    data = input_facts(tc) if tc.model != "seq2seq" else pairs_facts(tc)
     positions = {} if model is None else {"pos_emb": model.pos_emb}
     return {**flag_scope.train_facts(tc), **data, **positions}
-
-
-def pairs_facts(path: str) -> dict:
-    """What kind of pairs file --pairs is (its .jsonl has keys to name); a name of no kind is refused where it is
-    read, in its own words."""
-    try:
-        return {"pairs_file": pairs_kind(Path(path))}
-    except DataError:
-        return {}
 
 
 def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]:
