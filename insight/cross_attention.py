@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.errors import UserError
+from common.errors import DataError, UserError
 from common.eval_mode import evaluating
 from data.pairs import STOP_TEXT
 from inference.translate import translate
@@ -47,6 +47,14 @@ def token_texts(tokenizer, ids) -> list[str]:
     return [STOP_TEXT if i == tokenizer.stop_id else tokenizer.decode([i]) for i in ids]
 
 
+def encoded(tokenizer, text: str, flag: str) -> list[int]:
+    """text's ids; a character the vocabulary lacks is refused naming the flag that gave the text."""
+    try:
+        return tokenizer.encode(text)
+    except DataError as e:
+        raise DataError(f"--{flag}: {e}") from None
+
+
 def cross_attention_view(model, tokenizer, source_text: str, target_text: str = "",
                          max_tokens: int | None = None, flag: str = "max_tokens") -> CrossAttentionView:
     """The cross-attention of source_text, for target_text or (when empty) the target greedy decoding writes.
@@ -56,7 +64,7 @@ def cross_attention_view(model, tokenizer, source_text: str, target_text: str = 
                         "the source, not its tokens, so there is no target x source map to draw; visualise a "
                         "checkpoint trained with the default cross-attention")
     limit = min(max_tokens or model.config.block_size, model.config.block_size)
-    source = tokenizer.encode(source_text)
+    source = encoded(tokenizer, source_text, "source")
     if not source:
         raise UserError("the source to visualise is empty; pass some text with --source=...")
     if len(source) > limit:
@@ -66,7 +74,7 @@ def cross_attention_view(model, tokenizer, source_text: str, target_text: str = 
     src = torch.tensor([source], device=device)  # (1, S)
     stop = tokenizer.stop_id
     if target_text:
-        target = tokenizer.encode(target_text) + [stop]  # the last step writes STOP
+        target = encoded(tokenizer, target_text, "target") + [stop]  # the last step writes STOP
         if len(target) > limit:
             raise UserError(f"the target is {len(target) - 1} tokens and STOP makes {len(target)}, more than the "
                             f"{limit} that can be shown; shorten --target")

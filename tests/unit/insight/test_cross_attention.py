@@ -120,6 +120,9 @@ def test_what_cannot_be_drawn_is_refused_with_one_line():
         cross_attention_view(model, tokenizer, "abc", "a" * 16)  # with STOP, 17 rows
     with pytest.raises(UserError, match="empty"):
         cross_attention_view(model, tokenizer, "")
+    for source, target, flag in (("aZc", "", "source"), ("abc", "cZa", "target")):  # 'Z': not in the vocabulary
+        with pytest.raises(UserError, match=rf"^--{flag}: character 'Z' \(U\+005A\) is not in this char vocab"):
+            cross_attention_view(model, tokenizer, source, target)
 
 
 def test_a_training_models_cross_attention_maps_are_its_eval_maps_and_it_keeps_training():
