@@ -155,8 +155,9 @@ class TrainConfig(PrepareConfig):
             need(self.pairs is None or self.task is None, "--pairs and --task both name the pairs to train on; give "
                  "one of them")
             need(self.task is None or self.task in TASKS, f"task={self.task!r} is not one of {', '.join(TASKS)}")
-            need(0 < self.task_min_len <= self.task_max_len, f"task_min_len={self.task_min_len} and task_max_len="
-                 f"{self.task_max_len} must be positive with task_min_len <= task_max_len")
+            need(self.pairs is not None or 0 < self.task_min_len <= self.task_max_len, f"task_min_len="
+                 f"{self.task_min_len} and task_max_len={self.task_max_len} must be positive with task_min_len <= "
+                 f"task_max_len")  # (with --pairs they apply to nothing: flag_scope refuses them, saying so)
             need(not self.fsdp, "--fsdp=true shards a GPT's blocks; train --model=seq2seq with DDP (torchrun without "
                  "--fsdp)")
             need(self.total_batch_size is None, "--total_batch_size counts block_size tokens a row, which pairs do "

@@ -186,6 +186,7 @@ def test_a_pairs_file_trains_and_a_bad_one_is_refused_before_anything_is_written
     (["--model=decoder", "--task=reverse"], "--model=seq2seq"),
     (["--pairs=x.tsv", "--task=sort"], "one of them"),
     (["--pairs=x.tsv", "--source_field=q"], "this run's --pairs is a .tsv file"),
+    (["--pairs=x.tsv", "--task_max_len=3"], "a --pairs file holds its own lengths"),  # not: 4 <= 3 is false
     (["--task=copy"], "task='copy' is not one of"),
     (["--task_max_len=20"], "--block_size of at least 21"),
     (["--tokenizer=gpt2"], "drop the flag"),
