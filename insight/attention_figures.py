@@ -33,7 +33,7 @@ GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few l
 
 def token_labels(tokenizer, ids) -> list[str]:
     """Printable labels: whitespace made visible, long BPE pieces shortened."""
-    return printable([tokenizer.decode([i]) for i in ids])
+    return printable([tokenizer.token_text(i) for i in ids])
 
 
 def printable(texts: list[str]) -> list[str]:

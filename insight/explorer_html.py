@@ -80,8 +80,8 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
         maps = attention_maps(model, torch.tensor([ids], device=device))[:, 0].float().cpu()  # (L, H, T, T)
     scores = induction_scores(model, avoid=special_ids(tokenizer))
     cfg = model.config
-    return {"tokens": [shown(tokenizer.decode([i])) for i in ids],
-            "newline": ["\n" in tokenizer.decode([i]) for i in ids],
+    texts = [tokenizer.token_text(i) for i in ids]
+    return {"tokens": [shown(t) for t in texts], "newline": ["\n" in t for t in texts],
             "layers": cfg.n_layer, "heads": cfg.n_head, "causal": cfg.causal,
             "title": (f"{'decoder (causal)' if cfg.causal else 'encoder (bidirectional)'}, {cfg.n_layer} layers x "
                       f"{cfg.n_head} heads, pos_emb={cfg.pos_emb}, {len(ids)} tokens"),
