@@ -60,9 +60,14 @@ def dequantise(blob: bytes, L: int, H: int, T: int, causal: bool, S: int | None 
     return maps
 
 
+# the other control characters as their Unicode pictures: a NUL has no width to hover, a carriage return looks blank
+CONTROL_PICTURES = {**{c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"}, 0x7F: 0x2421}
+
+
 def shown(text: str) -> str:
-    """A token as the page prints it: newlines and tabs visible (the page adds a line break after a newline)."""
-    return text.replace("\n", "\u21b5").replace("\t", "\u21e5")
+    """A token as the page prints it: newlines, tabs and other control characters visible (the page adds a line
+    break after a newline)."""
+    return text.replace("\n", "\u21b5").replace("\t", "\u21e5").translate(CONTROL_PICTURES)
 
 
 def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict:

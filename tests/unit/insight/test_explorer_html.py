@@ -104,3 +104,16 @@ def test_a_token_holding_part_of_a_character_shows_its_bytes():
     assert pieces == [b"a", b"\xf0\x9f\x98", b"\x80", b"\xd7", b"\x9d"]  # the split this test is about
     assert meta["tokens"] == ["a", "\\xf0\\x9f\\x98", "\\x80", "\\xd7", "\\x9d"]
     assert token_labels(tokenizer, tokenizer.encode(text))[2:] == ["\\x80", "\\xd7", "\\x9d"]  # the PNG grid's
+
+
+def test_control_characters_show_as_their_pictures():
+    """A NUL or a form feed has no width on a page (nothing to hover) and a carriage return reads as a space: each
+    shows as its Unicode control picture, as a newline shows as an arrow."""
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import explorer_html
+
+    text = "a\x00\r\x0c\x7f \n\t"
+    tokenizer = CharTokenizer(text)
+    meta, _ = page_parts(explorer_html(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, text))
+    assert meta["tokens"] == ["a", "\u2400", "\u240d", "\u240c", "\u2421", " ", "\u21b5", "\u21e5"]
+    assert meta["newline"] == [False] * 6 + [True, False]
