@@ -2,7 +2,7 @@
 
 All three round-trip text exactly, and refuse a str that holds half of a surrogate pair (it has no UTF-8). `gpt2`
 and `bpe` are byte-level, so a single token may end inside a multi-byte character: `stream_decoder()` buffers such
-bytes, for printing tokens one at a time as they are sampled.
+bytes, for printing tokens one at a time as they are sampled, and `token_text()` labels such a token by its bytes.
 """
 import base64
 import codecs
@@ -71,6 +71,11 @@ class Tokenizer:
 
     def decode(self, ids) -> str:
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def token_text(self, i: int) -> str:
+        """One token as a label: a byte-level token may hold part of a character, and decode() would show every
+        such token as the same U+FFFD; its bytes are shown as \\xNN instead."""
+        return self.decode_bytes([i]).decode("utf-8", errors="backslashreplace")
 
     def stream_decoder(self):
         """A function (ids, final=False) -> str that holds back an incomplete UTF-8 character until its last byte

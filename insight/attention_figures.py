@@ -33,7 +33,7 @@ GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few l
 
 def token_labels(tokenizer, ids) -> list[str]:
     """Printable labels: whitespace made visible, long BPE pieces shortened."""
-    return printable([tokenizer.decode([i]) for i in ids])
+    return printable([tokenizer.token_text(i) for i in ids])
 
 
 def printable(texts: list[str]) -> list[str]:
@@ -90,15 +90,16 @@ def plot_maps(data: torch.Tensor, labels: list[str], title: str, key_labels: lis
             ax.set_title(f"layer {layer}, {head}", fontsize=9)
             ax.set_xticks(range(S))
             ax.set_yticks(range(T))
-            # keys along x on the bottom row, queries along y in the first column: every panel shares them
-            ax.set_xticklabels(key_labels if layer == L - 1 else [], rotation=90, fontsize=font)
-            ax.set_yticklabels(labels if p == 0 else [], fontsize=font)
+            # keys along x on the bottom row, queries along y in the first column: every panel shares them.
+            # parse_math off: a token such as ' $$' is text, never a formula (matplotlib reads '$...$' as one)
+            ax.set_xticklabels(key_labels if layer == L - 1 else [], rotation=90, fontsize=font, parse_math=False)
+            ax.set_yticklabels(labels if p == 0 else [], fontsize=font, parse_math=False)
             ax.tick_params(length=0)
     for ax in axes[-1]:
         ax.set_xlabel(axes_names[1], fontsize=7)
     for ax in axes[:, 0]:
         ax.set_ylabel(axes_names[0], fontsize=7)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=10, parse_math=False)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (colour ~ sqrt)")
     return fig
 
@@ -197,7 +198,7 @@ def induction_figure(prefix: torch.Tensor, copy: torch.Tensor, title: str):
         ax.set_yticks(range(L), [f"layer {layer}" for layer in range(L)], fontsize=7)
         ax.set_title(name, fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.8)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=9, parse_math=False)
     return fig
 
 
@@ -219,5 +220,5 @@ def induction_curve_figure(rows: list[dict], title: str):
     lines = loss_ax.get_legend_handles_labels()
     more = score_ax.get_legend_handles_labels()
     loss_ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="center right")
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=9, parse_math=False)
     return fig

@@ -44,7 +44,7 @@ def cross_weights(model, source, target_in, source_valid=None) -> torch.Tensor:
 
 def token_texts(tokenizer, ids) -> list[str]:
     """Each id as its own text; STOP (which the tokenizer decodes to nothing) as STOP_TEXT."""
-    return [STOP_TEXT if i == tokenizer.stop_id else tokenizer.decode([i]) for i in ids]
+    return [STOP_TEXT if i == tokenizer.stop_id else tokenizer.token_text(i) for i in ids]
 
 
 def encoded(tokenizer, text: str, flag: str) -> list[int]:

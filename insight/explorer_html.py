@@ -60,9 +60,14 @@ def dequantise(blob: bytes, L: int, H: int, T: int, causal: bool, S: int | None 
     return maps
 
 
+# the other control characters as their Unicode pictures: a NUL has no width to hover, a carriage return looks blank
+CONTROL_PICTURES = {**{c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"}, 0x7F: 0x2421}
+
+
 def shown(text: str) -> str:
-    """A token as the page prints it: newlines and tabs visible (the page adds a line break after a newline)."""
-    return text.replace("\n", "\u21b5").replace("\t", "\u21e5")
+    """A token as the page prints it: newlines, tabs and other control characters visible (the page adds a line
+    break after a newline)."""
+    return text.replace("\n", "\u21b5").replace("\t", "\u21e5").translate(CONTROL_PICTURES)
 
 
 def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict:
@@ -80,8 +85,8 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
         maps = attention_maps(model, torch.tensor([ids], device=device))[:, 0].float().cpu()  # (L, H, T, T)
     scores = induction_scores(model, avoid=special_ids(tokenizer))
     cfg = model.config
-    return {"tokens": [shown(tokenizer.decode([i])) for i in ids],
-            "newline": ["\n" in tokenizer.decode([i]) for i in ids],
+    texts = [tokenizer.token_text(i) for i in ids]
+    return {"tokens": [shown(t) for t in texts], "newline": ["\n" in t for t in texts],
             "layers": cfg.n_layer, "heads": cfg.n_head, "causal": cfg.causal,
             "title": (f"{'decoder (causal)' if cfg.causal else 'encoder (bidirectional)'}, {cfg.n_layer} layers x "
                       f"{cfg.n_head} heads, pos_emb={cfg.pos_emb}, {len(ids)} tokens"),

@@ -96,3 +96,21 @@ def test_a_figure_whose_write_fails_is_closed_all_the_same(tmp_path):
     with pytest.raises((OSError, UserError)):
         save_figure(fig, tmp_path / "notes.txt" / "maps.png")
     assert not plt.fignum_exists(fig.number)
+
+
+def test_dollar_signs_in_tokens_and_titles_are_drawn_as_text_not_mathtext():
+    """Matplotlib reads text between two '$' as a formula: GPT-2's ' $$' token (or a run folder named so) stopped
+    the drawing with a ParseException, and '$x$' was drawn as an italic x."""
+    import io
+
+    import torch
+
+    from insight.attention_figures import induction_curve_figure, plot_maps, printable
+
+    labels = printable([" $$", "$x$", "a"])
+    fig = plot_maps(torch.full((1, 2, 3, 3), 1 / 3), labels, "run$$1: maps")
+    fig.savefig(io.BytesIO(), format="png")  # the labels are laid out and drawn here
+    shown = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert shown == ["\u2423$$", "$x$", "a"] and not any(t.get_parse_math() for t in fig.axes[0].get_yticklabels())
+    rows = [{"step": 1, "train_loss": 2.0, "val_loss": 2.1, "induction_score": 0.5}]
+    induction_curve_figure(rows, "/runs/a$$1: the best head's score").savefig(io.BytesIO(), format="png")

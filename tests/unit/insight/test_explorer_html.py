@@ -48,8 +48,8 @@ class WordTokenizer:
     def encode(self, text):
         return [self.words.index(w) for w in text.split(" ")]
 
-    def decode(self, ids):
-        return " ".join(self.words[i] for i in ids)
+    def token_text(self, i):
+        return self.words[i]
 
 
 def test_a_token_that_spells_a_closing_script_tag_stays_inside_the_page_data():
@@ -88,3 +88,32 @@ def test_too_long_a_text_is_refused_with_one_line():
     tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
     with pytest.raises(UserError, match="context is 16"):
         explorer_html(tiny_model(), tokenizer, "a" * 17)
+
+
+def test_a_token_holding_part_of_a_character_shows_its_bytes():
+    """GPT-2 splits '😀' into the bytes F0 9F 98 and 80, and Hebrew's final letter into D7 and 9D: each such token
+    was labelled U+FFFD, so the page showed a row of identical question marks in place of different tokens."""
+    from data.tokenizer import gpt2_tokenizer
+    from insight.attention_figures import token_labels
+    from insight.explorer_html import explorer_html
+
+    tokenizer = gpt2_tokenizer()
+    text = "a😀\u05dd"
+    meta, _ = page_parts(explorer_html(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, text))
+    pieces = [tokenizer.decode_bytes([i]) for i in tokenizer.encode(text)]
+    assert pieces == [b"a", b"\xf0\x9f\x98", b"\x80", b"\xd7", b"\x9d"]  # the split this test is about
+    assert meta["tokens"] == ["a", "\\xf0\\x9f\\x98", "\\x80", "\\xd7", "\\x9d"]
+    assert token_labels(tokenizer, tokenizer.encode(text))[2:] == ["\\x80", "\\xd7", "\\x9d"]  # the PNG grid's
+
+
+def test_control_characters_show_as_their_pictures():
+    """A NUL or a form feed has no width on a page (nothing to hover) and a carriage return reads as a space: each
+    shows as its Unicode control picture, as a newline shows as an arrow."""
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import explorer_html
+
+    text = "a\x00\r\x0c\x7f \n\t"
+    tokenizer = CharTokenizer(text)
+    meta, _ = page_parts(explorer_html(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, text))
+    assert meta["tokens"] == ["a", "\u2400", "\u240d", "\u240c", "\u2421", " ", "\u21b5", "\u21e5"]
+    assert meta["newline"] == [False] * 6 + [True, False]
