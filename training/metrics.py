@@ -157,7 +157,10 @@ class MetricsLog:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self._append((json.dumps(clean) + "\n").encode())
         if self.wandb is not None:
-            self.wandb.log({WANDB_KEYS.get(k, k): v for k, v in row.items() if v is not None}, step=row.get("step"))
+            keys = {k: WANDB_KEYS.get(k, k) for k, v in row.items() if v is not None}
+            # wandb's min/max summary takes a NaN for the best for good: a best-kept key is logged finite or not at all
+            self.wandb.log({key: row[k] for k, key in keys.items()
+                            if key not in BEST_IS_MIN + BEST_IS_MAX or clean[k] is not None}, step=row.get("step"))
 
     def _append(self, line: bytes) -> None:
         """One whole line or none: a write that fails (a full disk) is cut back off, then reported in one line."""

@@ -191,6 +191,31 @@ def test_an_encoder_decoder_logs_its_exact_match_and_a_translation(tmp_path):
     assert any("sample" in k for k in keys), keys
 
 
+def test_a_validation_loss_that_is_not_finite_leaves_the_summarys_best_alone(tmp_path):
+    """--on_nonfinite=skip goes on past a NaN validation loss; wandb's min summary took the NaN as the best for good
+    (the run's best, 3.0, was lost). The real wandb, offline: the summary keeps the finite minimum, as metrics.jsonl
+    keeps the NaN as null."""
+    code = ("import sys; from training.metrics import MetricsLog; nan = float('nan')\n"
+            "log = MetricsLog(sys.argv[1], fresh=True, wandb_cfg={'project': 'p', 'config': {'n_layer': 1}})\n"
+            "for step, val in ((1, 4.0), (2, 3.0), (3, nan), (4, 3.5)):\n"
+            "    log.log({'step': step, 'train_loss': val, 'val_loss': val, 'val_bpb': val, 'val_ppl': val})\n"
+            "log.close()")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    (log,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    summary = {}
+    for record in read_records(log):
+        if record.WhichOneof("record_type") == "summary":
+            summary.update({item.key or "/".join(item.nested_key): item.value_json
+                            for item in record.summary.update})
+    assert {k: json.loads(summary[k]) for k in ("val/loss", "val/bpb", "val/ppl")} == {
+        k: {"min": 3.0} for k in ("val/loss", "val/bpb", "val/ppl")}, summary
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["val_loss"] for row in rows] == [4.0, 3.0, None, 3.5]
+
+
 def test_a_wandb_mode_wandb_does_not_take_is_one_line_before_anything_is_written(corpus, tmp_path, monkeypatch,
                                                                                  capsys):
     """WANDB_MODE=ofline (a typo): wandb.init failed with pydantic's traceback, after out_dir was locked and claimed
