@@ -12,15 +12,16 @@ from common.errors import DataError
 @contextlib.contextmanager
 def build_lock(out: Path):
     """An exclusive lock on DATA_ROOT/locks/NAME.lock (beside prepared/, whose entries are all prepared folders),
-    held while the folder NAME is built. On a filesystem without locks a single process goes on; under torchrun,
-    where several may build the same folder, it refuses. A refusal (a DataError, here or in the build) removes what
+    held while the folder NAME is built; yields whether it is held. On a filesystem without locks a single process
+    goes on (yielding False: another process may be building too); under torchrun, where several may build the
+    same folder, it refuses. A refusal (a DataError, here or in the build) removes what
     the call made: the lock file, and prepared/, locks/ and the data root where they were not there before and
     are left empty."""
     path = out.parent.parent / "locks" / f"{out.name}.lock"
     f, made = None, []
     try:
         f, made = _locked(path, out.parent)
-        yield
+        yield f is not None
     except DataError:
         _remove(made)  # the lock file first, while still held: a process waiting on it then locks a new one
         raise

@@ -172,7 +172,7 @@ def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 204
                   target_field: str = "target", on_bad: str = "stop", data_root=None, progress: bool = True) -> Path:
     """The prepared folder of a pairs file (built unless it already is; a second call with the same file and
     settings reads nothing). Built by one process at a time (the others wait for it), in a temporary folder renamed
-    into place when complete: never half-built."""
+    into place when complete: never half-built (a killed build's temporary folder goes at the next build)."""
     path = Path(pairs)
     kind_of(path)
     if not path.is_file():
@@ -187,9 +187,12 @@ def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 204
     out = root / "prepared" / f"pairs-{path.stem}-{tok_name}-{fingerprint[:8]}"
     if _prepared(out, fingerprint):
         return out
-    with build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
+    with build_lock(out) as alone:  # several processes on one folder (torchrun's nodes): one builds, the others wait
         if _prepared(out, fingerprint):  # another process built it while this one waited
             return out
+        if alone:  # no other process builds this folder now: a temporary one of its name is a killed build's
+            for stale in out.parent.glob(f".{out.name}.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
         meta = _build_into(out, path, fingerprint, tokenizer, bpe_vocab_size, source_field, target_field, on_bad)
     if progress:
         print(f"{out}: {meta['train_pairs']:,} train / {meta['val_pairs']:,} val pairs, {tok_name} vocab "

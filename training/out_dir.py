@@ -9,6 +9,7 @@ and claimed (the files of a run --overwrite=true replaces are removed).
 """
 import errno
 import fcntl
+import math
 import os
 import shutil
 
@@ -17,7 +18,7 @@ import torch
 from common import flag_scope
 from common.errors import SetupError
 from common.files import may_write_in, why_no_folder
-from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
+from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint, copy_atomic
 from model import GPTConfig
 from training import distributed
 from training.config import TrainConfig, fresh_checks, resumed_config
@@ -124,11 +125,12 @@ def lock_out_dir(out_dir: str, d: distributed.Dist):
 def claim_out_dir(run) -> None:
     """The run's first writes into out_dir, under its lock, after every check has passed (a refused command leaves
     out_dir as it was): a fresh run replaces the run --overwrite=true names (checked again, now that no other
-    process can start one), and a save killed half-way leaves no temporary file. Every process checks before any
-    of them deletes, so they all agree."""
+    process can start one), a save killed half-way leaves no temporary file, and a resumed run finishes the copy of
+    its best checkpoint a stopped run left undone. Every process checks before any of them deletes, so they all
+    agree."""
     tc, d = run.tc, run.dist
     if run.resumed and d.master:
-        check_still_resumable(tc.out_dir, run.start_step)
+        finish_best_copy(tc.out_dir, check_still_resumable(tc.out_dir, run.start_step))
     if not run.resumed:
         existing = check_out_dir(tc)
         distributed.barrier(d)
@@ -140,16 +142,32 @@ def claim_out_dir(run) -> None:
         remove_stale_temporaries(tc.out_dir)
 
 
-def check_still_resumable(out_dir: str, step: int) -> None:
+def check_still_resumable(out_dir: str, step: int) -> dict:
     """A resumed run read its checkpoint before it took the lock; another run may have trained in out_dir and ended
-    meanwhile. Continuing from the older step would overwrite that run's newer checkpoint: refused instead."""
+    meanwhile. Continuing from the older step would overwrite that run's newer checkpoint: refused instead. Returns
+    ckpt_last.pt's contents, mapped (no weights are read)."""
     path = os.path.join(out_dir, LAST)
     if not os.path.isfile(path):
         raise SetupError(f"out_dir={out_dir}: {LAST} was removed after this run read it; nothing is left to resume")
-    now = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"]  # mmap: no weights are read
-    if now != step:
-        raise SetupError(f"out_dir={out_dir}: another run saved {LAST} at step {now} after this one read it at step "
-                         f"{step}; run the command again to resume from step {now}")
+    last = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    if last["step"] != step:
+        raise SetupError(f"out_dir={out_dir}: another run saved {LAST} at step {last['step']} after this one read it "
+                         f"at step {step}; run the command again to resume from step {last['step']}")
+    return last
+
+
+def finish_best_copy(out_dir: str, last: dict) -> None:
+    """A new best is saved as ckpt_last.pt, then copied to ckpt_best.pt; a run stopped in between (kill -9, a full
+    disk, a second Ctrl-C) left ckpt_last.pt with a lower best_val_loss than ckpt_best.pt's, or no ckpt_best.pt.
+    No save followed it, so ckpt_last.pt is that best: copied now, before training replaces it."""
+    path = os.path.join(out_dir, BEST)
+    try:
+        best = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["best_val_loss"] \
+            if os.path.exists(path) else math.inf
+    except Exception:  # unreadable or not ours: left for the commands that read it to say so
+        return
+    if last.get("best_val_loss", math.inf) < best:
+        copy_atomic(os.path.join(out_dir, LAST), path)
 
 
 def remove_stale_temporaries(folder: str) -> None:

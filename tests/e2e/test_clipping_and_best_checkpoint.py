@@ -62,3 +62,35 @@ def test_resume_keeps_the_best_validation_loss(corpus, tmp_path):
     assert Checkpoint.load(str(part / "ckpt_best.pt")).step == step
     a, b = Checkpoint.load(str(whole / "ckpt_best.pt")).weights, Checkpoint.load(str(part / "ckpt_best.pt")).weights
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_best_copy_the_run_did_not_finish_is_made_when_it_resumes(corpus, tmp_path, monkeypatch):
+    """ckpt_best.pt is copied from ckpt_last.pt after the save of a new best. A run stopped between the two (a full
+    disk here, a kill -9 alike) at its first evaluation left no best beside a ckpt_last.pt that is the best: the
+    resumed run copies it before training on, so ckpt_best.pt is there, with the lowest validation loss, even when
+    no later evaluation beats it."""
+    from common.errors import DiskError
+    from training import loop
+
+    out, copies = tmp_path / "run", []
+
+    def copy(src, dst, _copy=loop.copy_atomic):
+        copies.append(dst)
+        if len(copies) == 1:
+            raise DiskError(f"could not write {dst}: no space left on the device")
+        _copy(src, dst)
+
+    monkeypatch.setattr(loop, "copy_atomic", copy)
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=3", *BEST_RUN)) == 2
+    last = Checkpoint.load(str(out / "ckpt_last.pt"))
+    assert last.step == 1 and not (out / "ckpt_best.pt").exists()
+    monkeypatch.undo()
+
+    def worse(run, _evaluate=loop.evaluate):  # no evaluation of the resumed run beats step 1's
+        return {**_evaluate(run), "val_loss": last.best_val_loss + 1}
+
+    monkeypatch.setattr(loop, "evaluate", worse)
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--init_from=resume")) == 0
+    best = Checkpoint.load(str(out / "ckpt_best.pt"))
+    assert best.step == 1 and best.best_val_loss == last.best_val_loss
+    assert all(torch.equal(best.weights[k], last.weights[k]) for k in last.weights)

@@ -1,7 +1,9 @@
 """The encoder-decoder's data (data/pairs.py): the pairs reader's bad lines, the hash split, the prepared folder read
 back (the batches drawn from it: test_pair_batches.py), and a checkpoint's pairs folder compared with today's."""
+import errno
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -170,6 +172,31 @@ def test_two_preparations_at_once_build_the_folder_once(tmp_path, monkeypatch):
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no temporary left
     for name in ("train.tokens", "val.tokens", "train.lengths.npy", "val.lengths.npy"):
         assert (folder / name).read_bytes() == (alone / name).read_bytes()
+
+
+@pytest.mark.parametrize("locks", [True, False], ids=["locked", "no-locks"])
+def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build_under_the_lock(tmp_path, monkeypatch, locks):
+    """A build killed (kill -9) before its rename leaves its temporary folder in prepared/. The next build of that
+    folder, holding the lock, removes it; on a filesystem without locks another process may be building into it
+    now: it stays."""
+    import data.locks as locks_module
+    path, _ = pairs_file(tmp_path)
+    folder = prepare_pairs(str(path), data_root=tmp_path, progress=False)
+    alone = {name: (folder / name).read_bytes() for name in ("train.tokens", "val.tokens")}
+    shutil.rmtree(folder)
+    stale = folder.parent / f".{folder.name}.tmp-otherhost-123-0123456789ab"
+    stale.mkdir()
+    (stale / "train.tokens").write_bytes(b"half")
+    other = folder.parent / f".{folder.name}x.tmp-otherhost-123-0123456789ab"  # another folder's: not this build's
+    other.mkdir()
+    if not locks:
+        def flock(f, operation):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        monkeypatch.setattr(locks_module.fcntl, "flock", flock)
+    assert prepare_pairs(str(path), data_root=tmp_path, progress=False) == folder
+    assert {name: (folder / name).read_bytes() for name in alone} == alone
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted([folder.name, other.name]
+                                                                     + ([] if locks else [stale.name]))
 
 
 def pairs_folder(path, meta, tokens=b"\x01\x02\x03"):
