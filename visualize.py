@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from common import cli
 from common import flag_scope
 from common.device import pick_device
-from common.errors import FlagError, UserError
+from common.errors import ConfigError, FlagError, UserError, need
 from common.files import need_file_path, write_atomic
 from common.flags import help_text, parse_configs
 from inference.checkpoint import Checkpoint, path_in
@@ -55,6 +55,11 @@ class VisualizeConfig:
     induction_curve: str = ""  # draw the run's logged induction score against its loss here (left out: none)
     wandb_log: bool = False  # log the --html page to wandb (offline unless you log in)
     wandb_project: str = "small-gpt"
+
+    def __post_init__(self):
+        for name in ("max_tokens", "html_max_tokens"):
+            need(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be a positive integer: the most tokens "
+                 f"{'a figure' if name == 'max_tokens' else 'the page'} shows", ConfigError)
 
 
 def main(argv) -> None:

@@ -224,3 +224,15 @@ def test_an_output_refused_after_another_writes_neither(decoder_run, tmp_path, m
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag", ["max_tokens", "html_max_tokens"])
+@pytest.mark.parametrize("value", [0, -3])
+def test_a_token_limit_below_one_is_refused_as_a_flag(flag, value):
+    """--html_max_tokens=0 was refused only once a text was drawn: 'the page shows at most --html_max_tokens=0;
+    shorten the text', a fix no text can follow."""
+    import visualize
+    from common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"^{flag}={value} must be a positive integer"):
+        visualize.VisualizeConfig(**{flag: value})
