@@ -2,10 +2,12 @@
 
 Autograd's own graph for relu(x).square() (model/blocks.py's ReLU2) takes three elementwise passes more (pow's
 backward, then relu's), each a full read and write of the (B, T, 4C) activation. The same numbers: doubling is exact
-in floating point, so grad * r * 2 rounds as grad * (2 r) does.
+in floating point, so grad * r * 2 rounds as grad * (2 r) does. First derivatives only: the saved relu(x) carries no
+graph back to x, so a second derivative (create_graph=True) would lack its 2 grad step(x) term; torch refuses one.
 """
 import torch
 import torch.nn as nn
+from torch.autograd.function import once_differentiable
 
 from model.blocks import ReLU2
 
@@ -18,6 +20,7 @@ class _ReLUSquared(torch.autograd.Function):
         return r * r
 
     @staticmethod
+    @once_differentiable  # see the module's docstring
     def backward(ctx, grad):
         (r,) = ctx.saved_tensors
         return (grad * r).mul_(2.0)
