@@ -2,8 +2,9 @@
 checkpoint notes its run's levers only for a resume to continue with them).
 
 The model (model/) is the architecture in plain PyTorch: nn.Linear, nn.Dropout, attention on the fused backend.
-`apply` turns a built model into a faster one that computes the same function, with the same parameters and
-state_dict keys, the way gpt-fast quantizes a built model and nanochat converts layers from its training script:
+`apply` turns a built model into a faster one that computes the same function (dropout: the same distribution,
+other draws), with the same parameters and state_dict keys, the way gpt-fast quantizes a built model and nanochat
+converts layers from its training script:
 
     model = GPT(config).to(device)
     speed.apply(model, SpeedConfig(attn_impl="math"))

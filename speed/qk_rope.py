@@ -11,11 +11,13 @@ training step on a CPU. Here, for x (B, 2H, T, D) in float32 (float64 stays floa
 
 mean(g * y) needs no rotation because R is orthogonal: R^T(g) . (r x) = g . R(r x) = g . y. The output is rounded
 once, to x's dtype: under bf16 autocast the module's path rounds to bf16 after the norm and after each product of
-the rotation, so this one is no farther from the exact values (tests/unit/speed/test_qk_rope.py). --qk_impl=aten
-keeps the module's path.
+the rotation, so this one is no farther from the exact values (tests/unit/speed/test_qk_rope.py). First derivatives
+only: its backward writes into preallocated halves, which autograd cannot differentiate again, so a second derivative
+(a gradient penalty, say) is refused; --qk_impl=aten keeps the module's path.
 """
 import torch
 import torch.nn as nn
+from torch.autograd.function import once_differentiable
 
 from model.attention import MultiHeadAttention
 
@@ -44,6 +46,7 @@ class _NormRotate(torch.autograd.Function):
         return y.to(x.dtype)
 
     @staticmethod
+    @once_differentiable  # its writes into halves and saved tensors have no graph: a second derivative is refused
     def backward(ctx, g):
         xf, y, r, cos, sin = ctx.saved_tensors
         gf = g.to(xf.dtype, memory_format=torch.contiguous_format)

@@ -110,3 +110,14 @@ def test_it_applies_to_qk_norm_layers_only_and_the_off_switch_keeps_the_module()
     assert torch.equal(fast(x)[0], plain(x)[0])
     with pytest.raises(ValueError, match="qk_impl"):
         SpeedConfig(qk_impl="triton")
+
+
+def test_a_second_derivative_is_refused():
+    """The backward writes into preallocated halves and reads saved tensors without their graph: a second derivative
+    (create_graph=True) cannot be right, so torch refuses it."""
+    _, fused = paths()
+    x = torch.randn(1, 2 * H, T, D, dtype=torch.float64, requires_grad=True)
+    y = fused(x, rope(torch.float64))
+    g, = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        (y.sum() + g.pow(2).sum()).backward()  # a gradient penalty
