@@ -95,12 +95,17 @@ def need_dtype(name: str | None, left_out: str = "") -> None:
     need(ok, f"dtype={name!r} must be auto, {', '.join(DTYPES)}" + (f" (or left out: {left_out})" if left_out else ""))
 
 
+def gpu_native_bf16(device: torch.device) -> bool:
+    """Whether this GPU multiplies bf16 natively (NVIDIA's from compute capability 8, Ampere; torch counts the
+    emulation of a T4 or V100 as support, and there it is slow). Asked of device itself: torch's is_bf16_supported
+    answers for the current GPU, which --device=cuda:1 leaves at cuda:0."""
+    return bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8
+
+
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         if device.type == "cuda":
-            # native only: torch counts emulated bf16 (T4, V100) as support, and there it is slow
-            native = torch.cuda.is_bf16_supported(including_emulation=False)
-            return torch.bfloat16 if native else torch.float16
+            return torch.bfloat16 if gpu_native_bf16(device) else torch.float16
         if device.type == "cpu":
             native = cpu_native_bf16()
             if native is None:  # flags unknown: time it

@@ -197,7 +197,8 @@ def fake_cuda(monkeypatch):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     present(monkeypatch, "cuda")
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # autocast's check
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H100: dtype auto's
     monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
     monkeypatch.setattr(torch.nn.Module, "to", moved)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self)

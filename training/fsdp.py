@@ -26,15 +26,20 @@ def shard(model, dtype=None, compile: bool = False) -> None:
     and the optimizer stay float32. compile: each block is compiled before it is sharded (the order torchtitan
     uses: the compiled graph stays within a block and FSDP's gathers run between blocks)."""
     import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # the mesh of the model's device: fully_shard's default is the machine's GPU, which would move a --device=cpu
+    # run's shards onto it (every process onto the same one)
+    mesh = init_device_mesh(next(model.parameters()).device.type, (dist.get_world_size(),))
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if dtype == torch.bfloat16 else MixedPrecisionPolicy()
     for block in model.blocks:
         if compile:  # the forward only: FSDP's gather and free hooks run around it, outside the compiled code
             block.forward = torch.compile(block.forward)
-        fully_shard(block, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
 
 
 def full_state(model, optimizer) -> tuple[dict, dict]:

@@ -11,11 +11,20 @@ from common.device import cpuinfo, pick_device, pick_dtype
 from common.errors import SetupError
 
 
+def fake_gpus(monkeypatch, *majors: int):
+    """GPUs of these compute capabilities (7: T4, V100, which only emulate bf16, though torch counts emulation as
+    support; 8 and up: A100, H100, native), the first one torch's current device."""
+    def properties(device=None):
+        index = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+        return SimpleNamespace(major=majors[0 if index.index is None else index.index], minor=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(majors))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+
+
 def fake_gpu(monkeypatch, native: bool):
-    """A GPU whose bf16 support is emulated (T4, V100: torch counts emulation as support) or native (A100, H100)."""
-    def is_bf16_supported(including_emulation: bool = True):
-        return native or including_emulation
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    fake_gpus(monkeypatch, 8 if native else 7)
 
 
 def test_auto_picks_float16_on_a_gpu_that_only_emulates_bf16(monkeypatch):
@@ -26,6 +35,14 @@ def test_auto_picks_float16_on_a_gpu_that_only_emulates_bf16(monkeypatch):
 def test_auto_picks_bf16_on_a_gpu_that_runs_it_natively(monkeypatch):
     fake_gpu(monkeypatch, native=True)
     assert pick_dtype("auto", torch.device("cuda")) == torch.bfloat16
+
+
+@pytest.mark.parametrize("majors", [(7, 8), (8, 7)])
+def test_auto_asks_the_gpu_the_run_computes_on_not_the_current_one(monkeypatch, majors):
+    """--device=cuda:1 on a machine of two kinds of GPU: torch's is_bf16_supported answers for cuda:0."""
+    fake_gpus(monkeypatch, *majors)
+    picked = [pick_dtype("auto", torch.device(f"cuda:{i}")) for i in range(2)]
+    assert picked == [torch.bfloat16 if major >= 8 else torch.float16 for major in majors]
 
 
 def test_an_explicit_dtype_is_kept_on_any_gpu(monkeypatch):
