@@ -3,6 +3,7 @@ syncs. Each takes the check's shared state (gpu_check.Check: device, dtype, size
 what it measured."""
 import contextlib
 import os
+import re
 import time
 from types import SimpleNamespace
 
@@ -23,8 +24,9 @@ READ_EVERY = 8  # sample.py reads a GPU's tokens back this many at a time (its R
 
 
 def datasheet_peak(name: str) -> float | None:
+    """The bf16 datasheet peak of the GPU torch names, found by a whole model name: 'RTX A1000' is no A100."""
     for key, flops in DATASHEET_BF16.items():  # the more specific names come first
-        if key in name:
+        if re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", name):
             return flops
     return None
 

@@ -99,3 +99,15 @@ def test_a_micro_batch_that_fails_leaves_the_others_numbers_and_all_failing_fail
     monkeypatch.setattr(gpu_parts, "train_at", lambda *args: 1 / 0)
     with pytest.raises(RuntimeError, match="no micro-batch trained"):
         gpu_parts.part_train(smoke_check())
+
+
+def test_a_datasheet_peak_is_found_by_the_gpus_whole_model_name():
+    """'NVIDIA RTX A1000' held 'A100' and was given an A100's 312 TFLOP/s."""
+    from benchmarks.gpu_parts import DATASHEET_BF16, datasheet_peak
+
+    assert datasheet_peak("NVIDIA A100-SXM4-80GB") == DATASHEET_BF16["A100"]
+    assert datasheet_peak("NVIDIA H100 PCIe") == DATASHEET_BF16["H100 PCIe"]
+    assert datasheet_peak("NVIDIA H100 80GB HBM3") == DATASHEET_BF16["H100"]
+    assert datasheet_peak("NVIDIA L40S") == DATASHEET_BF16["L40S"]
+    assert datasheet_peak("NVIDIA L4") == DATASHEET_BF16["L4"]
+    assert datasheet_peak("NVIDIA RTX A1000") is None and datasheet_peak("NVIDIA A10") == DATASHEET_BF16["A10"]
