@@ -6,7 +6,9 @@ here rather than pulled in as a dependency because it is short: with incremental
 contain the merged pair are touched) and a lazy max-heap, 1,791 merges over Shakespeare take a few seconds.
 Ties break towards the smaller pair, with the single bytes ordered by GPT-2's printable stand-in characters (the
 order Hugging Face's trainer gives them), so the result is a pure function of the text and the vocabulary size and
-equals data/bpe_fast.py's, which prepare() uses on large text.
+equals data/bpe_fast.py's, which prepare() uses on large text. Except on the letters and digits new in
+Unicode 17: a recent `regex` release reads them as such, while Hugging Face's pre-tokeniser and tiktoken,
+which encodes, read them as other characters and cut the text there.
 """
 import heapq
 from collections import Counter, defaultdict

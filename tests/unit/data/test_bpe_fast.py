@@ -25,3 +25,19 @@ def test_the_two_trainers_agree_on_random_texts_of_few_characters():
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(5, 400)))
         n_tokens = N_BYTES + rng.randint(1, 80)
         assert train_bpe_fast([text], n_tokens) == train_bpe([text], n_tokens, GPT2_PATTERN), seed
+
+
+def test_the_two_trainers_agree_on_text_of_awkward_characters():
+    """Contractions, digit runs, Windows line ends, runs of spaces, Unicode whitespace (split by the pattern) and
+    Python-only whitespace (\\x1c, not split), combining marks, emoji with joiners, NUL and other control bytes."""
+    import random
+
+    atoms = ["  ", " " * 7, "\n", "\n\n\n", "\r\n", "\t ", "123", "9" * 40, "'s", "'re", "'S", " 's", "x'll", "é",
+             "e\u0301", "日本", "👨\u200d👩\u200d👧", "\u2028", "\x00", "\x01", "\x1c", "\x7f", "\x85", "\xa0",
+             "\u3000", "\ufeff", "\u200b", "a", "Word", " the", "...", "<|endoftext|>", "ß", "\u0663"]
+    for seed in range(20):
+        rng = random.Random(seed)
+        few = rng.sample(atoms, rng.randint(2, 10))
+        texts = ["".join(rng.choice(few) for _ in range(rng.randint(1, 300))) for _ in range(rng.randint(1, 3))]
+        n_tokens = N_BYTES + rng.randint(1, 120)
+        assert train_bpe_fast(texts, n_tokens) == train_bpe(texts, n_tokens, GPT2_PATTERN), seed
