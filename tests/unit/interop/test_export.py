@@ -163,13 +163,17 @@ def test_the_export_command_checks_every_target_before_it_writes_one(tmp_path, c
     assert os.listdir(tmp_path) == ["ckpt_best.pt"]
 
 
-def test_the_export_command_refuses_a_file_for_a_folder_and_a_folder_for_a_file(tmp_path, capsys):
-    pytest.importorskip("gguf")
+def bpe_run(folder) -> None:
+    """A tiny bpe model's ckpt_best.pt in folder, with its merges file beside it."""
     tok = small_bpe()
     meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
-    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
-    as_checkpoint(tiny_model(vocab_size=tok.vocab_size), meta, data_dir=str(tmp_path)).save(
-        str(tmp_path / "ckpt_best.pt"))
+    (folder / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
+    as_checkpoint(tiny_model(vocab_size=tok.vocab_size), meta, data_dir=str(folder)).save(str(folder / "ckpt_best.pt"))
+
+
+def test_the_export_command_refuses_a_file_for_a_folder_and_a_folder_for_a_file(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    bpe_run(tmp_path)
     (tmp_path / "a_file").write_text("kept")
     (tmp_path / "a_folder").mkdir()
     for target, blame in [("--to=a_file", "is a file"), ("--to_gguf=a_folder", "is a folder")]:
@@ -227,11 +231,7 @@ def test_the_export_command_refuses_a_gguf_path_the_hf_folder_would_take(tmp_pat
     """--to_gguf at --to, or at a folder above it: the Hugging Face folder would leave no room for the file, so the
     command refuses before it writes either (it wrote the folder, then refused the GGUF path as a folder)."""
     pytest.importorskip("gguf")
-    tok = small_bpe()
-    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken"}
-    (tmp_path / "bpe.tiktoken").write_bytes(ranks_to_bytes(tok.encoding._mergeable_ranks))
-    as_checkpoint(tiny_model(vocab_size=tok.vocab_size), meta, data_dir=str(tmp_path)).save(
-        str(tmp_path / "ckpt_best.pt"))
+    bpe_run(tmp_path)
     argv = [f"--out_dir={tmp_path}", f"--to={tmp_path}/{to}", f"--to_gguf={tmp_path}/{to_gguf}"]
     assert cli.run(export_main, argv) == 2
     err = capsys.readouterr().err
