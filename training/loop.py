@@ -147,6 +147,9 @@ def save(run, step: int, best: bool, bar) -> bool:
                       rng=rng, wandb_run_id=run.wandb_run_id, speed_config=asdict(run.chosen_speed),
                       speed_flags=list(run.speed_flags))
     last = os.path.join(run.tc.out_dir, LAST)
+    if run.best_copy_undone:  # the best a stopped run saved and did not copy: kept before ckpt_last.pt is replaced
+        copy_atomic(last, os.path.join(run.tc.out_dir, BEST))
+        run.best_copy_undone = False
     ckpt.save(last)
     if best:
         copy_atomic(last, os.path.join(run.tc.out_dir, BEST))

@@ -18,7 +18,7 @@ import torch
 from common import flag_scope
 from common.errors import SetupError
 from common.files import may_write_in, why_no_folder
-from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint, copy_atomic
+from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training import distributed
 from training.config import TrainConfig, fresh_checks, resumed_config
@@ -125,12 +125,12 @@ def lock_out_dir(out_dir: str, d: distributed.Dist):
 def claim_out_dir(run) -> None:
     """The run's first writes into out_dir, under its lock, after every check has passed (a refused command leaves
     out_dir as it was): a fresh run replaces the run --overwrite=true names (checked again, now that no other
-    process can start one), a save killed half-way leaves no temporary file, and a resumed run finishes the copy of
-    its best checkpoint a stopped run left undone. Every process checks before any of them deletes, so they all
-    agree."""
+    process can start one), a save killed half-way leaves no temporary file, and a resumed run notes a copy of its
+    best checkpoint a stopped run left undone (training/loop.py's save makes it before it replaces ckpt_last.pt).
+    Every process checks before any of them deletes, so they all agree."""
     tc, d = run.tc, run.dist
     if run.resumed and d.master:
-        finish_best_copy(tc.out_dir, check_still_resumable(tc.out_dir, run.start_step))
+        run.best_copy_undone = best_copy_undone(tc.out_dir, check_still_resumable(tc.out_dir, run.start_step))
     if not run.resumed:
         existing = check_out_dir(tc)
         distributed.barrier(d)
@@ -156,18 +156,17 @@ def check_still_resumable(out_dir: str, step: int) -> dict:
     return last
 
 
-def finish_best_copy(out_dir: str, last: dict) -> None:
-    """A new best is saved as ckpt_last.pt, then copied to ckpt_best.pt; a run stopped in between (kill -9, a full
-    disk, a second Ctrl-C) left ckpt_last.pt with a lower best_val_loss than ckpt_best.pt's, or no ckpt_best.pt.
-    No save followed it, so ckpt_last.pt is that best: copied now, before training replaces it."""
+def best_copy_undone(out_dir: str, last: dict) -> bool:
+    """Whether ckpt_last.pt is a best that ckpt_best.pt lacks. A new best is saved as ckpt_last.pt, then copied to
+    ckpt_best.pt; a run stopped in between (kill -9, a full disk, a second Ctrl-C) left ckpt_last.pt with a lower
+    best_val_loss than ckpt_best.pt's, or no ckpt_best.pt. last: ckpt_last.pt's contents."""
     path = os.path.join(out_dir, BEST)
     try:
         best = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["best_val_loss"] \
             if os.path.exists(path) else math.inf
     except Exception:  # unreadable or not ours: left for the commands that read it to say so
-        return
-    if last.get("best_val_loss", math.inf) < best:
-        copy_atomic(os.path.join(out_dir, LAST), path)
+        return False
+    return last.get("best_val_loss", math.inf) < best
 
 
 def remove_stale_temporaries(folder: str) -> None:

@@ -53,6 +53,7 @@ class Run:
     nonfinite_evals: int = 0  # evaluations whose loss was not finite (--on_nonfinite=skip goes on past them)
     resumed: bool = False  # from out_dir's checkpoint (whose step may be 0: an imported one)
     wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
+    best_copy_undone: bool = False  # ckpt_last.pt is a best a stopped run did not copy to ckpt_best.pt (out_dir.py)
 
     @property
     def compiled(self) -> bool:

@@ -67,8 +67,8 @@ def test_resume_keeps_the_best_validation_loss(corpus, tmp_path):
 def test_a_best_copy_the_run_did_not_finish_is_made_when_it_resumes(corpus, tmp_path, monkeypatch):
     """ckpt_best.pt is copied from ckpt_last.pt after the save of a new best. A run stopped between the two (a full
     disk here, a kill -9 alike) at its first evaluation left no best beside a ckpt_last.pt that is the best: the
-    resumed run copies it before training on, so ckpt_best.pt is there, with the lowest validation loss, even when
-    no later evaluation beats it."""
+    resumed run copies it before its first save replaces ckpt_last.pt, so ckpt_best.pt is there, with the lowest
+    validation loss, even when no later evaluation beats it."""
     from common.errors import DiskError
     from training import loop
 

@@ -211,31 +211,36 @@ def step_of(path) -> int:
 
 
 @pytest.mark.parametrize("best_at", [1, None], ids=["older-best", "no-best"])
-def test_a_resumed_claim_finishes_the_best_copy_a_stopped_run_left_undone(tmp_path, best_at):
+def test_a_resumed_claim_notes_the_best_copy_a_stopped_run_left_undone(tmp_path, best_at):
     """A save that made a new best writes ckpt_last.pt, then copies it to ckpt_best.pt: a run stopped in between
     (kill -9, a full disk) left ckpt_last.pt claiming a lower best_val_loss than ckpt_best.pt holds (or none there).
-    That checkpoint is the best: the claim copies it. Where both agree, ckpt_best.pt stays."""
+    That checkpoint is the best: the claim notes it for the first save to copy (training/loop.py), and writes
+    nothing. Where both agree, nothing is noted."""
     out = tmp_path / "run"
     out.mkdir()
     if best_at is not None:
         Checkpoint(weights={}, model_config=GPTConfig(), step=best_at, data_meta={}, best_val_loss=3.0).save(
             str(out / BEST))
     Checkpoint(weights={}, model_config=GPTConfig(), step=2, data_meta={}, best_val_loss=2.0).save(str(out / LAST))
-    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), resumed=True, start_step=2)
-    claim_out_dir(SimpleNamespace(**vars(run), dist=Dist(rank=1, world_size=2)))
-    assert (step_of(out / BEST) if best_at else None) == best_at  # rank 0 alone copies
-    claim_out_dir(SimpleNamespace(**vars(run), dist=Dist()))
-    assert step_of(out / BEST) == 2
-    Checkpoint(weights={}, model_config=GPTConfig(), step=3, data_meta={}, best_val_loss=2.0).save(str(out / LAST))
-    claim_out_dir(SimpleNamespace(**{**vars(run), "start_step": 3}, dist=Dist()))  # a later checkpoint, not a new best
-    assert step_of(out / BEST) == 2
+    before = sorted(os.listdir(out))
+
+    def claimed(start_step=2, dist=Dist()):
+        run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), resumed=True,
+                              start_step=start_step, dist=dist, best_copy_undone=False)
+        claim_out_dir(run)
+        return run.best_copy_undone
+    assert not claimed(dist=Dist(rank=1, world_size=2))  # rank 0 alone writes checkpoints
+    assert claimed() and sorted(os.listdir(out)) == before
+    Checkpoint(weights={}, model_config=GPTConfig(), step=3, data_meta={}, best_val_loss=3.0).save(str(out / LAST))
+    assert not claimed(start_step=3) or best_at is None  # a later checkpoint, not a new best
 
 
-def test_a_resumed_claim_without_an_evaluation_yet_makes_no_best(tmp_path):
+def test_a_resumed_claim_without_an_evaluation_yet_notes_no_best(tmp_path):
     """A timed checkpoint before the first evaluation has no best (best_val_loss inf): nothing to copy."""
     out = tmp_path / "run"
     out.mkdir()
     Checkpoint(weights={}, model_config=GPTConfig(), step=2, data_meta={}).save(str(out / LAST))
-    claim_out_dir(SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True,
-                                  start_step=2))
-    assert sorted(os.listdir(out)) == [LAST]
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True,
+                          start_step=2, best_copy_undone=False)
+    claim_out_dir(run)
+    assert not run.best_copy_undone and sorted(os.listdir(out)) == [LAST]
