@@ -149,7 +149,7 @@ def temperature_table(model, tokenizer, prompt: list[int], temperatures: list[fl
     probs = [(torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float() if t == 0
               else next_token_probs(logits, t))[0] for t in temperatures]  # one column each; t=0: greedy
     order = logits[0].argsort(descending=True)[:top].tolist()
-    labels = {i: repr(tokenizer.decode([i])) for i in order}
+    labels = {i: repr(tokenizer.token_text(i)) for i in order}
     width = max(12, *(len(s) for s in labels.values()))
     lines = ["next token".ljust(width) + "".join(f"   T={t:<5g}" for t in temperatures)]
     for i in order:
@@ -471,7 +471,7 @@ def print_filled(model, tokenizer, prompt: list[int], mask_id: int, top: int) ->
     filled, candidates = fill_masks(model, prompt, mask_id, top)
     print(tokenizer.decode(filled))
     for n, (pos, cands) in enumerate(candidates, 1):
-        shown = ", ".join(f"{tokenizer.decode([i])!r} {p:.3f}" for i, p in cands)
+        shown = ", ".join(f"{tokenizer.token_text(i)!r} {p:.3f}" for i, p in cands)
         print(f"[MASK] {n} (token {pos}): {shown}")
 
 

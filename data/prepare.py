@@ -29,7 +29,7 @@ import numpy as np
 from common import cli, files, flag_scope, flags
 from common.errors import DataError
 from data.encode import make_tokenizer, peak_rss_mb
-from data.build import BPE_FILE, PROGRESS, Build, check_result, write_atomic
+from data.build import BPE_FILE, PROGRESS, Build, check_result, remove_temporaries, write_atomic
 from data.config import PrepareConfig
 from data.locks import build_lock as _build_lock
 from data.pairs import same_prepared_pairs
@@ -96,9 +96,11 @@ def prepare(like: dict | None = None, **settings) -> Path:
     problem = files.why_no_folder(out)
     if problem:
         raise DataError(f"data_root={root}: {problem}; choose another --data_root")
-    with _build_lock(out):  # several processes on one folder (torchrun's nodes): one builds, the others wait
+    with _build_lock(out) as alone:  # several processes on one folder (torchrun's nodes): one builds, the others wait
         if _is_prepared(out, fingerprint):  # another process built it while this one waited
             return out
+        if alone:  # no other process writes this folder now: a temporary file in it is a killed write's
+            remove_temporaries(out)
         made = not out.exists()
         try:
             return _build(cfg, t0, root, source, split, out, fingerprint, identity)

@@ -13,6 +13,7 @@ What the maps do and do not explain: docs/probes.md, "Attention maps". The comma
 """
 import io
 import os
+import re
 
 import matplotlib
 
@@ -29,6 +30,12 @@ from .attention_maps import attention_maps
 
 MAX_TOKENS = 64  # beyond this the token labels no longer fit
 GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
+LABEL_CHARS = 8
+# Control characters as Python escapes (\n, \r, \x00): a NUL or a form feed has no width in a picture, and the
+# explorer page's control pictures (U+2400...) are missing from matplotlib's fonts
+CONTROL_ESCAPES = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
+# what a label is cut between: a byte's \xNN (Tokenizer.token_text) or a control character's escape, one character
+LABEL_UNIT = re.compile(r"\\x[0-9a-f]{2}|\\[ntr]|.", re.S)
 
 
 def token_labels(tokenizer, ids) -> list[str]:
@@ -37,10 +44,17 @@ def token_labels(tokenizer, ids) -> list[str]:
 
 
 def printable(texts: list[str]) -> list[str]:
+    """Spaces and control characters made visible, and a label past LABEL_CHARS cut between whole escapes, ending
+    in an ellipsis."""
     labels = []
     for s in texts:
-        s = s.replace(" ", "\u2423").replace("\n", "\\n").replace("\t", "\\t")
-        labels.append(s if len(s) <= 8 else s[:7] + "\u2026")
+        s = s.replace(" ", "\u2423").translate(CONTROL_ESCAPES)
+        if len(s) > LABEL_CHARS:
+            units, kept = LABEL_UNIT.findall(s), 0
+            while len("".join(units[:kept + 1])) < LABEL_CHARS:
+                kept += 1
+            s = "".join(units[:kept]) + "\u2026"
+        labels.append(s)
     return labels
 
 

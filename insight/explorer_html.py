@@ -65,8 +65,8 @@ CONTROL_PICTURES = {**{c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"}
 
 
 def shown(text: str) -> str:
-    """A token as the page prints it: newlines, tabs and other control characters visible (the page adds a line
-    break after a newline)."""
+    """A token as the page prints it: newlines, tabs and other control characters visible (the page breaks the line
+    after the token once per newline in it, META.newline)."""
     return text.replace("\n", "\u21b5").replace("\t", "\u21e5").translate(CONTROL_PICTURES)
 
 
@@ -86,7 +86,7 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
     scores = induction_scores(model, avoid=special_ids(tokenizer))
     cfg = model.config
     texts = [tokenizer.token_text(i) for i in ids]
-    return {"tokens": [shown(t) for t in texts], "newline": ["\n" in t for t in texts],
+    return {"tokens": [shown(t) for t in texts], "newline": [t.count("\n") for t in texts],
             "layers": cfg.n_layer, "heads": cfg.n_head, "causal": cfg.causal,
             "title": (f"{'decoder (causal)' if cfg.causal else 'encoder (bidirectional)'}, {cfg.n_layer} layers x "
                       f"{cfg.n_head} heads, pos_emb={cfg.pos_emb}, {len(ids)} tokens"),
@@ -101,8 +101,9 @@ def cross_page_data(model, view) -> dict:
     cfg = model.config
     L, H, T, S = view.weights.shape
     how = "written by greedy decoding" if view.generated else "given"
-    return {"tokens": [shown(t) for t in view.target_texts], "newline": ["\n" in t for t in view.target_texts],
-            "source": [shown(t) for t in view.source_texts], "source_newline": ["\n" in t for t in view.source_texts],
+    target, source = view.target_texts, view.source_texts
+    return {"tokens": [shown(t) for t in target], "newline": [t.count("\n") for t in target],
+            "source": [shown(t) for t in source], "source_newline": [t.count("\n") for t in source],
             "layers": L, "heads": H, "causal": False,
             "title": (f"encoder-decoder cross-attention, {cfg.n_layer} decoder layers x {cfg.n_head} heads, "
                       f"{S} source tokens, {T} target token{'s' * (T > 1)} ({how})"),

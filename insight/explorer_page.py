@@ -85,7 +85,7 @@ function tokenRow(box, tokens, newline, cls, prefix) {
     const span = document.createElement("span");
     span.className = cls; span.textContent = tok; span.dataset.i = i; span.id = prefix + i;
     box.appendChild(span);
-    if (newline[i]) box.appendChild(document.createElement("br"));
+    for (let k = 0; k < newline[i]; k++) box.appendChild(document.createElement("br"));  // "\n\n": a blank line
     return span;
   });
 }

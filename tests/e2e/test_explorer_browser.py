@@ -179,3 +179,19 @@ def test_512_tokens_load_and_shade_quickly(browser, tmp_path):
     print(f"512 tokens, 4 layers x 4 heads: page loaded in {load_s:.2f} s, a click shaded in {shade_ms:.1f} ms, "
           f"{page.stat().st_size / 1e6:.1f} MB")
     assert load_s < 20 and shade_ms < 500
+
+
+def test_blank_lines_stay_on_the_page(browser, tmp_path):
+    """A gpt2 token of two newlines ('\\n\\n', two arrows) breaks the line twice: the text shown, arrows left out,
+    is the text given, blank lines and all."""
+    from data.tokenizer import gpt2_tokenizer
+    from insight.explorer_html import explorer_html
+
+    tokenizer = gpt2_tokenizer()
+    text = "ROMEO:\n\nLove,\n\n\nnight\nfalls"
+    assert "\n\n" in [tokenizer.decode([i]) for i in tokenizer.encode(text)]
+    page = tmp_path / "lines.html"
+    page.write_text(explorer_html(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, text))
+    open_page(browser, page)
+    shown = browser.execute_script("return document.getElementById('text').innerText")
+    assert shown.replace("\u21b5", "") == text

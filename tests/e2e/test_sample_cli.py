@@ -268,3 +268,35 @@ def test_a_prompt_file_keeps_its_line_ends(tmp_path):
     raw = "\ufeffa\r\nb\rc\n".encode()
     (tmp_path / "p.txt").write_bytes(raw)
     assert sample.read_prompt(f"FILE:{tmp_path / 'p.txt'}") == "a\r\nb\rc\n"
+
+
+class Favouring(torch.nn.Module):
+    """A stand-in model whose logits at every position rank `favourite` first, in that order."""
+
+    def __init__(self, vocab_size: int, favourite: list[int]):
+        super().__init__()
+        self.config = type("Config", (), {"block_size": 16})()
+        self.logits = torch.nn.Parameter(torch.zeros(vocab_size))
+        with torch.no_grad():
+            self.logits[favourite] = torch.arange(len(favourite), 0, -1, dtype=torch.float) + 10
+
+    def forward(self, idx, last_only=False):
+        return self.logits.repeat(idx.size(0), 1 if last_only else idx.size(1), 1), None  # (B, T, V)
+
+
+def test_token_listings_tell_apart_tokens_that_hold_parts_of_a_character(capsys):
+    """--temperatures' table and an encoder's [MASK] candidates label each token by its bytes where it holds part of
+    a character (gpt2's pieces of an emoji): decode() showed each as the same U+FFFD."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import gpt2_tokenizer
+
+    tokenizer = with_mask_token(gpt2_tokenizer())
+    pieces = sorted({i for emoji in "😀😂🎉" for i in tokenizer.encode(emoji)})
+    want = [repr(tokenizer.decode_bytes([i]).decode("utf-8", errors="backslashreplace")) for i in pieces]
+    assert len(set(want)) == len(pieces) and all("\\x" in w for w in want)  # the pieces are all partial bytes
+    model = Favouring(tokenizer.vocab_size, pieces)
+    table = sample.temperature_table(model, tokenizer, [1, 2], [1.0], len(pieces)).splitlines()
+    assert [line.split()[0] for line in table[1:len(pieces) + 1]] == want
+    sample.print_filled(model, tokenizer, [1, tokenizer.mask_id], tokenizer.mask_id, len(pieces))
+    head, listed = capsys.readouterr().out.splitlines()[-1].split(": ")
+    assert head == "[MASK] 1 (token 1)" and [shown.split()[0] for shown in listed.split(", ")] == want

@@ -86,7 +86,7 @@ def test_training_mds_temperature_table_is_laid_out_as_sample_py_prints_it():
     doc[-2], more = re.match(r"(.*?)\s+\((\d+) more rows in the real output\)$", doc[-2]).groups()
     torch.manual_seed(0)
     model = GPT(tiny_config(vocab_size=12)).eval()
-    tokenizer = types.SimpleNamespace(decode=lambda ids: "abcdefghijkl"[ids[0]])
+    tokenizer = types.SimpleNamespace(token_text=lambda i: "abcdefghijkl"[i])
     top = sample.SampleConfig().top_tokens
     printed = sample.temperature_table(model, tokenizer, [1, 2, 3], temperatures, top).splitlines()
     assert len(doc) - 3 + int(more) == len(printed) - 3 == top

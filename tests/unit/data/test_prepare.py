@@ -154,6 +154,31 @@ def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
     assert read_meta(out)["fingerprint"]["input_rules"] == prep.INPUT_RULES
 
 
+@pytest.mark.parametrize("locks", [True, False], ids=["locked", "no-locks"])
+def test_a_killed_writes_temporary_files_are_removed_by_the_next_build_under_the_lock(tmp_path, monkeypatch, locks):
+    """A process killed (kill -9) while writing meta.json, its progress or its BPE file leaves the temporary file
+    beside it. The next build of that folder, holding the lock, removes them; on a filesystem without locks another
+    process may be writing them now: they stay."""
+    import errno
+
+    import data.locks as locks_module
+    src = tmp_path / "t.txt"
+    src.write_text(synthetic_text(5000))
+    out = prepare(input=src, data_root=tmp_path, tokenizer="bpe", bpe_vocab_size=300, progress=False)
+    built = sorted(p.name for p in out.iterdir())
+    (out / "meta.json").unlink()  # killed before the manifest landed: the folder is built again
+    stale = [".meta.json.k1w2x3y4.tmp", ".progress.json.a_b-c9d8.tmp", ".bpe.tiktoken.zz00zz00.tmp"]
+    for name in stale:
+        (out / name).write_bytes(b"half")
+    (out / "notes.tmp").write_text("not a write of this build's")
+    if not locks:
+        def flock(f, operation):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        monkeypatch.setattr(locks_module.fcntl, "flock", flock)
+    assert prepare(input=src, data_root=tmp_path, tokenizer="bpe", bpe_vocab_size=300, progress=False) == out
+    assert sorted(p.name for p in out.iterdir()) == sorted(built + ["notes.tmp"] + ([] if locks else stale))
+
+
 @pytest.mark.parametrize("name, text, settings, refusal", [
     ("one.txt", "x", {}, "too few"),  # refused while counting, before any shard
     ("one.jsonl", '{"text": "just one document"}\n', {"tokenizer": "bpe", "bpe_vocab_size": 260},  # 3 of its 14 merges

@@ -44,6 +44,23 @@ def test_labels_show_whitespace_and_shorten_pieces_past_eight_characters():
         "a\u2423b", "\\n", "\\t", "abcdefgh", "abcdefg\u2026"]
 
 
+def test_labels_show_control_characters_as_escapes_and_cut_only_between_escapes():
+    """A NUL, a carriage return or a form feed has no width in a picture: each is its Python escape, as a newline is
+    \\n; a long label is cut before a byte's \\xNN or a newline's \\n, never inside one."""
+    from data.tokenizer import gpt2_tokenizer
+    from insight.attention_figures import printable, token_labels
+
+    controls = [chr(c) for c in [*range(32), 127]]
+    assert printable(controls) == [repr(c)[1:-1] for c in controls]
+    assert printable(["a\rb\x00", "\x0c\x7f"]) == ["a\\rb\\x00", "\\x0c\\x7f"]
+    tokenizer = gpt2_tokenizer()
+    pieces = [tokenizer.token_text(i) for i in tokenizer.encode("abcde😀")]
+    assert pieces[-2] == "\\xf0\\x9f\\x98"  # the first three bytes of the emoji: 12 characters
+    assert token_labels(tokenizer, tokenizer.encode("abcde😀"))[-2] == "\\xf0\u2026"
+    assert printable(["abcdef\n\n", "abcd\\x80\\x81", "abc\x00\x01"]) == ["abcdef\u2026", "abcd\u2026",
+                                                                                "abc\\x00\u2026"]
+
+
 def test_a_probe_takes_up_to_the_smaller_of_its_limit_and_the_context_and_a_cut_one_keeps_the_end():
     from common.errors import UserError
     from data.tokenizer import CharTokenizer

@@ -117,3 +117,17 @@ def test_control_characters_show_as_their_pictures():
     meta, _ = page_parts(explorer_html(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, text))
     assert meta["tokens"] == ["a", "\u2400", "\u240d", "\u240c", "\u2421", " ", "\u21b5", "\u21e5"]
     assert meta["newline"] == [False] * 6 + [True, False]
+
+
+def test_a_token_of_several_newlines_breaks_the_line_as_often():
+    """GPT-2 writes newlines in a row as one token ('\\n\\n' shows as two arrows): the page breaks the line after a
+    token as many times as it holds newlines (META.newline[i]), or the blank lines vanish from the text shown."""
+    from data.tokenizer import gpt2_tokenizer
+    from insight.explorer_html import explorer_html
+
+    tokenizer = gpt2_tokenizer()
+    text = "ROMEO:\n\nLove,\n\n\nnight\n"
+    texts = [tokenizer.decode([i]) for i in tokenizer.encode(text)]
+    assert "\n\n" in texts  # the token this test is about
+    meta, _ = page_parts(explorer_html(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, text))
+    assert meta["newline"] == [t.count("\n") for t in texts]
