@@ -142,3 +142,39 @@ def test_validation_scores_every_target_of_a_100_token_split_exactly_once(tmp_pa
                 assert torch.equal(y[keep], x[keep] + 1)  # a kept target is still the token after its input
                 scored += y[keep].tolist()
         assert sorted(scored) == list(range(1, 100))  # token 0 has no context; every other one scored once
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    """A train split of random ids in 3 shards of uneven sizes (meta.json's manifest), and the whole split as one
+    array read straight from the files: the reference the loader's windows are checked against."""
+    rng = np.random.default_rng(0)
+    sizes, names = [1_003, 517, 1_480], ["train.bin", "train_00001.bin", "train_00002.bin"]
+    for name, n in zip(names, sizes):
+        rng.integers(0, 50_257, n, dtype=np.uint16).tofile(tmp_path / name)
+    rng.integers(0, 50_257, 300, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    m = meta("uint16", sum(sizes), 300) | {"shards": {
+        "train": [{"file": f, "tokens": n} for f, n in zip(names, sizes)], "val": [{"file": "val.bin", "tokens": 300}]}}
+    (tmp_path / "meta.json").write_text(json.dumps(m))
+    return tmp_path, np.concatenate([np.fromfile(tmp_path / f, dtype=np.uint16) for f in names]).astype(np.int64)
+
+
+def test_windows_read_the_concatenated_shard_files_and_follow_the_slot_grid(sharded):
+    folder, whole = sharded
+    world, accum = 2, 2
+    loaders = [TrainBatches(folder, T, B, seed=9, rank=r, world_size=world, grad_accum=accum) for r in range(world)]
+    crossed = 0
+    for step in range(200):
+        starts = loaders[0].window_starts(step)
+        assert len(set(starts % (T + 1))) == 1  # one shift per step: every window on the same grid of T+1 slots
+        assert starts.min() >= 0 and starts.max() + T + 1 <= len(whole)
+        for r, ld in enumerate(loaders):
+            for m in range(accum):
+                x, y = ld.get(step, m)
+                for row, s in enumerate(starts[(m * world + r) * B:][:B]):  # the documented row order
+                    window = whole[s:s + T + 1].tolist()
+                    assert x[row].tolist() == window[:-1] and y[row].tolist() == window[1:]
+                    crossed += s < 1_003 < s + T + 1 or s < 1_520 < s + T + 1
+    assert crossed > 0  # windows read across both shard boundaries
+    ends = np.concatenate([loaders[0].window_starts(step) for step in range(3_000)]) + T + 1
+    assert ends.max() == len(whole)  # the split's last token is a target too
