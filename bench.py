@@ -262,8 +262,7 @@ def run_prepare(args, table):
     import tempfile
     from pathlib import Path
     from benchmarks import prepare
-    with open(args.input, encoding="utf-8") as f:
-        paras = [p for p in f.read().split("\n\n") if p.strip()]
+    paras = input_paragraphs(args.input)
     sample = "\n\n\n".join(prepare.documents(paras, (1 if args.quick else 20) * prepare.MB, seed=2))
     baseline = prepare.Baseline(sample)
     workers = (1, 2) if (os.cpu_count() or 1) >= 2 else (1,)
@@ -374,6 +373,21 @@ def targets(target: str) -> tuple[str, ...]:
     return want
 
 
+def input_paragraphs(path: str) -> list[str]:
+    """--input's paragraphs (prepare cuts its documents from them; ttq and quality train on the text), refused in one
+    line where there are none to read: a missing file, a folder, an empty or blank file, one not in UTF-8."""
+    where = "is a folder" if os.path.isdir(path) else "does not exist"
+    need(os.path.isfile(path), f"--input={path} {where}; give the tiny-shakespeare text file", FlagError)
+    try:
+        with open(path, encoding="utf-8") as f:
+            paras = [p for p in f.read().split("\n\n") if p.strip()]
+    except UnicodeDecodeError as e:
+        raise FlagError(f"--input={path} is not UTF-8 text (byte {e.start}); give the tiny-shakespeare text "
+                        f"file") from None
+    need(bool(paras), f"--input={path} holds no text; give the tiny-shakespeare text file", FlagError)
+    return paras
+
+
 def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
     """The flags -> (BenchConfig, the targets to run), each explicit flag checked against the targets that read it
     and --quick (common/flag_scope.py), and every file a target reads or writes: before any target runs."""
@@ -386,8 +400,8 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
     for flag, target in (("preset", "ttq"), ("quality_preset", "quality")):
         if target in want and getattr(args, flag) not in PRESETS:
             raise FlagError(f"--{flag}={getattr(args, flag)} is unknown; choose one of {', '.join(PRESETS)}")
-    if {"ttq", "quality", "prepare"} & set(want) and not os.path.isfile(args.input):
-        raise FlagError(f"--input={args.input} does not exist; give the tiny-shakespeare text file")
+    if {"ttq", "quality", "prepare"} & set(want):
+        input_paragraphs(args.input)
     if args.against_nanogpt and {"ttq", "quality", "throughput", "sampling"} & set(want):
         nanogpt_ref.check_checkout(args.against_nanogpt)
         if {"ttq", "quality"} & set(want):  # its training runs read its own prepared data

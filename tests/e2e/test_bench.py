@@ -331,3 +331,29 @@ def test_the_mfu_rows_name_each_peak_and_a_disturbed_probe():
     assert "disturbed" not in " ".join(row[1] for row in table)
     res["peak_spread"] = 0.2
     assert bench.peak_note(res, "fp32") == "100 GFLOP/s, mm 8x16x32; probes 20% apart: disturbed?"
+
+
+@pytest.mark.parametrize("target", ["prepare", "ttq", "quality"])
+@pytest.mark.parametrize("content, said", [(None, "is a folder"), (b"", "holds no text"),
+                                           (b"\n\n  \n\n", "holds no text"),
+                                           (b"\xff\xfeh\x00i\x00", "is not UTF-8 text")])
+def test_an_input_with_no_text_to_read_is_one_line_before_any_target_runs(target, content, said, tmp_path,
+                                                                          monkeypatch, capsys):
+    """--input names the text ttq and quality train on and prepare cuts its documents from: a folder was said not
+    to exist, and an empty or non-UTF-8 file ended prepare in a traceback (randrange's empty range, the decode),
+    after every target before it had run."""
+    import bench
+    from common import cli
+
+    def began(*args, **kwargs):
+        raise AssertionError("a target ran before --input was checked")
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, began)
+    path = tmp_path / "input"
+    path.mkdir() if content is None else path.write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(bench.main, [f"--target=memory,{target}", f"--input={path}", "--plot="]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --input={path} {said}") and err.count("\n") == 1, err
+    assert err.endswith("; give the tiny-shakespeare text file\n"), err
+    assert sorted(tmp_path.iterdir()) == [path]
