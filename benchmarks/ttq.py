@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 
+from common.errors import UserError
 from training.metrics import read_metrics
 
 from . import nanogpt_ref
@@ -27,10 +28,17 @@ def our_command(preset: str, input_path: str, out_dir: str, data_root: str, extr
             "--sample_tokens=0", f"--eval_iters={WHOLE_SPLIT}", "--device=cpu", *extra]
 
 
+class Refused(RuntimeError):
+    """A command's own one-line refusal (exit 2, as common/cli.py ends a user's mistake): its line."""
+
+
 def timed(cmd, cwd, env) -> tuple[float, str]:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    lines = proc.stderr.strip().splitlines()
+    if proc.returncode == 2 and lines and lines[-1].startswith("error: "):
+        raise Refused(lines[-1].removeprefix("error: "))
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
     return wall, proc.stdout + proc.stderr
@@ -56,8 +64,13 @@ def measure(presets, input_path: str, nanogpt: str | None, repeats: int, threads
         prepare(input=input_path, split="tail", tokenizer="char", data_root=data_root)  # tokenise once, untimed
 
         def ours(preset):
-            return lambda out: (timed(our_command(preset, input_path, out, data_root, extra), ROOT, env)[0],
-                                last_val_loss(out))
+            def run(out):
+                try:
+                    wall = timed(our_command(preset, input_path, out, data_root, extra), ROOT, env)[0]
+                except Refused as e:  # the text too short for the preset's batches, say
+                    raise UserError(f"train.py --preset={preset} refused --input={input_path}: {e}") from None
+                return wall, last_val_loss(out)
+            return run
         runners = {preset: ours(preset) for preset in dict.fromkeys(presets)}
         if nanogpt:
             ng = nanogpt_ref.check_checkout(nanogpt)

@@ -331,3 +331,62 @@ def test_the_mfu_rows_name_each_peak_and_a_disturbed_probe():
     assert "disturbed" not in " ".join(row[1] for row in table)
     res["peak_spread"] = 0.2
     assert bench.peak_note(res, "fp32") == "100 GFLOP/s, mm 8x16x32; probes 20% apart: disturbed?"
+
+
+@pytest.mark.parametrize("target", ["prepare", "ttq", "quality"])
+@pytest.mark.parametrize("content, said", [(None, "is a folder"), (b"", "holds no text"),
+                                           (b"\n\n  \n\n", "holds no text"),
+                                           (b"\xff\xfeh\x00i\x00", "is not UTF-8 text")])
+def test_an_input_with_no_text_to_read_is_one_line_before_any_target_runs(target, content, said, tmp_path,
+                                                                          monkeypatch, capsys):
+    """--input names the text ttq and quality train on and prepare cuts its documents from: a folder was said not
+    to exist, and an empty or non-UTF-8 file ended prepare in a traceback (randrange's empty range, the decode),
+    after every target before it had run."""
+    import bench
+    from common import cli
+
+    def began(*args, **kwargs):
+        raise AssertionError("a target ran before --input was checked")
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, began)
+    path = tmp_path / "input"
+    path.mkdir() if content is None else path.write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(bench.main, [f"--target=memory,{target}", f"--input={path}", "--plot="]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --input={path} {said}") and err.count("\n") == 1, err
+    assert err.endswith("; give the tiny-shakespeare text file\n"), err
+    assert sorted(tmp_path.iterdir()) == [path]
+
+
+def test_a_row_whose_reference_was_not_run_says_so_in_met_instead_of_no(monkeypatch):
+    """Without --against_nanogpt (or with --no_hf) rows 1-4 said their goal was not met ("no") where nothing was
+    measured to meet it against; a row whose own part misses its goal still says no. The sampling row's reference
+    left out nanoGPT's figure where HF's was not timed."""
+    import bench
+
+    def ttq_rows(val):
+        return [{"who": who, "repeat": 0, "wall_s": 5.0, "val_loss": val} for who in ("fast", "good")]
+    args = bench.BenchConfig(preset="fast", quality_preset="good")
+    for val, met in ((1.5, "n/a: no --against-nanogpt"), (2.5, False)):
+        monkeypatch.setattr(bench.ttq, "measure", lambda *a, val=val, **k: ttq_rows(val))
+        table = []
+        bench.run_ttq(args, table, ("ttq", "quality"))
+        assert [row[5] for row in table] == [met, met]
+    speed = {"tok_per_s": 100.0}
+    monkeypatch.setattr(bench.throughput, "measure", lambda *a, **k: {"ours": speed, "ours-auto": speed,
+                                                                      "auto_dtype": "float32"})
+    table = []
+    bench.run_throughput(args, table, ("throughput",))
+    assert [row[5] for row in table] == ["n/a: no --against-nanogpt"] * 2
+    ours = {"ours (learned, KV cache)": 1.0}
+    for theirs, met, ref in (({}, "n/a: no --against-nanogpt, no HF", "n/a"),
+                             ({"nanoGPT generate (no cache)": 20.0}, "n/a: no HF", "nanoGPT 20.00"),
+                             ({"HF GPT2 generate (cache)": 2.0}, False, "HF 2.00"),
+                             ({"HF GPT2 generate (cache)": 4.0}, "n/a: no --against-nanogpt", "HF 4.00"),
+                             ({"nanoGPT generate (no cache)": 20.0, "HF GPT2 generate (cache)": 4.0}, True,
+                              "nanoGPT 20.00, HF 4.00")):
+        monkeypatch.setattr(bench.sampling, "measure", lambda *a, theirs=theirs, **k: {**ours, **theirs})
+        table = []
+        bench.run_sampling(args, table)
+        assert table[0][2] == ref and table[0][5] == met, table

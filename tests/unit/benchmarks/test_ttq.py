@@ -19,3 +19,21 @@ def test_the_runs_folder_is_removed_when_the_measurement_ends(tmp_path, monkeypa
         ("fast-cpu", 0, 1.5), ("quality-cpu", 0, 1.5), ("quality-cpu", 1, 1.5), ("fast-cpu", 1, 1.5)]
     assert made[0].startswith(str(tmp_path / "bench-ttq-")) and made[1:] == ["--max_iters=3"] * 4
     assert not list(tmp_path.iterdir())
+
+
+def test_an_input_train_py_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
+    """A text too short for the preset's batches: train.py's own one-line refusal (exit 2) came back as a
+    RuntimeError's traceback holding the whole command line."""
+    import pytest
+
+    from common.errors import UserError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    text = tmp_path / "tiny.txt"
+    text.write_text("hello there\n")
+    with pytest.raises(UserError) as e:
+        ttq.measure(["fast-cpu"], str(text), None, 1, 1, extra=["--block_size=16", "--batch_size=4",
+                                                                "--compile=false"])
+    said = str(e.value)
+    assert said.startswith(f"train.py --preset=fast-cpu refused --input={text}: corpus too small for block_size=16")
+    assert "\n" not in said and sorted(tmp_path.iterdir()) == [text]
