@@ -383,7 +383,7 @@ def measure(a: PrepareBenchConfig, tmp: Path, work: Path) -> None:
                       f"{t['main_cpu_s']:>10.1f} {tiktoken_mbs:>8.2f} {ratio:>9.2f}x {met:>7}", flush=True)
                 if a.train and fmt == "jsonl" and tok == "gpt2" and train_root is None:
                     train_root = root
-                else:
+                elif not a.keep:
                     shutil.rmtree(root)
             if train_root is not None:
                 train_startup(corpus, train_root, "gpt2")

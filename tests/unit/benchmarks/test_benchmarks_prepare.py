@@ -113,3 +113,14 @@ def test_every_row_prepares_its_corpus_even_when_one_is_kept_for_training(tmp_pa
                   "--train=true", f"--tmp={tmp_path / 'tmp'}"])
     assert built == [True] * 4, capsys.readouterr().out
     assert len(trained) == 1 and len(trained[0]) == 1 and "gpt2" in trained[0][0], trained
+
+
+def test_keep_keeps_each_rows_prepared_folder(tmp_path, monkeypatch):
+    """--keep=true keeps 'the corpora and prepared folders' (its help): each row's folder was removed after the row."""
+    nothing_measured(monkeypatch)
+    monkeypatch.setattr(prepare, "documents", lambda paras, n_bytes, seed=0: (f"Paragraph {i}." for i in range(300)))
+    monkeypatch.setattr(prepare, "Baseline", lambda text: type("B", (), {"around": lambda self: 1.0})())
+    tmp = tmp_path / "tmp"
+    prepare.main(["--sizes=1", "--formats=txt", "--tokenizers=char", "--workers=1,1", "--keep=true", f"--tmp={tmp}"])
+    assert len([p for p in tmp.glob("prepare-bench-*/root-*/*/*") if (p / "meta.json").is_file()]) == 2
+    assert list(tmp.glob("*.txt"))  # the corpus, for the next run
