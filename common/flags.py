@@ -92,9 +92,14 @@ class Bare(str):
     """The value of a flag given alone (`--wandb_log`): 'true' for a boolean flag; any other flag needs a value."""
 
 
+def takes_bool(typ) -> bool:
+    """Whether a field of type typ (bool, or bool | None) is a true/false flag."""
+    return bool in (typ, *typing.get_args(typ))
+
+
 def need_value(key: str, text, typ=str) -> None:
     """Refuses a flag other than a boolean given alone: `--out_dir --max_iters=1` trained into a folder named 'true'."""
-    if isinstance(text, Bare) and bool not in (typ, *typing.get_args(typ)):
+    if isinstance(text, Bare) and not takes_bool(typ):
         raise FlagError(f"--{key} has no value; give one (--{key}=VALUE): only a true/false flag stands alone")
 
 
@@ -109,7 +114,7 @@ def unknown(key: str, known: dict, names: list, config_file: str | None = None) 
                     f"the file")
         return f"--config={config_file} has a key {key} that is no flag of this command{suggest(key, names)}"
     off = key.removeprefix("no_")
-    if off != key and off in known and bool in (known[off][1], *typing.get_args(known[off][1])):
+    if off != key and off in known and takes_bool(known[off][1]):
         return f"unknown flag --{key}; to turn --{off} off, give --{off}=false"
     return f"unknown flag --{key}{suggest(key, names)}"
 
