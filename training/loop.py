@@ -146,13 +146,13 @@ def save(run, step: int, best: bool, bar) -> bool:
                       optimizer=optim_state, scaler=run.scaler.state_dict() if run.scaler.is_enabled() else None,
                       rng=rng, wandb_run_id=run.wandb_run_id, speed_config=asdict(run.chosen_speed),
                       speed_flags=list(run.speed_flags))
-    last = os.path.join(run.tc.out_dir, LAST)
-    if run.best_copy_undone:  # the best a stopped run saved and did not copy: kept before ckpt_last.pt is replaced
-        copy_atomic(last, os.path.join(run.tc.out_dir, BEST))
-        run.best_copy_undone = False
+    last, best_file = os.path.join(run.tc.out_dir, LAST), os.path.join(run.tc.out_dir, BEST)
+    if run.best_copy_undone and not best:  # the best a stopped run saved and did not copy, kept before ckpt_last.pt
+        copy_atomic(last, best_file)  # is replaced (a new best replaces it anyway)
+    run.best_copy_undone = False
     ckpt.save(last)
     if best:
-        copy_atomic(last, os.path.join(run.tc.out_dir, BEST))
+        copy_atomic(last, best_file)
     return True
 
 
