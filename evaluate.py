@@ -33,6 +33,7 @@ REFUSALS = {"encoder": "an encoder has no next-token log-probabilities (it predi
 
 @dataclass
 class EvaluateConfig:
+    PATH_FLAGS = ("tasks", "text")  # files here (an empty one is refused, not read as None); probe.py's --tasks is not
     # what is scored
     tasks: str | None = None  # multiple-choice .jsonl files, comma-separated: HellaSwag's format, or one object
     #                           a line with context, choices and label

@@ -22,7 +22,13 @@ from common.errors import FlagError
 # as in a shell (which expands it only at the start of a word: not in --out_dir=~/runs), never a folder named '~'.
 PATHS = frozenset({"out_dir", "input", "pairs", "data_root", "archive", "ckpt", "ckpt_dir", "hf_dir", "to", "to_gguf",
                    "out", "html", "induction", "induction_curve", "attention", "draft", "tmp", "nanogpt",
-                   "against_nanogpt"})
+                   "against_nanogpt", "eval_tasks"})
+
+
+def is_path(key: str, cls) -> bool:
+    """A flag that names files: by its name in every command (PATHS), or in one class's PATH_FLAGS where the name
+    means something else elsewhere (evaluate.py's --text is a file, visualize.py's the text itself)."""
+    return key in PATHS or key in getattr(cls, "PATH_FLAGS", ())
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 NAME_MAX, PATH_MAX = 255, 4096  # bytes in one file or folder name, in a whole path (Linux; macOS takes shorter paths)
@@ -213,7 +219,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if key not in known:
                 raise FlagError(unknown(key, known, names, source))
             need_value(key, text, known[key][1])
-            if key in PATHS and isinstance(text, str):
+            if is_path(key, known[key][0]) and isinstance(text, str):
                 text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed
                 check_path(key, text)
             if source and isinstance(text, float) and text.is_integer() and known[key][1] in (int, int | None):
