@@ -62,7 +62,8 @@ def read_tasks(paths: str, limit: int | None = None, flag: str = "tasks") -> lis
     is checked, also past the limit: a file that is wrong somewhere is refused whole (what needs the model's
     tokenizer and block, encode_task checks in the items kept)."""
     tasks = []
-    for path in [p.strip() for p in paths.split(",") if p.strip()]:
+    # each file's ~ is the home folder: the flags expand the list's first only, and a shell none after a comma
+    for path in [os.path.expanduser(p.strip()) for p in paths.split(",") if p.strip()]:
         name = task_name(path)
         if name in [t.name for t in tasks]:
             raise UserError(f"--{flag} names two files called {name}: the report keys tasks by file name; rename one")

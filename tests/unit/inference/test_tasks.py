@@ -86,6 +86,17 @@ def test_a_limit_keeps_the_first_items_of_the_file_in_order(tmp_path):
             int(c[1:]) + 1 for c in want]
 
 
+def test_every_file_of_the_list_takes_the_home_folders_tilde(tmp_path, monkeypatch):
+    """--tasks=~/a.jsonl,~/b.jsonl: the flags expand the list's leading ~ only, and b was looked for in a folder
+    named ~ (the shell leaves a ~ after a comma as typed)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("a", "b"):
+        write(tmp_path / f"{name}.jsonl", {"context": name, "choices": ["x", "y"], "label": 0})
+    tasks = read_tasks("~/a.jsonl, ~/b.jsonl")
+    assert [(t.name, t.path, t.items[0].context) for t in tasks] == [
+        ("a", str(tmp_path / "a.jsonl"), "a"), ("b", str(tmp_path / "b.jsonl"), "b")]
+
+
 def test_context_and_choice_are_tokenized_apart_the_choice_after_a_space():
     tok = gpt2_tokenizer()
     item = read_item({"context": "The cat sat on the", "choices": ["mat.", "ça va"], "label": 0})
