@@ -30,6 +30,7 @@ def is_path(key: str, cls) -> bool:
     means something else elsewhere (evaluate.py's --text is a file, visualize.py's the text itself)."""
     return key in PATHS or key in getattr(cls, "PATH_FLAGS", ())
 
+
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 NAME_MAX, PATH_MAX = 255, 4096  # bytes in one file or folder name, in a whole path (Linux; macOS takes shorter paths)
 
