@@ -91,6 +91,8 @@ class LlamaBench:
              f"(and the warm-up's) starts with a token of its own", FlagError)
         need(self.new_tokens >= 2, f"--new_tokens={self.new_tokens} must be >= 2 (decoding is timed after the "
              f"first token)", FlagError)
+        need(self.compiled or not self.kernels, "--kernels=true adds a row of the compiled step: drop it or drop "
+             "--compiled=false", FlagError)
         need_threads(self.threads)
 
 
