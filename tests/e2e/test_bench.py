@@ -390,3 +390,22 @@ def test_a_row_whose_reference_was_not_run_says_so_in_met_instead_of_no(monkeypa
         table = []
         bench.run_sampling(args, table)
         assert table[0][2] == ref and table[0][5] == met, table
+
+
+@pytest.mark.parametrize("target, says, not_said", [
+    ("memory", ["the peaks of one profiled run"], ["median"]),
+    ("prepare", ["one run per row"], ["median", "repeats="]),
+    ("sampling,memory", ["medians of 2 alternated rounds", "the peaks of one profiled run"], []),
+])
+def test_the_tables_last_line_says_what_its_figures_are(target, says, not_said, tmp_path, monkeypatch, capsys):
+    """The memory row's peaks come from one profiled run and data prep times each row once: the last line called
+    every figure a median of alternating rounds."""
+    import bench
+
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, lambda args, table, *rest: None)
+    (tmp_path / "input.txt").write_text("some text\n\nmore text\n")
+    bench.main([f"--target={target}"] + ([f"--input={tmp_path / 'input.txt'}"] if target == "prepare" else
+                                         ["--plot=", "--repeats=2"]))
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert all(s in last for s in says) and not any(s in last for s in not_said), last
