@@ -5,6 +5,7 @@ Nothing is executed: a TOML file is parsed as data, and every value is converted
 Every mistake is a FlagError with one line that names the flag and, for a typo, the closest valid name.
 """
 import dataclasses
+import decimal
 import difflib
 import math
 import os
@@ -76,11 +77,27 @@ def convert(name: str, text, typ):
         if typ is int:
             return int(text)  # Python's: 1_000 (an _ between digits), +3, 08
         if typ is float:
-            return float(text)
+            return float_of(text, f"--{name}=")
         return str(text)
+    except FlagError:  # a ValueError too: float_of's own line
+        raise
     except ValueError:
         kind = {bool: "true or false", int: "an integer", float: "a number"}.get(typ, f"a {typ.__name__}")
         raise FlagError(f"--{name}={text} is not {kind}") from None
+
+
+def float_of(text: str, where: str) -> float:
+    """float(text), refused where a non-zero finite number becomes 0 or inf (1e-400, 1e400): --grad_clip=1e-400 was
+    read as 0, clipping off. where: what the line names before the number as typed (--grad_clip=)."""
+    x = float(text)
+    try:
+        exact = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:  # a spelling float() takes and Decimal() does not: no number past the range
+        return x
+    if (x == 0 or math.isinf(x)) and exact.is_finite() and exact != 0:
+        raise FlagError(f"{where}{text.strip()} is too {'small' if x == 0 else 'large'} for a float: it would be {x} "
+                        f"(a float's size reaches from about 5e-324 to 1.8e308); give a value in that range")
+    return x
 
 
 def suggest(name: str, known) -> str:
@@ -175,7 +192,7 @@ def check_path(key: str, text: str) -> None:
 def load_toml(path: str) -> dict:
     try:
         with open(path, "rb") as f:  # utf-8-sig: tomllib would read an editor's byte-order mark as a bad statement
-            return tomllib.loads(f.read().decode("utf-8-sig"))
+            return tomllib.loads(f.read().decode("utf-8-sig"), parse_float=lambda t: float_of(t, f"--config={path}: "))
     except FileNotFoundError:
         raise FlagError(f"--config={path} does not exist; give the path of a TOML file") from None
     except tomllib.TOMLDecodeError as e:
