@@ -68,6 +68,8 @@ def convert(name: str, text, typ):
             return text
         text = typed(text)  # true, as the file has it
     try:
+        if typ in (int, float) and not text.isascii():  # int() and float() read any script's digits: '١٠' is 10
+            raise ValueError
         if typ is bool:
             if text.lower() in TRUE:
                 return True

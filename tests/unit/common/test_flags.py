@@ -395,6 +395,19 @@ def test_an_integer_groups_its_digits_with_single_underscores_only(text):
     assert parse(["--max_iters=+1_000", "--seed=08"], CLASSES, PRESETS)[0] == dict(max_iters=1000, seed=8)
 
 
+@pytest.mark.parametrize("flag, text, kind", [("max_iters", "\u0661\u0660", "an integer"),  # Arabic-Indic 10
+                                              ("seed", "\uff11\uff10", "an integer"),  # fullwidth 10
+                                              ("max_iters", "\u20035", "an integer"),  # an em space, then 5
+                                              ("learning_rate", "\u0661e-3", "a number")])
+def test_a_number_in_digits_other_than_ascii_is_refused(flag, text, kind):
+    """Python's int() and float() read any script's digits: --max_iters=\u0661\u0660 trained 10 steps."""
+    with pytest.raises(FlagError) as e:
+        parse([f"--{flag}={text}"], CLASSES, PRESETS)
+    assert str(e.value) == f"--{flag}={text} is not {kind}"
+    assert parse(["--max_iters= 10", "--learning_rate=1e-3 "], CLASSES, PRESETS)[0] == dict(max_iters=10,
+                                                                                           learning_rate=1e-3)
+
+
 def test_a_toml_float_for_an_integer_says_what_to_write(tmp_path):
     """TOML reads 1e3 and 1000.0 as floats: 'max_iters = 1e3' was refused as '--max_iters=1000.0 is not an integer',
     which it is; the line says how TOML read it and what to write. A boolean is shown as the file has it."""
