@@ -38,7 +38,7 @@ import torch
 
 from common import flag_scope
 from common.device import autocast, need_dtype, pick_device, pick_dtype
-from common.errors import ConfigError, DataError, UserError, need_seed
+from common.errors import ConfigError, DataError, FlagError, UserError, need_seed
 from common import flags
 from data.mask_token import MASK_TEXT
 import speed
@@ -132,7 +132,9 @@ def parse_temperatures(text: str | None) -> list[float]:
     if not text:
         return []
     try:
-        return [float(t) for t in text.split(",")]
+        return [flags.float_of(t, f"--temperatures={text}: ") for t in text.split(",")]
+    except FlagError:  # a ValueError too: a number past a float's range, as typed
+        raise
     except ValueError:
         raise ConfigError(f"--temperatures={text} is not a comma-separated list of numbers (e.g. 0.5,1,2)") from None
 

@@ -68,7 +68,7 @@ def convert(name: str, text, typ):
             return text
         text = typed(text)  # true, as the file has it
     try:
-        if typ in (int, float) and not text.isascii():  # int() and float() read any script's digits: '١٠' is 10
+        if typ is int and not text.isascii():  # int() reads any script's digits: '١٠' is 10
             raise ValueError
         if typ is bool:
             if text.lower() in TRUE:
@@ -90,7 +90,10 @@ def convert(name: str, text, typ):
 
 def float_of(text: str, where: str) -> float:
     """float(text), refused where a non-zero finite number becomes 0 or inf (1e-400, 1e400): --grad_clip=1e-400 was
-    read as 0, clipping off. where: what the line names before the number as typed (--grad_clip=)."""
+    read as 0, clipping off. where: what the line names before the number as typed (--grad_clip=). A ValueError for
+    no number, and for digits other than ASCII, which float() reads ('١' is 1)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not a number")
     x = float(text)
     try:
         exact = decimal.Decimal(text.strip())

@@ -6,6 +6,7 @@ import torch
 import sample
 import train
 from common import cli
+from common.errors import UserError
 from conftest import tiny_args
 
 
@@ -300,3 +301,15 @@ def test_token_listings_tell_apart_tokens_that_hold_parts_of_a_character(capsys)
     sample.print_filled(model, tokenizer, [1, tokenizer.mask_id], tokenizer.mask_id, len(pieces))
     head, listed = capsys.readouterr().out.splitlines()[-1].split(": ")
     assert head == "[MASK] 1 (token 1)" and [shown.split()[0] for shown in listed.split(", ")] == want
+
+
+@pytest.mark.parametrize("text, said", [
+    ("0.5,1e-400", "--temperatures=0.5,1e-400: 1e-400 is too small for a float: it would be 0.0"),  # greedy, unsaid
+    ("1,1e999", "--temperatures=1,1e999: 1e999 is too large for a float"),  # was called temperature=inf
+    ("1,\u0661", "--temperatures=1,\u0661 is not a comma-separated list of numbers"),  # Arabic-Indic 1, read as 1
+])
+def test_a_temperature_past_a_floats_range_or_in_other_digits_is_refused_as_typed(text, said):
+    with pytest.raises(UserError) as e:
+        sample.parse_temperatures(text)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+    assert sample.parse_temperatures("0, 0.5,2e0") == [0.0, 0.5, 2.0]
