@@ -433,7 +433,7 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
+    if flags.asks_help(argv):
         print(flags.help_text((BenchConfig,), {}, tags=flag_scope.tags("bench.py")))
         return
     args, want = checked(argv)

@@ -221,7 +221,7 @@ def run_mode(sc: SampleConfig, kind: str, text: str | None) -> str:
 def main(argv) -> None:
     """Picks the mode: --help, an encoder-decoder's translations, the prompt's attention maps, an encoder's filled
     masks, the next-token table at each temperature, or (the default) num_samples generated samples."""
-    if "--help" in argv or "-h" in argv:
+    if flags.asks_help(argv):
         print(flags.help_text((SampleConfig, SpeedConfig), {}, tags=flag_scope.tags("sample.py")))
         return
     sc, speed_config, explicit, ckpt, mode, text = checked(argv)

@@ -161,6 +161,24 @@ def split_argv(argv) -> dict:
     return out
 
 
+def without_help(argv) -> list:
+    """argv without its --help and -h arguments. A -h right after a flag given without '=' is that flag's value, as
+    split_argv reads it (--sample_prompt -h: the prompt '-h', as -x is), and stays."""
+    out, value_next = [], False
+    for arg in argv:
+        if arg == "--help" or (arg == "-h" and not value_next):
+            value_next = False
+            continue
+        out.append(arg)
+        value_next = arg.startswith("--") and "=" not in arg  # a flag without '=': the next argument may be its value
+    return out
+
+
+def asks_help(argv) -> bool:
+    """Whether --help or -h is an argument of its own (without_help), not a flag's value."""
+    return len(without_help(argv)) < len(argv)
+
+
 def check_utf8(key: str, value: str) -> None:
     """Refuses a flag whose bytes are not UTF-8. Python hands such bytes over as lone surrogates (surrogateescape),
     which a tokenizer, the data's fingerprint or wandb cannot encode: a traceback later, once out_dir was claimed."""
@@ -336,7 +354,7 @@ def parse_configs(argv, classes, presets, default_preset=None):
 def config_from_argv(argv, cls):
     """For a command whose flags are one dataclass: `--help` prints them and returns None; else the validated
     config."""
-    if "--help" in argv or "-h" in argv:
+    if asks_help(argv):
         print(help_text((cls,), {}))
         return None
     per_class, _ = parse_configs(argv, (cls,), {})

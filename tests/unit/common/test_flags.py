@@ -3,6 +3,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
+from common import flags
 from common.flags import FlagError, config_from_argv, field_docs, help_text, parse, parse_configs, suggest
 from data.config import PrepareConfig
 from training.loop import lr_at
@@ -346,6 +347,23 @@ def test_a_lone_double_dash_and_a_distant_typo_are_one_line_errors():
 def test_dash_h_prints_the_flags_like_dash_dash_help(capsys):
     assert config_from_argv(["-h"], PrepareConfig) is None
     assert "--tokenizer=" in capsys.readouterr().out
+
+
+def test_a_dash_h_right_after_a_flag_without_a_value_is_that_flags_value(capsys):
+    """The parser takes the argument after --name (no '=') as its value unless it starts with '--': -x is one, and so
+    is -h. train.py --sample_prompt -h was refused as a flag with no value (help dropped the -h first) and sample.py
+    --start -h printed the help."""
+    from training.config import configure
+
+    train, *_ = configure(["--sample_prompt", "-h"])
+    assert train.sample_prompt == "-h" and configure(["--sample_prompt", "-x"])[0].sample_prompt == "-x"
+    assert capsys.readouterr().out == ""
+    with pytest.raises(FlagError, match="^--compile=-h is not true or false$"):
+        configure(["--compile", "-h"])
+    for argv in (["-h"], ["--sample_prompt", "x", "-h"], ["--sample_prompt=x", "-h"], ["-h", "--n_layer=2"]):
+        assert configure(argv) is None, argv
+        assert capsys.readouterr().out.startswith("flags (--name=value)"), argv
+    assert flags.asks_help(["--sample_prompt", "-h", "-h"]) and not flags.asks_help(["--start", "-h"])
 
 
 def test_a_flag_without_a_value_is_true_for_a_boolean_and_refused_for_any_other():
