@@ -313,3 +313,23 @@ def test_a_temperature_past_a_floats_range_or_in_other_digits_is_refused_as_type
         sample.parse_temperatures(text)
     assert str(e.value).startswith(said) and "\n" not in str(e.value)
     assert sample.parse_temperatures("0, 0.5,2e0") == [0.0, 0.5, 2.0]
+
+
+def test_a_draft_whose_tokens_decode_to_the_same_text_but_differ_in_bytes_is_refused(tmp_path, monkeypatch):
+    """A token of part of a character decodes to U+FFFD whatever its bytes: two byte-level vocabularies that differ
+    only in such a token passed the draft's check of one decoded text per id."""
+    from data.tokenizer import bpe_tokenizer
+    from model import GPT, GPTConfig
+
+    ranks = {bytes([b]): b for b in range(256)}
+    ours = bpe_tokenizer({**ranks, b"\xe4\xb8": 256})  # the first two bytes of a 3-byte character
+    other = bpe_tokenizer({**ranks, b"\xe5\x9b": 256})  # of another one
+    assert ours.decode([256]) == other.decode([256]) == "\ufffd"  # one text, other bytes
+    draft = GPT(GPTConfig(vocab_size=other.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=16))
+    monkeypatch.setattr(sample, "load_for_inference", lambda path, device: (draft, other, None))
+    (tmp_path / "draft.pt").write_bytes(b"")
+    sc = sample.SampleConfig(draft=str(tmp_path / "draft.pt"))
+    with pytest.raises(UserError, match="is not a decoder over this model's tokens"):
+        sample.load_draft(sc, ours, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
+    assert sample.load_draft(sc, bpe_tokenizer({**ranks, b"\xe5\x9b": 256}), torch.device("cpu"),
+                             sample.SpeedConfig(), torch.float32) is not None  # the same tokens: taken
