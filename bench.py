@@ -31,8 +31,9 @@ Targets (--target=NAME, or all):
                    a time, the same random 6L/384 GPT-2 and items (benchmarks/multiple_choice.py); goal >= 3x
     memory         attention time and peak memory vs T: math vs SDPA vs sliding window, plotted
                    (benchmarks/attention_cost.py); the SDPA / math peak-memory ratio at T=4096
-Every timed ratio but memory's is of medians over --repeats rounds in which the contenders alternate (the order
-flips each round); memory's times are the best of a few runs of each path in turn, its peaks one profiled run.
+Every timed ratio but prepare's and memory's is of medians over --repeats rounds in which the contenders alternate
+(the order flips each round); prepare times each row once; memory's times are the best of a few runs of each path in
+turn, its peaks one profiled run.
 --threads=N runs every target but prepare (and the training subprocesses) on N threads; compare ratios, not absolute
 times. A flag is read by the targets --help tags it with, and refused in a run without them; --quick sets the sizes,
 rounds and compiles itself, and refuses the flags that would set them.
@@ -432,7 +433,7 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
+    if flags.asks_help(argv):
         print(flags.help_text((BenchConfig,), {}, tags=flag_scope.tags("bench.py")))
         return
     args, want = checked(argv)
@@ -460,7 +461,19 @@ def main(argv) -> None:
     for name, ours, ref, ratio, goal, met in table:
         print(f"{name:44s} | {ours:44s} | {ref:40s} | {ratio:26s} | {goal:22s} | "
               f"{met if isinstance(met, str) else 'yes' if met else 'no'}")
-    print(f"({torch.get_num_threads()} torch threads; repeats={args.repeats}; medians of alternating rounds)")
+    print(footnote(want, args.repeats))
+
+
+def footnote(want, repeats: int) -> str:
+    """The table's last line: what its figures are, for the targets that ran."""
+    parts = [f"{torch.get_num_threads()} torch threads"]
+    if set(want) & set(flag_scope.TIMED_IN_ROUNDS) - {"memory"}:
+        parts.append(f"times: medians of {repeats} alternated rounds" if repeats > 1 else "times: one round")
+    if "prepare" in want:
+        parts.append("data prep: one run per row")
+    if "memory" in want:
+        parts.append("attention memory: the peaks of one profiled run of each path")
+    return f"({'; '.join(parts)})"
 
 
 def entry() -> int:

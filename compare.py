@@ -25,9 +25,9 @@ STUDIES = {"encoder": "studies.encoder", "positions": "studies.positions", "atte
 
 def main(argv) -> None:
     # the one flag parser: --study picks the study, the rest are the study's flags; -h asks for help, as in train.py
-    raw = flags.split_argv([a for a in argv if a != "-h"])
+    raw = flags.split_argv(flags.without_help(argv))
     study = raw.pop("study", "encoder")
-    asks_help = "-h" in argv or "help" in raw or "h" in raw
+    asks_help = flags.asks_help(argv) or "h" in raw
     if study not in STUDIES:
         raise FlagError(f"--study={study} is not one of {', '.join(STUDIES)}")
     rest = [f"--{k}" if isinstance(v, flags.Bare) else f"--{k}={v}" for k, v in raw.items()]  # alone stays alone

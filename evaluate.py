@@ -102,7 +102,7 @@ def checked(argv) -> tuple[EvaluateConfig, SpeedConfig, dict]:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
+    if flags.asks_help(argv):
         print(flags.help_text((EvaluateConfig, SpeedConfig), {}, tags=flag_scope.tags("evaluate.py")))
         return
     ec, speed_config, explicit = checked(argv)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from common import cli
 from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
-from common.flags import help_text, parse_configs
+from common.flags import asks_help, help_text, parse_configs
 from insight.probe_config import CURVE_EVERY, ProbeModel
 from training.metrics import need_wandb_mode
 
@@ -72,7 +72,7 @@ def write_text(path: str, text: str) -> None:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
+    if asks_help(argv):
         print(help_text((ProbeConfig, ProbeModel), {}))
         return
     per_class, _ = parse_configs(argv, (ProbeConfig, ProbeModel), {})

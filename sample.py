@@ -38,7 +38,7 @@ import torch
 
 from common import flag_scope
 from common.device import autocast, need_dtype, pick_device, pick_dtype
-from common.errors import ConfigError, DataError, UserError, need_seed
+from common.errors import ConfigError, DataError, FlagError, UserError, need_seed
 from common import flags
 from data.mask_token import MASK_TEXT
 import speed
@@ -132,7 +132,9 @@ def parse_temperatures(text: str | None) -> list[float]:
     if not text:
         return []
     try:
-        return [float(t) for t in text.split(",")]
+        return [flags.float_of(t, f"--temperatures={text}: ") for t in text.split(",")]
+    except FlagError:  # a ValueError too: a number past a float's range, as typed
+        raise
     except ValueError:
         raise ConfigError(f"--temperatures={text} is not a comma-separated list of numbers (e.g. 0.5,1,2)") from None
 
@@ -219,7 +221,7 @@ def run_mode(sc: SampleConfig, kind: str, text: str | None) -> str:
 def main(argv) -> None:
     """Picks the mode: --help, an encoder-decoder's translations, the prompt's attention maps, an encoder's filled
     masks, the next-token table at each temperature, or (the default) num_samples generated samples."""
-    if "--help" in argv or "-h" in argv:
+    if flags.asks_help(argv):
         print(flags.help_text((SampleConfig, SpeedConfig), {}, tags=flag_scope.tags("sample.py")))
         return
     sc, speed_config, explicit, ckpt, mode, text = checked(argv)
@@ -459,8 +461,9 @@ def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, d
     if not os.path.exists(path):
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
     draft, draft_tokenizer, _ = load_for_inference(path, device)
-    if not draft.config.causal or [draft_tokenizer.decode([i]) for i in range(draft_tokenizer.vocab_size)] != \
-            [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]:
+    # each id's bytes: a token of part of a character decodes to U+FFFD whatever its bytes are
+    if not draft.config.causal or [draft_tokenizer.decode_bytes([i]) for i in range(draft_tokenizer.vocab_size)] != \
+            [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]:
         raise UserError(f"--draft={sc.draft} is not a decoder over this model's tokens (another tokenizer or "
                         f"vocabulary); train the draft on the same data and --tokenizer")
     return for_decoding(draft, sc, speed_config, dtype)

@@ -34,7 +34,7 @@ from common import flag_scope
 from common.device import pick_device
 from common.errors import ConfigError, FlagError, UserError, need
 from common.files import need_file_path, write_atomic
-from common.flags import help_text, parse_configs
+from common.flags import asks_help, help_text, parse_configs
 from inference.checkpoint import Checkpoint, path_in
 from training.metrics import need_wandb_mode
 
@@ -63,7 +63,7 @@ class VisualizeConfig:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
+    if asks_help(argv):
         print(help_text((VisualizeConfig,), {}, tags=flag_scope.tags("visualize.py")))
         return
     vc, given, ckpt = checked(argv)

@@ -10,7 +10,13 @@ def need_threads(threads: int | None) -> None:
          FlagError)
 
 
+def is_count(text: str) -> bool:
+    """Whether text (spaces around it aside) is ASCII digits: isdigit() takes '²', which int() refuses, and int()
+    reads any script's digits ('١٠' is 10)."""
+    return text.strip().isascii() and text.strip().isdigit()
+
+
 def need_counts(flag: str, text: str, example: str) -> None:
     """--flag=text must be positive integers separated by commas (sizes, lengths, batches): refused in one line."""
-    need(all(t.strip().isdigit() and int(t) > 0 for t in text.split(",")),
+    need(all(is_count(t) and int(t) > 0 for t in text.split(",")),
          f"--{flag}={text} must be positive integers separated by commas (e.g. {example})", FlagError)

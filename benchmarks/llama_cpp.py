@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from common import cli
-from benchmarks import need_threads
+from benchmarks import is_count, need_threads
 from common.errors import FlagError, UserError, need
 from common.flags import config_from_argv
 from data.tokenizer import gpt2_tokenizer
@@ -81,7 +81,7 @@ class LlamaBench:
     def __post_init__(self):  # before llama.cpp loads: a bad second shape ended the run after the first was timed
         for shape in self.shapes.split(","):
             sizes = shape.split("x")
-            need(len(sizes) == 3 and all(x.isdigit() and int(x) > 0 for x in sizes), f"--shapes={self.shapes}: "
+            need(len(sizes) == 3 and all(is_count(x) and int(x) > 0 for x in sizes), f"--shapes={self.shapes}: "
                  f"{shape!r} is not LAYERSxWIDTHxCONTEXT (e.g. 6x384x256)", FlagError)
             L, C, T = (int(x) for x in sizes)
             GPTConfig(vocab_size=50257, n_layer=L, n_head=max(1, C // 64), n_embd=C, block_size=T)  # as contenders
@@ -91,6 +91,8 @@ class LlamaBench:
              f"(and the warm-up's) starts with a token of its own", FlagError)
         need(self.new_tokens >= 2, f"--new_tokens={self.new_tokens} must be >= 2 (decoding is timed after the "
              f"first token)", FlagError)
+        need(self.compiled or not self.kernels, "--kernels=true adds a row of the compiled step: drop it or drop "
+             "--compiled=false", FlagError)
         need_threads(self.threads)
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import is_count
 from common import cli
 from common.errors import FlagError, need
 from common.files import need_folder
@@ -307,13 +308,13 @@ class PrepareBenchConfig:
 
     def __post_init__(self):  # before the first measurement: these failed after minutes, or were read as another value
         for name, text in (("sizes", self.sizes), ("bpe", self.bpe)):  # '' times none
-            need(text == "" or all(s.strip().isdigit() and int(s) > 0 for s in text.split(",")), f"--{name}={text} "
+            need(text == "" or all(is_count(s) and int(s) > 0 for s in text.split(",")), f"--{name}={text} "
                  f"must be sizes in MB, positive integers separated by commas (e.g. 100,1000), or empty", FlagError)
         for name, allowed in (("formats", FORMATS), ("tokenizers", TOKENIZERS), ("word_cache", ("true", "false"))):
             text = getattr(self, name)
             need(all(v in allowed for v in text.split(",")), f"--{name}={text} must be one or more of "
                  f"{', '.join(allowed)} separated by commas", FlagError)
-        need(all(w.strip().isdigit() for w in self.workers.split(",")), f"--workers={self.workers} must be worker "
+        need(all(is_count(w) for w in self.workers.split(",")), f"--workers={self.workers} must be worker "
              f"counts separated by commas (0: one per core)", FlagError)
         need(self.encoder >= 0, f"--encoder={self.encoder} must be >= 0 MB (0 leaves the encoder out)", FlagError)
         need(self.word_cache == "true" or set(self.tokenizers.split(",")) != {"char"}, f"--word_cache="

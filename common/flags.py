@@ -5,6 +5,7 @@ Nothing is executed: a TOML file is parsed as data, and every value is converted
 Every mistake is a FlagError with one line that names the flag and, for a typo, the closest valid name.
 """
 import dataclasses
+import decimal
 import difflib
 import math
 import os
@@ -74,6 +75,8 @@ def convert(name: str, text, typ):
             return text
         text = typed(text)  # true, as the file has it
     try:
+        if typ is int and not text.isascii():  # int() reads any script's digits: '١٠' is 10
+            raise ValueError
         if typ is bool:
             if text.lower() in TRUE:
                 return True
@@ -83,11 +86,30 @@ def convert(name: str, text, typ):
         if typ is int:
             return int(text)  # Python's: 1_000 (an _ between digits), +3, 08
         if typ is float:
-            return float(text)
+            return float_of(text, f"--{name}=")
         return str(text)
+    except FlagError:  # a ValueError too: float_of's own line
+        raise
     except ValueError:
         kind = {bool: "true or false", int: "an integer", float: "a number"}.get(typ, f"a {typ.__name__}")
         raise FlagError(f"--{name}={text} is not {kind}") from None
+
+
+def float_of(text: str, where: str) -> float:
+    """float(text), refused where a non-zero finite number becomes 0 or inf (1e-400, 1e400): --grad_clip=1e-400 was
+    read as 0, clipping off. where: what the line names before the number as typed (--grad_clip=). A ValueError for
+    no number, and for digits other than ASCII, which float() reads ('١' is 1)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not a number")
+    x = float(text)
+    try:
+        exact = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:  # a spelling float() takes and Decimal() does not: no number past the range
+        return x
+    if (x == 0 or math.isinf(x)) and exact.is_finite() and exact != 0:
+        raise FlagError(f"{where}{text.strip()} is too {'small' if x == 0 else 'large'} for a float: it would be {x} "
+                        f"(a float's size reaches from about 5e-324 to 1.8e308); give a value in that range")
+    return x
 
 
 def suggest(name: str, known) -> str:
@@ -146,6 +168,24 @@ def split_argv(argv) -> dict:
     return out
 
 
+def without_help(argv) -> list:
+    """argv without its --help and -h arguments. A -h right after a flag given without '=' is that flag's value, as
+    split_argv reads it (--sample_prompt -h: the prompt '-h', as -x is), and stays."""
+    out, value_next = [], False
+    for arg in argv:
+        if arg == "--help" or (arg == "-h" and not value_next):
+            value_next = False
+            continue
+        out.append(arg)
+        value_next = arg.startswith("--") and "=" not in arg  # a flag without '=': the next argument may be its value
+    return out
+
+
+def asks_help(argv) -> bool:
+    """Whether --help or -h is an argument of its own (without_help), not a flag's value."""
+    return len(without_help(argv)) < len(argv)
+
+
 def check_utf8(key: str, value: str) -> None:
     """Refuses a flag whose bytes are not UTF-8. Python hands such bytes over as lone surrogates (surrogateescape),
     which a tokenizer, the data's fingerprint or wandb cannot encode: a traceback later, once out_dir was claimed."""
@@ -182,7 +222,7 @@ def check_path(key: str, text: str) -> None:
 def load_toml(path: str) -> dict:
     try:
         with open(path, "rb") as f:  # utf-8-sig: tomllib would read an editor's byte-order mark as a bad statement
-            return tomllib.loads(f.read().decode("utf-8-sig"))
+            return tomllib.loads(f.read().decode("utf-8-sig"), parse_float=lambda t: float_of(t, f"--config={path}: "))
     except FileNotFoundError:
         raise FlagError(f"--config={path} does not exist; give the path of a TOML file") from None
     except tomllib.TOMLDecodeError as e:
@@ -321,7 +361,7 @@ def parse_configs(argv, classes, presets, default_preset=None):
 def config_from_argv(argv, cls):
     """For a command whose flags are one dataclass: `--help` prints them and returns None; else the validated
     config."""
-    if "--help" in argv or "-h" in argv:
+    if asks_help(argv):
         print(help_text((cls,), {}))
         return None
     per_class, _ = parse_configs(argv, (cls,), {})

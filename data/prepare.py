@@ -281,7 +281,7 @@ def checked(argv) -> tuple[PrepareConfig, dict]:
 
 
 def _main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
+    if flags.asks_help(argv):
         tags = flag_scope.tags("data/prepare.py")
         print(__doc__.splitlines()[0] + "\n\n" + flags.help_text((PrepareConfig,), {}, tags=tags))
         return

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from common import cli
 from common.errors import CheckpointError, FlagError, UserError
 from common.files import current_umask, disk_errors, folders_made, need_folder
-from common.flags import help_text, parse_configs
+from common.flags import asks_help, help_text, parse_configs
 from data.mask_token import with_mask_token
 from data.tokenizer import load_tokenizer
 from interop import safetensors_file
@@ -143,7 +143,7 @@ def replace_folder(new: str, folder: str) -> None:
 
 
 def main(argv) -> None:
-    if "--help" in argv or "-h" in argv:
+    if asks_help(argv):
         print(help_text((ExportConfig,), {}))
         return
     per_class, explicit = parse_configs(argv, (ExportConfig,), {})

@@ -201,7 +201,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     prepared. The attention direction follows the objective (--model); a --causal that contradicts it is refused.
     A fresh run's flags are checked against where they apply (common/flag_scope.py) here; a resumed one's once
     its checkpoint is read (resumed_config), since the checkpoint says what is trained."""
-    if "--help" in argv or "-h" in argv:
+    if flags.asks_help(argv):
         print(help_text(argv))
         return None
     per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset=configs.DEFAULT)
@@ -311,7 +311,7 @@ def saved_settings(saved: dict) -> dict:
 def help_text(argv) -> str:
     """train.py --help: every flag with the value this run would use (--preset=NAME --help shows that preset's) and
     where it applies."""
-    args = [a for a in argv if a not in ("--help", "-h")]
+    args = flags.without_help(argv)
     per_class, _ = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
     preset = flags.split_argv(args).get("preset", configs.DEFAULT)  # --preset=NAME or --preset NAME

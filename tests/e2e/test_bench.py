@@ -113,6 +113,8 @@ def test_the_mfu_rows_leave_nanogpt_out_where_throughput_is_not_asked(monkeypatc
 BENCHMARK_REFUSALS = [
     ("attention_cost", ["--lengths=256,x"], "--lengths=256,x must be positive integers separated by commas"),
     ("attention_cost", ["--lengths=0"], "--lengths=0 must be positive integers"),
+    ("attention_cost", ["--lengths=64,\u00b2"], "--lengths=64,\u00b2 must be positive integers"),  # isdigit, no int
+    ("attention_cost", ["--lengths=\uff16\uff14"], "--lengths=\uff16\uff14 must be positive integers"),  # fullwidth
     ("attention_cost", ["--repeats=0"], "--repeats=0 must be >= 1"),
     ("attention_cost", ["--out=cost.xyz"], "--out=cost.xyz: matplotlib writes no .xyz files"),
     ("attention_cost", ["--out=."], "--out=. is a folder; give the path of the image file to write"),
@@ -127,6 +129,8 @@ BENCHMARK_REFUSALS = [
     ("translate", ["--n_head=3"], "n_embd=256 is not divisible by n_head=3"),
     ("llama_cpp", ["--shapes=6x384"], "--shapes=6x384: '6x384' is not LAYERSxWIDTHxCONTEXT"),
     ("llama_cpp", ["--shapes=6x384x256,2x96x0"], "--shapes=6x384x256,2x96x0: '2x96x0' is not"),
+    ("llama_cpp", ["--shapes=6x384x\u00b2"], "--shapes=6x384x\u00b2: '6x384x\u00b2' is not LAYERSxWIDTHxCONTEXT"),
+    ("llama_cpp", ["--shapes=\u0661x64x64"], "--shapes=\u0661x64x64: '\u0661x64x64' is not LAYERSxWIDTHxCONTEXT"),
     ("llama_cpp", ["--new_tokens=1"], "--new_tokens=1 must be >= 2"),
     ("llama_cpp", ["--repeats=0"], "--prompt_tokens=32 and --repeats=0 must be >= 1"),
     ("llama_cpp", ["--threads=0"], "--threads=0 must be >= 1"),
@@ -390,3 +394,22 @@ def test_a_row_whose_reference_was_not_run_says_so_in_met_instead_of_no(monkeypa
         table = []
         bench.run_sampling(args, table)
         assert table[0][2] == ref and table[0][5] == met, table
+
+
+@pytest.mark.parametrize("target, says, not_said", [
+    ("memory", ["the peaks of one profiled run"], ["median"]),
+    ("prepare", ["one run per row"], ["median", "repeats="]),
+    ("sampling,memory", ["medians of 2 alternated rounds", "the peaks of one profiled run"], []),
+])
+def test_the_tables_last_line_says_what_its_figures_are(target, says, not_said, tmp_path, monkeypatch, capsys):
+    """The memory row's peaks come from one profiled run and data prep times each row once: the last line called
+    every figure a median of alternating rounds."""
+    import bench
+
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, lambda args, table, *rest: None)
+    (tmp_path / "input.txt").write_text("some text\n\nmore text\n")
+    bench.main([f"--target={target}"] + ([f"--input={tmp_path / 'input.txt'}"] if target == "prepare" else
+                                         ["--plot=", "--repeats=2"]))
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert all(s in last for s in says) and not any(s in last for s in not_said), last

@@ -6,6 +6,7 @@ import torch
 import sample
 import train
 from common import cli
+from common.errors import UserError
 from conftest import tiny_args
 
 
@@ -300,3 +301,35 @@ def test_token_listings_tell_apart_tokens_that_hold_parts_of_a_character(capsys)
     sample.print_filled(model, tokenizer, [1, tokenizer.mask_id], tokenizer.mask_id, len(pieces))
     head, listed = capsys.readouterr().out.splitlines()[-1].split(": ")
     assert head == "[MASK] 1 (token 1)" and [shown.split()[0] for shown in listed.split(", ")] == want
+
+
+@pytest.mark.parametrize("text, said", [
+    ("0.5,1e-400", "--temperatures=0.5,1e-400: 1e-400 is too small for a float: it would be 0.0"),  # greedy, unsaid
+    ("1,1e999", "--temperatures=1,1e999: 1e999 is too large for a float"),  # was called temperature=inf
+    ("1,\u0661", "--temperatures=1,\u0661 is not a comma-separated list of numbers"),  # Arabic-Indic 1, read as 1
+])
+def test_a_temperature_past_a_floats_range_or_in_other_digits_is_refused_as_typed(text, said):
+    with pytest.raises(UserError) as e:
+        sample.parse_temperatures(text)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+    assert sample.parse_temperatures("0, 0.5,2e0") == [0.0, 0.5, 2.0]
+
+
+def test_a_draft_whose_tokens_decode_to_the_same_text_but_differ_in_bytes_is_refused(tmp_path, monkeypatch):
+    """A token of part of a character decodes to U+FFFD whatever its bytes: two byte-level vocabularies that differ
+    only in such a token passed the draft's check of one decoded text per id."""
+    from data.tokenizer import bpe_tokenizer
+    from model import GPT, GPTConfig
+
+    ranks = {bytes([b]): b for b in range(256)}
+    ours = bpe_tokenizer({**ranks, b"\xe4\xb8": 256})  # the first two bytes of a 3-byte character
+    other = bpe_tokenizer({**ranks, b"\xe5\x9b": 256})  # of another one
+    assert ours.decode([256]) == other.decode([256]) == "\ufffd"  # one text, other bytes
+    draft = GPT(GPTConfig(vocab_size=other.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=16))
+    monkeypatch.setattr(sample, "load_for_inference", lambda path, device: (draft, other, None))
+    (tmp_path / "draft.pt").write_bytes(b"")
+    sc = sample.SampleConfig(draft=str(tmp_path / "draft.pt"))
+    with pytest.raises(UserError, match="is not a decoder over this model's tokens"):
+        sample.load_draft(sc, ours, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
+    assert sample.load_draft(sc, bpe_tokenizer({**ranks, b"\xe5\x9b": 256}), torch.device("cpu"),
+                             sample.SpeedConfig(), torch.float32) is not None  # the same tokens: taken

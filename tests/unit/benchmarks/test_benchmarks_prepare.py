@@ -18,6 +18,9 @@ REFUSALS = [
     (["--sizes=0"], "--sizes=0 must be sizes in MB"),
     (["--bpe=-10"], "--bpe=-10 must be sizes in MB"),
     (["--workers=1,two"], "--workers=1,two must be worker counts separated by commas"),
+    (["--sizes=100,\u00b2"], "--sizes=100,\u00b2 must be sizes in MB"),  # a digit to isdigit(), not to int()
+    (["--bpe=\u0661\u0660"], "--bpe=\u0661\u0660 must be sizes in MB"),  # Arabic-Indic 10, which int() reads
+    (["--workers=\u00b2"], "--workers=\u00b2 must be worker counts separated by commas"),
     (["--word_cache=yes"], "--word_cache=yes must be one or more of true, false"),
     (["--word_cache=true,false", "--tokenizers=char"], "--word_cache=true,false applies to --tokenizers=gpt2 and"),
     (["--encoder=-1"], "--encoder=-1 must be >= 0 MB"),

@@ -4,7 +4,10 @@ ours does, against a stand-in for llama-cpp-python's Llama that keeps what it ca
 import sys
 import types
 
+import pytest
+
 from benchmarks import llama_cpp as bench
+from common.errors import FlagError
 
 
 class PrefixKeepingLlama:
@@ -79,3 +82,10 @@ def test_every_round_of_the_benchmark_gives_every_side_the_same_new_prompt(monke
     assert seen["ours"] == seen["llama.cpp f32"] == seen["llama.cpp kept"]  # warm-up, then rounds 0, 1, 2
     assert len({p[0] for p in seen["ours"]}) == 4 and all(len(p) == 8 for p in seen["ours"])
     assert llms["llama.cpp f32"].prefills == llms["llama.cpp kept"].prefills == [8] * 4
+
+
+def test_kernels_without_the_compiled_rows_is_refused():
+    """--kernels adds a row of the compiled step: with --compiled=false it would add nothing."""
+    with pytest.raises(FlagError, match="--kernels=true"):
+        bench.LlamaBench(compiled=False, kernels=True)
+    assert bench.LlamaBench(compiled=True, kernels=True).kernels and not bench.LlamaBench(compiled=False).compiled
