@@ -390,7 +390,8 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
 def other_process_count(tc: TrainConfig, ckpt: Checkpoint, world_size: int) -> list[str]:
     """A resume by another number of processes than its checkpoint's run had (the checkpoint holds one random state
     per process): without total_batch_size each process still trains batch_size x gradient_accumulation_steps rows
-    a step, so a step's batch changes with the number of processes; said, with the flag that keeps it."""
+    a step, so a step's batch changes with the number of processes; said, with the flags that keep it (none where
+    its rows do not split evenly over this many processes)."""
     saved = len(ckpt.rng or ())  # none: an import's, no run to compare with
     if not saved or saved == world_size or tc.total_batch_size is not None:
         return []
@@ -400,10 +401,25 @@ def other_process_count(tc: TrainConfig, ckpt: Checkpoint, world_size: int) -> l
     if now == before:  # the flags made up for it
         return []
     rows = "pairs" if tc.model == "seq2seq" else "sequences"
-    keep = (f"--total_batch_size={before * ckpt.model_config.block_size}" if tc.model != "seq2seq" else
-            "--batch_size and --gradient_accumulation_steps")
+    keep = keeping_flags(tc, before, world_size, ckpt.model_config.block_size)
+    keep = (f"{keep} keeps the checkpoint's" if keep else
+            f"{before} {rows} do not split evenly over {world_size} processes")
     return [f"note: the checkpoint's run had {saved} process(es) and this one has {world_size}: a step now trains on "
-            f"{now} {rows}, not {before} ({keep} keeps the checkpoint's)"]
+            f"{now} {rows}, not {before} ({keep})"]
+
+
+def keeping_flags(tc: TrainConfig, rows: int, world_size: int, block_size: int) -> str:
+    """The flags that make a step train on `rows` rows over world_size processes ('' where they do not split evenly):
+    total_batch_size must be a multiple of batch_size x block_size x processes, so batch_size may have to shrink."""
+    per_process, uneven = divmod(rows, world_size)
+    if uneven:
+        return ""
+    batch = max(b for b in range(1, min(tc.batch_size, per_process) + 1) if per_process % b == 0)
+    if tc.model == "seq2seq":  # pairs vary in length: no total_batch_size
+        accum = per_process // batch
+        return f"--batch_size={batch}" + (f" --gradient_accumulation_steps={accum}"
+                                          if accum != tc.gradient_accumulation_steps else "")
+    return f"--total_batch_size={rows * block_size}" + (f" --batch_size={batch}" if batch != tc.batch_size else "")
 
 
 def run_speed(sc: SpeedConfig, explicit: dict, ckpt: Checkpoint | None) -> tuple[SpeedConfig, list[str]]:

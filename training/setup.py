@@ -114,7 +114,7 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
            model: GPTConfig) -> tuple[torch.device, torch.dtype, SpeedConfig]:
     """Where and how the run computes: the threads, the device (and on a CPU its memory reuse), the speed levers
     the device gets (sc's, with the device's own choices for those not in speed_flags: the levers a flag gave),
-    checked against the model's config, the dtype of autocast, TF32 matmuls."""
+    checked against the model's config, the dtype of autocast (--dtype=auto: rank 0's pick), TF32 matmuls."""
     if tc.threads:
         torch.set_num_threads(tc.threads)
     device = pick_device(device_name)
@@ -123,6 +123,8 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
     sc = speed.for_device(sc or SpeedConfig(), speed_flags, device.type)  # on a GPU, the fused kernels
     check_backend(tc.model, model, sc)
     dtype = pick_dtype(tc.dtype, device)
+    if tc.dtype == "auto":  # rank 0's pick in every process: another node's CPU or GPU, or a CPU timing probe, may
+        dtype = distributed.gather_objects(dtype, d)[0]  # pick another (two dtypes: two models; FSDP's gathers fail)
     use_tf32(device)
     # torchrun's one process is allowed: FSDP over a group of one holds everything and trains as without it
     if tc.fsdp and not flag_scope.under_torchrun():

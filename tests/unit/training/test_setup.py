@@ -1,4 +1,6 @@
 """training/setup.py: what a run starts from."""
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -55,3 +57,32 @@ def test_a_checkpoints_fsdp_setting_is_named_as_a_user_types_it():
 def test_a_causal_that_contradicts_the_model_is_named_as_a_user_types_it():
     with pytest.raises(SetupError, match=r"^--causal=true contradicts --model=encoder \(which sets causal=false\);"):
         check_causal(TrainConfig(model="encoder"), {"causal": True})
+
+
+AUTO_DTYPE = """
+import sys, torch.distributed as dist
+from common import device
+from model import GPTConfig
+from speed import SpeedConfig
+from training import setup
+from training.config import TrainConfig
+from training.distributed import Dist
+rank = int(sys.argv[2])
+device.cpu_native_bf16 = lambda: rank == 0  # as if the processes' CPUs differed (or a timing probe disagreed)
+dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}", rank=rank, world_size=2)
+tc = TrainConfig(dtype="auto", reuse_freed_memory=False)
+print(setup.system(tc, "cpu", [], SpeedConfig(), Dist(rank=rank, world_size=2), GPTConfig())[1])
+dist.destroy_process_group()
+"""
+
+
+def test_dtype_auto_is_one_dtype_in_every_process(tmp_path):
+    """--dtype=auto picks from each process's own CPU (or GPU, or a timing probe); processes that pick differently
+    would compute the same model in two precisions (DDP) or fail FSDP's gathers: rank 0's pick is every process's."""
+    from conftest import ROOT
+
+    procs = [subprocess.Popen([sys.executable, "-c", AUTO_DTYPE, str(tmp_path / "store"), str(rank)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    said = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), said
+    assert [out.strip() for out, _ in said] == ["torch.bfloat16", "torch.bfloat16"], said
