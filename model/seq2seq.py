@@ -75,7 +75,9 @@ class Seq2Seq(nn.Module):
         memory = self.encoder_norm(x)  # (B, S, C)
         if cfg.cross_attn == "mean":  # one fixed vector per source: the mean over its real positions
             w = torch.ones(B, S, 1, device=x.device) if source_valid is None else source_valid.unsqueeze(-1).float()
-            return (memory * w).sum(1, keepdim=True) / w.sum(1, keepdim=True).clamp(min=1), None  # (B, 1, C)
+            # summed in float32 (or float64), then back to the memory's dtype: a bf16 model's projections take bf16
+            mean = (memory * w).sum(1, keepdim=True) / w.sum(1, keepdim=True).clamp(min=1)  # (B, 1, C)
+            return mean.to(memory.dtype), None
         source_mask = None if source_valid is None else source_valid.view(B, 1, 1, S)
         return memory, source_mask
 

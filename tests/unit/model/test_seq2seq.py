@@ -150,6 +150,21 @@ def test_the_mean_memory_averages_the_real_source_positions_alone():
             torch.testing.assert_close(memory[row:row + 1], alone)
 
 
+@pytest.mark.parametrize("cross_attn", ["attention", "mean"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_a_model_cast_to_another_dtype_computes_in_it(cross_attn, dtype):
+    """A model cast whole (no autocast) keeps its dtype through the memory: the mean over the real source positions
+    too, whose padding weights must not promote a bf16 memory to float32 (the cross-attention's projection of it
+    then refused float32 input against bf16 weights). Its logits are the float32 model's, to the dtype's rounding."""
+    model = tiny_seq2seq(cross_attn=cross_attn)
+    source, target, valid = seq2seq_batch()
+    with torch.no_grad():
+        want, _ = model(source, target, source_valid=valid)
+        got, _ = model.to(dtype)(source, target, source_valid=valid)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want, atol=0.1 if dtype == torch.bfloat16 else 1e-5, rtol=0)
+
+
 def test_the_mean_memory_baseline_has_the_parameters_of_cross_attention():
     """docs/seq2seq.md: cross_attn='mean' is a baseline with the same parameters (names, shapes, and from one seed
     the same initial values): only how the memory is read differs."""
