@@ -29,9 +29,28 @@ def quiet_interrupt_hook(kind, value, traceback) -> None:
     sys.__excepthook__(kind, value, traceback)
 
 
+def reopen_closed_standard_streams() -> None:
+    """A command started with a standard stream closed (`>&-`, `2>&-`, `<&-`) gets /dev/null in its place. Else
+    the next file it opens takes that number (the out_dir lock became fd 1, and what a library writes to fd 1 went
+    into it), and Python's sys.stdout is None: print(file=sys.stderr) then writes to stdout, and flush fails."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
+
+
 # Each command imports this module before torch (its first import of the project), so the hook is in place early.
 if sys.excepthook is sys.__excepthook__:  # not over a hook someone else installed (IPython, a debugger)
     sys.excepthook = quiet_interrupt_hook
+reopen_closed_standard_streams()
 
 
 def exit_code(e: BaseException) -> int:

@@ -61,3 +61,23 @@ def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
         assert cli.run(lambda argv: print("café 日"), []) == 0
         stdout.flush()
         assert raw.getvalue() == shown
+
+
+def test_closed_standard_streams_are_reopened_on_devnull(tmp_path):
+    """`train.py >&- 2>&-`: the next file the command opens must not become fd 1 or 2 (the lock file received
+    whatever was printed), and printing, the bar and exit_process's flush need streams to write to."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    code = ("import os, sys\nfrom common import cli\nf = open(sys.argv[1], 'w')\n"
+            "print('out', flush=True); print('err', file=sys.stderr); os.write(1, b'1'); os.write(2, b'2')\n"
+            "f.write('kept'); f.close()\ncli.exit_process(0)")
+
+    def close_stdout_and_stderr():
+        os.close(1)
+        os.close(2)
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run.lock")], stdin=subprocess.DEVNULL,
+                       preexec_fn=close_stdout_and_stderr, cwd=Path(__file__).parents[3], timeout=60)
+    assert (tmp_path / "run.lock").read_text() == "kept"
+    assert r.returncode == 0
