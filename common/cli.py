@@ -10,12 +10,13 @@ traceback of a UserError too. A Ctrl-C ends as `interrupted` and exit 130, also 
 still imports torch, before cli.run (quiet_interrupt_hook).
 """
 import atexit
+import contextlib
 import io
 import os
 import sys
 import time
 
-from common.errors import UserError
+from common.errors import DiskError, UserError
 
 
 def quiet_interrupt_hook(kind, value, traceback) -> None:
@@ -29,9 +30,28 @@ def quiet_interrupt_hook(kind, value, traceback) -> None:
     sys.__excepthook__(kind, value, traceback)
 
 
+def reopen_closed_standard_streams() -> None:
+    """A command started with a standard stream closed (`>&-`, `2>&-`, `<&-`) gets /dev/null in its place. Else
+    the next file it opens takes that number (the out_dir lock became fd 1, and what a library writes to fd 1 went
+    into it), and Python's sys.stdout is None: print(file=sys.stderr) then writes to stdout, and flush fails."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
+
+
 # Each command imports this module before torch (its first import of the project), so the hook is in place early.
 if sys.excepthook is sys.__excepthook__:  # not over a hook someone else installed (IPython, a debugger)
     sys.excepthook = quiet_interrupt_hook
+reopen_closed_standard_streams()
 
 
 def exit_code(e: BaseException) -> int:
@@ -42,8 +62,10 @@ def exit_code(e: BaseException) -> int:
 
 def run(main, argv) -> int:
     escape_what_stdout_cannot_encode()
+    watch_stdout()
     try:
-        main(argv)
+        with stdout_errors():
+            main(argv)
         return 0
     except UserError as e:
         if os.environ.get("SMALLGPT_DEBUG"):
@@ -65,6 +87,55 @@ def run(main, argv) -> int:
     except BrokenPipeError as e:  # `train.py --help | head`: the reader left; nothing to say, nowhere to say it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return exit_code(e)
+
+
+@contextlib.contextmanager
+def stdout_errors():
+    """A stdout that cannot be written (`> /dev/full`, a log file on a disk that fills) ends the command as one line,
+    not as a traceback from whichever print met it, nor with the output still buffered at the end lost unseen. Any
+    other OSError keeps its traceback; a broken pipe stays quiet (run)."""
+    try:
+        yield
+        sys.stdout.flush()  # what a redirected stdout still holds: a failure here would otherwise pass at exit
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        if e is not getattr(sys.stdout, "error", None):
+            raise
+        raise DiskError(f"could not write to stdout: {e.strerror or e}; free some space where the output goes, or "
+                        f"send it elsewhere") from None
+
+
+class Stdout(io.TextIOWrapper):
+    """sys.stdout while a command runs: the same buffer, and a write or flush that fails is remembered, so that
+    stdout_errors can tell stdout's failure from any other OSError."""
+    error = None
+
+    def write(self, text):
+        try:
+            return super().write(text)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self):
+        try:
+            return super().flush()
+        except OSError as e:
+            self.error = e
+            raise
+
+
+def watch_stdout() -> None:
+    """The process's own sys.stdout becomes a Stdout over its buffer, with the same settings (a test's or a
+    redirect_stdout's stream is left as it is)."""
+    out = sys.stdout
+    if out is not sys.__stdout__ or type(out) is not io.TextIOWrapper:
+        return
+    settings = dict(encoding=out.encoding, errors=out.errors, line_buffering=out.line_buffering,
+                    write_through=out.write_through)
+    out.flush()
+    sys.stdout = sys.__stdout__ = Stdout(out.detach(), **settings)
 
 
 def escape_what_stdout_cannot_encode() -> None:

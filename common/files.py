@@ -76,6 +76,9 @@ def why_no_folder(path) -> str | None:
     missing = missing_folders(path)
     there = os.path.dirname(missing[-1]) if missing else path  # the nearest part of the path that exists
     if not os.path.isdir(there):
+        if os.path.islink(there):
+            return (f"{there} is a symbolic link that leads to no folder (its target is missing, or links lead in a "
+                    f"loop)")
         return f"{there} is a file, not a folder"
     if there != path and not may_write_in(there):
         return f"{there} is a folder this process may not write in"
@@ -83,9 +86,10 @@ def why_no_folder(path) -> str | None:
 
 
 def missing_folders(path) -> list[str]:
-    """The parts of path (absolute) that do not exist, deepest first: what os.makedirs(path) would make."""
+    """The parts of path (absolute) that do not exist, deepest first: what os.makedirs(path) would make (not a
+    symbolic link that leads nowhere, which is there but cannot become a folder)."""
     missing, there = [], os.path.abspath(path)
-    while not os.path.exists(there) and os.path.dirname(there) != there:
+    while not os.path.lexists(there) and os.path.dirname(there) != there:
         missing.append(there)
         there = os.path.dirname(there)
     return missing

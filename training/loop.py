@@ -157,8 +157,11 @@ def save(run, step: int, best: bool, bar) -> bool:
 
 
 def open_log(run) -> MetricsLog | None:
+    """Rank 0's metrics log, opened after the run's first line (a stdout that cannot be written stops the run
+    before metrics.jsonl exists, leaving no run behind in out_dir)."""
     if not run.dist.master:
         return None
+    announce(run)
     tc, cfg = run.tc, run.config
     wandb_cfg = None
     if tc.wandb_log:
@@ -378,8 +381,6 @@ def train(run, columns=(), images=()) -> dict:
 def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
     """train's steps, with the metrics log it opened (None outside rank 0)."""
     tc = run.tc
-    if run.dist.master:
-        announce(run)
     run.model.train()
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
                dynamic_ncols=True, mininterval=1.0, disable=not run.dist.master)

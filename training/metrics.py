@@ -17,7 +17,7 @@ import math
 import os
 
 from common.errors import SetupError
-from common.files import disk_errors, write_all
+from common.files import disk_errors, may_write_in, why_no_folder, write_all
 
 # flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
@@ -42,8 +42,11 @@ def need_wandb_mode(wandb_log: bool) -> None:
     """A run that logs to wandb, with a WANDB_MODE wandb does not take (a typo), or an online one without a wandb
     login, is refused before anything is built: wandb.init would fail on it with a traceback once out_dir was
     claimed."""
+    if not wandb_log:
+        return
+    need_wandb_folders()
     mode = os.environ.get("WANDB_MODE")
-    if not wandb_log or mode is None:
+    if mode is None:
         return
     if mode not in WANDB_MODES:
         raise SetupError(f"WANDB_MODE={mode} is not a mode wandb takes ({', '.join(WANDB_MODES)}); set it to one, "
@@ -56,6 +59,27 @@ def need_wandb_mode(wandb_log: bool) -> None:
         if not wandb.login(verify=False, prompt=False):
             raise SetupError(f"WANDB_MODE={mode} needs a wandb API key: run `wandb login` (or set WANDB_API_KEY) "
                              f"first, or unset WANDB_MODE (offline: `wandb sync` uploads the run later)")
+
+
+def need_wandb_folders() -> None:
+    """wandb keeps its cache and its service's logs (WANDB_CACHE_DIR, else ~/.cache) and its staging files
+    (WANDB_DATA_DIR, else ~/.local/share/wandb) outside out_dir: one it may not write in (a read-only HOME) is
+    refused now, not by wandb's traceback at the first evaluation. Without HOME (a service, `env -i`), wandb's
+    service finds no folder for its log and prints it on the terminal: HOME is then the user's, from the passwd file."""
+    import platformdirs  # what wandb asks for its folders
+
+    home = os.path.expanduser("~")
+    if "HOME" not in os.environ and os.path.isabs(home):
+        os.environ["HOME"] = home
+    for name, folder in (("WANDB_CACHE_DIR", os.environ.get("WANDB_CACHE_DIR") or platformdirs.user_cache_dir("wandb")),
+                         ("WANDB_DATA_DIR", os.environ.get("WANDB_DATA_DIR") or platformdirs.user_data_dir("wandb"))):
+        problem = why_no_folder(folder) if os.path.isabs(folder) else "it is not a whole path (HOME is not set)"
+        if problem is None and os.path.isdir(folder) and not may_write_in(folder):
+            problem = f"{folder} is a folder this process may not write in"
+        if problem:
+            where = f"{name}={folder}" if os.environ.get(name) else f"{folder} (its folder without {name})"
+            raise SetupError(f"wandb writes in {where}, but {problem}; set {name} to a folder this process may "
+                             f"write in, or pass --wandb_log=false")
 
 
 def read_metrics(out_dir) -> list[dict]:

@@ -35,8 +35,10 @@ def refuse_if_in_use(out_dir: str, d: distributed.Dist) -> None:
         return
     try:
         f = open(os.path.join(out_dir, LOCK_FILE))
-    except (FileNotFoundError, NotADirectoryError):  # no run has locked out_dir yet (or it is a file: check_out_dir)
-        return
+    except OSError as e:  # no run has locked out_dir yet (or it is a file, or a link to nothing: check_out_dir)
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return
+        raise
     with f:
         _flock(f, fcntl.LOCK_SH, out_dir)  # shared: a read-only file can take it, also on NFS
 

@@ -61,3 +61,55 @@ def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
         assert cli.run(lambda argv: print("café 日"), []) == 0
         stdout.flush()
         assert raw.getvalue() == shown
+
+
+def test_closed_standard_streams_are_reopened_on_devnull(tmp_path):
+    """`train.py >&- 2>&-`: the next file the command opens must not become fd 1 or 2 (the lock file received
+    whatever was printed), and printing, the bar and exit_process's flush need streams to write to."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    code = ("import os, sys\nfrom common import cli\nf = open(sys.argv[1], 'w')\n"
+            "print('out', flush=True); print('err', file=sys.stderr); os.write(1, b'1'); os.write(2, b'2')\n"
+            "f.write('kept'); f.close()\ncli.exit_process(0)")
+
+    def close_stdout_and_stderr():
+        os.close(1)
+        os.close(2)
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run.lock")], stdin=subprocess.DEVNULL,
+                       preexec_fn=close_stdout_and_stderr, cwd=Path(__file__).parents[3], timeout=60)
+    assert (tmp_path / "run.lock").read_text() == "kept"
+    assert r.returncode == 0
+
+
+def test_a_stdout_that_cannot_be_written_is_one_line(monkeypatch, capsys):
+    """`sample.py > /dev/full`, or a log file on a disk that fills: one line and exit 2, not a traceback from
+    whichever print met it, nor exit 0 with the output lost in the last flush. A broken pipe stays quiet."""
+    import errno
+    import io
+
+    class Full(io.RawIOBase):
+        full = True
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            if self.full:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return len(b)
+    raw = Full()
+    stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(sys, "__stdout__", stdout)  # the process's own stdout
+    assert cli.run(lambda argv: print("a sample"), []) == 2  # held in the buffer until the end
+    assert cli.run(lambda argv: print("a sample", flush=True), []) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("error: could not write to stdout: ") for line in err), err
+    raw.full = False
+
+    def other(argv):
+        raise OSError(errno.ENOSPC, "No space left on device")  # not stdout's: a bug's traceback
+    with pytest.raises(OSError):
+        cli.run(other, [])

@@ -130,3 +130,23 @@ def test_whole_writes_count_every_byte_and_keep_the_first_error():
             target.write(b"a")
         assert e.value.errno == code
     assert target.error.errno == errno.ENOSPC  # the disk's first error, not what came of it
+
+
+def test_a_symbolic_link_to_nothing_is_refused_as_a_folder(tmp_path):
+    """--out_dir through a link whose target is gone, or through links in a loop: refused with the flags, naming the
+    link, not by makedirs' FileExistsError (or ELOOP) traceback once the data and the model were built."""
+    from common.files import need_folder
+
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for path, link in ((tmp_path / "dangling", "dangling"), (tmp_path / "dangling" / "run", "dangling"),
+                       (tmp_path / "a", "a"), (tmp_path / "a" / "run", "a")):
+        with pytest.raises(FlagError) as e:
+            need_folder(str(path), "out_dir")
+        assert str(e.value) == (f"--out_dir={path}: {tmp_path / link} is a symbolic link that leads to no folder (its "
+                                f"target is missing, or links lead in a loop); choose another --out_dir")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    need_folder(str(tmp_path / "link" / "run"), "out_dir")  # a link to a folder: fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "dangling", "link", "real"]

@@ -129,6 +129,30 @@ def test_a_wandb_mode_is_checked_only_for_a_run_that_logs_to_wandb(monkeypatch):
     need_wandb_mode(True)
 
 
+def test_a_wandb_run_needs_folders_wandb_may_write_in_and_finds_home_without_home_set(tmp_path, monkeypatch):
+    """wandb keeps its cache and logs, and its staging files, outside out_dir (under HOME unless WANDB_CACHE_DIR and
+    WANDB_DATA_DIR say): a read-only HOME failed the run at its first evaluation, with a traceback and a run left
+    in out_dir; without HOME, wandb's service printed its log on the terminal."""
+    import pwd
+
+    (tmp_path / "file").write_text("")
+    for name in ("WANDB_MODE", "XDG_CACHE_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "file" / "wandb"))
+    need_wandb_mode(False)  # not read: nothing to refuse
+    with pytest.raises(SetupError) as e:
+        need_wandb_mode(True)
+    assert str(e.value) == (f"wandb writes in WANDB_DATA_DIR={tmp_path / 'file' / 'wandb'}, but {tmp_path / 'file'} "
+                            f"is a file, not a folder; set WANDB_DATA_DIR to a folder this process may write in, or "
+                            f"pass --wandb_log=false")
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("HOME")
+    need_wandb_mode(True)
+    assert os.environ["HOME"] == pwd.getpwuid(os.getuid()).pw_dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # checked, nothing made
+
+
 @pytest.mark.parametrize("mode", ["online", "shared", "run"])
 def test_an_online_wandb_mode_without_a_login_is_refused_and_wandb_is_asked_without_a_prompt(mode, monkeypatch):
     asked, logged_in = [], [False]
