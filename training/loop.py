@@ -157,11 +157,9 @@ def save(run, step: int, best: bool, bar) -> bool:
 
 
 def open_log(run) -> MetricsLog | None:
-    """Rank 0's metrics log, opened after the run's first line (a stdout that cannot be written stops the run
-    before metrics.jsonl exists, leaving no run behind in out_dir)."""
+    """Rank 0's metrics log (None in the other processes)."""
     if not run.dist.master:
         return None
-    announce(run)
     tc, cfg = run.tc, run.config
     wandb_cfg = None
     if tc.wandb_log:
@@ -367,6 +365,8 @@ def train(run, columns=(), images=()) -> dict:
     """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}. columns:
     functions (model, tokenizer) -> {metric: value} added at each evaluation; images: functions (model, tokenizer) ->
     (wandb key, image, caption) logged to wandb at each evaluation."""
+    if run.dist.master:  # first: a stdout that cannot be written stops the run before metrics.jsonl exists
+        announce(run)
     log = open_log(run)
     try:
         return train_steps(run, log, columns, images)
