@@ -307,7 +307,7 @@ def test_a_run_ended_in_the_loop_records_the_exit_status_the_command_ends_with(m
         raise error
     monkeypatch.setattr(loop, "train_steps", fail)
     with pytest.raises(type(error)):
-        loop.train(SimpleNamespace(train_data=SimpleNamespace(close=lambda: None)))
+        loop.train(SimpleNamespace(dist=SimpleNamespace(master=False), train_data=SimpleNamespace(close=lambda: None)))
     try:
         code = cli.run(fail, [])
     except RuntimeError:
