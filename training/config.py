@@ -236,13 +236,14 @@ def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
     check_causal(tc, explicit)
-    notes = []
+    notes, origins = [], {}
     if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
         short = max(1, tc.max_iters // 10)
         notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
                      f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)")
+        origins["warmup_iters"] = f"a tenth of max_iters, shortened from the preset's {tc.warmup_iters}"
         tc.warmup_iters = short
-    check_schedule(tc, explicit, "the preset's")
+    check_schedule(tc, explicit, "the preset's", origins)
     model = None if tc.init_from.startswith("hf:") else GPTConfig(**model_overrides)  # an import's: its folder's
     facts = scope_facts(tc, model)
     return notes + flag_scope.check("train.py", explicit, facts)
@@ -280,15 +281,16 @@ def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]
             f"total_batch_size={dropped}"]
 
 
-def check_schedule(tc: TrainConfig, explicit: dict, whose: str) -> None:
+def check_schedule(tc: TrainConfig, explicit: dict, whose: str, origins: dict | None = None) -> None:
     """Refuses a warmup that reaches lr_decay_iters before the run ends: the rate would fall from its peak straight to
     min_lr there (the cosine has ended). A run that ends within its warmup only warms up: that is allowed (a short
-    run with the preset's warmup). Only where a flag set one of the three (a preset's own values are consistent)."""
+    run with the preset's warmup). Only where a flag set one of the three (a preset's own values are consistent).
+    whose: where the values no flag gave come from; origins: another origin for some of them (a shortened warmup)."""
     if tc.lr_decay_iters is None or not tc.lr_decay_iters <= tc.warmup_iters < tc.max_iters:
         return
     if not {"warmup_iters", "lr_decay_iters", "max_iters"} & set(explicit):
         return
-    said = {k: f"{k}={getattr(tc, k)}" + ("" if k in explicit else f" ({whose})")
+    said = {k: f"{k}={getattr(tc, k)}" + ("" if k in explicit else f" ({(origins or {}).get(k, whose)})")
             for k in ("warmup_iters", "lr_decay_iters", "max_iters")}
     raise ConfigError(f"{said['warmup_iters']} is not below {said['lr_decay_iters']}: the learning rate would fall "
                       f"from its peak straight to min_lr at step {tc.warmup_iters} and stay there until "
