@@ -127,7 +127,9 @@ class TrainConfig(PrepareConfig):
         need(self.lr_decay_iters is None or self.lr_decay_iters > 0,
              f"lr_decay_iters={self.lr_decay_iters} must be a positive integer or None")
         need(self.learning_rate > 0, f"learning_rate={self.learning_rate} must be > 0")
-        need(0 <= self.min_lr <= self.learning_rate, f"min_lr={self.min_lr} must be in [0, learning_rate]")
+        need(0 <= self.min_lr <= self.learning_rate, f"min_lr={self.min_lr} must be in [0, learning_rate="
+             f"{self.learning_rate}] (the rate decays from learning_rate to min_lr); pass a --min_lr in that range, "
+             f"e.g. --min_lr={self.learning_rate / 10:g} (a tenth)")
         need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"beta1={self.beta1}, beta2={self.beta2} must be in [0, 1)")
         need(self.weight_decay >= 0 and self.grad_clip >= 0, "weight_decay and grad_clip must be >= 0")
         need(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
