@@ -39,13 +39,15 @@ def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
         logits = logits.masked_fill(logits < kth, float("-inf"))
     # T < 1 sharpens, T > 1 flattens the softmax; subtracting the max first keeps every value <= 0, so no overflow
-    logits = (logits - logits.max(dim=-1, keepdim=True).values) / max(temperature, MIN_TEMPERATURE)
-    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    scaled = (logits - logits.max(dim=-1, keepdim=True).values) / max(temperature, MIN_TEMPERATURE)
+    probs = torch.softmax(scaled, dim=-1)  # (B, V)
     if min_p is not None and min_p > 0:
         probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
     if top_p is not None and top_p < 1.0:
-        # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # (B, V)
+        # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p. Ranked by the logits: a
+        # huge temperature rounds the probabilities to ties, which would rank them in no particular order
+        order = logits.argsort(dim=-1, descending=True)  # (B, V)
+        sorted_p = probs.gather(-1, order)
         mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the tokens ranked above each one
         drop_sorted = mass_before >= top_p  # already reached p without this token (the top one is always kept)
         probs = probs.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), 0.0)

@@ -127,7 +127,9 @@ class TrainConfig(PrepareConfig):
         need(self.lr_decay_iters is None or self.lr_decay_iters > 0,
              f"lr_decay_iters={self.lr_decay_iters} must be a positive integer or None")
         need(self.learning_rate > 0, f"learning_rate={self.learning_rate} must be > 0")
-        need(0 <= self.min_lr <= self.learning_rate, f"min_lr={self.min_lr} must be in [0, learning_rate]")
+        need(0 <= self.min_lr <= self.learning_rate, f"min_lr={self.min_lr} must be in [0, learning_rate="
+             f"{self.learning_rate}] (the rate decays from learning_rate to min_lr); pass a --min_lr in that range, "
+             f"e.g. --min_lr={self.learning_rate / 10:g} (a tenth)")
         need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"beta1={self.beta1}, beta2={self.beta2} must be in [0, 1)")
         need(self.weight_decay >= 0 and self.grad_clip >= 0, "weight_decay and grad_clip must be >= 0")
         need(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
@@ -236,13 +238,14 @@ def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
     check_causal(tc, explicit)
-    notes = []
+    notes, origins = [], {}
     if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
         short = max(1, tc.max_iters // 10)
         notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
                      f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)")
+        origins["warmup_iters"] = f"a tenth of max_iters, shortened from the preset's {tc.warmup_iters}"
         tc.warmup_iters = short
-    check_schedule(tc, explicit, "the preset's")
+    check_schedule(tc, explicit, "the preset's", origins)
     model = None if tc.init_from.startswith("hf:") else GPTConfig(**model_overrides)  # an import's: its folder's
     facts = scope_facts(tc, model)
     return notes + flag_scope.check("train.py", explicit, facts)
@@ -280,15 +283,16 @@ def explicit_accumulation(values: dict, explicit: dict, whose: str) -> list[str]
             f"total_batch_size={dropped}"]
 
 
-def check_schedule(tc: TrainConfig, explicit: dict, whose: str) -> None:
+def check_schedule(tc: TrainConfig, explicit: dict, whose: str, origins: dict | None = None) -> None:
     """Refuses a warmup that reaches lr_decay_iters before the run ends: the rate would fall from its peak straight to
     min_lr there (the cosine has ended). A run that ends within its warmup only warms up: that is allowed (a short
-    run with the preset's warmup). Only where a flag set one of the three (a preset's own values are consistent)."""
+    run with the preset's warmup). Only where a flag set one of the three (a preset's own values are consistent).
+    whose: where the values no flag gave come from; origins: another origin for some of them (a shortened warmup)."""
     if tc.lr_decay_iters is None or not tc.lr_decay_iters <= tc.warmup_iters < tc.max_iters:
         return
     if not {"warmup_iters", "lr_decay_iters", "max_iters"} & set(explicit):
         return
-    said = {k: f"{k}={getattr(tc, k)}" + ("" if k in explicit else f" ({whose})")
+    said = {k: f"{k}={getattr(tc, k)}" + ("" if k in explicit else f" ({(origins or {}).get(k, whose)})")
             for k in ("warmup_iters", "lr_decay_iters", "max_iters")}
     raise ConfigError(f"{said['warmup_iters']} is not below {said['lr_decay_iters']}: the learning rate would fall "
                       f"from its peak straight to min_lr at step {tc.warmup_iters} and stay there until "

@@ -96,7 +96,7 @@ def text_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, block_size
     """Windows of block_size tokens: the training batches (each process its rows of every step), and this process's
     share of the fixed validation batches."""
     rank, world = (0, 1) if tc.fsdp else (d.rank, d.world_size)  # FSDP: every process evaluates everything
-    too_small = smaller_step(tc, fixed_by)
+    too_small = smaller_step(tc, block_size, fixed_by)
     train_data = TrainBatches(data_dir, block_size, tc.batch_size, tc.seed, rank=d.rank, world_size=d.world_size,
                               grad_accum=accum, device=device, too_small=too_small[0])
     val = val_batches(data_dir, block_size, tc.batch_size, max_batches=tc.eval_iters, rank=rank, world_size=world,
@@ -126,13 +126,17 @@ def seq2seq_batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: d
     return train_data, val_set
 
 
-def smaller_step(tc: TrainConfig, fixed_by: str | None) -> tuple[str, str]:
+def smaller_step(tc: TrainConfig, block_size: int, fixed_by: str | None) -> tuple[str, str]:
     """What to change when the corpus is too small for (the windows of one step, one validation window): the flags
-    that set them, --block_size only where it is free (a resumed or imported model keeps its context)."""
-    larger = f"give a larger corpus (block_size is fixed by {fixed_by})" if fixed_by else ""
+    that set them and are above 1, --block_size only where it is free (a resumed or imported model keeps its
+    context); a larger corpus where none is."""
+    larger = f"give a larger corpus (block_size is fixed by {fixed_by})" if fixed_by else "give a larger corpus"
+    free_block = fixed_by is None and block_size > 1
     if tc.total_batch_size is not None:  # a step needs total_batch_size / block_size windows: block_size cannot help
-        step = "lower --total_batch_size"
+        flags = ["--total_batch_size"]
     else:
-        step = "lower " + ("--block_size or " if fixed_by is None else "") + "--batch_size" + (
-            " or --gradient_accumulation_steps" if tc.gradient_accumulation_steps > 1 else "")
-    return (f"{step}, or {larger}" if larger else step), (larger or "lower --block_size")
+        flags = [name for name, above_1 in (("--block_size", free_block), ("--batch_size", tc.batch_size > 1),
+                                            ("--gradient_accumulation_steps", tc.gradient_accumulation_steps > 1))
+                 if above_1]
+    step = "lower " + " or ".join(flags) if flags else larger
+    return (f"{step}, or {larger}" if fixed_by and flags else step), ("lower --block_size" if free_block else larger)

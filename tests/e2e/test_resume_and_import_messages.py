@@ -86,6 +86,18 @@ def test_a_fresh_corpus_too_small_names_what_sets_a_steps_windows(corpus, tmp_pa
     assert err.rstrip().endswith("(batch_size*grad_accum*world_size); lower --total_batch_size")
 
 
+@pytest.mark.parametrize("text, split", [("abc", "train"), ("abcdefghij", "val")])
+def test_a_corpus_too_small_at_block_size_1_and_batch_size_1_asks_for_a_larger_corpus(tmp_path, capsys, text, split):
+    """It advised "lower --block_size or --batch_size" (the val split: "lower --block_size"), both already 1. 'abc'
+    splits 2 / 1 tokens: no training window of 2 fits past the worst shift; 'abcdefghij' 9 / 1: no validation one."""
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text(text)
+    err = refused(tiny_args(corpus, tmp_path / "run", "--max_iters=2", "--block_size=1", "--batch_size=1"), capsys)
+    assert f"corpus too small for block_size=1: the {split} split" in err
+    assert err.rstrip().endswith("; give a larger corpus") and "lower" not in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_resume_keeps_its_warmup_and_says_nothing_of_the_presets(corpus, tmp_path, capsys):
     """The default preset's warmup_iters=10 is more than a quarter of 12 steps: on resume, configure noted "using
     warmup_iters=1", and the run kept its checkpoint's 6."""

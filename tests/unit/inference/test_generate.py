@@ -120,6 +120,17 @@ def test_top_p_drops_a_token_once_the_tokens_above_it_reach_p_exactly():
         assert int((next_token_probs(torch.zeros(1, 4), top_p=top_p) > 0).sum()) == n, top_p
 
 
+@pytest.mark.parametrize("temperature", [1e8, 1e20, 1e38])
+def test_top_p_keeps_the_likeliest_tokens_at_any_temperature(temperature):
+    """However large the temperature, the nucleus is the likeliest tokens: there the probabilities round to ties,
+    so their order is the logits'. 50 near-equal tokens hold ~0.02 each: p = 0.11 keeps six."""
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    for top_p, n in ((1e-6, 1), (0.11, 6)):
+        kept = next_token_probs(logits, temperature=temperature, top_p=top_p) > 0
+        likeliest = torch.zeros_like(kept).scatter(-1, logits.topk(n, dim=-1).indices, True)
+        assert torch.equal(kept, likeliest), top_p
+
+
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
 def test_min_p_and_top_p_filter_the_distribution_after_the_temperature(temperature):
     """The filters read softmax(log p / temperature), not p: at temperature 2, 0.15 is above 0.4 x the top
