@@ -142,7 +142,7 @@ TABLES = {
         rule("top_tokens", "it sets how many tokens those list", mode=("masks", "temperatures")),
         rule("top_k top_p min_p seed", "an encoder-decoder translates greedily unless --temperature is given",
              temperature=(True,)),
-        rule("top_k top_p min_p seed", "--temperature=0 always picks the likeliest token", greedy=(False,))),
+        rule("top_k top_p min_p seed", "a greedy temperature always picks the likeliest token", greedy=(False,))),
     "visualize.py": table(
         "out_dir ckpt out device html",
         rule("text induction induction_curve", "a seq2seq checkpoint is drawn as its cross-attention, so give "
@@ -259,9 +259,9 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     "quick": (lambda vs: "without --quick", lambda v: "--quick is given", lambda vs: "no --quick"),
     # sample.py and evaluate.py run the model in eval mode: no dropout to draw
     "trains": (lambda vs: "to training", lambda v: "the model runs here without dropout", lambda vs: "training"),
-    # sample.py's drawing modes: --temperature=0 is greedy (inference/generate.py's sample_next)
-    "greedy": (lambda vs: "to sampling with --temperature above 0", lambda v: "--temperature=0 is greedy",
-               lambda vs: "--temperature > 0"),
+    # sample.py's drawing modes: a temperature below inference/generate.py's MIN_TEMPERATURE (0 too) is greedy
+    "greedy": (lambda vs: "to sampling with --temperature of 1e-05 or more",
+               lambda v: "a --temperature below 1e-05 is greedy", lambda vs: "--temperature >= 1e-05"),
     # sample.py: int8 weights (--quantize), and whether a decoding step is compiled for a CPU (--compile=true there)
     "quantized": (lambda vs: "to float weights (no --quantize)", lambda v: "--quantize=int8 is given",
                   lambda vs: "no --quantize"),

@@ -286,12 +286,13 @@ def test_sample_refuses_a_flag_its_checkpoint_has_no_use_for_before_printing(ckp
     ("seq2seq", ["--source=abc", "--top_tokens=3"], "--top_tokens applies to a decoder, encoder or cheater"),
     ("seq2seq", ["--source=abc", "--top_k=1", "--seed=5"], "--top_k and --seed apply to a translation with "
                                                            "--temperature only (this translation is greedy"),
-    # --temperature=0 is greedy: the filters and the seed of sampling change nothing there
+    # --temperature=0 (or below 1e-05) is greedy: the filters and the seed of sampling change nothing there
     ("decoder", ["--start=ab", "--temperature=0", "--top_p=0.9"], "--top_p applies to sampling with --temperature "
-                                                                  "above 0 only (--temperature=0 is greedy)"),
-    ("encoder", ["--start=ab", "--temperature=0", "--seed=5"], "--seed applies to sampling with --temperature above"),
-    ("seq2seq", ["--source=abc", "--temperature=0", "--top_k=1"], "--top_k applies to sampling with --temperature "
-                                                                  "above 0 only"),
+                                                                  "of 1e-05 or more only (a --temperature below "
+                                                                  "1e-05 is greedy)"),
+    ("encoder", ["--start=ab", "--temperature=0", "--seed=5"], "--seed applies to sampling with --temperature of"),
+    ("seq2seq", ["--source=abc", "--temperature=1e-6", "--top_k=1"], "--top_k applies to sampling with --temperature "
+                                                                     "of 1e-05 or more only"),
     # int8 layers leave nothing to pack; the step loops change a step compiled for a CPU, nothing else
     ("decoder", ["--start=ab", "--quantize=int8", "--pack_weights=false"], "--pack_weights applies to float weights "
                                                                            "(no --quantize) only (--quantize=int8 "

@@ -250,3 +250,14 @@ def test_eval_tasks_n_applies_with_eval_tasks_only():
     assert tc.eval_tasks_n == 2
     with pytest.raises(UserError, match=r"^--eval_tasks_n applies with --eval_tasks only \(no --eval_tasks is given\)"):
         configure(["--eval_tasks_n=2"])
+
+
+def test_a_top_p_refused_at_a_greedy_temperature_names_the_temperature_where_sampling_begins():
+    """sample.py draws greedily below inference/generate.py's MIN_TEMPERATURE, not only at 0: a --top_p given with
+    --temperature=1e-6 is refused with the bound that applies (it said "above 0", which 1e-6 is)."""
+    from inference.generate import MIN_TEMPERATURE
+
+    with pytest.raises(UserError) as refused:
+        flag_scope.check("sample.py", {"top_p"}, {"greedy": True})
+    assert f"{MIN_TEMPERATURE:g}" in str(refused.value) and "above 0" not in str(refused.value), refused.value
+    assert f"{MIN_TEMPERATURE:g}" in flag_scope.tags("sample.py")["top_p"]
