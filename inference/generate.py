@@ -48,7 +48,9 @@ def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None, min_p=None
         # huge temperature rounds the probabilities to ties, which would rank them in no particular order
         order = logits.argsort(dim=-1, descending=True)  # (B, V)
         sorted_p = probs.gather(-1, order)
-        mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the tokens ranked above each one
+        # mass of the tokens ranked above each one: the whole distribution's for a token min_p kept (it drops only
+        # the tail), so the two filters keep the tokens each keeps alone
+        mass_before = sorted_p.cumsum(dim=-1) - sorted_p
         drop_sorted = mass_before >= top_p  # already reached p without this token (the top one is always kept)
         probs = probs.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), 0.0)
     return probs / probs.sum(dim=-1, keepdim=True)

@@ -146,6 +146,21 @@ def test_min_p_and_top_p_filter_the_distribution_after_the_temperature(temperatu
         torch.testing.assert_close(got, torch.where(kept, tempered, 0.0) / tempered[kept].sum())
 
 
+def test_min_p_with_top_p_keeps_the_tokens_each_keeps_alone():
+    """Both filters keep the tokens that each keeps alone, renormalised: top_p's mass is counted over the whole
+    distribution, not over what min_p left (which would keep only the first token here)."""
+    probs = torch.tensor([[0.4, 0.3, 0.2, 0.06, 0.04]])
+    by_top_p = next_token_probs(probs.log(), top_p=0.5) > 0  # 0.4 < 0.5: the second is needed
+    by_min_p = next_token_probs(probs.log(), min_p=0.6) > 0  # p >= 0.6 x 0.4
+    assert by_top_p.tolist() == by_min_p.tolist() == [[True, True, False, False, False]]
+    by_top_p = next_token_probs(probs.log(), top_p=0.75) > 0
+    assert by_top_p.tolist() == [[True, True, True, False, False]]
+    both = next_token_probs(probs.log(), top_p=0.5, min_p=0.6)
+    torch.testing.assert_close(both, torch.where(by_min_p, probs, 0.0) / probs[by_min_p].sum())
+    both = next_token_probs(probs.log(), top_p=0.75, min_p=0.6)
+    torch.testing.assert_close(both, torch.where(by_min_p, probs, 0.0) / probs[by_min_p].sum())
+
+
 @pytest.mark.parametrize("kw, msg", [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"),
                                      (dict(top_p=0.0), "top_p"), (dict(min_p=1.5), "min_p")])
 def test_bad_sampling_values(kw, msg):
