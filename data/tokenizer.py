@@ -102,7 +102,8 @@ class CharTokenizer(Tokenizer):
         if unknown.any():
             c = chr(cps[int(np.argmax(unknown))])
             raise DataError(f"character {c!r} (U+{ord(c):04X}) is not in this char vocabulary of {self.vocab_size} "
-                            f"characters; use characters from the training text or --tokenizer=gpt2")
+                            f"characters; use characters from the training text (or train with --tokenizer=gpt2: "
+                            f"its bytes spell any text)")
         return ids
 
     def encode(self, text: str, allow_eot: bool = False) -> list[int]:
