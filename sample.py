@@ -322,7 +322,7 @@ def generate(sc: SampleConfig, model, tokenizer, prompt: list[int], ckpt, device
             print_batch(sc, tokenizer, prompt, decoding, header)
         return
     note = ("encoder: a full forward per token, no cache" if encoder
-            else f"speculative, {sc.draft_tokens} guesses per round" if draft is not None
+            else f"speculative, up to {guesses_per_round(sc, model, draft)} guesses per round" if draft is not None
             else f"kv_cache={decoding.use_cache}" + (", compiled step (the first sample includes the compile)"
                                                      if decoding.compiled else ""))
     mask_id = ckpt.mask_id if encoder else None
@@ -452,6 +452,12 @@ def print_batch(sc: SampleConfig, tokenizer, prompt: list[int], decoding: Decodi
     print(f"[{sc.num_samples} samples as one batch: {n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} "
           f"tokens/s, kv_cache={decoding.use_cache}" + (", compiled step" if decoding.compiled else "") + "]",
           file=sys.stderr)
+
+
+def guesses_per_round(sc: SampleConfig, model, draft) -> int:
+    """--draft_tokens, as far as the contexts allow: a round's last guess and its successor both fit in each
+    model's block (inference/speculative.py)."""
+    return min(sc.draft_tokens, model.config.block_size - 1, draft.config.block_size - 1)
 
 
 def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, dtype):
