@@ -220,7 +220,7 @@ def ranks_from_bytes(data: bytes) -> dict[bytes, int]:
     for line in data.splitlines():
         if line:
             token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
     return ranks
 
 
@@ -322,7 +322,11 @@ def _bpe_ranks(meta: dict, folder) -> dict[bytes, int]:
     ranks_path = Path(folder) / meta["bpe_file"]
     if not ranks_path.is_file():
         raise DataError(f"{ranks_path} is missing; prepare the data again: python data/prepare.py")
-    return ranks_from_bytes(ranks_path.read_bytes())
+    try:
+        return ranks_from_bytes(ranks_path.read_bytes())
+    except ValueError:  # edited or replaced: the folder's meta.json is fine, so read_meta cannot tell
+        raise DataError(f"{ranks_path} is corrupt (a line that is not `base64 rank`); delete its folder and prepare "
+                        f"the data again") from None
 
 
 def carry_tokenizer(meta: dict, folder) -> dict:

@@ -181,6 +181,18 @@ def test_a_meta_that_carries_its_bpe_merges_needs_no_folder(tmp_path):
     assert "\n" not in str(e.value)
 
 
+
+@pytest.mark.parametrize("damage", [b"a line of three words\n", b"!!notbase64 5\n", b"QUJD five\n"])
+def test_a_damaged_bpe_file_in_the_folder_is_one_line_error(tmp_path, damage):
+    """The folder's bpe.tiktoken is read as the checkpoint's copy is: a damaged one is named in one line."""
+    path = tmp_path / "bpe.tiktoken"
+    path.write_bytes(ranks_to_bytes(train_bpe([TEXT], 300, GPT2_PATTERN)) + damage)
+    meta = {"tokenizer": "bpe", "vocab_size": 301, "eot_id": 300, "bpe_file": "bpe.tiktoken"}
+    for load in (lambda: load_tokenizer(meta, folder=tmp_path), lambda: carry_tokenizer(meta, tmp_path)):
+        with pytest.raises(DataError, match="corrupt") as e:
+            load()
+        assert str(path) in str(e.value) and "\n" not in str(e.value)
+
 def test_drop_unknown_keeps_what_a_char_vocabulary_has_leaves_other_tokenizers_text_and_is_never_empty():
     char = CharTokenizer("ab c")
     for tok in (char, with_mask_token(char)):  # the [MASK] wrapper reads the base's characters
