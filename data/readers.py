@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -325,7 +326,7 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                     bad.report(loc, f"the text holds {half}, half of a surrogate pair, which is not Unicode text")
                 else:
                     yield Piece(text, True, loc)
-        except (OSError, EOFError) as e:  # a truncated or corrupt .gz
+        except (OSError, EOFError, zlib.error) as e:  # a truncated .gz, a bad header, a damaged deflate stream
             raise DataError(f"{where}: cannot be read ({e}); check the file (gzip -t)") from None
 
 

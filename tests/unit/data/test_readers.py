@@ -210,6 +210,18 @@ def test_a_compressed_file_is_named_so_with_the_command_that_unpacks_it(tmp_path
         assert (path.parent / plain).read_text() == text
 
 
+def test_a_damaged_jsonl_gz_is_refused_in_one_line(tmp_path):
+    """A flipped byte inside the deflate stream: zlib's own error, not the OSError of a bad header or the EOFError of a
+    cut file, must still end as the one-line refusal."""
+    data = "".join(f'{{"text": "document {i} {random.Random(i).random()}"}}\n' for i in range(2000)).encode()
+    packed = bytearray(gzip.compress(data))
+    for i in range(200, 260):
+        packed[i] ^= 0x5A
+    (tmp_path / "c.jsonl.gz").write_bytes(bytes(packed))
+    with pytest.raises(readers.DataError, match=r"^c.jsonl.gz: cannot be read \(.*\); check the file \(gzip -t\)$"):
+        texts_of(tmp_path / "c.jsonl.gz", readers.BadDocuments("skip"))
+
+
 def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
     # JSON can escape half of a UTF-16 pair, and json.loads decodes bytes with surrogatepass: Python then holds a
     # str that no tokenizer can encode as UTF-8 text
