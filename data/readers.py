@@ -312,7 +312,7 @@ def _jsonl_pieces(path: Path, where: str, text_field: str, bad: BadDocuments, on
                 except UnicodeDecodeError as e:
                     bad.report(loc, _line_not_utf8(e, line_no, path))
                     continue
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:  # RecursionError: valid JSON nested too deeply to decode
                     unmarked = _NotUTF8.utf16_unmarked(line) if line_no == 1 else None
                     bad.report(loc, f"{unmarked}; convert it first, e.g. {unmarked.fix(path)}" if unmarked else
                                f"malformed JSON ({str(e).splitlines()[0]})")

@@ -222,6 +222,16 @@ def test_a_damaged_jsonl_gz_is_refused_in_one_line(tmp_path):
         texts_of(tmp_path / "c.jsonl.gz", readers.BadDocuments("skip"))
 
 
+def test_a_json_line_nested_too_deeply_to_decode_is_a_bad_document(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "c.jsonl").write_text(f'{{"text": "first"}}\n{{"text": "x", "m": {deep}}}\n{{"text": "last"}}\n')
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "c.jsonl", bad) == ["first", "last"]
+    assert bad.count == 1 and bad.examples[0].startswith("c.jsonl:2 (malformed JSON (")
+    with pytest.raises(readers.DataError, match=r"^c.jsonl:2: malformed JSON \(.*\); fix the input or pass --on_bad"):
+        texts_of(tmp_path / "c.jsonl")
+
+
 def test_half_a_surrogate_pair_in_json_is_a_bad_document(tmp_path):
     # JSON can escape half of a UTF-16 pair, and json.loads decodes bytes with surrogatepass: Python then holds a
     # str that no tokenizer can encode as UTF-8 text
