@@ -367,3 +367,17 @@ def test_a_bpe_vocabulary_the_training_text_cannot_make_is_refused(tmp_path):
     out = prepare(input=tmp_path / "t.txt", tokenizer="bpe", bpe_vocab_size=most, data_root=tmp_path / "r",
                   progress=False)
     assert read_meta(out)["vocab_size"] == load_tokenizer(out).vocab_size == most
+
+
+@pytest.mark.parametrize("letter", ["n", "é"])  # 1 and 2 bytes a character: the limit is the file system's 255 bytes
+def test_an_input_with_the_longest_file_name_gets_a_folder_and_a_lock_that_fit(tmp_path, letter):
+    stem = letter * (250 // len(letter.encode()))
+    src = tmp_path / f"{stem}.txt"
+    src.write_text(synthetic_text(3000))
+    out = prepare(input=src, progress=False, data_root=tmp_path / "data")
+    assert out.name.startswith(stem[:20]) and len(out.name.encode()) <= 255 - len(".lock")
+    assert load_tokenizer(out).decode(tokens(out, "train")) + load_tokenizer(out).decode(tokens(out, "val")) == \
+        src.read_text()
+    other = tmp_path / f"{stem}x.txt"  # the same first bytes of its name: another input, another folder
+    other.write_text(synthetic_text(3000, seed=1))
+    assert prepare(input=other, progress=False, data_root=tmp_path / "data") != out
