@@ -94,10 +94,24 @@ def input_files(path: Path) -> list[Path]:
         st = os.stat(f)
         first.setdefault((st.st_dev, st.st_ino), f)
     files = list(first.values())
+    for f in files:
+        _check_utf8_name(path, f)
     if not files:
         raise DataError(f"--input={path} is a folder without .txt files (or .jsonl, .jsonl.gz, .parquet); "
                         f"put UTF-8 text files in it or pass one file")
     return files
+
+
+def _check_utf8_name(root: Path, f: Path):
+    """A name that is not UTF-8 (its bytes held as lone surrogates) goes into the fingerprint, the split and the
+    messages, which encode it as UTF-8: refused here, in one line, as --input itself is (common/flags.py)."""
+    name = f.relative_to(root).as_posix()
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise DataError(f"--input={root} holds {shown}, a name that is not valid UTF-8 text; rename it to a UTF-8 "
+                        f"name") from None
 
 
 def _files_under(root: Path):

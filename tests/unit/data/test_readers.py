@@ -361,6 +361,20 @@ def test_an_unreadable_folder_in_the_input_is_named(tmp_path, monkeypatch):
         readers.input_files(tmp_path / "in")
 
 
+def test_a_file_of_the_folder_whose_name_is_not_utf8_is_named_so(tmp_path):
+    """Its name would go into the fingerprint, the split and the progress as text no UTF-8 encoder takes: refused
+    as --input itself is (common/flags.py), before anything is read; a hidden one is not the corpus and is fine."""
+    inside = os.fsdecode(b"caf\xe9")
+    (tmp_path / "in" / inside).mkdir(parents=True)
+    (tmp_path / "in/a.txt").write_text("text\n")
+    (tmp_path / "in" / os.fsdecode(b".n\xff.txt")).write_text("hidden\n")
+    assert [p.name for p in readers.input_files(tmp_path / "in")] == ["a.txt"]
+    (tmp_path / "in" / inside / "b.txt").write_text("text\n")
+    with pytest.raises(readers.DataError, match=r"^--input=.*in holds caf\\xe9/b.txt, a name that is not valid "
+                                                r"UTF-8 text; rename it to a UTF-8 name$"):
+        readers.input_files(tmp_path / "in")
+
+
 def test_a_bad_documents_report_keeps_the_first_few_and_counts_them_all():
     bad = readers.BadDocuments("skip")
     for i in range(readers.EXAMPLES + 2):
