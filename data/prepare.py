@@ -7,8 +7,8 @@ refused before anything is read, as train.py refuses it (common/flag_scope.py).
 
 A folder is prepared once: meta.json (the manifest) holds a fingerprint of everything that decides its contents,
 and a second run with the same fingerprint returns at once without reading the input (a large input is named by
-where it is and its files' names, sizes and modification times). The folder's name holds a hash of the fingerprint,
-so other settings are another folder. Shards are renamed into place only when complete and meta.json
+where it is and its files' names, sizes, modification and change times). The folder's name holds a hash of the
+fingerprint, so other settings are another folder. Shards are renamed into place only when complete and meta.json
 is written last, so a folder without meta.json is simply "not prepared"; a killed run resumes (data/build.py).
 """
 import hashlib
@@ -158,8 +158,8 @@ def folder_name(cfg: PrepareConfig, split: str, fingerprint: dict) -> str:
 
 def same_corpus(old: dict, new: dict) -> bool:
     """Whether two prepared folders' meta.json (a checkpoint's copy, and today's) describe the same data: the same
-    fingerprint, or one that differs only in the input's quick identity (a corpus touched, copied without its times,
-    or moved) over the same content (source_sha256) and the same vocabulary."""
+    fingerprint, or one that differs only in the input's quick identity (a corpus touched, rewritten, copied or
+    moved) over the same content (source_sha256) and the same vocabulary."""
     a, b = old.get("fingerprint"), new.get("fingerprint")
     if a == b:
         return True
@@ -178,8 +178,8 @@ def settings_changed(old: dict, new: dict) -> list[str]:
 def same_data(old: dict, old_dir: str | None, new: dict, new_dir: str) -> bool:
     """Whether the data prepared now (new: its meta; new_dir: its folder) is the data a checkpoint was trained on
     (old: the meta it keeps; old_dir: where its folder was). The fingerprints hold the input's quick identity (where
-    it is, names, sizes, modification times), so a corpus touched or copied elsewhere gets another one: then the
-    content decides, a text corpus's by its sha256, a pairs file's by the prepared folders' bytes."""
+    it is, names, sizes, modification and change times), so a corpus touched or copied elsewhere gets another one:
+    then the content decides, a text corpus's by its sha256, a pairs file's by the prepared folders' bytes."""
     if old.get("kind") == "pairs" and old.get("fingerprint") != new.get("fingerprint"):
         return same_prepared_pairs(old_dir, old, new_dir, new)
     return same_corpus(old, new)

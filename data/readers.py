@@ -140,12 +140,17 @@ def _files_under(root: Path):
 
 def stat_fingerprint(path: Path, files: list[Path]) -> str:
     """Names the input without reading it (a 100 GB corpus is known at once): where it is (its folder's resolved
-    path: two corpora of the same names, sizes and times in two places are two inputs), its files' names, sizes and
-    modification times. Touching or moving a file therefore counts as a new input, prepared again; a resumed run
-    then compares the content before it refuses (training/run_data.py)."""
+    path: two corpora of the same names, sizes and times in two places are two inputs), its files' names, sizes,
+    modification times and change times. The change time is the one a rewrite cannot keep (`touch -r` and `cp -p`
+    set the modification time back; a link moved to another file of the same size and time leads to another change
+    time), so a changed file is never taken for the one prepared before. Touching, moving or chmod-ing a file
+    therefore counts as a new input, prepared again; a resumed run then compares the content before it refuses
+    (training/run_data.py)."""
     root = path if path.is_dir() else path.parent
     lines = [f"{root.resolve().as_posix()}\0\n"]  # no path holds \0: this line is no file's
-    lines += [f"{f.relative_to(root).as_posix()}\0{f.stat().st_size}\0{f.stat().st_mtime_ns}\n" for f in files]
+    for f in files:
+        st = f.stat()
+        lines.append(f"{f.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n")
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 

@@ -2,6 +2,7 @@
 import hashlib
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -381,3 +382,22 @@ def test_an_input_with_the_longest_file_name_gets_a_folder_and_a_lock_that_fit(t
     other = tmp_path / f"{stem}x.txt"  # the same first bytes of its name: another input, another folder
     other.write_text(synthetic_text(3000, seed=1))
     assert prepare(input=other, progress=False, data_root=tmp_path / "data") != out
+
+
+def test_a_corpus_rewritten_with_its_size_and_time_kept_is_prepared_again_and_an_unchanged_one_is_not(tmp_path):
+    """`touch -r` (or `cp -p` of another file of the same size) keeps size and modification time; the change time
+    still moves, and only a change in the file does that."""
+    src = tmp_path / "t.txt"
+    src.write_text(synthetic_text(3000))
+    first = prepare(input=src, progress=False, data_root=tmp_path / "data")
+    stamps = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
+    assert prepare(input=src, progress=False, data_root=tmp_path / "data") == first
+    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == stamps  # not rebuilt
+    kept = src.stat()
+    time.sleep(0.05)  # the change time moves on a coarse clock (a few ms a tick) too
+    src.write_text(synthetic_text(3000, seed=1))
+    os.utime(src, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    assert src.stat().st_size == kept.st_size and src.stat().st_mtime_ns == kept.st_mtime_ns
+    again = prepare(input=src, progress=False, data_root=tmp_path / "data")
+    tok = load_tokenizer(again)
+    assert tok.decode(tokens(again, "train")) + tok.decode(tokens(again, "val")) == src.read_text()
