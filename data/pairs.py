@@ -32,7 +32,7 @@ import numpy as np
 
 from common.errors import DataError
 from data.locks import build_lock
-from data.readers import LATIN1, UTF16_PROBE, BadDocuments, _lines, _NotUTF8, stat_fingerprint
+from data.readers import LATIN1, UTF16_PROBE, BadDocuments, _lines, _NotUTF8, name_in_folder, stat_fingerprint
 from data.split import is_val_hash
 from data.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
 
@@ -122,7 +122,7 @@ def read_pairs(path, bad: BadDocuments, source_field: str = "source", target_fie
             else:
                 try:
                     obj = json.loads(line)
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:  # RecursionError: valid JSON nested too deeply to decode
                     bad.report(where, f"malformed JSON ({str(e).splitlines()[0]})")
                     continue
                 fields = [obj.get(k) if isinstance(obj, dict) else None for k in (source_field, target_field)]
@@ -184,7 +184,7 @@ def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 204
     fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     tok_name = f"bpe{bpe_vocab_size}" if tokenizer == "bpe" else tokenizer
     root = Path(data_root) if data_root else Path(__file__).resolve().parent
-    out = root / "prepared" / f"pairs-{path.stem}-{tok_name}-{fingerprint[:8]}"
+    out = root / "prepared" / f"pairs-{name_in_folder(path.stem)}-{tok_name}-{fingerprint[:8]}"
     if _prepared(out, fingerprint):
         return out
     with build_lock(out) as alone:  # several processes on one folder (torchrun's nodes): one builds, the others wait

@@ -14,7 +14,6 @@ is written last, so a folder without meta.json is simply "not prepared"; a kille
 import hashlib
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -34,7 +33,7 @@ from data.build import BPE_FILE, PROGRESS, Build, check_result, remove_temporari
 from data.config import PrepareConfig
 from data.locks import build_lock as _build_lock
 from data.pairs import same_prepared_pairs
-from data.readers import Source, stat_fingerprint
+from data.readers import Source, name_in_folder, stat_fingerprint
 from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
 from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, input_facts, pick_val_documents
 from data.tokenizer import read_meta
@@ -48,7 +47,6 @@ FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/to
 # a .txt file is left out, `works` keeps validation within VAL_SHARE of a folder's bytes
 INPUT_RULES = 3
 DATA_DIR = Path(__file__).resolve().parent
-NAME_BYTES = 128  # of an --input's name in its folder's name (the hash tells inputs apart)
 
 
 def _is_prepared(out: Path, fingerprint: dict) -> bool:
@@ -148,9 +146,7 @@ def folder_name(cfg: PrepareConfig, split: str, fingerprint: dict) -> str:
     its folders."""
     digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:8]
     if cfg.input is not None:
-        # the name's first NAME_BYTES: a 255-byte file name would make a folder (and its .lock) the disk refuses
-        name = os.fsencode(Path(cfg.input).resolve().name.split('.')[0])[:NAME_BYTES]
-        return f"{name.decode('utf-8', 'ignore')}-{cfg.tok_name}-{split}-{digest}"
+        return f"{name_in_folder(Path(cfg.input).resolve().name.split('.')[0])}-{cfg.tok_name}-{split}-{digest}"
     defaults = PrepareConfig(tokenizer=cfg.tokenizer, bpe_vocab_size=cfg.bpe_vocab_size)
     plain = _fingerprint(defaults, SHAKESPEARE_SHA256, {"txt"}, split)
     return f"shakespeare-{cfg.tok_name}-{split}" + ("" if fingerprint == plain else f"-{digest}")

@@ -138,6 +138,15 @@ def _files_under(root: Path):
                 yield p
 
 
+NAME_BYTES = 128  # of an input's name in its prepared folder's name (the folder's hash tells inputs apart)
+
+
+def name_in_folder(name: str) -> str:
+    """An input's name as its prepared folder's name begins: its first NAME_BYTES bytes (whole characters). A
+    255-byte file name would make a folder, and its lock, longer than the disk takes."""
+    return os.fsencode(name)[:NAME_BYTES].decode("utf-8", "ignore")
+
+
 def stat_fingerprint(path: Path, files: list[Path]) -> str:
     """Names the input without reading it (a 100 GB corpus is known at once): where it is (its folder's resolved
     path: two corpora of the same names, sizes and times in two places are two inputs), its files' names, sizes,

@@ -34,6 +34,7 @@ BAD_JSONL = [
     (b'["a", "b"]\n', "no string field 'source'"),
     (b'{"source": "\\ud83d", "target": "b"}\n', "surrogate"),
     (b'{"source": "", "target": "b"}\n', "the source is empty"),
+    (b"[" * 100_000 + b"]" * 100_000 + b"\n", "malformed JSON"),  # valid JSON, nested too deeply to decode
 ]
 
 
@@ -109,6 +110,15 @@ def test_a_prepared_folder_gives_back_every_pair_on_its_hashed_side(tmp_path, to
     assert prepare_pairs(str(path), tokenizer, bpe_vocab_size=300, data_root=tmp_path, progress=False) == folder
     assert os.stat(folder / "meta.json").st_mtime_ns == mtime  # prepared once
     assert sorted(p.name for p in (tmp_path / "prepared").iterdir()) == [folder.name]  # no temporary left
+
+
+def test_a_pairs_file_with_the_longest_name_gets_a_folder_and_a_lock_that_fit(tmp_path):
+    """A 251-byte stem (a 255-byte file name, the most a name may have) would make pairs-NAME-char-HASH, and its
+    lock, past that limit: the folder's name keeps the stem's start, its hash tells files apart."""
+    path = write(tmp_path / ("n" * 251 + ".tsv"), "".join(f"{i}\t{i}{i}\n" for i in range(200)).encode())
+    folder = prepare_pairs(str(path), data_root=tmp_path, progress=False)
+    assert folder.name.startswith("pairs-nnn") and len(os.fsencode(folder.name)) < 255
+    assert prepare_pairs(str(path), data_root=tmp_path, progress=False) == folder
 
 
 def test_a_refused_file_leaves_no_folder(tmp_path):
