@@ -3,8 +3,9 @@
 A choice's score is the sum of its tokens' log-probabilities given the context. acc picks the highest sum; acc_norm
 the highest sum divided by the choice's length in characters as written (lm-evaluation-harness's normalisation);
 acc_token the highest mean per token (llm.c's). Each comes with its standard error over the items (the sample
-standard deviation / sqrt(n)). A tie goes to the first choice. An item with a NaN score has no pick (None), and a
-metric over it is NaN (without a standard error): all-NaN scores would otherwise pick the first choice.
+standard deviation / sqrt(n)). A tie goes to the first choice (a choice given twice gets one sum, whichever
+forwards its copies ran in). An item with a NaN score has no pick (None), and a metric over it is NaN (without a
+standard error): all-NaN scores would otherwise pick the first choice.
 
 The sums come from inference/shared_context.py (each context run once for all its choices) for items whose context
 is whole, and from inference/scoring.py's rows (each context with each choice) for items whose context was cut.
@@ -33,7 +34,9 @@ def choice_logprobs(model, items: list[Encoded], batch_tokens: int | None = None
                         [n for i in cut for n in items[i].n_tokens], batch_tokens, bar)
     for i in cut:
         sums[i], rows = rows[:len(items[i].rows)], rows[len(items[i].rows):]
-    return sums
+    # a copy of a choice takes its first copy's sum: the two may run in different forwards, whose rounding differs,
+    # and a tie must go to the first choice however the rows were batched
+    return [[s[item.rows.index(row)] for row in item.rows] for item, s in zip(items, sums)]
 
 
 def stderr(hits: list[bool]) -> float | None:

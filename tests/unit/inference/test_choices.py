@@ -8,7 +8,7 @@ import torch
 from conftest import tiny_model
 from data.tokenizer import CharTokenizer
 from inference.choices import METRICS, first_max, score_task, stderr
-from inference.tasks import Item, Task, encode_task
+from inference.tasks import Encoded, Item, Task, encode_task
 
 
 def test_the_standard_error_is_the_sample_deviation_over_root_n():
@@ -82,3 +82,31 @@ def test_a_nan_score_gives_no_pick_and_a_nan_metric_not_an_accuracy():
         assert math.isnan(report[metric]) and report[f"{metric}_stderr"] is None
     assert first_max([math.nan, -1.0]) is None and first_max([-1.0, math.nan]) is None
     assert first_max([-2.0, -1.0, -1.0]) == 1
+
+
+def test_identical_choices_get_one_sum_so_the_first_wins_however_the_rows_are_batched():
+    """Two copies of a choice in one item ran in different forwards where the batching put them apart, and float
+    rounding left one copy's sum a little above the other's: at some --batch_tokens the pick went to the second
+    copy, not to the first as a tie does. Each copy now gets the same sum, so every metric picks the first copy."""
+    model = tiny_model(vocab_size=37)
+    g = torch.Generator().manual_seed(1)
+
+    def ids(n):
+        return torch.randint(0, 37, (n,), generator=g).tolist()
+
+    def length():
+        return int(torch.randint(1, 8, (1,), generator=g))
+
+    items = []
+    for _ in range(6):
+        context, choices = ids(length()), [ids(length()) for _ in range(3)]
+        choices.append(list(choices[0]))  # choice 3 is choice 0 again
+        items.append(Encoded([context + c for c in choices], [len(c) for c in choices], [len(c) for c in choices],
+                             label=3, cut=False))
+    context = ids(15)  # an item whose context was cut runs as whole rows
+    cut = Encoded([context + c for c in ([1], [2, 3], [1])], [1, 2, 1], [1, 2, 1], label=2, cut=True)
+    for batch_tokens in (4, 8, 13, 2048):
+        report = score_task(model, items + [cut], batch_tokens)
+        for it in report["items"]:
+            assert it["logprobs"][-1] == it["logprobs"][0]
+            assert it["label"] not in (it["pred"], it["pred_norm"], it["pred_token"])
