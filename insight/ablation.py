@@ -13,6 +13,7 @@ the most effective one (top-1 agreement). Shapes: L layers, H heads, T tokens, D
 import torch
 
 from common.eval_mode import evaluating
+from model.masks import build_mask
 
 from .attention_maps import on_math, recording
 
@@ -84,7 +85,9 @@ def _key_effects(model, idx: torch.Tensor, targets: torch.Tensor, queries: list[
     cfg = model.config
     maps, values, z = clean_pass(model, idx)
     T = idx.size(1)
-    pairs = [(t, s) for t in queries for s in range(T) if not cfg.causal or s <= t]
+    # a key the causal mask or the sliding window hides has weight 0 and effect 0: not a pair (a tie in both rankings)
+    seen = build_mask(0, T, cfg.causal, cfg.window)  # (1, 1, T, T) or None (every key)
+    pairs = [(t, s) for t in queries for s in range(T) if seen is None or seen[0, 0, t, s]]
     t_all = torch.tensor([p[0] for p in pairs])  # (R,)
     s_all = torch.tensor([p[1] for p in pairs])  # (R,)
     clean = z[t_all, targets[t_all]]  # (R,)

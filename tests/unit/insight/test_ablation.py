@@ -87,3 +87,19 @@ def test_spearman_and_top1():
     r = {"t": torch.tensor([0, 0, 1, 1]), "weight": torch.tensor([0.9, 0.1, 0.3, 0.7]),
          "effect": torch.tensor([2.0, 1.0, 5.0, 1.0])}
     assert top1_agreement(r) == 0.5  # query 0 agrees, query 1 does not
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("causal", [True, False])
+def test_only_the_keys_a_window_lets_a_query_see_are_pairs(causal):
+    """A key outside the sliding window has weight 0 and effect 0 at that query: as a pair it would be a tie of
+    zeros in both rankings, and pull Spearman's rho towards 1 whatever the seen keys do."""
+    from insight.ablation import key_effects
+
+    model = tiny_model(seed=1, pos_emb="learned", window=3, causal=causal)
+    idx, targets = torch.arange(9).view(1, 9), torch.arange(1, 10)
+    results = key_effects(model, idx, targets, queries=[0, 4, 8])
+    want = [(t, s) for t in (0, 4, 8) for s in range(9) if (s <= t if causal else True) and abs(t - s) < 3]
+    for r in results:
+        assert list(zip(r["t"].tolist(), r["s"].tolist())) == want
+        assert bool((r["weight"] > 0).all())
