@@ -25,6 +25,7 @@ from training.metrics import need_wandb_mode
 
 @dataclass
 class ProbeConfig:
+    FOLDER_FLAGS = ("out",)  # a folder here (its path leaves room for the files in it), a file elsewhere
     out: str = "probes"  # table.md, results.json, probes.png, curves.png (the induction task's training curves)
     tasks: str = "copy,induction,recall,dyck"  # comma-separated, any of these (insight/probe_tasks.py)
     pos_embs: str = "rope,alibi,sinusoidal,learned,none"  # comma-separated, any of these

@@ -25,11 +25,22 @@ PATHS = frozenset({"out_dir", "input", "pairs", "data_root", "archive", "ckpt", 
                    "out", "html", "induction", "induction_curve", "attention", "draft", "tmp", "nanogpt",
                    "against_nanogpt", "eval_tasks"})
 
+# The path flags that name a folder a command writes in: by name in every command, or in one class's FOLDER_FLAGS
+# (a study's --out; a file elsewhere). Its path leaves FOLDER_ROOM bytes below it for the files written there, the
+# deepest being data_root's prepared/NAME/.FILE.partial (NAME: the input file's name, up to NAME_MAX) and out_dir's
+# wandb/offline-run-.../files/...: a longer folder passed, and its run met "File name too long" at its first checkpoint.
+FOLDERS = frozenset({"out_dir", "data_root", "to", "tmp"})
+FOLDER_ROOM = 320
+
 
 def is_path(key: str, cls) -> bool:
     """A flag that names files: by its name in every command (PATHS), or in one class's PATH_FLAGS where the name
     means something else elsewhere (evaluate.py's --text is a file, visualize.py's the text itself)."""
     return key in PATHS or key in getattr(cls, "PATH_FLAGS", ())
+
+
+def is_folder(key: str, cls) -> bool:
+    return key in FOLDERS or key in getattr(cls, "FOLDER_FLAGS", ())
 
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -201,10 +212,11 @@ def check_utf8(key: str, value: str) -> None:
         raise FlagError(f"{shown} is not valid UTF-8 text; {fix}") from None
 
 
-def check_path(key: str, text: str) -> None:
+def check_path(key: str, text: str, folder: bool = False) -> None:
     """Refuses a path flag's value that names no file: empty, or one the system cannot take (a NUL character, which
-    a TOML string can hold; a name or a path longer than NAME_MAX or PATH_MAX), which would otherwise be met as a
-    ValueError or an OSError traceback by the first open or makedirs."""
+    a TOML string can hold; a name or a path longer than NAME_MAX or PATH_MAX; a folder that leaves no room for the
+    files written in it), which would otherwise be met as a ValueError or an OSError traceback by the first open or
+    makedirs."""
     if not text.strip():
         raise FlagError(f"--{key} is empty: it takes a path; give one, or leave the flag out for its default")
     if "\x00" in text:
@@ -214,9 +226,14 @@ def check_path(key: str, text: str) -> None:
     if longest > NAME_MAX:
         raise FlagError(f"--{key}={shown} has a name of {longest} bytes; a file or folder name takes at most "
                         f"{NAME_MAX}: give a shorter one")
-    if len(os.path.abspath(text).encode()) >= PATH_MAX:
-        raise FlagError(f"--{key}={shown} is a path of {len(os.path.abspath(text).encode())} bytes; a path takes "
-                        f"fewer than {PATH_MAX}: give a shorter one")
+    length = len(os.path.abspath(text).encode())
+    if length >= PATH_MAX:
+        raise FlagError(f"--{key}={shown} is a path of {length} bytes; a path takes fewer than {PATH_MAX}: give a "
+                        f"shorter one")
+    if folder and length >= PATH_MAX - FOLDER_ROOM:
+        raise FlagError(f"--{key}={shown} is a path of {length} bytes; a folder takes at most "
+                        f"{PATH_MAX - 1 - FOLDER_ROOM} bytes, so that the paths of the files written in it stay under "
+                        f"{PATH_MAX}: give a shorter one")
 
 
 def load_toml(path: str) -> dict:
@@ -262,7 +279,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             need_value(key, text, known[key][1])
             if is_path(key, known[key][0]) and isinstance(text, str):
                 text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed
-                check_path(key, text)
+                check_path(key, text, is_folder(key, known[key][0]))
             if source and isinstance(text, float) and text.is_integer() and known[key][1] in (int, int | None):
                 raise FlagError(f"--{key}={text} is a TOML float (as 1e3 and 1000.0 are); it takes an integer: "
                                 f"write {key} = {int(text)}")

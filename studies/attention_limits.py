@@ -23,6 +23,7 @@ from inference.checkpoint import Checkpoint, path_in
 
 @dataclass
 class AttentionLimitsConfig:
+    FOLDER_FLAGS = ("out",)  # a folder here (its path leaves room for the files in it), a file elsewhere
     out: str = "attention_limits"
     ckpt_dir: str = "out"  # a trained Shakespeare run
     ckpt: str = "best"

@@ -34,6 +34,7 @@ VARIANTS = ("decoder", "encoder", "cheater")
 
 @dataclass
 class EncoderStudyConfig:
+    FOLDER_FLAGS = ("out",)  # a folder here (its path leaves room for the files in it), a file elsewhere
     out: str = "study-encoder"  # report.md, figures, results.json and one run folder per model (a new or empty folder)
     # the model and budget every run shares
     n_layer: int = 4

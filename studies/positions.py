@@ -32,6 +32,7 @@ EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the trai
 
 @dataclass
 class PositionsConfig:
+    FOLDER_FLAGS = ("out",)  # a folder here (its path leaves room for the files in it), a file elsewhere
     out: str = "study"  # results and one run folder per model (a new or empty folder)
     scores: bool = True  # also train the additive and bilinear score functions (and dot on the math path)
     # the model and budget every run shares

@@ -39,6 +39,7 @@ EVAL_STREAM = 7919  # mixed into the evaluation pairs' seed: a stream of its own
 
 @dataclass
 class Seq2SeqStudyConfig:
+    FOLDER_FLAGS = ("out",)  # a folder here (its path leaves room for the files in it), a file elsewhere
     out: str = "study-seq2seq"  # results and one run folder per variant (a new or empty folder)
     task: str = "reverse"  # 'reverse' or 'sort'
     min_len: int = 2  # the trained sources have min_len..max_len letters

@@ -123,7 +123,7 @@ def weights_finite(run, step: int, bar) -> bool:
         raise SetupError(f"weights not finite at step {step} (an update overflowed them); the run stopped before "
                          f"saving: lower --learning_rate, or pass --on_nonfinite=skip to go on without saving them"
                          + checkpoint_note(run))
-    say(bar, f"step {step}: weights not finite, checkpoint not saved")
+    say(run, bar, f"step {step}: weights not finite, checkpoint not saved")
     return False
 
 
@@ -203,11 +203,12 @@ def describe_data(run) -> str:
             f"tokens)")
 
 
-def say(bar, line: str) -> None:
-    """One line above the progress bar, from rank 0 alone: the bar is disabled on every other process, but
-    tqdm.write prints whether or not a bar is disabled."""
-    if not bar.disable:
+def say(run, bar, line: str) -> None:
+    """One line on stdout, above the progress bar where one is drawn (tqdm.write prints whether or not its bar is
+    disabled), from rank 0 alone. Flushed: a log of stdout and stderr together keeps the order they were said in."""
+    if run.dist.master:
         bar.write(line)
+        sys.stdout.flush()
 
 
 def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
@@ -223,8 +224,8 @@ def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
     run.best_val = min(run.best_val, row["val_loss"])
     bar.set_description("")
     row["eval_s"] = round(time.perf_counter() - t_eval, 3)
-    say(bar, f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
-              f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
+    say(run, bar, f"step {row['step']}: train {row['train_loss']:.4f}, {describe(row)}, lr {row['lr']:.2e}, "
+                   f"{row['tok_per_s']:,.0f} tok/s" + (" [best]" if best else ""))
     return best
 
 
@@ -239,8 +240,8 @@ def val_is_finite(run, row: dict, bar) -> bool:
                          f"the run stopped before saving: lower --learning_rate, or pass --on_nonfinite=skip to go "
                          f"on" + checkpoint_note(run))
     run.nonfinite_evals += 1
-    say(bar, f"step {row['step']}: validation loss not finite, not a best checkpoint "
-             f"({run.nonfinite_evals} such evaluation(s) so far)")
+    say(run, bar, f"step {row['step']}: validation loss not finite, not a best checkpoint "
+                   f"({run.nonfinite_evals} such evaluation(s) so far)")
     return False
 
 
@@ -316,7 +317,7 @@ class Bookkeeping:
                              f"--on_nonfinite=skip to skip such steps" + checkpoint_note(run))
         self.skipped += skipped
         why = "overflow (float16 scaler)" if run.scaler.is_enabled() else "not finite"
-        say(self.bar, f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
+        say(run, self.bar, f"steps {first}-{done}: gradient {why}, {skipped} update(s) skipped ({self.skipped} so far)")
 
     def agree(self) -> tuple[int | None, bool]:
         """(the signal that stops every process after this step or None, whether every process saves now)."""
@@ -347,9 +348,9 @@ class Bookkeeping:
         self.steps, self.seconds = 0, 0.0
         if self.flops_per_token * tok_per_s > self.peak and not self.disturbed:  # the probe read low: say so once
             self.disturbed = True
-            say(self.bar, f"note: training ran at {self.flops_per_token * tok_per_s / 1e9:,.0f} GFLOP/s, above the "
-                           f"matmul peak measured at the start ({self.peak / 1e9:,.0f}): that measurement was "
-                           f"disturbed (another process?), so the mfu column reads high")
+            say(run, self.bar, f"note: training ran at {self.flops_per_token * tok_per_s / 1e9:,.0f} GFLOP/s, above "
+                                f"the matmul peak measured at the start ({self.peak / 1e9:,.0f}): that measurement "
+                                f"was disturbed (another process?), so the mfu column reads high")
         row = {"step": done, "train_loss": distributed.all_mean(result.loss, run.dist).item(), "lr": lr,
                "grad_norm": result.grad_norm.item(), "tokens": tokens,
                "elapsed_s": round(self.seconds_before[1] + time.time() - self.t_start, 3),
@@ -382,8 +383,9 @@ def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
     """train's steps, with the metrics log it opened (None outside rank 0)."""
     tc = run.tc
     run.model.train()
+    # rank 0's bar is drawn on a terminal only (disable=None): a log written to a file gets say()'s lines alone
     bar = tqdm(range(run.start_step, tc.max_iters), initial=run.start_step, total=tc.max_iters, unit="step",
-               dynamic_ncols=True, mininterval=1.0, disable=not run.dist.master)
+               dynamic_ncols=True, mininterval=1.0, disable=None if run.dist.master else True)
     with Bookkeeping(run, bar, *resumed_counts(run, log), resumed_seconds(run, log)) as book:
         for step in bar:
             lr = lr_at(step, tc.learning_rate, tc.min_lr, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters)

@@ -1,9 +1,17 @@
 """What the training loop does in a run train.py makes: the scheduled learning rate at every optimizer step, and
-the default preset's optimizer and attention path."""
+the default preset's optimizer and attention path; what a run prints, to a file and to a terminal."""
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
 import pytest
 
 import train
-from conftest import TINY_TRAIN_FLAGS, before_each_step, metrics, tiny_args
+from conftest import ROOT, TINY_TRAIN_FLAGS, before_each_step, metrics, tiny_args
 from inference.checkpoint import Checkpoint
 from training.config import PRESETS
 
@@ -74,3 +82,52 @@ def test_a_resumed_run_continues_the_seconds_columns_from_its_row(corpus, tmp_pa
     for key in ("train_s", "elapsed_s"):
         assert all(later[key] >= earlier[key] for earlier, later in zip(rows, rows[1:])), [r[key] for r in rows]
         assert rows[4][key] > rows[3][key]  # the first row after the resume: the row at step 4 plus this part's
+
+
+def printed(corpus, out_dir, output) -> None:
+    """Runs a tiny train.py in a fresh process with its stdout and stderr on the file descriptor `output`."""
+    args = tiny_args(corpus, out_dir, "--max_iters=4", "--eval_interval=2", "--log_interval=1", "--sample_tokens=8")
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args], stdout=output, stderr=output,
+                            cwd=ROOT)
+    return proc
+
+
+def in_order(text: str) -> list[str]:
+    """The lines a run prints, in the order found, each once: the banner, the evaluations, the end, the sample."""
+    starts = ["decoder: ", "step 2: train ", "step 4: train ", "done: 4 steps", "---- sample ----"]
+    lines = text.splitlines()
+    return [line for line in lines if line.startswith(tuple(starts))], starts
+
+
+def test_a_run_printing_to_a_file_writes_its_lines_without_progress_bars(corpus, tmp_path):
+    """`python train.py > log 2>&1`: the log holds the lines alone (no bar frames joined by carriage returns)."""
+    log = tmp_path / "log"
+    with open(log, "wb") as f:
+        assert printed(corpus, tmp_path / "run", f).wait(timeout=300) == 0
+    text = log.read_bytes().decode()  # as written: read_text() would turn each \r into a line end
+    assert "\r" not in text, text[-2000:]
+    found, starts = in_order(text)
+    assert [line for start, line in zip(starts, found) if line.startswith(start)] == found, text
+    assert len(found) == len(starts), text
+
+
+def test_a_run_on_a_terminal_draws_its_progress_bar_beside_its_lines(corpus, tmp_path):
+    main, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns wide
+    proc = printed(corpus, tmp_path / "run", terminal)
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    assert proc.wait(timeout=300) == 0
+    text = b"".join(chunks).decode().replace("\r\n", "\n")  # the terminal ends its lines with \r\n
+    assert "\r" in text and "4/4 [" in text, text  # the bar's frames
+    found, starts = in_order(text.replace("\r", "\n"))
+    assert len(found) == len(starts) and all(line.startswith(s) for s, line in zip(starts, found)), text

@@ -83,6 +83,27 @@ def test_a_path_the_system_cannot_take_is_one_line_and_nothing_is_written(comman
     assert not list(tmp_path.iterdir())
 
 
+FOLDER_CASES = [(command, flag) for command, flag in CASES if flag in ("out_dir", "data_root", "to", "tmp")
+                or (flag == "out" and command.startswith(("compare.py", "probe.py")))]
+
+
+@pytest.mark.parametrize("command, flag", FOLDER_CASES, ids=[f"{c} --{f}" for c, f in FOLDER_CASES])
+def test_a_folder_that_leaves_no_room_for_its_files_is_one_line_and_nothing_is_written(command, flag, tmp_path,
+                                                                                        monkeypatch, capsys):
+    """train.py --out_dir of 4080 bytes passed the checks, wrote .lock and metrics.jsonl, then met 'File name too
+    long' at its first checkpoint (out_dir/.tmp-XXXXXXXX.pt): a folder's path leaves room for the files in it."""
+    module, main, _, first = COMMANDS[command]
+    folder = str(tmp_path / "runs")
+    while len(folder) < 4080 - 201:
+        folder += "/" + "d" * 200
+    folder += "/" + "e" * (4080 - len(folder) - 1)
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(getattr(importlib.import_module(module), main), [*first, f"--{flag}={folder}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --{flag}=") and "is a path of 4080 bytes; a folder takes at most" in err, err
+    assert err.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
 # a list of files given empty beside other flags: command, its flags, the empty one (a flag after it that train.py
 # would refuse too, so that a run that went on stops there)
 EMPTY_BESIDE = [("evaluate", ["--tasks=t.jsonl", "--text="], "text"),

@@ -125,6 +125,32 @@ def test_a_path_the_system_cannot_take_is_refused_from_the_command_line_and_from
     assert parse([f"--out_dir=runs/{name}"], CLASSES, PRESETS)[0] == dict(out_dir=f"runs/{name}")
 
 
+def long_path(length: int) -> str:
+    """An absolute path of `length` bytes, of names the system takes."""
+    path = "/tmp"
+    while len(path) < length - 201:
+        path += "/" + "d" * 200
+    return path + "/" + "e" * (length - len(path) - 1)
+
+
+def test_a_folder_flag_leaves_room_for_the_files_written_in_it():
+    """A run whose --out_dir was 4080 bytes passed the check and crashed at its first checkpoint (File name too long:
+    out_dir/.tmp-XXXXXXXX.pt), after writing .lock and metrics.jsonl; at 4094 bytes, opening out_dir/.lock. A folder
+    flag is refused where its path leaves less than FOLDER_ROOM bytes below it; a file flag may take the whole path."""
+    for length in (4094, 4080, flags.PATH_MAX - flags.FOLDER_ROOM):
+        for flag in ("out_dir", "data_root"):
+            with pytest.raises(FlagError) as e:
+                parse([f"--{flag}={long_path(length)}"], CLASSES, PRESETS)
+            assert str(e.value).startswith(f"--{flag}=/tmp/ddd") and f"is a path of {length} bytes" in str(e.value)
+            assert f"a folder takes at most {flags.PATH_MAX - 1 - flags.FOLDER_ROOM} bytes" in str(e.value)
+    fits = long_path(flags.PATH_MAX - 1 - flags.FOLDER_ROOM)
+    given = parse([f"--out_dir={fits}", f"--data_root={fits}"], CLASSES, PRESETS)[0]
+    assert given == dict(out_dir=fits, data_root=fits)
+    assert flags.FOLDER_ROOM > len("prepared/") + flags.NAME_MAX + len("/.train_00000.partial")  # data_root's deepest
+    file = long_path(flags.PATH_MAX - 1)
+    assert parse([f"--input={file}"], CLASSES, PRESETS)[0] == dict(input=file)
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--sample_prompt=\udcff"], "--sample_prompt=\\xff is not valid UTF-8 text; pass it as UTF-8"),
     (["--wandb_attention_probe", "caf\udce9"], "--wandb_attention_probe=caf\\xe9 is not valid UTF-8 text"),

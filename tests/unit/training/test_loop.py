@@ -105,12 +105,23 @@ def test_an_evaluation_is_the_best_only_below_every_earlier_one(monkeypatch):
     losses = iter([2.0, 1.5, 1.5, 1.7, 1.0])
     monkeypatch.setattr(loop, "evaluate", lambda run: {"val_loss": next(losses)})
     monkeypatch.setattr(loop, "log_extras", lambda *args: None)
-    run = SimpleNamespace(best_val=float("inf"))
-    bar = SimpleNamespace(set_description=lambda text: None, write=lambda text: None, disable=False)
+    run = SimpleNamespace(best_val=float("inf"), dist=Dist())
+    bar = SimpleNamespace(set_description=lambda text: None, write=lambda text: None)
     for step in range(1, 6):
         row = {"step": step, "train_loss": 1.0, "lr": 1e-3, "tok_per_s": 1.0}
         saved.append((step, loop.evaluate_row(run, row, None, bar)))  # the loop saves with this as best
     assert saved == [(1, True), (2, True), (3, False), (4, False), (5, True)] and run.best_val == 1.0
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_rank_zero_says_its_lines_on_stdout_where_no_bar_is_drawn(capsys, rank):
+    """Off a terminal rank 0's bar is disabled, as every other rank's is: its lines still reach stdout, theirs not."""
+    from tqdm import tqdm
+
+    bar = tqdm(range(2), disable=True)
+    loop.say(SimpleNamespace(dist=Dist(rank=rank, world_size=2)), bar, "step 2: train 1.0")
+    said = capsys.readouterr()
+    assert said.out == ("step 2: train 1.0\n" if rank == 0 else "") and said.err == ""
 
 
 def evaluations(monkeypatch, losses, policy: str, out_dir: str = "unused"):
@@ -119,10 +130,10 @@ def evaluations(monkeypatch, losses, policy: str, out_dir: str = "unused"):
     losses = iter(losses)
     monkeypatch.setattr(loop, "evaluate", lambda run: {"val_loss": next(losses)})
     monkeypatch.setattr(loop, "log_extras", lambda *args: None)
-    run = SimpleNamespace(best_val=float("inf"), nonfinite_evals=0, tc=SimpleNamespace(on_nonfinite=policy,
-                                                                                        out_dir=out_dir))
+    run = SimpleNamespace(best_val=float("inf"), nonfinite_evals=0, dist=Dist(),
+                          tc=SimpleNamespace(on_nonfinite=policy, out_dir=out_dir))
     lines = []
-    bar = SimpleNamespace(set_description=lambda text: None, write=lines.append, disable=False)
+    bar = SimpleNamespace(set_description=lambda text: None, write=lines.append)
 
     def at(step):
         return loop.evaluate_row(run, {"step": step, "train_loss": 1.0, "lr": 1e-3, "tok_per_s": 1.0}, None, bar)
@@ -162,7 +173,7 @@ def bookkeeping(corpus, tmp_path, monkeypatch, *flags):
     monkeypatch.setattr(loop, "peak_matmul_flops", lambda *args: 1e12)
     run = cpu_run(corpus, tmp_path / "run", *flags)
     lines = []
-    book = loop.Bookkeeping(run, SimpleNamespace(disable=False, write=lines.append))
+    book = loop.Bookkeeping(run, SimpleNamespace(write=lines.append))
     return run, book, lines, Poisoned(run)
 
 
