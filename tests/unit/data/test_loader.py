@@ -104,6 +104,15 @@ def test_corpus_too_small_for_the_context(folder):
         val_batches(folder, 2000, B)
 
 
+def test_a_rank_or_micro_step_outside_the_run_is_refused(folder):
+    with pytest.raises(DataError, match="rank=2 is outside world_size=2"):
+        TrainBatches(folder, T, B, seed=0, rank=2, world_size=2)
+    batches = TrainBatches(folder, T, B, seed=0, rank=1, world_size=2, grad_accum=2)
+    for micro in (-1, 2):  # the rows of another rank or of none
+        with pytest.raises(DataError, match=f"micro={micro} is outside grad_accum=2"):
+            batches.get(0, micro)
+
+
 def test_validation_windows_cover_the_split_in_order(folder):
     batches = list(val_batches(folder, T, B))
     xs = torch.cat([x for x, _ in batches])
@@ -127,9 +136,10 @@ def test_validation_subset_and_ranks_are_fixed(folder):
     assert sorted(sum(per_rank, [])) == [int(x[0, 0]) for x in full]
 
 
-@pytest.mark.parametrize("block", [16, 49])
+@pytest.mark.parametrize("block", [16, 49, 33])
 def test_validation_scores_every_target_of_a_100_token_split_exactly_once(tmp_path, block):
-    # stride-T windows alone stop short of the end, leaving up to T-1 final targets unscored
+    # stride-T windows alone stop short of the end, leaving up to T-1 final targets unscored; at 33 they reach it
+    # exactly (100 = 3 x 33 + 1), and a window more would score nothing (a loss of no targets is NaN)
     np.arange(1_000, dtype=np.uint16).tofile(tmp_path / "train.bin")
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "val.bin")
     (tmp_path / "meta.json").write_text(json.dumps(meta("uint16", 1_000, 100)))
@@ -140,6 +150,7 @@ def test_validation_scores_every_target_of_a_100_token_split_exactly_once(tmp_pa
                 assert x.shape == y.shape and x.shape[1] == block
                 keep = y >= 0
                 assert torch.equal(y[keep], x[keep] + 1)  # a kept target is still the token after its input
+                assert keep.any(dim=1).all()  # no window without a target
                 scored += y[keep].tolist()
         assert sorted(scored) == list(range(1, 100))  # token 0 has no context; every other one scored once
 

@@ -181,16 +181,24 @@ def test_generate_restores_training_mode():
     assert model.training
 
 
-@pytest.mark.parametrize("block_size", [1, 2, 3])
-def test_tiny_context_windows_generate_cached_and_uncached_alike(block_size):
-    """The window schedule keeps at least one token: block_size=1 used to slide to an empty window."""
+@pytest.mark.parametrize("block_size, kept", [(1, 1), (2, 1), (3, 2)])
+def test_tiny_context_windows_generate_cached_and_uncached_alike(block_size, kept):
+    """The window schedule keeps at least one token and drops at least one when it slides (block_size=1 used to
+    slide to an empty window). Each token's logits, cached and uncached, against one forward over its window."""
     model = tiny_model(block_size=block_size)
     prompt = torch.tensor([[3, 1, 4]])
+    seen = []  # the head's output of every forward: cached steps, then uncached ones
+    hook = model.head.register_forward_hook(lambda mod, args, out: seen.append(out[:, -1].clone()))
     out = {c: generate(model, prompt, 6, temperature=0.0, use_cache=c) for c in (True, False)}
-    assert out[True].shape == (1, 9) and torch.equal(out[True], out[False])
-    for t in range(3, 9):  # each new token is the argmax given the last block_size tokens
-        logits, _ = model(out[True][:, max(0, t - block_size):t])
-        assert out[True][0, t] == logits[0, -1].argmax()
+    hook.remove()
+    assert out[True].shape == (1, 9) and torch.equal(out[True], out[False]) and len(seen) == 12
+    start = 3 - block_size
+    for i, t in enumerate(range(3, 9)):  # t tokens in, the (t+1)-th sampled
+        if t - start > block_size:
+            start = t - kept
+        want = model(out[True][:, start:t])[0][:, -1]
+        for got in (seen[i], seen[6 + i]):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"token {t}")
 
 
 @pytest.mark.parametrize("temperature", [1e-39, 1e-30, 1e-8])
@@ -312,3 +320,64 @@ def test_a_prompt_longer_than_the_block_is_read_through_its_last_block_size_toke
     generate(model, prompt, 1, use_cache=use_cache, temperature=0.0)
     hook.remove()
     torch.testing.assert_close(seen[0], model(prompt[:, -16:])[0][:, -1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_ragged_prompts_slide_together_each_row_reading_its_own_tokens_in_the_window(use_cache):
+    """block_size 16, prompts of 6, 1 and 3 tokens, 20 new: the batch's window slides once the longest row fills it
+    (to its last 12 columns); each row's logits are those of its own real tokens in the window, read alone."""
+    model = tiny_model()
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
+    seen = []  # (3, V) per step
+    hook = model.head.register_forward_hook(lambda mod, args, out: seen.append(out[:, -1].clone()))
+    rows = generate(model, prompts, 20, use_cache=use_cache, generator=torch.Generator().manual_seed(2))
+    hook.remove()
+    assert len(seen) == 20 and [len(r) for r in rows] == [26, 21, 23]
+    start = 0
+    for i, t in enumerate(range(6, 26)):  # t columns (padding included) before the (t+1)-th
+        if t - start > 16:
+            start = t - 12
+        for b, (prompt, row) in enumerate(zip(prompts, rows)):
+            pad = 6 - len(prompt)  # this row's left padding columns
+            alone = torch.tensor([row[max(start - pad, 0):t - pad]])
+            torch.testing.assert_close(seen[i][b], model(alone)[0][0, -1], atol=1e-5, rtol=1e-5,
+                                       msg=f"row {b}, token {t}")
+
+
+def test_a_stopped_row_repeats_its_stop_token_while_the_others_go_on():
+    model = tiny_model()
+    prompt = torch.tensor([[3, 4], [5, 6]])
+    free = generate(model, prompt, 10, generator=torch.Generator().manual_seed(1))
+    stop = int(free[0, 4])  # the first row's third new token
+    assert stop not in free[0, 2:4] and stop not in free[1, 2:]  # the second row never stops
+    out = generate(model, prompt, 10, generator=torch.Generator().manual_seed(1), stop_tokens=[stop])
+    assert torch.equal(out[0, :5], free[0, :5]) and (out[0, 5:] == stop).all()
+    assert torch.equal(out[1], free[1])
+
+
+def test_min_p_keeps_the_tokens_at_its_threshold():
+    """Tokens below min_p x the top probability go; one exactly at it stays, so min_p=1 keeps the most likely
+    tokens (all of them where they tie) rather than nothing."""
+    probs = torch.tensor([[0.5, 0.25, 0.125, 0.125]])  # powers of two: the products are exact
+    assert (next_token_probs(probs.log(), min_p=0.5) > 0).tolist() == [[True, True, False, False]]
+    torch.testing.assert_close(next_token_probs(probs.log(), min_p=1.0), torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    torch.testing.assert_close(next_token_probs(torch.zeros(1, 4), min_p=1.0), torch.full((1, 4), 0.25))
+
+
+def test_non_finite_logits_are_refused_in_one_line():
+    from inference.generate import NonFiniteLogits
+
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(NonFiniteLogits, match="not finite .* training diverged"):
+            sample_next(torch.tensor([[0.0, bad, 1.0]]), temperature=1.0, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("prompts, said", [(torch.zeros(1, 0, dtype=torch.long), "the prompt is empty"),
+                                           (torch.zeros(0, dtype=torch.long), "the prompt is empty"),
+                                           ([[1, 2], []], "every prompt needs at least one token"),
+                                           ([], "every prompt needs at least one token")])
+def test_an_empty_prompt_is_refused(prompts, said):
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=said):
+        generate(tiny_model(), prompts, 2)

@@ -1,7 +1,10 @@
 """Filling [MASK] tokens with a bidirectional model (inference/masked.py)."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from common.errors import ConfigError, UserError
 from conftest import tiny_model
 from inference.masked import fill_masks, generate_by_masks
 
@@ -42,3 +45,60 @@ def test_filling_masks_runs_without_dropout_and_keeps_the_models_mode():
     model.train()
     assert fill_masks(model, [1, MASK, 2, MASK], MASK) == expected
     assert model.training
+
+
+def test_fill_masks_picks_and_scores_the_models_own_distribution_without_mask():
+    """Each mask's fill is the argmax over every token but [MASK], and its candidates' probabilities are the
+    softmax over those tokens, against the full forward read directly."""
+    model = tiny_model(vocab_size=V, causal=False)
+    ids = [3, MASK, 7, 9, MASK, 1]
+    filled, cands = fill_masks(model, ids, MASK, top=4)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]))[0][0]  # (T, V)
+    for t, got in cands:
+        probs = torch.softmax(torch.cat([logits[t, :MASK], logits[t, MASK + 1:]]), dim=-1)  # (V - 1,) no [MASK]
+        p, order = probs.topk(4)
+        assert [token for token, _ in got] == order.tolist() and filled[t] == order[0]
+        torch.testing.assert_close(torch.tensor([q for _, q in got]), p)
+    assert [tok for t, tok in enumerate(filled) if t not in (1, 4)] == [3, 7, 9, 1]
+
+
+class WindowEcho(torch.nn.Module):
+    """A stand-in encoder of block_size 16 whose prediction at the last position, which must be a [MASK], names the
+    tokens before it (and [MASK] itself scores highest, to be left out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.config, self.unused = SimpleNamespace(block_size=16), torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, idx, last_only=False):  # (1, T) -> (1, T or 1, V)
+        assert idx.size(1) <= self.config.block_size and idx[0, -1] == MASK
+        logits = torch.zeros(1, idx.size(1), V)
+        logits[0, -1, echo(idx[0, :-1].tolist())] = 3.0
+        logits[0, -1, MASK] = 9.0
+        return (logits[:, -1:] if last_only else logits), None
+
+
+def echo(tokens):
+    return sum((i + 1) * t for i, t in enumerate(tokens)) % EOT
+
+
+def test_generation_by_masks_predicts_a_mask_after_the_newest_tokens():
+    """From a prompt longer than block_size, each token is predicted at a [MASK] after the newest block_size - 1
+    tokens (greedy, or sampled with top_k=1)."""
+    prompt = torch.randint(0, EOT, (20,), generator=torch.Generator().manual_seed(3)).tolist()
+    ids = list(prompt)
+    for _ in range(6):
+        ids.append(echo(ids[-15:]))
+    assert list(generate_by_masks(WindowEcho(), prompt, 6, MASK, temperature=0.0)) == ids[20:]
+    g = torch.Generator().manual_seed(0)
+    assert list(generate_by_masks(WindowEcho(), prompt, 6, MASK, temperature=1.0, top_k=1, generator=g)) == ids[20:]
+    assert list(generate_by_masks(WindowEcho(), [5], 2, MASK, temperature=0.0)) == [echo([5]), echo([5, echo([5])])]
+
+
+def test_generation_by_masks_refuses_bad_settings_and_an_empty_prompt():
+    model = tiny_model(vocab_size=V, causal=False)
+    with pytest.raises(ConfigError, match="temperature"):
+        next(generate_by_masks(model, [1, 2], 3, MASK, temperature=-1.0))
+    with pytest.raises(UserError, match="prompt is empty"):
+        next(generate_by_masks(model, [], 3, MASK))

@@ -73,6 +73,18 @@ def test_int8_linear_picks_its_product_at_each_call(monkeypatch):
     assert out.shape == (3, 8) and out.device.type == "meta" and len(calls) <= 1
 
 
+def test_int8_linear_is_a_copy_the_float_layer_no_longer_reaches():
+    """Weights and bias are the layer's own: changing the float layer afterwards changes nothing."""
+    lin = nn.Linear(16, 4)
+    q = Int8Linear(lin)
+    x = torch.randn(3, 16)
+    before = q(x)
+    with torch.no_grad():
+        lin.weight += 1.0
+        lin.bias += 1.0
+    assert torch.equal(q(x), before)
+
+
 def test_quantize_replaces_the_blocks_linears_and_the_head_and_keeps_the_embedding_float():
     model = tiny_model(tie_head=True)
     embedding_before = model.wte.weight.clone()

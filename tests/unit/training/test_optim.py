@@ -198,3 +198,48 @@ def test_a_state_of_other_groups_is_refused_as_a_checkpoint_error():
                              state["param_groups"][1]]
     with pytest.raises(CheckpointError, match="does not fit this model's parameters"):
         load_state(make_optimizer(model, 1e-2, 0.1, (0.9, 0.95)), state)
+
+
+def test_make_optimizer_hands_muon_its_momentum_and_iterations():
+    opt = make_optimizer(tiny_model(), 1e-2, 0.1, (0.9, 0.95), "muon", muon_momentum=0.8, muon_ns_steps=3)
+    assert [(g["momentum"], g["ns_steps"]) for g in opt.parts["muon"].param_groups] == [(0.8, 3)]
+
+
+@pytest.mark.parametrize("name", MAKERS)
+def test_a_plain_step_after_a_skipped_one_steps(name):
+    """The skip is handed over for one step only: an optimizer.step() after it (as GradScaler's, which sets its own
+    flags) moves the weights."""
+    model = tiny_model(seed=2)
+    opt = MAKERS[name](model)
+    set_grads(model, 0)
+    step_or_skip(opt, torch.tensor(True))
+    before = snapshot(model, opt)
+    opt.step()
+    assert not same(snapshot(model, opt), before)
+
+
+@pytest.mark.parametrize("name", MAKERS)
+def test_a_state_with_a_group_more_is_refused_as_a_checkpoint_error(name):
+    from common.errors import CheckpointError
+
+    model = tiny_model(bias=True)
+    state = MAKERS[name](model).state_dict()
+    adamw = state["adamw"] if name == "muon" else state
+    adamw["param_groups"].append({**adamw["param_groups"][-1], "params": [10 ** 6]})
+    with pytest.raises(CheckpointError, match="does not fit this model's parameters"):
+        load_state(MAKERS[name](model), state)
+
+
+def test_resume_takes_up_the_float16_scalers_state():
+    """A float16 run that lowered its loss scale resumes at that scale, not at the initial one (which would overflow
+    and skip steps the uninterrupted run took)."""
+    from types import SimpleNamespace
+
+    from training.optim import resume
+
+    model = tiny_model()
+    saved = torch.amp.GradScaler("cpu", init_scale=2.0 ** 9)
+    ckpt = SimpleNamespace(optimizer=MAKERS["adamw"](model).state_dict(), scaler=saved.state_dict())
+    scaler = torch.amp.GradScaler("cpu")
+    resume(MAKERS["adamw"](model), scaler, ckpt, model)
+    assert scaler.get_scale() == 2.0 ** 9
