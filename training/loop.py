@@ -401,6 +401,9 @@ def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
                 row = book.row(done, result, lr)
                 if is_eval:
                     best = evaluate_row(run, row, log, bar, columns, images)
+                elif bar.disable:  # no bar shows the loss (output to a file): a line at each log_interval instead
+                    say(run, bar, f"step {done}: train {row['train_loss']:.4f}, lr {lr:.2e}, "
+                                  f"{row['tok_per_s']:,.0f} tok/s")
                 if log is not None:
                     log.log(row)
             saved = False

@@ -109,6 +109,9 @@ def test_a_run_printing_to_a_file_writes_its_lines_without_progress_bars(corpus,
     found, starts = in_order(text)
     assert [line for start, line in zip(starts, found) if line.startswith(start)] == found, text
     assert len(found) == len(starts), text
+    # the rows between evaluations (--log_interval=1), which a terminal's bar shows, as lines
+    steps = [line for line in text.splitlines() if line.startswith(("step 1: train ", "step 3: train "))]
+    assert [line.split(":")[0] for line in steps] == ["step 1", "step 3"], text
 
 
 def test_a_run_on_a_terminal_draws_its_progress_bar_beside_its_lines(corpus, tmp_path):
@@ -129,5 +132,6 @@ def test_a_run_on_a_terminal_draws_its_progress_bar_beside_its_lines(corpus, tmp
     assert proc.wait(timeout=300) == 0
     text = b"".join(chunks).decode().replace("\r\n", "\n")  # the terminal ends its lines with \r\n
     assert "\r" in text and "4/4 [" in text, text  # the bar's frames
+    assert "step 1: train " not in text  # the bar shows the rows between evaluations
     found, starts = in_order(text.replace("\r", "\n"))
     assert len(found) == len(starts) and all(line.startswith(s) for s, line in zip(starts, found)), text
