@@ -5,8 +5,9 @@
 It trains one model per pos_emb (rope, sinusoidal, learned, alibi, none) at context T=block_size,
 then measures the validation loss at every position of windows 4T long: a model "extrapolates" if its loss stays
 flat past T, where it never trained. It also trains the score functions (dot, bilinear, additive; all on the
-math path so their speeds compare) and, for the models that can, samples 4T tokens with one KV cache of 4T
-positions (no sliding window: every new token attends to everything before it, far past T).
+math path so their speeds compare) and, for the models that can, samples 4T tokens after the prompt with one KV
+cache holding the prompt and all 4T (no sliding window: every new token attends to everything before it, far past
+T).
 Writes to --out: table.md (the tables), results.json, positions.png (loss against position), samples.md, and one
 training run folder per model.
 """

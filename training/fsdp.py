@@ -10,8 +10,9 @@ Checkpoints are written in the same single-file format as without FSDP: the shar
 state dict (on the CPU) and rank 0 writes it. The optimizer state is keyed by parameter name rather than by
 position, which is what `torch.distributed.checkpoint.state_dict` produces and consumes.
 """
-# torch.distributed.checkpoint and .fsdp are imported inside the functions: importing them takes ~1-2 s, which
-# every train.py start paid although only --fsdp=true runs use them (docs/speed.md, "The process").
+# torch.distributed.checkpoint and .fsdp are imported inside the functions: importing them took ~1-2 s, which every
+# train.py start paid although only --fsdp=true runs use them (docs/speed.md, "The process"); torch 2.13's
+# torch._dynamo, which building the optimizer imports, loads .fsdp's module anyway, not .checkpoint.
 
 
 def _full_options():

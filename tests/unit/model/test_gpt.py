@@ -37,7 +37,7 @@ def test_sdpa_and_math_models_agree(pos_emb, variant):
         torch.testing.assert_close(grad, outs["math"][1][name], atol=2e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("impl", ["sdpa", "math", "tiled"])  # every backend (docs/attention.md)
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
 @pytest.mark.parametrize("window", [None, 4])
 def test_no_causal_leak(impl, pos_emb, window):
@@ -54,7 +54,7 @@ def test_no_causal_leak(impl, pos_emb, window):
         assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("impl", ["sdpa", "math", "tiled"])
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
 def test_encoder_sees_the_future(impl, pos_emb):
     model = tiny_model(attn_impl=impl, pos_emb=pos_emb, causal=False)
