@@ -1,7 +1,7 @@
 """Every speed target in one table, ours side by side with nanoGPT (and Hugging Face for sampling); docs/speed.md:
 
-    python bench.py --target=all --against-nanogpt=/tmp/nanogpt --input=tinyshakespeare.txt --repeats=3
-    python bench.py --quick                                   # tiny sizes: a smoke test of every row (~15 s)
+    python bench.py --target=all --against_nanogpt=/tmp/nanogpt --input=tinyshakespeare.txt --repeats=3
+    python bench.py --quick --input=tinyshakespeare.txt       # tiny sizes: a smoke test of every row (~15 s)
 
 Targets (--target=NAME, or all):
     ttq         1. time to quality: wall time of `train.py --preset=fast-cpu` to val loss <= 1.886 vs nanoGPT's CPU
@@ -353,8 +353,8 @@ class BenchConfig:
     target: str = "all"  # all, or a comma-separated subset of ttq, quality, throughput, mfu, sampling, llama_cpp,
     #                      prepare, evaluate, memory
     against_nanogpt: str | None = None  # path of a nanoGPT checkout to run side by side
-    input: str = "/work/shared/data/tinyshakespeare.txt"  # tiny-shakespeare text (ttq and quality train on it,
-    #                                                        prepare cuts its corpora from it)
+    input: str | None = None  # the tiny-shakespeare text (nanoGPT's data/shakespeare_char/input.txt): ttq and
+    #                           quality train on it, prepare cuts its corpora from it
     preset: str = "fast-cpu"  # our train.py preset for time to quality
     quality_preset: str = "quality-cpu"  # our train.py preset for quality in nanoGPT's time
     repeats: int = 3  # rounds of each timed row (the contenders alternate)
@@ -418,6 +418,8 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
         if target in want and getattr(args, flag) not in PRESETS:
             raise FlagError(f"--{flag}={getattr(args, flag)} is unknown; choose one of {', '.join(PRESETS)}")
     if {"ttq", "quality", "prepare"} & set(want):
+        need(args.input is not None, f"--target={','.join(t for t in want if t in ('ttq', 'quality', 'prepare'))} "
+             f"reads a text: give --input=tinyshakespeare.txt (nanoGPT's data/shakespeare_char/input.txt)", FlagError)
         input_paragraphs(args.input)
     if args.against_nanogpt and {"ttq", "quality", "throughput", "sampling"} & set(want):
         nanogpt_ref.check_checkout(args.against_nanogpt)

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from common.errors import FlagError
 from conftest import ROOT
 
 
@@ -88,6 +89,17 @@ def test_the_flags_a_target_reads_are_honoured_and_help_tags_them(tmp_path, caps
     text = capsys.readouterr().out
     assert "--lengths=256,512,1024,2048,4096,8192   [memory; no --quick] " in text
     assert "--preset=fast-cpu   [ttq] " in text and "--batch_size=8   [throughput/mfu; no --quick] " in text
+
+
+@pytest.mark.parametrize("target", ["ttq", "quality", "prepare", "memory,prepare"])
+def test_a_target_that_reads_a_text_asks_for_input_and_has_no_default_path(target):
+    """The text is the user's (nanoGPT's tiny-shakespeare): no path of some machine stands in for it."""
+    import bench
+
+    with pytest.raises(FlagError, match=r"reads a text: give --input=tinyshakespeare\.txt"):
+        bench.checked([f"--target={target}"])
+    assert bench.BenchConfig().input is None
+    bench.checked(["--target=memory"])  # a target that reads no text takes none
 
 
 def test_the_mfu_rows_leave_nanogpt_out_where_throughput_is_not_asked(monkeypatch):
