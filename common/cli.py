@@ -7,7 +7,8 @@ fail first and speak only if torchrun has not stopped them within RANK0_GRACE_S.
 Only UserError (common/errors.py) is a user mistake. Any other exception is a bug, ours or a library's, and keeps
 its full traceback (exit 1): it must never be dressed up as the user's fault. Set SMALLGPT_DEBUG=1 to see the
 traceback of a UserError too. A Ctrl-C ends as `interrupted` and exit 130, also one that comes while a command
-still imports torch, before cli.run (quiet_interrupt_hook).
+still imports torch, before cli.run (quiet_interrupt_hook); one that comes as the process ends prints nothing
+(quiet_unraisable_interrupt).
 """
 import atexit
 import contextlib
@@ -28,6 +29,16 @@ def quiet_interrupt_hook(kind, value, traceback) -> None:
         print("interrupted", file=sys.stderr)
         return
     sys.__excepthook__(kind, value, traceback)
+
+
+def quiet_unraisable_interrupt(unraisable) -> None:
+    """sys.unraisablehook: a Ctrl-C that lands where Python cannot raise it, in an object's __del__ or an at-exit
+    function, is dropped without a word. That is where a second Ctrl-C soon after the first (or one just after a
+    command's end) meets the interpreter's teardown, which printed "Exception ignored in ..." and a traceback under
+    `interrupted`; the process is ending anyway. Anything else keeps Python's report."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def reopen_closed_standard_streams() -> None:
@@ -51,6 +62,8 @@ def reopen_closed_standard_streams() -> None:
 # Each command imports this module before torch (its first import of the project), so the hook is in place early.
 if sys.excepthook is sys.__excepthook__:  # not over a hook someone else installed (IPython, a debugger)
     sys.excepthook = quiet_interrupt_hook
+if sys.unraisablehook is sys.__unraisablehook__:
+    sys.unraisablehook = quiet_unraisable_interrupt
 reopen_closed_standard_streams()
 
 

@@ -8,7 +8,9 @@ processes beat tiktoken's threaded `encode_ordinary_batch` on the same texts (se
 GPT-2 and bpe tokens come from a WordCache (data/word_cache.py): tiktoken's tokens, each word encoded once per
 worker.
 """
+import ctypes
 import multiprocessing as mp
+import os
 import signal
 from collections import deque
 
@@ -20,6 +22,7 @@ from data.word_cache import WordCache, tiktoken_tokens
 
 BATCH_CHARS = 4 << 20  # ~4 MB of text per task: big enough to hide the hand-off, small enough to bound memory
 IN_FLIGHT_PER_WORKER = 2
+PR_SET_PDEATHSIG = 1  # prctl's option (linux/prctl.h): the signal this process gets when its parent dies
 
 _TOKENIZER = None  # this worker's tokenizer, built once by _init
 _WORDS = None  # and its WordCache (gpt2/bpe with prepare's --word_cache), None: tiktoken encodes every text
@@ -44,11 +47,27 @@ def _init(spec: tuple, tok=None, word_cache_dtype=None):
     _WORDS = WordCache(_TOKENIZER.encoding, word_cache_dtype) if use_words else None
 
 
-def _worker_init(spec: tuple, tok=None, word_cache_dtype=None):
+def _worker_init(spec: tuple, tok=None, word_cache_dtype=None, parent: int | None = None):
     """A worker process's start: Ctrl-C reaches every process of the terminal's group, and a worker it interrupted
-    would print its own traceback; the parent alone handles it, and ends the workers (the pool's terminate)."""
+    would print its own traceback; the parent alone handles it, and ends the workers (the pool's terminate).
+    parent: the pid of the process that started the pool, which this worker does not outlive."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        _end_with(parent)
     _init(spec, tok, word_cache_dtype)
+
+
+def _end_with(parent: int) -> None:
+    """Linux: the kernel kills this worker when its parent dies. A parent ended by SIGTERM (`kill PID`, a
+    container's stop) or kill -9 runs no terminate, and its workers went on to write their batches into a pipe
+    nobody reads, each printing the BrokenPipeError's traceback. Elsewhere (no prctl) nothing changes."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError, TypeError):
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the call: no signal will come
+        os._exit(0)
 
 
 def _encode(texts: list[str], dtype) -> list[np.ndarray]:
@@ -116,7 +135,8 @@ def _ordered(items, spec, tok, dtype, workers, want_hash, word_cache):
     fork = "fork" in methods
     ctx = mp.get_context("fork" if fork else "spawn")
     # A forked worker receives initargs in memory; a spawned one would have them pickled, so it gets the spec only
-    with ctx.Pool(workers, initializer=_worker_init, initargs=(spec, tok if fork else None, words_dtype)) as pool:
+    with ctx.Pool(workers, initializer=_worker_init,
+                  initargs=(spec, tok if fork else None, words_dtype, os.getpid())) as pool:
         pending = deque()
         for batch in batches:
             pending.append((batch, pool.apply_async(encode_batch, ([i.text for i in batch], dtype,

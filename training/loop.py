@@ -410,6 +410,8 @@ def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
             if is_eval or signum or timed:  # after its row: a process killed in between leaves no checkpoint
                 saved = save(run, done, best, bar)  # without its row (a resume drops rows past its checkpoint)
                 book.saved()
+                if not signum:  # one that came during the evaluation or the save: this checkpoint is the stop's
+                    signum, _ = book.agree()  # (not a step and a save more; at the last step, not a finished run)
             if signum:
                 stop_here(run, log, bar, done, signum, saved)
     bar.close()

@@ -383,6 +383,30 @@ def test_ctrl_c_stops_the_workers_without_a_traceback_of_theirs(tmp_path):
     assert not any(map(running, workers))
 
 
+def test_sigterm_to_the_parent_alone_ends_the_workers_without_a_traceback_of_theirs(tmp_path):
+    """SIGTERM to the preparing process alone (`kill PID`; a container's stop) ends it at once, as it did; its
+    workers, which the signal did not reach, end with it instead of writing their next batch into the closed pipe
+    and printing its BrokenPipeError's traceback."""
+    code = ENCODING_FOREVER.format(repo=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "encoding\n"
+        workers = children(proc.pid)
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)  # until the workers, which share its stderr, have ended too
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in err, err[-2000:]
+    deadline = time.time() + 10
+    while any(map(running, workers)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not any(map(running, workers))
+
+
 def running(pid: int) -> bool:
     """Whether the process exists and has not ended (a zombie waits only for its parent to read its status)."""
     try:

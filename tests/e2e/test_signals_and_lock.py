@@ -57,28 +57,39 @@ def test_a_signal_saves_the_step_and_the_run_resumes_bitwise(corpus, tmp_path, w
     assert [r["step"] for r in metrics(stopped)] == list(range(1, 151))
 
 
-# after the file `signalled` exists, a save hangs (a stalled disk) once it has touched the file `saving`
+# the third step touches the file `paused` and waits for the file `signalled` (the signal is sent then: not during
+# the evaluation's save at step 2, which would be the stop's); after that, a save hangs (a stalled disk) once it has
+# touched the file `saving`
 HANGING_SAVE = """
 import os, pathlib, time, training.loop as loop
-_save = loop.save
+_save, _train_step = loop.save, loop.train_step
 def save(*args, **kwargs):
     if os.path.exists({signalled!r}):
         pathlib.Path({saving!r}).touch()
         time.sleep(120)
     return _save(*args, **kwargs)
-loop.save = save
+def train_step(run, step, lr):
+    if step == 2:
+        pathlib.Path({paused!r}).touch()
+        while not os.path.exists({signalled!r}):
+            time.sleep(0.01)
+    return _train_step(run, step, lr)
+loop.save, loop.train_step = save, train_step
 """
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_second_signal_during_the_graceful_stop_ends_the_process_at_once(corpus, tmp_path, sig):
     """The first signal's save hangs; a second signal ends the process there and then, leaving the last complete
-    checkpoint (of an evaluation before the stop)."""
-    out, signalled, saving = tmp_path / "run", tmp_path / "signalled", tmp_path / "saving"
+    checkpoint (of the evaluation at step 2, before the stop)."""
+    out, signalled, saving, paused = (tmp_path / name for name in ("run", "signalled", "saving", "paused"))
     proc = start(corpus, out, "--eval_interval=2", prefix=HANGING_SAVE.format(signalled=str(signalled),
-                                                                              saving=str(saving)))
+                                                                              saving=str(saving), paused=str(paused)))
     try:
-        wait_for_rows(out, 3)  # the evaluation at step 2 has saved
+        t = time.time()
+        while not paused.exists():  # the evaluation at step 2 has saved
+            assert time.time() - t < 120 and proc.poll() is None, "the run did not reach its pause"
+            time.sleep(0.01)
         signalled.touch()
         proc.send_signal(sig)
         t = time.time()
@@ -92,9 +103,8 @@ def test_a_second_signal_during_the_graceful_stop_ends_the_process_at_once(corpu
             proc.kill()
             proc.wait()
     assert proc.returncode in (130, 128 + sig), err[-2000:]
-    step = Checkpoint.load(str(out / "ckpt_last.pt")).step
-    assert step >= 2 and step % 2 == 0  # an evaluation's
-    assert f"interrupted: the last complete checkpoint ({out / 'ckpt_last.pt'}, step {step}) is intact" in err
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 2
+    assert f"interrupted: the last complete checkpoint ({out / 'ckpt_last.pt'}, step 2) is intact" in err
 
 
 @pytest.mark.parametrize("every_s, eval_interval, max_iters, saved", [

@@ -113,3 +113,23 @@ def test_a_stdout_that_cannot_be_written_is_one_line(monkeypatch, capsys):
         raise OSError(errno.ENOSPC, "No space left on device")  # not stdout's: a bug's traceback
     with pytest.raises(OSError):
         cli.run(other, [])
+
+
+def test_a_ctrl_c_in_a_finalizer_or_at_exit_prints_no_traceback(tmp_path):
+    """A second Ctrl-C soon after the first (or one just after a command's end) lands in the interpreter's teardown:
+    in an object's __del__ (a progress bar's) or an at-exit function (torch's libraries'), where Python prints it as
+    "Exception ignored in ...", a traceback under the `interrupted` line. The process is ending anyway: nothing
+    is printed. Any other exception there keeps its report."""
+    import subprocess
+    from pathlib import Path
+
+    code = ("import atexit\nfrom common import cli\n"
+            "class Bar:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
+            "def at_exit():\n    raise KeyboardInterrupt\n"
+            "atexit.register(at_exit)\nbar = Bar()\ndel bar\nprint('done', flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[3],
+                       timeout=60)
+    assert r.stdout == "done\n" and r.stderr == "", r.stderr
+    r = subprocess.run([sys.executable, "-c", code.replace("KeyboardInterrupt", "ValueError('a bug')")],
+                       capture_output=True, text=True, cwd=Path(__file__).parents[3], timeout=60)
+    assert r.stderr.count("ValueError: a bug") == 2, r.stderr  # one from __del__, one at exit

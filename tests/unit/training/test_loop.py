@@ -324,3 +324,28 @@ def test_a_run_ended_in_the_loop_records_the_exit_status_the_command_ends_with(m
     except RuntimeError:
         code = 1
     assert closed == [code] and code == {SetupError: 2, KeyboardInterrupt: 130}.get(type(error), 1)
+
+
+@pytest.mark.parametrize("max_iters", [6, 2])
+def test_a_signal_during_a_checkpoints_save_stops_at_that_checkpoint(corpus, tmp_path, monkeypatch, capsys, max_iters):
+    """A signal that comes while an evaluation's checkpoint is saved (after the step asked whether to stop) stops
+    the run there: that checkpoint is the stop's, with no step and no save after it; at the last step the run ends
+    with 128 + the signal's number, not as a finished run that samples and exits 0."""
+    run = cpu_run(corpus, tmp_path / "run", f"--max_iters={max_iters}", "--eval_interval=2", "--log_interval=1")
+    run_folder.claim_out_dir(run)
+    saves, finished, real_save = [], [], loop.save
+
+    def save(run, step, best, bar):
+        saves.append(step)
+        saved = real_save(run, step, best, bar)
+        if step == 2:
+            signal.raise_signal(signal.SIGTERM)  # the handler the loop installed takes it
+        return saved
+    monkeypatch.setattr(loop, "save", save)
+    monkeypatch.setattr(loop, "finish", lambda *args: finished.append(1))
+    with pytest.raises(Stopped) as stopped:
+        loop.train(run)
+    assert stopped.value.code == 128 + signal.SIGTERM and saves == [2] and not finished
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(rows[-1])["step"] == 2
+    assert "stopped after step 2: checkpoint saved" in capsys.readouterr().err
