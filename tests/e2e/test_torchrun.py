@@ -109,12 +109,14 @@ def test_only_rank_zero_writes(runs):
 
 
 def test_only_rank_zero_prints_the_evaluation_lines(runs):
-    """Each evaluation's line is printed once, by rank 0, with the numbers of its metrics row (the other process's
-    throughput differs)."""
+    """Each metrics row's line is printed once, by rank 0 (off a terminal: no bar shows the rows between the
+    evaluations), and each evaluation's line with the numbers of its row (the other process's throughput differs)."""
     out, r = runs
     lines = [line for line in r.stdout.splitlines() if line.startswith("step ")]
-    rows = [row for row in metrics(out["two"]) if "val_loss" in row]
-    assert [line.split(":")[0] for line in lines] == [f"step {row['step']}" for row in rows] == ["step 5", "step 10"]
+    rows = metrics(out["two"])
+    assert [line.split(":")[0] for line in lines] == [f"step {row['step']}" for row in rows]
+    lines, rows = zip(*[(line, row) for line, row in zip(lines, rows) if "val_loss" in row])
+    assert [row["step"] for row in rows] == [5, 10]
     for line, row in zip(lines, rows):
         assert f"train {row['train_loss']:.4f}, val {row['val_loss']:.4f}" in line, (line, row)
         assert f"{row['tok_per_s']:,.0f} tok/s" in line, (line, row)
