@@ -75,7 +75,8 @@ class LlamaBench:
     compiled: bool = True  # also time our compiled step (its compile is a warm-up, not timed)
     unpacked: bool = False  # also time our eager loop without packed weights (--pack_weights=false): the ablation
     kernels: bool = False  # also time our compiled step calling the external kernels (--step_loops=false)
-    extend: bool = True  # also time our compiled step keeping every token past block_size (--past_context=extend)
+    extend: bool | None = None  # also time our compiled step keeping every token past block_size
+    #                             (--past_context=extend); None: with the compiled rows
     int8: bool = True  # also time int8 weights: ours (--quantize=int8) against llama.cpp's q8_0
 
     def __post_init__(self):  # before llama.cpp loads: a bad second shape ended the run after the first was timed
@@ -91,8 +92,9 @@ class LlamaBench:
              f"(and the warm-up's) starts with a token of its own", FlagError)
         need(self.new_tokens >= 2, f"--new_tokens={self.new_tokens} must be >= 2 (decoding is timed after the "
              f"first token)", FlagError)
-        need(self.compiled or not self.kernels, "--kernels=true adds a row of the compiled step: drop it or drop "
-             "--compiled=false", FlagError)
+        for flag in ("kernels", "extend"):  # rows of the compiled step: without it they would add nothing
+            need(self.compiled or not getattr(self, flag), f"--{flag}=true adds a row of the compiled step: drop it "
+                 f"or drop --compiled=false", FlagError)
         need_threads(self.threads)
 
 
@@ -210,7 +212,7 @@ def contenders(shape: str, cfg: LlamaBench, folder: str, threads: int) -> dict:
         out[f"ours {name}"] = lambda p, n, m=m: ours(m, p, n)
         if cfg.compiled:
             out[f"ours {name} compiled"] = lambda p, n, m=m, d=StaticDecoder(m, mode=OneTokenLoops): ours(m, p, n, d)
-        if cfg.compiled and cfg.extend:
+        if cfg.compiled and cfg.extend is not False:
             out[f"ours {name} compiled, extend"] = lambda p, n, m=m, d=StaticDecoder(m, mode=OneTokenLoops): ours(
                 m, p, n, d, past_context="extend")
         if cfg.compiled and cfg.kernels:

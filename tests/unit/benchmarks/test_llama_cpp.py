@@ -84,8 +84,10 @@ def test_every_round_of_the_benchmark_gives_every_side_the_same_new_prompt(monke
     assert llms["llama.cpp f32"].prefills == llms["llama.cpp kept"].prefills == [8] * 4
 
 
-def test_kernels_without_the_compiled_rows_is_refused():
-    """--kernels adds a row of the compiled step: with --compiled=false it would add nothing."""
-    with pytest.raises(FlagError, match="--kernels=true"):
-        bench.LlamaBench(compiled=False, kernels=True)
+@pytest.mark.parametrize("flag", ["kernels", "extend"])
+def test_a_row_of_the_compiled_step_without_the_compiled_rows_is_refused(flag):
+    """--kernels and --extend add rows of the compiled step: with --compiled=false they would add nothing."""
+    with pytest.raises(FlagError, match=f"--{flag}=true"):
+        bench.LlamaBench(compiled=False, **{flag: True})
+    assert not bench.LlamaBench(compiled=False).extend  # its default follows the compiled rows
     assert bench.LlamaBench(compiled=True, kernels=True).kernels and not bench.LlamaBench(compiled=False).compiled
