@@ -52,7 +52,7 @@ from inference.generate import (MIN_TEMPERATURE, check_past_context, check_sampl
                                 next_token_probs)
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
-from inference.speculative import speculative_stream
+from inference.speculative import most_guesses, speculative_stream
 
 # what a checkpoint's objective means for its samples (train.py --model=..., training/objectives.py)
 NOTES = {"cheater": "[a bidirectional model trained on next tokens (the cheater): it learned to copy, not to predict; "
@@ -322,7 +322,8 @@ def generate(sc: SampleConfig, model, tokenizer, prompt: list[int], ckpt, device
             print_batch(sc, tokenizer, prompt, decoding, header)
         return
     note = ("encoder: a full forward per token, no cache" if encoder
-            else f"speculative, up to {guesses_per_round(sc, model, draft)} guesses per round" if draft is not None
+            else f"speculative, up to {most_guesses(model, draft, sc.draft_tokens)} guesses per round"
+            if draft is not None
             else f"kv_cache={decoding.use_cache}" + (", compiled step (the first sample includes the compile)"
                                                      if decoding.compiled else ""))
     mask_id = ckpt.mask_id if encoder else None
@@ -452,12 +453,6 @@ def print_batch(sc: SampleConfig, tokenizer, prompt: list[int], decoding: Decodi
     print(f"[{sc.num_samples} samples as one batch: {n} tokens in {elapsed:.2f} s, {n / max(elapsed, 1e-9):,.0f} "
           f"tokens/s, kv_cache={decoding.use_cache}" + (", compiled step" if decoding.compiled else "") + "]",
           file=sys.stderr)
-
-
-def guesses_per_round(sc: SampleConfig, model, draft) -> int:
-    """--draft_tokens, as far as the contexts allow: a round's last guess and its successor both fit in each
-    model's block (inference/speculative.py)."""
-    return min(sc.draft_tokens, model.config.block_size - 1, draft.config.block_size - 1)
 
 
 def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, dtype):

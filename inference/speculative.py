@@ -99,6 +99,12 @@ def check_pair(model, draft, k: int, prompt: list[int]) -> None:
         raise ValueError("the prompt is empty: give at least one token")
 
 
+def most_guesses(model, draft, k: int) -> int:
+    """The most guesses a round makes: k, as far as both contexts allow (a round's last guess and the token after it
+    are predicted inside each model's block)."""
+    return min(k, model.config.block_size - 1, draft.config.block_size - 1)
+
+
 @torch.no_grad()
 def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: int = 4, temperature: float = 1.0,
                        top_k=None, top_p=None, min_p=None, stop_tokens=None, generator=None, stats: dict | None = None):
@@ -116,13 +122,14 @@ def speculative_stream(model, draft, prompt: list[int], max_new_tokens: int, k: 
 
     tokens = list(prompt)
     big, small = Windowed(model), Windowed(draft)
+    most = most_guesses(model, draft, k)
     with evaluating(model, draft):
         produced = 0
         while produced < max_new_tokens:
             length = len(tokens)
             big.follow_generate(length)  # the model conditions on exactly what its plain loop would
             # guesses this round: the last one's successor must still be predicted inside this window
-            k_now = max(0, min(k, big.block - (length - big.start), max_new_tokens - produced - 1, small.block - 1))
+            k_now = max(0, min(most, big.block - (length - big.start), max_new_tokens - produced - 1))
             guesses, q = [], []
             if k_now:
                 small.make_room(length, k_now)

@@ -8,6 +8,7 @@ import train
 from common import cli
 from common.errors import UserError
 from conftest import tiny_args
+from inference.checkpoint import Checkpoint
 
 
 def test_sample_py_with_a_draft_prints_the_models_greedy_text(corpus, tmp_path, capsys):
@@ -26,7 +27,7 @@ def test_sample_py_with_a_draft_prints_the_models_greedy_text(corpus, tmp_path, 
     out = capsys.readouterr()
     assert out.out == plain and "guesses kept" in out.err and "up to 3 guesses per round" in out.err
     # more guesses than a context holds: a round makes block_size - 1 at most, and says so
-    block = torch.load(big / "ckpt_best.pt", weights_only=False)["model_config"]["block_size"]
+    block = Checkpoint.load(str(big / "ckpt_best.pt")).model_config.block_size
     assert sample.cli.run(sample.main, common + [f"--draft={small}", f"--draft_tokens={block + 50}"]) == 0
     capped = capsys.readouterr()
     assert capped.out == plain and f"up to {block - 1} guesses per round" in capped.err, capped.err
