@@ -95,6 +95,15 @@ def missing_folders(path) -> list[str]:
     return missing
 
 
+def why_cannot_write_in(folder) -> str | None:
+    """Why no file can be made in folder, found without writing: why_no_folder's reasons, or an existing folder this
+    process may not write in."""
+    problem = why_no_folder(folder)
+    if problem is None and os.path.isdir(folder) and not may_write_in(folder):
+        problem = f"{folder} is a folder this process may not write in (read-only, or another user's)"
+    return problem
+
+
 def may_write_in(folder) -> bool:
     """Whether this process may make files in folder, an existing one."""
     return os.access(folder, os.W_OK | os.X_OK)
@@ -115,10 +124,7 @@ def need_file_path(path, flag: str, kind: str = "file") -> None:
     if str(path).endswith(("/", os.sep)):  # abspath drops the slash: the write would meet it, after the work
         raise FlagError(f"--{flag}={path} ends with a /, as a folder's name does; give the path of the {kind} to "
                         f"write")
-    folder = os.path.dirname(os.path.abspath(path))
-    _refuse(path, flag, why_no_folder(folder))
-    if os.path.isdir(folder) and not may_write_in(folder):
-        _refuse(path, flag, f"{folder} is a folder this process may not write in (read-only, or another user's)")
+    _refuse(path, flag, why_cannot_write_in(os.path.dirname(os.path.abspath(path))))
 
 
 def _refuse(path, flag: str, problem: str | None) -> None:

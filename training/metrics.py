@@ -17,7 +17,7 @@ import math
 import os
 
 from common.errors import SetupError
-from common.files import disk_errors, may_write_in, why_no_folder, write_all
+from common.files import disk_errors, why_cannot_write_in, write_all
 
 # flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
@@ -73,9 +73,7 @@ def need_wandb_folders() -> None:
         os.environ["HOME"] = home
     for name, folder in (("WANDB_CACHE_DIR", os.environ.get("WANDB_CACHE_DIR") or platformdirs.user_cache_dir("wandb")),
                          ("WANDB_DATA_DIR", os.environ.get("WANDB_DATA_DIR") or platformdirs.user_data_dir("wandb"))):
-        problem = why_no_folder(folder) if os.path.isabs(folder) else "it is not a whole path (HOME is not set)"
-        if problem is None and os.path.isdir(folder) and not may_write_in(folder):
-            problem = f"{folder} is a folder this process may not write in"
+        problem = why_cannot_write_in(folder) if os.path.isabs(folder) else "it is not a whole path (HOME is not set)"
         if problem:
             where = f"{name}={folder}" if os.environ.get(name) else f"{folder} (its folder without {name})"
             raise SetupError(f"wandb writes in {where}, but {problem}; set {name} to a folder this process may "
