@@ -331,10 +331,10 @@ def declared_docs(cls) -> dict:
 
 
 def help_text(classes, presets, values: dict | None = None, preset: str | None = None,
-              tags: dict | None = None) -> str:
+              tags: dict | None = None, preset_notes: dict | None = None) -> str:
     """Every flag with its value for this run (values: the preset's and the command line's, over the defaults),
     grouped as the classes' section comments group them, with the field's comment as its description, after its
-    tag (tags: {name: '[encoder]'}, where the flag applies)."""
+    tag (tags: {name: '[encoder]'}, where the flag applies); then each preset's note (preset_notes: {name: note})."""
     values, tags = values or {}, tags or {}
     head = "flags (--name=value); the values shown are " + (f"those of --preset={preset} and the flags given"
                                                               if preset else "the defaults")
@@ -360,6 +360,9 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
         tag = f"{tags['preset']} " if "preset" in tags else ""
         lines.append(f"\n  --preset=NAME   {tag}one of: {', '.join(presets)}")
     lines.append("  --config=FILE.toml   the same fields as a TOML table")
+    if preset_notes:
+        lines.append("\npresets (--preset=NAME; what each costs):")
+        lines += [f"  {name:18s} {note}" for name, note in preset_notes.items()]
     return "\n".join(lines)
 
 

@@ -203,11 +203,14 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     prepared. The attention direction follows the objective (--model); a --causal that contradicts it is refused.
     A fresh run's flags are checked against where they apply (common/flag_scope.py) here; a resumed one's once
     its checkpoint is read (resumed_config), since the checkpoint says what is trained."""
-    if flags.asks_help(argv):
-        print(help_text(argv))
+    args = flags.without_help(argv)
+    per_class, explicit = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
+    preset = flags.split_argv(args).get("preset")  # given by the user: a resumed run has no use for it
+    if flags.asks_help(argv):  # every flag with the value this run would use, and where it applies
+        values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
+        print(flags.help_text(CLASSES, PRESETS, values, preset or configs.DEFAULT, flag_scope.tags("train.py"),
+                              {name: configs.note(name) for name in PRESETS}))
         return None
-    per_class, explicit = parse_configs(argv, CLASSES, PRESETS, default_preset=configs.DEFAULT)
-    preset = flags.split_argv(argv).get("preset")  # given by the user: a resumed run has no use for it
     train_values, notes = per_class[TrainConfig], []
     if train_values.get("fsdp") and train_values.get("optimizer") == "muon" and "optimizer" not in explicit:
         # the preset's Muon orthogonalises whole matrices, which FSDP shards: AdamW at its own default rates
@@ -310,18 +313,6 @@ def saved_settings(saved: dict) -> dict:
                                 f"ignored"])
     return {**{f.name: f.default for f in fields(TrainConfig)},
             **{k: flags.convert(k, v, known[k][1]) for k, v in saved.items() if k in known}}
-
-
-def help_text(argv) -> str:
-    """train.py --help: every flag with the value this run would use (--preset=NAME --help shows that preset's) and
-    where it applies."""
-    args = flags.without_help(argv)
-    per_class, _ = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
-    values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
-    preset = flags.split_argv(args).get("preset", configs.DEFAULT)  # --preset=NAME or --preset NAME
-    presets = "\n".join(f"  {name:18s} {configs.note(name)}" for name in PRESETS)
-    return (flags.help_text(CLASSES, PRESETS, values, preset, flag_scope.tags("train.py"))
-            + f"\n\npresets (--preset=NAME; what each costs):\n{presets}")
 
 
 # training flags a checkpoint was made for, like the model's shape: what is trained (and so the vocabulary) and

@@ -61,3 +61,21 @@ def test_a_learning_rate_below_the_presets_min_lr_is_refused_naming_both_and_the
     message = str(refused.value)
     assert "learning_rate=0.0001]" in message and "--min_lr=1e-05" in message, message
     configure(["--learning_rate=1e-4", "--min_lr=1e-05"])  # the fix it names is accepted
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h", "--preset=fast-cpu"], ["--n_layer=3", "--help"]])
+def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, capsys):
+    """--help prints every flag with the value the rest of the command line gives it, then each preset's note, and
+    returns None (nothing is trained)."""
+    from configs import DEFAULT, note
+
+    assert configure(argv) is None
+    text = capsys.readouterr().out
+    rest = [a for a in argv if a not in ("--help", "-h")]
+    preset = next((a.split("=", 1)[1] for a in rest if a.startswith("--preset=")), DEFAULT)
+    assert f"those of --preset={preset} and the flags given" in text
+    tc, model, _, _ = configure(rest)
+    assert f"  --n_layer={model.get('n_layer')}" in text and f"  --max_iters={tc.max_iters}" in text
+    listing = text.split("presets (--preset=NAME; what each costs):\n")[1].splitlines()
+    assert [line.split()[0] for line in listing] == list(PRESETS)
+    assert all(line.endswith(note(name)) for line, name in zip(listing, PRESETS))
