@@ -329,3 +329,20 @@ def test_with_on_bad_stop_a_bpe_preparation_stops_at_the_first_bad_line(tmp_path
     path = write(tmp_path / "p.jsonl", b'{"q": "ab", "a": "ba"}\n' * 3 + b'{"q": "ab"}\n')
     with pytest.raises(DataError, match=r"p\.jsonl:4: no string field 'a'"):
         prepare_pairs(str(path), "bpe", source_field="q", target_field="a", data_root=tmp_path, progress=False)
+
+
+def test_a_moved_pairs_file_is_the_same_data_after_the_checkpoints_folder_is_gone(tmp_path):
+    """A run moved to another machine: its pairs file copied (a new change time, so a new folder) and its data_root
+    left behind. The token files' hash in both metas says they hold the same bytes; another text is other data."""
+    text = b"".join(b"ab%d\tba%d\n" % (i, i) for i in range(60)) + b"no tab here\n"  # a bad line, skipped
+
+    def prepared(path, data_bytes, root):
+        path.parent.mkdir(exist_ok=True)
+        folder = prepare_pairs(str(write(path, data_bytes)), on_bad="skip", data_root=tmp_path / root, progress=False)
+        return str(folder), json.loads((folder / "meta.json").read_text())
+
+    old_dir, old = prepared(tmp_path / "here" / "p.tsv", text, "a")
+    shutil.rmtree(tmp_path / "a")
+    assert same_prepared_pairs(old_dir, old, *prepared(tmp_path / "there" / "p.tsv", text, "b"))
+    changed = text.replace(b"ab7\tba7", b"ab8\tba7")  # the same characters, pairs and lengths: other tokens
+    assert not same_prepared_pairs(old_dir, old, *prepared(tmp_path / "other" / "p.tsv", changed, "c"))
