@@ -34,6 +34,7 @@ from data.config import PrepareConfig
 from data.locks import build_lock as _build_lock
 from data.pairs import same_prepared_pairs
 from data.readers import Source, name_in_folder, stat_fingerprint
+from data.shards import split_shards
 from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
 from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, input_facts, pick_val_documents
 from data.tokenizer import read_meta
@@ -50,9 +51,13 @@ DATA_DIR = Path(__file__).resolve().parent
 
 
 def _is_prepared(out: Path, fingerprint: dict) -> bool:
+    """meta.json of this fingerprint, every shard it lists at its size (a stat each) and a bpe's merges file: a folder
+    copied in part is built again, not called prepared and then refused by the run that reads it."""
     try:
-        return read_meta(out).get("fingerprint") == fingerprint
-    except (DataError, ValueError, OSError):  # no meta.json, or one that is unreadable: build again
+        meta = read_meta(out)
+        return (meta.get("fingerprint") == fingerprint and all(split_shards(out, meta, s) for s in ("train", "val"))
+                and (meta["tokenizer"] != "bpe" or (out / meta["bpe_file"]).is_file()))
+    except (DataError, ValueError, OSError, KeyError, TypeError):  # no meta.json, one unreadable, a shard amiss
         return False
 
 

@@ -155,6 +155,34 @@ def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
     assert read_meta(out)["fingerprint"]["input_rules"] == prep.INPUT_RULES
 
 
+def test_a_folder_whose_shards_are_not_what_its_meta_lists_is_rebuilt(tmp_path):
+    """meta.json with its fingerprint and a shard cut short or gone (a copy of the folder cut off, a disk cleaned up):
+    not prepared, so built again, rather than "already prepared" and a run that refuses it."""
+    src = tmp_path / "t.txt"
+    text = synthetic_text(5000)
+    src.write_text(text)
+    out = prepare(input=src, data_root=tmp_path, shard_tokens=1024)
+    n = int(0.9 * len(text))  # --split=tail: the first 90% of the characters train
+    tok = load_tokenizer(out)
+    for damage in (lambda: os.truncate(out / "train_00001.bin", 10), (out / "val.bin").unlink):
+        damage()
+        assert prepare(input=src, data_root=tmp_path, shard_tokens=1024) == out
+        for split, part in (("train", text[:n]), ("val", text[n:])):
+            files = [out / e["file"] for e in read_meta(out)["shards"][split]]
+            assert np.concatenate([np.fromfile(f, dtype=np.uint16) for f in files]).tolist() == tok.encode(part)
+
+
+def test_a_bpe_folder_without_its_merges_file_is_rebuilt(tmp_path):
+    """The run refuses such a folder with "prepare the data again": prepare must not call it prepared."""
+    src = tmp_path / "t.txt"
+    src.write_text(synthetic_text(5000))
+    out = prepare(input=src, data_root=tmp_path, tokenizer="bpe", bpe_vocab_size=300)
+    merges = (out / "bpe.tiktoken").read_bytes()
+    (out / "bpe.tiktoken").unlink()
+    assert prepare(input=src, data_root=tmp_path, tokenizer="bpe", bpe_vocab_size=300) == out
+    assert (out / "bpe.tiktoken").read_bytes() == merges
+
+
 @pytest.mark.parametrize("locks", [True, False], ids=["locked", "no-locks"])
 def test_a_killed_writes_temporary_files_are_removed_by_the_next_build_under_the_lock(tmp_path, monkeypatch, locks):
     """A process killed (kill -9) while writing meta.json, its progress or its BPE file leaves the temporary file
