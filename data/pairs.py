@@ -275,9 +275,17 @@ def _files_sha256(folder: Path) -> str:
 
 
 def _prepared(out: Path, fingerprint: str) -> bool:
+    """meta.json of this fingerprint beside the files it describes, each at its size (a stat each): a folder copied
+    in part is built again, not handed to the batches."""
     try:
-        return json.loads((out / "meta.json").read_text()).get("fingerprint") == fingerprint
-    except (OSError, ValueError):
+        meta = json.loads((out / "meta.json").read_text())
+        if meta.get("fingerprint") != fingerprint:
+            return False
+        item = np.dtype(meta["dtype"]).itemsize
+        return all((out / f"{s}.tokens").stat().st_size == meta[f"{s}_tokens"] * item
+                   and (out / f"{s}.lengths.npy").stat().st_size >= 16 * meta[f"{s}_pairs"] for s in ("train", "val")
+                   ) and (meta["tokenizer"] != "bpe" or (out / meta["bpe_file"]).is_file())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # missing, unreadable, or not ours
         return False
 
 
