@@ -379,6 +379,18 @@ def test_the_cli_checks_the_flags_given_not_the_defaults_and_help_says_where_eac
     assert "--text_field=text   [.jsonl/.parquet] " in text and "--val_tokens=10000000   [--split=docs] " in text
 
 
+def test_the_cli_says_built_or_already_prepared_by_what_it_did_not_by_the_files_clock(tmp_path, capsys, monkeypatch):
+    """meta.json's modification time is the file server's clock: one behind this machine's (a network disk) made a
+    build read "already prepared, nothing to do"."""
+    book = tmp_path / "book.txt"
+    book.write_text(synthetic_text(3000))
+    monkeypatch.setattr(prep.time, "time", lambda: time.monotonic() + 4e9)  # this machine's clock, ~2100 AD
+    argv = [f"--input={book}", f"--data_root={tmp_path}", "--progress=false"]
+    for said in ("(built)", "(already prepared, nothing to do)"):
+        assert prep.main(argv) == 0
+        assert said in capsys.readouterr().out.splitlines()[0]
+
+
 def test_a_bpe_vocabulary_the_training_text_cannot_make_is_refused(tmp_path):
     """--bpe_vocab_size is the vocabulary's size: a training text with pairs for too few merges is refused in one line
     that names the largest size it makes, and leaves no folder; that size itself is built."""
