@@ -208,7 +208,7 @@ def _build_into(out: Path, path: Path, fingerprint: str, *how) -> dict:
     tmp.mkdir(parents=True)
     try:
         meta = _build(path, tmp, *how)
-        meta.update(fingerprint=fingerprint, input=str(path))
+        meta.update(fingerprint=fingerprint, input=str(path), tokens_sha256=_files_sha256(tmp))
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
         try:
             tmp.rename(out)
@@ -237,22 +237,55 @@ def read_pairs_meta(folder) -> tuple[dict, Tokenizer]:
 
 
 def same_prepared_pairs(old_dir: str | None, old: dict, new_dir: str, new: dict) -> bool:
-    """Whether an older pairs folder (a checkpoint's, if it is still there) holds the bytes of the new one: the same
-    token files and lengths, the same vocabulary, the same meta.json but for where the pairs file was."""
-    if not old_dir or not os.path.isdir(old_dir) or os.path.realpath(old_dir) == os.path.realpath(new_dir):
+    """Whether an older pairs folder (a checkpoint's) holds the bytes of the new one: the same meta.json but for where
+    the pairs file was, and the same token files, by the hash of them both metas hold, else (an older meta without
+    it) compared with the checkpoint's folder if it is still there."""
+    hashed = "tokens_sha256" in old and "tokens_sha256" in new
+    where = (("fingerprint", "input") + (() if "bpe_ranks" in old else ("bpe_ranks",))  # older: the file is compared
+             + (() if hashed else ("tokens_sha256",)))
+    if _kept(old, where) != _kept(new, where):
         return False
-    where = ("fingerprint", "input") + (() if "bpe_ranks" in old else ("bpe_ranks",))  # older: the file is compared
-    if {k: v for k, v in old.items() if k not in where} != {k: v for k, v in new.items() if k not in where}:
+    if hashed:  # the hashes are equal: the folders hold the same bytes, wherever they are (the old one may be gone)
+        return True
+    if not old_dir or not os.path.isdir(old_dir) or os.path.realpath(old_dir) == os.path.realpath(new_dir):
         return False
     names = sorted(set(os.listdir(new_dir)) - {"meta.json"})
     return names == sorted(set(os.listdir(old_dir)) - {"meta.json"}) and all(
         filecmp.cmp(os.path.join(old_dir, n), os.path.join(new_dir, n), shallow=False) for n in names)
 
 
+def _kept(meta: dict, where: tuple) -> dict:
+    """A pairs meta without the keys that say where it came from; of its bad lines only the count (their examples
+    name the file as --pairs gave it)."""
+    kept = {k: v for k, v in meta.items() if k not in where}
+    if isinstance(kept.get("bad_pairs"), dict):
+        kept["bad_pairs"] = kept["bad_pairs"].get("count")
+    return kept
+
+
+def _files_sha256(folder: Path) -> str:
+    """A hash of a prepared folder's files, names and bytes (meta.json is written after it)."""
+    sha = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        sha.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                sha.update(block)
+    return sha.hexdigest()
+
+
 def _prepared(out: Path, fingerprint: str) -> bool:
+    """meta.json of this fingerprint beside the files it describes, each at its size (a stat each): a folder copied
+    in part is built again, not handed to the batches."""
     try:
-        return json.loads((out / "meta.json").read_text()).get("fingerprint") == fingerprint
-    except (OSError, ValueError):
+        meta = json.loads((out / "meta.json").read_text())
+        if meta.get("fingerprint") != fingerprint:
+            return False
+        item = np.dtype(meta["dtype"]).itemsize
+        return all((out / f"{s}.tokens").stat().st_size == meta[f"{s}_tokens"] * item
+                   and (out / f"{s}.lengths.npy").stat().st_size >= 16 * meta[f"{s}_pairs"] for s in ("train", "val")
+                   ) and (meta["tokenizer"] != "bpe" or (out / meta["bpe_file"]).is_file())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # missing, unreadable, or not ours
         return False
 
 

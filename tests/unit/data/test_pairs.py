@@ -184,6 +184,24 @@ def test_two_preparations_at_once_build_the_folder_once(tmp_path, monkeypatch):
         assert (folder / name).read_bytes() == (alone / name).read_bytes()
 
 
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_a_folder_whose_files_are_not_what_its_meta_says_is_built_again(tmp_path, tokenizer):
+    """meta.json of this fingerprint beside a token file cut short or a file gone (a copy cut off): built again, not
+    taken as prepared (a token file cut short ended the run in a traceback)."""
+    path = write(tmp_path / "p.tsv", b"".join(b"ab%d\tba%d\n" % (i, i) for i in range(80)))
+
+    def prepared():
+        return prepare_pairs(str(path), tokenizer, bpe_vocab_size=260, data_root=tmp_path, progress=False)
+
+    folder = prepared()
+    good = {p.name: p.read_bytes() for p in folder.iterdir()}
+    names = ["train.tokens", "val.lengths.npy"] + (["bpe.ranks"] if tokenizer == "bpe" else [])
+    for name, damage in zip(names, (lambda p: os.truncate(p, 3), os.unlink, os.unlink)):
+        damage(folder / name)
+        assert prepared() == folder
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == good
+
+
 @pytest.mark.parametrize("locks", [True, False], ids=["locked", "no-locks"])
 def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build_under_the_lock(tmp_path, monkeypatch, locks):
     """A build killed (kill -9) before its rename leaves its temporary folder in prepared/. The next build of that
@@ -329,3 +347,20 @@ def test_with_on_bad_stop_a_bpe_preparation_stops_at_the_first_bad_line(tmp_path
     path = write(tmp_path / "p.jsonl", b'{"q": "ab", "a": "ba"}\n' * 3 + b'{"q": "ab"}\n')
     with pytest.raises(DataError, match=r"p\.jsonl:4: no string field 'a'"):
         prepare_pairs(str(path), "bpe", source_field="q", target_field="a", data_root=tmp_path, progress=False)
+
+
+def test_a_moved_pairs_file_is_the_same_data_after_the_checkpoints_folder_is_gone(tmp_path):
+    """A run moved to another machine: its pairs file copied (a new change time, so a new folder) and its data_root
+    left behind. The token files' hash in both metas says they hold the same bytes; another text is other data."""
+    text = b"".join(b"ab%d\tba%d\n" % (i, i) for i in range(60)) + b"no tab here\n"  # a bad line, skipped
+
+    def prepared(path, data_bytes, root):
+        path.parent.mkdir(exist_ok=True)
+        folder = prepare_pairs(str(write(path, data_bytes)), on_bad="skip", data_root=tmp_path / root, progress=False)
+        return str(folder), json.loads((folder / "meta.json").read_text())
+
+    old_dir, old = prepared(tmp_path / "here" / "p.tsv", text, "a")
+    shutil.rmtree(tmp_path / "a")
+    assert same_prepared_pairs(old_dir, old, *prepared(tmp_path / "there" / "p.tsv", text, "b"))
+    changed = text.replace(b"ab7\tba7", b"ab8\tba7")  # the same characters, pairs and lengths: other tokens
+    assert not same_prepared_pairs(old_dir, old, *prepared(tmp_path / "other" / "p.tsv", changed, "c"))

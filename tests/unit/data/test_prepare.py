@@ -155,6 +155,34 @@ def test_folder_without_meta_or_with_stale_fingerprint_is_rebuilt(tmp_path):
     assert read_meta(out)["fingerprint"]["input_rules"] == prep.INPUT_RULES
 
 
+def test_a_folder_whose_shards_are_not_what_its_meta_lists_is_rebuilt(tmp_path):
+    """meta.json with its fingerprint and a shard cut short or gone (a copy of the folder cut off, a disk cleaned up):
+    not prepared, so built again, rather than "already prepared" and a run that refuses it."""
+    src = tmp_path / "t.txt"
+    text = synthetic_text(5000)
+    src.write_text(text)
+    out = prepare(input=src, data_root=tmp_path, shard_tokens=1024)
+    n = int(0.9 * len(text))  # --split=tail: the first 90% of the characters train
+    tok = load_tokenizer(out)
+    for damage in (lambda: os.truncate(out / "train_00001.bin", 10), (out / "val.bin").unlink):
+        damage()
+        assert prepare(input=src, data_root=tmp_path, shard_tokens=1024) == out
+        for split, part in (("train", text[:n]), ("val", text[n:])):
+            files = [out / e["file"] for e in read_meta(out)["shards"][split]]
+            assert np.concatenate([np.fromfile(f, dtype=np.uint16) for f in files]).tolist() == tok.encode(part)
+
+
+def test_a_bpe_folder_without_its_merges_file_is_rebuilt(tmp_path):
+    """The run refuses such a folder with "prepare the data again": prepare must not call it prepared."""
+    src = tmp_path / "t.txt"
+    src.write_text(synthetic_text(5000))
+    out = prepare(input=src, data_root=tmp_path, tokenizer="bpe", bpe_vocab_size=300)
+    merges = (out / "bpe.tiktoken").read_bytes()
+    (out / "bpe.tiktoken").unlink()
+    assert prepare(input=src, data_root=tmp_path, tokenizer="bpe", bpe_vocab_size=300) == out
+    assert (out / "bpe.tiktoken").read_bytes() == merges
+
+
 @pytest.mark.parametrize("locks", [True, False], ids=["locked", "no-locks"])
 def test_a_killed_writes_temporary_files_are_removed_by_the_next_build_under_the_lock(tmp_path, monkeypatch, locks):
     """A process killed (kill -9) while writing meta.json, its progress or its BPE file leaves the temporary file
@@ -349,6 +377,18 @@ def test_the_cli_checks_the_flags_given_not_the_defaults_and_help_says_where_eac
     text = capsys.readouterr().out
     assert "--bpe_vocab_size=2048   [--tokenizer=bpe] " in text and "--archive=None   [no --input] " in text
     assert "--text_field=text   [.jsonl/.parquet] " in text and "--val_tokens=10000000   [--split=docs] " in text
+
+
+def test_the_cli_says_built_or_already_prepared_by_what_it_did_not_by_the_files_clock(tmp_path, capsys, monkeypatch):
+    """meta.json's modification time is the file server's clock: one behind this machine's (a network disk) made a
+    build read "already prepared, nothing to do"."""
+    book = tmp_path / "book.txt"
+    book.write_text(synthetic_text(3000))
+    monkeypatch.setattr(prep.time, "time", lambda: time.monotonic() + 4e9)  # this machine's clock, ~2100 AD
+    argv = [f"--input={book}", f"--data_root={tmp_path}", "--progress=false"]
+    for said in ("(built)", "(already prepared, nothing to do)"):
+        assert prep.main(argv) == 0
+        assert said in capsys.readouterr().out.splitlines()[0]
 
 
 def test_a_bpe_vocabulary_the_training_text_cannot_make_is_refused(tmp_path):
