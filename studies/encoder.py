@@ -12,6 +12,7 @@ Then, on fixed validation positions: each model's own loss, the decoder's perple
 pseudo-perplexity, the cloze 2x2 (studies/cloze.py), samples from the same prompts, generation and training
 speed, and attention maps of one line. studies/encoder_report.py writes report.md, the figures and wandb.
 """
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -119,9 +120,29 @@ def timed_generation(tokens) -> tuple[list[int], list[float]]:
     return out, stamps
 
 
+@contextlib.contextmanager
+def mask_never_written(models: list, mask_id: int):
+    """The next-token models have the [MASK] id only for the encoder's parameter count; it is no text: while they
+    sample, its logit is -inf (a hook on the head)."""
+    def hook(module, args, logits):
+        return logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+
+    handles = [m.head.register_forward_hook(hook) for m in models]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def generations(sc, models, tokenizer) -> tuple[dict, dict]:
     """Samples from the same prompts and seed, and seconds-per-token curves (first prompt) of the ways to generate:
     decoder with its KV cache, decoder without, encoder by appending [MASK] (no cache possible)."""
+    with mask_never_written([m for v, m in models.items() if v != "encoder"], tokenizer.mask_id):
+        return sample_all(sc, models, tokenizer)
+
+
+def sample_all(sc, models, tokenizer) -> tuple[dict, dict]:
     mask_id = tokenizer.mask_id
     samples, timing = {}, {}
     for variant, model in models.items():

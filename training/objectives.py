@@ -130,9 +130,14 @@ class Seq2SeqObjective(Objective):
     @torch.no_grad()
     def decode_counts(self, model, x, y) -> torch.Tensor:
         """Greedy decoding of a validation batch against its targets (target + STOP): (exact pairs, pairs,
-        right tokens, tokens), the token counts over the reference's positions."""
+        right tokens, tokens), the token counts over the reference's positions; what a row writes ends at its first
+        STOP."""
         source, source_valid, _ = x
         out = translate(model, source, y.size(1), self.stop_id, self.stop_id, source_valid)  # (B, N), N <= T
+        # a stopped row repeats STOP while others decode on: those are not predictions (else a row's count would
+        # depend on its batch)
+        stop = (out == self.stop_id).long()  # (B, N)
+        out = out.masked_fill(stop.cumsum(1) - stop > 0, -2)  # after a row's first STOP: nothing written
         pred = torch.full_like(y, -2)
         pred[:, :out.size(1)] = out
         real = y >= 0

@@ -34,3 +34,28 @@ def test_sampling_settings_are_refused_before_any_run_trains(bad, said):
     with pytest.raises(ConfigError, match=f"^{said}"):
         EncoderStudyConfig(**bad)
     assert EncoderStudyConfig(temperature=0.0, top_k=1).temperature == 0.0  # greedy, and the smallest top-k
+
+
+def test_the_next_token_models_samples_never_hold_the_mask_id_they_were_given_for_equal_parameters():
+    """The decoder and the cheater have the [MASK] id only so that their parameter counts equal the encoder's; it is
+    no text, so their samples (and the timed generations) must never write it, even where it is the likeliest."""
+    import torch
+
+    from conftest import tiny_model
+    from data.mask_token import MASK_TEXT, with_mask_token
+    from data.tokenizer import CharTokenizer
+    from studies.encoder import generations
+
+    tokenizer = with_mask_token(CharTokenizer("ROMEO:\n abc"))
+    models = {}
+    for v, causal in (("decoder", True), ("encoder", False), ("cheater", False)):
+        models[v] = tiny_model(seed=1, vocab_size=tokenizer.vocab_size, causal=causal)
+        bias = torch.zeros(models[v].head.out_features)
+        bias[tokenizer.mask_id] = 100.0  # [MASK] the likeliest after any token
+        models[v].head.bias = torch.nn.Parameter(bias)
+    sc = EncoderStudyConfig(block_size=16, cloze_left=8, cloze_right=4, prompts="ROMEO:|a", gen_tokens=6,
+                            temperature=0.0)
+    samples, timing = generations(sc, models, tokenizer)
+    texts = [s["text"] for v in ("decoder", "cheater") for s in samples[v]]
+    assert len(texts) == 4 and not any(MASK_TEXT in t for t in texts), texts
+    assert all(len(stamps) == 6 for stamps in timing.values())

@@ -150,3 +150,19 @@ def test_the_seq2seq_stream_yields_the_target_up_to_its_stop(monkeypatch):
                                                                                                   stop]])))
     model = Seq2Seq(tiny_config(vocab_size=tokenizer.vocab_size))
     assert list(objective.stream(model, [1, 2, 3], 8, temperature=0.0)) == [5, 6, 1]
+
+
+def test_seq2seq_token_counts_of_a_pair_do_not_depend_on_the_pairs_decoded_beside_it(monkeypatch):
+    """translate() repeats STOP in a row that has stopped while another row decodes on: those repeats are not
+    predictions. Row 0 writes 'a' then STOP where its reference goes on for two more letters; alone, decoding ends
+    there; beside row 1 (four tokens), its row comes back as a, STOP, STOP, STOP."""
+    objective, tokenizer = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    stop = tokenizer.stop_id
+    written = {1: torch.tensor([[0, stop]]), 2: torch.tensor([[0, stop, stop, stop], [1, 2, 3, stop]])}
+    monkeypatch.setattr(objectives, "translate", decoding_stand_in(lambda source, n: written[len(source)][:, :n]))
+    y = torch.tensor([[0, 5, 6, stop], [1, 2, 3, stop]])  # row 0's reference: a, f, g, STOP
+    x = torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool), None
+    alone = objective.decode_counts(None, (x[0][:1], x[1][:1], None), y[:1]).tolist()
+    assert alone == [0, 1, 1, 4]  # only 'a' right: the reference's STOP comes after letters never written
+    both = objective.decode_counts(None, x, y).tolist()
+    assert both == [1, 2, 1 + 4, 8]
