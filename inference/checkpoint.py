@@ -240,8 +240,12 @@ def not_found(path: str) -> str:
 def unreadable(path: str, error: Exception) -> str:
     """What the file at path is, which torch.load(weights_only=True) could not read, and what to do: the file's
     first bytes say which format it has (torch's own message names its internals, or advises weights_only=False)."""
-    with open(path, "rb") as f:
-        head = f.read(16)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as e:  # another user's file, a failing disk: torch.load met the same
+        return (f"it cannot be read ({e.strerror or e}); let this user read it (its permissions, its owner) or copy "
+                f"it somewhere readable")
     again = "use the other checkpoint of the run (ckpt_best.pt, ckpt_last.pt) or copy the file again"
     ours = "pass a checkpoint that train.py or interop.import_hf wrote"
     if not head:

@@ -141,3 +141,25 @@ def test_a_bpe_checkpoint_with_its_merges_nowhere_is_refused_as_a_corrupt_file()
     ckpt = Checkpoint.from_dict(saved_dict(data_meta=meta))
     with pytest.raises(CheckpointError, match="bpe merges are neither in it .* nor in a data folder it names"):
         ckpt.tokenizer()
+
+
+def test_a_checkpoint_this_user_may_not_read_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A file without read permission (another user's run): torch.load's PermissionError went on to the look at the
+    file's first bytes, which met it again, as a traceback. (Denied by a stand-in for open: root, as tests often
+    run, reads any file.)"""
+    import builtins
+
+    path = str(tmp_path / "ckpt_best.pt")
+    torch.save(saved_dict(), path)
+    real_open = builtins.open
+
+    def denied(file, *args, **kwargs):
+        if str(file) == path:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.load(path)
+    assert str(e.value) == (f"{path} is not a loadable checkpoint: it cannot be read (Permission denied); let this "
+                            f"user read it (its permissions, its owner) or copy it somewhere readable")
