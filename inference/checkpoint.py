@@ -229,12 +229,27 @@ def not_found(path: str) -> str:
     if hf and os.path.isfile(os.path.join(hf, "config.json")):
         return (f"{hf} is a Hugging Face model folder, not a run of this project; import it first: "
                 f"python -m interop.import_hf --hf_dir={hf} --out_dir=RUN (then use RUN)")
+    name = os.path.basename(path)
+    if os.path.isdir(path) and name in (LAST, BEST):  # not a run's folder: the run's file is missing
+        return f"{path} is a folder where the run's checkpoint file belongs; move it aside, or use another run"
     if os.path.isdir(path):
         return (f"{path} is a folder, not a checkpoint file; a run's folder is passed as --out_dir={path} (with "
                 f"--ckpt=best or last), a checkpoint file as --ckpt=FILE.pt")
     if os.path.isfile(folder):
         return f"{folder} is a file, not a run's folder; pass a checkpoint file as --ckpt={folder}"
+    other = other_checkpoint(path)
+    if other is not None:  # a run stopped before its first evaluation has no best yet
+        why = f" (a run writes {BEST} at its first evaluation)" if name == BEST else ""
+        which = "last" if other == LAST else "best"
+        return f"no {name} in {folder}, which holds {other} only{why}; pass --ckpt={which} to use it"
     return f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or pass the right --out_dir"
+
+
+def other_checkpoint(path: str) -> str | None:
+    """For a run's missing ckpt_last.pt or ckpt_best.pt: the name of the other one when the run's folder holds it."""
+    other = {LAST: BEST, BEST: LAST}.get(os.path.basename(path))
+    folder = os.path.dirname(path)
+    return other if other and not os.path.exists(path) and os.path.isfile(os.path.join(folder, other)) else None
 
 
 def unreadable(path: str, error: Exception) -> str:

@@ -68,6 +68,22 @@ def test_a_ckpt_dir_without_a_checkpoint_is_refused_naming_ckpt_dir(tmp_path):
     assert "pass --ckpt_dir=" in str(e.value) and "the right --out_dir" not in str(e.value) and "\n" not in str(e.value)
 
 
+
+def test_a_run_stopped_before_its_first_evaluation_is_pointed_to_its_last_checkpoint(tmp_path):
+    """Its ckpt_last.pt alone: the study's default --ckpt=best said there was no checkpoint, to train a run first."""
+    from common.errors import UserError
+    from inference.checkpoint import Checkpoint
+
+    model = tiny_model()
+    Checkpoint(weights=model.state_dict(), model_config=model.config, step=3,
+               data_meta={"tokenizer": "char", "vocab_size": 37, "eot_id": None, "chars": "x" * 37}
+               ).save(str(tmp_path / "ckpt_last.pt"))
+    with pytest.raises(UserError) as e:
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path)))
+    assert str(e.value).endswith("holds ckpt_last.pt only (a run writes ckpt_best.pt at its first evaluation); pass "
+                                 "--ckpt=last to use it")
+    assert attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path), ckpt="last")).step == 3
+
 def test_merged_keeps_each_sequences_queries_apart():
     """Two sequences scored at the same query position stay two queries: merged as one, top-1 agreement would take
     one argmax over both sequences' keys (here: a miss where each sequence alone is a hit)."""
