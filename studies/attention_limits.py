@@ -17,7 +17,7 @@ from common.errors import ConfigError, need, need_seed
 from common.files import need_folder, write_atomic
 from common.flags import config_from_argv
 from insight.ablation import agreement, key_effects
-from studies.runs import val_windows
+from studies.runs import need_val_windows, val_windows
 from inference.checkpoint import Checkpoint, other_checkpoint, path_in
 
 
@@ -97,6 +97,7 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
     if ac.query_every > T:  # the queries are positions query_every - 1, 2 * query_every - 1, ... of a window
         raise ConfigError(f"query_every={ac.query_every} leaves no query in a window of block_size={T} tokens (the "
                           f"checkpoint's context); choose at most {T}")
+    need_val_windows(ckpt, T)  # the windows are read once the probe has trained
     return ckpt
 
 
