@@ -229,19 +229,38 @@ def not_found(path: str) -> str:
     if hf and os.path.isfile(os.path.join(hf, "config.json")):
         return (f"{hf} is a Hugging Face model folder, not a run of this project; import it first: "
                 f"python -m interop.import_hf --hf_dir={hf} --out_dir=RUN (then use RUN)")
+    name = os.path.basename(path)
+    if os.path.isdir(path) and name in (LAST, BEST):  # not a run's folder: the run's file is missing
+        return f"{path} is a folder where the run's checkpoint file belongs; move it aside, or use another run"
     if os.path.isdir(path):
         return (f"{path} is a folder, not a checkpoint file; a run's folder is passed as --out_dir={path} (with "
                 f"--ckpt=best or last), a checkpoint file as --ckpt=FILE.pt")
     if os.path.isfile(folder):
         return f"{folder} is a file, not a run's folder; pass a checkpoint file as --ckpt={folder}"
+    other = other_checkpoint(path)
+    if other is not None:  # a run stopped before its first evaluation has no best yet
+        why = f" (a run writes {BEST} at its first evaluation)" if name == BEST else ""
+        which = "last" if other == LAST else "best"
+        return f"no {name} in {folder}, which holds {other} only{why}; pass --ckpt={which} to use it"
     return f"no checkpoint at {path}; train one first (python train.py --out_dir=...) or pass the right --out_dir"
+
+
+def other_checkpoint(path: str) -> str | None:
+    """For a run's missing ckpt_last.pt or ckpt_best.pt: the name of the other one when the run's folder holds it."""
+    other = {LAST: BEST, BEST: LAST}.get(os.path.basename(path))
+    folder = os.path.dirname(path)
+    return other if other and not os.path.exists(path) and os.path.isfile(os.path.join(folder, other)) else None
 
 
 def unreadable(path: str, error: Exception) -> str:
     """What the file at path is, which torch.load(weights_only=True) could not read, and what to do: the file's
     first bytes say which format it has (torch's own message names its internals, or advises weights_only=False)."""
-    with open(path, "rb") as f:
-        head = f.read(16)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as e:  # another user's file, a failing disk: torch.load met the same
+        return (f"it cannot be read ({e.strerror or e}); let this user read it (its permissions, its owner) or copy "
+                f"it somewhere readable")
     again = "use the other checkpoint of the run (ckpt_best.pt, ckpt_last.pt) or copy the file again"
     ours = "pass a checkpoint that train.py or interop.import_hf wrote"
     if not head:

@@ -17,8 +17,8 @@ from common.errors import ConfigError, need, need_seed
 from common.files import need_folder, write_atomic
 from common.flags import config_from_argv
 from insight.ablation import agreement, key_effects
-from studies.runs import val_windows
-from inference.checkpoint import Checkpoint, path_in
+from studies.runs import need_val_windows, val_windows
+from inference.checkpoint import Checkpoint, other_checkpoint, path_in
 
 
 @dataclass
@@ -84,9 +84,10 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
     context that holds a query every --query_every positions. An encoder predicts the token at a [MASK], not the
     next one, so the next token's logit would measure nothing it learned; an encoder-decoder reads pairs, not text."""
     path = path_in(ac.ckpt_dir, ac.ckpt)
-    if not os.path.exists(path) and not os.path.isfile(os.path.join(os.path.dirname(path), "config.json")):
+    hf = os.path.isfile(os.path.join(os.path.dirname(path), "config.json"))
+    if not (os.path.exists(path) or hf or other_checkpoint(path)):  # Checkpoint.load names the others
         raise ConfigError(f"no checkpoint at {path}; train a run first (python train.py --out_dir=RUN) and pass "
-                          f"--ckpt_dir=RUN")  # (a Hugging Face folder gets Checkpoint.load's advice to import it)
+                          f"--ckpt_dir=RUN")
     ckpt = Checkpoint.load(path)
     if ckpt.objective not in ("decoder", "cheater"):
         raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a checkpoint trained with --model={ckpt.objective}; the "
@@ -96,6 +97,7 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
     if ac.query_every > T:  # the queries are positions query_every - 1, 2 * query_every - 1, ... of a window
         raise ConfigError(f"query_every={ac.query_every} leaves no query in a window of block_size={T} tokens (the "
                           f"checkpoint's context); choose at most {T}")
+    need_val_windows(ckpt, T)  # the windows are read once the probe has trained
     return ckpt
 
 

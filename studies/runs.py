@@ -101,6 +101,26 @@ def val_tokens(ckpt) -> np.ndarray:
     return out
 
 
+def need_val_windows(ckpt, length: int) -> None:
+    """Refuses (one line) a checkpoint whose validation split val_windows cannot read windows of length + 1 tokens
+    from: imported weights (no data came with them), a data folder removed since, a split too short. Reads the
+    folder's manifest only: a study checks it before its work."""
+    from data.shards import TokenShards
+
+    if ckpt.source is not None:
+        raise DataError(f"the checkpoint's weights were imported from {ckpt.source}: no validation text came with "
+                        f"them; give the folder of a run trained here")
+    if not ckpt.data_dir:  # a checkpoint older than the key
+        raise DataError("the checkpoint does not name the data it was trained on (data_dir); give the folder of a run "
+                        "trained by this version")
+    if not os.path.isdir(ckpt.data_dir):
+        raise DataError(f"{ckpt.data_dir}, the data the checkpoint was trained on, is gone; prepare it again (python "
+                        f"data/prepare.py with the run's data flags and --data_root)")
+    n = TokenShards(ckpt.data_dir, "val").n_tokens  # no shard is opened
+    if n < length + 1:
+        raise DataError(f"the validation split has {n} tokens, fewer than a window of {length + 1}")
+
+
 def val_windows(ckpt, length: int, count: int) -> torch.Tensor:
     """count windows of length+1 validation tokens, evenly spaced over the split: (count, length + 1)."""
     tokens = val_tokens(ckpt)

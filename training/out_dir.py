@@ -73,17 +73,17 @@ def check_writable(out_dir: str) -> None:
 def start_mode(tc: TrainConfig, d: distributed.Dist) -> str:
     """'resume' or 'fresh'. --init_from=auto resumes when out_dir holds ckpt_last.pt and starts fresh when it holds
     no checkpoint (replacing the metrics of a run that died before its first one: nothing there to resume). Rank 0
-    decides for every process (other nodes may not see out_dir)."""
-    if tc.init_from != "auto":
-        return "resume" if tc.init_from == "resume" else "fresh"
-    mode = None
-    if d.master:
-        has = {f: os.path.exists(os.path.join(tc.out_dir, f)) for f in RUN_FILES}
-        if has[BEST] and not has[LAST]:
-            raise SetupError(f"out_dir={tc.out_dir} holds {BEST} without {LAST}: not a run --init_from=auto can "
-                             f"continue; pass --init_from=resume --out_dir=... with the checkpoint you mean, or "
-                             f"another --out_dir")
-        mode = "resume" if has[LAST] else "fresh"
+    decides for every process (other nodes may not see out_dir). Either resume refuses ckpt_best.pt alone."""
+    if tc.init_from not in ("auto", "resume"):
+        return "fresh"
+    has = {f: os.path.exists(os.path.join(tc.out_dir, f)) for f in RUN_FILES} if d.master else {}
+    if d.master and has[BEST] and not has[LAST]:  # a resume continues ckpt_last.pt, which a best is a copy of
+        raise SetupError(f"out_dir={tc.out_dir} holds {BEST} without {LAST}: nothing --init_from={tc.init_from} "
+                         f"continues; copy {BEST} to {LAST} to continue from the best step, or choose another "
+                         f"--out_dir")
+    if tc.init_from == "resume":
+        return "resume"
+    mode = ("resume" if has[LAST] else "fresh") if d.master else None
     return distributed.gather_objects(mode, d)[0]
 
 

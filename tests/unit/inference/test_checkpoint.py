@@ -141,3 +141,50 @@ def test_a_bpe_checkpoint_with_its_merges_nowhere_is_refused_as_a_corrupt_file()
     ckpt = Checkpoint.from_dict(saved_dict(data_meta=meta))
     with pytest.raises(CheckpointError, match="bpe merges are neither in it .* nor in a data folder it names"):
         ckpt.tokenizer()
+
+
+def test_a_checkpoint_this_user_may_not_read_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A file without read permission (another user's run): torch.load's PermissionError went on to the look at the
+    file's first bytes, which met it again, as a traceback. (Denied by a stand-in for open: root, as tests often
+    run, reads any file.)"""
+    import builtins
+
+    path = str(tmp_path / "ckpt_best.pt")
+    torch.save(saved_dict(), path)
+    real_open = builtins.open
+
+    def denied(file, *args, **kwargs):
+        if str(file) == path:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.load(path)
+    assert str(e.value) == (f"{path} is not a loadable checkpoint: it cannot be read (Permission denied); let this "
+                            f"user read it (its permissions, its owner) or copy it somewhere readable")
+
+
+@pytest.mark.parametrize("has, asked, said", [
+    ("ckpt_last.pt", "ckpt_best.pt", "holds ckpt_last.pt only (a run writes ckpt_best.pt at its first evaluation); "
+                                     "pass --ckpt=last to use it"),
+    ("ckpt_best.pt", "ckpt_last.pt", "holds ckpt_best.pt only; pass --ckpt=best to use it")])
+def test_a_run_with_its_other_checkpoint_only_names_it(tmp_path, has, asked, said):
+    """A run stopped before its first evaluation has ckpt_last.pt alone: asked for its best (every reader's
+    default), the refusal said there was no checkpoint and to train one first."""
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save(saved_dict(), run / has)
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.load(str(run / asked))
+    assert str(e.value) == f"no {asked} in {run}, which {said}"
+
+
+def test_a_folder_where_a_runs_checkpoint_file_belongs_is_named_so(tmp_path):
+    """out_dir/ckpt_best.pt is a folder: the advice was to pass it as --out_dir, which holds no checkpoint either."""
+    (tmp_path / "run" / "ckpt_best.pt").mkdir(parents=True)
+    path = str(tmp_path / "run" / "ckpt_best.pt")
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.load(path)
+    assert str(e.value) == (f"{path} is a folder where the run's checkpoint file belongs; move it aside, or use "
+                            f"another run")

@@ -68,6 +68,70 @@ def test_a_ckpt_dir_without_a_checkpoint_is_refused_naming_ckpt_dir(tmp_path):
     assert "pass --ckpt_dir=" in str(e.value) and "the right --out_dir" not in str(e.value) and "\n" not in str(e.value)
 
 
+
+def test_a_run_stopped_before_its_first_evaluation_is_pointed_to_its_last_checkpoint(tmp_path):
+    """Its ckpt_last.pt alone: the study's default --ckpt=best said there was no checkpoint, to train a run first."""
+    from common.errors import UserError
+    from inference.checkpoint import Checkpoint
+
+    model = tiny_model()
+    Checkpoint(weights=model.state_dict(), model_config=model.config, step=3,
+               data_meta={"tokenizer": "char", "vocab_size": 37, "eot_id": None, "chars": "x" * 37},
+               data_dir=prepared(tmp_path / "data", 64)).save(str(tmp_path / "ckpt_last.pt"))
+    with pytest.raises(UserError) as e:
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path)))
+    assert str(e.value).endswith("holds ckpt_last.pt only (a run writes ckpt_best.pt at its first evaluation); pass "
+                                 "--ckpt=last to use it")
+    assert attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path), ckpt="last")).step == 3
+
+
+def saved_run(folder, **fields) -> None:
+    """A decoder's ckpt_best.pt in folder, trained on tiny_model's 37 characters, with fields changed."""
+    from inference.checkpoint import Checkpoint
+
+    model = tiny_model()
+    Checkpoint(weights=model.state_dict(), model_config=model.config, step=3,
+               data_meta={"tokenizer": "char", "vocab_size": 37, "eot_id": None, "chars": "x" * 37}, **fields
+               ).save(str(folder / "ckpt_best.pt"))
+
+
+def prepared(folder, val_tokens: int) -> str:
+    """A prepared folder whose validation split holds val_tokens tokens."""
+    import json
+
+    import numpy as np
+
+    folder.mkdir()
+    np.arange(val_tokens, dtype=np.uint16).__mod__(37).astype(np.uint16).tofile(folder / "val.bin")
+    (folder / "meta.json").write_text(json.dumps({
+        "tokenizer": "char", "vocab_size": 37, "eot_id": None, "chars": "x" * 37, "dtype": "uint16",
+        "train_tokens": 0, "val_tokens": val_tokens, "shards": {"val": [{"file": "val.bin", "tokens": val_tokens}]}}))
+    return str(folder)
+
+
+@pytest.mark.parametrize("case, said", [
+    ("imported", "the checkpoint's weights were imported from hf:gpt2-folder: no validation text came with them; "
+                 "give the folder of a run trained here"),
+    ("data removed", "{data}, the data the checkpoint was trained on, is gone; prepare it again (python "
+                     "data/prepare.py with the run's data flags and --data_root)"),
+    ("split too short", "the validation split has 16 tokens, fewer than a window of 17")])
+def test_a_checkpoint_without_its_validation_text_is_refused_before_the_probe_trains(tmp_path, case, said):
+    """The text's windows were read after the probe had trained (--probe_steps=400): an imported checkpoint (its
+    data_dir is the Hugging Face folder) and one whose data folder was removed failed then, naming a meta.json in
+    the folder above the data's."""
+    from common.errors import UserError
+
+    data = str(tmp_path / "gone") if case == "data removed" else prepared(tmp_path / "data", 16 if "short" in case
+                                                                          else 64)
+    run = tmp_path / "run"
+    run.mkdir()
+    saved_run(run, data_dir=data, source="hf:gpt2-folder" if case == "imported" else None)
+    with pytest.raises(UserError) as e:
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run)))
+    assert str(e.value) == said.format(data=data)
+    saved_run(run, data_dir=prepared(tmp_path / "whole", 64))
+    assert attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run))).step == 3
+
 def test_merged_keeps_each_sequences_queries_apart():
     """Two sequences scored at the same query position stay two queries: merged as one, top-1 agreement would take
     one argmax over both sequences' keys (here: a miss where each sequence alone is a hit)."""

@@ -58,9 +58,15 @@ def test_an_auto_start_keeps_a_checkpoint_written_after_it_chose_to_start_afresh
     assert sorted(os.listdir(out)) == sorted([LAST, METRICS_FILE])
 
 
-def test_init_from_auto_refuses_a_best_checkpoint_without_the_last(tmp_path):
-    with pytest.raises(SetupError, match=f"holds {BEST} without {LAST}"):
-        start_mode(TrainConfig(out_dir=holding(tmp_path / "run", BEST), init_from="auto"), Dist())
+@pytest.mark.parametrize("init_from", ["auto", "resume"])
+def test_a_resume_refuses_a_best_checkpoint_without_the_last_and_says_how_to_continue_from_it(tmp_path, init_from):
+    """The refusal said to pass --init_from=resume "with the checkpoint you mean", which reads ckpt_last.pt only
+    (and said there was no checkpoint, to train one first)."""
+    out = holding(tmp_path / "run", BEST)
+    with pytest.raises(SetupError) as e:
+        start_mode(TrainConfig(out_dir=out, init_from=init_from), Dist())
+    assert str(e.value) == (f"out_dir={out} holds {BEST} without {LAST}: nothing --init_from={init_from} continues; "
+                            f"copy {BEST} to {LAST} to continue from the best step, or choose another --out_dir")
 
 
 @pytest.mark.parametrize("init_from, mode", [("scratch", "fresh"), ("resume", "resume")])
