@@ -15,6 +15,7 @@ has it in both tokenizers, so that each has the model's vocabulary size.
 """
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -158,7 +159,7 @@ def main(argv) -> None:
         raise UserError(f"{path} is an encoder-decoder (train.py --model=seq2seq); its export is not written: "
                         f"Hugging Face's encoder-decoders (T5, BART, Marian) differ from it in their positions and "
                         f"norms, and llama.cpp runs decoders only, so no file would compute this model. Use it "
-                        f"here: python sample.py --out_dir={ec.out_dir} --source=...")
+                        f"here: python sample.py --out_dir={shlex.quote(ec.out_dir)} --source=...")
     ckpt.tokenizer()  # the tokenizer written beside the weights must be readable and fit them: refused before writing
     if ec.to:  # every target is checked before any is written: a refusal leaves no file behind
         hf_target(ckpt.model_config)

@@ -11,6 +11,7 @@ the vocabulary is GPT-2's 50,257.
 """
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 
@@ -256,7 +257,7 @@ def main(argv) -> None:
     if not ic.hf_dir:
         raise UserError("--hf_dir=FOLDER is required: a local Hugging Face GPT-2 or GPT-NeoX folder")
     path = import_checkpoint(ic.hf_dir, ic.out_dir, ic.dropout, ic.overwrite)
-    print(f"imported {ic.hf_dir} to {path}; sample with: python sample.py --out_dir={ic.out_dir}")
+    print(f"imported {ic.hf_dir} to {path}; sample with: python sample.py --out_dir={shlex.quote(ic.out_dir)}")
 
 
 def entry() -> int:

@@ -398,3 +398,24 @@ def test_the_export_command_refuses_a_tokenizer_that_does_not_fit_or_cannot_be_r
     err = capsys.readouterr().err
     assert said in err and err.startswith("error: ") and err.count("\n") == 1, err
     assert os.listdir(tmp_path) == ["ckpt_best.pt"]
+
+
+def test_the_commands_the_import_and_the_export_suggest_paste_back_with_a_path_holding_a_space(tmp_path, capsys):
+    """The sample.py command each prints names --out_dir as one shell word, however the folder is spelled."""
+    import shlex
+
+    from interop.import_hf import main as import_main
+
+    run = tmp_path / "my run"
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    import_main([f"--hf_dir={tmp_path / 'hf'}", f"--out_dir={run}"])
+    said = capsys.readouterr().out.strip().split("sample with: ")[1]
+    assert shlex.split(said) == ["python", "sample.py", f"--out_dir={run}"]
+    ckpt = as_checkpoint(tiny_model())
+    ckpt.objective = "seq2seq"  # refused before its weights are read as a decoder's
+    os.makedirs(tmp_path / "s2s run")
+    ckpt.save(str(tmp_path / "s2s run" / "ckpt_best.pt"))
+    with pytest.raises(UserError) as refused:
+        export_main([f"--out_dir={tmp_path / 's2s run'}", f"--to={tmp_path / 'out'}"])
+    said = str(refused.value).split("Use it here: ")[1]
+    assert shlex.split(said) == ["python", "sample.py", f"--out_dir={tmp_path / 's2s run'}", "--source=..."]
