@@ -194,8 +194,13 @@ def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
     if not same_size or differ:
         what = (f"token {differ[0]} is {ours.decode([differ[0]])!r} there" if differ
                 else f"it has {ours.vocab_size} tokens, the data {tokenizer.vocab_size}")
+        # a char or bpe vocabulary is learned from its corpus: the same kind of tokenizer on other text differs
+        fix = (f"prepare the data with the model's tokenizer, --tokenizer={meta['tokenizer']}"
+               if meta["tokenizer"] != tokenizer.name else
+               f"its {tokenizer.name} vocabulary was learned from the text the model was trained on: train on "
+               f"that text")
         raise UserError(f"{folder} was trained with another tokenizer than the data's {tokenizer.name} tokenizer "
-                         f"({what}); prepare the data with the model's tokenizer (--tokenizer=gpt2 for GPT-2)")
+                        f"({what}); {fix}")
 
 
 def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite: bool = False) -> str:

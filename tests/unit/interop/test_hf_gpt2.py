@@ -201,6 +201,21 @@ def test_training_from_a_folder_refuses_data_of_another_tokenizer(tmp_path):
         check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS + "~"))
 
 
+def test_data_of_another_kind_of_tokenizer_is_told_the_folders_kind(tmp_path):
+    """A char model's folder with data prepared by --tokenizer=gpt2: the fix names --tokenizer=char, not gpt2 (the
+    flag already given); a char vocabulary of other characters is told where the model's come from."""
+    from data.tokenizer import CharTokenizer, gpt2_tokenizer
+    from interop.import_hf import check_same_tokenizer
+
+    export(as_checkpoint(tiny_model(pos_emb="learned")), tmp_path / "hf")
+    with pytest.raises(ValueError) as e:
+        check_same_tokenizer(str(tmp_path / "hf"), 37, gpt2_tokenizer())
+    assert "--tokenizer=char" in str(e.value) and "--tokenizer=gpt2" not in str(e.value)
+    with pytest.raises(ValueError) as e:
+        check_same_tokenizer(str(tmp_path / "hf"), 37, CharTokenizer(CHARS + "~"))
+    assert "--tokenizer=" not in str(e.value) and "the text the model was trained on" in str(e.value)
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_weights_that_hold_nan_or_inf_are_refused_naming_the_tensor(tmp_path, bad):
     """As a checkpoint's are on loading: imported, they trained or sampled NaN from the first step."""
