@@ -51,6 +51,7 @@ def main(argv) -> None:
             init_model = initializer(tc.init_from[len("hf:"):], model_overrides, explicit)
         run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc, ckpt)  # 4
         hooks = evaluation_hooks(run, tasks)  # the tasks tokenized: refused here, before out_dir is touched
+        loop.announce(run)  # the banner: a stdout that cannot be written stops the run here, too
         lock = out_dir.lock_out_dir(tc.out_dir, d)  # 5
         out_dir.claim_out_dir(run)
         loop.train(run, *hooks)  # 6

@@ -173,6 +173,10 @@ def open_log(run) -> MetricsLog | None:
 
 
 def announce(run) -> None:
+    """The run's banner, from rank 0, before out_dir is locked: a stdout that cannot be written stops the run there,
+    with nothing written."""
+    if not run.dist.master:
+        return
     tc, cfg = run.tc, run.config
     print(f"{tc.model}: {run.model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
           f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={run.speed.attn_impl}"
@@ -365,9 +369,7 @@ class Bookkeeping:
 def train(run, columns=(), images=()) -> dict:
     """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}. columns:
     functions (model, tokenizer) -> {metric: value} added at each evaluation; images: functions (model, tokenizer) ->
-    (wandb key, image, caption) logged to wandb at each evaluation."""
-    if run.dist.master:  # first: a stdout that cannot be written stops the run before metrics.jsonl exists
-        announce(run)
+    (wandb key, image, caption) logged to wandb at each evaluation. train.py has printed the banner (announce)."""
     log = open_log(run)
     try:
         return train_steps(run, log, columns, images)

@@ -437,3 +437,14 @@ def test_measuring_the_matmul_peak_leaves_the_global_rng_alone():
     torch.manual_seed(0)
     peak_matmul_flops("cpu", torch.float64)  # a dtype no other test measures: not served from the cache
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_stdout_that_cannot_be_written_stops_train_before_out_dir_is_made(corpus, tmp_path):
+    """train.py > /dev/full: one line on stderr and exit 2, and the out_dir it would have made is not there (the
+    banner, its first line, is printed before out_dir is locked)."""
+    out = tmp_path / "new" / "run"  # its data is prepared beside it, in new/data
+    code = f"import sys, train\nsys.exit(train.cli.run(train.main, {tiny_args(corpus, out)!r}))"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()
