@@ -292,14 +292,14 @@ def _prepared(out: Path, fingerprint: str) -> bool:
 def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_bad: str):
     """(the tokenizer --tokenizer names for the pairs that pairs(bad) reads, its entries of meta.json): char learns
     every character of both sides, bpe trains its merges on a sample of the training pairs (written to out)."""
-    bad = BadDocuments(on_bad)
+    bad = BadDocuments(on_bad, unit="lines")
     if next(pairs(bad), None) is None:  # read up to the first good pair, or all of a file without one
         what = ("line of source TAB target" if kind_of(path) == "tsv" else
                 "object with the string fields that --source_field and --target_field name")
         raise DataError(f"--pairs={path} holds no pair{_skipped(bad)}; give a file with at least one {what}")
     if tokenizer == "char":  # a first pass: every character of both sides
         chars = set()
-        for _, s, t in pairs(BadDocuments(on_bad)):
+        for _, s, t in pairs(BadDocuments(on_bad, unit="lines")):
             chars.update(s, t)
         tok = CharTokenizer("".join(sorted(chars)))
         meta = {"tokenizer": "char", "chars": tok.chars}
@@ -312,7 +312,8 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
 
         def sample():
             left = BPE_SAMPLE_CHARS
-            for _, s, t in pairs(BadDocuments(on_bad)):  # with stop, a bad line stops before the merges are trained
+            # with stop, a bad line stops before the merges are trained
+            for _, s, t in pairs(BadDocuments(on_bad, unit="lines")):
                 if left <= 0:
                     return
                 if not is_val_pair(s, t):
@@ -337,7 +338,7 @@ def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_
 
     tok, meta = _pairs_tokenizer(pairs, path, out, tokenizer, bpe_vocab_size, on_bad)
     dtype = np.dtype(np.uint16 if tok.vocab_size + 1 <= 2**16 else np.uint32)
-    bad = BadDocuments(on_bad)
+    bad = BadDocuments(on_bad, unit="lines")
     counts = {s: {"pairs": 0, "tokens": 0} for s in ("train", "val")}
     lengths = {"train": [], "val": []}
     token_files = {s: open(out / f"{s}.tokens", "wb") for s in ("train", "val")}

@@ -51,17 +51,18 @@ class BadDocuments:
     policy: str  # 'stop' or 'skip'
     count: int = 0
     examples: list = field(default_factory=list)
+    unit: str = "documents"  # what one bad item is, in messages (a pairs file's: lines)
 
     def report(self, where: str, problem: str):
         if self.policy == "stop":
-            raise DataError(f"{where}: {problem}; fix the input or pass --on_bad=skip to skip bad documents")
+            raise DataError(f"{where}: {problem}; fix the input or pass --on_bad=skip to skip bad {self.unit}")
         self.count += 1
         if len(self.examples) < EXAMPLES:
             self.examples.append(f"{where} ({problem})")
 
     def skipped(self) -> str:
         """For a refusal they may explain (too little text): how many were left out and the first, or ''."""
-        return f" once {self.count:,} bad documents were skipped (e.g. {self.examples[0]})" if self.count else ""
+        return f" once {self.count:,} bad {self.unit} were skipped (e.g. {self.examples[0]})" if self.count else ""
 
 
 def kind_of(path: Path) -> str | None:

@@ -364,3 +364,11 @@ def test_a_moved_pairs_file_is_the_same_data_after_the_checkpoints_folder_is_gon
     assert same_prepared_pairs(old_dir, old, *prepared(tmp_path / "there" / "p.tsv", text, "b"))
     changed = text.replace(b"ab7\tba7", b"ab8\tba7")  # the same characters, pairs and lengths: other tokens
     assert not same_prepared_pairs(old_dir, old, *prepared(tmp_path / "other" / "p.tsv", changed, "c"))
+
+
+def test_a_bad_line_refused_with_on_bad_stop_is_called_a_line(tmp_path):
+    """A pairs file's bad item is a line: the refusal offers to skip bad lines, not documents."""
+    path = write(tmp_path / "p.tsv", b"good\tpair\nno tab here\nx\ty\n")
+    with pytest.raises(DataError) as e:
+        prepare_pairs(str(path), "char", on_bad="stop", data_root=tmp_path / "root", progress=False)
+    assert f"{path}:2: " in str(e.value) and str(e.value).endswith("pass --on_bad=skip to skip bad lines")
