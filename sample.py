@@ -48,8 +48,8 @@ from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
 from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder, traceable
-from inference.generate import (MIN_TEMPERATURE, check_past_context, check_sampling, generate_stream,
-                                next_token_probs)
+from inference.generate import (MIN_TEMPERATURE, NonFiniteLogits, check_past_context, check_sampling,
+                                generate_stream, next_token_probs)
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
 from inference.speculative import most_guesses, speculative_stream
@@ -148,6 +148,8 @@ def temperature_table(model, tokenizer, prompt: list[int], temperatures: list[fl
     idx = torch.tensor([prompt[-model.config.block_size:]], device=device)  # (1, T)
     logits, _ = model(idx, last_only=True)
     logits = logits[:, -1].float()  # (1, V)
+    if not torch.isfinite(torch.softmax(logits, dim=-1)).all():  # a table of NaN, its entropy max(0, NaN) = 0
+        raise NonFiniteLogits()
     probs = [(torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float() if t == 0
               else next_token_probs(logits, t))[0] for t in temperatures]  # one column each; t=0: greedy
     order = logits[0].argsort(descending=True)[:top].tolist()

@@ -20,6 +20,10 @@ from common.eval_mode import evaluating
 class NonFiniteLogits(UserError):
     """A model whose output is NaN or inf cannot be sampled from."""
 
+    def __init__(self, message="the model's next-token probabilities are not finite (NaN or inf): its weights are "
+                               "corrupt or its training diverged"):
+        super().__init__(message)
+
 
 def check_sampling(temperature=1.0, top_k=None, top_p=None, min_p=None):
     if not 0 <= temperature <= MAX_TEMPERATURE:
@@ -78,9 +82,13 @@ def exponential_race(probs, generator=None):
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, generator=None):
     """logits: (B, V) -> (B,) token ids. temperature 0 (or below MIN_TEMPERATURE) is greedy (argmax), whatever the
     filters. Off the CPU the draw makes no host sync, and a non-finite distribution goes unchecked (a check would be
-    one): the CPU's multinomial checks it at no such cost."""
+    one): the CPU's multinomial checks it at no such cost, and a greedy pick's own logit is checked there too."""
     if temperature < MIN_TEMPERATURE:
-        return greedy(logits)
+        picks = greedy(logits)
+        # argmax stops at a row's first NaN, or its inf: no pick. On the CPU the check costs nothing (no host sync)
+        if logits.device.type == "cpu" and not torch.isfinite(logits.gather(-1, picks.unsqueeze(-1))).all():
+            raise NonFiniteLogits()
+        return picks
     probs = next_token_probs(logits, temperature, top_k, top_p, min_p)
     if probs.device.type != "cpu":
         return exponential_race(probs, generator)
@@ -89,8 +97,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, gen
     except RuntimeError:  # NaN/inf: checked here, where it costs nothing, rather than each step
         if torch.isfinite(probs).all():
             raise
-        raise NonFiniteLogits("the model's next-token probabilities are not finite (NaN or inf): its weights are "
-                              "corrupt or its training diverged") from None
+        raise NonFiniteLogits() from None
 
 
 def left_pad(prompts, device):

@@ -10,7 +10,7 @@ import torch
 from common.errors import UserError
 from common.eval_mode import evaluating
 
-from .generate import check_sampling, sample_next
+from .generate import NonFiniteLogits, check_sampling, sample_next
 
 
 @torch.no_grad()
@@ -27,9 +27,12 @@ def fill_masks(model, ids: list[int], mask_id: int, top: int = 5):
     logits = logits[0].float()
     logits[:, mask_id] = float("-inf")
     probs = torch.softmax(logits, dim=-1)  # (T, V)
+    masks = [i for i, tok in enumerate(ids) if tok == mask_id]
+    if not torch.isfinite(probs[masks]).all():  # topk would rank a NaN first: no candidates, as sampling refuses
+        raise NonFiniteLogits()
     filled, candidates = list(ids), []
     top = min(top, probs.size(-1) - 1)  # every token but [MASK] at most
-    for t in [i for i, tok in enumerate(ids) if tok == mask_id]:
+    for t in masks:
         p, order = probs[t].topk(top)
         candidates.append((t, list(zip(order.tolist(), p.tolist()))))
         filled[t] = int(order[0])

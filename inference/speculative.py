@@ -22,7 +22,7 @@ import torch
 
 from common.eval_mode import evaluating
 
-from .generate import MIN_TEMPERATURE, check_sampling, kept_on_slide, next_token_probs
+from .generate import MIN_TEMPERATURE, NonFiniteLogits, check_sampling, kept_on_slide, next_token_probs
 
 
 class Windowed:
@@ -63,9 +63,19 @@ class Windowed:
 
 
 def pick(probs_or_logits: torch.Tensor, greedy: bool, generator) -> int:
+    """One token from a row (V,): its argmax (greedy: logits) or a draw (probabilities). Values that are not finite
+    are refused as the plain loop's sample_next refuses them: argmax would pick the first NaN."""
     if greedy:
-        return int(probs_or_logits.argmax())
-    return int(torch.multinomial(probs_or_logits, 1, generator=generator))
+        token = int(probs_or_logits.argmax())
+        if not torch.isfinite(probs_or_logits[token]):
+            raise NonFiniteLogits()
+        return token
+    try:
+        return int(torch.multinomial(probs_or_logits, 1, generator=generator))
+    except RuntimeError:
+        if torch.isfinite(probs_or_logits).all():
+            raise
+        raise NonFiniteLogits() from None
 
 
 def verify(p: torch.Tensor, q: list, guesses: list[int], greedy: bool, generator) -> tuple[int, int]:

@@ -15,6 +15,7 @@ induction head attends to, and copies.
 Both work for a decoder and an encoder (key t - L + 1 is in the past either way). Shapes: L layers (n_layer),
 H heads, T = 2 * half tokens, V vocabulary.
 """
+import math
 from dataclasses import dataclass
 
 import torch
@@ -104,8 +105,9 @@ class InductionScores:
     copy: torch.Tensor | None  # (L, H) copying scores, or None when not asked for
 
     def best(self) -> tuple[float, int, int]:
-        """(score, layer, head) of the head with the highest prefix-matching score."""
-        flat = int(self.prefix.argmax())
+        """(score, layer, head) of the head with the highest prefix-matching score. A NaN (maps that overflowed) is
+        no score: argmax would rank it first."""
+        flat = int(torch.where(self.prefix.isnan(), -math.inf, self.prefix).argmax())
         layer, head = divmod(flat, self.prefix.size(1))
         return float(self.prefix[layer, head]), layer, head
 
@@ -136,4 +138,5 @@ def training_row(model, tokenizer) -> dict:
     if model.config.block_size < 4:  # no room for a sequence shown twice
         return {}
     score, layer, head = induction_scores(model, avoid=special_ids(tokenizer), with_copy=False).best()
-    return {"induction_score": round(score, 5), "induction_head": f"{layer}.{head}"}
+    # every score NaN (a diverged model, --on_nonfinite=skip): no head is the best
+    return {"induction_score": round(score, 5), "induction_head": None if math.isnan(score) else f"{layer}.{head}"}

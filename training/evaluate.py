@@ -11,6 +11,7 @@ import torch
 
 from common.device import autocast
 from common.eval_mode import evaluating
+from inference.generate import NonFiniteLogits
 from training import distributed
 
 
@@ -74,7 +75,16 @@ def describe(row: dict) -> str:
 
 
 def sample_text(run, n_tokens: int) -> str:
-    """A sample from the run's prompt, with its own generator (training's random stream is untouched)."""
+    """A sample from the run's prompt, with its own generator (training's random stream is untouched). A model whose
+    logits are not finite (a run that goes on with --on_nonfinite=skip) gets a note instead: not an error that would
+    end the run at an evaluation, or after its last checkpoint."""
+    try:
+        return draw_sample(run, n_tokens)
+    except NonFiniteLogits as e:
+        return f"(no sample: {e})"
+
+
+def draw_sample(run, n_tokens: int) -> str:
     tokenizer = run.tokenizer
     if run.tc.model == "seq2seq":  # the first validation source and what the model writes for it
         (source, source_valid, _), _ = run.val_set[0]

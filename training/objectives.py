@@ -15,11 +15,13 @@ checkpoint pick it up by name (`--model=NAME`).
 Shapes: B batch, T positions.
 """
 
+import math
+
 import torch
 
 from data.mask_token import with_mask_token
 from data.pairs import with_stop_token
-from inference.generate import generate_stream
+from inference.generate import NonFiniteLogits, generate_stream
 from inference.masked import generate_by_masks
 from inference.translate import translate
 from training.masked_lm import Masker
@@ -133,14 +135,18 @@ class Seq2SeqObjective(Objective):
         right tokens, tokens), the token counts over the reference's positions; what a row writes ends at its first
         STOP."""
         source, source_valid, _ = x
-        out = translate(model, source, y.size(1), self.stop_id, self.stop_id, source_valid)  # (B, N), N <= T
+        real = y >= 0
+        try:
+            out = translate(model, source, y.size(1), self.stop_id, self.stop_id, source_valid)  # (B, N), N <= T
+        except NonFiniteLogits:  # nothing written to count (--on_nonfinite=skip evaluates on): no accuracy, not 0
+            nan = torch.full((), math.nan, dtype=torch.float64, device=y.device)
+            return torch.stack([nan, nan.new_tensor(y.size(0)), nan, real.sum().double()])
         # a stopped row repeats STOP while others decode on: those are not predictions (else a row's count would
         # depend on its batch)
         stop = (out == self.stop_id).long()  # (B, N)
         out = out.masked_fill(stop.cumsum(1) - stop > 0, -2)  # after a row's first STOP: nothing written
         pred = torch.full_like(y, -2)
         pred[:, :out.size(1)] = out
-        real = y >= 0
         right = (pred == y) & real
         exact = (right | ~real).all(dim=1)
         pairs = torch.full((), y.size(0), device=y.device)  # on the batch's device, as the counts beside it

@@ -339,3 +339,21 @@ def test_a_draft_whose_tokens_decode_to_the_same_text_but_differ_in_bytes_is_ref
         sample.load_draft(sc, ours, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
     assert sample.load_draft(sc, bpe_tokenizer({**ranks, b"\xe5\x9b": 256}), torch.device("cpu"),
                              sample.SpeedConfig(), torch.float32) is not None  # the same tokens: taken
+
+
+def test_the_temperature_table_of_a_model_that_overflows_is_refused_in_one_line():
+    """Logits that are not finite give a table of NaN whose entropy read 0.000 bits (max(0, NaN) is 0): refused as
+    sampling refuses them, at temperature 0 too (its column was the first NaN's token, certain)."""
+    from data.tokenizer import CharTokenizer
+    from inference.generate import NonFiniteLogits
+
+    model = Favouring(5, [3, 1])
+    with torch.no_grad():
+        model.logits[2] = float("nan")
+    for temperatures in ([0.5, 1.0], [0.0]):
+        with pytest.raises(NonFiniteLogits, match="not finite .* training diverged"):
+            sample.temperature_table(model, CharTokenizer("abcde"), [1, 2], temperatures, 3)
+    with torch.no_grad():
+        model.logits[2] = 0.0
+    table = sample.temperature_table(model, CharTokenizer("abcde"), [1, 2], [1.0], 3).splitlines()
+    assert table[1].split()[0] == "'d'" and float(table[-1].split()[-1]) > 0

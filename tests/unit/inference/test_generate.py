@@ -372,6 +372,23 @@ def test_non_finite_logits_are_refused_in_one_line():
             sample_next(torch.tensor([[0.0, bad, 1.0]]), temperature=1.0, generator=torch.Generator().manual_seed(0))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_greedy_sampling_refuses_logits_that_are_not_finite(bad):
+    """Temperature 0 refuses what sampling refuses: argmax picks a row's first NaN (or its inf), which is no pick;
+    a row of -inf has none either. Finite rows beside it do not hide it."""
+    from inference.generate import NonFiniteLogits
+
+    logits = torch.randn(3, 50)
+    logits[1, 7] = bad
+    if bad < 0:
+        logits[1] = bad
+    for dtype in (torch.float32, torch.bfloat16):
+        with pytest.raises(NonFiniteLogits, match="not finite .* training diverged"):
+            sample_next(logits.to(dtype), temperature=0)
+    logits[1] = 0.0
+    assert torch.equal(sample_next(logits, temperature=0), logits.argmax(-1))
+
+
 @pytest.mark.parametrize("prompts, said", [(torch.zeros(1, 0, dtype=torch.long), "the prompt is empty"),
                                            (torch.zeros(0, dtype=torch.long), "the prompt is empty"),
                                            ([[1, 2], []], "every prompt needs at least one token"),

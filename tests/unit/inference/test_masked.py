@@ -102,3 +102,18 @@ def test_generation_by_masks_refuses_bad_settings_and_an_empty_prompt():
         next(generate_by_masks(model, [1, 2], 3, MASK, temperature=-1.0))
     with pytest.raises(UserError, match="prompt is empty"):
         next(generate_by_masks(model, [], 3, MASK))
+
+
+def test_an_encoder_that_overflows_is_refused_in_one_line_filling_or_generating():
+    """Logits that are not finite (huge weights: inf - inf) give no candidates: each would be NaN, the fill the
+    first NaN's token. Refused as sampling refuses them, greedy or not."""
+    from inference.generate import NonFiniteLogits
+
+    model = tiny_model(vocab_size=V, causal=False)
+    with torch.no_grad():
+        model.wte.weight.fill_(1e38)
+    with pytest.raises(NonFiniteLogits, match="not finite .* training diverged"):
+        fill_masks(model, [1, MASK, 2], MASK)
+    for temperature in (0, 1.0):
+        with pytest.raises(NonFiniteLogits, match="not finite .* training diverged"):
+            list(generate_by_masks(model, [1, 2], 3, MASK, temperature=temperature))

@@ -109,3 +109,18 @@ def test_a_prompt_longer_than_the_context_gives_the_models_own_tokens():
     reference = generate(model, torch.tensor([prompt]), 10, temperature=0)[0, 20:].tolist()
     for k in (1, 3):
         assert list(speculative_stream(model, draft, prompt, 10, k=k, temperature=0)) == reference
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+@pytest.mark.parametrize("which", ["model", "draft"])
+def test_a_model_or_draft_that_overflows_is_refused_in_one_line(temperature, which):
+    """Logits that are not finite (huge weights: inf - inf) are refused as the plain loop refuses them, sampling or
+    greedy, from either model: not torch.multinomial's RuntimeError, nor a greedy pick of the first NaN."""
+    from inference.generate import NonFiniteLogits
+
+    model, draft = tiny(0), tiny(1, n_layer=1)
+    with torch.no_grad():
+        (model if which == "model" else draft).wte.weight.fill_(1e38)
+    with pytest.raises(NonFiniteLogits, match="not finite .* training diverged"):
+        list(speculative_stream(model, draft, [1, 2, 3], 8, k=3, temperature=temperature,
+                                generator=torch.Generator().manual_seed(0)))

@@ -137,3 +137,20 @@ def test_a_probe_avoids_the_mask_and_end_of_text_ids():
 
     assert special_ids(SimpleNamespace(mask_id=7, eot_id=5)) == (7, 5)
     assert special_ids(SimpleNamespace(eot_id=5)) == (5,) and special_ids(SimpleNamespace(eot_id=None)) == ()
+
+
+def test_the_best_head_is_a_finite_score_and_none_where_no_score_is():
+    """argmax ranks NaN first: a head whose maps overflowed was named the best, and a model whose every score is NaN
+    logged head 0.0 as its induction head in metrics.jsonl."""
+    import math
+
+    from data.tokenizer import CharTokenizer
+    from insight.induction import InductionScores, training_row
+
+    nan = float("nan")
+    assert InductionScores(torch.tensor([[0.2, 0.7], [nan, 0.1]]), None).best() == (pytest.approx(0.7), 0, 1)
+    model = tiny_model(vocab_size=8)
+    with torch.no_grad():
+        model.wte.weight.fill_(1e38)  # every attention map NaN
+    row = training_row(model, CharTokenizer("abcdefgh"))
+    assert math.isnan(row["induction_score"]) and row["induction_head"] is None

@@ -110,3 +110,20 @@ def test_evaluation_sums_every_target_and_its_bytes_over_batches():
     assert got["val_loss"] == pytest.approx(nats / targets, rel=1e-5)
     assert got["val_bpb"] == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
     assert got["val_ppl"] == pytest.approx(math.exp(nats / targets), rel=1e-5)
+
+
+def test_a_model_that_overflows_gets_a_note_for_its_sample_not_an_error():
+    """--on_nonfinite=skip trains on past a diverged model: its sample (at the end, and in wandb at each evaluation)
+    is a note that says why there is none, not a refusal that ends the run after its checkpoint was saved."""
+    from training.evaluate import sample_text
+
+    objective, tokenizer = objectives.build("decoder", CharTokenizer(LETTERS))
+    torch.manual_seed(0)
+    model = GPT(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
+    tc = SimpleNamespace(model="decoder", sample_prompt="ab", seed=0)
+    run = SimpleNamespace(tc=tc, tokenizer=tokenizer, model=model, objective=objective, device=torch.device("cpu"))
+    assert len(sample_text(run, 4)) == 6  # the prompt and 4 letters
+    with torch.no_grad():
+        model.wte.weight.fill_(1e38)  # finite weights, logits that are not: inf - inf
+    assert sample_text(run, 4) == ("(no sample: the model's next-token probabilities are not finite (NaN or inf): "
+                                   "its weights are corrupt or its training diverged)")

@@ -1,5 +1,7 @@
 """training/objectives.py: what each objective computes from a batch stays on the batch's device (the meta device
 stands for a GPU here: a CPU tensor met there raises, as it would on CUDA), and seq2seq's decoding counts."""
+import math
+
 import pytest
 import torch
 
@@ -166,3 +168,19 @@ def test_seq2seq_token_counts_of_a_pair_do_not_depend_on_the_pairs_decoded_besid
     assert alone == [0, 1, 1, 4]  # only 'a' right: the reference's STOP comes after letters never written
     both = objective.decode_counts(None, x, y).tolist()
     assert both == [1, 2, 1 + 4, 8]
+
+
+def test_seq2seq_decode_counts_of_a_model_that_overflows_are_nan():
+    """A model whose logits are not finite writes nothing to count (greedy decoding refuses its NaN picks): exact
+    and right tokens are NaN, so the evaluation shows no accuracy; --on_nonfinite=skip evaluates on past it."""
+    objective, tokenizer = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
+    x, y = seq2seq_batch("cpu")
+    assert objective.decode_counts(model, x, y).isfinite().all()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(1e38)
+    exact, pairs, right, tokens = objective.decode_counts(model, x, y).tolist()
+    assert math.isnan(exact) and math.isnan(right)
+    assert pairs == 3 and tokens == (y >= 0).sum().item()
