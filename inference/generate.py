@@ -85,7 +85,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, gen
     one): the CPU's multinomial checks it at no such cost, and a greedy pick's own logit is checked there too."""
     if temperature < MIN_TEMPERATURE:
         picks = greedy(logits)
-        # argmax stops at a row's first NaN, or its inf: no pick. On the CPU the check costs nothing (no host sync)
+        # argmax stops at a row's first NaN, or its inf: no pick. On the CPU the check needs no host sync
         if logits.device.type == "cpu" and not torch.isfinite(logits.gather(-1, picks.unsqueeze(-1))).all():
             raise NonFiniteLogits()
         return picks
