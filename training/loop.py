@@ -102,8 +102,8 @@ def on_disk(out_dir: str) -> str:
         return (f"the last complete checkpoint ({path}, step {Checkpoint.load(path).step}) is intact: continue with "
                 f"--init_from=resume")
     if os.path.exists(os.path.join(out_dir, METRICS_FILE)):
-        return (f"no checkpoint was written yet (the first comes at eval_interval), so {out_dir} holds only metrics: "
-                f"start again with --overwrite=true")
+        return (f"no checkpoint was written yet (one is saved at each evaluation whose weights are finite), so "
+                f"{out_dir} holds only metrics: start again with --overwrite=true")
     return f"nothing was written to {out_dir}"
 
 
@@ -475,9 +475,10 @@ def finish(run, log, book: Bookkeeping) -> dict:
     """The end of a run: its summary line, the final sample, the log closed."""
     tc = run.tc
     steps_run = max(0, tc.max_iters - run.start_step)
-    if run.dist.master:
+    if run.dist.master:  # no checkpoint where the weights were not finite at every save (--on_nonfinite=skip)
+        where = "checkpoints in" if os.path.exists(os.path.join(tc.out_dir, LAST)) else "no checkpoint saved in"
         print(f"done: {steps_run} steps in {time.time() - book.t_start:.1f} s ({book.train_s:.1f} s training), best "
-              f"val loss {run.best_val:.4f}; checkpoints in {tc.out_dir}/"
+              f"val loss {run.best_val:.4f}; {where} {tc.out_dir}/"
               + (f" ({run.nonfinite_evals} evaluation(s) not finite)" if run.nonfinite_evals else ""))
     if tc.sample_tokens and run.everyone:
         text = sample_text(run, tc.sample_tokens)

@@ -448,3 +448,15 @@ def test_a_stdout_that_cannot_be_written_stops_train_before_out_dir_is_made(corp
         done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not out.exists()
+
+
+def test_a_run_that_could_save_no_checkpoint_says_so_at_its_end(corpus, tmp_path, capsys):
+    """Weights that overflow at every save (--on_nonfinite=skip goes on without saving them): the closing line says
+    that no checkpoint is in out_dir, not 'checkpoints in out_dir/'."""
+    out = tmp_path / "run"
+    flags = ["--max_iters=3", "--eval_interval=1", "--on_nonfinite=skip", "--optimizer=adamw", "--learning_rate=3.4e38",
+             "--min_lr=0", "--warmup_iters=0", "--weight_decay=0"]
+    assert train.cli.run(train.main, tiny_args(corpus, out, *flags)) == 0
+    [done] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("done:")]
+    assert not (out / "ckpt_last.pt").exists()
+    assert "checkpoints in" not in done and f"no checkpoint saved in {out}/" in done, done
