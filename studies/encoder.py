@@ -186,6 +186,7 @@ def measure(sc: EncoderStudyConfig, out_dirs: dict) -> tuple[dict, dict, object]
         res["runs"][v] = {"curve": [(r["tokens"], r["elapsed_s"], r["val_loss"]) for r in rows],
                           "own_val_loss": rows[-1]["val_loss"], "train_tok_per_s": speed, "train_s": seconds,
                           "tokens": rows[-1]["tokens"]}
+    # expected: each position is masked with probability mask_rate (the count drawn varies around it)
     res["runs"]["encoder"]["targets"] = round(res["runs"]["encoder"]["tokens"] * sc.mask_rate)
     for v in ("decoder", "cheater"):
         res["runs"][v]["targets"] = res["runs"][v]["tokens"]

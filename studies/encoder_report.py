@@ -37,7 +37,8 @@ def setup_table(sc, res) -> str:
             ["positions, vocabulary", *[f"{sc.pos_emb}, {res['vocab']} characters + [MASK]"] * 3],
             ["steps x batch", *[f"{sc.max_iters} x {sc.batch_size}"] * 3],
             ["input tokens", *[f"{runs[v]['tokens']:,}" for v in ("decoder", "encoder", "cheater")]],
-            ["supervised targets", *[f"{runs[v]['targets']:,}" for v in ("decoder", "encoder", "cheater")]],
+            ["supervised targets (the encoder's: expected)",
+             *[f"{runs[v]['targets']:,}" for v in ("decoder", "encoder", "cheater")]],
             ["training time (s, without evaluations)", *[f"{runs[v]['train_s']:.1f}"
                                                             for v in ("decoder", "encoder", "cheater")]],
             ["training tokens/s (median)", *[f"{runs[v]['train_tok_per_s']:,.0f}"
