@@ -1,9 +1,13 @@
 """Batches of (source, target) pairs (data/pair_batches.py): made-up tasks, collation, drawing across processes."""
 import numpy as np
+import pytest
 import torch
 
-from data.pair_batches import FilePairs, PairBatches, TaskPairs, collate, task_pair, val_pair_batches
+from common.errors import DataError
+from data.pair_batches import (FilePairs, PairBatches, TaskPairs, collate, task_meta, task_pair, task_tokenizer,
+                               val_pair_batches)
 from data.pairs import is_val_pair
+from data.tokenizer import load_tokenizer, meta_problem
 
 
 def test_the_tasks_answers():
@@ -65,3 +69,46 @@ def test_a_file_draw_reaches_every_pair(tmp_path):
     got = FilePairs(pairs_folder(tmp_path, pairs), "train", {"dtype": "uint16"}, block_size=4)
     drawn = got.draw(np.random.default_rng(0), 200)
     assert sorted(set(map(str, drawn))) == sorted(map(str, pairs))
+
+
+def test_two_processes_accumulating_two_micro_batches_draw_what_one_draws_in_four():
+    """The global micro-batch of rank r's micro-step m is m * world_size + r: the four draws of a step are the four
+    of one process, each once."""
+    pairs = TaskPairs("sort", "train", 2, 8, seed=0)
+    one = PairBatches(pairs, 3, seed=3, stop_id=26)
+    ranks = [PairBatches(pairs, 3, seed=3, stop_id=26, rank=r, world_size=2) for r in (0, 1)]
+    for micro in (0, 1):
+        for rank in (0, 1):
+            assert torch.equal(ranks[rank].get(7, micro)[1], one.get(7, 2 * micro + rank)[1])
+    drawn = [one.get(7, m)[1] for m in range(4)]
+    assert all(not torch.equal(a, b) for i, a in enumerate(drawn) for b in drawn[i + 1:])
+
+
+def test_the_validation_batches_are_the_first_pairs_every_one_of_them_in_order(tmp_path):
+    """Full batches of a task's first pairs; a file with fewer pairs than the batches hold ends in a short batch."""
+    file_pairs = FilePairs(pairs_folder(tmp_path, [([i], [i + 1]) for i in range(1, 10)]), "train",
+                           {"dtype": "uint16"}, block_size=4)  # 9 pairs: batches of 4, 4 and 1
+    for pairs in (TaskPairs("reverse", "val", 2, 6, seed=0), file_pairs):
+        first = pairs.first(12)
+        for world_size in (1, 2):
+            for rank in range(world_size):
+                got = val_pair_batches(pairs, 4, 3, 26, rank=rank, world_size=world_size)
+                want = [collate(first[i:i + 4], 26) for i in range(0, len(first), 4)][rank::world_size]
+                assert len(got) == len(want)
+                for g, w in zip(got, want):
+                    assert all(torch.equal(x, y) for x, y in zip(g[0] + (g[1],), w[0] + (w[1],)))
+    assert [len(b[1]) for b in val_pair_batches(file_pairs, 4, 3, 26)] == [4, 4, 1]
+
+
+def test_a_split_whose_every_pair_is_too_long_is_refused_in_one_line(tmp_path):
+    folder = pairs_folder(tmp_path, [([1] * 5, [2]), ([1], [2] * 4)])
+    with pytest.raises(DataError, match=r"^every train pair of .* is longer than block_size=4 tokens on one side"):
+        FilePairs(folder, "train", {"dtype": "uint16"}, block_size=4)
+
+
+def test_a_tasks_meta_describes_its_tokenizer():
+    meta = task_meta("sort", 2, 5)
+    assert meta_problem(meta) is None
+    loaded, tok = load_tokenizer(meta), task_tokenizer()
+    assert loaded.vocab_size == tok.vocab_size == meta["vocab_size"]
+    assert loaded.encode("hello") == tok.encode("hello")

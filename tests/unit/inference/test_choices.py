@@ -110,3 +110,21 @@ def test_identical_choices_get_one_sum_so_the_first_wins_however_the_rows_are_ba
         for it in report["items"]:
             assert it["logprobs"][-1] == it["logprobs"][0]
             assert it["label"] not in (it["pred"], it["pred_norm"], it["pred_token"])
+
+
+def test_one_item_with_nan_scores_makes_each_metric_nan_though_the_others_are_finite():
+    """An input token whose embedding is NaN (an untied head: the other tokens' logits stay finite) spoils only the
+    items that read it; those have no pick, and a metric over them all is NaN, not a count that takes them as
+    misses."""
+    tok = CharTokenizer(" abc")
+    model = tiny_model(vocab_size=4, tie_head=False)
+    with torch.no_grad():
+        model.wte.weight[tok.encode("c")[0]] = float("nan")
+    items = [Item("ab", ["a", "b"], 0, 1), Item("ac", ["a", "b"], 0, 2), Item("ba", ["b", "ab"], 1, 3)]
+    report = score_task(model, encode_task(Task("t", "t", items), tok, block_size=16))
+    finite = [all(math.isfinite(s) for s in it["logprobs"]) for it in report["items"]]
+    assert finite == [True, False, True]  # the case this test is about: NaN in one item only
+    for it, ok in zip(report["items"], finite):
+        assert all((it[k] is not None) == ok for k in ("pred", "pred_norm", "pred_token"))
+    for metric in METRICS:
+        assert math.isnan(report[metric]) and report[f"{metric}_stderr"] is None

@@ -1,7 +1,16 @@
-"""inference/evaluation.py: the text evaluate.py --text scores, read as the run's own text was."""
+"""inference/evaluation.py: the text evaluate.py --text scores, read as the run's own text was; the stride, the
+report and its table, the columns training logs."""
+import pytest
+import torch
+
+from common.errors import UserError
+from conftest import tiny_model
 from data.mask_token import with_mask_token
 from data.tokenizer import CharTokenizer
-from inference.evaluation import read_text
+from inference.choices import METRICS, score_task
+from inference.evaluation import check_stride, evaluate, read_text, report_table, task_columns
+from inference.scoring import perplexity, sliding_windows
+from inference.tasks import Item, Task, encode_task
 
 
 def test_a_literal_mask_in_the_text_is_its_characters_for_a_mask_token_decoder(tmp_path):
@@ -23,3 +32,75 @@ def test_the_text_keeps_its_line_ends_as_prepare_does(tmp_path):
     path.write_bytes(raw)
     chars = CharTokenizer("ehnortw\r\n")
     assert read_text(str(path), chars) == chars.encode(raw.decode("utf-8").removeprefix("\ufeff"))
+
+
+def test_the_stride_defaults_to_half_the_block_and_may_be_the_whole_block():
+    assert check_stride(None, 16) == 8 and check_stride(None, 1) == 1  # Hugging Face's guide's 512 of 1024
+    assert check_stride(16, 16) == 16 and check_stride(1, 16) == 1
+    for bad in (0, 17):  # 0 would never move on
+        with pytest.raises(UserError, match=f"^--stride={bad} must be in 1..block_size=16"):
+            check_stride(bad, 16)
+
+
+def test_an_encoder_is_refused_before_anything_is_scored():
+    with pytest.raises(UserError, match="an encoder has no next-token log-probabilities"):
+        evaluate(tiny_model(causal=False, vocab_size=11), CharTokenizer(" abcdefghij"), [], [1, 2, 3])
+
+
+BARS = []
+
+
+class Bar:
+    """progress_bar's stand-in: what it was told to expect, and what it was told was done."""
+    def __init__(self, total, desc, enabled=True):
+        self.total, self.desc, self.done = total, desc, 0
+        BARS.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n):
+        self.done += n
+
+
+def test_the_report_holds_what_was_scored_with_the_stride_used_and_each_bar_reaches_its_total(monkeypatch):
+    import inference.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "progress_bar", Bar)
+    BARS.clear()
+    model, tok = tiny_model(vocab_size=11), CharTokenizer(" abcdefghij")
+    items = [Item("abc", ["ab", "c", "ba"], 0, 1), Item("ab" * 9, ["a", "b"], 1, 2)]  # a whole context, a cut one
+    tasks = [Task("t", "t.jsonl", items)]
+    text = tok.encode("abc fed jihg abcd ef ghij")
+    report = evaluate(model, tok, tasks, text, stride=5)
+    assert report["text"] == {**perplexity(model, text, tok, 5), "stride": 5}
+    assert report["tasks"]["t"] == score_task(model, encode_task(tasks[0], tok, 16))
+    assert [(b.desc, b.total, b.done) for b in BARS] == [("t", 5, 5), ("text", len(sliding_windows(len(text), 16, 5)),
+                                                                       len(sliding_windows(len(text), 16, 5)))]
+
+
+def test_training_logs_each_task_metric_as_scored_to_five_places():
+    """On a model whose every next token is equally likely, the shortest of three choices is picked by acc: right in
+    one item of three."""
+    model, tok = tiny_model(vocab_size=11), CharTokenizer(" abcdefghij")
+    with torch.no_grad():
+        model.head.weight.zero_()  # tied to the embedding: every logit is zero
+    items = [Item("abc", ["abcd", "ab", "abcdefg"], label, n) for n, label in enumerate((1, 0, 2), 1)]
+    encoded = encode_task(Task("t", "t.jsonl", items), tok, 16)
+    scores = score_task(model, encoded)
+    assert scores["acc"] == pytest.approx(1 / 3)  # the case this test is about: a metric with many decimals
+    assert task_columns(model, {"t": encoded}) == {f"tasks/t/{m}": pytest.approx(scores[m], abs=1e-5)
+                                                   for m in METRICS}
+
+
+def test_the_table_shows_every_standard_error_there_is_and_the_tokens_scored():
+    task = {"n": 3, "cut": 0, "chance": 0.5, "acc": 1.0, "acc_stderr": 0.0, "acc_norm": 0.5, "acc_norm_stderr": 0.25,
+            "acc_token": 1.0, "acc_token_stderr": None}
+    text = {"tokens": 1235, "scored": 1234, "nll_per_token": 2.0, "ppl": 7.389, "bits_per_byte": 2.9, "stride": 8}
+    table = report_table({"tasks": {"t": task}, "text": text})
+    row = table.splitlines()[1]
+    assert row.count("±") == 2 and "± 0.0000" in row and "± 0.2500" in row  # a zero error is an error too
+    assert table.splitlines()[2].startswith("text: 1,234 tokens scored (stride 8)")

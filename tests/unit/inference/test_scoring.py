@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from conftest import POS_EMBS, tiny_model
 from data.tokenizer import CharTokenizer
 from inference.choices import score_task
-from inference.scoring import (LOGITS_BUDGET, PAD_SHARE, batches, default_batch_tokens, perplexity, row_logprobs,
-                               sliding_windows)
+from inference.scoring import (LOGITS_AT_ONCE, LOGITS_BUDGET, PAD_SHARE, batches, default_batch_tokens, perplexity,
+                               row_logprobs, sliding_windows, target_logprobs)
 from inference.tasks import Task, encode_task, parse_item
 
 
@@ -35,10 +35,15 @@ def random_rows(seed=0, count=7, vocab=37, longest=17):
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
 def test_a_row_in_a_padded_batch_scores_as_it_does_alone(pos_emb):
     model = tiny_model(pos_emb=pos_emb)
-    rows, n = random_rows()
-    batched = row_logprobs(model, rows, n, batch_tokens=1000)  # one forward: rows of 2..17 tokens, right-padded
-    for row, k, got in zip(rows, n, batched):
-        assert got == pytest.approx(alone(model, row, k), abs=1e-4)
+    g = torch.Generator().manual_seed(0)
+    lengths = [14, 17, 15, 16, 17, 14]  # widths 13..16: pads of at most 3 of 16, so one forward; not longest first
+    rows = [torch.randint(0, 37, (k,), generator=g).tolist() for k in lengths]
+    n = [k - 1 if j % 2 else max(1, k // 3) for j, k in enumerate(lengths)]  # every target, or the last few
+    assert len(batches(lengths, batch_tokens=1000)) == 1  # the rows do share a forward, right-padded
+    for rows, n in ((rows, n), random_rows()):  # and rows of 2..17 tokens, in forwards of their own
+        batched = row_logprobs(model, rows, n, batch_tokens=1000)
+        for row, k, got in zip(rows, n, batched):
+            assert got == pytest.approx(alone(model, row, k), abs=1e-4)
 
 
 def test_batches_take_rows_longest_first_up_to_the_token_budget():
@@ -47,6 +52,7 @@ def test_batches_take_rows_longest_first_up_to_the_token_budget():
     assert groups == [[1, 4], [0, 5], [2, 6], [3]]  # longest first; equal lengths keep their order
     assert all(len(g) * (lengths[g[0]] - 1) <= 40 for g in groups)
     assert batches([30], batch_tokens=5) == [[0]]  # a row longer than the budget goes alone
+    assert batches([11] * 5, batch_tokens=40) == [[0, 1, 2, 3], [4]]  # 4 rows of 10 input tokens fill 40 exactly
     assert len(batches([17, 15, 16, 14], batch_tokens=1000)) == 1  # widths 16..13: pads of at most 3/16
 
 
@@ -162,3 +168,30 @@ def test_a_text_that_fits_one_block_scores_as_one_forward_whatever_the_stride(st
         logits, _ = model(torch.tensor([tokens[:-1]]))
     whole = F.cross_entropy(logits[0].double(), torch.tensor(tokens[1:])).item()
     assert got["nll_per_token"] == pytest.approx(whole, abs=1e-6)
+
+
+def test_more_positions_than_one_log_softmax_takes_each_get_their_own_target():
+    """The log-softmax runs LOGITS_AT_ONCE positions at a time: each chunk's logits meet their own targets."""
+    g = torch.Generator().manual_seed(0)
+    n = 2 * LOGITS_AT_ONCE + 5
+    logits, targets = torch.randn(n, 7, generator=g), torch.randint(0, 7, (n,), generator=g)
+    want = F.log_softmax(logits.double(), dim=-1)[torch.arange(n), targets]
+    got = target_logprobs(logits, targets)
+    assert got.dtype == torch.float64 and got.shape == (n,)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_a_diverged_models_perplexity_is_exp_of_its_nll_while_a_float_holds_it():
+    """A model far off (an untied head scaled up: nll per token in the hundreds) has ppl = exp(nll) up to what a
+    float holds; past that, a finite number no smaller, not an overflow."""
+    tok = CharTokenizer(" abcdefghij")
+    tokens = torch.randint(0, 11, (45,), generator=torch.Generator().manual_seed(1)).tolist()
+    got = []
+    for scale in (1e3, 1e4):
+        model = tiny_model(vocab_size=11, tie_head=False)
+        with torch.no_grad():
+            model.head.weight.mul_(scale)
+        got.append(perplexity(model, tokens, tok, stride=8))
+    assert 100 < got[0]["nll_per_token"] < 700 and got[1]["nll_per_token"] > 710  # the cases this test is about
+    assert got[0]["ppl"] == pytest.approx(math.exp(got[0]["nll_per_token"]), rel=1e-9)
+    assert math.isfinite(got[1]["ppl"]) and got[1]["ppl"] > got[0]["ppl"]

@@ -7,7 +7,7 @@ import pytest
 from common.errors import UserError
 from data.mask_token import with_mask_token
 from data.tokenizer import CharTokenizer, gpt2_tokenizer
-from inference.tasks import Task, encode_task, read_task, read_tasks
+from inference.tasks import Task, encode_task, read_task, read_tasks, task_name
 
 # a line as HellaSwag's own hellaswag_val.jsonl has it: its keys, an int label, endings under "endings"
 HELLASWAG = {"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
@@ -37,6 +37,8 @@ def test_hellaswag_lines_and_plain_lines_read_alike(tmp_path):
     ({"question": "?", "answers": ["a", "b"]}, "mistakes.jsonl:2 has neither HellaSwag's ctx/endings/label nor"),
     ({"context": "", "choices": ["a", "b"], "label": 0}, "mistakes.jsonl:2: context must be a non-empty string"),
     ({"context": "x", "choices": ["a"], "label": 0}, "mistakes.jsonl:2: choices must be a list of at least two"),
+    ({"context": "x", "label": 0}, "mistakes.jsonl:2: choices must be a list of at least two strings; it is missing"),
+    ({"endings": ["a", "b"], "label": 0}, "mistakes.jsonl:2: ctx must be a non-empty string; it is missing"),
     ({"context": "x", "choices": ["a", 3], "label": 0}, "mistakes.jsonl:2: choices must be a list of at least two"),
     ({"context": "x", "choices": ["a", ""], "label": 0}, "mistakes.jsonl:2: choice 1 is empty"),
     ({"context": "x", "choices": ["a", "b"], "label": 2}, "mistakes.jsonl:2: label=2 is out of range for 2 choices"),
@@ -141,3 +143,31 @@ def read_item(obj, line=1):
     from inference.tasks import parse_item
 
     return parse_item(json.dumps(obj), f"t.jsonl:{line}", line)
+
+
+def test_a_byte_order_mark_a_trailing_comma_and_dots_in_a_name(tmp_path):
+    """A file an editor saved with a byte-order mark reads as without it; a comma after the last file names no
+    other; a task is named by its file's name without the extension only."""
+    line = json.dumps({"context": "x", "choices": ["a", "b"], "label": 1})
+    (tmp_path / "hellaswag.v2.jsonl").write_bytes(b"\xef\xbb\xbf" + line.encode() + b"\n")
+    path = str(tmp_path / "hellaswag.v2.jsonl")
+    (task,) = read_tasks(f"{path}, ")
+    assert task.name == task_name(path) == "hellaswag.v2" and [(i.context, i.label) for i in task.items] == [("x", 1)]
+    with pytest.raises(UserError, match="names no file"):
+        read_tasks(" , ")
+
+
+def test_a_choice_of_block_size_tokens_fits_and_cut_counts_every_choice():
+    """A row holds block_size + 1 tokens: a choice of block_size tokens keeps one context token. A context of
+    exactly the tokens that fit with every choice is whole; one that must lose tokens for any choice (here the
+    first, the longest) is cut."""
+    tok = CharTokenizer(" abcdefghij")
+    item = read_item({"context": "abc", "choices": ["abcdefg", "a"], "label": 0})  # " abcdefg": 8 tokens
+    (enc,) = encode_task(Task("t", "t.jsonl", [item]), tok, block_size=8)
+    assert [tok.decode(r) for r in enc.rows] == ["c abcdefg", "abc a"] and enc.cut
+    item = read_item({"context": "a", "choices": ["abcdefg", "a"], "label": 0})
+    (enc,) = encode_task(Task("t", "t.jsonl", [item]), tok, block_size=8)
+    assert [tok.decode(r) for r in enc.rows] == ["a abcdefg", "a a"] and not enc.cut  # 9 tokens: nothing lost
+    item = read_item({"context": "ab", "choices": ["a", "abcdef"], "label": 0})  # 2 + 7 = 9 tokens: fits exactly
+    (enc,) = encode_task(Task("t", "t.jsonl", [item]), tok, block_size=8)
+    assert not enc.cut and enc.rows[1] == tok.encode("ab abcdef")
