@@ -165,11 +165,11 @@ def print_by_kind(res, size):
 
 def peak_note(res, key) -> str:
     """The peak beside its MFU figure: GFLOP/s, the kernel and product (M x K x N) that reached it, and a warning
-    when the measurements before and after the timed steps disagree."""
+    when this peak's measurements before and after the timed steps disagree."""
     (m, k, n), kernel = res["probe_" + key]["shape"], res["probe_" + key]["kernel"]
     note = f"{res['peak_' + key] / 1e9:.0f} GFLOP/s, {kernel} {m}x{k}x{n}"
-    if res["peak_spread"] > throughput.DISTURBED:
-        note += f"; probes {res['peak_spread']:.0%} apart: disturbed?"
+    if res["spread_" + key] > throughput.DISTURBED:
+        note += f"; probes {res['spread_' + key]:.0%} apart: disturbed?"
     return note
 
 

@@ -123,11 +123,11 @@ def measure(nanogpt: str | None, batch_size: int, repeats: int, steps: int, shap
     for _, who in alternated(models, repeats):
         per[who].append(step_seconds(*models[who], batch, steps, timed_dtype.get(who)))
     flops_per_token = models["ours"][0].flops_per_token(T)
-    out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token, "peak_spread": 0.0}
+    out = {"batch_size": batch_size, "T": T, "flops_per_token": flops_per_token}
     for key, dtype in PEAK_DTYPES.items():  # measured again after the steps: the higher is the peak
         probe[key].append(best_probe(models["ours"][0], batch_size * T, dtype, peak_s))
         lo, hi = sorted(r["flops"] for r in probe[key])
-        out["peak_spread"] = max(out["peak_spread"], (hi - lo) / hi)
+        out["spread_" + key] = (hi - lo) / hi  # said beside this peak where > DISTURBED
         out["probe_" + key] = max(probe[key], key=lambda r: r["flops"])  # {'shape', 'kernel', 'flops'}
         out["peak_" + key] = out["probe_" + key]["flops"]
     for who, secs in per.items():
