@@ -211,10 +211,10 @@ def time_by_kind(model, opt, batch, dtype=None, steps: int = 3) -> dict:
     kind_of = {op: kind for kind, ops in KINDS.items() for op in ops}
     ms = dict.fromkeys([*KINDS, "optimizer step", "other ops"], 0.0)
     for e in prof.events():
-        parent = e.cpu_parent
-        while parent is not None and not parent.name.startswith("Optimizer.step"):
-            parent = parent.cpu_parent
-        kind = "optimizer step" if parent is not None else kind_of.get(e.name, "other ops")
+        up = e  # the event or a range around it: the optimizer's own range (its Python) is its step too
+        while up is not None and not up.name.startswith("Optimizer.step"):
+            up = up.cpu_parent
+        kind = "optimizer step" if up is not None else kind_of.get(e.name, "other ops")
         ms[kind] += e.self_cpu_time_total / 1e3 / steps
     ms["between the ops"] = max(0.0, wall * 1e3 - sum(ms.values()))
     ms["step"] = wall * 1e3
