@@ -146,7 +146,7 @@ def run_throughput(args, table, want):
                                model_kw=throughput.DEFAULT_MATH, levers=throughput.DEFAULT_LEVERS,
                                peak_s=peak_s, compiled=compiled)
         mfu_rows(table, d, f"{d_shape['n_layer']}L/{d_shape['n_embd']}/T{d_shape['block_size']}, B{d_bs} (the "
-                           f"default's shape)")
+                           f"default's {'math' if args.quick else 'shape'})")  # --quick: its own tiny shape
         print(f"  profile of one training step ({size}, float32), top ops by self CPU time:")
         for name, ms, share in res["profile"]:
             print(f"    {name:40s} {ms:9.1f} ms  {share:5.1%}")

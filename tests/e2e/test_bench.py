@@ -364,6 +364,30 @@ def test_a_disturbed_probe_is_said_beside_the_peak_whose_two_probes_disagree(mon
     assert bench.peak_note(res, "bf16") == "200 GFLOP/s, mm 8x8x8; probes 50% apart: disturbed?"
 
 
+def test_the_second_mfu_shape_is_called_the_defaults_only_where_it_is(monkeypatch):
+    """--quick times its tiny shape twice, the second time with the default model's math: its rows called that
+    2L/32 shape "the default's shape"."""
+    import bench
+
+    shapes = []
+
+    def measure(nanogpt, batch_size, repeats, steps, shape, **kwargs):
+        shapes.append(shape)
+        return {"flops_per_token": 1e6, "batch_size": batch_size, "T": shape["block_size"], "auto_dtype": "float32",
+                "peak_fp32": 1e11, "peak_bf16": 1e12, "spread_fp32": 0.0, "spread_bf16": 0.0,
+                "probe_fp32": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e11},
+                "probe_bf16": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e12},
+                "ours": {"mfu_fp32": 0.3, "mfu_bf16": 0.1},
+                "ours-auto": {"step_s": 0.1, "tok_per_s": 1000.0, "mfu_auto": 0.3},
+                "matmuls": {"seconds": 0.04}, "profile": [], "by_kind": {"step": 100.0}}
+    monkeypatch.setattr(bench.throughput, "measure", measure)
+    for quick in (True, False):
+        table, shapes[:] = [], []
+        bench.run_throughput(bench.BenchConfig(quick=quick), table, ("mfu",))
+        said = [row[0] for row in table if "the default's shape" in row[0]]
+        assert (said != []) == (shapes[1] == bench.throughput.DEFAULT_SHAPE), said
+
+
 @pytest.mark.parametrize("target", ["prepare", "ttq", "quality"])
 @pytest.mark.parametrize("content, said", [(None, "is a folder"), (b"", "holds no text"),
                                            (b"\n\n  \n\n", "holds no text"),
