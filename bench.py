@@ -146,7 +146,7 @@ def run_throughput(args, table, want):
                                model_kw=throughput.DEFAULT_MATH, levers=throughput.DEFAULT_LEVERS,
                                peak_s=peak_s, compiled=compiled)
         mfu_rows(table, d, f"{d_shape['n_layer']}L/{d_shape['n_embd']}/T{d_shape['block_size']}, B{d_bs} (the "
-                           f"default's shape)")
+                           f"default's {'math' if args.quick else 'shape'})")  # --quick: its own tiny shape
         print(f"  profile of one training step ({size}, float32), top ops by self CPU time:")
         for name, ms, share in res["profile"]:
             print(f"    {name:40s} {ms:9.1f} ms  {share:5.1%}")
@@ -165,11 +165,11 @@ def print_by_kind(res, size):
 
 def peak_note(res, key) -> str:
     """The peak beside its MFU figure: GFLOP/s, the kernel and product (M x K x N) that reached it, and a warning
-    when the measurements before and after the timed steps disagree."""
+    when this peak's measurements before and after the timed steps disagree."""
     (m, k, n), kernel = res["probe_" + key]["shape"], res["probe_" + key]["kernel"]
     note = f"{res['peak_' + key] / 1e9:.0f} GFLOP/s, {kernel} {m}x{k}x{n}"
-    if res["peak_spread"] > throughput.DISTURBED:
-        note += f"; probes {res['peak_spread']:.0%} apart: disturbed?"
+    if res["spread_" + key] > throughput.DISTURBED:
+        note += f"; probes {res['spread_' + key]:.0%} apart: disturbed?"
     return note
 
 

@@ -251,7 +251,7 @@ def test_the_products_alone_row_says_the_ms_outside_them_and_the_steps_share_aga
     row with the same ratio and its speed over the eager step."""
     import bench
     res = {"flops_per_token": 1e6, "batch_size": 2, "T": 50, "auto_dtype": "bfloat16", "peak_fp32": 1e11,
-           "peak_bf16": 1e12, "peak_spread": 0.0, "compile_s": 4.0,
+           "peak_bf16": 1e12, "spread_fp32": 0.0, "spread_bf16": 0.0, "compile_s": 4.0,
            "probe_fp32": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e11},
            "probe_bf16": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e12},
            "ours": {"mfu_fp32": 0.3, "mfu_bf16": 0.1},
@@ -335,7 +335,7 @@ def test_the_mfu_rows_name_each_peak_and_a_disturbed_probe():
     import bench
 
     res = {"flops_per_token": 1e6, "batch_size": 2, "T": 50, "auto_dtype": "bfloat16", "peak_fp32": 1e11,
-           "peak_bf16": 1e12, "peak_spread": 0.0,
+           "peak_bf16": 1e12, "spread_fp32": 0.0, "spread_bf16": 0.0,
            "probe_fp32": {"shape": (8, 16, 32), "kernel": "mm", "flops": 1e11},
            "probe_bf16": {"shape": (64, 128, 256), "kernel": "addmm", "flops": 1e12},
            "ours": {"mfu_fp32": 0.3, "mfu_bf16": 0.1},
@@ -345,8 +345,47 @@ def test_the_mfu_rows_name_each_peak_and_a_disturbed_probe():
     bench.mfu_rows(table, res, "tiny")
     assert "(100 GFLOP/s, mm 8x16x32)" in table[0][1] and "(1000 GFLOP/s, addmm 64x128x256)" in table[1][1]
     assert "disturbed" not in " ".join(row[1] for row in table)
-    res["peak_spread"] = 0.2
+    res["spread_fp32"] = 0.2
     assert bench.peak_note(res, "fp32") == "100 GFLOP/s, mm 8x16x32; probes 20% apart: disturbed?"
+
+
+def test_a_disturbed_probe_is_said_beside_the_peak_whose_two_probes_disagree(monkeypatch):
+    """Each peak is probed before and after the timed steps; the row of the peak whose two probes differ by more than
+    10% says so. Its bf16 probes' spread was said beside the float32 peak too, whose probes agreed."""
+    import bench
+    import torch
+    from benchmarks import throughput
+
+    reads = {torch.float32: iter([100e9, 100e9]), torch.bfloat16: iter([100e9, 200e9])}  # before, after
+    monkeypatch.setattr(throughput, "best_probe", lambda model, rows, dtype, peak_s: {
+        "shape": (8, 8, 8), "kernel": "mm", "flops": next(reads[dtype])})
+    res = throughput.measure(None, 2, 1, 1, dict(n_layer=1, n_head=2, n_embd=16, block_size=8), peak_s=0.0)
+    assert bench.peak_note(res, "fp32") == "100 GFLOP/s, mm 8x8x8"
+    assert bench.peak_note(res, "bf16") == "200 GFLOP/s, mm 8x8x8; probes 50% apart: disturbed?"
+
+
+def test_the_second_mfu_shape_is_called_the_defaults_only_where_it_is(monkeypatch):
+    """--quick times its tiny shape twice, the second time with the default model's math: its rows called that
+    2L/32 shape "the default's shape"."""
+    import bench
+
+    shapes = []
+
+    def measure(nanogpt, batch_size, repeats, steps, shape, **kwargs):
+        shapes.append(shape)
+        return {"flops_per_token": 1e6, "batch_size": batch_size, "T": shape["block_size"], "auto_dtype": "float32",
+                "peak_fp32": 1e11, "peak_bf16": 1e12, "spread_fp32": 0.0, "spread_bf16": 0.0,
+                "probe_fp32": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e11},
+                "probe_bf16": {"shape": (8, 8, 8), "kernel": "mm", "flops": 1e12},
+                "ours": {"mfu_fp32": 0.3, "mfu_bf16": 0.1},
+                "ours-auto": {"step_s": 0.1, "tok_per_s": 1000.0, "mfu_auto": 0.3},
+                "matmuls": {"seconds": 0.04}, "profile": [], "by_kind": {"step": 100.0}}
+    monkeypatch.setattr(bench.throughput, "measure", measure)
+    for quick in (True, False):
+        table, shapes[:] = [], []
+        bench.run_throughput(bench.BenchConfig(quick=quick), table, ("mfu",))
+        said = [row[0] for row in table if "the default's shape" in row[0]]
+        assert (said != []) == (shapes[1] == bench.throughput.DEFAULT_SHAPE), said
 
 
 @pytest.mark.parametrize("target", ["prepare", "ttq", "quality"])
