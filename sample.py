@@ -49,7 +49,7 @@ from speed.packed import pack_weights
 from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, path_in
 from inference.decode_step import StaticDecoder, traceable
 from inference.generate import (MIN_TEMPERATURE, NonFiniteLogits, check_past_context, check_sampling,
-                                generate_stream, next_token_probs)
+                                generate_stream, never_writing, next_token_probs)
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
 from inference.speculative import most_guesses, speculative_stream
@@ -241,12 +241,13 @@ def main(argv) -> None:
     if sc.past_context == "extend":  # a decoder's (flag_scope refuses it elsewhere)
         check_past_context(sc.past_context, model)
     prompt = encoded_prompt(tokenizer, text, ckpt.objective == "encoder")
-    if mode == "masks":
-        print_filled(model, tokenizer, prompt, ckpt.mask_id, sc.top_tokens)
-    elif mode == "temperatures":
-        print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
-    else:
-        generate(sc, model, tokenizer, prompt, ckpt, device, dtype, speed_config)
+    with never_writing(model, ckpt.mask_id):  # [MASK] is no text (a decoder has one only beside an encoder)
+        if mode == "masks":
+            print_filled(model, tokenizer, prompt, ckpt.mask_id, sc.top_tokens)
+        elif mode == "temperatures":
+            print(temperature_table(model, tokenizer, prompt, parse_temperatures(sc.temperatures), sc.top_tokens))
+        else:
+            generate(sc, model, tokenizer, prompt, ckpt, device, dtype, speed_config)
 
 
 def draw_attention(model, tokenizer, text: str, path: str) -> None:

@@ -7,6 +7,8 @@ of them; when the context is full it drops the oldest quarter and carries on (th
 cache with the kept three quarters, so a re-prefill costs one batched forward every block_size/4 tokens instead of
 one per token). With past_context="extend" neither slides: every token stays in the context, as in llama.cpp.
 """
+import contextlib
+
 import torch
 
 # Below this temperature sampling is greedy: logits / 1e-39 overflow float32 to inf, and softmax(inf) is NaN.
@@ -139,6 +141,24 @@ def check_past_context(past_context: str, model=None) -> None:
 def kept_on_slide(block_size: int) -> int:
     """Tokens of context kept when a full window slides: three quarters of it, at least the last token."""
     return max(1, block_size - max(1, block_size // 4))
+
+
+@contextlib.contextmanager
+def never_writing(model, token_id: int | None):
+    """While it lasts, the model's head gives token_id a logit of -inf, so no sampling of any kind writes it: a
+    next-token model's [MASK], which it has only so that its vocabulary is an encoder's, is no text. None: no-op."""
+    if token_id is None:
+        yield
+        return
+
+    def hook(module, args, logits):
+        return logits.index_fill(-1, torch.tensor([token_id], device=logits.device), float("-inf"))
+
+    handle = model.head.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @torch.no_grad()

@@ -28,7 +28,7 @@ from studies import cloze
 from studies.runs import read_metrics, start_study, train_run, train_speed, val_tokens, val_windows, wandb_flags
 from inference.checkpoint import load_for_inference, path_in
 from inference.masked import generate_by_masks as mask_append_stream
-from inference.generate import check_sampling, generate_stream
+from inference.generate import check_sampling, generate_stream, never_writing
 
 VARIANTS = ("decoder", "encoder", "cheater")
 
@@ -120,25 +120,13 @@ def timed_generation(tokens) -> tuple[list[int], list[float]]:
     return out, stamps
 
 
-@contextlib.contextmanager
-def mask_never_written(models: list, mask_id: int):
-    """The next-token models have the [MASK] id only for the encoder's parameter count; it is no text: while they
-    sample, its logit is -inf (a hook on the head)."""
-    def hook(module, args, logits):
-        return logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
-
-    handles = [m.head.register_forward_hook(hook) for m in models]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def generations(sc, models, tokenizer) -> tuple[dict, dict]:
     """Samples from the same prompts and seed, and seconds-per-token curves (first prompt) of the ways to generate:
     decoder with its KV cache, decoder without, encoder by appending [MASK] (no cache possible)."""
-    with mask_never_written([m for v, m in models.items() if v != "encoder"], tokenizer.mask_id):
+    with contextlib.ExitStack() as stack:  # the next-token models have [MASK] only for the encoder's parameter count
+        for variant, model in models.items():
+            if variant != "encoder":
+                stack.enter_context(never_writing(model, tokenizer.mask_id))
         return sample_all(sc, models, tokenizer)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from data.mask_token import with_mask_token
 from data.pairs import with_stop_token
-from inference.generate import NonFiniteLogits, generate_stream
+from inference.generate import NonFiniteLogits, generate_stream, never_writing
 from inference.masked import generate_by_masks
 from inference.translate import translate
 from training.masked_lm import Masker
@@ -63,9 +63,10 @@ class Objective:
         """Yields new token ids one at a time (sampling: temperature, top_k, top_p, min_p, stop_tokens). The KV
         cache is used where the model is causal (it is the same text, faster)."""
         idx = torch.tensor([prompt], device=next(model.parameters()).device)
-        for token in generate_stream(model, idx, max_new_tokens, use_cache=use_cache and self.causal,
-                                     generator=generator, **sampling):
-            yield int(token[0])
+        with never_writing(model, self.mask_id):  # a decoder's [MASK] (beside an encoder) is no text
+            for token in generate_stream(model, idx, max_new_tokens, use_cache=use_cache and self.causal,
+                                         generator=generator, **sampling):
+                yield int(token[0])
 
 
 class Cheater(Objective):

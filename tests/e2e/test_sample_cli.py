@@ -357,3 +357,19 @@ def test_the_temperature_table_of_a_model_that_overflows_is_refused_in_one_line(
         model.logits[2] = 0.0
     table = sample.temperature_table(model, CharTokenizer("abcde"), [1, 2], [1.0], 3).splitlines()
     assert table[1].split()[0] == "'d'" and float(table[-1].split()[-1]) > 0
+
+
+def test_a_decoder_with_a_mask_token_never_writes_it(corpus, tmp_path, capsys):
+    """--mask_token=true gives a decoder the [MASK] id only so that its vocabulary is an encoder's: it is no text, so
+    neither train.py's closing sample nor sample.py (one by one, as a batch, with a draft) writes it. A model
+    trained 2 steps is near uniform, so without the rule its samples hold [MASK] about once in V tokens."""
+    from data.mask_token import MASK_TEXT
+
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2", "--mask_token=true",
+                                               "--sample_tokens=1000")) == 0
+    assert MASK_TEXT not in capsys.readouterr().out.split("---- sample ----")[1]
+    common = [f"--out_dir={out}", "--start=ROMEO:", "--max_new_tokens=1000", "--temperature=2"]
+    for extra in ([], ["--num_samples=2", "--batch=true"], [f"--draft={out}", "--draft_tokens=3"]):
+        assert sample.cli.run(sample.main, common + extra) == 0
+        assert MASK_TEXT not in capsys.readouterr().out, extra
