@@ -18,7 +18,7 @@ import os
 import sys
 
 from common.errors import SetupError
-from common.files import disk_errors, why_cannot_write_in, write_all
+from common.files import disk_errors, why_cannot_write_in, write_all, write_atomic
 
 # flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
@@ -157,10 +157,8 @@ def keep_through(path: str, step: int) -> tuple[dict | None, int]:
             kept.append(line)
             last = row
             nonfinite_evals += "val_loss" in row and row["val_loss"] is None
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    text = "".join(kept).encode()
+    write_atomic(path, lambda f: f.write(text), needed=len(text))  # a full disk: one line, the old rows intact
     return last, nonfinite_evals
 
 
