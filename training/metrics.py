@@ -15,9 +15,10 @@ metrics.jsonl keeps the flat names training/loop.py gives (train_loss, val_bpb, 
 import json
 import math
 import os
+import sys
 
 from common.errors import SetupError
-from common.files import disk_errors, why_cannot_write_in, write_all
+from common.files import disk_errors, why_cannot_write_in, write_all, write_atomic
 
 # flat row key -> wandb key (section/name); step and tokens stay top-level: they are the x axes
 WANDB_KEYS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
@@ -81,9 +82,39 @@ def need_wandb_folders() -> None:
 
 
 def read_metrics(out_dir) -> list[dict]:
-    """Every row of out_dir/metrics.jsonl, in order (what studies, benchmarks and tests read back)."""
-    with open(os.path.join(out_dir, METRICS_FILE)) as f:
-        return [json.loads(line) for line in f]
+    """Every row of out_dir/metrics.jsonl, in order (what studies, benchmarks and tests read back); the lines that
+    are no row are skipped and named in one line on stderr."""
+    path = os.path.join(out_dir, METRICS_FILE)
+    rows, skipped = read_rows(path)
+    say_skipped(path, skipped, "skipped")
+    return [row for _, row in rows]
+
+
+def read_rows(path: str) -> tuple[list[tuple[str, dict]], list[int]]:
+    """(each row with its line, the numbers of the lines that are no row): a line cut short by a kill, one that is
+    not a JSON object, or one whose step is not a whole number. Blank lines are nothing (CRLF ends are read too)."""
+    rows, skipped = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row = None
+            if isinstance(row, dict) and type(row.get("step")) is int:
+                rows.append((line.rstrip("\r\n") + "\n", row))  # a last line's newline may never have been written
+            else:
+                skipped.append(number)
+    return rows, skipped
+
+
+def say_skipped(path: str, skipped: list[int], verb: str) -> None:
+    if skipped:
+        lines = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
+        print(f"note: {verb} {len(skipped)} line(s) of {path} that are not metrics rows "
+              f"(line{'s' if len(skipped) > 1 else ''} {lines}): a line cut "
+              f"short by a kill, or not a JSON object with a step", file=sys.stderr, flush=True)
 
 
 def run_layout(config: dict) -> dict:
@@ -118,22 +149,16 @@ def keep_through(path: str, step: int) -> tuple[dict | None, int]:
     kept rows hold a validation loss that was not finite (null), which the resumed run's count goes on from."""
     if not os.path.exists(path):
         return None, 0
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
+    rows, skipped = read_rows(path)
+    say_skipped(path, skipped, "dropped")
     kept, last, nonfinite_evals = [], None, 0
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut short by a kill
-            continue
-        if row.get("step", 0) <= step:
+    for line, row in rows:
+        if row["step"] <= step:
             kept.append(line)
             last = row
             nonfinite_evals += "val_loss" in row and row["val_loss"] is None
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    text = "".join(kept).encode()
+    write_atomic(path, lambda f: f.write(text), needed=len(text))  # a full disk: one line, the old rows intact
     return last, nonfinite_evals
 
 

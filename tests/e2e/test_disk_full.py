@@ -205,3 +205,16 @@ def test_a_full_disk_stops_an_export_with_one_line(trained, tmp_path, small_disk
     line = error_line(r)
     assert f"could not write {where}/" in line and "no space left" in line and "needed about" in line, line
     assert os.listdir(where) == []  # nothing half-written, no temporary folder or file
+
+
+def test_a_full_disk_as_a_resume_rewrites_its_metrics_stops_with_one_line_and_keeps_them(corpus, tmp_path,
+                                                                                          fail_writes):
+    """A resume first rewrites metrics.jsonl without the rows past its checkpoint; a disk that fills then leaves
+    the rows as they were and no temporary file."""
+    out = trained_run(corpus, tmp_path)
+    rows = read_metrics(out)
+    r = train(corpus, out, tmp_path / "data", "--init_from=resume", "--max_iters=12",
+              env={"LD_PRELOAD": fail_writes, "FAIL_PREFIX": f"{out}/", "FAIL_BUDGET": "50"})  # the lock's pid fits
+    line = error_line(r)
+    assert f"could not write {out}/metrics.jsonl" in line and "no space left" in line, line
+    assert read_metrics(out) == rows and no_temporaries(out)

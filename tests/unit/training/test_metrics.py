@@ -57,7 +57,7 @@ def test_a_resume_keeps_the_rows_through_its_step_and_drops_a_cut_line(tmp_path)
     assert keep_through(str(path), 9) == (rows[4], 0) and path.read_text() == "".join(lines)
     assert keep_through(str(path), 3) == (rows[2], 0)
     assert path.read_text() == "".join(lines[:3])
-    assert not (tmp_path / (METRICS_FILE + ".tmp")).exists()
+    assert os.listdir(tmp_path) == [METRICS_FILE]  # no temporary file left
     assert keep_through(str(path), 0) == (None, 0) and path.read_text() == ""
     assert keep_through(str(tmp_path / "none.jsonl"), 3) == (None, 0) and not (tmp_path / "none.jsonl").exists()
 
@@ -230,3 +230,33 @@ def test_wandb_is_started_offline_with_the_runs_layout_and_continues_a_given_run
                             job_type=expected["job_type"], tags=expected["tags"], config=config, dir=str(tmp_path),
                             id=None, resume=None)
     assert calls[1]["id"] == "abc123" and calls[1]["resume"] == "allow"
+
+
+def test_a_reader_keeps_the_good_rows_and_says_in_one_line_which_lines_it_skipped(tmp_path, capsys):
+    """A line cut short by a kill, a blank line, CRLF line ends, a line that is not a JSON object or has no step:
+    the rows are read, the others named once on stderr."""
+    rows = [{"step": 1, "train_loss": 2.0}, {"step": 2, "train_loss": None, "val_loss": None}, {"step": 3}]
+    lines = [json.dumps(r) for r in rows]
+    text = "\r\n".join([lines[0], "", "[1, 2]", lines[1], '"x"', '{"step": null}', lines[2], '{"step": 4, "tr'])
+    (tmp_path / METRICS_FILE).write_bytes(text.encode())
+    assert metrics.read_metrics(str(tmp_path)) == rows
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / METRICS_FILE) in err[0] and "3, 5, 6, 8" in err[0]
+    (tmp_path / METRICS_FILE).write_text("")
+    assert metrics.read_metrics(str(tmp_path)) == [] and capsys.readouterr().err == ""
+
+
+def test_a_resume_drops_lines_that_are_not_rows_and_appends_on_a_line_of_its_own(tmp_path, capsys):
+    """A row that is not an object, or whose step is not a number, is dropped like a cut line (and said); a last
+    row whose newline was never written is kept, and the next row starts a line of its own."""
+    path = tmp_path / METRICS_FILE
+    rows = [{"step": s, "train_loss": 1.0} for s in (1, 2, 3)]
+    path.write_text(json.dumps(rows[0]) + "\n[1]\n" + '{"step": null}\n' + json.dumps(rows[1]) + "\n"
+                    + json.dumps(rows[2]))
+    log = MetricsLog(str(tmp_path), fresh=False, resume_step=3)
+    assert log.resumed_row == rows[2]
+    log.log({"step": 4, "train_loss": 1.0})
+    log.close()
+    assert metrics.read_metrics(str(tmp_path)) == rows + [{"step": 4, "train_loss": 1.0}]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2, 3" in err[0] and str(path) in err[0]
