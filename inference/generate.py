@@ -109,7 +109,11 @@ def left_pad(prompts, device):
         if idx.size(1) == 0:
             raise UserError("the prompt is empty: give at least one token")
         return idx, None
-    lengths = [len(p) for p in prompts]
+    try:
+        lengths = [len(p) for p in prompts]
+    except TypeError:  # [5, 7, 9]: one prompt's ids
+        raise UserError("prompts is a list of token ids, not of prompts: pass [ids] for one prompt, or a (B, T) "
+                        "tensor") from None
     if not lengths or min(lengths) == 0:
         raise UserError("every prompt needs at least one token")
     B, T = len(prompts), max(lengths)

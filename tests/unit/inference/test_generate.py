@@ -398,3 +398,11 @@ def test_an_empty_prompt_is_refused(prompts, said):
 
     with pytest.raises(UserError, match=said):
         generate(tiny_model(), prompts, 2)
+
+
+def test_one_prompts_ids_given_as_a_flat_list_are_refused_naming_the_fix():
+    """generate(model, [5, 7, 9], n): a list of ids, not of prompts, stopped at `object of type 'int' has no len()`."""
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=r"a list of token ids, not of prompts: pass \[ids\]"):
+        generate(tiny_model(), [5, 7, 9], 2)
