@@ -223,5 +223,5 @@ def generate(model, prompts, max_new_tokens, **kwargs):
     for row, prompt in enumerate(prompts):
         tokens = [int(s[row]) for s in steps]
         cut = next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))
-        out.append(list(prompt) + tokens[:cut])
+        out.append([int(t) for t in prompt] + tokens[:cut])  # ints, also from a list of tensor prompts
     return out

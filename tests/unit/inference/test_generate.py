@@ -406,3 +406,11 @@ def test_one_prompts_ids_given_as_a_flat_list_are_refused_naming_the_fix():
 
     with pytest.raises(UserError, match=r"a list of token ids, not of prompts: pass \[ids\]"):
         generate(tiny_model(), [5, 7, 9], 2)
+
+
+
+def test_prompts_given_as_tensors_in_a_list_come_back_as_lists_of_ints():
+    model = tiny_model()
+    got = generate(model, [torch.tensor([1, 2, 3]), torch.tensor([4])], 3, temperature=0.0)
+    assert got == generate(model, [[1, 2, 3], [4]], 3, temperature=0.0)
+    assert all(type(t) is int for row in got for t in row)
