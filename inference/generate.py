@@ -125,6 +125,15 @@ def left_pad(prompts, device):
     return idx, (None if min(lengths) == T else pad)
 
 
+def check_ids(idx, vocab_size: int) -> None:
+    """Refuses a prompt id the model has no embedding for (the embedding's own error says only `index out of
+    range`). Once per generation: on a GPU a read back to the host."""
+    bad = (idx < 0) | (idx >= vocab_size)  # (B, T)
+    if bool(bad.any()):
+        raise UserError(f"the prompt holds token id {int(idx[bad][0])}, outside the model's vocabulary of "
+                        f"{vocab_size} ids (0..{vocab_size - 1}); encode it with the model's tokenizer")
+
+
 PAST_CONTEXT = ("slide", "extend")
 
 
@@ -169,6 +178,7 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
         raise ValueError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
                          "pass use_cache=False")
     idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
+    check_ids(idx, model.config.vocab_size)
     B, block = idx.size(0), model.config.block_size
     if past_context == "extend":  # a window as long as the whole generation: it never slides
         block = max(block, idx.size(1) + max_new_tokens)

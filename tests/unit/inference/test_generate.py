@@ -414,3 +414,13 @@ def test_prompts_given_as_tensors_in_a_list_come_back_as_lists_of_ints():
     got = generate(model, [torch.tensor([1, 2, 3]), torch.tensor([4])], 3, temperature=0.0)
     assert got == generate(model, [[1, 2, 3], [4]], 3, temperature=0.0)
     assert all(type(t) is int for row in got for t in row)
+
+
+
+@pytest.mark.parametrize("prompts", [[[1, 37]], [[-1], [2]], torch.tensor([[3, 40]])])
+def test_a_prompt_id_outside_the_vocabulary_is_refused_in_one_line(prompts):
+    """It stopped at the embedding's `IndexError: index out of range in self`."""
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=r"token id (37|-1|40), outside the model.s vocabulary of 37 ids \(0\.\.36\)"):
+        generate(tiny_model(), prompts, 2)
