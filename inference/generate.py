@@ -173,10 +173,10 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
     check_sampling(temperature, top_k, top_p, min_p)
     check_past_context(past_context, model)
     if decoder is not None and not use_cache:
-        raise ValueError("a decoder runs cached steps: it needs use_cache=True")
+        raise ConfigError("a decoder runs cached steps: it needs use_cache=True")
     if use_cache and not model.config.causal:
-        raise ValueError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
-                         "pass use_cache=False")
+        raise ConfigError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
+                          "pass use_cache=False")
     idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
     check_ids(idx, model.config.vocab_size)
     B, block = idx.size(0), model.config.block_size

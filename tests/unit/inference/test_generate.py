@@ -424,3 +424,13 @@ def test_a_prompt_id_outside_the_vocabulary_is_refused_in_one_line(prompts):
 
     with pytest.raises(UserError, match=r"token id (37|-1|40), outside the model.s vocabulary of 37 ids \(0\.\.36\)"):
         generate(tiny_model(), prompts, 2)
+
+
+
+@pytest.mark.parametrize("kw, said", [(dict(use_cache=False, decoder=object()), "it needs use_cache=True"),
+                                      (dict(), "cannot use a KV cache")])
+def test_generation_settings_a_model_cannot_take_are_our_one_line_errors(kw, said):
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=said):
+        generate(tiny_model(causal=not said.startswith("cannot")), torch.tensor([[1]]), 2, **kw)
