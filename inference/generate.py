@@ -111,7 +111,11 @@ def left_pad(prompts, device):
         if idx.size(1) == 0:
             raise UserError("the prompt is empty: give at least one token")
         return idx, None
-    lengths = [len(p) for p in prompts]
+    try:
+        lengths = [len(p) for p in prompts]
+    except TypeError:  # [5, 7, 9]: one prompt's ids
+        raise UserError("prompts is a list of token ids, not of prompts: pass [ids] for one prompt, or a (B, T) "
+                        "tensor") from None
     if not lengths or min(lengths) == 0:
         raise UserError("every prompt needs at least one token")
     B, T = len(prompts), max(lengths)
@@ -121,6 +125,15 @@ def left_pad(prompts, device):
         idx[row, T - len(p):] = torch.as_tensor(p, dtype=torch.long, device=device)
         pad[row, T - len(p):] = True
     return idx, (None if min(lengths) == T else pad)
+
+
+def check_ids(idx, vocab_size: int) -> None:
+    """Refuses a prompt id the model has no embedding for (the embedding's own error says only `index out of
+    range`). Once per generation: on a GPU a read back to the host."""
+    bad = (idx < 0) | (idx >= vocab_size)  # (B, T)
+    if bool(bad.any()):
+        raise UserError(f"the prompt holds token id {int(idx[bad][0])}, outside the model's vocabulary of "
+                        f"{vocab_size} ids (0..{vocab_size - 1}); encode it with the model's tokenizer")
 
 
 PAST_CONTEXT = ("slide", "extend")
@@ -180,11 +193,12 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
     check_sampling(temperature, top_k, top_p, min_p)
     check_past_context(past_context, model)
     if decoder is not None and not use_cache:
-        raise ValueError("a decoder runs cached steps: it needs use_cache=True")
+        raise ConfigError("a decoder runs cached steps: it needs use_cache=True")
     if use_cache and not model.config.causal:
-        raise ValueError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
-                         "pass use_cache=False")
+        raise ConfigError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
+                          "pass use_cache=False")
     idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
+    check_ids(idx, model.config.vocab_size)
     B, block = idx.size(0), model.config.block_size
     if past_context == "extend":  # a window as long as the whole generation: it never slides
         block = max(block, idx.size(1) + max_new_tokens)
@@ -239,5 +253,5 @@ def generate(model, prompts, max_new_tokens, **kwargs):
     for row, prompt in enumerate(prompts):
         tokens = [int(s[row]) for s in steps]
         cut = next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))
-        out.append(list(prompt) + tokens[:cut])
+        out.append([int(t) for t in prompt] + tokens[:cut])  # ints, also from a list of tensor prompts
     return out

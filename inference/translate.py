@@ -7,6 +7,7 @@ Shapes: B batch, S source length, N new target tokens.
 """
 import torch
 
+from common.errors import ConfigError
 from common.eval_mode import evaluating
 from inference.generate import check_sampling, sample_next
 
@@ -19,8 +20,8 @@ def translate(model, source, max_new_tokens: int, start_id: int, stop_id: int | 
     it). The target starts with start_id, which is not returned."""
     check_sampling(temperature, top_k, top_p, min_p)
     if max_new_tokens > model.config.block_size:  # the decoder reads the start token + all but the last new one
-        raise ValueError(f"max_new_tokens={max_new_tokens}: at most block_size={model.config.block_size} new "
-                         f"tokens, read after the start token")
+        raise ConfigError(f"max_new_tokens={max_new_tokens}: at most block_size={model.config.block_size} new "
+                          f"tokens, read after the start token")
     B = source.size(0)
     with evaluating(model):
         memory, source_mask = model.encode(source, source_valid)  # (B, S, C): once per source

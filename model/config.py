@@ -17,6 +17,10 @@ CROSS_ATTNS = ("attention", "mean")  # the encoder-decoder's: see model/seq2seq.
 MAX_SIZE = 2**31  # sizes and windows are indices: torch's int32 kernels and index math stay below this
 
 
+def number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 @dataclass
 class GPTConfig:
     NOT_FLAGS = {"vocab_size": "the tokenizer sets it; --bpe_vocab_size sizes a trained BPE (--tokenizer=bpe)"}
@@ -58,14 +62,16 @@ class GPTConfig:
                  f"below 2**31")
         need(self.n_embd % self.n_head == 0,
              f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; pick n_embd as a multiple of n_head")
-        need(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
+        for name in ("bias", "causal", "qk_norm", "tie_head", "zero_init"):  # a string 'false' would be true
+            need(type(getattr(self, name)) is bool, f"{name}={getattr(self, name)!r} must be True or False")
+        need(number(self.dropout) and 0.0 <= self.dropout < 1.0, f"dropout={self.dropout!r} must be a number in [0, 1)")
         need(self.pos_emb in POS_EMBS, f"pos_emb={self.pos_emb!r} is not one of {', '.join(POS_EMBS)}")
         need(self.attn_score in ATTN_SCORES,
              f"attn_score={self.attn_score!r} is not one of {', '.join(ATTN_SCORES)}")
         need(self.cross_attn in CROSS_ATTNS,
              f"cross_attn={self.cross_attn!r} is not one of {', '.join(CROSS_ATTNS)}")
         need(self.mlp_act in MLP_ACTS, f"mlp_act={self.mlp_act!r} is not one of {', '.join(MLP_ACTS)}")
-        need(self.rope_base > 1.0, f"rope_base={self.rope_base} must be > 1")
+        need(number(self.rope_base) and self.rope_base > 1.0, f"rope_base={self.rope_base!r} must be a number > 1")
         if self.pos_emb == "rope":
             need(self.head_dim % 2 == 0, f"pos_emb='rope' needs an even head_dim, got {self.head_dim} "
                  f"(n_embd={self.n_embd} / n_head={self.n_head})")

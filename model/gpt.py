@@ -46,6 +46,7 @@ class GPT(nn.Module):
         """idx: (B, T) token ids; targets: (B, T) ids, -1 = no loss here; pad_mask: (B, T) bool, False at left
         padding. last_only: compute logits for the last position only (sampling, scoring a choice's first token).
         Returns (logits (B, T or 1, V), loss or None)."""
+        check_input(idx, targets, last_only)
         B, T = idx.shape
         t0 = cache.pos if cache is not None else 0
         S = t0 + T
@@ -117,6 +118,18 @@ class GPT(nn.Module):
         T = T or cfg.block_size
         matmul_params = self.num_params() - (0 if cfg.tie_head else self.wte.weight.numel())  # a lookup is no matmul
         return 6 * matmul_params + 12 * cfg.n_layer * T * cfg.n_embd
+
+
+def check_input(idx, targets, last_only: bool) -> None:
+    """Refuses in one line what torch would stop at with a message about its own internals."""
+    if idx.dim() != 2:
+        raise UserError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}; one sequence is idx[None]")
+    if targets is not None and last_only:
+        raise UserError("a loss needs every position's logits, and last_only computes the last one's only; pass "
+                        "targets or last_only=True, not both")
+    if targets is not None and targets.shape != idx.shape:
+        raise UserError(f"targets of shape {tuple(targets.shape)} for idx of shape {tuple(idx.shape)}: one target "
+                        f"id (or -1, none) per input token")
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -81,16 +81,27 @@ class Rotation:
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+def as_built(table: torch.Tensor, build) -> torch.Tensor:
+    """A fixed table (RoPE's frequencies, ALiBi's slopes: buffers) at float32 or wider: model.half() or
+    .to(bfloat16) casts every float buffer, and rounded to a half's mantissa they turn or bias far positions visibly
+    wrong. build() computes the table again in float32."""
+    return build().to(table.device) if table.dtype in (torch.float16, torch.bfloat16) else table
+
+
+def rope_frequencies(head_dim: int, base: float) -> torch.Tensor:
+    """(D/2,) theta_i = base^(-2i/D), float32."""
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+
+
 class RotaryPositions(NoPositions):
     def __init__(self, config):
         super().__init__()
-        D = config.head_dim
-        exponents = -torch.arange(0, D, 2, dtype=torch.float32) / D  # (D/2,)
-        inv_freq = config.rope_base ** exponents  # (D/2,) theta_i
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.base = config.head_dim, config.rope_base
+        self.register_buffer("inv_freq", rope_frequencies(self.head_dim, self.base), persistent=False)  # (D/2,)
 
     def rotation(self, pos):
-        angles = pos.float().unsqueeze(-1) * self.inv_freq  # (B|1, T, D/2)
+        inv_freq = as_built(self.inv_freq, lambda: rope_frequencies(self.head_dim, self.base))  # (D/2,)
+        angles = pos.float().unsqueeze(-1) * inv_freq  # (B|1, T, D/2)
         angles = angles.unsqueeze(1)  # (B|1, 1, T, D/2): same for every head
         return Rotation(angles.cos(), angles.sin())
 
@@ -109,13 +120,15 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
 class ALiBiPositions(NoPositions):
     def __init__(self, config):
         super().__init__()
+        self.n_head = config.n_head
         self.register_buffer("slopes", alibi_slopes(config.n_head), persistent=False)  # (H,)
 
     def bias(self, t0: int, T: int, S: int):
+        slopes = as_built(self.slopes, lambda: alibi_slopes(self.n_head))  # (H,)
         q_idx = torch.arange(t0, t0 + T, device=self.slopes.device).view(T, 1)
         k_idx = torch.arange(S, device=self.slopes.device).view(1, S)
         dist = (q_idx - k_idx).abs().float()  # (T, S); a causal mask hides the k > q half anyway
-        return -self.slopes.view(1, -1, 1, 1) * dist  # (1, H, T, S)
+        return -slopes.view(1, -1, 1, 1) * dist  # (1, H, T, S)
 
 
 POSITIONAL = {"none": NoPositions, "learned": LearnedPositions, "sinusoidal": SinusoidalPositions,

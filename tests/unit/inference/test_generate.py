@@ -398,3 +398,39 @@ def test_an_empty_prompt_is_refused(prompts, said):
 
     with pytest.raises(UserError, match=said):
         generate(tiny_model(), prompts, 2)
+
+
+def test_one_prompts_ids_given_as_a_flat_list_are_refused_naming_the_fix():
+    """generate(model, [5, 7, 9], n): a list of ids, not of prompts, stopped at `object of type 'int' has no len()`."""
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=r"a list of token ids, not of prompts: pass \[ids\]"):
+        generate(tiny_model(), [5, 7, 9], 2)
+
+
+
+def test_prompts_given_as_tensors_in_a_list_come_back_as_lists_of_ints():
+    model = tiny_model()
+    got = generate(model, [torch.tensor([1, 2, 3]), torch.tensor([4])], 3, temperature=0.0)
+    assert got == generate(model, [[1, 2, 3], [4]], 3, temperature=0.0)
+    assert all(type(t) is int for row in got for t in row)
+
+
+
+@pytest.mark.parametrize("prompts", [[[1, 37]], [[-1], [2]], torch.tensor([[3, 40]])])
+def test_a_prompt_id_outside_the_vocabulary_is_refused_in_one_line(prompts):
+    """It stopped at the embedding's `IndexError: index out of range in self`."""
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=r"token id (37|-1|40), outside the model.s vocabulary of 37 ids \(0\.\.36\)"):
+        generate(tiny_model(), prompts, 2)
+
+
+
+@pytest.mark.parametrize("kw, said", [(dict(use_cache=False, decoder=object()), "it needs use_cache=True"),
+                                      (dict(), "cannot use a KV cache")])
+def test_generation_settings_a_model_cannot_take_are_our_one_line_errors(kw, said):
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=said):
+        generate(tiny_model(causal=not said.startswith("cannot")), torch.tensor([[1]]), 2, **kw)

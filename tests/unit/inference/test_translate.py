@@ -79,3 +79,11 @@ def test_translate_sources_gives_each_source_its_own_target_in_order():
     assert translate_sources(model, tokenizer, sources, 100, batch_size=2) == want  # 100: capped at block_size
     assert want[1] == "" and len(set(want)) > 2  # different texts: a mixed-up order would show
     assert any(len(text.split(",")) == 16 for text in want)  # a target that never stops runs to the cap
+
+
+def test_more_new_tokens_than_the_decoder_reads_are_refused_in_one_line():
+    from common.errors import UserError
+
+    source, _, valid = seq2seq_batch()
+    with pytest.raises(UserError, match=r"max_new_tokens=17: at most block_size=16 new tokens"):
+        translate(tiny_seq2seq(), source, 17, start_id=0, source_valid=valid)

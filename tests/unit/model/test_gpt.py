@@ -103,6 +103,23 @@ def test_learned_positions_refuse_too_long_input():
     tiny_model(pos_emb="rope")(torch.zeros(1, 17, dtype=torch.long))  # relative positions extrapolate
 
 
+
+@pytest.mark.parametrize("args, kw, said", [
+    ((torch.zeros(5, dtype=torch.long),), {},
+     r"idx must be \(B, T\) token ids, got shape \(5,\); one sequence is idx\[None\]"),
+    ((torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long)), dict(last_only=True),
+     "a loss needs every position's logits, and last_only computes the last one's only"),
+    ((torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long)), {},
+     r"targets of shape \(2, 4\) for idx of shape \(2, 5\)"),
+])
+def test_inputs_of_the_wrong_shape_are_refused_in_one_line(args, kw, said):
+    """They stopped inside torch: 'not enough values to unpack', 'Expected input batch_size (2) to match target
+    batch_size (10)'."""
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match=said):
+        tiny_model()(*args, **kw)
+
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
 def test_overfits_one_batch(pos_emb):
     model = tiny_model(pos_emb=pos_emb).train()

@@ -29,3 +29,18 @@ def test_head_dim_is_derived():
 def test_bad_activation_is_a_one_line_error():
     with pytest.raises(ValueError, match="mlp_act='swish' is not one of gelu, gelu_exact, relu2"):
         tiny_config(mlp_act="swish")
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (dict(causal="false"), r"causal='false' must be True or False"),
+    (dict(tie_head=None), r"tie_head=None must be True or False"),
+    (dict(bias=1), r"bias=1 must be True or False"),
+    (dict(dropout="0.1"), r"dropout='0.1' must be a number in \[0, 1\)"),
+    (dict(rope_base="1e4"), r"rope_base='1e4' must be a number > 1"),
+])
+def test_a_field_of_the_wrong_type_is_refused_in_one_line(bad, msg):
+    """causal='false' built a causal model (a non-empty string is true); dropout='0.1' stopped at a TypeError."""
+    from common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=msg):
+        tiny_config(**bad)

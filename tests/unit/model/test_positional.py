@@ -82,3 +82,22 @@ def test_alibi_bias_is_minus_slope_times_distance():
         for i in range(3):
             for s in range(5):
                 assert math.isclose(bias[0, h, i, s].item(), -slopes[h].item() * abs(2 + i - s), abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("cast", [lambda m: m.to(torch.bfloat16), lambda m: m.half()])
+def test_a_half_model_rotates_and_biases_far_positions_as_computed(cast):
+    """model.to(bfloat16) / model.half() cast every float buffer: RoPE's frequencies and ALiBi's slopes rounded to a
+    half's mantissa turned position 255 by a visibly wrong angle, and biased a distance of 255 by a wrong amount."""
+    pos = torch.arange(200, 256).view(1, -1)  # (1, T) far positions
+    cfg = tiny_config(pos_emb="rope", n_embd=64, n_head=2, block_size=256)
+    D = cfg.head_dim
+    angles = pos.double().view(-1, 1) * torch.tensor([cfg.rope_base ** (-2 * i / D) for i in range(D // 2)]).double()
+    rotation = cast(GPT(cfg)).pos.rotation(pos)
+    torch.testing.assert_close(rotation.cos.double().view(-1, D // 2), angles.cos(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(rotation.sin.double().view(-1, D // 2), angles.sin(), atol=1e-4, rtol=0)
+
+    alibi = cast(GPT(tiny_config(pos_emb="alibi", n_embd=64, n_head=16, block_size=256))).pos
+    bias = alibi.bias(t0=255, T=1, S=256).double()  # (1, H, 1, S): the last query, every key before it
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / 16) for h in range(16)]).double()
+    want = -slopes.view(1, 16, 1, 1) * (255 - torch.arange(256)).double().view(1, 1, 1, 256)
+    torch.testing.assert_close(bias, want, atol=1e-4, rtol=1e-6)
