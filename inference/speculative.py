@@ -67,7 +67,7 @@ def pick(probs_or_logits: torch.Tensor, greedy: bool, generator) -> int:
     are refused as the plain loop's sample_next refuses them: argmax would pick the first NaN."""
     if greedy:
         token = int(probs_or_logits.argmax())
-        if not torch.isfinite(probs_or_logits[token]):
+        if ~torch.isfinite(probs_or_logits[token]):
             raise NonFiniteLogits()
         return token
     try:
