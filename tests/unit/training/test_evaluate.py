@@ -194,3 +194,17 @@ def test_wandb_gets_each_picture_with_its_caption_and_a_process_that_draws_nothi
                               tokenizer=None)
         module.log_extras(run, log if everyone else None, 2, images=[image])
     assert drawn == ["sample", "image"] and logged == [["text"], ("attention/maps", "picture", "layer 0")]
+
+
+def test_the_document_separator_and_the_mask_token_stand_for_no_bytes():
+    """<|endoftext|> decodes to 13 characters of text that is not the corpus's: bits per byte of a corpus of
+    documents counts the documents' bytes alone."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import bpe_tokenizer
+
+    tokenizer = bpe_tokenizer({bytes([b]): b for b in range(256)})  # the 256 bytes, then <|endoftext|>
+    lengths = token_byte_lengths(tokenizer).tolist()
+    assert tokenizer.eot_id == 256 and len(tokenizer.decode_bytes([256])) > 0
+    assert lengths == [1.0] * 256 + [0.0]
+    masked = with_mask_token(CharTokenizer("aé€"))
+    assert token_byte_lengths(masked).tolist() == [1.0, 2.0, 3.0, 0.0] and masked.mask_id == 3
