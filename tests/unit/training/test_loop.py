@@ -11,6 +11,7 @@ import torch
 
 from common import cli
 from common.errors import SetupError
+from inference.checkpoint import Checkpoint
 from training import distributed, loop, setup
 from training import out_dir as run_folder
 from training.config import configure
@@ -428,3 +429,30 @@ def test_mfus_peak_is_measured_at_a_micro_steps_shapes_and_counts_every_process(
     tok_per_s = 1000.0  # one process's
     assert loop.mfu(two.flops_per_token, 2 * tok_per_s, two.peak) == pytest.approx(
         loop.mfu(one.flops_per_token, tok_per_s, one.peak))
+
+
+def test_a_checkpoint_names_its_data_folder_from_anywhere(corpus, tmp_path, monkeypatch):
+    """--data_root relative to where the run started: the checkpoint's data_dir (read by sample.py, the studies and a
+    resume's data check, from any folder) is the absolute path of the folder the run trained on."""
+    monkeypatch.chdir(tmp_path)
+    run = cpu_run(corpus, tmp_path / "run", "--data_root=here")
+    assert not os.path.isabs(run.data_dir)
+    run_folder.claim_out_dir(run)
+    assert loop.save(run, 1, False, SimpleNamespace(write=None))
+    monkeypatch.chdir(corpus.parent)
+    saved = Checkpoint.load(str(tmp_path / "run" / "ckpt_last.pt")).data_dir
+    assert os.path.isabs(saved) and os.path.samefile(saved, tmp_path / run.data_dir)
+
+
+def test_a_resumed_run_continues_the_seconds_of_its_checkpoints_row_alone():
+    log = SimpleNamespace(resumed_row={"step": 4, "train_s": 1.5, "elapsed_s": 9.25})
+    assert loop.resumed_seconds(SimpleNamespace(start_step=4), log) == (1.5, 9.25)
+    assert loop.resumed_seconds(SimpleNamespace(start_step=6), log) == (0.0, 0.0)  # a row of another step: not its
+    assert loop.resumed_seconds(SimpleNamespace(start_step=4), None) == (0.0, 0.0)  # not rank 0: no rows
+
+
+def test_a_run_ended_before_its_first_checkpoint_says_what_its_folder_holds(tmp_path):
+    assert loop.on_disk(str(tmp_path)) == f"nothing was written to {tmp_path}"
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert loop.on_disk(str(tmp_path)) == (f"no checkpoint was written yet (the first comes at eval_interval), so "
+                                           f"{tmp_path} holds only metrics: start again with --overwrite=true")
