@@ -68,7 +68,7 @@ def test_a_best_copy_the_run_did_not_finish_is_made_when_it_resumes(corpus, tmp_
     """ckpt_best.pt is copied from ckpt_last.pt after the save of a new best. A run stopped between the two (a full
     disk here, a kill -9 alike) at its first evaluation left no best beside a ckpt_last.pt that is the best: the
     resumed run copies it before its first save replaces ckpt_last.pt, so ckpt_best.pt is there, with the lowest
-    validation loss, even when no later evaluation beats it."""
+    validation loss, even when no later evaluation beats it (nor is copied over it: the resumed run saves twice)."""
     from common.errors import DiskError
     from training import loop
 
@@ -90,7 +90,8 @@ def test_a_best_copy_the_run_did_not_finish_is_made_when_it_resumes(corpus, tmp_
         return {**_evaluate(run), "val_loss": last.best_val_loss + 1}
 
     monkeypatch.setattr(loop, "evaluate", worse)
-    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--init_from=resume")) == 0
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=3", "--init_from=resume")) == 0
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).step == 3
     best = Checkpoint.load(str(out / "ckpt_best.pt"))
     assert best.step == 1 and best.best_val_loss == last.best_val_loss
     assert all(torch.equal(best.weights[k], last.weights[k]) for k in last.weights)

@@ -57,6 +57,8 @@ def test_resuming_with_more_steps_keeps_the_schedule_and_counts_what_ran(corpus,
     lrs = {r["step"]: r["lr"] for r in metrics(out)}
     low = PRESETS["shakespeare-char"]["min_lr"]
     assert lrs[10] < 1.5 * low and all(lrs[s] == pytest.approx(low) for s in range(11, 16))  # min_lr, no new warmup
+    # the resume line says the schedule the steps ran: the lr of its first step, the cosine ending at step 10
+    assert f"lr {lrs[11]:.2e} (warmup " in printed and f"cosine to {low:.1e} at step 10)" in printed
 
 
 def test_flags_a_command_cannot_honour_are_refused(capsys):

@@ -156,10 +156,13 @@ def test_total_batch_size_must_divide(corpus, tmp_path):
 def test_fsdp_trains_like_one_process_and_resumes(runs, tasks, corpus, tmp_path):
     out, _ = runs
     whole, part = tmp_path / "fsdp", tmp_path / "fsdp_part"
-    train_run(corpus, whole, "--max_iters=10", "--fsdp=true", tasks, processes=2)
+    train_run(corpus, whole, "--max_iters=10", "--eval_iters=3", "--fsdp=true", tasks, processes=2)
     one = {row["step"]: row["train_loss"] for row in metrics(out["one"])}
     sharded = {row["step"]: row["train_loss"] for row in metrics(whole)}
     assert list(sharded) == list(one) and all(abs(one[s] - sharded[s]) < 1e-5 for s in one)
+    # every process scores the whole validation set (its forwards gather the shards): the one process's numbers
+    val_one, val_sharded = ([row["val_loss"] for row in metrics(o) if "val_loss" in row] for o in (out["one"], whole))
+    assert len(val_one) == 2 and all(abs(a - b) < 1e-5 for a, b in zip(val_one, val_sharded, strict=True))
     assert_same_grad_norms(metrics(out["one"]), metrics(whole))
     assert same_task_scores(metrics(out["one"]), metrics(whole))
     a = Checkpoint.load(str(out["one"] / "ckpt_last.pt")).weights

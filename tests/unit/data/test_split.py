@@ -10,8 +10,8 @@ import pytest
 from common.errors import DataError
 from data.prepare import prepare
 from data.config import PrepareConfig
-from data.split import (MIN_FILES_FOR_WORKS, VAL_FRACTION, VAL_SHARE, assign_tail, check_works, input_facts,
-                        pick_val_documents)
+from data.split import (MIN_FILES_FOR_WORKS, VAL_FRACTION, VAL_SHARE, assign_tail, assign_works, check_works,
+                        input_facts, pick_val_documents)
 from data.tokenizer import read_meta
 
 
@@ -156,3 +156,25 @@ def test_the_tail_starts_its_validation_document_where_a_piece_starts_at_the_cut
     items = list(assign_tail([piece("a" * 8, True), piece("bc", False)], 10))  # a cut inside a piece
     assert [(i.text, i.first, i.split) for i in items] == [("a" * 8, True, "train"), ("b", False, "train"),
                                                          ("c", True, "val")]
+
+
+def test_validation_that_ends_at_the_lower_bound_exactly_is_kept():
+    """Two small files hold 5% and every other file would pass 15%: 5% is within the bounds, no larger file instead."""
+    s, t, *rest = in_hash_order(["a", "b", "c", "d", "e"])
+    sizes = {s: 2, t: 3, **dict(zip(rest, (11, 11, 73)))}
+    assert VAL_SHARE[0] * sum(sizes.values()) == 5 and pick_val_documents(sizes) == sorted([s, t])
+
+
+def test_validation_works_missing_from_the_corpus_are_named():
+    with pytest.raises(DataError, match=r"validation works \['c.txt', 'd.txt'\] are not in the corpus"):
+        check_works(["a.txt", "b.txt"], ["d.txt", "a.txt", "c.txt"])
+
+
+def test_a_work_cut_into_pieces_starts_one_document():
+    """A large file reaches the split as several pieces: only its first starts a document (a separator goes before
+    it), whichever side the file is on."""
+    pieces = [SimpleNamespace(text=text, first=first, where=where) for text, first, where in
+              [("ab", True, "one.txt"), ("cd", False, "one.txt"), ("ef", True, "two.txt"), ("gh", False, "two.txt")]]
+    items = list(assign_works(pieces, ["two.txt"]))
+    assert [(i.text, i.first, i.split) for i in items] == [("ab", True, "train"), ("cd", False, "train"),
+                                                         ("ef", True, "val"), ("gh", False, "val")]

@@ -12,7 +12,7 @@ from data.tokenizer import CharTokenizer
 from model import GPT, Seq2Seq
 from training import objectives
 from training.distributed import Dist
-from training.evaluate import batch_sums, evaluate, token_byte_lengths
+from training.evaluate import batch_sums, describe, evaluate, sample_text, token_byte_lengths
 from test_objectives import LETTERS, decoding_stand_in, seq2seq_batch
 
 
@@ -127,3 +127,101 @@ def test_a_model_that_overflows_gets_a_note_for_its_sample_not_an_error():
         model.wte.weight.fill_(1e38)  # finite weights, logits that are not: inf - inf
     assert sample_text(run, 4) == ("(no sample: the model's next-token probabilities are not finite (NaN or inf): "
                                    "its weights are corrupt or its training diverged)")
+
+
+def fixed_loss_run(loss: float):
+    """A run whose every validation target costs `loss` nats: an objective stand-in, one batch of 4 targets."""
+    objective = SimpleNamespace(loss=lambda model, x, y: torch.tensor(loss), val_is_next_token=True)
+    return SimpleNamespace(model=torch.nn.Linear(1, 1), objective=objective, token_bytes=torch.ones(3).double(),
+                           device=torch.device("cpu"), dtype=torch.float32, val_set=[(None, torch.zeros(1, 4).long())],
+                           tc=SimpleNamespace(fsdp=False), dist=Dist())
+
+
+@pytest.mark.parametrize("loss", [1.5, 7.0, 11.0, 30.0])
+def test_perplexity_is_the_exponential_of_the_loss_past_small_losses(loss):
+    """A large vocabulary starts near ln(50257) = 10.8 nats: its perplexity is exp(val_loss) there too."""
+    got = evaluate(fixed_loss_run(loss))
+    assert got["val_loss"] == pytest.approx(loss) and got["val_ppl"] == pytest.approx(math.exp(loss), rel=1e-6)
+
+
+def test_a_diverged_loss_gives_a_finite_perplexity():
+    got = evaluate(fixed_loss_run(1000.0))  # math.exp(1000.0) raises OverflowError
+    assert got["val_loss"] == pytest.approx(1000.0) and math.isfinite(got["val_ppl"]) and got["val_ppl"] > 1e20
+
+
+def decoder_run(prompt: str, seed: int = 3):
+    objective, tokenizer = objectives.build("decoder", CharTokenizer(LETTERS))
+    torch.manual_seed(0)
+    model = GPT(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
+    return SimpleNamespace(model=model, objective=objective, tokenizer=tokenizer, device=torch.device("cpu"),
+                           tc=SimpleNamespace(model="decoder", sample_prompt=prompt, seed=seed))
+
+
+def test_a_sample_draws_from_its_own_generator_and_leaves_trainings_stream_alone():
+    run = decoder_run("abc")
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    first = sample_text(run, 12)
+    assert torch.equal(torch.get_rng_state(), before)  # training's dropout masks are what they would have been
+    torch.rand(100)
+    assert sample_text(run, 12) == first and first.startswith("abc") and len(first) == 3 + 12  # the run's seed's
+
+
+def test_an_empty_prompt_samples_from_the_first_token():
+    text = sample_text(decoder_run(""), 5)
+    assert len(text) == 1 + 5 and text[0] == LETTERS[0]
+
+
+def test_a_seq2seq_sample_translates_the_first_validation_source_without_its_padding():
+    objective, tokenizer = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
+    (source, valid, target_in), targets = seq2seq_batch("cpu")
+    valid[0, 3:] = False  # the first source: 3 letters, then padding
+    run = SimpleNamespace(model=model, objective=objective, tokenizer=tokenizer, device=torch.device("cpu"),
+                          tc=SimpleNamespace(model="seq2seq"), val_set=[((source, valid, target_in), targets)])
+    prompt, new = sample_text(run, 6).split(" -> ")
+    assert prompt == tokenizer.decode(source[0, :3].tolist())
+    assert new == tokenizer.decode(list(objective.stream(model, source[0, :3].tolist(), 6)))
+
+
+def test_the_evaluation_line_names_each_tasks_acc_norm_alone():
+    row = {"val_loss": 1.0, "val_bpb": 2.0, "val_ppl": 3.0, "tasks/lines/acc": 0.5, "tasks/lines/acc_norm": 0.25,
+           "tasks/lines/acc_token": 0.75, "tasks/other/acc_norm": 0.125}
+    line = describe(row)
+    assert line.count("acc_norm") == 2 and ", lines acc_norm 0.250" in line and ", other acc_norm 0.125" in line
+    assert "0.500" not in line and "0.750" not in line
+
+
+def test_wandb_gets_each_picture_with_its_caption_and_a_process_that_draws_nothing_asks_for_none(monkeypatch):
+    """Outside FSDP only rank 0 samples and draws (run.everyone): the others would run the forwards for nothing."""
+    from training import evaluate as module
+
+    drawn, logged = [], []
+    monkeypatch.setattr(module, "sample_text", lambda run, n: drawn.append("sample") or "text")
+    log = SimpleNamespace(log_samples=lambda step, samples: logged.append(samples),
+                          log_image=lambda step, key, picture, caption=None: logged.append((key, picture, caption)))
+
+    def image(model, tokenizer):
+        drawn.append("image")
+        return "attention/maps", "picture", "layer 0"
+
+    for everyone in (False, True):
+        run = SimpleNamespace(tc=SimpleNamespace(wandb_log=True, sample_tokens=4), everyone=everyone, model=None,
+                              tokenizer=None)
+        module.log_extras(run, log if everyone else None, 2, images=[image])
+    assert drawn == ["sample", "image"] and logged == [["text"], ("attention/maps", "picture", "layer 0")]
+
+
+def test_the_document_separator_and_the_mask_token_stand_for_no_bytes():
+    """<|endoftext|> decodes to 13 characters of text that is not the corpus's: bits per byte of a corpus of
+    documents counts the documents' bytes alone."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import bpe_tokenizer
+
+    tokenizer = bpe_tokenizer({bytes([b]): b for b in range(256)})  # the 256 bytes, then <|endoftext|>
+    lengths = token_byte_lengths(tokenizer).tolist()
+    assert tokenizer.eot_id == 256 and len(tokenizer.decode_bytes([256])) > 0
+    assert lengths == [1.0] * 256 + [0.0]
+    masked = with_mask_token(CharTokenizer("aé€"))
+    assert token_byte_lengths(masked).tolist() == [1.0, 2.0, 3.0, 0.0] and masked.mask_id == 3

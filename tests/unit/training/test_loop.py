@@ -11,6 +11,7 @@ import torch
 
 from common import cli
 from common.errors import SetupError
+from inference.checkpoint import Checkpoint
 from training import distributed, loop, setup
 from training import out_dir as run_folder
 from training.config import configure
@@ -349,3 +350,109 @@ def test_a_signal_during_a_checkpoints_save_stops_at_that_checkpoint(corpus, tmp
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(rows[-1])["step"] == 2
     assert "stopped after step 2: checkpoint saved" in capsys.readouterr().err
+
+
+def test_each_micro_batch_draws_with_its_global_index_under_torchrun(corpus, tmp_path):
+    """2 processes x 2 micro-steps: each micro-batch's random draws (the encoder's masks) are seeded by the index of
+    its rows in the step's batch, the index the one process accumulating 4 micro-steps gives the same rows; no two
+    micro-batches of a step share a seed."""
+    from data import TrainBatches
+
+    run = cpu_run(corpus, tmp_path / "run", "--model=encoder", "--gradient_accumulation_steps=2")
+    seeded, train_batch = [], run.objective.train_batch
+    run.objective.train_batch = lambda x, y, seed: seeded.append((x.clone(), seed[2])) or train_batch(x, y, seed)
+    loader = dict(block_size=run.config.block_size, batch_size=run.tc.batch_size, seed=run.tc.seed)
+    for rank in (0, 1):
+        run.dist = Dist(rank=rank, local_rank=rank, world_size=2)
+        run.train_data = TrainBatches(run.data_dir, **loader, rank=rank, world_size=2, grad_accum=2)
+        loop.train_step(run, 5, 1e-3)
+    one = TrainBatches(run.data_dir, **loader, grad_accum=4)
+    rows = [one.get(5, micro)[0] for micro in range(4)]
+    assert len(seeded) == 4 and sorted(index for _, index in seeded) == [0, 1, 2, 3]
+    for x, index in seeded:
+        assert torch.equal(x, rows[index]), index
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop"])
+def test_any_weight_not_finite_keeps_its_checkpoint_from_being_saved(corpus, tmp_path, policy):
+    run = cpu_run(corpus, tmp_path / "run", f"--on_nonfinite={policy}")
+    lines, bar = [], SimpleNamespace(write=lambda line: lines.append(line))
+    params = list(run.model.parameters())
+    assert len(params) > 4 and loop.weights_finite(run, 3, bar)
+    for i, p in enumerate(params):  # one element of one parameter at a time
+        with torch.no_grad():
+            kept = p.view(-1)[-1].item()
+            p.view(-1)[-1] = float("nan") if i % 2 else float("inf")
+            if policy == "skip":
+                assert not loop.weights_finite(run, 3, bar), i
+            else:
+                with pytest.raises(SetupError, match="weights not finite at step 3"):
+                    loop.weights_finite(run, 3, bar)
+            p.view(-1)[-1] = kept
+    assert lines == (["step 3: weights not finite, checkpoint not saved"] * len(params) if policy == "skip" else [])
+
+
+def test_a_process_whose_own_shards_are_finite_skips_the_save_another_ones_are_not(corpus, tmp_path, monkeypatch):
+    """FSDP: each process checks its shards and every process must agree (a save gathers the shards together)."""
+    run = cpu_run(corpus, tmp_path / "run", "--on_nonfinite=skip")
+    run.dist = Dist(rank=0, local_rank=0, world_size=2)
+    monkeypatch.setattr(distributed, "all_sum", lambda t, d: t + 1)  # the other process counts one non-finite shard
+    assert not loop.weights_finite(run, 3, SimpleNamespace(write=lambda line: None))
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_only_rank_zero_says_how_a_stopped_run_ends(tmp_path, capsys, saved):
+    run = SimpleNamespace(tc=SimpleNamespace(out_dir=str(tmp_path)), dist=Dist(rank=1, local_rank=1, world_size=2))
+    with pytest.raises(Stopped) as stopped:
+        stop_here(run, None, SimpleNamespace(close=lambda: None), 7, signal.SIGTERM, saved=saved)
+    assert stopped.value.code == 128 + signal.SIGTERM and capsys.readouterr().err == ""
+
+
+def test_mfus_peak_is_measured_at_a_micro_steps_shapes_and_counts_every_process(corpus, tmp_path, monkeypatch):
+    """The peak is timed on the products a micro-step's linear layers really compute (their rows seen here in a
+    forward), and is every process's: 2 processes, each as fast as 1, have the same MFU."""
+    asked = []
+    monkeypatch.setattr(loop, "peak_matmul_flops", lambda device, dtype, shapes: asked.append(shapes) or 1e12)
+    run = cpu_run(corpus, tmp_path / "run")
+    seen = set()
+    hooks = [m.register_forward_hook(lambda m, args, out: seen.add((args[0].numel() // m.in_features, m.in_features,
+                                                                     m.out_features)))
+             for m in run.model.modules() if isinstance(m, torch.nn.Linear)]
+    x, y = run.train_data.get(0)
+    run.objective.loss(run.model, x, y)
+    for hook in hooks:
+        hook.remove()
+    one = loop.Bookkeeping(run, SimpleNamespace(write=None))
+    assert set(asked[0]) == {s for rows, i, o in seen for s in ((rows, i, o), (rows, o, i), (o, rows, i))}
+    run.dist = Dist(rank=0, local_rank=0, world_size=2)
+    two = loop.Bookkeeping(run, SimpleNamespace(write=None))
+    tok_per_s = 1000.0  # one process's
+    assert loop.mfu(two.flops_per_token, 2 * tok_per_s, two.peak) == pytest.approx(
+        loop.mfu(one.flops_per_token, tok_per_s, one.peak))
+
+
+def test_a_checkpoint_names_its_data_folder_from_anywhere(corpus, tmp_path, monkeypatch):
+    """--data_root relative to where the run started: the checkpoint's data_dir (read by sample.py, the studies and a
+    resume's data check, from any folder) is the absolute path of the folder the run trained on."""
+    monkeypatch.chdir(tmp_path)
+    run = cpu_run(corpus, tmp_path / "run", "--data_root=here")
+    assert not os.path.isabs(run.data_dir)
+    run_folder.claim_out_dir(run)
+    assert loop.save(run, 1, False, SimpleNamespace(write=None))
+    monkeypatch.chdir(corpus.parent)
+    saved = Checkpoint.load(str(tmp_path / "run" / "ckpt_last.pt")).data_dir
+    assert os.path.isabs(saved) and os.path.samefile(saved, tmp_path / run.data_dir)
+
+
+def test_a_resumed_run_continues_the_seconds_of_its_checkpoints_row_alone():
+    log = SimpleNamespace(resumed_row={"step": 4, "train_s": 1.5, "elapsed_s": 9.25})
+    assert loop.resumed_seconds(SimpleNamespace(start_step=4), log) == (1.5, 9.25)
+    assert loop.resumed_seconds(SimpleNamespace(start_step=6), log) == (0.0, 0.0)  # a row of another step: not its
+    assert loop.resumed_seconds(SimpleNamespace(start_step=4), None) == (0.0, 0.0)  # not rank 0: no rows
+
+
+def test_a_run_ended_before_its_first_checkpoint_says_what_its_folder_holds(tmp_path):
+    assert loop.on_disk(str(tmp_path)) == f"nothing was written to {tmp_path}"
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert loop.on_disk(str(tmp_path)) == (f"no checkpoint was written yet (the first comes at eval_interval), so "
+                                           f"{tmp_path} holds only metrics: start again with --overwrite=true")

@@ -1,10 +1,18 @@
 """training/run_data.py: which data a run uses, how the processes of a node share its preparation, and what to
 change when a corpus is too small."""
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
+from common.errors import ConfigError, DataError
+from data import pair_batches
+from data.pairs import is_val_pair
+from training import objectives, run_data
 from training.config import TrainConfig
 from training.distributed import Dist
-from training.run_data import prepared_per_node, smaller_step
+from training.run_data import prepared_data, prepared_per_node, seq2seq_batches, smaller_step
 
 
 def test_one_process_prepares_once():
@@ -31,3 +39,75 @@ def test_one_process_prepares_once():
 ])
 def test_a_corpus_too_small_names_only_the_flags_that_can_help(flags, block_size, fixed_by, step, window):
     assert smaller_step(TrainConfig(**flags), block_size, fixed_by) == (step, window)
+
+
+@pytest.mark.parametrize("dist, first", [(Dist(), True), (Dist(rank=2, local_rank=0, world_size=4), True),
+                                         (Dist(rank=3, local_rank=1, world_size=4), False)])
+def test_the_first_process_of_each_node_prepares_before_the_others_wait(dist, first, monkeypatch):
+    """Rank 2 starts a second node: it prepares that node's copy while rank 0 prepares the first's; its node's other
+    processes find it ready after the barrier."""
+    events = []
+    monkeypatch.setattr(run_data, "wait_for_data", lambda d: events.append("barrier"))
+    assert prepared_per_node(dist, lambda: events.append("prepared") or "folder") == "folder"
+    assert events == (["prepared", "barrier"] if first else ["barrier", "prepared"])
+
+
+def test_a_folder_whose_meta_json_miscounts_its_tokenizer_is_refused(tmp_path):
+    (tmp_path / "cat.txt").write_text("the cat sat on the mat. " * 50)
+    tc = TrainConfig(input=str(tmp_path / "cat.txt"), data_root=str(tmp_path / "root"), tokenizer="char")
+    folder, meta, tokenizer = prepared_data(tc, Dist())
+    assert tokenizer.vocab_size == meta["vocab_size"] == len(set("the cat sat on the mat. \n"))
+    meta["vocab_size"] += 1
+    (Path(folder) / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=f"meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
+                                        f"{tokenizer.vocab_size} tokens"):
+        prepared_data(tc, Dist())
+
+
+def decoded_pairs(batch, tokenizer, stop_id):
+    """[(source, target)] texts of a collated batch: padding and STOP left out."""
+    (source, valid, _), targets = batch
+    return [(tokenizer.decode(s[v].tolist()), tokenizer.decode([t for t in row.tolist() if t >= 0 and t != stop_id]))
+            for s, v, row in zip(source, valid, targets)]
+
+
+def test_a_tasks_validation_pairs_are_the_validation_side_and_never_train():
+    task = SimpleNamespace(task="reverse", task_min_len=2, task_max_len=5)
+    tc = TrainConfig(model="seq2seq", batch_size=8, eval_iters=3, **vars(task))
+    objective, tokenizer = objectives.build("seq2seq", pair_batches.task_tokenizer())
+    meta = pair_batches.task_meta("reverse", 2, 5)
+    train_data, val_set = seq2seq_batches(tc, Dist(), "", meta, 6, objective, "cpu")
+    val = [p for batch in val_set for p in decoded_pairs(batch, tokenizer, objective.stop_id)]
+    train = [p for step in range(3) for p in decoded_pairs(train_data.get(step), tokenizer, objective.stop_id)]
+    assert len(val) == 3 * 8 and len(train) == 3 * 8
+    assert all(t == s[::-1] and 2 <= len(s) <= 5 for s, t in val + train)
+    assert all(is_val_pair(s, t) for s, t in val) and not any(is_val_pair(s, t) for s, t in train)
+
+
+def test_a_tasks_longest_target_and_its_stop_must_fit_the_context():
+    tc = TrainConfig(model="seq2seq", batch_size=2, eval_iters=1, task="sort", task_min_len=2, task_max_len=5)
+    objective, _ = objectives.build("seq2seq", pair_batches.task_tokenizer())
+    meta = pair_batches.task_meta("sort", 2, 5)
+    seq2seq_batches(tc, Dist(), "", meta, 6, objective, "cpu")  # 5 letters and STOP: fits
+    with pytest.raises(ConfigError, match="--task_max_len=5 needs --block_size of at least 6"):
+        seq2seq_batches(tc, Dist(), "", meta, 5, objective, "cpu")
+
+
+@pytest.mark.parametrize("train_long, val_long", [(2, 1), (0, 1)])
+def test_pairs_too_long_for_the_context_are_counted_on_each_side_by_rank_zero(tmp_path, capsys, train_long, val_long):
+    """Pairs longer than block_size on either side are left out of both splits, and rank 0 says how many."""
+    def side(n, long, want_val):  # the first n pairs of a kind that land on the wanted side
+        pairs = ((f"{i}" * 9, f"{i}") if long else (f"{i}", f"{i}{i}") for i in range(10_000))
+        return [f"{s}\t{t}\n" for s, t in pairs if is_val_pair(s, t) == want_val][:n]
+    lines = side(train_long, True, False) + side(val_long, True, True) + side(3, False, False) + side(3, False, True)
+    (tmp_path / "pairs.tsv").write_text("".join(lines))
+    tc = TrainConfig(model="seq2seq", pairs=str(tmp_path / "pairs.tsv"), data_root=str(tmp_path / "root"),
+                     batch_size=2, eval_iters=1)
+    folder, meta, tokenizer = prepared_data(tc, Dist())
+    objective, _ = objectives.build("seq2seq", tokenizer)
+    capsys.readouterr()
+    for d in (Dist(rank=1, local_rank=1, world_size=2), Dist()):
+        train_data, val_set = seq2seq_batches(tc, d, folder, meta, 8, objective, "cpu")
+    assert capsys.readouterr().out == (f"{train_long} train and {val_long} val pairs are longer than block_size=8 "
+                                       f"tokens on a side and are left out\n")
+    assert all(len(s) <= 8 for batch in val_set for s, _ in decoded_pairs(batch, tokenizer, objective.stop_id))

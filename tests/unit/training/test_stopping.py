@@ -52,3 +52,43 @@ def test_under_a_process_group_the_signal_and_the_due_checkpoint_travel_apart(tm
             assert stop.agreed(two, "cpu", save_due=True) == (signal.SIGTERM, True)
     finally:
         dist.destroy_process_group()
+
+
+def test_outside_the_main_thread_the_handlers_are_left_alone():
+    """Python installs signal handlers from the main thread only: a run started in another thread (a notebook's
+    worker, a test runner's) trains on, with Ctrl-C's default behaviour."""
+    import threading
+
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+
+    def run():
+        with StopRequests() as stop:
+            seen.append((stop.agreed(Dist(), "cpu"), signal.getsignal(signal.SIGINT)))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen == [((None, False), before)]
+
+
+def test_the_agreement_runs_on_the_cpu_group(tmp_path, monkeypatch):
+    """Under NCCL the default group takes GPU tensors alone: the flags, a CPU tensor, go over the gloo group
+    distributed.cpu_group gives."""
+    import torch.distributed as dist
+
+    from training import distributed
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        gloo = dist.new_group(backend="gloo")
+        monkeypatch.setattr(distributed, "cpu_group", lambda: gloo)  # what it makes where the default group is NCCL
+        groups, all_reduce = [], dist.all_reduce
+        monkeypatch.setattr(dist, "all_reduce", lambda t, op=None, group=None: groups.append(group)
+                            or all_reduce(t, op=op, group=group))
+        with StopRequests() as stop:
+            signal.raise_signal(signal.SIGINT)
+            assert stop.agreed(Dist(rank=0, local_rank=0, world_size=2), "cpu") == (signal.SIGINT, False)
+        assert groups == [gloo]
+    finally:
+        dist.destroy_process_group()
