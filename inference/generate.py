@@ -128,8 +128,8 @@ def left_pad(prompts, device):
 
 
 def check_ids(idx, vocab_size: int) -> None:
-    """Refuses a prompt id the model has no embedding for (the embedding's own error says only `index out of
-    range`). Once per generation: on a GPU a read back to the host."""
+    """Refuses a prompt id the model has no embedding for, naming it: called where the embedding refused one (its
+    own error says only `index out of range`), so a generation that is fine reads nothing back for it."""
     bad = (idx < 0) | (idx >= vocab_size)  # (B, T)
     if bool(bad.any()):
         raise UserError(f"the prompt holds token id {int(idx[bad][0])}, outside the model's vocabulary of "
@@ -198,7 +198,6 @@ def generate_stream(model, prompts, max_new_tokens, temperature=1.0, top_k=None,
         raise ConfigError("a bidirectional encoder cannot use a KV cache (every token attends to later ones); "
                           "pass use_cache=False")
     idx, pad = left_pad(prompts, next(model.parameters()).device)  # (B, T), (B, T) | None
-    check_ids(idx, model.config.vocab_size)
     B, block = idx.size(0), model.config.block_size
     if past_context == "extend":  # a window as long as the whole generation: it never slides
         block = max(block, idx.size(1) + max_new_tokens)
@@ -230,14 +229,18 @@ def next_logits(model, idx, start: int, window_pad, use_cache: bool, cache, deco
     """The logits (B, V) of the token after idx (B, T), whose context window is idx[:, start:]: without the cache,
     a forward over the window; with it, the window's prefill into a new cache (None: none yet, or the window slid),
     then one token at a time, by the model's forward or the decoder's step. Returns (logits, the cache)."""
-    if not use_cache:
-        return model(idx[:, start:], pad_mask=window_pad, last_only=True)[0][:, -1], cache
-    if cache is None:  # prefill: the whole window in one forward
-        cache = model.new_cache(idx.size(0), max_len=block)
-        return model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)[0][:, -1], cache
-    if decoder is None:  # one new token: only its own row of attention
-        return model(idx[:, -1:], cache=cache, last_only=True)[0][:, -1], cache
-    return decoder(idx[:, -1:], cache), cache  # (B, V)
+    try:
+        if not use_cache:
+            return model(idx[:, start:], pad_mask=window_pad, last_only=True)[0][:, -1], cache
+        if cache is None:  # prefill: the whole window in one forward
+            cache = model.new_cache(idx.size(0), max_len=block)
+            return model(idx[:, start:], cache=cache, pad_mask=window_pad, last_only=True)[0][:, -1], cache
+        if decoder is None:  # one new token: only its own row of attention
+            return model(idx[:, -1:], cache=cache, last_only=True)[0][:, -1], cache
+        return decoder(idx[:, -1:], cache), cache  # (B, V)
+    except IndexError:  # a prompt id outside the vocabulary (on a CPU; on a GPU a device-side assert)
+        check_ids(idx, model.config.vocab_size)
+        raise
 
 
 def generate(model, prompts, max_new_tokens, **kwargs):
