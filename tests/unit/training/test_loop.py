@@ -454,5 +454,6 @@ def test_a_resumed_run_continues_the_seconds_of_its_checkpoints_row_alone():
 def test_a_run_ended_before_its_first_checkpoint_says_what_its_folder_holds(tmp_path):
     assert loop.on_disk(str(tmp_path)) == f"nothing was written to {tmp_path}"
     (tmp_path / "metrics.jsonl").write_text("")
-    assert loop.on_disk(str(tmp_path)) == (f"no checkpoint was written yet (the first comes at eval_interval), so "
-                                           f"{tmp_path} holds only metrics: start again with --overwrite=true")
+    assert loop.on_disk(str(tmp_path)) == (f"no checkpoint was written yet (one is saved at each evaluation whose "
+                                           f"weights are finite), so {tmp_path} holds only metrics: start again with "
+                                           f"--overwrite=true")
