@@ -64,10 +64,11 @@ class Windowed:
 
 def pick(probs_or_logits: torch.Tensor, greedy: bool, generator) -> int:
     """One token from a row (V,): its argmax (greedy: logits) or a draw (probabilities). Values that are not finite
-    are refused as the plain loop's sample_next refuses them: argmax would pick the first NaN."""
+    are refused as the plain loop's sample_next refuses them, on the CPU (off it a check is one more host sync per
+    token): argmax would pick the first NaN."""
     if greedy:
         token = int(probs_or_logits.argmax())
-        if ~torch.isfinite(probs_or_logits[token]):
+        if probs_or_logits.device.type == "cpu" and not torch.isfinite(probs_or_logits[token]):
             raise NonFiniteLogits()
         return token
     try:
