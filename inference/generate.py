@@ -84,19 +84,30 @@ def exponential_race(probs, generator=None):
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, generator=None):
     """logits: (B, V) -> (B,) token ids. temperature 0 (or below MIN_TEMPERATURE) is greedy (argmax), whatever the
     filters. Off the CPU the draw makes no host sync, and a non-finite distribution goes unchecked (a check would be
-    one): the CPU's multinomial checks it at no such cost, and a greedy pick's own logit is checked there too."""
+    one): on the CPU checked_greedy and draw check it at no such cost."""
     if temperature < MIN_TEMPERATURE:
-        picks = greedy(logits)
-        # argmax stops at a row's first NaN, or its inf: no pick. On the CPU the check needs no host sync
-        if logits.device.type == "cpu" and not torch.isfinite(logits.gather(-1, picks.unsqueeze(-1))).all():
-            raise NonFiniteLogits()
-        return picks
+        return checked_greedy(logits)
     probs = next_token_probs(logits, temperature, top_k, top_p, min_p)
     if probs.device.type != "cpu":
         return exponential_race(probs, generator)
+    return draw(probs, generator).squeeze(-1)  # (B,)
+
+
+def checked_greedy(logits):
+    """greedy, with a pick whose own logit is not finite refused in one line: argmax stops at a row's first NaN, or
+    its inf. Checked on the CPU only, where it needs no host sync."""
+    picks = greedy(logits)
+    if logits.device.type == "cpu" and not torch.isfinite(logits.gather(-1, picks.unsqueeze(-1))).all():
+        raise NonFiniteLogits()
+    return picks
+
+
+def draw(probs, generator=None):
+    """torch.multinomial's one draw per row of probs, (B, V) -> (B, 1) or (V,) -> (1,); a distribution that is not
+    finite is refused in one line (multinomial's own RuntimeError finds it on the CPU, where that costs nothing)."""
     try:
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-    except RuntimeError:  # NaN/inf: checked here, where it costs nothing, rather than each step
+        return torch.multinomial(probs, 1, generator=generator)
+    except RuntimeError:
         if torch.isfinite(probs).all():
             raise
         raise NonFiniteLogits() from None

@@ -22,7 +22,7 @@ import torch
 
 from common.eval_mode import evaluating
 
-from .generate import MIN_TEMPERATURE, NonFiniteLogits, check_sampling, kept_on_slide, next_token_probs
+from .generate import MIN_TEMPERATURE, check_sampling, checked_greedy, draw, kept_on_slide, next_token_probs
 
 
 class Windowed:
@@ -63,20 +63,11 @@ class Windowed:
 
 
 def pick(probs_or_logits: torch.Tensor, greedy: bool, generator) -> int:
-    """One token from a row (V,): its argmax (greedy: logits) or a draw (probabilities). Values that are not finite
-    are refused as the plain loop's sample_next refuses them, on the CPU (off it a check is one more host sync per
-    token): argmax would pick the first NaN."""
+    """One token from a row (V,): its argmax (greedy: logits) or a draw (probabilities), values that are not finite
+    refused as the plain loop's sample_next refuses them."""
     if greedy:
-        token = int(probs_or_logits.argmax())
-        if probs_or_logits.device.type == "cpu" and not torch.isfinite(probs_or_logits[token]):
-            raise NonFiniteLogits()
-        return token
-    try:
-        return int(torch.multinomial(probs_or_logits, 1, generator=generator))
-    except RuntimeError:
-        if torch.isfinite(probs_or_logits).all():
-            raise
-        raise NonFiniteLogits() from None
+        return int(checked_greedy(probs_or_logits.unsqueeze(0))[0])
+    return int(draw(probs_or_logits, generator))
 
 
 def verify(p: torch.Tensor, q: list, guesses: list[int], greedy: bool, generator) -> tuple[int, int]:
