@@ -274,8 +274,11 @@ def summary(out: Path, m: dict, built: bool) -> str:
     if bad["count"]:
         lines.append(f"  skipped {bad['count']:,} bad documents, e.g. {'; '.join(bad['examples'])}")
     t = m["timing"]
-    lines.append(f"  {t['encode_mb_per_s']:.1f} MB/s with {t['workers']} workers, prepared in {t['prepare_s']:.1f} s, "
-                 f"peak RSS {t['peak_rss_mb']['main']} MB (main) / {t['peak_rss_mb']['worker']} MB (a worker); "
+    # one worker is the main process itself (data/encode.py): there is no worker process to give a figure for
+    rss = t["peak_rss_mb"]
+    who, rss = ((f"{t['workers']} workers,", f"{rss['main']} MB (main) / {rss['worker']} MB (a worker)")
+                if t["workers"] > 1 else ("1 worker, the main process,", f"{rss['main']} MB"))
+    lines.append(f"  {t['encode_mb_per_s']:.1f} MB/s with {who} prepared in {t['prepare_s']:.1f} s, peak RSS {rss}; "
                  f"bits/byte = loss / ln 2 / {m['val_bytes_per_token']:.4f} (uniform: "
                  f"{math.log2(m['vocab_size']) / m['val_bytes_per_token']:.2f})")
     return "\n".join(lines)

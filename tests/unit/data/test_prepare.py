@@ -391,6 +391,20 @@ def test_the_cli_says_built_or_already_prepared_by_what_it_did_not_by_the_files_
         assert said in capsys.readouterr().out.splitlines()[0]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_summary_names_a_workers_memory_only_where_a_worker_process_ran(tmp_path, capsys, workers):
+    """--workers=1 encodes in the main process: the summary said "0 MB (a worker)", a figure of no process."""
+    book = tmp_path / "book.txt"
+    book.write_text(synthetic_text(3000))
+    assert prep.main([f"--input={book}", f"--data_root={tmp_path}", "--progress=false", f"--workers={workers}"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    worker_mb = read_meta(next((tmp_path / "prepared").iterdir()))["timing"]["peak_rss_mb"]["worker"]
+    if workers == 1:
+        assert "with 1 worker, the main process," in line and "(a worker)" not in line, line
+    else:
+        assert "with 2 workers," in line and f"/ {worker_mb} MB (a worker)" in line and worker_mb > 0, line
+
+
 def test_a_bpe_vocabulary_the_training_text_cannot_make_is_refused(tmp_path):
     """--bpe_vocab_size is the vocabulary's size: a training text with pairs for too few merges is refused in one line
     that names the largest size it makes, and leaves no folder; that size itself is built."""
