@@ -124,7 +124,7 @@ def expectations(res) -> list[str]:
          f"accuracy above the decoder's left-only one, and this run has {acc['encoder_both']:.1%} vs "
          f"{acc['decoder_left']:.1%} (a longer --max_iters trains the encoder further)"),
         line(math.exp(cloze_ce(res, "encoder_both")) < ppl_left and math.exp(cloze_ce(res, "decoder_both")) < ppl_left,
-             f"pseudo-perplexity sits far below perplexity for both: encoder "
+             f"pseudo-perplexity sits below perplexity for both: encoder "
              f"{math.exp(cloze_ce(res, 'encoder_both')):.2f}"
              f", decoder (Bayes) {math.exp(cloze_ce(res, 'decoder_both')):.2f}, vs the decoder's perplexity "
              f"{ppl_left:.2f} on the same positions"),
