@@ -21,7 +21,8 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
     """(the data's folder, its meta, its tokenizer): text or a pairs file, prepared once per node, or a built-in task
     (nothing to prepare: the folder is ''); a resumed run's must be the data its checkpoint was trained on."""
     if tc.model != "seq2seq" or tc.pairs is not None:
-        data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d, ckpt))
+        data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d, ckpt),
+                                                      lambda folder: read_prepared(tc.model, folder))
     else:  # a built-in task: its letters are drawn as the run goes
         meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
         data_dir, tokenizer = "", pair_batches.task_tokenizer()
@@ -33,15 +34,17 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
     return data_dir, meta, tokenizer
 
 
-def prepared_per_node(d: distributed.Dist, prepared):
-    """prepared() (-> the prepared folder, ...) in the first process of each node, then, once it is done, in the
-    others, which find the folder ready. A node that does not share rank 0's disk needs its own copy; where several
-    processes share one folder, the preparation's lock lets one build it; the others wait, however long that takes."""
+def prepared_per_node(d: distributed.Dist, prepared, read):
+    """prepared() (-> the prepared folder, ...) in the first process of each node; the node's other processes wait
+    until it is done, then read(that folder). They read the first process's folder rather than prepare again: a
+    corpus edited meanwhile would give them another folder, and each process would train on other data. A node
+    that does not share rank 0's disk prepares its own copy; the preparation's lock lets one process build a folder
+    several nodes share, while the others wait, however long that takes."""
     first_on_node = d.master or d.local_rank == 0
-    if first_on_node:
-        data = prepared()
-    wait_for_data(d)
-    return data if first_on_node else prepared()
+    data = prepared() if first_on_node else None
+    folders = wait_for_data(d, data[0] if first_on_node else None)
+    # torchrun numbers a node's processes together: its first process is rank - local_rank
+    return data if first_on_node else read(folders[d.rank - d.local_rank])
 
 
 # Tokenizing a large corpus takes hours; NCCL's collectives time out after 10 minutes, so the processes that wait
@@ -49,12 +52,16 @@ def prepared_per_node(d: distributed.Dist, prepared):
 PREPARE_TIMEOUT = datetime.timedelta(hours=12)
 
 
-def wait_for_data(d: distributed.Dist) -> None:
-    """A barrier for the processes waiting while the data is prepared, with PREPARE_TIMEOUT."""
-    if d.enabled:
-        group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
-        dist.barrier(group=group)
-        dist.destroy_process_group(group)
+def wait_for_data(d: distributed.Dist, folder: str | None) -> list:
+    """Every process's folder (None where it prepared none), once all have come here: a barrier for the processes
+    waiting while the data is prepared, with PREPARE_TIMEOUT."""
+    if not d.enabled:
+        return [folder]
+    group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
+    folders = [None] * d.world_size
+    dist.all_gather_object(folders, folder, group=group)
+    dist.destroy_process_group(group)
+    return folders
 
 
 def prepared_data(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None = None):
@@ -69,17 +76,23 @@ def prepared_data(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None 
             raise SetupError(f"the data these flags prepare is not the data this checkpoint was trained on ({e}); "
                              f"resume with the same --dataset/--input/--split/--tokenizer and their settings, or start "
                              f"a new --out_dir") from None
-        meta = carry_tokenizer(read_meta(data_dir), data_dir)
-        tokenizer = load_tokenizer(meta)
-        if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
-            raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
-                            f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data "
-                            f"again")
-        return data_dir, meta, tokenizer
+        return read_prepared(tc.model, data_dir)
     data_dir = pairs.prepare_pairs(tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field,
                                    tc.on_bad, tc.data_root, progress=tc.progress and d.master)
-    meta, tokenizer = pairs.read_pairs_meta(data_dir)
-    return str(data_dir), carry_tokenizer(meta, data_dir), tokenizer
+    return read_prepared(tc.model, str(data_dir))
+
+
+def read_prepared(model: str, data_dir: str):
+    """(the prepared folder, its meta, its tokenizer) of a folder prepare or prepare_pairs built."""
+    if model == "seq2seq":
+        meta, tokenizer = pairs.read_pairs_meta(data_dir)
+        return data_dir, carry_tokenizer(meta, data_dir), tokenizer
+    meta = carry_tokenizer(read_meta(data_dir), data_dir)
+    tokenizer = load_tokenizer(meta)
+    if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size
+        raise DataError(f"{data_dir}/meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
+                        f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data again")
+    return data_dir, meta, tokenizer
 
 
 def batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective, device,
