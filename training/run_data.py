@@ -1,5 +1,5 @@
 """The data a run trains on: prepared once per node (the first process of each node builds the folder, the others
-wait and find it ready), checked against a resumed run's checkpoint, and served as batches: windows of text, or
+wait and read it), checked against a resumed run's checkpoint, and served as batches: windows of text, or
 seq2seq's pairs. The formats are data/'s; this module decides which a run uses and how the processes share it.
 """
 import datetime
