@@ -19,8 +19,8 @@ from training.run_data import prepared_data, prepared_per_node, seq2seq_batches,
 
 def test_one_process_prepares_once():
     calls = []
-    assert prepared_per_node(Dist(), lambda: calls.append(1) or ("folder",), None) == ("folder",)
-    assert calls == [1]
+    assert prepared_per_node(Dist(), lambda folder: calls.append(folder) or ("folder",)) == ("folder",)
+    assert calls == [None]
 
 
 @pytest.mark.parametrize("flags, block_size, fixed_by, step, window", [
@@ -55,8 +55,8 @@ def test_the_first_process_of_each_node_prepares_before_the_others_wait(dist, fi
         return ["node 1's", None, "node 2's", None]
 
     monkeypatch.setattr(run_data, "wait_for_data", barrier)
-    got = prepared_per_node(dist, lambda: events.append("prepared") or ("folder",),
-                            lambda folder: events.append("read") or (folder,))
+    got = prepared_per_node(dist, lambda folder: events.append("read" if folder else "prepared")
+                            or (folder or "folder",))
     assert events == (["prepared", "barrier"] if first else ["barrier", "read"])
     assert got == (("folder",) if first else ("node 2's",))
 
@@ -68,7 +68,7 @@ from training.run_data import prepared_per_node
 rank = int(sys.argv[2])
 dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}", rank=rank, world_size=4)
 # each process that prepares gets a folder of its own: as if the corpus had been edited in between
-print(prepared_per_node(Dist(rank, rank % 2, 4), lambda: (f"built by {rank}",), lambda folder: (f"read {folder}",)))
+print(prepared_per_node(Dist(rank, rank % 2, 4), lambda folder: (f"read {folder}" if folder else f"built by {rank}",)))
 dist.destroy_process_group()
 """
 
