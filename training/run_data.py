@@ -1,5 +1,5 @@
 """The data a run trains on: prepared once per node (the first process of each node builds the folder, the others
-wait and find it ready), checked against a resumed run's checkpoint, and served as batches: windows of text, or
+wait and read it), checked against a resumed run's checkpoint, and served as batches: windows of text, or
 seq2seq's pairs. The formats are data/'s; this module decides which a run uses and how the processes share it.
 """
 import datetime
@@ -21,7 +21,7 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
     """(the data's folder, its meta, its tokenizer): text or a pairs file, prepared once per node, or a built-in task
     (nothing to prepare: the folder is ''); a resumed run's must be the data its checkpoint was trained on."""
     if tc.model != "seq2seq" or tc.pairs is not None:
-        data_dir, meta, tokenizer = prepared_per_node(d, lambda: prepared_data(tc, d, ckpt))
+        data_dir, meta, tokenizer = prepared_per_node(d, lambda folder: prepared_data(tc, d, ckpt, folder))
     else:  # a built-in task: its letters are drawn as the run goes
         meta = pair_batches.task_meta(tc.task or "reverse", tc.task_min_len, tc.task_max_len)
         data_dir, tokenizer = "", pair_batches.task_tokenizer()
@@ -34,14 +34,16 @@ def load(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None):
 
 
 def prepared_per_node(d: distributed.Dist, prepared):
-    """prepared() (-> the prepared folder, ...) in the first process of each node, then, once it is done, in the
-    others, which find the folder ready. A node that does not share rank 0's disk needs its own copy; where several
-    processes share one folder, the preparation's lock lets one build it; the others wait, however long that takes."""
+    """prepared(None) (-> the prepared folder, ...) in the first process of each node; the node's other processes
+    wait until it is done, then read that folder: prepared(folder). They do not prepare again: a corpus edited
+    meanwhile would give them another folder, and each process would train on other data. A node that does not
+    share rank 0's disk prepares its own copy; the preparation's lock lets one process build a folder several nodes
+    share, while the others wait, however long that takes."""
     first_on_node = d.master or d.local_rank == 0
-    if first_on_node:
-        data = prepared()
-    wait_for_data(d)
-    return data if first_on_node else prepared()
+    data = prepared(None) if first_on_node else None
+    folders = wait_for_data(d, data[0] if first_on_node else None)
+    # torchrun numbers a node's processes together: its first process is rank - local_rank
+    return data if first_on_node else prepared(folders[d.rank - d.local_rank])
 
 
 # Tokenizing a large corpus takes hours; NCCL's collectives time out after 10 minutes, so the processes that wait
@@ -49,22 +51,27 @@ def prepared_per_node(d: distributed.Dist, prepared):
 PREPARE_TIMEOUT = datetime.timedelta(hours=12)
 
 
-def wait_for_data(d: distributed.Dist) -> None:
-    """A barrier for the processes waiting while the data is prepared, with PREPARE_TIMEOUT."""
-    if d.enabled:
-        group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
-        dist.barrier(group=group)
-        dist.destroy_process_group(group)
+def wait_for_data(d: distributed.Dist, folder: str | None) -> list:
+    """Every process's folder (None where it prepared none), once all have come here: a barrier for the processes
+    waiting while the data is prepared, with PREPARE_TIMEOUT."""
+    if not d.enabled:
+        return [folder]
+    group = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
+    folders = [None] * d.world_size
+    dist.all_gather_object(folders, folder, group=group)
+    dist.destroy_process_group(group)
+    return folders
 
 
-def prepared_data(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None = None):
+def prepared_data(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None = None, data_dir: str | None = None):
     """(the prepared folder, its meta, its tokenizer): text (data/prepare.py) or a pairs file (data/pairs.py). The
-    meta carries its tokenizer: the checkpoints' copy decodes without the folder."""
+    meta carries its tokenizer: the checkpoints' copy decodes without the folder. data_dir: a folder another process
+    prepared, read as it is."""
     if tc.model != "seq2seq":  # the data settings are the PrepareConfig fields TrainConfig inherits
         old = ckpt.data_meta.get("fingerprint") if ckpt is not None else None  # a resumed run's data: refused
         try:  # before the preparation (which may take hours) where the flags' settings make other data
-            data_dir = prepare(like=old if isinstance(old, dict) else None,
-                               **{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
+            data_dir = data_dir or prepare(like=old if isinstance(old, dict) else None,
+                                           **{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
         except OtherData as e:
             raise SetupError(f"the data these flags prepare is not the data this checkpoint was trained on ({e}); "
                              f"resume with the same --dataset/--input/--split/--tokenizer and their settings, or start "
@@ -76,10 +83,11 @@ def prepared_data(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None 
                             f"{tokenizer.vocab_size} tokens: the folder is corrupt; delete it and prepare the data "
                             f"again")
         return data_dir, meta, tokenizer
-    data_dir = pairs.prepare_pairs(tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field, tc.target_field,
-                                   tc.on_bad, tc.data_root, progress=tc.progress and d.master)
+    data_dir = data_dir or str(pairs.prepare_pairs(tc.pairs, tc.tokenizer, tc.bpe_vocab_size, tc.source_field,
+                                                   tc.target_field, tc.on_bad, tc.data_root,
+                                                   progress=tc.progress and d.master))
     meta, tokenizer = pairs.read_pairs_meta(data_dir)
-    return str(data_dir), carry_tokenizer(meta, data_dir), tokenizer
+    return data_dir, carry_tokenizer(meta, data_dir), tokenizer
 
 
 def batches(tc: TrainConfig, d: distributed.Dist, data_dir: str, meta: dict, block_size: int, objective, device,

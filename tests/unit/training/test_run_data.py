@@ -1,6 +1,8 @@
 """training/run_data.py: which data a run uses, how the processes of a node share its preparation, and what to
 change when a corpus is too small."""
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,8 +19,8 @@ from training.run_data import prepared_data, prepared_per_node, seq2seq_batches,
 
 def test_one_process_prepares_once():
     calls = []
-    assert prepared_per_node(Dist(), lambda: calls.append(1) or "folder") == "folder"
-    assert calls == [1]
+    assert prepared_per_node(Dist(), lambda folder: calls.append(folder) or ("folder",)) == ("folder",)
+    assert calls == [None]
 
 
 @pytest.mark.parametrize("flags, block_size, fixed_by, step, window", [
@@ -45,11 +47,43 @@ def test_a_corpus_too_small_names_only_the_flags_that_can_help(flags, block_size
                                          (Dist(rank=3, local_rank=1, world_size=4), False)])
 def test_the_first_process_of_each_node_prepares_before_the_others_wait(dist, first, monkeypatch):
     """Rank 2 starts a second node: it prepares that node's copy while rank 0 prepares the first's; its node's other
-    processes find it ready after the barrier."""
+    processes read it after the barrier."""
     events = []
-    monkeypatch.setattr(run_data, "wait_for_data", lambda d: events.append("barrier"))
-    assert prepared_per_node(dist, lambda: events.append("prepared") or "folder") == "folder"
-    assert events == (["prepared", "barrier"] if first else ["barrier", "prepared"])
+
+    def barrier(d, folder):
+        events.append("barrier")
+        return ["node 1's", None, "node 2's", None]
+
+    monkeypatch.setattr(run_data, "wait_for_data", barrier)
+    got = prepared_per_node(dist, lambda folder: events.append("read" if folder else "prepared")
+                            or (folder or "folder",))
+    assert events == (["prepared", "barrier"] if first else ["barrier", "read"])
+    assert got == (("folder",) if first else ("node 2's",))
+
+
+SHARED_FOLDER = """
+import sys, torch.distributed as dist
+from training.distributed import Dist
+from training.run_data import prepared_per_node
+rank = int(sys.argv[2])
+dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}", rank=rank, world_size=4)
+# each process that prepares gets a folder of its own: as if the corpus had been edited in between
+print(prepared_per_node(Dist(rank, rank % 2, 4), lambda folder: (f"read {folder}" if folder else f"built by {rank}",)))
+dist.destroy_process_group()
+"""
+
+
+def test_the_other_processes_of_a_node_read_its_first_process_folder(tmp_path):
+    """Two nodes of two processes: the second process of each reads the folder its node's first one prepared, not
+    one of its own (which could hold other data)."""
+    from conftest import ROOT
+
+    procs = [subprocess.Popen([sys.executable, "-c", SHARED_FOLDER, str(tmp_path / "store"), str(rank)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(4)]
+    said = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), said
+    assert [out.strip() for out, _ in said] == ["('built by 0',)", "('read built by 0',)", "('built by 2',)",
+                                                "('read built by 2',)"], said
 
 
 def test_a_folder_whose_meta_json_miscounts_its_tokenizer_is_refused(tmp_path):
