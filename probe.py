@@ -15,7 +15,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from common import cli
+from common import cli, flag_scope
 from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
 from common.flags import asks_help, help_text, parse_configs
@@ -74,11 +74,9 @@ def write_text(path: str, text: str) -> None:
 
 def main(argv) -> None:
     if asks_help(argv):
-        print(help_text((ProbeConfig, ProbeModel), {}))
+        print(help_text((ProbeConfig, ProbeModel), {}, tags=flag_scope.tags("probe.py")))
         return
-    per_class, _ = parse_configs(argv, (ProbeConfig, ProbeModel), {})
-    pc, pm = ProbeConfig(**per_class[ProbeConfig]), ProbeModel(**per_class[ProbeModel])
-    need_wandb_mode(pc.wandb_log)  # wandb.init would fail on a bad one after --out is made
+    pc, pm = checked(argv)
     for line in curve_notes(pc, pm):
         print(line, file=sys.stderr)
     config = {**asdict(pc), **asdict(pm)}
@@ -104,6 +102,17 @@ def main(argv) -> None:
     png = write_results(pc, config, results)
     if wandb_run is not None:
         finish_wandb(wandb_run, results, png)
+
+
+def checked(argv) -> tuple[ProbeConfig, ProbeModel]:
+    """The flags -> (ProbeConfig, ProbeModel), each explicit flag checked against the tasks it sizes and
+    --wandb_log (common/flag_scope.py): before anything is trained or written."""
+    per_class, explicit = parse_configs(argv, (ProbeConfig, ProbeModel), {})
+    pc, pm = ProbeConfig(**per_class[ProbeConfig]), ProbeModel(**per_class[ProbeModel])
+    need_wandb_mode(pc.wandb_log)  # wandb.init would fail on a bad one after --out is made
+    facts = {"probe_tasks": tuple(pc.items("tasks")), "wandb_log": pc.wandb_log}
+    flag_scope.print_notes(flag_scope.check("probe.py", explicit, facts))
+    return pc, pm
 
 
 def curve_notes(pc: ProbeConfig, pm: ProbeModel) -> list[str]:

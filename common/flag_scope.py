@@ -58,6 +58,7 @@ QUICK_SETS = ("--quick sets it (tiny sizes, one round, nothing compiled: the sam
 TO_SEQ2SEQ = "--model=seq2seq trains on --pairs=FILE (.tsv or .jsonl) or --task"
 SEQ2SEQ_SAMPLE = "give an encoder-decoder the text to translate as --source"
 NOT_SAMPLING = "--attention, --temperatures and an encoder's [MASK] in --start do not sample"
+PROBE_TASKS = ("copy", "induction", "recall", "dyck")  # insight/probe_tasks.py's TASKS (common/ cannot import it)
 # sample.py's modes: (where a flag applies, what this run does instead, the --help tag)
 MODES = {"sample": ("sampling", "samples", "sampling"),
          "translate": ("translating --source", "translates --source", "--source"),
@@ -178,6 +179,12 @@ TABLES = {
         rule("lengths plot", target=("memory",)),
         rule("repeats batch_size steps new_tokens new_tokens_llama prepare_sizes eval_items compile_sampling "
              "compile_step lengths", QUICK_SETS, quick=(False,))),
+    # probe.py: each task's size applies where --tasks runs that task; the run's tasks are a tuple (any one holds)
+    "probe.py": table(
+        "out tasks pos_embs models eval_batches seed threads wandb_log n_layer n_head n_embd steps batch_size "
+        "learning_rate weight_decay mixed",
+        *(rule(f"{task}_n", "it sizes that task's sequences", probe_tasks=(task,)) for task in PROBE_TASKS),
+        rule("wandb_project", note=True, wandb_log=(True,))),
     # compare.py: --study picks one study, whose own dataclass holds the rest; every flag of a study applies to it
     "compare.py": table("study"),
     "compare.py --study=encoder": table(
@@ -213,7 +220,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
           "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
           "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True),
-          "pairs_file": ("tsv", "jsonl"),
+          "pairs_file": ("tsv", "jsonl"), "probe_tasks": PROBE_TASKS,
           "torchrun": (False, True), "eval_tasks": (False, True),
           "pos_emb": ("rope", "sinusoidal", "learned", "alibi", "none")}  # model/config.py's POS_EMBS
 SAY = {  # fact -> (where(values), this run(value), tag(values))
@@ -256,6 +263,9 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     # bench.py: the targets of this run (a tuple: several), and --quick
     "target": (lambda vs: f"to --target={_one_of(vs)}",
                lambda v: f"this run is --target={v if isinstance(v, str) else ','.join(v)}", "/".join),
+    # probe.py: the tasks this run trains (a tuple: several)
+    "probe_tasks": (lambda vs: f"to --tasks with {_one_of(vs)}", lambda v: f"this run is --tasks={','.join(v)}",
+                    lambda vs: "--tasks with " + "/".join(vs)),
     "quick": (lambda vs: "without --quick", lambda v: "--quick is given", lambda vs: "no --quick"),
     # sample.py and evaluate.py run the model in eval mode: no dropout to draw
     "trains": (lambda vs: "to training", lambda v: "the model runs here without dropout", lambda vs: "training"),

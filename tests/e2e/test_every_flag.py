@@ -95,6 +95,14 @@ def prepare_record(argv, ckpts):
     return dataclasses.asdict(pc), facts
 
 
+def probe_record(argv, ckpts):
+    import probe
+
+    pc, pm = probe.checked(argv)
+    return {**dataclasses.asdict(pc), **dataclasses.asdict(pm)}, {"probe_tasks": tuple(pc.items("tasks")),
+                                                                   "wandb_log": pc.wandb_log}
+
+
 def study_record(study):
     def record(argv, ckpts):
         cls = study_class(study)
@@ -127,6 +135,8 @@ def bases(command):
                 "--input .jsonl": lambda c: [f"--input={c['jsonl']}"]}
     if command == "evaluate.py":  # the files are not read by the checks
         return {"tasks": ["--tasks=t.jsonl"], "text": ["--text=t.txt"], "hf": ["--init_from=hf:F", "--tasks=t.jsonl"]}
+    if command == "probe.py":  # every task, and one task: the others' sizes refused
+        return {"every task": ["--out=p"], "copy": ["--out=p", "--tasks=copy"]}
     return {"study": []}
 
 
@@ -136,6 +146,7 @@ COMMANDS = {  # command -> (its flags' dataclasses, its parse-and-check step)
     "visualize.py": (("visualize.VisualizeConfig",), visualize_record),
     "evaluate.py": (("evaluate.EvaluateConfig", SpeedConfig), evaluate_record),
     "data/prepare.py": (("data.config.PrepareConfig",), prepare_record),
+    "probe.py": (("probe.ProbeConfig", "insight.probe_config.ProbeModel"), probe_record),
     **{f"compare.py --study={s}": ((study_class(s),), study_record(s))
        for s in ("encoder", "positions", "attention", "seq2seq")},
 }
@@ -378,7 +389,6 @@ def test_visualize_refuses_what_no_drawing_of_the_run_reads(ckpts, tmp_path, cap
 # every command's flags as --help shows them: the commands above, and those this file does not walk
 HELP_CLASSES = {**{command: COMMANDS[command][0] for command in COMMANDS},
                 "bench.py": ("bench.BenchConfig",),
-                "probe.py": ("probe.ProbeConfig", "insight.probe_config.ProbeModel"),
                 "interop.export": ("interop.export.ExportConfig",),
                 "interop.import_hf": ("interop.import_hf.ImportConfig",)}
 

@@ -103,3 +103,36 @@ def test_probe_py_runs_a_task_named_twice_once():
     pc = ProbeConfig(tasks="copy, recall,copy", pos_embs="rope,rope", models="decoder,encoder,decoder")
     assert (pc.items("tasks"), pc.items("pos_embs"), pc.items("models")) == (
         ["copy", "recall"], ["rope"], ["decoder", "encoder"])
+
+
+@pytest.mark.parametrize("flag, said", [
+    ("--induction_n=6", "error: --induction_n applies to --tasks with induction only (this run is "
+                        "--tasks=copy,recall); drop it: it sizes that task's sequences"),
+    ("--dyck_n=6", "error: --dyck_n applies to --tasks with dyck only (this run is --tasks=copy,recall); drop it: it "
+                   "sizes that task's sequences")])
+def test_probe_py_refuses_the_size_of_a_task_it_does_not_run_in_one_line_before_writing(tmp_path, capsys, flag,
+                                                                                     said):
+    """--induction_n with --tasks=copy was accepted, written into results.json's config and read by nothing."""
+    import probe
+    from common import cli
+
+    out = tmp_path / "p"
+    argv = [f"--out={out}", "--tasks=copy,recall", "--pos_embs=none", "--models=decoder", "--steps=0",
+            "--n_embd=16", "--n_head=2", "--eval_batches=1", flag]
+    assert cli.run(probe.main, argv) == 2
+    assert capsys.readouterr().err == said + "\n" and not out.exists()
+
+
+def test_probe_py_notes_a_wandb_project_without_wandb_log(tmp_path, capsys, monkeypatch):
+    """--wandb_project without --wandb_log names a project nothing is logged to: noted as ignored (as train.py
+    does), not refused, so a config file may keep naming its project."""
+    import probe
+    from insight import probe_report
+
+    def no_training(*args):
+        raise KeyboardInterrupt  # the note is said by now
+    monkeypatch.setattr(probe_report, "run_cell", no_training)
+    with pytest.raises(KeyboardInterrupt):
+        probe.main([f"--out={tmp_path}", "--tasks=copy", "--pos_embs=rope", "--steps=0", "--wandb_project=mine"])
+    assert capsys.readouterr().err == ("note: --wandb_project applies with --wandb_log=true only (this run is "
+                                       "--wandb_log=false); ignored\n")
