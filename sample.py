@@ -70,7 +70,7 @@ class SampleConfig:
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
     start: str = "\n"  # the prompt, or FILE:path to read it from a file
     num_samples: int = 1
-    max_new_tokens: int = 500
+    max_new_tokens: int = 500  # an encoder-decoder writes at most its block_size tokens a target
     temperature: float = 0.8  # 0 = greedy; a translation (--source) is greedy unless --temperature is given
     top_k: int | None = 200
     top_p: float | None = None
@@ -203,7 +203,12 @@ def checked(argv) -> tuple[SampleConfig, SpeedConfig, dict, Checkpoint, str, str
             facts["source_file"] = sc.source.startswith("FILE:")  # a file's lines are batched; one text goes alone
     if mode in ("sample", "translate") and facts.get("temperature", True):
         facts["greedy"] = sc.temperature < MIN_TEMPERATURE  # as sample_next decides
-    flag_scope.print_notes(flag_scope.check("sample.py", explicit, facts))
+    notes = flag_scope.check("sample.py", explicit, facts)
+    limit = ckpt.model_config.block_size  # an encoder-decoder's decoder has no window to slide past it
+    if mode == "translate" and "max_new_tokens" in explicit and sc.max_new_tokens > limit:
+        notes.append(f"note: an encoder-decoder writes at most block_size={limit} tokens of a target; "
+                     f"--max_new_tokens={sc.max_new_tokens} is cut to {limit}")
+    flag_scope.print_notes(notes)
     return sc, speed_config, explicit, ckpt, mode, text
 
 

@@ -157,6 +157,20 @@ def test_an_empty_source_file_has_no_line_to_translate(runs, tmp_path, capsys):
         assert captured.out == "\n" * lines and f"[{lines} source(s)" in captured.err
 
 
+def test_a_max_new_tokens_beyond_the_context_is_said_to_be_cut(runs, capsys):
+    """A target is at most block_size tokens (16 here): a larger --max_new_tokens given is cut, and said so; the
+    default's 500 is cut without a note."""
+    import sample
+
+    out = runs["whole"]
+    assert sample.cli.run(sample.main, [f"--out_dir={out}", "--source=abcd", "--max_new_tokens=40"]) == 0
+    assert ("note: an encoder-decoder writes at most block_size=16 tokens of a target; --max_new_tokens=40 is cut "
+            "to 16") in capsys.readouterr().err
+    for given in (["--max_new_tokens=16"], []):
+        assert sample.cli.run(sample.main, [f"--out_dir={out}", "--source=abcd", *given]) == 0
+        assert "note:" not in capsys.readouterr().err
+
+
 def test_export_refuses_an_encoder_decoder_in_one_line(runs, tmp_path):
     r = run_code("import sys; from interop import export; sys.exit(export.entry())", f"--out_dir={runs['whole']}",
                  f"--to={tmp_path / 'hf'}")
