@@ -185,12 +185,14 @@ TABLES = {
         "learning_rate weight_decay mixed",
         *(rule(f"{task}_n", "it sizes that task's sequences", probe_tasks=(task,)) for task in PROBE_TASKS),
         rule("wandb_project", note=True, wandb_log=(True,))),
-    # compare.py: --study picks one study, whose own dataclass holds the rest; every flag of a study applies to it
+    # compare.py: --study picks one study, whose own dataclass holds the rest; every flag of a study applies to it but
+    # --wandb_project, which names where --wandb_log=true logs
     "compare.py": table("study"),
     "compare.py --study=encoder": table(
         "out n_layer n_head n_embd block_size pos_emb batch_size max_iters learning_rate warmup_iters evals "
         "eval_iters mask_rate mask_span input split data_root seed cloze_positions cloze_left cloze_right "
-        "nll_windows pppl_windows probe prompts gen_tokens temperature top_k wandb_log wandb_project"),
+        "nll_windows pppl_windows probe prompts gen_tokens temperature top_k wandb_log",
+        rule("wandb_project", note=True, wandb_log=(True,))),
     "compare.py --study=positions": table(
         "out scores n_layer n_head n_embd block_size batch_size max_iters learning_rate warmup_iters eval_iters "
         "input split data_root seed eval_windows sample_prompt"),
@@ -198,7 +200,8 @@ TABLES = {
         "out ckpt_dir ckpt windows query_every probe_task probe_n probe_pos_emb probe_steps probe_sequences seed"),
     "compare.py --study=seq2seq": table(
         "out task min_len max_len eval_max_len n_layer n_head n_embd block_size pos_emb batch_size max_iters "
-        "learning_rate warmup_iters eval_iters seed eval_per_length map_len map_pairs wandb_log wandb_project"),
+        "learning_rate warmup_iters eval_iters seed eval_per_length map_len map_pairs wandb_log",
+        rule("wandb_project", note=True, wandb_log=(True,))),
 }
 
 

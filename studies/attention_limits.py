@@ -15,9 +15,8 @@ import torch
 
 from common.errors import ConfigError, need, need_seed
 from common.files import need_folder, write_atomic
-from common.flags import config_from_argv
 from insight.ablation import agreement, key_effects
-from studies.runs import need_val_windows, val_windows
+from studies.runs import need_val_windows, study_config, val_windows
 from inference.checkpoint import Checkpoint, other_checkpoint, path_in
 
 
@@ -147,7 +146,7 @@ def figure(effects: dict):
 
 
 def main(argv) -> None:
-    ac = config_from_argv(argv, AttentionLimitsConfig)
+    ac = study_config(argv, AttentionLimitsConfig, "attention")
     if ac is None:
         return
     from insight.probe_report import save_png

@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from common.errors import ConfigError
-from common.flags import config_from_argv
 from data.tokenizer import drop_unknown
 from model.config import POS_EMBS
 from studies import cloze
-from studies.runs import read_metrics, start_study, train_run, train_speed, val_tokens, val_windows, wandb_flags
+from studies.runs import (read_metrics, start_study, study_config, train_run, train_speed, val_tokens, val_windows,
+                          wandb_flags)
 from inference.checkpoint import load_for_inference, path_in
 from inference.masked import generate_by_masks as mask_append_stream
 from inference.generate import check_sampling, generate_stream, never_writing
@@ -205,7 +205,7 @@ def measure(sc: EncoderStudyConfig, out_dirs: dict) -> tuple[dict, dict, object]
 def main(argv) -> None:
     from studies import encoder_report  # matplotlib: imported once the flags are known to be good
 
-    sc = config_from_argv(argv, EncoderStudyConfig)
+    sc = study_config(argv, EncoderStudyConfig, "encoder")
     if sc is None:  # --help
         return
     start_study(sc, run_settings(sc))  # every run's flags checked before any trains

@@ -21,11 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from common.errors import ConfigError
-from common.flags import config_from_argv
 from data.tokenizer import drop_unknown
 from model.config import ATTN_SCORES, POS_EMBS
 from inference.generate import sample_next
-from studies.runs import start_study, train_run, train_speed, val_windows
+from studies.runs import start_study, study_config, train_run, train_speed, val_windows
 from inference.checkpoint import load_for_inference, path_in
 
 EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the training context T
@@ -164,7 +163,7 @@ def plot(results: dict, T: int, path: str) -> str:
 
 
 def main(argv) -> None:
-    sc = config_from_argv(argv, PositionsConfig)
+    sc = study_config(argv, PositionsConfig, "positions")
     if sc is None:  # --help
         return
     runs = {f"pos-{p}": dict(pos_emb=p) for p in POS_EMBS}

@@ -7,10 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
+from common import flag_scope, flags
 from common.errors import DataError, FlagError, UserError
 from common.files import need_folder
 from training.metrics import need_wandb_mode, read_metrics
@@ -18,6 +20,19 @@ from training.metrics import need_wandb_mode, read_metrics
 TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
           "eval_iters", "seed")
+
+
+def study_config(argv, cls, study: str):
+    """A study's flags -> its config (cls), or None for --help (each flag with where it applies). The flags given
+    are checked against compare.py --study=STUDY's table (common/flag_scope.py), the config's values the facts."""
+    command = f"compare.py --study={study}"
+    if flags.asks_help(argv):
+        print(flags.help_text((cls,), {}, tags=flag_scope.tags(command)))
+        return None
+    per_class, explicit = flags.parse_configs(argv, (cls,), {})
+    sc = cls(**per_class[cls])
+    flag_scope.print_notes(flag_scope.check(command, explicit, asdict(sc)))
+    return sc
 
 
 def train_run(sc, name: str, **settings) -> str:

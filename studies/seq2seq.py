@@ -24,12 +24,11 @@ import numpy as np
 import torch
 
 from common.errors import ConfigError
-from common.flags import config_from_argv
 from data.pair_batches import TASKS, collate, task_pair
 from data.pairs import is_val_pair
 from inference.checkpoint import load_for_inference, path_in
 from insight.attention_maps import cross_attention_maps
-from studies.runs import start_study, train_run, train_speed, wandb_flags
+from studies.runs import start_study, study_config, train_run, train_speed, wandb_flags
 from training.objectives import Seq2SeqObjective
 
 VARIANTS = {"no-attention": dict(cross_attn="mean"), "dot": dict(attn_score="dot"),
@@ -167,7 +166,7 @@ def machine() -> str:
 def main(argv) -> None:
     from studies.seq2seq_report import write  # matplotlib only once there is something to draw
 
-    sc = config_from_argv(argv, Seq2SeqStudyConfig)
+    sc = study_config(argv, Seq2SeqStudyConfig, "seq2seq")
     if sc is None:  # --help
         return
     start = time.perf_counter()

@@ -105,8 +105,10 @@ def probe_record(argv, ckpts):
 
 def study_record(study):
     def record(argv, ckpts):
-        cls = study_class(study)
-        return dataclasses.asdict(flags.config_from_argv(argv, cls)), {}
+        from studies.runs import study_config
+
+        sc = study_config(argv, study_class(study), study)
+        return dataclasses.asdict(sc), dataclasses.asdict(sc)
     return record
 
 

@@ -6,6 +6,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 # Stands in for train.py: on SIGINT it takes a while to finish its step and save (as a real run of some size does),
 # then exits 130 as train.py does.
 FAKE_TRAIN = """
@@ -56,3 +58,21 @@ def test_a_ctrl_c_lets_the_run_save_its_checkpoint_before_the_study_stops(tmp_pa
         if study.poll() is None:
             os.killpg(study.pid, signal.SIGKILL)
     assert (out / "decoder" / "ckpt_last.pt").exists()
+
+
+@pytest.mark.parametrize("study, cls", [("encoder", "studies.encoder.EncoderStudyConfig"),
+                                        ("seq2seq", "studies.seq2seq.Seq2SeqStudyConfig")])
+def test_a_studys_wandb_project_without_wandb_log_is_noted_as_ignored(study, cls, capsys):
+    """--wandb_project names where --wandb_log=true logs: given alone it is read by nothing, and said so."""
+    import importlib
+
+    from studies.runs import study_config
+
+    module, name = cls.rsplit(".", 1)
+    config = getattr(importlib.import_module(module), name)
+    sc = study_config(["--wandb_project=mine"], config, study)
+    assert sc.wandb_project == "mine" and not sc.wandb_log
+    assert capsys.readouterr().err == ("note: --wandb_project applies with --wandb_log=true only (this run is "
+                                       "--wandb_log=false); ignored\n")
+    study_config(["--wandb_project=mine", "--wandb_log=true"], config, study)
+    assert capsys.readouterr().err == ""
