@@ -6,7 +6,8 @@ Training: select ~15% of the positions (`rate`), corrupt them (80% -> [MASK], 10
 from both sides. The random and unchanged 10%s keep it from learning that only [MASK] positions matter: at
 inference it reads real text everywhere else. Span masking (span > 1) selects runs of 1..span positions: at
 character level a lone masked letter is often given away by its neighbours ("th[MASK] king"), a run is not.
-Validation uses one fixed mask (15%, single positions, its own seed) whatever the training rate, so runs compare.
+Validation uses one fixed mask (15%, single positions, its own seed) whatever the training rate, so runs compare
+(it is drawn one validation batch at a time: another batch_size draws other masks).
 
 Inference (inference/masked.py): `fill_masks` (one forward; the top candidates at every [MASK]) and
 `generate_by_masks` (append a [MASK], predict it, repeat).
@@ -105,5 +106,6 @@ class Masker:
         return corrupt(x, selected, self.mask_id, self.replacements, g)
 
     def validation(self, x: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fixed validation mask of batch `index`: the same for every run, whatever its training rate/span."""
+        """The fixed validation mask of batch `index`: the same for every run of this batch shape, whatever its
+        training rate/span."""
         return self(x, (VAL_SEED, index), rate=VAL_RATE, span=1)
