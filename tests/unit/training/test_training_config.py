@@ -36,6 +36,13 @@ def test_the_flags_a_resume_by_other_processes_is_told_keep_the_checkpoints_batc
     assert tc.batch_size * tc.accumulation(T, world) * world == batch * accum * saved, line
 
 
+def test_an_encoder_decoders_note_names_the_accumulation_only_where_it_changes():
+    """Pairs have no total_batch_size: batch_size and, where it must change, gradient_accumulation_steps."""
+    assert note("seq2seq", saved=1, world=2, batch=4, accum=1).endswith("(--batch_size=2 keeps the checkpoint's)")
+    assert "--batch_size=4 --gradient_accumulation_steps=2 keeps" in note("seq2seq", saved=2, world=1, batch=4,
+                                                                             accum=1)
+
+
 def test_rows_that_cannot_split_evenly_over_the_processes_are_said_so():
     line = note("decoder", saved=1, world=3, batch=4, accum=1)
     assert "a step now trains on 12 sequences, not 4 (4 sequences do not split evenly over 3 processes)" in line, line
@@ -140,3 +147,9 @@ def test_a_mask_rate_that_selects_no_position_or_every_one_is_refused(rate):
     """At 1.0 every position is a [MASK] or a random token: nothing is left to predict from."""
     with pytest.raises(ConfigError, match=rf"mask_rate={rate} must be in \(0, 1\)"):
         TrainConfig(model="encoder", mask_rate=rate)
+
+
+def test_a_resume_takes_the_training_flags_given_over_its_checkpoints(tmp_path):
+    flags = dict(eval_interval=3, eval_iters=2, learning_rate=1e-3, grad_clip=0.5, sample_tokens=0, log_interval=7)
+    settings = resumed(tmp_path, **flags)
+    assert {k: getattr(settings, k) for k in flags} == flags
