@@ -6,7 +6,7 @@ import os
 import pytest
 
 from common.errors import DiskError, FlagError
-from common.files import folders_made, need_file_path, write_atomic
+from common.files import disk_error, disk_errors, folders_made, need_file_path, write_all, write_atomic
 
 
 def test_a_file_in_a_folder_this_process_may_not_write_in_is_refused(tmp_path, monkeypatch):
@@ -150,3 +150,37 @@ def test_a_symbolic_link_to_nothing_is_refused_as_a_folder(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "real")
     need_folder(str(tmp_path / "link" / "run"), "out_dir")  # a link to a folder: fine
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "dangling", "link", "real"]
+
+
+def test_a_write_that_takes_no_byte_is_a_full_disk_not_a_loop():
+    class Taking:
+        def __init__(self, counts):
+            self.counts, self.data = counts, b""
+
+        def write(self, data):
+            n = self.counts.pop(0)
+            self.data += bytes(data[:n])
+            return n
+    f = Taking([2, 1, 1])
+    assert write_all(f, b"abcd") == 4 and f.data == b"abcd"  # short writes go on where they stopped
+    with pytest.raises(OSError) as e:
+        write_all(Taking([1, 0]), b"abc")
+    assert e.value.errno == errno.ENOSPC
+
+
+def test_an_error_that_is_not_the_disks_keeps_its_own_traceback(tmp_path):
+    with pytest.raises(PermissionError):
+        with disk_errors(str(tmp_path / "f")):
+            raise PermissionError(errno.EACCES, "denied")
+    with pytest.raises(DiskError, match="disk quota exceeded"):
+        with disk_errors(str(tmp_path / "f")):
+            raise OSError(errno.EDQUOT, "quota")
+
+
+def test_a_disk_error_says_the_previous_file_is_intact_only_where_there_is_one(tmp_path):
+    path = tmp_path / "a" / "b" / "ckpt.pt"  # its folders not made yet: the free space is the nearest folder's
+    first = str(disk_error(str(path), 2000, "no space left on the device"))
+    assert "it needed about 2.0 kB" in first and " free there)" in first and "intact" not in first, first
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"old")
+    assert "(the previous complete file is intact)" in str(disk_error(str(path), 2000, "no space left on the device"))

@@ -261,3 +261,11 @@ def test_a_top_p_refused_at_a_greedy_temperature_names_the_temperature_where_sam
         flag_scope.check("sample.py", {"top_p"}, {"greedy": True})
     assert f"{MIN_TEMPERATURE:g}" in str(refused.value) and "above 0" not in str(refused.value), refused.value
     assert f"{MIN_TEMPERATURE:g}" in flag_scope.tags("sample.py")["top_p"]
+
+
+def test_a_bench_flag_applies_where_any_target_of_the_run_reads_it():
+    """bench.py --target=prepare,ttq --threads=2: ttq's rounds read --threads, prepare's do not; the flag applies."""
+    facts = {"target": ("prepare", "ttq"), "quick": False}
+    assert flag_scope.check("bench.py", {"threads", "input"}, facts) == []
+    with pytest.raises(UserError, match="--threads applies to"):
+        flag_scope.check("bench.py", {"threads"}, {**facts, "target": ("prepare",)})

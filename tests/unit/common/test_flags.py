@@ -458,6 +458,8 @@ def test_a_toml_float_for_an_integer_says_what_to_write(tmp_path):
     f = tmp_path / "run.toml"
     for line, said in (("max_iters = 1e3", "--max_iters=1000.0 is a TOML float (as 1e3 and 1000.0 are); it takes an "
                                            "integer: write max_iters = 1000"),
+                       ("lr_decay_iters = 1e3", "--lr_decay_iters=1000.0 is a TOML float (as 1e3 and 1000.0 are); it "
+                                                "takes an integer: write lr_decay_iters = 1000"),  # int | None
                        ("max_iters = 2.5", "--max_iters=2.5 is not an integer"),
                        ("n_layer = true", "--n_layer=true is not an integer")):
         f.write_text(line + "\n")
@@ -474,3 +476,13 @@ def test_a_flag_given_twice_takes_its_last_value_and_a_second_config_file_replac
     v, _ = parse([f"--config={first}", "--max_iters=3", f"--config={second}", "--max_iters", "4"], CLASSES, PRESETS)
     assert v == dict(n_layer=6, max_iters=4)
     assert parse(["--preset=gpt2", "--preset=nanogpt-cpu"], CLASSES, PRESETS)[0] == PRESETS["nanogpt-cpu"]
+
+
+def test_a_field_that_is_not_a_flag_says_why(tmp_path):
+    """GPTConfig.vocab_size is the tokenizer's: named as such, not as an unknown flag with a suggestion."""
+    f = tmp_path / "run.toml"
+    f.write_text("vocab_size = 100\n")
+    for argv in (["--vocab_size=100"], [f"--config={f}"]):
+        with pytest.raises(FlagError) as e:
+            parse(argv, CLASSES, PRESETS)
+        assert str(e.value) == f"--vocab_size is not a flag: {GPTConfig.NOT_FLAGS['vocab_size']}"

@@ -260,3 +260,34 @@ def test_a_resume_drops_lines_that_are_not_rows_and_appends_on_a_line_of_its_own
     assert metrics.read_metrics(str(tmp_path)) == rows + [{"step": 4, "train_loss": 1.0}]
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "2, 3" in err[0] and str(path) in err[0]
+
+
+def test_a_best_kept_key_that_is_not_finite_is_left_out_of_wandb_and_the_others_are_logged(tmp_path):
+    """wandb's min/max summary would keep a NaN as the best for good: val/loss and val/exact are logged finite or
+    not at all; a NaN training loss is logged as it is (no summary keeps its best)."""
+    log = MetricsLog(str(tmp_path), fresh=True)
+    log.wandb = run = RecordingRun()
+    log.log({"step": 1, "train_loss": math.nan, "val_loss": math.nan, "val_exact": math.inf, "val_bpb": 1.5})
+    log.wandb = None
+    log.close()
+    [(step, logged)] = run.logged
+    assert step == 1 and set(logged) == {"step", "train/loss", "val/bpb"} and math.isnan(logged["train/loss"])
+
+
+def test_closing_twice_finishes_the_wandb_run_once(tmp_path, capsys):
+    """A graceful stop closes the log, then leaves the loop by raising, which closes it again (training/loop.py):
+    the second close does nothing."""
+    finished = []
+
+    class FinishingRun(RecordingRun):
+        dir = str(tmp_path / "wandb" / "offline-run-1" / "files")
+
+        def finish(self, exit_code=0):
+            finished.append(exit_code)
+
+    log = MetricsLog(str(tmp_path), fresh=True)
+    log.wandb = FinishingRun()
+    log.close(exit_code=1)
+    log.close()
+    assert finished == [1]
+    assert capsys.readouterr().out.count("wandb run saved offline") == 1

@@ -91,3 +91,12 @@ def test_probe_rates_keep_calling_until_the_seconds_are_spent(monkeypatch):
 
 def test_mfu_is_the_model_flops_a_second_over_the_peak():
     assert mfu.mfu(flops_per_token=6e6, tokens_per_s=1e3, peak_flops=1.2e10) == pytest.approx(0.5)
+
+
+@pytest.mark.skipif(not HAVE_ONEDNN, reason="this torch has no oneDNN float32 linear")
+def test_with_onednn_turned_off_the_peak_probes_torchs_mm_alone(monkeypatch):
+    """torch.backends.mkldnn off: no linear layer takes oneDNN's kernel, so its rate is no peak training can reach
+    (MFU would read low)."""
+    assert set(mfu._kernels(torch.device("cpu"), torch.float32)) == {"mm", "onednn"}
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)  # put back after the test
+    assert set(mfu._kernels(torch.device("cpu"), torch.float32)) == {"mm"}

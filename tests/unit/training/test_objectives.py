@@ -184,3 +184,28 @@ def test_seq2seq_decode_counts_of_a_model_that_overflows_are_nan():
     exact, pairs, right, tokens = objective.decode_counts(model, x, y).tolist()
     assert math.isnan(exact) and math.isnan(right)
     assert pairs == 3 and tokens == (y >= 0).sum().item()
+
+
+@pytest.mark.parametrize("name", ["decoder", "cheater"])
+def test_a_mask_token_gives_a_decoder_the_encoders_vocabulary(name):
+    """--mask_token=true: the decoder's vocabulary ends with the [MASK] id, as the encoder's does, so both have the
+    same parameters; its stream never writes that id (the objective knows it)."""
+    encoder, encoder_tok = objectives.build("encoder", CharTokenizer(LETTERS))
+    plain, plain_tok = objectives.build(name, CharTokenizer(LETTERS))
+    masked, masked_tok = objectives.build(name, CharTokenizer(LETTERS), mask_token=True)
+    assert plain.mask_id is None and plain_tok.vocab_size == len(LETTERS)
+    assert masked_tok.vocab_size == encoder_tok.vocab_size == len(LETTERS) + 1
+    assert masked.mask_id == masked_tok.mask_id == encoder.mask_id
+
+
+def test_the_seq2seq_stream_asks_for_a_block_of_tokens_at_most():
+    """sample.py's --max_new_tokens past the decoder's context: the translation ends at block_size tokens (translate
+    refuses more), as translate_sources does."""
+    objective, tokenizer = objectives.build("seq2seq", CharTokenizer(LETTERS))
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
+    with torch.no_grad():  # STOP never written: the translation runs to its length limit
+        model.head.bias = torch.nn.Parameter(torch.zeros(model.head.out_features).index_fill(
+            0, torch.tensor(tokenizer.stop_id), -1e4))
+    tokens = list(objective.stream(model, [1, 2, 3], model.config.block_size + 5, temperature=0.0))
+    assert len(tokens) == model.config.block_size

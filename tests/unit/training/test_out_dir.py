@@ -96,6 +96,16 @@ def test_only_the_first_process_takes_the_lock(tmp_path):
     assert lock_out_dir(out, Dist(rank=1, world_size=2)) is None and not os.path.exists(out)
 
 
+def test_only_the_first_process_looks_at_the_lock(tmp_path):
+    """Rank 0 decides for every process: another node may not see out_dir, and a lock there may be its own run's."""
+    out = str(tmp_path / "run")
+    held = lock_out_dir(out, Dist())
+    try:
+        refuse_if_in_use(out, Dist(rank=1, world_size=2))
+    finally:
+        held.close()
+
+
 def test_a_resume_refuses_a_checkpoint_another_run_saved_after_it_read_it(tmp_path):
     """A resumed run reads ckpt_last.pt before it takes the lock. Another run may train in out_dir and end in
     between: under the lock the claim finds a later step on disk and refuses, rather than overwrite it with a run
@@ -162,11 +172,12 @@ def test_the_lock_file_holds_this_process_id_alone(tmp_path):
 
 
 def test_an_overwriting_claim_removes_the_run_and_its_wandb_files_and_nothing_else(tmp_path):
-    out = holding(tmp_path / "run", LAST, BEST, METRICS_FILE, "notes.txt", f"{TMP_PREFIX}x{TMP_SUFFIX}")
+    other = f"{TMP_PREFIX}y.tmp"  # not a checkpoint's: another command writing into out_dir (evaluate.py --out)
+    out = holding(tmp_path / "run", LAST, BEST, METRICS_FILE, "notes.txt", f"{TMP_PREFIX}x{TMP_SUFFIX}", other)
     holding(tmp_path / "run" / "wandb", "offline-run")
     run = SimpleNamespace(tc=TrainConfig(out_dir=out, overwrite=True), dist=Dist(), resumed=False)
     claim_out_dir(run)
-    assert os.listdir(out) == ["notes.txt"]
+    assert sorted(os.listdir(out)) == sorted(["notes.txt", other])
 
 
 def test_a_resumed_claim_removes_stale_temporaries_on_the_first_process_only(tmp_path):

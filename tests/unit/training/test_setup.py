@@ -6,12 +6,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from common.errors import SetupError
+from common.errors import ConfigError, SetupError
+from data.tokenizer import CharTokenizer
 from speed import SpeedConfig
 from training.config import TrainConfig, check_causal
 from training.distributed import Dist
 from training.random_state import rng_state
-from training.setup import build_model, where_to_start
+from training.setup import build_model, check_prompt, where_to_start
 
 CPU = torch.device("cpu")
 
@@ -86,3 +87,12 @@ def test_dtype_auto_is_one_dtype_in_every_process(tmp_path):
     said = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), said
     assert [out.strip() for out, _ in said] == ["torch.bfloat16", "torch.bfloat16"], said
+
+
+def test_a_prompt_outside_the_vocabulary_is_refused_only_where_a_sample_is_drawn():
+    """--sample_tokens=0 draws no sample, so its prompt is never encoded: nothing to refuse."""
+    tokenizer = CharTokenizer("abc\n")
+    with pytest.raises(ConfigError, match=r"'z' \(U\+007A\)"):
+        check_prompt(TrainConfig(sample_prompt="az", sample_tokens=4), tokenizer)
+    check_prompt(TrainConfig(sample_prompt="az", sample_tokens=0), tokenizer)
+    check_prompt(TrainConfig(sample_prompt="ab", sample_tokens=4), tokenizer)

@@ -6,8 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.errors import ConfigError
-from training.config import PRESETS, TrainConfig, configure, other_process_count
+from common.errors import ConfigError, SetupError
+from inference.checkpoint import LAST, Checkpoint
+from model import GPTConfig
+from training.config import PRESETS, TrainConfig, configure, other_process_count, resumed_config
 
 T = 16  # block_size
 
@@ -32,6 +34,13 @@ def test_the_flags_a_resume_by_other_processes_is_told_keep_the_checkpoints_batc
     assert given, line
     tc = TrainConfig(model=model, **{"batch_size": batch, "gradient_accumulation_steps": accum, **given})
     assert tc.batch_size * tc.accumulation(T, world) * world == batch * accum * saved, line
+
+
+def test_an_encoder_decoders_note_names_the_accumulation_only_where_it_changes():
+    """Pairs have no total_batch_size: batch_size and, where it must change, gradient_accumulation_steps."""
+    assert note("seq2seq", saved=1, world=2, batch=4, accum=1).endswith("(--batch_size=2 keeps the checkpoint's)")
+    assert "--batch_size=4 --gradient_accumulation_steps=2 keeps" in note("seq2seq", saved=2, world=1, batch=4,
+                                                                             accum=1)
 
 
 def test_rows_that_cannot_split_evenly_over_the_processes_are_said_so():
@@ -79,3 +88,68 @@ def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, c
     listing = text.split("presets (--preset=NAME; what each costs):\n")[1].splitlines()
     assert [line.split()[0] for line in listing] == list(PRESETS)
     assert all(line.endswith(note(name)) for line, name in zip(listing, PRESETS))
+
+
+def resumed(tmp_path, **explicit) -> TrainConfig:
+    """The settings a resume with these flags gets from a checkpoint at step 4 of an 8-step run (warmup 2, the cosine
+    ending at max_iters: lr_decay_iters None)."""
+    out = tmp_path / "run"
+    if not out.exists():
+        out.mkdir()
+        trained = TrainConfig(out_dir=str(out), max_iters=8, warmup_iters=2, lr_decay_iters=None)
+        meta = {"tokenizer": "char", "vocab_size": 3, "chars": "abc"}
+        Checkpoint(weights={}, model_config=GPTConfig(vocab_size=3, block_size=T), step=4, data_meta=meta,
+                   train_config=trained.to_dict()).save(str(out / LAST))
+    explicit = {"init_from": "resume", "out_dir": str(out), **explicit}
+    return resumed_config(TrainConfig(out_dir=str(out), init_from="resume"), {}, explicit)[0]
+
+
+def test_a_resume_that_trains_longer_keeps_the_schedule_it_started_with(tmp_path):
+    """--max_iters=20 on a run planned for 8 steps: the cosine still ends at step 8 (then min_lr), unless
+    --lr_decay_iters says where; a learning rate that jumped back up at the resume would change its result."""
+    longer = resumed(tmp_path, max_iters=20)
+    assert (longer.max_iters, longer.lr_decay_iters, longer.warmup_iters) == (20, 8, 2)
+    assert resumed(tmp_path, max_iters=20, lr_decay_iters=20).lr_decay_iters == 20
+    assert resumed(tmp_path).lr_decay_iters is None  # no flag: the schedule as saved
+
+
+def test_a_resume_at_its_last_step_is_accepted_and_one_below_it_is_refused(tmp_path):
+    """An elastic job's one command line (--init_from=auto --max_iters=N) runs again after the run ended at step N:
+    nothing left to train is no mistake; a --max_iters below the checkpoint's step is."""
+    assert resumed(tmp_path, max_iters=4).max_iters == 4
+    with pytest.raises(SetupError, match="--max_iters=3 is below step 4"):
+        resumed(tmp_path, max_iters=3)
+
+
+def test_a_resume_that_changes_its_schedule_is_checked_as_a_fresh_run_is(tmp_path):
+    with pytest.raises(ConfigError, match="warmup_iters=2 .* is not below lr_decay_iters=2"):
+        resumed(tmp_path, lr_decay_iters=2)
+    assert resumed(tmp_path, lr_decay_iters=3).lr_decay_iters == 3
+
+
+def test_a_warmup_of_exactly_a_quarter_of_the_run_is_kept():
+    """"More than a quarter of max_iters" shortens the preset's warmup; a quarter itself is kept."""
+    preset = PRESETS["shakespeare-char"]["warmup_iters"]
+    assert configure([f"--max_iters={4 * preset}"])[0].warmup_iters == preset
+    assert configure([f"--max_iters={4 * preset - 1}"])[0].warmup_iters == max(1, (4 * preset - 1) // 10)
+
+
+def test_a_resume_by_other_processes_whose_flags_keep_the_batch_says_nothing():
+    """Two processes' checkpoint resumed by one with twice the batch_size: a step trains on the same rows."""
+    tc = TrainConfig(batch_size=4)
+    ckpt = SimpleNamespace(rng=[{}] * 2, train_config={"batch_size": 2, "gradient_accumulation_steps": 1},
+                           model_config=SimpleNamespace(block_size=T))
+    assert other_process_count(tc, ckpt, 1) == []
+
+
+@pytest.mark.parametrize("rate", [0.0, 1.0])
+def test_a_mask_rate_that_selects_no_position_or_every_one_is_refused(rate):
+    """At 1.0 every position is a [MASK] or a random token: nothing is left to predict from."""
+    with pytest.raises(ConfigError, match=rf"mask_rate={rate} must be in \(0, 1\)"):
+        TrainConfig(model="encoder", mask_rate=rate)
+
+
+def test_a_resume_takes_the_training_flags_given_over_its_checkpoints(tmp_path):
+    flags = dict(eval_interval=3, eval_iters=2, learning_rate=1e-3, grad_clip=0.5, sample_tokens=0, log_interval=7)
+    settings = resumed(tmp_path, **flags)
+    assert {k: getattr(settings, k) for k in flags} == flags
