@@ -125,7 +125,7 @@ def test_compiled_loops_handle_left_padded_prompts(window):
     """The loops' attention takes the step's per-row mask (left padding, and a window narrower than the prompt): a
     batch of prompts of different lengths gets the eager cached loop's greedy tokens."""
     torch._dynamo.reset()
-    model = tiny_model(pos_emb="rope", window=window)
+    model = tiny_model(pos_emb="rope", window=window, **UNTIED)
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
     want, got = generate_both(model, prompts, 20, StaticDecoder(model, compile=True, mode=OneTokenLoops),
                               temperature=0.0)
@@ -137,7 +137,7 @@ def test_the_compiled_step_traces_again_for_other_shapes():
     """After its first call the decoder skips torch.compile's guards for shapes it has traced: a batch of another
     size must still be traced (with the guards) rather than run through the first graph."""
     torch._dynamo.reset()
-    model = tiny_model(pos_emb="rope")
+    model = tiny_model(pos_emb="rope", **UNTIED)
     decoder = StaticDecoder(model, compile=True)
     for prompt in (torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[7, 8, 9]])):
         want, got = generate_both(model, prompt, 12, decoder, temperature=0.0)
@@ -155,7 +155,7 @@ def test_after_its_first_call_the_compiled_graph_runs_without_torch_compile(loop
     column: torch.compile itself is never called again, through the new caches of the window's slides and through
     left padding, and the tokens stay the eager loop's."""
     torch._dynamo.reset()
-    model = tiny_model(pos_emb="rope", block_size=16)
+    model = tiny_model(pos_emb="rope", block_size=16, **UNTIED)
     decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops if loops else None)
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
     for prompt in (torch.tensor([[1, 2, 3]]), prompts):
@@ -262,7 +262,7 @@ def test_compiled_step_of_a_model_with_the_cpu_levers_applied():
     """sample.py applies speed/'s levers before it compiles the step: QK-norm and RoPE's fused function and ReLU^2's
     (fast-cpu's and quality-cpu's model) must trace too, and give the eager loop's greedy tokens."""
     torch._dynamo.reset()
-    model = speed.apply(tiny_model(pos_emb="rope", qk_norm=True, mlp_act="relu2"), SpeedConfig())
+    model = speed.apply(tiny_model(pos_emb="rope", qk_norm=True, mlp_act="relu2", **UNTIED), SpeedConfig())
     prompt = torch.randint(0, 37, (1, 3), generator=torch.Generator().manual_seed(0))
     want, got = generate_both(model, prompt, 30, StaticDecoder(model, compile=True, mode=OneTokenLoops),
                               temperature=0.0)
