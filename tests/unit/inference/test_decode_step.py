@@ -12,6 +12,9 @@ from speed import SpeedConfig, int8_kernel
 from speed.one_token import OneTokenLoops
 
 STATIC_POS_EMBS = [p for p in POS_EMBS if p != "alibi"]
+# at init a tied head makes greedy decoding repeat the prompt's last token whatever the cache holds: tests that compare
+# greedy tokens only untie it
+UNTIED = dict(tie_head=False)
 
 
 def generate_both(model, prompt, n, decoder, **kw):
@@ -37,7 +40,7 @@ def test_static_steps_give_the_cached_loops_tokens(pos_emb, overrides):
 @pytest.mark.parametrize("pos_emb", STATIC_POS_EMBS)
 @pytest.mark.parametrize("window", [None, 3])
 def test_static_steps_handle_left_padded_prompts(pos_emb, window):
-    model = tiny_model(pos_emb=pos_emb, window=window)
+    model = tiny_model(pos_emb=pos_emb, window=window, **UNTIED)
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
     want, got = generate_both(model, prompts, 20, StaticDecoder(model, compile=False), temperature=0.0)
     assert got == want
@@ -122,7 +125,7 @@ def test_compiled_loops_handle_left_padded_prompts(window):
     """The loops' attention takes the step's per-row mask (left padding, and a window narrower than the prompt): a
     batch of prompts of different lengths gets the eager cached loop's greedy tokens."""
     torch._dynamo.reset()
-    model = tiny_model(pos_emb="rope", window=window)
+    model = tiny_model(pos_emb="rope", window=window, **UNTIED)
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
     want, got = generate_both(model, prompts, 20, StaticDecoder(model, compile=True, mode=OneTokenLoops),
                               temperature=0.0)
@@ -134,7 +137,7 @@ def test_the_compiled_step_traces_again_for_other_shapes():
     """After its first call the decoder skips torch.compile's guards for shapes it has traced: a batch of another
     size must still be traced (with the guards) rather than run through the first graph."""
     torch._dynamo.reset()
-    model = tiny_model(pos_emb="rope")
+    model = tiny_model(pos_emb="rope", **UNTIED)
     decoder = StaticDecoder(model, compile=True)
     for prompt in (torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[7, 8, 9]])):
         want, got = generate_both(model, prompt, 12, decoder, temperature=0.0)
@@ -152,7 +155,7 @@ def test_after_its_first_call_the_compiled_graph_runs_without_torch_compile(loop
     column: torch.compile itself is never called again, through the new caches of the window's slides and through
     left padding, and the tokens stay the eager loop's."""
     torch._dynamo.reset()
-    model = tiny_model(pos_emb="rope", block_size=16)
+    model = tiny_model(pos_emb="rope", block_size=16, **UNTIED)
     decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops if loops else None)
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
     for prompt in (torch.tensor([[1, 2, 3]]), prompts):
@@ -227,7 +230,7 @@ def test_a_graph_call_drops_the_first_output_and_refuses_a_graph_run_never_or_wi
 def test_a_step_copies_nothing_from_the_host(monkeypatch):
     """The step's column lives on the device and counts up there: one tensor made from a host number per cache (the
     prefill, and each slide of the window), not one per token."""
-    model = tiny_model(block_size=16)
+    model = tiny_model(block_size=16, **UNTIED)
     made, tensor = [], torch.tensor
 
     def counted(*args, **kwargs):
@@ -246,7 +249,7 @@ def test_a_step_copies_nothing_from_the_host(monkeypatch):
 @pytest.mark.parametrize("pos_emb", ["rope", "none"])
 @pytest.mark.parametrize("window", [None, 5])
 def test_static_steps_extend_past_the_block_like_the_cached_loop(pos_emb, window):
-    model = tiny_model(pos_emb=pos_emb, window=window)
+    model = tiny_model(pos_emb=pos_emb, window=window, **UNTIED)
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
     want, got = generate_both(model, prompts, 30, StaticDecoder(model, compile=False), temperature=0.0,
                               past_context="extend")
@@ -259,7 +262,7 @@ def test_compiled_step_of_a_model_with_the_cpu_levers_applied():
     """sample.py applies speed/'s levers before it compiles the step: QK-norm and RoPE's fused function and ReLU^2's
     (fast-cpu's and quality-cpu's model) must trace too, and give the eager loop's greedy tokens."""
     torch._dynamo.reset()
-    model = speed.apply(tiny_model(pos_emb="rope", qk_norm=True, mlp_act="relu2"), SpeedConfig())
+    model = speed.apply(tiny_model(pos_emb="rope", qk_norm=True, mlp_act="relu2", **UNTIED), SpeedConfig())
     prompt = torch.randint(0, 37, (1, 3), generator=torch.Generator().manual_seed(0))
     want, got = generate_both(model, prompt, 30, StaticDecoder(model, compile=True, mode=OneTokenLoops),
                               temperature=0.0)
