@@ -76,7 +76,7 @@ def test_alibi_and_training_mode_are_refused():
 
 
 def test_the_tiled_attention_is_refused_when_compiled_only():
-    model = tiny_model(attn_impl="tiled")
+    model = tiny_model(attn_impl="tiled", **UNTIED)
     with pytest.raises(ConfigError, match="attn_impl=tiled"):
         StaticDecoder(model, compile=True)
     prompt = torch.randint(0, 37, (2, 5), generator=torch.Generator().manual_seed(0))
