@@ -77,7 +77,8 @@ def test_a_generated_target_is_greedy_decoding_and_its_rows_are_the_steps_that_w
     from inference.translate import translate
     from insight.cross_attention import cross_attention_view
 
-    model, tokenizer = tiny_seq2seq(seed=2), stop_tokenizer()
+    # seed 5: a model whose greedy target changes with the source's order (seed 2's wrote the same for its reverse)
+    model, tokenizer = tiny_seq2seq(seed=5), stop_tokenizer()
     stop = tokenizer.stop_id
     view = cross_attention_view(model, tokenizer, "abcabc")
     block_size = model.config.block_size  # as many tokens as a translation writes (sample.py --source)
