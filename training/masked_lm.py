@@ -106,6 +106,5 @@ class Masker:
         return corrupt(x, selected, self.mask_id, self.replacements, g)
 
     def validation(self, x: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fixed validation mask of batch `index`: the same for every run of this batch shape, whatever its
-        training rate/span."""
+        """The fixed validation mask of batch `index` for this batch shape, whatever the training rate/span."""
         return self(x, (VAL_SEED, index), rate=VAL_RATE, span=1)
