@@ -9,6 +9,7 @@ from inference.generate import generate
 from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
+import speed.linear
 from speed.linear import HAVE_ONEDNN, OneDNNLinear
 import speed.packed
 from speed.packed import PackedLinear, pack_weights, packed_dtypes
@@ -92,6 +93,24 @@ def test_onednn_layers_keep_their_training_path():
     layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert layers and all(type(m) is PackedLinear and m.unpacked is OneDNNLinear for m in layers)
     assert list(model.state_dict()) == keys  # the same parameters and keys: checkpoints do not see it
+
+
+@needs_onednn
+def test_a_packed_onednn_layer_trains_with_onednns_product(monkeypatch):
+    """Where it does not pack (autograd on), a PackedLinear that was a OneDNNLinear multiplies as one: in oneDNN at
+    training's sizes on a CPU that uses it, with its gradients."""
+    monkeypatch.setattr(speed.linear, "INTEL", False)  # the size rules of a CPU where oneDNN is used
+    calls = []
+    product = speed.linear.onednn_product
+    monkeypatch.setattr(speed.linear, "onednn_product", lambda *a: calls.append(1) or product(*a))
+    torch.manual_seed(0)
+    layer = pack_weights(nn.Sequential(OneDNNLinear(48, 80)))[0]
+    x = torch.randn(speed.linear.MIN_MACS // (48 * 80) + speed.linear.MIN_ROWS, 48, requires_grad=True)
+    y = layer(x)
+    assert calls == [1] and getattr(layer, "_packed_for", None) is None
+    torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+    torch.testing.assert_close(layer.weight.grad, torch.ones(len(x), 80).t() @ x.detach(), rtol=1e-4, atol=1e-4)
 
 
 @needs_onednn
