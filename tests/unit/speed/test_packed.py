@@ -147,3 +147,23 @@ def test_where_float32_is_not_packed_a_layer_computes_as_before(monkeypatch):
         y = layer(x)
     assert getattr(layer, "_packed_for", None) is None
     assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
+
+
+@needs_onednn
+@pytest.mark.slow  # inductor builds C++: ~20 s on 2 cores (run with -m slow)
+def test_a_packed_model_compiles_to_the_eager_tokens():
+    """sample.py packs the weights, then compiles the decoding step: while tracing a PackedLinear computes as before
+    (inductor packs frozen weights itself), so the trace holds no packing of its own and gives the eager tokens."""
+    from conftest import tiny_model
+    from inference.decode_step import StaticDecoder
+    from speed.one_token import OneTokenLoops
+
+    torch._dynamo.reset()
+    dtype = DTYPES[-1]  # bf16 where the CPU has it natively, as sample.py decodes; else float32
+    model = tiny_model(pos_emb="rope").to(dtype)
+    model.pos.float()
+    pack_weights(model)
+    prompt = torch.randint(0, 37, (1, 3), generator=torch.Generator().manual_seed(0))
+    decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops)
+    want = generate(model, prompt, 20, temperature=0.0)
+    assert torch.equal(generate(model, prompt, 20, temperature=0.0, decoder=decoder), want)
