@@ -146,6 +146,17 @@ def test_a_text_file_with_undecodable_bytes_is_skipped_whole_and_counted_once(tm
 
 
 
+@pytest.mark.parametrize("tail", [b"\xe2\x82", b"\xf0\x9f\x98", b"\xc3"])  # the start of a 3-, 4- and 2-byte character
+def test_a_text_file_cut_off_inside_its_last_character_is_a_bad_document(tmp_path, monkeypatch, tail):
+    """A file cut short (a copy stopped, `head -c`) may end partway into a character: those bytes wait for the next
+    read, and at the end of the file there is none. They are not UTF-8 text, not a character to leave out."""
+    monkeypatch.setattr(readers, "READ_BYTES", 8)
+    head = "Some text, then a cut.".encode()
+    (tmp_path / "cut.txt").write_bytes(head + tail)
+    bad = readers.BadDocuments("skip")
+    assert texts_of(tmp_path / "cut.txt", bad) == [] and bad.count == 1
+    assert f"not UTF-8 text (byte 0x{tail[0]:02x} at offset {len(head)})" in bad.examples[0]
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
 @pytest.mark.parametrize("name, line", [("w.txt", ""), ("w.jsonl", ":1")])
 def test_a_utf16_or_utf32_file_is_named_so_with_the_conversion_that_reads_it(tmp_path, encoding, name, line):
@@ -315,6 +326,15 @@ def test_a_folder_link_in_the_input_is_followed_once(tmp_path):
     assert found == ["a.txt", "linked/b.txt", "linked/deep/c.jsonl"]
 
 
+def test_a_folder_link_back_up_that_sorts_first_does_not_rename_the_files(tmp_path):
+    """A link to a folder it is in is never entered, also where its name sorts before the folder's own files: entered,
+    sub/a_up/sub/z.txt would sort first and be the name z.txt is read under."""
+    (tmp_path / "in/sub").mkdir(parents=True)
+    (tmp_path / "in/sub/z.txt").write_text("text\n")
+    (tmp_path / "in/sub/a_up").symlink_to(tmp_path / "in")
+    found = [p.relative_to(tmp_path / "in").as_posix() for p in readers.input_files(tmp_path / "in")]
+    assert found == ["sub/z.txt"]
+
 def test_a_file_reached_twice_through_links_is_read_once_under_its_first_name(tmp_path):
     """A link to a file of the folder, or a linked folder beside the real one, is the same text again: read twice,
     `works` could put it in train and in validation. Each real file is read once, under its first name in sorted
@@ -458,3 +478,10 @@ def test_a_folders_size_and_hash_cover_every_file_and_its_name(tmp_path):
     want = hashlib.sha256("".join(f"{n}\0{hashlib.sha256(t.encode()).hexdigest()}\n"
                                   for n, t in (("a.txt", "first\n"), ("c.txt", "second text\n"))).encode())
     assert renamed.sha256 == want.hexdigest()
+
+
+@pytest.mark.parametrize("char", ["n", "é", "日", "😀"])  # 1 to 4 bytes: NAME_BYTES = 128 cuts inside the last two
+def test_a_long_name_in_a_folders_name_keeps_whole_characters(char):
+    name = char * 200
+    cut = readers.name_in_folder(name)
+    assert len(cut.encode()) <= readers.NAME_BYTES and cut == char * (readers.NAME_BYTES // len(char.encode()))

@@ -159,3 +159,16 @@ def test_a_batch_of_words_it_cannot_keep_goes_to_tiktoken(gpt2, monkeypatch):
     assert full.words == full.max_words
     monkeypatch.setattr(WordCache, "_learn", lambda *args: pytest.fail("looked up words it cannot keep"))
     check(full, ["alpha beta gamma delta epsilon zeta eta theta iota kappa one two"])  # 10 new of 12
+
+
+def test_new_words_with_more_tokens_than_twice_the_tables_store_are_all_kept(gpt2):
+    """The store of the table's tokens grows by doubling until a batch's new words fit: a first batch of a large
+    corpus brings far more new tokens than the store holds."""
+    cache = WordCache(gpt2, np.uint16)
+    cache.tokens = cache.tokens[:4]  # a small store, so a short batch outgrows it several times over
+    rng = random.Random(0)
+    words = {" " + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(4, 12)))
+             for _ in range(200)}
+    check(cache, ["".join(sorted(words))])
+    assert cache.words == len(words) and cache.used > 8  # every word kept
+    check(cache, ["".join(sorted(words, reverse=True))])  # now looked up

@@ -62,3 +62,18 @@ def test_the_default_run_attends_through_causal_blocks_on_a_cpu_as_attention_py_
     readme = (Path(ROOT) / "README.md").read_text(encoding="utf-8")
     reading_order = readme.split("## Read these files in this order")[1].split("\n### ")[0]
     assert "speed/causal_blocks.py" in reading_order and "tests/unit/speed/test_causal_blocks.py" in reading_order
+
+
+@pytest.mark.parametrize("score", ["additive", "bilinear"])
+def test_a_learned_score_is_left_to_the_formula(score):
+    """CausalBlocks computes the scaled dot product only: a model with a learned attn_score gets the math backend's
+    scores under the causal mask, logits and gradients alike."""
+    plain = tiny_model(attn_impl="math", attn_score=score)
+    fast = speed.apply(tiny_model(attn_impl="math", attn_score=score), SpeedConfig(attn_impl="math"))
+    assert all(type(block.attn.backend) is CausalBlocks for block in fast.blocks)
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(0))
+    for model in (plain, fast):
+        model(idx, idx)[1].backward()
+    torch.testing.assert_close(fast(idx)[0], plain(idx)[0])
+    for (name, a), b in zip(plain.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, msg=name)

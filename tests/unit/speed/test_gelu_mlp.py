@@ -84,3 +84,22 @@ def test_the_fused_mlp_is_a_plain_mlp_in_every_other_way():
     m = use_fused_gelu_mlp(mlp())
     assert isinstance(m, MLP) and isinstance(m.up, nn.Linear)
     assert not fuses(torch.randn(MIN_ROWS, 32, device="meta"), m.up)  # not a CPU tensor
+
+
+@needs_onednn
+def test_the_fused_path_drops_its_output_in_training_mode():
+    """Without autograd but in training mode (dropout on), the fused path drops the down projection's output as the
+    plain MLP does: the same mask from the same seed."""
+    def with_dropout(m):
+        m.drop.p = 0.5
+        return m.train()
+    plain, fused = with_dropout(mlp()), with_dropout(use_fused_gelu_mlp(mlp()))
+    x = torch.randn(2, MIN_ROWS, 32)
+    with torch.no_grad():
+        assert fuses(x, fused.up)
+        torch.manual_seed(1)
+        want = plain(x)
+        torch.manual_seed(1)
+        got = fused(x)
+    assert (want == 0).any()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -45,6 +45,18 @@ def test_one_query_attention_is_sdpa_in_float64(mask_batch):
                                atol=1e-12)
 
 
+def test_one_query_attention_in_bf16_rounds_once():
+    """bf16 in, bf16 out (the compiled step's next product takes it as it comes), float32 sums: within one bf16
+    rounding of the exact attention, no farther from it than SDPA's bf16 result."""
+    q, k, v = data((2, 4, 1, 64), (2, 4, 300, 64), (2, 4, 300, 64), dtype=torch.bfloat16)
+    mask = torch.rand(2, 1, 1, 300, generator=torch.Generator().manual_seed(1)) < 0.8
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+    got, kernel = one_query_attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert got.dtype == torch.bfloat16
+    err, kernel_err = (got.double() - exact).abs(), (kernel.double() - exact).abs()
+    assert (err <= exact.abs() * 2 ** -8 + 1e-4).all()
+    assert err.max() <= kernel_err.max() * 1.01
+
 def traced_graph(fn, *args):
     """The FX graph torch.compile traces for fn(*args), and its output."""
     graphs = []

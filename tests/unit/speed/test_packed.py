@@ -9,6 +9,7 @@ from inference.generate import generate
 from model import GPT, GPTConfig
 import speed
 from speed import SpeedConfig
+import speed.linear
 from speed.linear import HAVE_ONEDNN, OneDNNLinear
 import speed.packed
 from speed.packed import PackedLinear, pack_weights, packed_dtypes
@@ -95,6 +96,24 @@ def test_onednn_layers_keep_their_training_path():
 
 
 @needs_onednn
+def test_a_packed_onednn_layer_trains_with_onednns_product(monkeypatch):
+    """Where it does not pack (autograd on), a PackedLinear that was a OneDNNLinear multiplies as one: in oneDNN at
+    training's sizes on a CPU that uses it, with its gradients."""
+    monkeypatch.setattr(speed.linear, "INTEL", False)  # the size rules of a CPU where oneDNN is used
+    calls = []
+    product = speed.linear.onednn_product
+    monkeypatch.setattr(speed.linear, "onednn_product", lambda *a: calls.append(1) or product(*a))
+    torch.manual_seed(0)
+    layer = pack_weights(nn.Sequential(OneDNNLinear(48, 80)))[0]
+    x = torch.randn(speed.linear.MIN_MACS // (48 * 80) + speed.linear.MIN_ROWS, 48, requires_grad=True)
+    y = layer(x)
+    assert calls == [1] and getattr(layer, "_packed_for", None) is None
+    torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+    torch.testing.assert_close(layer.weight.grad, torch.ones(len(x), 80).t() @ x.detach(), rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_packed_model_decodes_as_the_unpacked_one(dtype):
     torch.manual_seed(0)
@@ -128,3 +147,23 @@ def test_where_float32_is_not_packed_a_layer_computes_as_before(monkeypatch):
         y = layer(x)
     assert getattr(layer, "_packed_for", None) is None
     assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
+
+
+@needs_onednn
+@pytest.mark.slow  # inductor builds C++: ~20 s on 2 cores (run with -m slow)
+def test_a_packed_model_compiles_to_the_eager_tokens():
+    """sample.py packs the weights, then compiles the decoding step: while tracing a PackedLinear computes as before
+    (inductor packs frozen weights itself), so the trace holds no packing of its own and gives the eager tokens."""
+    from conftest import tiny_model
+    from inference.decode_step import StaticDecoder
+    from speed.one_token import OneTokenLoops
+
+    torch._dynamo.reset()
+    dtype = DTYPES[-1]  # bf16 where the CPU has it natively, as sample.py decodes; else float32
+    model = tiny_model(pos_emb="rope").to(dtype)
+    model.pos.float()
+    pack_weights(model)
+    prompt = torch.randint(0, 37, (1, 3), generator=torch.Generator().manual_seed(0))
+    decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops)
+    want = generate(model, prompt, 20, temperature=0.0)
+    assert torch.equal(generate(model, prompt, 20, temperature=0.0, decoder=decoder), want)
