@@ -39,7 +39,7 @@ class EvaluateConfig:
     #                           a line with context, choices and label
     text: str | None = None  # a UTF-8 text file: its perplexity and bits per byte, in sliding windows
     limit: int | None = None  # the first N items of each task file (None: all)
-    stride: int | None = None  # --text: tokens each window moves on by and scores; the rest of the window (up to
+    stride: int | None = None  # tokens each window moves on by and scores; the rest of the window (up to
     #                            block_size - stride tokens) is context. None: block_size // 2
     # the model: a run's checkpoint, or a Hugging Face folder
     out_dir: str = "out"  # the run whose checkpoint is scored
@@ -59,7 +59,8 @@ class EvaluateConfig:
     def __post_init__(self):
         need(bool(self.tasks or self.text), "nothing to score: pass --tasks=FILE.jsonl[,...] and/or --text=FILE")
         need(self.limit is None or self.limit > 0, f"limit={self.limit} must be a positive number of items")
-        need(self.stride is None or self.stride > 0, f"stride={self.stride} must be a positive number of tokens")
+        need(self.stride is None or self.stride > 0, f"--stride={self.stride} must be in 1..block_size: each window "
+                                                     f"moves on by that many tokens and scores them")
         need(self.batch_tokens is None or self.batch_tokens > 0, f"batch_tokens={self.batch_tokens} must be >= 1")
         need_dtype(self.dtype)
         need(self.init_from is None or self.init_from.startswith("hf:"),

@@ -469,12 +469,15 @@ def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, d
     path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
-    draft, draft_tokenizer, _ = load_for_inference(path, device)
+    draft, draft_tokenizer, draft_ckpt = load_for_inference(path, device)
+    if draft_ckpt.objective != "decoder":
+        raise UserError(f"--draft={sc.draft} is a --model={draft_ckpt.objective} run: the draft must be a decoder "
+                        f"(causal) run; train it with --model=decoder on the same data and --tokenizer")
     # each id's bytes: a token of part of a character decodes to U+FFFD whatever its bytes are
-    if not draft.config.causal or [draft_tokenizer.decode_bytes([i]) for i in range(draft_tokenizer.vocab_size)] != \
+    if [draft_tokenizer.decode_bytes([i]) for i in range(draft_tokenizer.vocab_size)] != \
             [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]:
-        raise UserError(f"--draft={sc.draft} is not a decoder over this model's tokens (another tokenizer or "
-                        f"vocabulary); train the draft on the same data and --tokenizer")
+        raise UserError(f"--draft={sc.draft} speaks other tokens than this model (another tokenizer or vocabulary); "
+                        f"train the draft on the same data and --tokenizer")
     return for_decoding(draft, sc, speed_config, dtype)
 
 

@@ -9,6 +9,7 @@ share of the draft's guesses the model kept, and (greedy) whether the text equal
 token. The plain loop is timed eager and with the compiled decode step (sample.py --compile=true), since that is
 the fastest way to decode without a draft.
 """
+import os
 import statistics
 import sys
 import time
@@ -22,7 +23,7 @@ from common.flags import config_from_argv
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
 from inference.speculative import speculative_stream
-from inference.checkpoint import in_folder_or_file, load_for_inference
+from inference.checkpoint import BEST, LAST, in_folder_or_file, load_for_inference, other_checkpoint
 from speed.int8_kernel import for_device
 from speed.one_token import OneTokenLoops
 
@@ -52,8 +53,14 @@ class SpeculativeBench:
         check_sampling(self.temperature)
 
 
-def load(where: str):
-    return load_for_inference(in_folder_or_file(where), "cpu")
+def load(flag: str, where: str):
+    """--model's or --draft's checkpoint. A run stopped before its first evaluation has only its last one: this
+    command has no --ckpt, so the hint names the file."""
+    path = in_folder_or_file(where)
+    if os.path.isdir(where) and other_checkpoint(path) == LAST:
+        raise FlagError(f"no {BEST} in {where}, which holds {LAST} only (a run writes {BEST} at its first "
+                        f"evaluation); pass --{flag}={os.path.join(where, LAST)} to use it")
+    return load_for_inference(path, "cpu")
 
 
 def main(argv) -> None:
@@ -62,8 +69,8 @@ def main(argv) -> None:
         return
     if bc.threads:
         torch.set_num_threads(bc.threads)
-    model, tokenizer, _ = load(bc.model)
-    draft, _, _ = load(bc.draft)
+    model, tokenizer, _ = load("model", bc.model)
+    draft, _, _ = load("draft", bc.draft)
     quantize(model, bc.quantize, for_device("cpu"))
     quantize(draft, bc.quantize, for_device("cpu"))
     prompt = tokenizer.encode(bc.prompt)

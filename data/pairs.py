@@ -289,17 +289,22 @@ def _prepared(out: Path, fingerprint: str) -> bool:
         return False
 
 
+def bad_lines(on_bad: str) -> BadDocuments:
+    """A pass's own record of a pairs file's bad lines (--on_bad: stop or skip), counted in lines."""
+    return BadDocuments(on_bad, unit="lines")
+
+
 def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_bad: str):
     """(the tokenizer --tokenizer names for the pairs that pairs(bad) reads, its entries of meta.json): char learns
     every character of both sides, bpe trains its merges on a sample of the training pairs (written to out)."""
-    bad = BadDocuments(on_bad, unit="lines")
+    bad = bad_lines(on_bad)
     if next(pairs(bad), None) is None:  # read up to the first good pair, or all of a file without one
         what = ("line of source TAB target" if kind_of(path) == "tsv" else
                 "object with the string fields that --source_field and --target_field name")
         raise DataError(f"--pairs={path} holds no pair{_skipped(bad)}; give a file with at least one {what}")
     if tokenizer == "char":  # a first pass: every character of both sides
         chars = set()
-        for _, s, t in pairs(BadDocuments(on_bad, unit="lines")):
+        for _, s, t in pairs(bad_lines(on_bad)):
             chars.update(s, t)
         tok = CharTokenizer("".join(sorted(chars)))
         meta = {"tokenizer": "char", "chars": tok.chars}
@@ -313,7 +318,7 @@ def _pairs_tokenizer(pairs, path, out, tokenizer: str, bpe_vocab_size: int, on_b
         def sample():
             left = BPE_SAMPLE_CHARS
             # with stop, a bad line stops before the merges are trained
-            for _, s, t in pairs(BadDocuments(on_bad, unit="lines")):
+            for _, s, t in pairs(bad_lines(on_bad)):
                 if left <= 0:
                     return
                 if not is_val_pair(s, t):
@@ -338,7 +343,7 @@ def _build(path, out, tokenizer, bpe_vocab_size, source_field, target_field, on_
 
     tok, meta = _pairs_tokenizer(pairs, path, out, tokenizer, bpe_vocab_size, on_bad)
     dtype = np.dtype(np.uint16 if tok.vocab_size + 1 <= 2**16 else np.uint32)
-    bad = BadDocuments(on_bad, unit="lines")
+    bad = bad_lines(on_bad)
     counts = {s: {"pairs": 0, "tokens": 0} for s in ("train", "val")}
     lengths = {"train": [], "val": []}
     token_files = {s: open(out / f"{s}.tokens", "wb") for s in ("train", "val")}

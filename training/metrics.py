@@ -33,6 +33,7 @@ SECTIONS = ("train/*", "val/*", "perf/*", "insight/*", "tasks/*")
 BEST_IS_MIN = ("val/loss", "val/bpb", "val/ppl")  # the run summary keeps the best value, not the last
 BEST_IS_MAX = ("val/exact", "val/token_acc")
 METRICS_FILE = "metrics.jsonl"
+TMP_PREFIX, TMP_SUFFIX = ".tmp-", ".jsonl"  # a resume's rewrite of it; a kill in it leaves one (training/out_dir.py)
 
 
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # the values wandb takes
@@ -158,7 +159,7 @@ def keep_through(path: str, step: int) -> tuple[dict | None, int]:
             last = row
             nonfinite_evals += "val_loss" in row and row["val_loss"] is None
     text = "".join(kept).encode()
-    write_atomic(path, lambda f: f.write(text), needed=len(text))  # a full disk: one line, the old rows intact
+    write_atomic(path, lambda f: f.write(text), TMP_PREFIX, TMP_SUFFIX, needed=len(text))  # a full disk: one line
     return last, nonfinite_evals
 
 

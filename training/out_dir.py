@@ -22,6 +22,7 @@ from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training import distributed
 from training.config import TrainConfig, fresh_checks, resumed_config
+from training import metrics
 from training.metrics import METRICS_FILE
 
 LOCK_FILE = ".lock"
@@ -172,11 +173,13 @@ def best_copy_undone(out_dir: str, last: dict) -> bool:
 
 
 def remove_stale_temporaries(folder: str) -> None:
-    """A process killed in the middle of a checkpoint's save (inference/checkpoint.py's save_atomic) leaves its
-    temporary file behind; nothing else uses it."""
+    """A process killed in the middle of a checkpoint's save (inference/checkpoint.py's save_atomic) or of a resume's
+    rewrite of metrics.jsonl (training/metrics.py) leaves its temporary file behind; nothing else uses it. Another
+    command's temporary (common/files.py's default name) is left alone: it may be writing now."""
+    ours = ((TMP_PREFIX, TMP_SUFFIX), (metrics.TMP_PREFIX, metrics.TMP_SUFFIX))
     if os.path.isdir(folder):
         for name in os.listdir(folder):
-            if name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX):
+            if any(name.startswith(prefix) and name.endswith(suffix) for prefix, suffix in ours):
                 os.remove(os.path.join(folder, name))
 
 

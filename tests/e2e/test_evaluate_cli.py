@@ -192,6 +192,9 @@ def test_a_text_that_cannot_be_scored_is_refused_in_one_line(tmp_path, capsys):
     assert "is 1 token(s) long; perplexity needs at least 2" in refused(capsys, model, f"--text={tmp_path / 'one.txt'}")
     assert "--stride=17 must be in 1..block_size=16" in refused(capsys, model, f"--text={tmp_path / 'text.txt'}",
                                                                 "--stride=17")
+    # too small is told in the same words, by the flag's name (it was 'stride=0 must be a positive number')
+    assert refused(capsys, model, f"--text={tmp_path / 'text.txt'}", "--stride=0").startswith(
+        "error: --stride=0 must be in 1..block_size")
     assert "is a folder" in refused(capsys, model, f"--text={tmp_path / 'text.txt'}", f"--out={tmp_path}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "one.txt", "text.txt"]  # nothing written
 

@@ -1,5 +1,7 @@
 """sample.py end to end on a tiny run: a draft model, int8 weights, the compiled step (marked slow), and the flags
 that need the KV cache."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -46,7 +48,7 @@ def test_sample_py_with_a_draft_prints_the_models_greedy_text(corpus, tmp_path, 
     shouting = tmp_path / "shouting.txt"  # another character set, so another char tokenizer
     shouting.write_text(corpus.read_text().upper())
     assert train.cli.run(train.main, tiny_args(shouting, other, "--max_iters=2", "--eval_interval=2")) == 0
-    for extra, message in [([f"--draft={other}"], "not a decoder over this model's tokens"),
+    for extra, message in [([f"--draft={other}"], "speaks other tokens than this model"),
                            ([f"--draft={small}", "--compile=true"], "drop --compile=true"),
                            ([f"--draft={tmp_path / 'none'}"], "no checkpoint")]:
         assert sample.cli.run(sample.main, common + extra) == 2
@@ -332,13 +334,33 @@ def test_a_draft_whose_tokens_decode_to_the_same_text_but_differ_in_bytes_is_ref
     other = bpe_tokenizer({**ranks, b"\xe5\x9b": 256})  # of another one
     assert ours.decode([256]) == other.decode([256]) == "\ufffd"  # one text, other bytes
     draft = GPT(GPTConfig(vocab_size=other.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=16))
-    monkeypatch.setattr(sample, "load_for_inference", lambda path, device: (draft, other, None))
+    monkeypatch.setattr(sample, "load_for_inference", lambda path, device: (draft, other, SimpleNamespace(
+        objective="decoder")))
     (tmp_path / "draft.pt").write_bytes(b"")
     sc = sample.SampleConfig(draft=str(tmp_path / "draft.pt"))
-    with pytest.raises(UserError, match="is not a decoder over this model's tokens"):
+    with pytest.raises(UserError, match="speaks other tokens than this model"):
         sample.load_draft(sc, ours, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
     assert sample.load_draft(sc, bpe_tokenizer({**ranks, b"\xe5\x9b": 256}), torch.device("cpu"),
                              sample.SpeedConfig(), torch.float32) is not None  # the same tokens: taken
+
+
+@pytest.mark.parametrize("objective", ["encoder", "cheater", "seq2seq"])
+def test_a_draft_that_is_not_a_decoder_run_is_refused_as_such(objective, tmp_path, monkeypatch):
+    """A draft of the model's own tokens that is no decoder run was refused as one of another tokenizer."""
+    from data.tokenizer import CharTokenizer
+    from model import GPT, GPTConfig
+
+    tokenizer = CharTokenizer("abc")
+    draft = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=16,
+                          causal=objective == "seq2seq"))
+    monkeypatch.setattr(sample, "load_for_inference", lambda path, device: (draft, tokenizer, SimpleNamespace(
+        objective=objective)))
+    (tmp_path / "draft.pt").write_bytes(b"")
+    with pytest.raises(UserError) as e:
+        sample.load_draft(sample.SampleConfig(draft=str(tmp_path / "draft.pt")), tokenizer, torch.device("cpu"),
+                          sample.SpeedConfig(), torch.float32)
+    assert f"is a --model={objective} run" in str(e.value) and "must be a decoder (causal) run" in str(e.value)
+    assert "tokenizer" not in str(e.value.args[0]).split(";")[0]
 
 
 def test_the_temperature_table_of_a_model_that_overflows_is_refused_in_one_line():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from common.errors import ConfigError, SetupError
+from conftest import run_code
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training.config import TrainConfig
@@ -191,6 +192,32 @@ def test_a_resumed_claim_removes_stale_temporaries_on_the_first_process_only(tmp
     assert stale.exists()  # rank 1 may be on another node: rank 0 cleans
     claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(), resumed=True, start_step=4))
     assert sorted(os.listdir(out)) == [LAST]
+
+
+KILLED_IN_METRICS_REWRITE = """
+import os, sys
+from common import files
+from training.metrics import keep_through
+files.os.replace = lambda src, dst: os._exit(137)  # the process dies at the rename, like kill -9
+keep_through(sys.argv[1], 1)
+"""
+
+
+def test_a_resumed_claim_removes_the_temporary_of_a_metrics_rewrite_killed_half_way(tmp_path):
+    """A resume rewrites metrics.jsonl through a temporary file (training/metrics.py's keep_through); a kill in it
+    left that file for good. The next claim removes it, and still not another command's temporary."""
+    out = tmp_path / "run"
+    out.mkdir()
+    Checkpoint(weights={}, model_config=GPTConfig(), step=1, data_meta={}).save(str(out / LAST))
+    (out / METRICS_FILE).write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n')
+    other = out / f"{TMP_PREFIX}y.tmp"  # evaluate.py --out=out/report.json, say, writing now
+    other.write_text("{}")
+    r = run_code(KILLED_IN_METRICS_REWRITE, out / METRICS_FILE)
+    assert r.returncode == 137, r.stderr
+    assert len(os.listdir(out)) == 4  # the killed rewrite's temporary
+    tc = TrainConfig(out_dir=str(out), init_from="resume")
+    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(), resumed=True, start_step=1))
+    assert sorted(os.listdir(out)) == sorted([LAST, METRICS_FILE, other.name])
 
 
 def test_a_resume_refuses_a_checkpoint_replaced_by_an_earlier_step(tmp_path):
