@@ -468,7 +468,10 @@ def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, d
     which = sc.ckpt if sc.ckpt in ("last", "best") else "best"  # --ckpt=FILE.pt names the model's file, not the draft's
     path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):
-        raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; give a trained out_dir or a .pt file")
+        other = in_folder_or_file(sc.draft, "last" if which == "best" else "best")
+        fix = (f"pass --draft={other} to use the one there" if os.path.isdir(sc.draft) and os.path.exists(other) else
+               "give a trained out_dir or a .pt file")
+        raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; {fix}")
     draft, draft_tokenizer, draft_ckpt = load_for_inference(path, device)
     if draft_ckpt.objective != "decoder":
         raise UserError(f"--draft={sc.draft} is a --model={draft_ckpt.objective} run: the draft must be a decoder "

@@ -395,3 +395,15 @@ def test_a_decoder_with_a_mask_token_never_writes_it(corpus, tmp_path, capsys):
     for extra in ([], ["--num_samples=2", "--batch=true"], [f"--draft={out}", "--draft_tokens=3"]):
         assert sample.cli.run(sample.main, common + extra) == 0
         assert MASK_TEXT not in capsys.readouterr().out, extra
+
+
+@pytest.mark.parametrize("ckpt, there, named", [("best", "ckpt_last.pt", "ckpt_best.pt"),
+                                                ("last", "ckpt_best.pt", "ckpt_last.pt")])
+def test_a_draft_folder_with_the_other_checkpoint_only_names_it(ckpt, there, named, tmp_path):
+    """A draft run stopped before its first evaluation holds ckpt_last.pt only: the refusal names the file to pass,
+    as the other commands do, rather than asking for a trained out_dir."""
+    (tmp_path / there).write_bytes(b"")
+    sc = sample.SampleConfig(draft=str(tmp_path), ckpt=ckpt)
+    with pytest.raises(UserError, match=rf"^--draft={tmp_path}: no checkpoint at {tmp_path / named}; pass "
+                                        rf"--draft={tmp_path / there} to use the one there$"):
+        sample.load_draft(sc, None, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
