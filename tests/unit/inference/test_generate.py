@@ -215,16 +215,19 @@ def test_a_tiny_temperature_is_greedy_not_nan(temperature):
 
 @pytest.mark.parametrize("check_every", [1, 3, 8])
 def test_stop_checked_every_few_tokens_gives_the_same_text_and_runs_past_by_less_than_that(check_every):
-    model = tiny_model()
+    """Both rows stop (the first after 3 new tokens, the second after 6) well before the 12 asked for, so the stream
+    ends after the 6th token and fewer than check_every more. Untied: a tied head at init repeats each prompt's last
+    token, and a row that never stops leaves nothing to end early."""
+    model = tiny_model(tie_head=False)
     prompts = [[3, 4], [5]]
     free = generate(model, prompts, 12, temperature=0.0)
-    stop = free[0][4]  # the first row's third generated token
-    want = generate(model, prompts, 12, temperature=0.0, stop_tokens=[stop])
-    assert generate(model, prompts, 12, temperature=0.0, stop_tokens=[stop], check_every=check_every) == want
-    every_row_stopped = max(len(row) - len(p) for row, p in zip(want, prompts))  # tokens until the last row stops
-    streamed = list(generate_stream(model, prompts, 12, temperature=0.0, stop_tokens=[stop], check_every=check_every))
-    if every_row_stopped < 12:
-        assert every_row_stopped <= len(streamed) < every_row_stopped + check_every
+    stops = [free[0][4], free[1][6]]  # the first row's 3rd new token, the second row's 6th
+    cuts = [next(i + 1 for i, t in enumerate(row[len(p):]) if t in stops) for row, p in zip(free, prompts)]
+    assert cuts == [3, 6]
+    want = [row[:len(p) + cut] for row, p, cut in zip(free, prompts, cuts)]
+    assert generate(model, prompts, 12, temperature=0.0, stop_tokens=stops, check_every=check_every) == want
+    streamed = list(generate_stream(model, prompts, 12, temperature=0.0, stop_tokens=stops, check_every=check_every))
+    assert 6 <= len(streamed) < 6 + check_every
 
 
 EXTENDABLE = ["rope", "alibi", "none", "sinusoidal"]  # positions without a maximum

@@ -162,7 +162,8 @@ def test_a_model_cast_to_another_dtype_computes_in_it(cross_attn, dtype):
         want, _ = model(source, target, source_valid=valid)
         got, _ = model.to(dtype)(source, target, source_valid=valid)
     assert got.dtype == dtype
-    torch.testing.assert_close(got.float(), want, atol=0.1 if dtype == torch.bfloat16 else 1e-5, rtol=0)
+    # bf16 rounds these logits (at most ~0.65) by ~0.003: 0.02 leaves room, and a padded position read (~0.05) shows
+    torch.testing.assert_close(got.float(), want, atol=0.02 if dtype == torch.bfloat16 else 1e-5, rtol=0)
 
 
 def test_the_mean_memory_baseline_has_the_parameters_of_cross_attention():

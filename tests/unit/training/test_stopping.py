@@ -1,6 +1,7 @@
 """training/stopping.py: the first SIGINT/SIGTERM asks for a stop after the step (said by the master alone), a
 second stops at once, the handlers before are restored, and the all-reduce keeps the signal and a due checkpoint
 apart."""
+import multiprocessing
 import signal
 
 import pytest
@@ -52,6 +53,36 @@ def test_under_a_process_group_the_signal_and_the_due_checkpoint_travel_apart(tm
             assert stop.agreed(two, "cpu", save_due=True) == (signal.SIGTERM, True)
     finally:
         dist.destroy_process_group()
+
+
+def _agree_in_a_group_of_two(rank, store, signalled, due, results):
+    """One of two real processes: `signalled` is the rank that gets SIGTERM, `due` the one whose checkpoint is due."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        with StopRequests(master=False) as stop:
+            if rank == signalled:
+                signal.raise_signal(signal.SIGTERM)
+            results.put((rank, stop.agreed(Dist(rank=rank, local_rank=rank, world_size=2), "cpu",
+                                           save_due=rank == due)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_signal_to_one_process_and_a_checkpoint_due_at_another_reach_both(tmp_path):
+    """Two processes (a group of one reduces nothing): rank 1 alone is signalled, rank 0 alone says a checkpoint is
+    due; both must stop, and both save."""
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_agree_in_a_group_of_two, args=(r, tmp_path / "store", 1, 0, results))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    got = sorted(results.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert got == [(0, (signal.SIGTERM, True)), (1, (signal.SIGTERM, True))]
 
 
 def test_outside_the_main_thread_the_handlers_are_left_alone():
