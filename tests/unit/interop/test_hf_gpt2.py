@@ -96,6 +96,7 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path, overrides, blame):
 
 @pytest.mark.parametrize("change, blame", [
     ({"activation_function": "relu"}, "activation_function='relu'"),
+    ({"activation_function": "gelu"}, "activation_function='gelu'"),  # the erf GELU: GPT-2's is the tanh one
     ({"n_inner": 64}, "n_inner=64"),  # our MLP is 4 * 32 = 128 wide
     ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
     ({"scale_attn_weights": False}, "scale_attn_weights=false"),
