@@ -156,6 +156,17 @@ def test_an_older_gpt_neox_save_with_buffers_and_a_tied_head_imports(tmp_path):
     assert_same_logits(hf, ours)
 
 
+def test_an_untied_head_saved_as_lm_head_imports(tmp_path):
+    """The head under transformers' module name (lm_head.weight) rather than NeoX's (embed_out.weight)."""
+    hf = random_hf_neox(tmp_path, tie=False)
+    state = safetensors_file.load(tmp_path / "model.safetensors")
+    state["lm_head.weight"] = state.pop("embed_out.weight")  # (V, C)
+    safetensors_file.save(state, tmp_path / "model.safetensors")
+    ours = load_hf(tmp_path)
+    assert not ours.config.tie_head
+    assert_same_logits(hf, ours)
+
+
 def older_spelling(folder, rope_scaling, keep_rope_parameters, rotary_emb_base=10000.0):
     """The folder's config.json with RoPE's settings as older transformers versions wrote them (top-level
     rope_scaling, rotary_pct, rotary_emb_base), beside the newer rope_parameters or instead of it."""
