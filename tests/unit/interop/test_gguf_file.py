@@ -46,6 +46,44 @@ def test_gguf_holds_our_weights_and_tokenizer(tmp_path, overrides, arch):
     assert types[:tok.eot_id] + types[tok.eot_id + 1:] == [1] * (tok.vocab_size - 1)
 
 
+# llama.cpp's tensor names (its gguf-py constants: LLM_TENSOR_NAMES), ours beside each
+LLAMA_CPP_NAMES = {"attn_norm": "norm1", "attn_qkv": "attn.qkv", "attn_output": "attn.proj", "ffn_norm": "norm2",
+                   "ffn_up": "mlp.up", "ffn_down": "mlp.down"}
+
+
+@pytest.mark.parametrize("pos_emb", ["rope", "learned"])
+def test_gguf_holds_every_weight_under_llama_cpps_name(tmp_path, pos_emb):
+    """Every tensor, biases and norms included (random, so that a swapped pair shows), and no other."""
+    tok = small_bpe()
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, pos_emb=pos_emb, bias=True, tie_head=False))
+    write_gguf(model, tok, tmp_path / "m.gguf")
+    _, tensors = read_gguf(tmp_path / "m.gguf")
+    sd = model.state_dict()
+    want = {"token_embd.weight": sd["wte.weight"], "output.weight": sd["head.weight"],
+            "output_norm.weight": sd["norm.weight"], "output_norm.bias": sd["norm.bias"]}
+    if pos_emb == "learned":
+        want["position_embd.weight"] = sd["pos.table.weight"]
+    for i in range(model.config.n_layer):
+        for theirs, ours in LLAMA_CPP_NAMES.items():
+            for kind in ("weight", "bias"):
+                want[f"blk.{i}.{theirs}.{kind}"] = sd[f"blocks.{i}.{ours}.{kind}"]
+    assert sorted(tensors) == sorted(want)
+    for name, tensor in want.items():
+        assert np.array_equal(tensors[name], tensor.numpy()), name
+
+
+@pytest.mark.parametrize("dtype, file_type", [("f32", 0), ("f16", 1)])  # llama.cpp's ALL_F32, MOSTLY_F16
+def test_gguf_says_how_to_run_the_model(tmp_path, dtype, file_type):
+    """<|endoftext|> begins and ends a document, no BOS goes before a prompt (ours starts with what the user
+    typed), GPT-2's split pattern, the weights' type and the model's name."""
+    tok = small_bpe()
+    write_gguf(tiny_model(vocab_size=tok.vocab_size), tok, tmp_path / "m.gguf", dtype=dtype, name="tiny")
+    fields, _ = read_gguf(tmp_path / "m.gguf")
+    assert fields["tokenizer.ggml.bos_token_id"] == fields["tokenizer.ggml.eos_token_id"] == tok.eot_id
+    assert fields["tokenizer.ggml.add_bos_token"] is False and fields["tokenizer.ggml.pre"] == "gpt-2"
+    assert fields["general.file_type"] == file_type and fields["general.name"] == "tiny"
+
+
 @pytest.mark.parametrize("pos_emb, arch", [("rope", "gptneox"), ("learned", "gpt2")])
 def test_gguf_holds_the_shape_llama_cpp_builds_its_graph_from(tmp_path, pos_emb, arch):
     """The hyperparameters llama.cpp reads instead of the tensors' shapes: heads (and as many key/value heads),

@@ -22,7 +22,8 @@ from inference.generate import generate
 
 def random_hf_gpt2(folder, vocab_size=61, seed=0):
     torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(vocab_size=vocab_size, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+    # 4 heads, 2 layers: a config field read from (or written to) the other's key changes the model
+    cfg = transformers.GPT2Config(vocab_size=vocab_size, n_positions=16, n_embd=32, n_layer=2, n_head=4,
                                   bos_token_id=None, eos_token_id=None)
     hf = perturb(transformers.GPT2LMHeadModel(cfg).eval())
     hf.save_pretrained(folder)
@@ -71,9 +72,10 @@ def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
     assert hf.transformer.wte.weight.size(0) == 50257  # the export has no padding rows
     text = "Hello world! ROMEO: O, she doth teach the torches to burn bright.\n  ça va?"
     assert tok(text)["input_ids"] == gpt2_tokenizer().encode(text)
-    assert tok.eos_token_id == 50256
+    assert tok.bos_token_id == tok.eos_token_id == 50256  # GPT-2 starts and ends documents with <|endoftext|>
+    assert tok.decode([50256], skip_special_tokens=True) == ""  # a special token, not text
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert config["eos_token_id"] == 50256 and config["vocab_size"] == 50257
+    assert config["bos_token_id"] == config["eos_token_id"] == 50256 and config["vocab_size"] == 50257
 
 
 @pytest.mark.parametrize("overrides, blame", [
@@ -94,6 +96,7 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path, overrides, blame):
 
 @pytest.mark.parametrize("change, blame", [
     ({"activation_function": "relu"}, "activation_function='relu'"),
+    ({"activation_function": "gelu"}, "activation_function='gelu'"),  # the erf GELU: GPT-2's is the tanh one
     ({"n_inner": 64}, "n_inner=64"),  # our MLP is 4 * 32 = 128 wide
     ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
     ({"scale_attn_weights": False}, "scale_attn_weights=false"),

@@ -43,10 +43,26 @@ def test_rope_model_loads_in_gpt_neox_with_our_logits_and_greedy_tokens(tmp_path
     assert torch.equal(got, want)
 
 
+def test_the_older_rope_keys_of_an_export_say_what_rope_parameters_says(tmp_path):
+    """rotary_pct and rotary_emb_base, written for readers that know only them: transformers reads them too when
+    rope_parameters is missing, and then gives our logits (a RoPE base of 500: no default hides a wrong value)."""
+    ours = perturb(tiny_model(rope_base=500.0))
+    export(as_checkpoint(ours), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["rope_parameters"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert hf.config.rope_parameters["rope_theta"] == 500.0
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
+
+
 def random_hf_neox(folder, tie, seed=0, **overrides):
     torch.manual_seed(seed)
     options = {"hidden_act": "gelu_pytorch_tanh", **overrides}
-    cfg = transformers.GPTNeoXConfig(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    # 4 heads, 2 layers: a config field read from (or written to) the other's key changes the model
+    cfg = transformers.GPTNeoXConfig(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=16, use_parallel_residual=False,
                                      rotary_pct=1.0, rotary_emb_base=10000.0, tie_word_embeddings=tie,
                                      bos_token_id=None, eos_token_id=None, **options)
@@ -107,17 +123,18 @@ def assert_same_logits(hf, ours):
         assert (hf(idx).logits - ours(idx)[0]).abs().max().item() < ATOL
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(hidden_act="gelu_new"),  # the same tanh GELU under its GPT-2 name
-    dict(attention_bias=False),  # no attention biases saved: ours are zeros
+@pytest.mark.parametrize("overrides, mlp_act", [
+    (dict(hidden_act="gelu_new"), "gelu"),  # the same tanh GELU under its GPT-2 name
+    (dict(hidden_act="gelu"), "gelu_exact"),  # NeoX's default: the erf GELU, not the tanh one
+    (dict(attention_bias=False), "gelu"),  # no attention biases saved: ours are zeros
 ])
-def test_gpt_neox_variants_we_can_run_import_with_transformers_logits(tmp_path, overrides):
+def test_gpt_neox_variants_we_can_run_import_with_transformers_logits(tmp_path, overrides, mlp_act):
     hf = random_hf_neox(tmp_path, tie=True, **overrides)
     if not overrides.get("attention_bias", True):
         saved = safetensors_file.load(tmp_path / "model.safetensors")
         assert not [k for k in saved if k.endswith(("query_key_value.bias", "dense.bias"))]
     ours = load_hf(tmp_path)
-    assert ours.config.mlp_act == "gelu" and ours.config.bias
+    assert ours.config.mlp_act == mlp_act and ours.config.bias
     assert_same_logits(hf, ours)
 
 
@@ -131,11 +148,22 @@ def test_an_older_gpt_neox_save_with_buffers_and_a_tied_head_imports(tmp_path):
         layer = f"gpt_neox.layers.{i}.attention."
         state[layer + "bias"] = torch.ones(1, 1, 16, 16, dtype=torch.bool).tril()  # (1, 1, P, P)
         state[layer + "masked_bias"] = torch.tensor(-1e9)
-        state[layer + "rotary_emb.inv_freq"] = 1.0 / 10000.0 ** (torch.arange(0, 16, 2) / 16)  # (D/2,)
+        state[layer + "rotary_emb.inv_freq"] = 1.0 / 10000.0 ** (torch.arange(0, 8, 2) / 8)  # (D/2,)
     state["embed_out.weight"] = state["gpt_neox.embed_in.weight"].clone()  # (V, C)
     safetensors_file.save(state, tmp_path / "model.safetensors")
     ours = load_hf(tmp_path)
     assert ours.config.tie_head
+    assert_same_logits(hf, ours)
+
+
+def test_an_untied_head_saved_as_lm_head_imports(tmp_path):
+    """The head under transformers' module name (lm_head.weight) rather than NeoX's (embed_out.weight)."""
+    hf = random_hf_neox(tmp_path, tie=False)
+    state = safetensors_file.load(tmp_path / "model.safetensors")
+    state["lm_head.weight"] = state.pop("embed_out.weight")  # (V, C)
+    safetensors_file.save(state, tmp_path / "model.safetensors")
+    ours = load_hf(tmp_path)
+    assert not ours.config.tie_head
     assert_same_logits(hf, ours)
 
 
@@ -183,16 +211,27 @@ def test_unscaled_rope_under_rope_scaling_imports_with_transformers_logits(tmp_p
 
 def test_a_config_json_without_the_keys_transformers_defaults_takes_the_same_defaults(tmp_path):
     """A hand-written or trimmed config.json may leave keys out: transformers then unties the head
-    (tie_word_embeddings=false) and rotates a quarter of each head (rotary_pct=0.25). The import reads the same:
-    an untied head with transformers' logits, and a refusal of the partial rotation."""
+    (tie_word_embeddings=false), takes a RoPE base of 10,000, runs attention and MLP in parallel
+    (use_parallel_residual=true) and rotates a quarter of each head (rotary_pct=0.25). The import reads the same:
+    an untied head with transformers' logits, then refusals of the parallel block and the partial rotation."""
     hf = random_hf_neox(tmp_path, tie=False)
     config = json.loads((tmp_path / "config.json").read_text())
     del config["tie_word_embeddings"]
+    config["rope_parameters"].pop("rope_theta")  # and no rotary_emb_base: transformers takes 10,000
+    assert "rotary_emb_base" not in config
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert not transformers.AutoConfig.from_pretrained(tmp_path).tie_word_embeddings
     ours = load_hf(tmp_path)
-    assert not ours.config.tie_head
+    assert not ours.config.tie_head and ours.config.rope_base == 10000.0
     assert_same_logits(hf, ours)
+
+    del config["use_parallel_residual"]  # transformers' default is the parallel block
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert transformers.AutoConfig.from_pretrained(tmp_path).use_parallel_residual
+    with pytest.raises(ValueError, match="use_parallel_residual=true") as e:
+        load_hf(tmp_path)
+    assert "\n" not in str(e.value)
+    config["use_parallel_residual"] = False
 
     for key in ("rope_parameters", "rotary_pct", "partial_rotary_factor"):
         config.pop(key, None)
