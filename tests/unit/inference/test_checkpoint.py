@@ -1,7 +1,7 @@
 """The checkpoint format's reading side (inference/checkpoint.py's from_dict): a version-1 dict (before the format
-had a version) loads with the defaults of what it lacks, a newer version is refused, and a [MASK] id must be a row
-of the model. (Writing, crashes and resumes: tests/e2e/test_atomic_checkpoints.py and
-tests/e2e/test_resume_and_import_messages.py.)"""
+had a version) loads with the defaults of what it lacks, a newer version is refused, a [MASK] id must be a row of the
+model, and every field comes back from a save and a load. (Writing, crashes and resumes:
+tests/e2e/test_atomic_checkpoints.py and tests/e2e/test_resume_and_import_messages.py.)"""
 import math
 
 import pytest
@@ -188,3 +188,43 @@ def test_a_folder_where_a_runs_checkpoint_file_belongs_is_named_so(tmp_path):
         Checkpoint.load(path)
     assert str(e.value) == (f"{path} is a folder where the run's checkpoint file belongs; move it aside, or use "
                             f"another run")
+
+
+def test_every_field_survives_a_save_and_a_load(tmp_path):
+    """Each of the Checkpoint's fields given a value unlike its default, saved and loaded: the same value back
+    (a field that to_dict leaves out or from_dict does not read comes back as its default)."""
+    import dataclasses
+
+    from inference.checkpoint import read_train_config
+
+    model = tiny_model(seed=3)
+    given = dict(weights=model.state_dict(), model_config=model.config, step=7,
+                 data_meta={"tokenizer": "char", "vocab_size": 37, "eot_id": None, "chars": CHARS},
+                 data_dir="prepared/chars", train_config={"batch_size": 4, "learning_rate": 1e-3},
+                 objective="encoder", mask_id=36, best_val_loss=1.25,
+                 optimizer={"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": [{"lr": 0.1}]},
+                 scaler={"scale": 1024.0, "_growth_tracker": 3}, rng=[{"torch": torch.arange(4, dtype=torch.uint8)}],
+                 source="hf:gpt2", wandb_run_id="abc123", speed_config={"attn_impl": "math"},
+                 speed_flags=["attn_impl"])
+    assert set(given) == {f.name for f in dataclasses.fields(Checkpoint)}  # every field, including new ones
+    Checkpoint(**given).save(str(tmp_path / "ckpt.pt"))
+    back = Checkpoint.load(str(tmp_path / "ckpt.pt"))
+    for name, want in given.items():
+        got = getattr(back, name)
+        if name == "weights":
+            assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+        elif name in ("optimizer", "rng"):
+            assert repr(got) == repr(want), name  # nested tensors: their printed values
+        else:
+            assert got == want, name
+    assert read_train_config(str(tmp_path / "ckpt.pt")) == {}  # an import's (source set): no run's settings
+    Checkpoint(**(given | {"source": None})).save(str(tmp_path / "run.pt"))
+    assert read_train_config(str(tmp_path / "run.pt")) == given["train_config"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_refused(value):
+    raw = saved_dict()
+    raw["model"]["norm.weight"][2] = value
+    with pytest.raises(CheckpointError, match="checkpoint weight norm.weight holds NaN or inf"):
+        Checkpoint.from_dict(raw).build_model()

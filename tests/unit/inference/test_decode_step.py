@@ -267,3 +267,20 @@ def test_compiled_step_of_a_model_with_the_cpu_levers_applied():
     want, got = generate_both(model, prompt, 30, StaticDecoder(model, compile=True, mode=OneTokenLoops),
                               temperature=0.0)
     assert torch.equal(got, want)
+
+
+def test_a_step_after_the_cache_advanced_without_the_decoder_writes_the_caches_column():
+    """The decoder counts its column up on the device; a cache that moved on meanwhile (tokens run through the
+    model's own forward) must be read at its own position, not at one past the decoder's last step."""
+    model = tiny_model()
+    idx = torch.randint(0, 37, (2, 10), generator=torch.Generator().manual_seed(3))
+    decoder = StaticDecoder(model, compile=False)
+    with torch.no_grad():
+        cache = model.new_cache(2)
+        model(idx[:, :4], cache=cache)
+        decoder(idx[:, 4:5], cache)
+        model(idx[:, 5:8], cache=cache)  # three columns the decoder did not write
+        got = decoder(idx[:, 8:9], cache)  # (B, V)
+        want, _ = model(idx[:, :9], last_only=True)  # (B, 1, V)
+    assert cache.pos == 9
+    assert torch.allclose(got, want[:, -1], atol=1e-5)

@@ -87,3 +87,23 @@ def test_more_new_tokens_than_the_decoder_reads_are_refused_in_one_line():
     source, _, valid = seq2seq_batch()
     with pytest.raises(UserError, match=r"max_new_tokens=17: at most block_size=16 new tokens"):
         translate(tiny_seq2seq(), source, 17, start_id=0, source_valid=valid)
+
+
+def test_greedy_decoding_is_the_argmax_of_the_whole_forward_after_the_start_token():
+    """The reference: the model's training forward over start_id + the tokens so far, its last row's argmax, one
+    token at a time. Two start tokens give different targets, so a loop that ignored start_id would show."""
+    model = peaked_seq2seq()
+    source, _, valid = seq2seq_batch()
+    want = {}
+    with torch.no_grad():
+        for start in (0, 5):
+            target = torch.full((3, 1), start)
+            for _ in range(8):
+                logits, _ = model(source, target, source_valid=valid)  # (3, T, V)
+                target = torch.cat([target, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            want[start] = target[:, 1:]
+    assert not torch.equal(want[0], want[5])
+    for start in (0, 5):
+        for use_cache in (True, False):
+            got = translate(model, source, 8, start_id=start, source_valid=valid, use_cache=use_cache)
+            assert torch.equal(got, want[start]), (start, use_cache)

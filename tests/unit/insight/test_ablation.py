@@ -84,9 +84,9 @@ def test_spearman_and_top1():
     n = 5
     want = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rx, ry)) / (n * (n * n - 1))  # the textbook formula
     assert spearman(x, y) == pytest.approx(want)
-    r = {"t": torch.tensor([0, 0, 1, 1]), "weight": torch.tensor([0.9, 0.1, 0.3, 0.7]),
-         "effect": torch.tensor([2.0, 1.0, 5.0, 1.0])}
-    assert top1_agreement(r) == 0.5  # query 0 agrees, query 1 does not
+    r = {"t": torch.tensor([0, 0, 1, 1, 2, 2, 2]), "weight": torch.tensor([0.9, 0.1, 0.3, 0.7, 0.2, 0.5, 0.3]),
+         "effect": torch.tensor([2.0, 1.0, 5.0, 1.0, 0.5, 3.0, 1.0])}
+    assert top1_agreement(r) == pytest.approx(2 / 3)  # queries 0 and 2 agree, query 1 does not
 
 
 @torch.no_grad()
@@ -103,3 +103,35 @@ def test_only_the_keys_a_window_lets_a_query_see_are_pairs(causal):
     for r in results:
         assert list(zip(r["t"].tolist(), r["s"].tolist())) == want
         assert bool((r["weight"] > 0).all())
+
+
+@torch.no_grad()
+def test_effects_in_chunks_equal_effects_in_one_forward(monkeypatch):
+    """More (query, key) pairs than one forward's CHUNK of ablated copies: each chunk's rows ablate its own pairs."""
+    import insight.ablation as ablation
+
+    model = tiny_model(seed=1, pos_emb="learned")
+    for p in model.parameters():
+        p.data.mul_(4.0)
+    idx, targets = torch.arange(9).view(1, 9) * 4 % 37, torch.arange(1, 10)
+    whole = ablation.key_effects(model, idx, targets, queries=[2, 5, 8])  # 3 + 6 + 9 pairs
+    monkeypatch.setattr(ablation, "CHUNK", 4)
+    chunked = ablation.key_effects(model, idx, targets, queries=[2, 5, 8])
+    for a, b in zip(chunked, whole):
+        torch.testing.assert_close(a["effect"], b["effect"], atol=1e-5, rtol=0)
+    assert max(float(r["effect"].max()) for r in whole) > 1e-2
+
+
+def test_a_layers_agreement_is_the_mean_over_its_heads():
+    from insight.ablation import agreement, spearman, top1_agreement
+
+    g = torch.Generator().manual_seed(0)
+    t = torch.tensor([0, 0, 0, 1, 1, 1])
+    results = [{"layer": layer, "head": head, "t": t, "weight": torch.rand(6, generator=g),
+                "effect": torch.rand(6, generator=g)} for layer in range(2) for head in range(3)]
+    got = agreement(results)
+    for layer in range(2):
+        mine = [r for r in results if r["layer"] == layer]
+        assert got["layers"][layer]["rho"] == pytest.approx(sum(spearman(r["weight"], r["effect"]) for r in mine) / 3)
+        assert got["layers"][layer]["top1"] == pytest.approx(sum(top1_agreement(r) for r in mine) / 3)
+    assert got["heads"][1, 2]["rho"] == pytest.approx(spearman(results[5]["weight"], results[5]["effect"]))

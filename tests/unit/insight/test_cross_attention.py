@@ -80,13 +80,17 @@ def test_a_generated_target_is_greedy_decoding_and_its_rows_are_the_steps_that_w
     # seed 5: a model whose greedy target changes with the source's order (seed 2's wrote the same for its reverse)
     model, tokenizer = tiny_seq2seq(seed=5), stop_tokenizer()
     stop = tokenizer.stop_id
-    view = cross_attention_view(model, tokenizer, "abcabc")
     block_size = model.config.block_size  # as many tokens as a translation writes (sample.py --source)
-    written = translate(model, torch.tensor([ids("abcabc")]), block_size, stop, stop)[0].tolist()
-    assert view.generated and view.target == written[:written.index(stop) + 1 if stop in written else block_size]
-    want = cross_attention_maps(model, torch.tensor([ids("abcabc")]), torch.tensor([[stop] + view.target[:-1]]))
-    torch.testing.assert_close(view.weights, want[:, 0])
-    assert view.target_texts == [("[STOP]" if i == stop else LETTERS[i]) for i in view.target]
+    stopped = []
+    for source in ("abcabc", "qwerty"):  # "qwerty": a target that ends, its last row the step that writes STOP
+        view = cross_attention_view(model, tokenizer, source, max_tokens=64)  # 64: capped at block_size
+        written = translate(model, torch.tensor([ids(source)]), block_size, stop, stop)[0].tolist()
+        stopped.append(stop in written)
+        assert view.generated and view.target == written[:written.index(stop) + 1 if stop in written else block_size]
+        want = cross_attention_maps(model, torch.tensor([ids(source)]), torch.tensor([[stop] + view.target[:-1]]))
+        torch.testing.assert_close(view.weights, want[:, 0])
+        assert view.target_texts == [("[STOP]" if i == stop else LETTERS[i]) for i in view.target]
+    assert stopped == [False, True]
 
 
 def test_figure_panels_hold_each_heads_map_and_the_mean_with_token_labels():
@@ -117,6 +121,8 @@ def test_what_cannot_be_drawn_is_refused_with_one_line():
     model = tiny_seq2seq()
     with pytest.raises(UserError, match="source is 17 tokens"):
         cross_attention_view(model, tokenizer, "a" * 17)
+    with pytest.raises(UserError, match=r"source is 17 tokens and at most 16 can be shown \(block_size=16"):
+        cross_attention_view(model, tokenizer, "a" * 17, max_tokens=64)  # a flag above block_size: the block caps it
     with pytest.raises(UserError, match="shorten --target"):
         cross_attention_view(model, tokenizer, "abc", "a" * 16)  # with STOP, 17 rows
     with pytest.raises(UserError, match="empty"):

@@ -1,5 +1,8 @@
 """Fitting the probe models (insight/probe_fit.py): a tiny model beats chance on each task, sizes are drawn as asked,
-and the prefix score equals a reference written here. The tasks' answers: test_probe_tasks.py."""
+one step is AdamW's, and accuracy and the prefix score equal references written here. The tasks' answers:
+test_probe_tasks.py."""
+import types
+
 import pytest
 import torch
 
@@ -107,3 +110,46 @@ def test_held_out_dyck_sequences_at_the_default_size_are_trained_ones_and_copy_s
     assert len(trained) <= 2 ** 8 and held <= trained
     held, trained = held_out_and_trained("copy", 8, steps=100)
     assert not held & trained
+
+
+class EvenCopier(torch.nn.Module):
+    """A decoder for the copy task that answers right where the answer is even (0 included) and wrong where it is
+    odd: the token n + 1 places back (the same symbol in the first copy), bumped by one when odd."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+        self.config, self.pos = types.SimpleNamespace(causal=True), types.SimpleNamespace(max_len=None)
+
+    def forward(self, x):
+        back = torch.roll(x, self.n, dims=1)  # (B, T): x[t - n] at t
+        return torch.nn.functional.one_hot(back + back % 2, pt.VOCAB_SIZE).float(), None
+
+
+def test_accuracy_is_the_share_of_answers_predicted_right_on_the_held_out_stream():
+    """The reference: the answers of 4 batches of 128 from the held-out seed (not training's), counted here; every
+    answer is scored, symbol 0 too."""
+    from insight.probe_fit import EVAL_SEED_OFFSET
+
+    n, seed = 5, 3
+    g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET)
+    answers = torch.cat([pt.model_io(*pt.make_batch("copy", 128, n, g), True)[1].flatten() for _ in range(4)])
+    answers = answers[answers >= 0]
+    assert (answers == 0).any()
+    want = float((answers % 2 == 0).sum()) / answers.numel()
+    assert accuracy(EvenCopier(n), "copy", n, seed=seed) == pytest.approx(want, abs=1e-12)
+
+
+def test_one_fit_step_is_an_adamw_step_at_the_full_learning_rate_with_decoupled_weight_decay():
+    """One step (warmup of one step, cosine at its start: the full rate): with weight decay the weights differ from
+    those without by exactly lr * weight_decay * the initial weights (AdamW decays before its update, the gradient
+    is the same)."""
+    from insight.probe_fit import build
+
+    pm = dict(n_layer=1, n_head=2, n_embd=16, steps=1, batch_size=4, learning_rate=1e-2)
+    initial = dict(build("copy", 3, "rope", True, ProbeModel(**pm), 0).named_parameters())
+    plain = dict(fit("copy", 3, "rope", True, ProbeModel(**pm)).named_parameters())
+    decayed = dict(fit("copy", 3, "rope", True, ProbeModel(**pm, weight_decay=0.5)).named_parameters())
+    for name, p0 in initial.items():
+        assert not torch.equal(plain[name], p0), name  # every weight took the step
+        torch.testing.assert_close(plain[name] - decayed[name], 1e-2 * 0.5 * p0, atol=1e-6, rtol=1e-4)
