@@ -12,7 +12,6 @@ Shapes: B batch, T length, V vocabulary.
 import math
 
 import torch
-import torch.nn.functional as F
 
 from common.eval_mode import evaluating
 from model import GPT, GPTConfig
@@ -95,11 +94,3 @@ def best_prefix_score(model: GPT, n: int, seed: int = 0) -> float | None:
     with evaluating(model):
         maps = attention_maps(model, idx)  # (L, S, H, T, T)
     return float(prefix_matching(maps, n).mean(1).max())  # (L, S, H) -> mean over sequences -> best head
-
-
-@torch.no_grad()
-def answer_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(B, T) per-position cross-entropy at scored positions, 0 elsewhere."""
-    logits, _ = model(x)  # (B, T, V)
-    loss = F.cross_entropy(logits.transpose(1, 2), y.clamp(min=0), reduction="none")  # (B, T)
-    return loss * (y >= 0)
