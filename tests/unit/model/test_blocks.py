@@ -3,7 +3,8 @@ import math
 
 import torch
 
-from conftest import tiny_model
+from conftest import tiny_model, tiny_seq2seq
+from model.gpt import attention_context
 
 
 def test_gelu_exact_is_x_times_the_normal_cdf_and_gelu_its_tanh_approximation():
@@ -48,6 +49,36 @@ def test_a_block_adds_attention_then_the_mlp_to_its_residual_stream():
         x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(2))
         got = block(x, model.attention_context(0, 7, None, torch.arange(7).unsqueeze(0)))
         h = x.double() + causal_self_attention(block.attn, layer_norm(block.norm1, x.double()))
+        mlp = block.mlp
+        want = h + linear(mlp.down, mlp.act(linear(mlp.up, layer_norm(block.norm2, h))))
+    assert (got.double() - want).abs().max() < 1e-5
+
+
+def cross_attention(cross, x, memory):
+    """Cross-attention written out from cross's weights: queries from x (B, T, C), keys and values from memory
+    (B, S, C), every source position seen -> (B, T, C)."""
+    B, T, C = x.shape
+    S, H, D = memory.size(1), cross.n_head, cross.head_dim
+    q = linear(cross.q, x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k, v = (t.view(B, S, H, D).transpose(1, 2) for t in linear(cross.kv, memory).split(C, dim=-1))  # (B, H, S, D)
+    weights = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(D), dim=-1)  # (B, H, T, S)
+    return linear(cross.proj, (weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+def test_a_decoder_block_adds_self_attention_then_cross_attention_then_the_mlp():
+    """DecoderBlock(x) = h2 + mlp(norm2(h2)), h2 = h1 + cross(norm_cross(h1), memory), h1 = x + attn(norm1(x)): three
+    pre-norm residual branches in that order, written out here in float64 with every parameter perturbed."""
+    model = tiny_seq2seq(seed=1, pos_emb="none", bias=True)
+    block = model.decoder[0]
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        g = torch.Generator().manual_seed(2)
+        x, memory = torch.randn(2, 7, 32, generator=g), torch.randn(2, 5, 32, generator=g)
+        ctx = attention_context(model.config, model.target_pos, 0, 7, None, torch.arange(7).unsqueeze(0))
+        got = block(x, ctx, block.cross.memory_kv(memory), None)
+        h = x.double() + causal_self_attention(block.attn, layer_norm(block.norm1, x.double()))
+        h = h + cross_attention(block.cross, layer_norm(block.norm_cross, h), memory.double())
         mlp = block.mlp
         want = h + linear(mlp.down, mlp.act(linear(mlp.up, layer_norm(block.norm2, h))))
     assert (got.double() - want).abs().max() < 1e-5

@@ -244,3 +244,20 @@ def test_last_only_gives_the_last_positions_logits_and_the_same_cache(pos_emb, v
                 torch.testing.assert_close(a.v[:, :, :8], b.v[:, :, :8], atol=0, rtol=0)
             nxt = run(model, idx[:, 8:], cache=cache_last, pad_mask=None if pad is None else pad[:, 8:], last_only=True)
             torch.testing.assert_close(nxt, full[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+def test_each_dropout_site_drops_in_training(impl):
+    """The embeddings' dropout, and per block the attention weights', the attention branch's and the MLP's: each
+    alone at p=0.5 (the others at 0) changes the logits of a model in training mode; a site built but never applied
+    would leave them as they were."""
+    model = tiny_model(attn_impl=impl).train()
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(5))
+    plain = run(model, idx)
+    sites = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout)]
+    assert len(sites) == 1 + 3 * model.config.n_layer
+    for name, site in sites:
+        site.p = 0.5
+        torch.manual_seed(0)
+        assert not torch.allclose(run(model, idx), plain), name
+        site.p = 0.0

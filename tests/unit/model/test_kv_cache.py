@@ -33,6 +33,19 @@ def test_prefill_then_steps_equal_full_forward(impl, pos_emb, window):
 
 @pytest.mark.parametrize("impl", ["sdpa", "math"])
 @pytest.mark.parametrize("pos_emb", POS_EMBS)
+def test_chunks_of_several_tokens_after_the_prefill_equal_full_forward(impl, pos_emb):
+    """A chunk of T > 1 new tokens after t0 cached ones (a chunked prefill, a speculative draft checked in one call):
+    query i of the chunk sees keys 0..t0 + i, not the top-left triangle 0..i of a T x T mask."""
+    model = tiny_model(attn_impl=impl, pos_emb=pos_emb)
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(4))
+    full, _ = model(idx)
+    cache = model.new_cache(2)
+    chunks = [model(idx[:, a:b], cache=cache)[0] for a, b in ((0, 5), (5, 11), (11, 16))]
+    torch.testing.assert_close(torch.cat(chunks, dim=1), full, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
 def test_left_padded_batch_row_equals_row_alone(impl, pos_emb):
     """Row b of a left-padded batch, cached, must give the logits that row gets when run alone."""
     model = tiny_model(attn_impl=impl, pos_emb=pos_emb, window=6 if pos_emb == "alibi" else None)

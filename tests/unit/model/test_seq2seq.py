@@ -189,3 +189,17 @@ def test_flops_per_token_is_a_count_written_out_from_the_shapes(cross_attn):
     per_position = encoder + decoder + V * C + norms + (kv if cross_attn == "attention" else 0)
     keys = T if cross_attn == "attention" else 1
     assert model.flops_per_token() == 6 * per_position + 12 * L * (T + T + keys) * C
+
+
+def test_qk_norm_makes_cross_attention_blind_to_the_scale_of_q_and_k():
+    """With qk_norm the cross-attention's queries and keys are normalised as self-attention's are: scaling the
+    projections that make them (each by its own factor) leaves every logit as it was."""
+    model = tiny_seq2seq(qk_norm=True)
+    source, target, valid = seq2seq_batch()
+    before, _ = model(source, target, source_valid=valid)
+    with torch.no_grad():
+        for block in model.decoder:
+            block.cross.q.weight.mul_(3.0)
+            block.cross.kv.weight[:32].mul_(0.25)  # the key rows (the value rows follow)
+    after, _ = model(source, target, source_valid=valid)
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-4)
