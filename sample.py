@@ -46,7 +46,7 @@ from speed import SpeedConfig
 from speed import int8_kernel
 from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
-from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, path_in
+from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, other_checkpoint, path_in
 from inference.decode_step import StaticDecoder, traceable
 from inference.generate import (MIN_TEMPERATURE, NonFiniteLogits, check_past_context, check_sampling,
                                 generate_stream, never_writing, next_token_probs)
@@ -468,8 +468,8 @@ def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, d
     which = sc.ckpt if sc.ckpt in ("last", "best") else "best"  # --ckpt=FILE.pt names the model's file, not the draft's
     path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):
-        other = in_folder_or_file(sc.draft, "last" if which == "best" else "best")
-        fix = (f"pass --draft={other} to use the one there" if os.path.isdir(sc.draft) and os.path.exists(other) else
+        other = other_checkpoint(path) if os.path.isdir(sc.draft) else None
+        fix = (f"pass --draft={os.path.join(sc.draft, other)} to use the one there" if other else
                "give a trained out_dir or a .pt file")
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; {fix}")
     draft, draft_tokenizer, draft_ckpt = load_for_inference(path, device)
