@@ -20,9 +20,8 @@ from common.errors import SetupError
 from common.files import may_write_in, why_no_folder
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
-from training import distributed
+from training import distributed, metrics
 from training.config import TrainConfig, fresh_checks, resumed_config
-from training import metrics
 from training.metrics import METRICS_FILE
 
 LOCK_FILE = ".lock"
