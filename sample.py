@@ -9,8 +9,9 @@ weights, and the float32 ones except on an Intel CPU, are packed once into oneDN
 `--pack_weights=false` is the off switch).
 `--compile=true` runs each new token through one torch.compile'd step with fixed shapes (inference/decode_step.py): the
 same text but where compiled rounding breaks a near-tie, faster per token once compiled (the compile itself takes
-seconds, once per run); on a CPU its one-row products (all float32 ones, bf16 ones up to 2^20 weights) and its
-attention are loops the compiler fuses (speed/one_token.py; `--step_loops=false` is the off switch).
+seconds, once per run); on a CPU its one-row products (float32 ones, but on an Intel CPU those of 2^22 weights or
+more; bf16 ones up to 2^20 weights, and a vocabulary's head) and its attention are loops the compiler fuses
+(speed/one_token.py; `--step_loops=false` is the off switch).
 `--draft=out-small` decodes speculatively (inference/speculative.py): a small checkpoint trained on the same tokens
 guesses `--draft_tokens` ahead and the model checks them in one forward; greedy gives the model's own text.
 `--batch=true` draws the `--num_samples` samples as one batch and prints each when all are done (the default on a
