@@ -98,8 +98,8 @@ class Masker:
         self.replacements = torch.tensor([i for i in range(self.vocab_size) if i not in banned])
 
     def __call__(self, x: torch.Tensor, seed, rate=None, span=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T) -> (inputs, targets) on x's device. seed: an int or a tuple of ints, e.g. (seed, step, micro,
-        rank)."""
+        """x (B, T) -> (inputs, targets) on x's device. seed: an int or a tuple of ints, e.g. training's (seed, step,
+        the micro-batch's global index: micro * world_size + rank, 0) (training/loop.py's train_step)."""
         mixed = np.random.SeedSequence(list(seed) if isinstance(seed, tuple) else [seed]).generate_state(2)
         g = torch.Generator().manual_seed(int(mixed[0]) << 32 | int(mixed[1]))
         selected = select_positions(*x.shape, rate or self.rate, span or self.span, g)
