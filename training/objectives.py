@@ -101,7 +101,8 @@ class MaskedLM(Objective):
 
 
 class Seq2SeqObjective(Objective):
-    """The encoder-decoder's: a batch is ((source, source_valid, target_in), targets) (data/pairs.py's collate)."""
+    """The encoder-decoder's: a batch is ((source, source_valid, target_in), targets) (data/pair_batches.py's
+    collate)."""
     name = "seq2seq"
     val_is_next_token = False  # a loss on the target given the source: no bits/byte of a text to compare
     counts_tokens = True
