@@ -9,8 +9,8 @@ how its model generates text, and what a checkpoint records about it; the attent
     seq2seq  the encoder-decoder (model/seq2seq.py) on pairs (data/pairs.py): the loss on the target tokens, and
              the exact-match accuracy of greedy decoding on the validation pairs
 
-Adding an objective: subclass Objective, register it in OBJECTIVES, and test it; train.py, sample.py and the
-checkpoint pick it up by name (`--model=NAME`).
+Adding an objective: subclass Objective, register it in OBJECTIVES and objective_class, and test it; train.py,
+sample.py and the checkpoint pick it up by name (`--model=NAME`).
 
 Shapes: B batch, T positions.
 """
