@@ -39,7 +39,7 @@ class ProbeConfig:
     eval_batches: int = 4  # held-out batches of 128 per length
     seed: int = 0
     threads: int | None = None  # CPU threads (None: torch's choice)
-    # wandb (offline unless you log in)
+    # wandb (offline unless WANDB_MODE=online)
     wandb_log: bool = False
     wandb_project: str = "small-gpt"
 
@@ -128,7 +128,7 @@ def curve_notes(pc: ProbeConfig, pm: ProbeModel) -> list[str]:
 
 
 def start_wandb(pc: ProbeConfig, config: dict):
-    """An offline wandb run for the probes (unless wandb is logged in), each cell's curve against its own step."""
+    """An offline wandb run for the probes (unless WANDB_MODE=online), each cell's curve against its own step."""
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb

@@ -53,7 +53,7 @@ class VisualizeConfig:
     html_max_tokens: int = 512
     induction: str = ""  # draw the heads' induction scores (a layer x head heatmap) here (left out: none)
     induction_curve: str = ""  # draw the run's logged induction score against its loss here (left out: none)
-    wandb_log: bool = False  # log the --html page to wandb (offline unless you log in)
+    wandb_log: bool = False  # log the --html page to wandb (offline unless WANDB_MODE=online)
     wandb_project: str = "small-gpt"
 
     def __post_init__(self):

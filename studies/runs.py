@@ -156,9 +156,9 @@ def write_report(out: str, parts: list[str], res: dict) -> str:
 
 
 def report_run(sc, study: str, res: dict, figs: dict, summary: dict):
-    """The study's wandb summary run (offline unless logged in) in the group compare-STUDY: its config, the summary
-    numbers and the figures logged. Returns (the open run, the wandb module) for the study's own tables; the caller
-    finishes the run."""
+    """The study's wandb summary run (offline unless WANDB_MODE=online) in the group compare-STUDY: its config, the
+    summary numbers and the figures logged. Returns (the open run, the wandb module) for the study's own tables; the
+    caller finishes the run."""
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb

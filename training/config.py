@@ -100,7 +100,7 @@ class TrainConfig(PrepareConfig):
     eval_tasks: str | None = None  # multiple-choice .jsonl files, comma-separated: each one's acc, acc_norm and
     #                                acc_token into metrics.jsonl and wandb (tasks/NAME/acc_norm, ...)
     eval_tasks_n: int | None = 200  # the first N items of each task file at each evaluation (None: all of them)
-    # wandb (offline unless you log in; `wandb sync out/wandb/...` uploads later)
+    # wandb (offline unless WANDB_MODE=online; `wandb sync out/wandb/...` uploads later)
     wandb_log: bool = False
     wandb_project: str = "small-gpt"
     wandb_run_name: str | None = None  # None: decoder-rope-4x4x128-ctx128-char (from the config)
