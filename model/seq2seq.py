@@ -63,7 +63,8 @@ class Seq2Seq(nn.Module):
 
     def encode(self, source, source_valid=None):
         """source (B, S) ids, source_valid (B, S) bool or None (no padding) -> (memory (B, S, C), source_mask
-        (B|1, 1, 1, S) bool or None), the mask every cross-attention takes."""
+        (B, 1, 1, S) bool or None), the mask every cross-attention takes; with cross_attn='mean', (the mean (B, 1, C),
+        None)."""
         B, S = source.shape
         cfg = self.encoder_config
         check_length(S, self.source_pos, "source")
