@@ -37,7 +37,8 @@ class GPTConfig:
     bias: bool = False  # biases in Linear and LayerNorm (GPT-2 has them; Llama-style models, and this default, not)
     pos_emb: str = "rope"  # 'rope', 'sinusoidal', 'learned', 'alibi' or 'none'
     rope_base: float = 10000.0  # RoPE's theta: wavelength of the slowest-rotating pair
-    attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k (Luong), 'additive' = v^T tanh(W1 q + W2 k)
+    attn_score: str = "dot"  # 'dot' = q.k/sqrt(d), 'bilinear' = q^T W k/sqrt(d) (Luong), 'additive' =
+    #                          v^T tanh(W1 q + W2 k)
     causal: bool = True  # True: decoder (each position sees the past); False: bidirectional encoder
     window: int | None = None  # sliding-window attention: keys fewer than `window` positions away (a decoder's
     #                            query sees at most `window` keys, itself included; an encoder's, on both sides, at
