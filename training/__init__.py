@@ -8,6 +8,6 @@ stopping.py    graceful stops (Ctrl-C, SIGTERM)             evaluate.py    valid
 optim.py       torch's AdamW (+ Muon) by role, loss scaler  muon.py        Muon (a torch.optim.Optimizer)
 metrics.py     metrics.jsonl and wandb                      mfu.py         model FLOPs utilisation
 distributed.py torchrun, DDP helpers                        fsdp.py        FSDP2 sharding and full checkpoints
-random_state.py each process's random stream   masked_lm.py   the encoder's masking
+random_state.py each process's random streams               masked_lm.py   the encoder's masking
 The checkpoint format is inference/checkpoint.py: sampling reads what training writes.
 """
