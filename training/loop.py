@@ -193,7 +193,8 @@ def announce(run) -> None:
         horizon = tc.lr_decay_iters or tc.max_iters
         lr = lr_at(run.start_step, tc.learning_rate, tc.min_lr, tc.warmup_iters, horizon)
         print(f"resumed from step {run.start_step}: {tc.max_iters - run.start_step} steps to go to {tc.max_iters}, "
-              f"lr {lr:.2e} (warmup {tc.warmup_iters}, cosine to {tc.min_lr:.1e} at step {horizon})", flush=True)
+              f"lr {lr:.2e} (warmup {tc.warmup_iters}, cosine to {tc.min_lr:.1e} at step {horizon})"
+              + (f"; {run.best_restarts}" if run.best_restarts else ""), flush=True)
 
 
 def describe_data(run) -> str:

@@ -53,6 +53,7 @@ class Run:
     nonfinite_evals: int = 0  # evaluations whose loss was not finite (--on_nonfinite=skip goes on past them)
     resumed: bool = False  # from out_dir's checkpoint (whose step may be 0: an imported one)
     wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
+    best_restarts: str = ""  # why a resumed run's best does not go on from its checkpoint's ('' where it does)
     best_copy_undone: bool = False  # ckpt_last.pt is a best a stopped run did not copy to ckpt_best.pt (out_dir.py)
 
     @property
@@ -98,7 +99,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     optimizer, scaler = optim.optimizer_and_scaler(tc, model, device, dtype, ckpt)
     accum = tc.accumulation(model.config.block_size, d.world_size)
     train_model = training_module(model, tc, device, d)
-    start, best_val = where_to_start(tc, d, ckpt, device)
+    start, best_val, best_restarts = where_to_start(tc, d, ckpt, device)
     fixed_by = "the checkpoint" if ckpt is not None else tc.init_from if init_model is not None else None
     train_data, val_set = run_data.batches(tc, d, data_dir, meta, model.config.block_size, objective, device, accum,
                                            fixed_by)
@@ -107,6 +108,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                objective=objective, tokenizer=tokenizer,
                data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,
                token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
+               best_restarts=best_restarts,
                wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
 
 
@@ -195,18 +197,32 @@ def training_module(model, tc: TrainConfig, device, d: distributed.Dist) -> torc
     return train_model
 
 
-def where_to_start(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None, device) -> tuple[int, float]:
-    """(the first step, the best validation loss so far), and each process's random stream: under torchrun a seed
-    of its own (different dropout masks in different processes); a resumed run continues the checkpoint's, one per
-    rank. A rank the checkpoint's run did not have (it had fewer processes) keeps its own seed: another rank's
-    state would give two processes the same masks."""
+def where_to_start(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None, device) -> tuple[int, float, str]:
+    """(the first step, the best validation loss so far, why it is not the checkpoint's: comparable_best), and each
+    process's random stream: under torchrun a seed of its own (different dropout masks in different processes); a
+    resumed run continues the checkpoint's, one per rank. A rank the checkpoint's run did not have (it had fewer
+    processes) keeps its own seed: another rank's state would give two processes the same masks."""
     if d.enabled:
         torch.manual_seed(tc.seed + d.rank)
     if ckpt is None:
-        return 0, math.inf
+        return 0, math.inf, ""
     if ckpt.rng is not None and d.rank < len(ckpt.rng):  # None: not written by a training run (an import)
         set_rng_state(ckpt.rng[d.rank], device)
-    return ckpt.step, ckpt.best_val_loss
+    return ckpt.step, *comparable_best(tc, ckpt)
+
+
+def comparable_best(tc: TrainConfig, ckpt: Checkpoint) -> tuple[float, str]:
+    """(the best validation loss a resumed run compares its losses with, why the checkpoint's does not count: '' where
+    it does). The validation set is eval_iters batches of batch_size windows (pairs, for an encoder-decoder): a
+    resume that changes either scores other windows, whose losses say nothing against the checkpoint's best."""
+    old = ckpt.train_config
+    changed = [f"{k}={getattr(tc, k)}, not {old[k]}" for k in ("eval_iters", "batch_size")
+               if k in old and old[k] != getattr(tc, k)]
+    if not changed or not math.isfinite(ckpt.best_val_loss):
+        return ckpt.best_val_loss, ""
+    return math.inf, (f"the best restarts: this run validates on other batches than the checkpoint's run "
+                      f"({'; '.join(changed)}), so its best val loss {ckpt.best_val_loss:.4f} compares with nothing "
+                      f"here, and the first evaluation's checkpoint becomes ckpt_best.pt")
 
 
 def compiles(tc: TrainConfig, device: torch.device) -> bool:

@@ -95,3 +95,27 @@ def test_a_best_copy_the_run_did_not_finish_is_made_when_it_resumes(corpus, tmp_
     best = Checkpoint.load(str(out / "ckpt_best.pt"))
     assert best.step == 1 and best.best_val_loss == last.best_val_loss
     assert all(torch.equal(best.weights[k], last.weights[k]) for k in last.weights)
+
+
+@pytest.mark.parametrize("flag", ["--eval_iters=1", "--batch_size=2"])
+def test_a_resume_that_validates_on_other_batches_takes_its_own_best(corpus, tmp_path, monkeypatch, capsys, flag):
+    """Another --eval_iters or --batch_size scores other validation windows: a harder set (each loss here the
+    checkpoint's best + 1) would never beat the checkpoint's best, and ckpt_best.pt (what --ckpt=best serves) would
+    stay the older model. The best restarts at the resume, and its banner says why."""
+    from training import loop
+
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2",
+                                               "--eval_iters=2")) == 0
+    before = Checkpoint.load(str(out / "ckpt_best.pt"))
+
+    def harder(run, _evaluate=loop.evaluate):
+        return {**_evaluate(run), "val_loss": before.best_val_loss + 1}
+
+    monkeypatch.setattr(loop, "evaluate", harder)
+    capsys.readouterr()
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=4", "--init_from=resume", flag)) == 0
+    banner = capsys.readouterr().out
+    assert "the best restarts: this run validates on other batches than the checkpoint's run" in banner
+    best = Checkpoint.load(str(out / "ckpt_best.pt"))
+    assert best.step == 4 and best.best_val_loss == pytest.approx(before.best_val_loss + 1)

@@ -1,4 +1,5 @@
 """training/setup.py: what a run starts from."""
+import math
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ from speed import SpeedConfig
 from training.config import TrainConfig, check_causal
 from training.distributed import Dist
 from training.random_state import rng_state
-from training.setup import build_model, check_prompt, where_to_start
+from training.setup import build_model, check_prompt, comparable_best, where_to_start
 
 CPU = torch.device("cpu")
 
@@ -28,8 +29,8 @@ def saved_streams(n: int) -> list:
 
 
 def next_draws(rank: int, world_size: int, ckpt) -> torch.Tensor:
-    step, best = where_to_start(TrainConfig(seed=7), Dist(rank=rank, world_size=world_size), ckpt, CPU)
-    assert (step, best) == (ckpt.step, ckpt.best_val_loss)
+    step, best, why = where_to_start(TrainConfig(seed=7), Dist(rank=rank, world_size=world_size), ckpt, CPU)
+    assert (step, best, why) == (ckpt.step, ckpt.best_val_loss, "")
     return torch.rand(8)  # what this process's dropout would draw next
 
 
@@ -37,7 +38,8 @@ def test_each_process_resumes_its_own_stream_and_one_the_checkpoint_lacks_gets_i
     """A checkpoint of 1 process resumed by 2 (or of 2 by 3): the processes it has a state for continue theirs, and a
     process it has none for must not reuse another's (the same dropout masks in two processes)."""
     for saved, world in ((1, 2), (2, 3)):
-        ckpt = SimpleNamespace(rng=saved_streams(saved), step=4, best_val_loss=2.5)
+        ckpt = SimpleNamespace(rng=saved_streams(saved), step=4, best_val_loss=2.5,
+                               train_config=TrainConfig(seed=7).to_dict())
         draws = [next_draws(rank, world, ckpt) for rank in range(world)]
         for rank in range(saved):  # exactly the stream it saved
             torch.set_rng_state(ckpt.rng[rank]["torch"])
@@ -45,6 +47,30 @@ def test_each_process_resumes_its_own_stream_and_one_the_checkpoint_lacks_gets_i
         for a in range(world):
             for b in range(a):
                 assert not torch.equal(draws[a], draws[b]), (saved, world, a, b)
+
+
+@pytest.mark.parametrize("flags", [dict(eval_iters=1), dict(batch_size=4), dict(batch_size=4, eval_iters=60)])
+def test_a_resume_that_validates_on_other_batches_restarts_its_best(flags):
+    """The validation set is eval_iters batches of batch_size windows: a resume that changes either scores other
+    windows, so its losses say nothing against the checkpoint's best (a harder set would never beat it)."""
+    ckpt = SimpleNamespace(train_config=TrainConfig(eval_iters=20, batch_size=12).to_dict(), best_val_loss=2.5)
+    best, why = comparable_best(TrainConfig(**{"eval_iters": 20, "batch_size": 12, **flags}), ckpt)
+    changed = "; ".join(f"{k}={flags[k]}, not {ckpt.train_config[k]}" for k in ("eval_iters", "batch_size")
+                        if k in flags)
+    assert best == math.inf
+    assert why == (f"the best restarts: this run validates on other batches than the checkpoint's run ({changed}), "
+                   f"so its best val loss 2.5000 compares with nothing here, and the first evaluation's checkpoint "
+                   f"becomes ckpt_best.pt")
+
+
+@pytest.mark.parametrize("best", [2.5, math.inf])
+def test_a_resume_that_validates_on_the_same_batches_or_has_no_best_keeps_its_best(best):
+    """Other cadence, length or learning rate leave the validation set alone; a checkpoint without a best (no
+    evaluation yet) has nothing to restart."""
+    ckpt = SimpleNamespace(train_config=TrainConfig(eval_iters=20, batch_size=12).to_dict(), best_val_loss=best)
+    assert comparable_best(TrainConfig(eval_iters=20, batch_size=12, max_iters=99, eval_interval=3), ckpt) == (best, "")
+    if best == math.inf:
+        assert comparable_best(TrainConfig(eval_iters=1, batch_size=12), ckpt) == (best, "")
 
 
 def test_a_checkpoints_fsdp_setting_is_named_as_a_user_types_it():
