@@ -206,9 +206,10 @@ def where_to_start(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None
         torch.manual_seed(tc.seed + d.rank)
     if ckpt is None:
         return 0, math.inf, ""
+    best, why = comparable_best(tc, ckpt)
     if ckpt.rng is not None and d.rank < len(ckpt.rng):  # None: not written by a training run (an import)
         set_rng_state(ckpt.rng[d.rank], device)
-    return ckpt.step, *comparable_best(tc, ckpt)
+    return ckpt.step, best, why
 
 
 def comparable_best(tc: TrainConfig, ckpt: Checkpoint) -> tuple[float, str]:
