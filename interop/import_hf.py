@@ -174,6 +174,26 @@ def folder_tokenizer(folder: str, vocab_size: int) -> tuple[dict, int | None]:
     return meta, meta["vocab_size"] if mask else None
 
 
+def check_mask_token(folder: str, ours: bool, theirs: bool) -> None:
+    """Refuses a run's [MASK] id (--mask_token) that the folder's model lacks, or the reverse."""
+    if ours and not theirs:
+        raise UserError(f"--mask_token=true gives the data's tokenizer a [MASK] id and {folder}'s model has none; "
+                        f"drop --mask_token")
+    if theirs and not ours:
+        raise UserError(f"{folder}'s model has a [MASK] id past its tokenizer (a decoder trained with "
+                        f"--mask_token=true); pass --mask_token=true")
+
+
+def check_tokenizer_kind(folder: str, vocab_size: int, name: str, mask_token: bool) -> None:
+    """The run's --tokenizer and --mask_token against the folder's metadata, before any data is prepared (a BPE
+    trained and a corpus encoded for nothing); check_same_tokenizer compares every id once the data is ready."""
+    meta, mask_id = folder_tokenizer(folder, vocab_size)
+    check_mask_token(folder, mask_token, mask_id is not None)
+    if meta["tokenizer"] != name:
+        raise UserError(f"{folder} was trained with the {meta['tokenizer']} tokenizer, not --tokenizer={name}; "
+                        f"prepare the data with the model's tokenizer, --tokenizer={meta['tokenizer']}")
+
+
 def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
     """Refuses (one line) to train the folder's model on data of another tokenizer: same vocabulary size is not
     enough (two char vocabularies of 65 characters differ), so every id's bytes are compared."""
@@ -181,12 +201,7 @@ def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
     from data.tokenizer import load_tokenizer
 
     meta, mask_id = folder_tokenizer(folder, vocab_size)
-    if isinstance(tokenizer, MaskTokenizer) != (mask_id is not None):  # the [MASK] id past the vocabulary
-        if mask_id is None:
-            raise UserError(f"--mask_token=true gives the data's tokenizer a [MASK] id and {folder}'s model has none; "
-                            f"drop --mask_token")
-        raise UserError(f"{folder}'s model has a [MASK] id past its tokenizer (a decoder trained with "
-                        f"--mask_token=true); pass --mask_token=true")
+    check_mask_token(folder, isinstance(tokenizer, MaskTokenizer), mask_id is not None)
     ours = load_tokenizer(meta, folder=folder)
     ours = with_mask_token(ours) if mask_id is not None else ours
     same_size = ours.vocab_size == tokenizer.vocab_size
@@ -235,11 +250,13 @@ def check_free(paths: list[str], out_dir: str, overwrite: bool) -> None:
         raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
 
 
-def initializer(folder: str, model_overrides: dict, explicit: dict):
+def initializer(folder: str, model_overrides: dict, explicit: dict, tokenizer: str | None = None,
+                mask_token: bool = False):
     """For train.py --init_from=hf:FOLDER: a function tokenizer -> our GPT with the folder's weights, for a fresh
     run (step 0, new optimizer). The folder fixes the architecture; --dropout is free. A folder without a model
-    config this code can run, a model flag that contradicts it, or a folder without the merges file of its bpe
-    tokenizer, is refused now, before any data is prepared."""
+    config this code can run, a model flag that contradicts it, a folder without the merges file of its bpe
+    tokenizer, or (given the run's --tokenizer and --mask_token) another kind of tokenizer, is refused now, before
+    any data is prepared."""
     dropout = {k: v for k, v in model_overrides.items() if k == "dropout"}
     have = read_hf_config(folder, **dropout)[1].to_dict()
     for k, v in model_overrides.items():
@@ -247,6 +264,8 @@ def initializer(folder: str, model_overrides: dict, explicit: dict):
             raise SetupError(f"--{k}={typed(v)} differs from the Hugging Face model's {k}={typed(have[k])}; the "
                              f"folder fixes the architecture: drop the flag")
     exported_tokenizer(folder)
+    if tokenizer is not None:
+        check_tokenizer_kind(folder, have["vocab_size"], tokenizer, mask_token)
 
     def init(tokenizer) -> GPT:
         model = load_hf_gpt2(folder, **dropout)

@@ -170,7 +170,8 @@ class TrainConfig(PrepareConfig):
                  f"--pairs file; a --task's letters are their own char vocabulary: drop the flag")
             need(not self.mask_token, "--mask_token=true gives a decoder the encoder's [MASK] id; --model=seq2seq has "
                  "no use for it: drop the flag")
-        else:
+        elif self.init_from not in ("resume", "auto"):  # a resumed run's model is its checkpoint's: flag_scope
+            #                                              checks --pairs and --task against it once it is read
             need(self.pairs is None and self.task is None, f"--pairs and --task are data for --model=seq2seq; "
                  f"--model={self.model} trains on text (--dataset or --input)")
 

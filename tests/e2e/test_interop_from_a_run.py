@@ -193,3 +193,21 @@ def test_export_cli_needs_a_target_and_writes_gguf(tmp_path, capsys):
     assert read_gguf(tmp_path / "m.gguf")[0]["general.architecture"] == "gptneox"
     assert cli.run(export_main, argv + [f"--to_gguf={tmp_path / 'm.gguf'}"]) == 2  # exists: --overwrite=true
     assert "--overwrite=true" in capsys.readouterr().err
+
+
+def test_an_hf_folder_of_another_tokenizer_is_refused_before_the_data_is_prepared(corpus, tmp_path, capsys):
+    """--init_from=hf:FOLDER with a --tokenizer (or --mask_token) other than the folder's: the folder's tokenizer
+    metadata says so, so the run stops before it prepares (for a large --input, trains a BPE and encodes) data
+    that no run of this model can use."""
+    import train
+
+    train.main(tiny_args(corpus, tmp_path / "a", "--max_iters=2", "--eval_interval=2", "--pos_emb=learned"))
+    export(Checkpoint.load(str(tmp_path / "a" / "ckpt_last.pt")), tmp_path / "hf")
+    prepared = sorted(os.listdir(tmp_path / "data" / "prepared"))
+    capsys.readouterr()
+    for flags in (["--tokenizer=bpe", "--bpe_vocab_size=300"], ["--tokenizer=gpt2"], ["--mask_token=true"]):
+        args = tiny_args(corpus, tmp_path / "b", "--max_iters=2", f"--init_from=hf:{tmp_path / 'hf'}", *flags)
+        assert train.cli.run(train.main, args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("--tokenizer=char" in err or "--mask_token" in err), err
+        assert sorted(os.listdir(tmp_path / "data" / "prepared")) == prepared and not (tmp_path / "b").exists()

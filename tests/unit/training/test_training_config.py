@@ -153,3 +153,11 @@ def test_a_resume_takes_the_training_flags_given_over_its_checkpoints(tmp_path):
     flags = dict(eval_interval=3, eval_iters=2, learning_rate=1e-3, grad_clip=0.5, sample_tokens=0, log_interval=7)
     settings = resumed(tmp_path, **flags)
     assert {k: getattr(settings, k) for k in flags} == flags
+
+
+@pytest.mark.parametrize("init_from", ["resume", "auto"])
+def test_a_resume_that_repeats_its_seq2seq_task_is_not_refused_as_a_decoders(tmp_path, init_from):
+    """The model a resume trains is its checkpoint's, read after the flags: --task (or --pairs) without --model
+    is checked against that checkpoint, not against the default --model=decoder."""
+    argv = [f"--init_from={init_from}", f"--out_dir={tmp_path}", "--task=reverse", "--task_max_len=6"]
+    assert configure(argv)[0].task == "reverse"
