@@ -14,7 +14,7 @@ from data.prepare import prepare
 from data.readers import Source, stat_fingerprint
 from data.sources import SHAKESPEARE_SHA256
 from data.split import SHAKESPEARE_VAL_WORKS, VAL_SHARE, is_val_hash
-from data.tokenizer import load_tokenizer, read_meta
+from data.tokenizer import CHAR_SEPARATOR, load_tokenizer, read_meta
 
 
 def synthetic_text(n_chars: int, seed: int = 0) -> str:
@@ -455,3 +455,19 @@ def test_a_corpus_rewritten_with_its_size_and_time_kept_is_prepared_again_and_an
     again = prepare(input=src, progress=False, data_root=tmp_path / "data")
     tok = load_tokenizer(again)
     assert tok.decode(tokens(again, "train")) + tok.decode(tokens(again, "val")) == src.read_text()
+
+
+def test_docs_split_stops_validation_at_val_tokens_and_counts_what_it_drops(tmp_path):
+    docs = [f"doc {i}: " + synthetic_text(40 + i, seed=i) for i in range(300)]  # ASCII: a char is a byte
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    val, train = [d for d in docs if is_val_hash(d)], [d for d in docs if not is_val_hash(d)]
+    sep = len(CHAR_SEPARATOR)
+    cap = sum(map(len, val[:3])) + 2 * sep  # exactly the first three val documents and their separators
+    out = prepare(input=tmp_path / "d.jsonl", tokenizer="char", val_tokens=cap, workers=1, data_root=tmp_path)
+    meta = read_meta(out)
+    assert len(val) > 4 and (meta["val_docs"], meta["val_tokens"]) == (3, cap)  # full at the cap: no fourth
+    assert meta["val_dropped"] == {"docs": len(val) - 3, "chars": sum(map(len, val[3:])),
+                                   "bytes": sum(map(len, val[3:]))}
+    assert meta["train_docs"] == len(train) and meta["train_chars"] == sum(map(len, train))
+    assert meta["train_bytes"] == meta["train_chars"] + sep * (len(train) - 1)  # the separators are text too
+    assert load_tokenizer(out).decode(tokens(out, "train")) == CHAR_SEPARATOR.join(train)
