@@ -471,3 +471,14 @@ def test_docs_split_stops_validation_at_val_tokens_and_counts_what_it_drops(tmp_
     assert meta["train_docs"] == len(train) and meta["train_chars"] == sum(map(len, train))
     assert meta["train_bytes"] == meta["train_chars"] + sep * (len(train) - 1)  # the separators are text too
     assert load_tokenizer(out).decode(tokens(out, "train")) == CHAR_SEPARATOR.join(train)
+
+
+def test_bpe_merges_are_trained_on_the_first_sample_chars_of_training_text(tmp_path, monkeypatch):
+    from data.bpe_fast import train_bpe_vocab
+    from data.tokenizer import ranks_from_bytes
+
+    monkeypatch.setattr("data.build.BPE_SAMPLE_CHARS", 3_000)
+    text = synthetic_text(6_000) + "zebra quixotic jukebox " * 40  # words past the sample: never merged
+    (tmp_path / "t.txt").write_text(text)
+    out = prepare(input=tmp_path / "t.txt", tokenizer="bpe", bpe_vocab_size=300, data_root=tmp_path)
+    assert ranks_from_bytes((out / "bpe.tiktoken").read_bytes()) == train_bpe_vocab([text[:3_000]], 300)
