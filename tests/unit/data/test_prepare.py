@@ -284,6 +284,14 @@ def test_huge_vocabulary_is_stored_as_uint32(tmp_path):
     assert load_tokenizer(out).decode(tokens(out, "val")) == text[int(len(text) * 0.9):]
 
 
+def test_a_vocabulary_of_exactly_65536_ids_still_fits_uint16(tmp_path):
+    text = "".join(chr(0x10000 + i) for i in range(2**16 - 1)) * 2 + "\n"  # with the newline: ids 0 .. 65535
+    (tmp_path / "wide.txt").write_text(text)
+    out = prepare(input=tmp_path / "wide.txt", data_root=tmp_path)
+    assert (read_meta(out)["vocab_size"], read_meta(out)["dtype"]) == (2**16, "uint16")
+    assert load_tokenizer(out).decode(tokens(out, "val")) == text[int(len(text) * 0.9):]
+
+
 def test_bpe_vocab_too_small_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text(synthetic_text(1000))
     with pytest.raises(ConfigError, match="at least 257"):
@@ -355,6 +363,23 @@ def test_a_touched_corpus_is_the_same_corpus_and_a_changed_one_is_not(tmp_path):
     assert not prep.same_corpus(first, other_shards)
     src.write_text(synthetic_text(3000, seed=1))
     assert not prep.same_corpus(first, read_meta(prepare(input=src, progress=False, data_root=tmp_path)))
+    assert first["bytes_per_token"] == (first["train_bytes"] + first["val_bytes"]) / (
+        first["train_tokens"] + first["val_tokens"])
+
+
+def test_a_checkpoints_bpe_merges_or_a_setting_new_since_then_make_other_data():
+    fp = {"source": "a", "tokenizer": "bpe"}
+    old = {"fingerprint": fp, "source_sha256": "s", "vocab_size": 300, "bpe_ranks": "QQ== 0\n"}
+    touched = dict(old, fingerprint=dict(fp, source="b"))
+    assert prep.same_corpus(old, touched)
+    assert not prep.same_corpus(old, dict(touched, bpe_ranks="Qg== 0\n"))  # other merges: other tokens
+    assert prep.settings_changed(fp, dict(fp, input_rules=2)) == ["input_rules"]  # a key only the new one has
+    assert prep.settings_changed(dict(fp, input_rules=2), fp) == ["input_rules"]
+
+
+def test_a_pairs_folder_of_the_same_fingerprint_is_the_same_data_even_rebuilt_in_place(tmp_path):
+    meta = {"kind": "pairs", "fingerprint": "aaa", "vocab_size": 9}
+    assert prep.same_data(meta, str(tmp_path), dict(meta), str(tmp_path))
 
 
 def test_the_cli_checks_the_flags_given_not_the_defaults_and_help_says_where_each_applies(tmp_path, capsys):
