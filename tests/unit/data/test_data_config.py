@@ -2,6 +2,7 @@
 import pytest
 
 from common.errors import ConfigError
+from common.errors import most_per_machine
 from data.config import MIN_BPE_VOCAB, PrepareConfig
 
 
@@ -15,6 +16,8 @@ from data.config import MIN_BPE_VOCAB, PrepareConfig
     (dict(workers=100_000), "--workers=100000 is more processes than this machine can use; use at most"),
     (dict(shard_tokens=100), "--shard_tokens=100 is too small"),
     (dict(text_field=""), "--text_field is empty"),
+    (dict(val_tokens=0), "--val_tokens=0 must be at least 1"),
+    (dict(tokenizer="chr"), "unknown --tokenizer=chr; did you mean --tokenizer=char\\? choose one of"),
 ])
 def test_bad_settings_are_refused_in_one_line(bad, msg):
     with pytest.raises(ConfigError, match=msg) as e:
@@ -26,3 +29,9 @@ def test_an_input_needs_no_dataset_and_bpe_is_named_by_its_size():
     assert PrepareConfig(input="x.txt", dataset="wiki").tok_name == "char"
     assert PrepareConfig(tokenizer="bpe", bpe_vocab_size=300).tok_name == "bpe300"
     assert PrepareConfig(workers=3).n_workers == 3
+
+
+def test_each_limit_itself_is_accepted():
+    PrepareConfig(tokenizer="bpe", bpe_vocab_size=MIN_BPE_VOCAB)
+    PrepareConfig(val_tokens=1, shard_tokens=1024, workers=most_per_machine())
+    PrepareConfig(tokenizer="char", bpe_vocab_size=2)  # a bpe setting is no concern of char

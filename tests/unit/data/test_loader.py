@@ -134,6 +134,8 @@ def test_validation_subset_and_ranks_are_fixed(folder):
     assert firsts == [int(x[0, 0]) for x, _ in sub]  # the same on every pass
     per_rank = [[int(x[0, 0]) for x, _ in val_batches(folder, T, B, rank=r, world_size=3)] for r in range(3)]
     assert sorted(sum(per_rank, [])) == [int(x[0, 0]) for x in full]
+    for n in range(1, len(full) + 2):  # any cap below the full count is met exactly, one above it changes nothing
+        assert len(val_batches(folder, T, B, max_batches=n)) == min(n, len(full))
 
 
 @pytest.mark.parametrize("block", [16, 49, 33])
@@ -153,6 +155,16 @@ def test_validation_scores_every_target_of_a_100_token_split_exactly_once(tmp_pa
                 assert keep.any(dim=1).all()  # no window without a target
                 scored += y[keep].tolist()
         assert sorted(scored) == list(range(1, 100))  # token 0 has no context; every other one scored once
+
+
+def test_a_val_split_of_exactly_one_window_is_read_and_one_token_less_is_refused(tmp_path):
+    np.arange(1_000, dtype=np.uint16).tofile(tmp_path / "train.bin")
+    np.arange(T + 1, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    (tmp_path / "meta.json").write_text(json.dumps(meta("uint16", 1_000, T + 1)))
+    [(x, y)] = list(val_batches(tmp_path, T, B))
+    assert x.tolist() == [list(range(T))] and y.tolist() == [list(range(1, T + 1))]
+    with pytest.raises(DataError, match=f"corpus too small for block_size={T + 1}"):
+        val_batches(tmp_path, T + 1, B)
 
 
 @pytest.fixture

@@ -1,6 +1,9 @@
 """The build lock (data/locks.py): a refused build leaves nothing behind, and the processes that were waiting on it
 still build one at a time."""
+import errno
 import fcntl
+import os
+import shutil
 import threading
 
 import pytest
@@ -58,3 +61,20 @@ def test_a_process_waiting_on_a_refused_builds_lock_then_holds_the_lock_others_w
     thread.join(10)
     assert newcomer_locked == [False]
     assert list(tmp_path.iterdir()) == [tmp_path / "root"] and path.is_file()  # the second process's lock
+
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP])
+def test_without_file_locks_one_process_goes_on_and_torchrun_is_refused_leaving_nothing(tmp_path, monkeypatch, code):
+    def no_locks(f, op):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    out = tmp_path / "root" / "prepared" / "corpus-char-tail-12345678"
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with build_lock(out) as held:
+        assert held is False  # goes on, saying another process may be building too
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    shutil.rmtree(tmp_path / "root")
+    with pytest.raises(DataError, match="without file locks"), build_lock(out):
+        pass
+    assert list(tmp_path.iterdir()) == []  # neither the lock file nor the folders made for it

@@ -64,6 +64,10 @@ def test_good_files_read_their_pairs(tmp_path):
     assert [(s, t) for _, s, t in read_pairs(tsv, BadDocuments("stop"))] == [("hé llo", "wörld"), ("x y", "z")]
     jsonl = write(tmp_path / "p.jsonl", b'\xef\xbb\xbf{"q": "a\\tb", "a": "c"}\n')  # a BOM
     assert [(s, t) for _, s, t in read_pairs(jsonl, BadDocuments("stop"), "q", "a")] == [("a\tb", "c")]
+    for name in ("w.tsv", "w.jsonl"):  # a line of blanks is no pair, as an empty one is: not a bad line
+        blank = write(tmp_path / name, b'{"source": "a", "target": "b"}\n  \t \r\n' if name.endswith("l") else
+                      b"a\tb\n \t \n")
+        assert [(s, t) for _, s, t in read_pairs(blank, BadDocuments("stop"))] == [("a", "b")]
 
 
 @pytest.mark.parametrize("name", ["p.tsv", "p.jsonl"])
@@ -141,7 +145,29 @@ def test_pairs_longer_than_the_model_takes_are_left_out(tmp_path):
 def test_the_stop_token_is_one_id_past_the_vocabulary_and_decodes_to_nothing():
     tok = with_stop_token(CharTokenizer("abc"))
     assert tok.stop_id == 3 and tok.vocab_size == 4 and tok.decode([0, 3, 2]) == "ac"
-    assert with_stop_token(tok) is tok
+    assert with_stop_token(tok) is tok and tok.special_ids == [3]
+    gpt2 = with_stop_token(load_tokenizer({"tokenizer": "gpt2"}))
+    assert sorted(gpt2.special_ids) == [gpt2.eot_id, gpt2.stop_id] == [50256, 50257]
+
+
+def test_a_char_vocabulary_past_uint16_is_stored_as_uint32(tmp_path):
+    chars = [chr(0x10000 + i) for i in range(2**16 + 10)]  # more distinct characters than uint16 has ids
+    lines = [f"{''.join(chars[i:i + 300])}\t{chars[i]}" for i in range(0, len(chars), 300)]
+    path = write(tmp_path / "p.tsv", "".join(f"{line}\n" for line in lines).encode())
+    folder = prepare_pairs(str(path), "char", data_root=tmp_path, progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["dtype"] == "uint32" and meta["vocab_size"] == len(chars)
+    tok = load_tokenizer(meta, folder=folder)
+    got = [(tok.decode(s), tok.decode(t)) for split in ("train", "val")
+           for s, t in (lambda fp: fp.first(len(fp)))(FilePairs(folder, split, meta, block_size=400))]
+    assert sorted(got) == sorted(tuple(line.split("\t")) for line in lines)
+
+
+def test_a_folder_prepared_skipping_bad_lines_is_not_reused_by_on_bad_stop(tmp_path):
+    path = write(tmp_path / "p.tsv", b"".join(b"ab%d\tba%d\n" % (i, i) for i in range(60)) + b"no tab here\n")
+    prepare_pairs(str(path), on_bad="skip", data_root=tmp_path, progress=False)
+    with pytest.raises(DataError, match="no tab"):
+        prepare_pairs(str(path), on_bad="stop", data_root=tmp_path, progress=False)
 
 
 def test_two_preparations_at_once_build_the_folder_once(tmp_path, monkeypatch):
@@ -271,6 +297,24 @@ def test_a_checkpoint_meta_from_before_bpe_ranks_is_compared_by_the_files_alone(
     old = pairs_folder(tmp_path / "old", older)
     moved = dict(META, fingerprint="bbb", input="/v2/pairs.tsv", bpe_ranks="ranks")
     assert same_prepared_pairs(old, older, pairs_folder(tmp_path / "new", moved), moved)
+    assert not same_prepared_pairs(old, META, pairs_folder(tmp_path / "new2", moved), moved)  # other merges carried
+
+
+def test_a_checkpoint_meta_from_before_the_token_hash_is_compared_by_the_files(tmp_path):
+    old = pairs_folder(tmp_path / "old", META)
+    hashed = dict(META, fingerprint="bbb", tokens_sha256="f00d")
+    assert same_prepared_pairs(old, META, pairs_folder(tmp_path / "new", hashed), hashed)
+    assert not same_prepared_pairs(old, META, pairs_folder(tmp_path / "other", hashed, b"\x01\x02\x09"), hashed)
+
+
+def test_the_token_hash_tells_apart_bytes_moved_from_one_file_to_the_next(tmp_path):
+    from data.pairs import _files_sha256
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    pairs_folder(a, META, b"\x01\x02\x03")
+    pairs_folder(b, META, b"\x01\x02")
+    (b / "val.bin").write_bytes(b"\x03\x04")  # the same bytes end to end, split elsewhere
+    assert _files_sha256(a) != _files_sha256(b)
 
 
 def test_the_bpe_merges_are_learned_from_the_training_pairs_alone(tmp_path):

@@ -14,7 +14,7 @@ from data.prepare import prepare
 from data.readers import Source, stat_fingerprint
 from data.sources import SHAKESPEARE_SHA256
 from data.split import SHAKESPEARE_VAL_WORKS, VAL_SHARE, is_val_hash
-from data.tokenizer import load_tokenizer, read_meta
+from data.tokenizer import CHAR_SEPARATOR, load_tokenizer, read_meta
 
 
 def synthetic_text(n_chars: int, seed: int = 0) -> str:
@@ -284,6 +284,14 @@ def test_huge_vocabulary_is_stored_as_uint32(tmp_path):
     assert load_tokenizer(out).decode(tokens(out, "val")) == text[int(len(text) * 0.9):]
 
 
+def test_a_vocabulary_of_exactly_65536_ids_still_fits_uint16(tmp_path):
+    text = "".join(chr(0x10000 + i) for i in range(2**16 - 1)) * 2 + "\n"  # with the newline: ids 0 .. 65535
+    (tmp_path / "wide.txt").write_text(text)
+    out = prepare(input=tmp_path / "wide.txt", data_root=tmp_path)
+    assert (read_meta(out)["vocab_size"], read_meta(out)["dtype"]) == (2**16, "uint16")
+    assert load_tokenizer(out).decode(tokens(out, "val")) == text[int(len(text) * 0.9):]
+
+
 def test_bpe_vocab_too_small_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text(synthetic_text(1000))
     with pytest.raises(ConfigError, match="at least 257"):
@@ -355,6 +363,23 @@ def test_a_touched_corpus_is_the_same_corpus_and_a_changed_one_is_not(tmp_path):
     assert not prep.same_corpus(first, other_shards)
     src.write_text(synthetic_text(3000, seed=1))
     assert not prep.same_corpus(first, read_meta(prepare(input=src, progress=False, data_root=tmp_path)))
+    assert first["bytes_per_token"] == (first["train_bytes"] + first["val_bytes"]) / (
+        first["train_tokens"] + first["val_tokens"])
+
+
+def test_a_checkpoints_bpe_merges_or_a_setting_new_since_then_make_other_data():
+    fp = {"source": "a", "tokenizer": "bpe"}
+    old = {"fingerprint": fp, "source_sha256": "s", "vocab_size": 300, "bpe_ranks": "QQ== 0\n"}
+    touched = dict(old, fingerprint=dict(fp, source="b"))
+    assert prep.same_corpus(old, touched)
+    assert not prep.same_corpus(old, dict(touched, bpe_ranks="Qg== 0\n"))  # other merges: other tokens
+    assert prep.settings_changed(fp, dict(fp, input_rules=2)) == ["input_rules"]  # a key only the new one has
+    assert prep.settings_changed(dict(fp, input_rules=2), fp) == ["input_rules"]
+
+
+def test_a_pairs_folder_of_the_same_fingerprint_is_the_same_data_even_rebuilt_in_place(tmp_path):
+    meta = {"kind": "pairs", "fingerprint": "aaa", "vocab_size": 9}
+    assert prep.same_data(meta, str(tmp_path), dict(meta), str(tmp_path))
 
 
 def test_the_cli_checks_the_flags_given_not_the_defaults_and_help_says_where_each_applies(tmp_path, capsys):
@@ -455,3 +480,30 @@ def test_a_corpus_rewritten_with_its_size_and_time_kept_is_prepared_again_and_an
     again = prepare(input=src, progress=False, data_root=tmp_path / "data")
     tok = load_tokenizer(again)
     assert tok.decode(tokens(again, "train")) + tok.decode(tokens(again, "val")) == src.read_text()
+
+
+def test_docs_split_stops_validation_at_val_tokens_and_counts_what_it_drops(tmp_path):
+    docs = [f"doc {i}: " + synthetic_text(40 + i, seed=i) for i in range(300)]  # ASCII: a char is a byte
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    val, train = [d for d in docs if is_val_hash(d)], [d for d in docs if not is_val_hash(d)]
+    sep = len(CHAR_SEPARATOR)
+    cap = sum(map(len, val[:3])) + 2 * sep  # exactly the first three val documents and their separators
+    out = prepare(input=tmp_path / "d.jsonl", tokenizer="char", val_tokens=cap, workers=1, data_root=tmp_path)
+    meta = read_meta(out)
+    assert len(val) > 4 and (meta["val_docs"], meta["val_tokens"]) == (3, cap)  # full at the cap: no fourth
+    assert meta["val_dropped"] == {"docs": len(val) - 3, "chars": sum(map(len, val[3:])),
+                                   "bytes": sum(map(len, val[3:]))}
+    assert meta["train_docs"] == len(train) and meta["train_chars"] == sum(map(len, train))
+    assert meta["train_bytes"] == meta["train_chars"] + sep * (len(train) - 1)  # the separators are text too
+    assert load_tokenizer(out).decode(tokens(out, "train")) == CHAR_SEPARATOR.join(train)
+
+
+def test_bpe_merges_are_trained_on_the_first_sample_chars_of_training_text(tmp_path, monkeypatch):
+    from data.bpe_fast import train_bpe_vocab
+    from data.tokenizer import ranks_from_bytes
+
+    monkeypatch.setattr("data.build.BPE_SAMPLE_CHARS", 3_000)
+    text = synthetic_text(6_000) + "zebra quixotic jukebox " * 40  # words past the sample: never merged
+    (tmp_path / "t.txt").write_text(text)
+    out = prepare(input=tmp_path / "t.txt", tokenizer="bpe", bpe_vocab_size=300, data_root=tmp_path)
+    assert ranks_from_bytes((out / "bpe.tiktoken").read_bytes()) == train_bpe_vocab([text[:3_000]], 300)

@@ -1,6 +1,7 @@
 """Tokenizers (data/tokenizer.py): exact round trips, GPT-2 ids checked against GPT-2's own encoder.json, offline
 use."""
 import json
+import re
 import socket
 import unicodedata
 
@@ -12,7 +13,7 @@ from data.mask_token import with_mask_token
 from common.errors import DataError
 from data.tokenizer import (CHAR_SEPARATOR, GPT2_PATTERN, CharTokenizer, gpt2_files_folder, bpe_tokenizer,
                             carry_tokenizer, drop_unknown, gpt2_ranks, gpt2_ranks_from_files, gpt2_tokenizer,
-                            load_tokenizer, meta_problem, ranks_to_bytes)
+                            load_tokenizer, meta_problem, ranks_to_bytes, read_meta)
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
         "All:\nSpeak, speak.  Tabs\tand  double  spaces, digits 12345, café, naïve, 中文, emoji 🙂🎭!\n"
@@ -99,6 +100,18 @@ def test_char_vocabulary_is_sorted_set_and_unknown_character_is_one_line_error()
         tok.encode("hello Zed")
     msg = str(e.value)
     assert "'Z' (U+005A)" in msg and "--tokenizer=gpt2" in msg and "\n" not in msg
+    for text in ("x", "\t"):  # beyond the last character of the vocabulary, before the first: the same error
+        with pytest.raises(DataError, match=re.escape(f"character {text!r}")):
+            tok.encode(text)
+
+
+def test_token_text_shows_the_bytes_of_a_token_that_ends_inside_a_character():
+    tok = gpt2_tokenizer()
+    ids = tok.encode("🙂")
+    assert len(ids) > 1  # one character spread over several byte-level tokens
+    labels = [tok.token_text(i) for i in ids]
+    assert "".join(labels) == "".join(f"\\x{b:02x}" for b in "🙂".encode())  # each byte, none a U+FFFD
+    assert tok.token_text(tok.encode(" the")[0]) == " the"
 
 
 def test_gpt2_known_ids():
@@ -181,8 +194,34 @@ def test_a_meta_that_carries_its_bpe_merges_needs_no_folder(tmp_path):
     assert "\n" not in str(e.value)
 
 
+GOOD_META = {"tokenizer": "char", "chars": "ab", "vocab_size": 2, "dtype": "uint16", "train_tokens": 5,
+             "val_tokens": 0, "shards": {"train": [{"file": "train.bin", "tokens": 5}], "val": []}}
 
-@pytest.mark.parametrize("damage", [b"a line of three words\n", b"!!notbase64 5\n", b"QUJD five\n"])
+
+@pytest.mark.parametrize("change, named", [
+    ({"vocab_size": 0}, "vocab_size"), ({"vocab_size": True}, "vocab_size"), ({"eot_id": 2}, "eot_id"),
+    ({"chars": ""}, "chars"), ({"dtype": "int64"}, "dtype"), ({"train_tokens": -1}, "train_tokens"),
+    ({"val_tokens": False}, "val_tokens"), ({"shards": {"train": "train.bin"}}, "shards"),
+    ({"shards": {"train": [{"file": "..", "tokens": 5}]}}, "train shard"),
+    ({"shards": {"val": [{"file": "val.bin"}]}}, "val shard"),
+    ({"tokenizer": "bpe", "bpe_ranks": "Y\u00e9 0\n"}, "bpe_ranks"), ({"tokenizer": "bpe"}, "bpe_file"),
+    ({"tokenizer": "bpe", "bpe_file": ".."}, "bpe_file")])
+def test_meta_problem_names_each_bad_field(change, named):
+    assert meta_problem(GOOD_META) is None
+    assert meta_problem({**GOOD_META, "eot_id": 1}) is None  # the last id of the vocabulary is a valid separator
+    assert named in meta_problem({**GOOD_META, **change})
+
+
+def test_read_meta_takes_the_folder_or_its_meta_json_and_names_a_missing_count(tmp_path):
+    (tmp_path / "meta.json").write_text(json.dumps(GOOD_META))
+    assert read_meta(tmp_path) == read_meta(tmp_path / "meta.json") == GOOD_META
+    for key in ("dtype", "train_tokens", "val_tokens"):
+        (tmp_path / "meta.json").write_text(json.dumps({k: v for k, v in GOOD_META.items() if k != key}))
+        with pytest.raises(DataError, match=f"is corrupt: it has no {key}"):
+            read_meta(tmp_path)
+
+
+@pytest.mark.parametrize("damage", [b"a line of three words\n", b"!!notbase64 5\n", b"QUJD five\n", b"QU!JD 5\n"])
 def test_a_damaged_bpe_file_in_the_folder_is_one_line_error(tmp_path, damage):
     """The folder's bpe.tiktoken is read as the checkpoint's copy is: a damaged one is named in one line."""
     path = tmp_path / "bpe.tiktoken"

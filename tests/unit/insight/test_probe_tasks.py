@@ -111,6 +111,20 @@ def test_the_largest_size_a_task_has_room_for_is_made_and_the_next_refused():
             pt.need_size(task, most + 1, "--n")
 
 
+
+def test_the_smallest_size_is_accepted_and_an_odd_dyck_size_refused():
+    from common.errors import ConfigError
+
+    for task in pt.TASKS:
+        lo = pt.MIN_N[task]
+        pt.need_size(task, lo, "--n")
+        assert batch(task, lo, B=2)[1].any(dim=1).all()  # an answer to score in every row
+        with pytest.raises(ConfigError, match=f"^--n={lo - 1}: the {task} task"):
+            pt.need_size(task, lo - 1, "--n")
+    with pytest.raises(ConfigError, match=r"^--n=5: the dyck task makes sizes 2\.\.any \(even\)"):
+        pt.need_size("dyck", 5, "--n")
+
+
 def test_a_decoder_reads_one_token_fewer_than_an_encoder():
     for task in pt.TASKS:
         tokens, answer = batch(task, 4, B=1)
