@@ -205,6 +205,8 @@ def test_tiny_context_windows_generate_cached_and_uncached_alike(block_size, kep
 def test_a_tiny_temperature_is_greedy_not_nan(temperature):
     logits = torch.tensor([[2.0, 5.0, -1.0, 4.999]])
     assert sample_next(logits, temperature).item() == 1
+    tie = torch.tensor([[3.0, 3.0, 0.0]])  # greedy takes the first of equals every time; a draw would take either
+    assert {sample_next(tie, temperature, generator=torch.Generator().manual_seed(s)).item() for s in range(20)} == {0}
     probs = next_token_probs(logits, temperature)
     assert torch.isfinite(probs).all() and probs[0, 1] > 0.99
     model = tiny_model()

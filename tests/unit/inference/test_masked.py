@@ -25,6 +25,7 @@ def test_fill_masks_and_generation_never_predict_the_mask():
     assert len(out) == 30 and MASK not in out
     with pytest.raises(ValueError, match="block_size"):
         fill_masks(model, [1] * 17, MASK)
+    assert fill_masks(model, [1] * 15 + [MASK], MASK)[0][:15] == [1] * 15  # a whole block_size=16 is fine
     _, cands = fill_masks(model, [1, MASK], MASK, top=V + 10)  # more candidates asked for than there are tokens
     assert sorted(token for token, _ in cands[0][1]) == [t for t in range(V) if t != MASK]
 
@@ -67,9 +68,9 @@ class WindowEcho(torch.nn.Module):
     """A stand-in encoder of block_size 16 whose prediction at the last position, which must be a [MASK], names the
     tokens before it (and [MASK] itself scores highest, to be left out)."""
 
-    def __init__(self):
+    def __init__(self, block_size=16):
         super().__init__()
-        self.config, self.unused = SimpleNamespace(block_size=16), torch.nn.Parameter(torch.zeros(1))
+        self.config, self.unused = SimpleNamespace(block_size=block_size), torch.nn.Parameter(torch.zeros(1))
 
     def forward(self, idx, last_only=False):  # (1, T) -> (1, T or 1, V)
         assert idx.size(1) <= self.config.block_size and idx[0, -1] == MASK
@@ -94,6 +95,7 @@ def test_generation_by_masks_predicts_a_mask_after_the_newest_tokens():
     g = torch.Generator().manual_seed(0)
     assert list(generate_by_masks(WindowEcho(), prompt, 6, MASK, temperature=1.0, top_k=1, generator=g)) == ids[20:]
     assert list(generate_by_masks(WindowEcho(), [5], 2, MASK, temperature=0.0)) == [echo([5]), echo([5, echo([5])])]
+    assert list(generate_by_masks(WindowEcho(1), [5, 6], 2, MASK, temperature=0.0)) == [echo([])] * 2  # [MASK] alone
 
 
 def test_generation_by_masks_refuses_bad_settings_and_an_empty_prompt():

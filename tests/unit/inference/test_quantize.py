@@ -73,6 +73,18 @@ def test_int8_linear_picks_its_product_at_each_call(monkeypatch):
     assert out.shape == (3, 8) and out.device.type == "meta" and len(calls) <= 1
 
 
+def test_the_dequantised_product_runs_in_the_inputs_dtype():
+    """Off the kernel (on a GPU) the activations may be bf16 or float16: the int8 weights are dequantised to the
+    input's dtype, and the result is the product of those numbers in that dtype."""
+    lin = nn.Linear(32, 8)
+    q = Int8Linear(lin)
+    x = torch.randn(3, 32)
+    for dtype in (torch.bfloat16, torch.float16):
+        out = q(x.to(dtype))
+        w = q.weight_int8[:, :32].to(dtype) * q.scale[:, None].to(dtype)  # int8 is exact in both dtypes
+        assert out.dtype == dtype and torch.equal(out, F.linear(x.to(dtype), w) + lin.bias.detach().to(dtype))
+
+
 def test_int8_linear_is_a_copy_the_float_layer_no_longer_reaches():
     """Weights and bias are the layer's own: changing the float layer afterwards changes nothing."""
     lin = nn.Linear(16, 4)

@@ -70,6 +70,12 @@ def test_groups_take_the_longest_context_first_and_fill_the_budget_and_the_block
     assert groups(items, batch_tokens=18, block_size=16) == [[1, 2], [3, 0]]
 
 
+def test_items_of_different_numbers_of_choices_never_share_a_group():
+    """However much room is left: one forward's contexts are repeated k times for their choices, one k per group."""
+    items = [item([1] * 3, [[2], [3]]), item([1] * 3, [[2], [3], [4]]), item([1] * 2, [[2], [3], [4]])]
+    assert groups(items, batch_tokens=1000, block_size=16) == [[0], [1, 2]]
+
+
 def test_the_bar_counts_every_row_once_whole_items_and_cut_ones():
     class Bar:
         n = 0

@@ -1,5 +1,7 @@
 """training/distributed.py's start under torchrun on GPUs, on a machine that pretends to have some: one GPU per
 process, or a one-line refusal in every process before any of them joins the group."""
+import contextlib
+
 import pytest
 import torch
 
@@ -84,3 +86,53 @@ def test_a_backend_torch_can_use_is_handed_to_it(torchrun, monkeypatch, backend)
     joined = torchrun(0, gpus=0)
     distributed.init("cpu", backend)
     assert joined[0]["backend"] == backend
+
+
+def test_reductions_combine_this_process_value_with_the_others(monkeypatch):
+    """all_mean, all_sum, all_max over 2 processes, the other process's value played here: the reduction's operation
+    applied by hand to the two values, this process's tensor left as it was."""
+    other = torch.tensor([3.0, -5.0])
+    ops = {distributed.dist.ReduceOp.SUM: torch.add, distributed.dist.ReduceOp.MAX: torch.maximum}
+
+    def all_reduce(tensor, op=distributed.dist.ReduceOp.SUM, group=None):
+        tensor.copy_(ops[op](tensor, other))
+    monkeypatch.setattr(distributed.dist, "all_reduce", all_reduce)
+    mine, d = torch.tensor([1.0, 2.0]), distributed.Dist(0, 0, 2)
+    assert torch.equal(distributed.all_mean(mine, d), (mine + other) / 2)
+    assert torch.equal(distributed.all_sum(mine, d), mine + other)
+    assert torch.equal(distributed.all_max(mine, d), torch.tensor([3.0, 2.0]))
+    assert torch.equal(mine, torch.tensor([1.0, 2.0]))
+    assert torch.equal(distributed.all_mean(mine, distributed.Dist()), mine)  # one process: nothing to combine
+
+
+class FakeDDP:
+    def __init__(self):
+        self.events = []
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        self.events.append("off")
+        yield
+        self.events.append("on")
+
+
+class FakeFSDP:
+    def __init__(self):
+        self.events = []
+
+    def set_requires_gradient_sync(self, on: bool):
+        self.events.append("on" if on else "off")
+
+
+@pytest.mark.parametrize("make", [FakeDDP, FakeFSDP])
+def test_no_sync_turns_gradient_sync_off_for_skipped_micro_steps_only_and_back_on(make):
+    model = make()
+    with distributed.no_sync(model, skip=False):
+        assert model.events == []  # the last micro-step synchronises
+    with distributed.no_sync(model, skip=True):
+        assert model.events == ["off"]
+    assert model.events == ["off", "on"]
+    if make is FakeFSDP:  # a failed micro-step leaves the switch as it found it
+        with pytest.raises(RuntimeError), distributed.no_sync(model, skip=True):
+            raise RuntimeError
+        assert model.events == ["off", "on"] * 2

@@ -78,8 +78,9 @@ def test_masks_are_a_pure_function_of_the_seed():
 def test_every_row_gets_a_target_and_bad_settings_are_refused():
     _, targets = masker(rate=0.01)(torch.zeros(64, 4, dtype=torch.long), seed=0)
     assert ((targets >= 0).sum(1) >= 1).all()
-    with pytest.raises(ValueError, match="mask_rate"):
-        masker(rate=1.5)
+    for rate in (1.5, 0.0, 1.0):  # both ends are out: no target at all, or nothing left to read
+        with pytest.raises(ValueError, match="mask_rate"):
+            masker(rate=rate)
     with pytest.raises(ValueError, match="mask_span"):
         masker(span=0)
 

@@ -159,8 +159,10 @@ def test_muon_refuses_vectors():
         Muon([torch.nn.Parameter(torch.zeros(4))])
 
 
-def test_make_optimizer_muon_splits_the_parameters_and_follows_the_schedule():
-    model = tiny_model(seed=8, pos_emb="learned")
+@pytest.mark.parametrize("tie_head", [True, False])
+def test_make_optimizer_muon_splits_the_parameters_and_follows_the_schedule(tie_head):
+    """The blocks' matrices to Muon; the embeddings and an untied head (a Linear outside the blocks) to AdamW."""
+    model = tiny_model(seed=8, pos_emb="learned", tie_head=tie_head)
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), optimizer="muon", muon_lr=0.02)
     assert isinstance(opt, Combined)
     in_muon = {id(p) for g in opt.parts["muon"].param_groups for p in g["params"]}
@@ -169,7 +171,8 @@ def test_make_optimizer_muon_splits_the_parameters_and_follows_the_schedule():
     assert not in_muon & in_adamw and in_muon | in_adamw == set(names)  # every parameter exactly once
     assert {names[i] for i in in_muon} == {n for n, p in model.named_parameters() if n.startswith("blocks.")
                                             and p.dim() == 2}
-    assert {"wte.weight", "pos.table.weight"} <= {names[i] for i in in_adamw}
+    untied = set() if tie_head else {"head.weight"}
+    assert {"wte.weight", "pos.table.weight"} | untied <= {names[i] for i in in_adamw}
     for group in opt.param_groups:  # what train.py does each step
         group["lr"] = 5e-4
     muon_group = opt.parts["muon"].param_groups[0]

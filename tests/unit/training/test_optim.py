@@ -243,3 +243,13 @@ def test_resume_takes_up_the_float16_scalers_state():
     scaler = torch.amp.GradScaler("cpu")
     resume(MAKERS["adamw"](model), scaler, ckpt, model)
     assert scaler.get_scale() == 2.0 ** 9
+
+
+def test_only_float16_gets_a_loss_scaler():
+    """bfloat16 has float32's range: scaling its loss would only cost a multiply and a check per step."""
+    from training.config import TrainConfig
+    from training.optim import optimizer_and_scaler
+
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        _, scaler = optimizer_and_scaler(TrainConfig(), tiny_model(), torch.device("cpu"), dtype)
+        assert scaler.is_enabled() == (dtype == torch.float16), dtype

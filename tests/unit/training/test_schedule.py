@@ -8,6 +8,9 @@ import torch.nn as nn
 from training.loop import lr_at
 from training.optim import make_optimizer
 from conftest import tiny_model
+from model.scores import AdditiveScore, BilinearScore
+
+LEARNED = (AdditiveScore, BilinearScore)  # the learned score functions: every parameter a projection
 
 # lr=1.0, min_lr=0.1, warmup=4, decay_iters=12. Warmup: (step + 1) / 5. Cosine over steps 4..12:
 # 0.1 + 0.45 * (1 + cos(pi * (step - 4) / 8)), worked out by hand.
@@ -39,7 +42,8 @@ def test_lr_schedule_shape():
 # ---- weight decay by role ----------------------------------------------------------------------------------------
 MODELS = {"bias+learned+tied": dict(bias=True, pos_emb="learned"),
           "bias+rope+untied": dict(bias=True, tie_head=False),
-          "nobias+qk_norm": dict(qk_norm=True, mlp_act="relu2")}
+          "nobias+qk_norm": dict(qk_norm=True, mlp_act="relu2"),
+          "additive": dict(attn_score="additive"), "bilinear": dict(attn_score="bilinear")}
 
 
 def roles(model):
@@ -49,7 +53,7 @@ def roles(model):
         for name, p in module.named_parameters(recurse=False):
             if isinstance(module, (nn.LayerNorm, nn.RMSNorm)) or name == "bias":
                 role = "no_decay"
-            elif isinstance(module, (nn.Linear, nn.Embedding)) and name == "weight":
+            elif isinstance(module, (nn.Linear, nn.Embedding)) and name == "weight" or isinstance(module, LEARNED):
                 role = "decay"
             else:
                 raise AssertionError(f"no role for {type(module).__name__}.{name}: extend this test")
