@@ -153,3 +153,13 @@ def test_a_resume_takes_the_training_flags_given_over_its_checkpoints(tmp_path):
     flags = dict(eval_interval=3, eval_iters=2, learning_rate=1e-3, grad_clip=0.5, sample_tokens=0, log_interval=7)
     settings = resumed(tmp_path, **flags)
     assert {k: getattr(settings, k) for k in flags} == flags
+
+
+def test_resuming_in_a_hugging_face_folder_says_to_start_from_its_weights(tmp_path):
+    """The checkpoint's 'import it first' led to a second refusal: an import has no run to resume either."""
+    (tmp_path / "config.json").write_text("{}")
+    explicit = {"init_from": "resume", "out_dir": str(tmp_path)}
+    with pytest.raises(SetupError) as refused:
+        resumed_config(TrainConfig(out_dir=str(tmp_path), init_from="resume"), {}, explicit)
+    assert "no run to resume" in str(refused.value) and f"--init_from=hf:{tmp_path}" in str(refused.value)
+    assert "import_hf" not in str(refused.value)
