@@ -114,8 +114,9 @@ class SampleConfig:
         if self.compile and not self.kv_cache:
             raise ConfigError("--compile=true compiles the cached decoding step: it needs --kv_cache=true")
         if self.draft is not None and (self.compile or not self.kv_cache):
-            raise ConfigError("--draft decodes with both models' KV caches and eager forwards: drop --compile=true "
-                              "and --kv_cache=false, or the draft")
+            given = "--compile=true" if self.compile else "--kv_cache=false"  # both: refused just above
+            raise ConfigError(f"--draft decodes with both models' KV caches and eager forwards: drop {given} or the "
+                              f"draft")
         check_past_context(self.past_context)
         if self.past_context == "extend" and self.draft is not None:
             raise ConfigError("--draft slides its window past block_size: drop --past_context=extend or the draft")

@@ -87,6 +87,9 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
     if not (os.path.exists(path) or hf or other_checkpoint(path)):  # Checkpoint.load names the others
         raise ConfigError(f"no checkpoint at {path}; train a run first (python train.py --out_dir=RUN) and pass "
                           f"--ckpt_dir=RUN")
+    if hf and not os.path.exists(path):  # its import would be refused below: no validation text comes with one
+        raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} is a Hugging Face model folder: no validation text comes with "
+                          f"its weights; give the folder of a run trained here (python train.py --out_dir=RUN)")
     ckpt = Checkpoint.load(path)
     if ckpt.objective not in ("decoder", "cheater"):
         raise ConfigError(f"--ckpt_dir={ac.ckpt_dir} holds a checkpoint trained with --model={ckpt.objective}; the "

@@ -350,10 +350,7 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     moved). world_size: this run's processes (another number than the checkpoint's run had may change a step's
     batch: said)."""
     path = os.path.join(tc.out_dir, LAST)
-    ckpt = Checkpoint.load(path)
-    if ckpt.source is not None:  # an import (interop/import_hf.py): weights at step 0, no optimizer, no data
-        raise SetupError(f"{path} was imported from {ckpt.source}, not trained here: there is no run to resume; "
-                         f"start one from those weights with --init_from={ckpt.source} and another --out_dir")
+    ckpt = checkpoint_to_resume(tc.out_dir)
     try:
         saved = saved_settings(ckpt.train_config)
     except FlagError as e:
@@ -381,6 +378,20 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
         check_schedule(resumed, explicit, "the checkpoint's")
     flag_scope.print_notes(notes + other_process_count(resumed, ckpt, world_size))
     return resumed, ckpt
+
+
+def checkpoint_to_resume(out_dir: str) -> Checkpoint:
+    """out_dir's last checkpoint, refused (one line) where there is no run to resume: an import's weights (step 0, no
+    optimizer, no data) or a Hugging Face folder, whose import would be refused the same way."""
+    path = os.path.join(out_dir, LAST)
+    if not os.path.exists(path) and os.path.isfile(os.path.join(out_dir, "config.json")):
+        raise SetupError(f"{out_dir} is a Hugging Face model folder, not a run of this project: there is no run to "
+                         f"resume; start one from its weights with --init_from=hf:{out_dir} and another --out_dir")
+    ckpt = Checkpoint.load(path)
+    if ckpt.source is not None:  # an import (interop/import_hf.py)
+        raise SetupError(f"{path} was imported from {ckpt.source}, not trained here: there is no run to resume; "
+                         f"start one from those weights with --init_from={ckpt.source} and another --out_dir")
+    return ckpt
 
 
 def other_process_count(tc: TrainConfig, ckpt: Checkpoint, world_size: int) -> list[str]:

@@ -99,7 +99,7 @@ def check_out_dir(tc: TrainConfig) -> list[str]:
     replaceable = RUN_FILES if tc.overwrite else (METRICS_FILE,) if tc.init_from == "auto" else ()
     if any(f not in replaceable for f in existing):
         has_ckpt = any(f in existing for f in (LAST, BEST))
-        how = "pass --init_from=resume to continue it, " if has_ckpt else "it has no checkpoint to resume; "
+        how = "pass --init_from=resume to continue it, " if has_ckpt else "it has no checkpoint to resume; pass "
         raise SetupError(f"out_dir={tc.out_dir} already holds a run ({existing[0]}); {how}--overwrite=true to "
                          f"replace it, or another --out_dir")
     return existing

@@ -407,3 +407,12 @@ def test_a_draft_folder_with_the_other_checkpoint_only_names_it(ckpt, there, nam
     with pytest.raises(UserError, match=rf"^--draft={tmp_path}: no checkpoint at {tmp_path / named}; pass "
                                         rf"--draft={tmp_path / there} to use the one there$"):
         sample.load_draft(sc, None, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
+
+
+@pytest.mark.parametrize("given, other", [({"compile": True}, "--kv_cache"), ({"kv_cache": False}, "--compile")])
+def test_a_draft_with_a_compiled_or_uncached_step_names_the_flag_given(given, other):
+    """It named both --compile=true and --kv_cache=false, whichever one was given."""
+    with pytest.raises(UserError) as refused:
+        sample.SampleConfig(draft="draft", **given)
+    flag, value = next(iter(given.items()))
+    assert f"drop --{flag}={str(value).lower()} or the draft" in str(refused.value) and other not in str(refused.value)

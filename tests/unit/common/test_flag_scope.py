@@ -269,3 +269,11 @@ def test_a_bench_flag_applies_where_any_target_of_the_run_reads_it():
     assert flag_scope.check("bench.py", {"threads", "input"}, facts) == []
     with pytest.raises(UserError, match="--threads applies to"):
         flag_scope.check("bench.py", {"threads"}, {**facts, "target": ("prepare",)})
+
+
+def test_every_hint_reads_after_drop_it():
+    """A refusal says '...; drop it: HINT': sample.py's --step_loops said 'drop it: or add --compile=true'."""
+    for command, t in flag_scope.TABLES.items():
+        for r in t.rules:
+            line = flag_scope.refusal(list(r.flags[:1]), r, next(iter(r.when)), {f: vs[0] for f, vs in r.when.items()})
+            assert ": or " not in line, (command, line)

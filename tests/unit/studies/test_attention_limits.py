@@ -178,3 +178,13 @@ def test_the_table_gives_each_layers_mean_and_the_range_of_its_own_heads():
     layers = {0: {"rho": 0.1, "top1": 0.5}, 1: {"rho": 0.8, "top1": 0.25}}
     lines = table({"probe": {"heads": heads, "layers": layers}}).splitlines()
     assert lines[2:] == ["| probe | 0 | 0.10 | -0.30..0.50 | 0.50 |", "| probe | 1 | 0.80 | 0.70..0.90 | 0.25 |"]
+
+
+def test_a_hugging_face_folder_is_refused_as_having_no_validation_text(tmp_path):
+    """The checkpoint's 'import it first' led to a second refusal: an import has no validation text either."""
+    from common.errors import UserError
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(UserError) as e:
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path)))
+    assert "no validation text" in str(e.value) and "import_hf" not in str(e.value)

@@ -288,3 +288,12 @@ def test_a_resumed_claim_without_an_evaluation_yet_notes_no_best(tmp_path):
                           start_step=2, best_copy_undone=False)
     claim_out_dir(run)
     assert not run.best_copy_undone and sorted(os.listdir(out)) == [LAST]
+
+
+def test_an_out_dir_of_metrics_only_says_to_pass_overwrite(tmp_path):
+    """The fix lost its verb when there was no checkpoint: '...; it has no checkpoint to resume; --overwrite=true to
+    replace it'."""
+    with pytest.raises(SetupError) as refused:
+        check_out_dir(TrainConfig(out_dir=holding(tmp_path / "run", METRICS_FILE)))
+    assert "it has no checkpoint to resume; pass --overwrite=true to replace it, or another --out_dir" in \
+        str(refused.value)

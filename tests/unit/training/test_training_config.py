@@ -161,3 +161,13 @@ def test_a_resume_that_repeats_its_seq2seq_task_is_not_refused_as_a_decoders(tmp
     is checked against that checkpoint, not against the default --model=decoder."""
     argv = [f"--init_from={init_from}", f"--out_dir={tmp_path}", "--task=reverse", "--task_max_len=6"]
     assert configure(argv)[0].task == "reverse"
+
+
+def test_resuming_in_a_hugging_face_folder_says_to_start_from_its_weights(tmp_path):
+    """The checkpoint's 'import it first' led to a second refusal: an import has no run to resume either."""
+    (tmp_path / "config.json").write_text("{}")
+    explicit = {"init_from": "resume", "out_dir": str(tmp_path)}
+    with pytest.raises(SetupError) as refused:
+        resumed_config(TrainConfig(out_dir=str(tmp_path), init_from="resume"), {}, explicit)
+    assert "no run to resume" in str(refused.value) and f"--init_from=hf:{tmp_path}" in str(refused.value)
+    assert "import_hf" not in str(refused.value)
