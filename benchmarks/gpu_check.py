@@ -84,6 +84,10 @@ class GpuCheckConfig:
         need(bool(names), f"--parts={self.parts} names no part; choose from {', '.join(PARTS)}", FlagError)
         # the train part's flags: refused where it does not run (or, for --micro_batches, runs at --smoke's sizes)
         given = {"nanogpt": self.nanogpt is not None, "micro_batches": self.micro_batches != MICRO_BATCHES}
+        kind = pick_device(self.device).type
+        need(not given["micro_batches"] or kind == "cuda", f"--micro_batches sets the GPU sizes' micro-batches, which "
+             f"never run on the {kind} (only --smoke=true does, at micro-batches 2 and 4); drop it"
+             + ("" if self.smoke else " and add --smoke=true"), FlagError)
         for flag in (f for f, g in given.items() if g):
             need("train" in names, f"--{flag} applies to the train part only (--parts={self.parts}); "
                  f"drop it or add train to --parts", FlagError)

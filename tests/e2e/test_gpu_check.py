@@ -2,10 +2,13 @@
 measured, so the check a GPU is lent for cannot rot in between; the budget stops a part and skips the rest, and
 each line is on disk as soon as its part ends."""
 import json
+import re
 
 import pytest
+import torch
 
 from benchmarks import gpu_check, gpu_parts
+from common.errors import FlagError
 from conftest import run_code
 
 ENTRY = "import sys; from benchmarks.gpu_check import entry; sys.exit(entry(sys.argv[1:]))"
@@ -93,8 +96,11 @@ def test_an_unknown_part_is_one_line(capsys, tmp_path):
 @pytest.mark.parametrize("argv, says", [
     (["--parts="], "--parts= names no part; choose from env, train"),
     (["--parts=env", "--nanogpt=ng"], "--nanogpt applies to the train part only (--parts=env); drop it"),
-    (["--parts=env", "--micro_batches=8"], "--micro_batches applies to the train part only (--parts=env); drop it"),
-    (["--smoke", "--micro_batches=8"], "--micro_batches applies without --smoke only"),
+    (["--parts=env", "--micro_batches=8"], "--micro_batches sets the GPU sizes' micro-batches, which never run on "
+                                           "the cpu (only --smoke=true does, at micro-batches 2 and 4); drop it and "
+                                           "add --smoke=true"),
+    (["--smoke", "--micro_batches=8"], "which never run on the cpu (only --smoke=true does, at micro-batches 2 and 4); "
+                                       "drop it"),
     (["--parts=train", "--nanogpt=ng"], "holds no nanoGPT model.py"),
     (["--out=."], "--out=. is a folder; give the path of the file to write"),
     (["--out=f/check.jsonl"], "--out=f/check.jsonl: "),
@@ -111,6 +117,29 @@ def test_a_flag_the_parts_do_not_read_or_an_out_that_cannot_be_written_is_one_li
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+@pytest.mark.parametrize("flags, says", [
+    (dict(parts="env", micro_batches="8"), "--micro_batches applies to the train part only (--parts=env); drop it"),
+    (dict(smoke=True, micro_batches="8"), "--micro_batches applies without --smoke only"),
+])
+def test_micro_batches_on_a_gpu_are_refused_where_the_train_part_does_not_run_them(monkeypatch, flags, says):
+    """On a CUDA device the GPU sizes run: --micro_batches is refused only where the train part or --smoke leaves it
+    unread (on a CPU it never applies: above)."""
+    monkeypatch.setattr(gpu_check, "pick_device", lambda name: torch.device("cuda"))
+    with pytest.raises(FlagError, match=re.escape(says)):
+        gpu_check.GpuCheckConfig(**flags)
+    gpu_check.GpuCheckConfig(micro_batches="8")  # the train part at the GPU sizes reads it
+
+
+def test_micro_batches_on_a_cpu_name_the_whole_fix(capsys, tmp_path, monkeypatch):
+    """It said "drop it or add train to --parts"; with train, "add --smoke=true"; with --smoke, "--micro_batches
+    applies without --smoke only; drop it": three refusals for a flag that never applies on a CPU. Its fix,
+    followed, runs."""
+    assert gpu_check.entry(["--device=cpu", "--parts=env", "--micro_batches=8", f"--out={tmp_path / 'o'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("drop it and add --smoke=true\n") and err.count("\n") == 1, err
+    assert gpu_check.entry(["--device=cpu", "--parts=env", "--smoke=true", f"--out={tmp_path / 'o'}"]) == 0
 
 
 @pytest.mark.parametrize("parts", ["sampling", "env,train"])
