@@ -191,12 +191,13 @@ TABLES = {
     "compare.py": table("study"),
     "compare.py --study=encoder": table(
         "out n_layer n_head n_embd block_size pos_emb batch_size max_iters learning_rate warmup_iters evals "
-        "eval_iters mask_rate mask_span input split data_root seed cloze_positions cloze_left cloze_right "
+        "eval_iters mask_rate mask_span input split data_root archive text_field on_bad seed cloze_positions "
+        "cloze_left cloze_right "
         "nll_windows pppl_windows probe prompts gen_tokens temperature top_k wandb_log",
         rule("wandb_project", note=True, wandb_log=(True,))),
     "compare.py --study=positions": table(
         "out scores n_layer n_head n_embd block_size batch_size max_iters learning_rate warmup_iters eval_iters "
-        "input split data_root seed eval_windows sample_prompt"),
+        "input split data_root archive text_field on_bad seed eval_windows sample_prompt"),
     "compare.py --study=attention": table(
         "out ckpt_dir ckpt windows query_every probe_task probe_n probe_pos_emb probe_steps probe_sequences seed"),
     "compare.py --study=seq2seq": table(
