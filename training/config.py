@@ -316,6 +316,16 @@ def saved_settings(saved: dict) -> dict:
             **{k: flags.convert(k, v, known[k][1]) for k, v in saved.items() if k in known}}
 
 
+# the validation set: eval_iters batches of batch_size windows (an encoder-decoder's: pairs); losses scored by runs
+# that differ in either are on other windows and compare with nothing
+VALIDATION_SET = ("eval_iters", "batch_size")
+
+
+def other_validation(old: dict, new: dict) -> list[str]:
+    """The VALIDATION_SET settings two train_configs differ in (a setting one of them lacks is not compared)."""
+    return [k for k in VALIDATION_SET if k in old and k in new and old[k] != new[k]]
+
+
 # training flags a checkpoint was made for, like the model's shape: what is trained (and so the vocabulary) and
 # the optimizer whose state it holds
 KEPT_ON_RESUME = ("model", "mask_token", "optimizer")
