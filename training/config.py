@@ -316,6 +316,16 @@ def saved_settings(saved: dict) -> dict:
             **{k: flags.convert(k, v, known[k][1]) for k, v in saved.items() if k in known}}
 
 
+# the validation set: eval_iters batches of batch_size windows (an encoder-decoder's: pairs); losses scored by runs
+# that differ in either are on other windows and compare with nothing
+VALIDATION_SET = ("eval_iters", "batch_size")
+
+
+def other_validation(old: dict, new: dict) -> list[str]:
+    """The VALIDATION_SET settings two train_configs differ in (a setting one of them lacks is not compared)."""
+    return [k for k in VALIDATION_SET if k in old and k in new and old[k] != new[k]]
+
+
 # training flags a checkpoint was made for, like the model's shape: what is trained (and so the vocabulary) and
 # the optimizer whose state it holds
 KEPT_ON_RESUME = ("model", "mask_token", "optimizer")
@@ -402,8 +412,7 @@ def other_process_count(tc: TrainConfig, ckpt: Checkpoint, world_size: int) -> l
     saved = len(ckpt.rng or ())  # none: an import's, no run to compare with
     if not saved or saved == world_size or tc.total_batch_size is not None:
         return []
-    old = ckpt.train_config
-    before = old.get("batch_size", tc.batch_size) * old.get("gradient_accumulation_steps", 1) * saved
+    before = checkpoint_rows(ckpt.train_config, tc, saved, ckpt.model_config.block_size)
     now = tc.batch_size * tc.gradient_accumulation_steps * world_size
     if now == before:  # the flags made up for it
         return []
@@ -413,6 +422,14 @@ def other_process_count(tc: TrainConfig, ckpt: Checkpoint, world_size: int) -> l
             f"{before} {rows} do not split evenly over {world_size} processes")
     return [f"note: the checkpoint's run had {saved} process(es) and this one has {world_size}: a step now trains on "
             f"{now} {rows}, not {before} ({keep})"]
+
+
+def checkpoint_rows(old: dict, tc: TrainConfig, processes: int, block_size: int) -> int:
+    """The rows a step of the checkpoint's run trained on (old: its train_config; processes: its run's): its
+    total_batch_size's where it had one (its gradient_accumulation_steps flag was then not what it ran)."""
+    if old.get("total_batch_size") is not None:
+        return old["total_batch_size"] // block_size
+    return old.get("batch_size", tc.batch_size) * old.get("gradient_accumulation_steps", 1) * processes
 
 
 def keeping_flags(tc: TrainConfig, rows: int, world_size: int, block_size: int) -> str:

@@ -21,7 +21,7 @@ from common.files import may_write_in, why_no_folder
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training import distributed, metrics
-from training.config import TrainConfig, fresh_checks, resumed_config
+from training.config import TrainConfig, fresh_checks, other_validation, resumed_config
 from training.metrics import METRICS_FILE
 
 LOCK_FILE = ".lock"
@@ -161,14 +161,18 @@ def check_still_resumable(out_dir: str, step: int) -> dict:
 def best_copy_undone(out_dir: str, last: dict) -> bool:
     """Whether ckpt_last.pt is a best that ckpt_best.pt lacks. A new best is saved as ckpt_last.pt, then copied to
     ckpt_best.pt; a run stopped in between (kill -9, a full disk, a second Ctrl-C) left ckpt_last.pt with a lower
-    best_val_loss than ckpt_best.pt's, or no ckpt_best.pt. last: ckpt_last.pt's contents."""
+    best_val_loss than ckpt_best.pt's, or no ckpt_best.pt. A ckpt_best.pt scored on other validation windows (the
+    best restarted: training/setup.py's comparable_best) is older than any best ckpt_last.pt has. last: ckpt_last.pt's
+    contents."""
     path = os.path.join(out_dir, BEST)
     try:
-        best = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["best_val_loss"] \
-            if os.path.exists(path) else math.inf
+        best = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if os.path.exists(path) else {}
+        best_val, validated = best.get("best_val_loss", math.inf), best.get("train_config") or {}
     except Exception:  # unreadable or not ours: left for the commands that read it to say so
         return False
-    return last.get("best_val_loss", math.inf) < best
+    if other_validation(validated, last.get("train_config") or {}):
+        best_val = math.inf
+    return last.get("best_val_loss", math.inf) < best_val
 
 
 def remove_stale_temporaries(folder: str) -> None:

@@ -21,7 +21,7 @@ import speed
 from speed import SpeedConfig
 from training import distributed, fsdp, objectives, optim, run_data
 from inference.checkpoint import Checkpoint
-from training.config import TrainConfig, run_speed
+from training.config import TrainConfig, other_validation, run_speed
 from training.evaluate import token_byte_lengths
 from training.random_state import set_rng_state
 
@@ -217,8 +217,7 @@ def comparable_best(tc: TrainConfig, ckpt: Checkpoint) -> tuple[float, str]:
     it does). The validation set is eval_iters batches of batch_size windows (pairs, for an encoder-decoder): a
     resume that changes either scores other windows, whose losses say nothing against the checkpoint's best."""
     old = ckpt.train_config
-    changed = [f"{k}={getattr(tc, k)}, not {old[k]}" for k in ("eval_iters", "batch_size")
-               if k in old and old[k] != getattr(tc, k)]
+    changed = [f"{k}={getattr(tc, k)}, not {old[k]}" for k in other_validation(old, tc.to_dict())]
     if not changed or not math.isfinite(ckpt.best_val_loss):
         return ckpt.best_val_loss, ""
     return math.inf, (f"the best restarts: this run validates on other batches than the checkpoint's run "

@@ -297,3 +297,20 @@ def test_an_out_dir_of_metrics_only_says_to_pass_overwrite(tmp_path):
         check_out_dir(TrainConfig(out_dir=holding(tmp_path / "run", METRICS_FILE)))
     assert "it has no checkpoint to resume; pass --overwrite=true to replace it, or another --out_dir" in \
         str(refused.value)
+
+
+def test_a_best_copy_left_undone_after_the_best_restarted_is_noted_whatever_the_older_best_says(tmp_path):
+    """A resume with another --eval_iters restarts the best: its first evaluation is a best however it compares with
+    ckpt_best.pt's loss, scored on other windows. Stopped between that save and its copy, ckpt_last.pt claims a
+    higher best than ckpt_best.pt: still the copy left undone (the older best compares with nothing)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    older = {"eval_iters": 2, "batch_size": 4}
+    Checkpoint(weights={}, model_config=GPTConfig(), step=4, data_meta={}, best_val_loss=3.0,
+               train_config=older).save(str(out / BEST))
+    Checkpoint(weights={}, model_config=GPTConfig(), step=6, data_meta={}, best_val_loss=5.0,
+               train_config={**older, "eval_iters": 8}).save(str(out / LAST))
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True,
+                          start_step=6, best_copy_undone=False)
+    claim_out_dir(run)
+    assert run.best_copy_undone

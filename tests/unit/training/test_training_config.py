@@ -171,3 +171,15 @@ def test_resuming_in_a_hugging_face_folder_says_to_start_from_its_weights(tmp_pa
         resumed_config(TrainConfig(out_dir=str(tmp_path), init_from="resume"), {}, explicit)
     assert "no run to resume" in str(refused.value) and f"--init_from=hf:{tmp_path}" in str(refused.value)
     assert "import_hf" not in str(refused.value)
+
+
+def test_a_checkpoint_trained_with_total_batch_size_is_compared_by_its_rows_not_its_accumulation_flag():
+    """One process trained 128 tokens a step (total_batch_size: 8 rows of 16, two micro-steps of 4, while its
+    gradient_accumulation_steps stayed 1); two processes whose explicit accumulation replaces that total train 2 x 4
+    = 8 rows too: the same step, nothing to say (the note said 'not 4' and advised halving it)."""
+    tc = TrainConfig(batch_size=4, gradient_accumulation_steps=1)
+    old = {"batch_size": 4, "gradient_accumulation_steps": 1, "total_batch_size": 128}
+    ckpt = SimpleNamespace(rng=[{}], train_config=old, model_config=SimpleNamespace(block_size=T))
+    assert other_process_count(tc, ckpt, 2) == []
+    [line] = other_process_count(tc, ckpt, 4)  # 16 rows now, and the checkpoint's 8
+    assert "a step now trains on 16 sequences, not 8 (--total_batch_size=128 --batch_size=2 keeps" in line, line
