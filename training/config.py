@@ -185,8 +185,12 @@ class TrainConfig(PrepareConfig):
             return self.gradient_accumulation_steps
         per_micro = self.batch_size * block_size * world_size  # tokens of one micro-step over all processes
         if self.total_batch_size % per_micro:
+            rows, uneven = divmod(self.total_batch_size, block_size * world_size)  # a step's rows per process
+            batch = max(b for b in range(1, self.batch_size) if rows % b == 0) if rows and not uneven else None
             raise ConfigError(f"total_batch_size={self.total_batch_size} is not a multiple of batch_size x block_size "
-                             f"x processes = {self.batch_size} x {block_size} x {world_size} = {per_micro}")
+                              f"x processes = {self.batch_size} x {block_size} x {world_size} = {per_micro}; pass "
+                              + (f"a --batch_size that divides {rows} (e.g. --batch_size={batch}) or " if batch else "")
+                              + f"a --total_batch_size that is a multiple of {per_micro}")
         return self.total_batch_size // per_micro
 
 

@@ -183,3 +183,22 @@ def test_a_checkpoint_trained_with_total_batch_size_is_compared_by_its_rows_not_
     assert other_process_count(tc, ckpt, 2) == []
     [line] = other_process_count(tc, ckpt, 4)  # 16 rows now, and the checkpoint's 8
     assert "a step now trains on 16 sequences, not 8 (--total_batch_size=128 --batch_size=2 keeps" in line, line
+
+
+@pytest.mark.parametrize("total, batch, world, fix", [
+    (128, 3, 1, "pass a --batch_size that divides 8 (e.g. --batch_size=2) or a --total_batch_size that is a multiple "
+                "of 48"),
+    (128, 16, 2, "pass a --batch_size that divides 4 (e.g. --batch_size=4) or a --total_batch_size that is a multiple "
+                 "of 512"),
+    (100, 4, 1, "pass a --total_batch_size that is a multiple of 64"),  # no batch size fits 100 tokens of rows of 16
+])
+def test_a_total_batch_size_the_micro_steps_do_not_divide_names_a_fix_that_is_accepted(total, batch, world, fix):
+    """It named the problem only (a resume keeps its checkpoint's total_batch_size, so another --batch_size met it
+    there unannounced); the --batch_size it suggests gives whole micro-steps."""
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(total_batch_size=total, batch_size=batch).accumulation(T, world)
+    assert str(refused.value).endswith(fix)
+    suggested = re.search(r"--batch_size=(\d+)", fix)
+    if suggested:
+        b = int(suggested.group(1))
+        assert TrainConfig(total_batch_size=total, batch_size=b).accumulation(T, world) * b * T * world == total
