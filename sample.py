@@ -95,7 +95,8 @@ class SampleConfig:
     draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (inference/speculative.py)
     draft_tokens: int = 4  # the draft's guesses per forward of the model
     source: str | None = None  # an encoder-decoder (seq2seq) checkpoint: the text to translate, or FILE:path to
-    #                            translate every line of a file (one output line per input line)
+    #                            translate every line of a file (one output line per input line: a target's line
+    #                            breaks and backslashes written \n, \r and \\)
     source_batch: int = 64  # sources translated together, right-padded
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
@@ -385,11 +386,17 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
     with autocast(device, dtype):
         out = translate_sources(model, tokenizer, ids, sc.max_new_tokens, sc.source_batch, generator,
                                 use_cache=sc.kv_cache, **chosen)
-    for line in out:
-        print(line)
+    for line in out:  # a file's sources: one line each, as documented, whatever line breaks a target holds
+        print(one_line(line) if sc.source.startswith("FILE:") else line)
     print(f"[{len(texts)} source(s) in {time.perf_counter() - t0:.2f} s, "
           f"{'sampled' if sampled else 'greedy (pass --temperature=... to sample)'}, step {ckpt.step} checkpoint]",
           file=sys.stderr)
+
+
+def one_line(text: str) -> str:
+    """text on one line: each backslash doubled, each line feed and carriage return written as the two characters
+    \\n and \\r, so the line reads back to the text (a target may hold line breaks: a .jsonl pair's can)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def read_in_chunks(tokens, n: int):

@@ -407,3 +407,36 @@ def test_a_draft_folder_with_the_other_checkpoint_only_names_it(ckpt, there, nam
     with pytest.raises(UserError, match=rf"^--draft={tmp_path}: no checkpoint at {tmp_path / named}; pass "
                                         rf"--draft={tmp_path / there} to use the one there$"):
         sample.load_draft(sc, None, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
+
+
+def test_a_file_of_sources_gives_one_line_per_source_when_a_target_breaks_lines(seq2seq_run, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """A target may hold line breaks (a .jsonl pair's target can, a char or gpt2 vocabulary has the token): printed
+    as they are, three sources gave five lines. Each target is one line, its breaks and backslashes escaped, so the
+    lines read back to the targets."""
+    import inference.translate
+
+    targets = ["a\nb", "c\r\nd\\n", "e"]
+    monkeypatch.setattr(inference.translate, "translate_sources",
+                        lambda model, tokenizer, ids, *args, **kw: targets[:len(ids)])
+    (tmp_path / "src.txt").write_text("abcd\nzz\nabc\n")
+    capsys.readouterr()
+    assert cli.run(sample.main, [f"--out_dir={seq2seq_run}", f"--source=FILE:{tmp_path / 'src.txt'}"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[-1] == "" and len(lines[:-1]) == len(targets), lines
+
+    def read_back(line: str) -> str:  # an independent unescaper: \\ \n \r
+        out, i = [], 0
+        while i < len(line):
+            if line[i] == "\\":
+                out.append({"\\": "\\", "n": "\n", "r": "\r"}[line[i + 1]])
+                i += 2
+            else:
+                out.append(line[i])
+                i += 1
+        return "".join(out)
+
+    assert [read_back(line) for line in lines[:-1]] == targets
+    # one --source text is printed as written, its line breaks included
+    assert cli.run(sample.main, [f"--out_dir={seq2seq_run}", "--source=abcd"]) == 0
+    assert capsys.readouterr().out == "a\nb\n"
