@@ -41,7 +41,7 @@ from common import flag_scope
 from common.device import autocast, need_dtype, pick_device, pick_dtype
 from common.errors import ConfigError, DataError, FlagError, UserError, need_seed
 from common import flags
-from data.mask_token import MASK_TEXT
+from data.mask_token import MASK_TEXT, as_data
 import speed
 from speed import SpeedConfig
 from speed import int8_kernel
@@ -266,14 +266,15 @@ def draw_attention(model, tokenizer, text: str, path: str) -> None:
 
 
 def encoded_prompt(tokenizer, text: str, encoder: bool) -> list[int]:
-    """The prompt's ids. An empty one is a decoder's start token; an encoder has nothing to start from."""
+    """The prompt's ids. An empty one is a decoder's start token; an encoder has nothing to start from. A decoder
+    reads text as its data did: a [MASK] id it has (--mask_token) was never in it, so `[MASK]` is characters."""
     if encoder:
         prompt = tokenizer.encode(text)
         if not prompt:
             raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
                             f"prompt to continue")
         return prompt
-    prompt = tokenizer.encode(text) if text else []
+    prompt = as_data(tokenizer).encode(text) if text else []
     if not prompt:
         if tokenizer.eot_id is None:
             raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")

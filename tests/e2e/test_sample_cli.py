@@ -440,3 +440,18 @@ def test_a_file_of_sources_gives_one_line_per_source_when_a_target_breaks_lines(
     # one --source text is printed as written, its line breaks included
     assert cli.run(sample.main, [f"--out_dir={seq2seq_run}", "--source=abcd"]) == 0
     assert capsys.readouterr().out == "a\nb\n"
+
+
+def test_a_decoders_prompt_spells_mask_out_as_its_data_did():
+    """A decoder trained with --mask_token=true has the [MASK] id only to match an encoder's parameters: its data
+    never held it, so `[MASK]` in its prompt is characters, as in a run without the flag (the prompt got the untrained
+    id); an encoder's [MASK] is the mask id."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import CharTokenizer
+
+    base = CharTokenizer("[MASK] ab")
+    masked = with_mask_token(base)
+    text = "a [MASK] b"
+    expected = [base.chars.index(c) for c in text]
+    assert sample.encoded_prompt(masked, text, encoder=False) == expected == sample.encoded_prompt(base, text, False)
+    assert sample.encoded_prompt(masked, text, encoder=True).count(masked.mask_id) == 1
