@@ -11,6 +11,7 @@ import torch
 
 from common.device import autocast
 from common.eval_mode import evaluating
+from data.mask_token import as_data
 from inference.generate import NonFiniteLogits
 from training import distributed
 
@@ -99,9 +100,9 @@ def draw_sample(run, n_tokens: int) -> str:
 
 
 def prompt_ids(tokenizer, text: str) -> list[int]:
-    """--sample_prompt's ids; an empty prompt starts a document at the end-of-text token, as sample.py's does, or
-    without one (char) at the first id."""
-    return tokenizer.encode(text) or [tokenizer.eot_id if tokenizer.eot_id is not None else 0]
+    """--sample_prompt's ids, read as the data was (a [MASK] id was never in it: `[MASK]` is characters); an empty
+    prompt starts a document at the end-of-text token, as sample.py's does, or without one (char) at the first id."""
+    return as_data(tokenizer).encode(text) or [tokenizer.eot_id if tokenizer.eot_id is not None else 0]
 
 
 def log_extras(run, log, step: int, images) -> None:

@@ -254,3 +254,16 @@ def test_an_empty_sample_prompt_starts_at_the_end_of_text_token():
     for name in ("decoder", "encoder"):
         assert prompt_of_the_sample(tokenizer, name, "") == [tokenizer.eot_id]
 
+
+def test_the_sample_prompt_reads_mask_as_characters_as_the_data_did():
+    """[MASK] in --sample_prompt is the characters the data would hold, not the mask id (which a --mask_token=true
+    decoder never saw in its data); the prompt is checked the same way."""
+    from common.errors import ConfigError
+    from training.setup import check_prompt
+
+    tokenizer = CharTokenizer(LETTERS + "[MASK]")
+    expected = [tokenizer.chars.index(c) for c in "a[MASK]"]
+    assert prompt_of_the_sample(tokenizer, "decoder", "a[MASK]") == expected
+    with pytest.raises(ConfigError, match="lacks"):
+        check_prompt(SimpleNamespace(sample_tokens=4, model="decoder", sample_prompt="[MASK]"),
+                     objectives.build("decoder", CharTokenizer(LETTERS), mask_token=True)[1])
