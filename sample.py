@@ -69,7 +69,8 @@ READ_EVERY = {"cuda": 8}
 class SampleConfig:
     out_dir: str = "out"
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
-    start: str = "\n"  # the prompt, or FILE:path to read it from a file
+    start: str = "\n"  # the prompt, or FILE:path to read it from a file; <|endoftext|> in it is the gpt2/bpe
+    #                     document separator, as samples print it
     num_samples: int = 1
     max_new_tokens: int = 500  # an encoder-decoder writes at most its block_size tokens a target
     temperature: float = 0.8  # 0 = greedy; a translation (--source) is greedy unless --temperature is given
@@ -267,14 +268,15 @@ def draw_attention(model, tokenizer, text: str, path: str) -> None:
 
 def encoded_prompt(tokenizer, text: str, encoder: bool) -> list[int]:
     """The prompt's ids. An empty one is a decoder's start token; an encoder has nothing to start from. A decoder
-    reads text as its data did: a [MASK] id it has (--mask_token) was never in it, so `[MASK]` is characters."""
+    reads text as its data did: a [MASK] id it has (--mask_token) was never in it, so `[MASK]` is characters.
+    `<|endoftext|>` is the separator token, as a sample prints it."""
     if encoder:
-        prompt = tokenizer.encode(text)
+        prompt = tokenizer.encode(text, allow_eot=True)
         if not prompt:
             raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
                             f"prompt to continue")
         return prompt
-    prompt = as_data(tokenizer).encode(text) if text else []
+    prompt = as_data(tokenizer).encode(text, allow_eot=True) if text else []
     if not prompt:
         if tokenizer.eot_id is None:
             raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")

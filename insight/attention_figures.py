@@ -66,7 +66,7 @@ def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut:
     flags: the calling command's flags for the text and for max_tokens (None: it has none), named by refusals."""
     text_flag, limit_flag = flags
     tokenizer = as_data(tokenizer) if model.config.causal else tokenizer  # a decoder's data never held [MASK]'s id
-    ids = tokenizer.encode(drop_unknown(tokenizer, text) if cut else text)
+    ids = tokenizer.encode(drop_unknown(tokenizer, text) if cut else text, allow_eot=True)  # as sample.py's prompt
     if not ids:
         raise UserError(f"the text to visualise is empty; pass some text with {text_flag}=...")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further

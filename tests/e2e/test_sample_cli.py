@@ -455,3 +455,20 @@ def test_a_decoders_prompt_spells_mask_out_as_its_data_did():
     expected = [base.chars.index(c) for c in text]
     assert sample.encoded_prompt(masked, text, encoder=False) == expected == sample.encoded_prompt(base, text, False)
     assert sample.encoded_prompt(masked, text, encoder=True).count(masked.mask_id) == 1
+
+
+def test_a_prompt_starts_a_document_with_the_end_of_text_token_it_spells():
+    """sample.py prints <|endoftext|> for the separator token (an empty prompt's start, a sample's end); given back
+    as a prompt it is that token again, not the 13 characters, for a decoder and an encoder alike."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import EOT, bpe_tokenizer
+
+    tokenizer = bpe_tokenizer({bytes([i]): i for i in range(256)})  # the 256 bytes, <|endoftext|> = 256
+    assert tokenizer.decode([tokenizer.eot_id]) == EOT
+    for tok, encoder in ((tokenizer, False), (with_mask_token(tokenizer), True)):
+        assert sample.encoded_prompt(tok, EOT + "ab", encoder) == [tokenizer.eot_id, ord("a"), ord("b")]
+    from conftest import tiny_model
+    from insight.attention_figures import encode_probe  # --attention draws the same prompt
+
+    model = tiny_model(vocab_size=tokenizer.vocab_size)
+    assert encode_probe(model, tokenizer, EOT + "ab").tolist() == [[tokenizer.eot_id, ord("a"), ord("b")]]
