@@ -41,7 +41,7 @@ from common import flag_scope
 from common.device import autocast, need_dtype, pick_device, pick_dtype
 from common.errors import ConfigError, DataError, FlagError, UserError, need_seed
 from common import flags
-from data.mask_token import MASK_TEXT
+from data.mask_token import MASK_TEXT, as_data
 import speed
 from speed import SpeedConfig
 from speed import int8_kernel
@@ -69,7 +69,8 @@ READ_EVERY = {"cuda": 8}
 class SampleConfig:
     out_dir: str = "out"
     ckpt: str = "best"  # 'best', 'last' or a path to a .pt file
-    start: str = "\n"  # the prompt, or FILE:path to read it from a file
+    start: str = "\n"  # the prompt, or FILE:path to read it from a file; <|endoftext|> in it is the gpt2/bpe
+    #                     document separator, as samples print it
     num_samples: int = 1
     max_new_tokens: int = 500  # an encoder-decoder writes at most its block_size tokens a target
     temperature: float = 0.8  # 0 = greedy; a translation (--source) is greedy unless --temperature is given
@@ -95,7 +96,8 @@ class SampleConfig:
     draft: str | None = None  # a small model's out_dir or .pt: speculative decoding (inference/speculative.py)
     draft_tokens: int = 4  # the draft's guesses per forward of the model
     source: str | None = None  # an encoder-decoder (seq2seq) checkpoint: the text to translate, or FILE:path to
-    #                            translate every line of a file (one output line per input line)
+    #                            translate every line of a file (one output line per input line: a target's line
+    #                            breaks and backslashes written \n, \r and \\)
     source_batch: int = 64  # sources translated together, right-padded
     attention: str | None = None  # a .png path: draw the prompt's attention maps there instead of sampling
     temperatures: str | None = None  # e.g. "0.5,1,2": print the next-token distribution at each, instead of sampling
@@ -266,14 +268,16 @@ def draw_attention(model, tokenizer, text: str, path: str) -> None:
 
 
 def encoded_prompt(tokenizer, text: str, encoder: bool) -> list[int]:
-    """The prompt's ids. An empty one is a decoder's start token; an encoder has nothing to start from."""
+    """The prompt's ids. An empty one is a decoder's start token; an encoder has nothing to start from. A decoder
+    reads text as its data did: a [MASK] id it has (--mask_token) was never in it, so `[MASK]` is characters.
+    `<|endoftext|>` is the separator token, as a sample prints it."""
     if encoder:
-        prompt = tokenizer.encode(text)
+        prompt = tokenizer.encode(text, allow_eot=True)
         if not prompt:
             raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
                             f"prompt to continue")
         return prompt
-    prompt = tokenizer.encode(text) if text else []
+    prompt = as_data(tokenizer).encode(text, allow_eot=True) if text else []
     if not prompt:
         if tokenizer.eot_id is None:
             raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")
@@ -386,11 +390,17 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
     with autocast(device, dtype):
         out = translate_sources(model, tokenizer, ids, sc.max_new_tokens, sc.source_batch, generator,
                                 use_cache=sc.kv_cache, **chosen)
-    for line in out:
-        print(line)
+    for line in out:  # a file's sources: one line each, as documented, whatever line breaks a target holds
+        print(one_line(line) if sc.source.startswith("FILE:") else line)
     print(f"[{len(texts)} source(s) in {time.perf_counter() - t0:.2f} s, "
           f"{'sampled' if sampled else 'greedy (pass --temperature=... to sample)'}, step {ckpt.step} checkpoint]",
           file=sys.stderr)
+
+
+def one_line(text: str) -> str:
+    """text on one line: each backslash doubled, each line feed and carriage return written as the two characters
+    \\n and \\r, so the line reads back to the text (a target may hold line breaks: a .jsonl pair's can)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def read_in_chunks(tokens, n: int):

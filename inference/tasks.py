@@ -77,7 +77,9 @@ def read_task(path: str, flag: str = "tasks") -> list[Item]:
     if not os.path.isfile(path):
         raise UserError(f"--{flag}: {path} does not exist or is not a file; give a .jsonl task file")
     try:
-        with open(path, encoding="utf-8-sig") as f:  # without the byte-order mark an editor may put first
+        # without the byte-order mark an editor may put first; newline="": a line ends at \n only (a \r inside one
+        # is JSON's whitespace, and one before \n too)
+        with open(path, encoding="utf-8-sig", newline="") as f:
             lines = f.read().split("\n")
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None

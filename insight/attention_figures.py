@@ -25,6 +25,7 @@ from matplotlib.colors import PowerNorm  # noqa: E402
 from common.errors import ConfigError, UserError  # noqa: E402
 from common.files import need_file_path, write_atomic  # noqa: E402
 from common.eval_mode import evaluating  # noqa: E402
+from data.mask_token import as_data  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
 from .attention_maps import attention_maps
 
@@ -64,7 +65,8 @@ def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut:
     hook, which must not stop a run) its last tokens, kept, and the characters a char vocabulary lacks dropped.
     flags: the calling command's flags for the text and for max_tokens (None: it has none), named by refusals."""
     text_flag, limit_flag = flags
-    ids = tokenizer.encode(drop_unknown(tokenizer, text) if cut else text)
+    tokenizer = as_data(tokenizer) if model.config.causal else tokenizer  # a decoder's data never held [MASK]'s id
+    ids = tokenizer.encode(drop_unknown(tokenizer, text) if cut else text, allow_eot=True)  # as sample.py's prompt
     if not ids:
         raise UserError(f"the text to visualise is empty; pass some text with {text_flag}=...")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further

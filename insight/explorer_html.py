@@ -25,6 +25,7 @@ import torch
 
 from common.errors import UserError
 from common.eval_mode import evaluating
+from data.mask_token import as_data
 
 from .explorer_page import PAGE
 from .induction import induction_scores, special_ids
@@ -72,7 +73,7 @@ def shown(text: str) -> str:
 
 def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict:
     """Everything the page needs, as JSON-able values plus the quantised weights (base64)."""
-    ids = tokenizer.encode(text)
+    ids = (as_data(tokenizer) if model.config.causal else tokenizer).encode(text)  # a decoder's data: no [MASK] id
     if not ids:
         raise UserError("the text to explore is empty; pass some text with --text=...")
     limit = min(max_tokens, model.config.block_size)

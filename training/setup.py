@@ -15,6 +15,7 @@ from common import flag_scope, flags, malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
+from data.mask_token import as_data
 from model import GPT, GPTConfig, Seq2Seq
 from model.attention import use_backend
 import speed
@@ -151,6 +152,7 @@ def check_prompt(tc: TrainConfig, tokenizer) -> None:
     --sample_tokens=0): a character the vocabulary lacks is refused before training, not after it."""
     if not tc.sample_tokens or tc.model == "seq2seq":  # seq2seq samples a validation source
         return
+    tokenizer = as_data(tokenizer)  # as the sample reads it (training/evaluate.prompt_ids)
     try:
         tokenizer.encode(tc.sample_prompt)
     except DataError:

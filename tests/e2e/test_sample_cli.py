@@ -416,3 +416,68 @@ def test_a_draft_with_a_compiled_or_uncached_step_names_the_flag_given(given, ot
         sample.SampleConfig(draft="draft", **given)
     flag, value = next(iter(given.items()))
     assert f"drop --{flag}={str(value).lower()} or the draft" in str(refused.value) and other not in str(refused.value)
+
+
+def test_a_file_of_sources_gives_one_line_per_source_when_a_target_breaks_lines(seq2seq_run, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """A target may hold line breaks (a .jsonl pair's target can, a char or gpt2 vocabulary has the token): printed
+    as they are, three sources gave five lines. Each target is one line, its breaks and backslashes escaped, so the
+    lines read back to the targets."""
+    import inference.translate
+
+    targets = ["a\nb", "c\r\nd\\n", "e"]
+    monkeypatch.setattr(inference.translate, "translate_sources",
+                        lambda model, tokenizer, ids, *args, **kw: targets[:len(ids)])
+    (tmp_path / "src.txt").write_text("abcd\nzz\nabc\n")
+    capsys.readouterr()
+    assert cli.run(sample.main, [f"--out_dir={seq2seq_run}", f"--source=FILE:{tmp_path / 'src.txt'}"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[-1] == "" and len(lines[:-1]) == len(targets), lines
+
+    def read_back(line: str) -> str:  # an independent unescaper: \\ \n \r
+        out, i = [], 0
+        while i < len(line):
+            if line[i] == "\\":
+                out.append({"\\": "\\", "n": "\n", "r": "\r"}[line[i + 1]])
+                i += 2
+            else:
+                out.append(line[i])
+                i += 1
+        return "".join(out)
+
+    assert [read_back(line) for line in lines[:-1]] == targets
+    # one --source text is printed as written, its line breaks included
+    assert cli.run(sample.main, [f"--out_dir={seq2seq_run}", "--source=abcd"]) == 0
+    assert capsys.readouterr().out == "a\nb\n"
+
+
+def test_a_decoders_prompt_spells_mask_out_as_its_data_did():
+    """A decoder trained with --mask_token=true has the [MASK] id only to match an encoder's parameters: its data
+    never held it, so `[MASK]` in its prompt is characters, as in a run without the flag (the prompt got the untrained
+    id); an encoder's [MASK] is the mask id."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import CharTokenizer
+
+    base = CharTokenizer("[MASK] ab")
+    masked = with_mask_token(base)
+    text = "a [MASK] b"
+    expected = [base.chars.index(c) for c in text]
+    assert sample.encoded_prompt(masked, text, encoder=False) == expected == sample.encoded_prompt(base, text, False)
+    assert sample.encoded_prompt(masked, text, encoder=True).count(masked.mask_id) == 1
+
+
+def test_a_prompt_starts_a_document_with_the_end_of_text_token_it_spells():
+    """sample.py prints <|endoftext|> for the separator token (an empty prompt's start, a sample's end); given back
+    as a prompt it is that token again, not the 13 characters, for a decoder and an encoder alike."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import EOT, bpe_tokenizer
+
+    tokenizer = bpe_tokenizer({bytes([i]): i for i in range(256)})  # the 256 bytes, <|endoftext|> = 256
+    assert tokenizer.decode([tokenizer.eot_id]) == EOT
+    for tok, encoder in ((tokenizer, False), (with_mask_token(tokenizer), True)):
+        assert sample.encoded_prompt(tok, EOT + "ab", encoder) == [tokenizer.eot_id, ord("a"), ord("b")]
+    from conftest import tiny_model
+    from insight.attention_figures import encode_probe  # --attention draws the same prompt
+
+    model = tiny_model(vocab_size=tokenizer.vocab_size)
+    assert encode_probe(model, tokenizer, EOT + "ab").tolist() == [[tokenizer.eot_id, ord("a"), ord("b")]]

@@ -171,3 +171,16 @@ def test_a_choice_of_block_size_tokens_fits_and_cut_counts_every_choice():
     item = read_item({"context": "ab", "choices": ["a", "abcdef"], "label": 0})  # 2 + 7 = 9 tokens: fits exactly
     (enc,) = encode_task(Task("t", "t.jsonl", [item]), tok, block_size=8)
     assert not enc.cut and enc.rows[1] == tok.encode("ab abcdef")
+
+
+def test_a_carriage_return_inside_a_line_is_json_whitespace_not_a_line_end(tmp_path):
+    """JSON allows \\r between its tokens, and a line ends at \\n (\\r\\n too): the file was read with Python's
+    universal newlines, which cut such a line in two and refused the item as not JSON; line numbers count \\n."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"context": "caf\xc3\xa9",\r "choices": ["a", "b"], "label": 0}\r\n'
+                     b'{"context": "x", "choices": ["y"], "label": 0}\r\n')
+    with pytest.raises(UserError, match=r"t\.jsonl:2: choices must be a list of at least two strings"):
+        read_task(str(path))
+    path.write_bytes(path.read_bytes().replace(b'["y"]', b'["y", "z"]'))
+    items = read_task(str(path))
+    assert [(i.context, i.choices, i.line) for i in items] == [("café", ["a", "b"], 1), ("x", ["y", "z"], 2)]

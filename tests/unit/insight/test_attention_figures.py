@@ -131,3 +131,22 @@ def test_dollar_signs_in_tokens_and_titles_are_drawn_as_text_not_mathtext():
     assert shown == ["\u2423$$", "$x$", "a"] and not any(t.get_parse_math() for t in fig.axes[0].get_yticklabels())
     rows = [{"step": 1, "train_loss": 2.0, "val_loss": 2.1, "induction_score": 0.5}]
     induction_curve_figure(rows, "/runs/a$$1: the best head's score").savefig(io.BytesIO(), format="png")
+
+
+def test_a_causal_models_probe_spells_mask_out_and_an_encoders_reads_the_mask_id():
+    """A decoder with a [MASK] id (--mask_token=true) never saw it in its data: `[MASK]` in its text is characters (the
+    probe held the untrained id); an encoder's text keeps its mask."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import CharTokenizer
+    from insight.attention_figures import encode_probe
+    from insight.explorer_html import page_data
+
+    base = CharTokenizer("[MASK] ab")
+    tokenizer = with_mask_token(base)
+    text = "a [MASK]"
+    spelled = [base.chars.index(c) for c in text]
+    decoder = tiny_model(vocab_size=tokenizer.vocab_size)
+    assert encode_probe(decoder, tokenizer, text).tolist() == [spelled]
+    assert len(page_data(decoder, tokenizer, text)["tokens"]) == len(spelled)
+    encoder = tiny_model(vocab_size=tokenizer.vocab_size, causal=False)
+    assert encode_probe(encoder, tokenizer, text).tolist()[0][-1] == tokenizer.mask_id

@@ -230,3 +230,40 @@ def test_the_document_separator_and_the_mask_token_stand_for_no_bytes():
     assert lengths == [1.0] * 256 + [0.0]
     masked = with_mask_token(CharTokenizer("aé€"))
     assert token_byte_lengths(masked).tolist() == [1.0, 2.0, 3.0, 0.0] and masked.mask_id == 3
+
+
+def prompt_of_the_sample(tokenizer, name: str, prompt: str) -> list[int]:
+    """The ids sample_text hands the objective's stream for --sample_prompt=prompt."""
+    objective, tokenizer = objectives.build(name, tokenizer, mask_token=True)
+    torch.manual_seed(0)
+    model = GPT(tiny_config(vocab_size=tokenizer.vocab_size, causal=objective.causal)).eval()
+    seen, stream = [], objective.stream
+    objective.stream = lambda model, ids, n, **kw: (seen.append(list(ids)), stream(model, ids, n, **kw))[1]
+    tc = SimpleNamespace(model=name, sample_prompt=prompt, seed=0)
+    run = SimpleNamespace(tc=tc, tokenizer=tokenizer, model=model, objective=objective, device=torch.device("cpu"))
+    sample_text(run, 2)
+    return seen[0]
+
+
+def test_an_empty_sample_prompt_starts_at_the_end_of_text_token():
+    """--sample_prompt="" with a gpt2 or bpe vocabulary: the sample starts a document, as sample.py's empty prompt
+    does (it started from id 0, a `!` in gpt2's vocabulary that nobody wrote)."""
+    from data.tokenizer import bpe_tokenizer
+
+    tokenizer = bpe_tokenizer({bytes([i]): i for i in range(256)})  # the 256 bytes, <|endoftext|> = 256
+    for name in ("decoder", "encoder"):
+        assert prompt_of_the_sample(tokenizer, name, "") == [tokenizer.eot_id]
+
+
+def test_the_sample_prompt_reads_mask_as_characters_as_the_data_did():
+    """[MASK] in --sample_prompt is the characters the data would hold, not the mask id (which a --mask_token=true
+    decoder never saw in its data); the prompt is checked the same way."""
+    from common.errors import ConfigError
+    from training.setup import check_prompt
+
+    tokenizer = CharTokenizer(LETTERS + "[MASK]")
+    expected = [tokenizer.chars.index(c) for c in "a[MASK]"]
+    assert prompt_of_the_sample(tokenizer, "decoder", "a[MASK]") == expected
+    with pytest.raises(ConfigError, match="lacks"):
+        check_prompt(SimpleNamespace(sample_tokens=4, model="decoder", sample_prompt="[MASK]"),
+                     objectives.build("decoder", CharTokenizer(LETTERS), mask_token=True)[1])
