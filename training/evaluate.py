@@ -11,7 +11,6 @@ import torch
 
 from common.device import autocast
 from common.eval_mode import evaluating
-from data.mask_token import as_data
 from inference.generate import NonFiniteLogits
 from training import distributed
 
@@ -93,16 +92,10 @@ def draw_sample(run, n_tokens: int) -> str:
         prompt = source[0][source_valid[0]].tolist()
         new = list(run.objective.stream(run.model, prompt, n_tokens))
         return f"{tokenizer.decode(prompt)} -> {tokenizer.decode(new)}"
-    prompt = prompt_ids(tokenizer, run.tc.sample_prompt)
+    prompt = list(run.sample_prompt)  # --sample_prompt, encoded and checked once (training/setup.py)
     g = torch.Generator(device=run.device).manual_seed(run.tc.seed)
     new = list(run.objective.stream(run.model, prompt, n_tokens, generator=g, temperature=0.8, top_k=200))
     return tokenizer.decode(prompt + new)
-
-
-def prompt_ids(tokenizer, text: str) -> list[int]:
-    """--sample_prompt's ids, read as the data was (a [MASK] id was never in it: `[MASK]` is characters); an empty
-    prompt starts a document at the end-of-text token, as sample.py's does, or without one (char) at the first id."""
-    return as_data(tokenizer).encode(text) or [tokenizer.eot_id if tokenizer.eot_id is not None else 0]
 
 
 def log_extras(run, log, step: int, images) -> None:

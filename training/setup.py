@@ -49,6 +49,7 @@ class Run:
     val_set: list  # [(x, y)] this process's share of the fixed validation batches, objective applied
     accum: int  # micro-steps per optimizer step in this process
     token_bytes: torch.Tensor  # (V,) bytes of text per token id, for bits per byte
+    sample_prompt: tuple = ()  # the samples' prompt as ids (setup's sample_prompt): () where none is drawn
     start_step: int = 0
     best_val: float = math.inf
     nonfinite_evals: int = 0  # evaluations whose loss was not finite (--on_nonfinite=skip goes on past them)
@@ -95,7 +96,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     device, dtype, sc = system(tc, device_name, speed_flags, chosen, d, config)
     data_dir, meta, tokenizer = run_data.load(tc, d, ckpt)
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
-    check_prompt(tc, tokenizer)
+    prompt = sample_prompt(tc, tokenizer)
     model = build_model(tc, model_overrides, ckpt, init_model, tokenizer, device, dtype, sc)
     optimizer, scaler = optim.optimizer_and_scaler(tc, model, device, dtype, ckpt)
     accum = tc.accumulation(model.config.block_size, d.world_size)
@@ -106,11 +107,10 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                                            fixed_by)
     return Run(tc=tc, speed=sc, chosen_speed=chosen, speed_flags=tuple(speed_flags), dist=d, device=device,
                dtype=dtype, model=model, train_model=train_model, optimizer=optimizer, scaler=scaler,
-               objective=objective, tokenizer=tokenizer,
+               objective=objective, tokenizer=tokenizer, sample_prompt=prompt,
                data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,
                token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
-               best_restarts=best_restarts,
-               wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
+               best_restarts=best_restarts, wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
 
 
 def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | None, d: distributed.Dist,
@@ -147,19 +147,23 @@ def check_backend(kind: str, config: GPTConfig, sc: SpeedConfig) -> None:
     use_backend(model, sc.attn_impl)  # in training mode
 
 
-def check_prompt(tc: TrainConfig, tokenizer) -> None:
-    """The samples' prompt is encoded at every evaluation (with wandb) and at the end (both none with
-    --sample_tokens=0): a character the vocabulary lacks is refused before training, not after it."""
-    if not tc.sample_tokens or tc.model == "seq2seq":  # seq2seq samples a validation source
-        return
-    tokenizer = as_data(tokenizer)  # as the sample reads it (training/evaluate.prompt_ids)
+def sample_prompt(tc: TrainConfig, tokenizer) -> tuple[int, ...]:
+    """The samples' prompt (--sample_prompt), encoded once, as the data was: a [MASK] id the tokenizer has
+    (--mask_token) was never in it, so `[MASK]` is characters. An empty prompt starts a document at the end-of-text
+    token, as sample.py's does, or (char, which has none) at the first id. () where no sample is drawn
+    (--sample_tokens=0; an encoder-decoder samples a validation source). A character the vocabulary lacks is
+    refused now, before training, not at the first evaluation."""
+    if not tc.sample_tokens or tc.model == "seq2seq":
+        return ()
+    tokenizer = as_data(tokenizer)
     try:
-        tokenizer.encode(tc.sample_prompt)
+        ids = tokenizer.encode(tc.sample_prompt)
     except DataError:
         unknown = [c for c in dict.fromkeys(tc.sample_prompt) if not encodes(tokenizer, c)]
         raise ConfigError(f"--sample_prompt={tc.sample_prompt!r} has characters the training text's vocabulary "
                           f"lacks: {', '.join(f'{c!r} (U+{ord(c):04X})' for c in unknown)}; choose a prompt made "
                           f"of the training text's characters") from None
+    return tuple(ids or [tokenizer.eot_id if tokenizer.eot_id is not None else 0])
 
 
 def encodes(tokenizer, text: str) -> bool:

@@ -13,6 +13,7 @@ from model import GPT, Seq2Seq
 from training import objectives
 from training.distributed import Dist
 from training.evaluate import batch_sums, describe, evaluate, sample_text, token_byte_lengths
+from training.setup import sample_prompt
 from test_objectives import LETTERS, decoding_stand_in, seq2seq_batch
 
 
@@ -71,15 +72,14 @@ def test_the_prompt_is_not_checked_where_no_sample_is_drawn():
     from types import SimpleNamespace
 
     from common.errors import ConfigError
-    from training.setup import check_prompt
 
     for tokens in (0, 4):
         tc = SimpleNamespace(sample_tokens=tokens, wandb_log=True, model="decoder", sample_prompt="\u00e9")
         if tokens:
             with pytest.raises(ConfigError, match="has characters the training text's vocabulary lacks"):
-                check_prompt(tc, CharTokenizer(LETTERS))
+                sample_prompt(tc, CharTokenizer(LETTERS))
         else:
-            check_prompt(tc, CharTokenizer(LETTERS))  # no sample, with or without wandb: the prompt is unused
+            assert sample_prompt(tc, CharTokenizer(LETTERS)) == ()  # no sample, with or without wandb: unused
 
 
 def test_evaluation_sums_every_target_and_its_bytes_over_batches():
@@ -120,8 +120,9 @@ def test_a_model_that_overflows_gets_a_note_for_its_sample_not_an_error():
     objective, tokenizer = objectives.build("decoder", CharTokenizer(LETTERS))
     torch.manual_seed(0)
     model = GPT(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
-    tc = SimpleNamespace(model="decoder", sample_prompt="ab", seed=0)
-    run = SimpleNamespace(tc=tc, tokenizer=tokenizer, model=model, objective=objective, device=torch.device("cpu"))
+    tc = SimpleNamespace(model="decoder", sample_prompt="ab", seed=0, sample_tokens=4)
+    run = SimpleNamespace(tc=tc, tokenizer=tokenizer, model=model, objective=objective, device=torch.device("cpu"),
+                          sample_prompt=sample_prompt(tc, tokenizer))
     assert len(sample_text(run, 4)) == 6  # the prompt and 4 letters
     with torch.no_grad():
         model.wte.weight.fill_(1e38)  # finite weights, logits that are not: inf - inf
@@ -153,8 +154,9 @@ def decoder_run(prompt: str, seed: int = 3):
     objective, tokenizer = objectives.build("decoder", CharTokenizer(LETTERS))
     torch.manual_seed(0)
     model = GPT(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
-    return SimpleNamespace(model=model, objective=objective, tokenizer=tokenizer, device=torch.device("cpu"),
-                           tc=SimpleNamespace(model="decoder", sample_prompt=prompt, seed=seed))
+    tc = SimpleNamespace(model="decoder", sample_prompt=prompt, seed=seed, sample_tokens=12)
+    return SimpleNamespace(model=model, objective=objective, tokenizer=tokenizer, device=torch.device("cpu"), tc=tc,
+                           sample_prompt=sample_prompt(tc, tokenizer))
 
 
 def test_a_sample_draws_from_its_own_generator_and_leaves_trainings_stream_alone():
@@ -233,14 +235,16 @@ def test_the_document_separator_and_the_mask_token_stand_for_no_bytes():
 
 
 def prompt_of_the_sample(tokenizer, name: str, prompt: str) -> list[int]:
-    """The ids sample_text hands the objective's stream for --sample_prompt=prompt."""
+    """The ids sample_text hands the objective's stream for --sample_prompt=prompt (encoded as training/setup.py
+    encodes it)."""
     objective, tokenizer = objectives.build(name, tokenizer, mask_token=True)
     torch.manual_seed(0)
     model = GPT(tiny_config(vocab_size=tokenizer.vocab_size, causal=objective.causal)).eval()
     seen, stream = [], objective.stream
     objective.stream = lambda model, ids, n, **kw: (seen.append(list(ids)), stream(model, ids, n, **kw))[1]
-    tc = SimpleNamespace(model=name, sample_prompt=prompt, seed=0)
-    run = SimpleNamespace(tc=tc, tokenizer=tokenizer, model=model, objective=objective, device=torch.device("cpu"))
+    tc = SimpleNamespace(model=name, sample_prompt=prompt, seed=0, sample_tokens=2)
+    run = SimpleNamespace(tc=tc, tokenizer=tokenizer, model=model, objective=objective, device=torch.device("cpu"),
+                          sample_prompt=sample_prompt(tc, tokenizer))
     sample_text(run, 2)
     return seen[0]
 
@@ -259,11 +263,10 @@ def test_the_sample_prompt_reads_mask_as_characters_as_the_data_did():
     """[MASK] in --sample_prompt is the characters the data would hold, not the mask id (which a --mask_token=true
     decoder never saw in its data); the prompt is checked the same way."""
     from common.errors import ConfigError
-    from training.setup import check_prompt
 
     tokenizer = CharTokenizer(LETTERS + "[MASK]")
     expected = [tokenizer.chars.index(c) for c in "a[MASK]"]
     assert prompt_of_the_sample(tokenizer, "decoder", "a[MASK]") == expected
     with pytest.raises(ConfigError, match="lacks"):
-        check_prompt(SimpleNamespace(sample_tokens=4, model="decoder", sample_prompt="[MASK]"),
-                     objectives.build("decoder", CharTokenizer(LETTERS), mask_token=True)[1])
+        sample_prompt(SimpleNamespace(sample_tokens=4, model="decoder", sample_prompt="[MASK]"),
+                      objectives.build("decoder", CharTokenizer(LETTERS), mask_token=True)[1])

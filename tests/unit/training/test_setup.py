@@ -13,7 +13,7 @@ from speed import SpeedConfig
 from training.config import TrainConfig, check_causal
 from training.distributed import Dist
 from training.random_state import rng_state
-from training.setup import build_model, check_prompt, comparable_best, where_to_start
+from training.setup import build_model, comparable_best, sample_prompt, where_to_start
 
 CPU = torch.device("cpu")
 
@@ -119,6 +119,6 @@ def test_a_prompt_outside_the_vocabulary_is_refused_only_where_a_sample_is_drawn
     """--sample_tokens=0 draws no sample, so its prompt is never encoded: nothing to refuse."""
     tokenizer = CharTokenizer("abc\n")
     with pytest.raises(ConfigError, match=r"'z' \(U\+007A\)"):
-        check_prompt(TrainConfig(sample_prompt="az", sample_tokens=4), tokenizer)
-    check_prompt(TrainConfig(sample_prompt="az", sample_tokens=0), tokenizer)
-    check_prompt(TrainConfig(sample_prompt="ab", sample_tokens=4), tokenizer)
+        sample_prompt(TrainConfig(sample_prompt="az", sample_tokens=4), tokenizer)
+    assert sample_prompt(TrainConfig(sample_prompt="az", sample_tokens=0), tokenizer) == ()
+    assert sample_prompt(TrainConfig(sample_prompt="ab", sample_tokens=4), tokenizer) == (1, 2)  # after "\\n"
