@@ -40,3 +40,16 @@ def test_cloze_windows_are_distinct_slices_of_the_tokens():
     assert all(w.tolist() == list(range(s, s + 6)) for w, s in zip(windows, starts))
     every = cloze.cloze_windows(np.arange(12), count=6, left=3, right=2, seed=0)  # 12 - 6 + 1 = 7 starts, 6 drawn
     assert every[:, 0].max() <= 6
+
+
+def test_a_split_with_exactly_as_many_starts_as_windows_gives_every_start_and_one_fewer_is_refused():
+    """width + count - 1 tokens hold count distinct windows (starts 0..count - 1): all are drawn, the last too;
+    with one token fewer the windows cannot be distinct, said in one line."""
+    import pytest
+
+    from common.errors import DataError
+
+    windows = cloze.cloze_windows(np.arange(11), count=6, left=3, right=2, seed=0)  # 11 - 6 + 1 = 6 starts
+    assert windows[:, 0].tolist() == list(range(6))
+    with pytest.raises(DataError, match="^the validation split has 10 tokens, too few for 6 cloze windows of 6"):
+        cloze.cloze_windows(np.arange(10), count=6, left=3, right=2, seed=0)
