@@ -53,3 +53,27 @@ def test_a_split_with_exactly_as_many_starts_as_windows_gives_every_start_and_on
     assert windows[:, 0].tolist() == list(range(6))
     with pytest.raises(DataError, match="^the validation split has 10 tokens, too few for 6 cloze windows of 6"):
         cloze.cloze_windows(np.arange(10), count=6, left=3, right=2, seed=0)
+
+
+def test_the_encoder_scorers_read_the_prediction_at_the_gap_over_the_real_tokens():
+    """A toy encoder whose logits at position t are the one-hot of t mod 3 (and a huge [MASK] logit, id 3, which is no
+    answer): both scorers must read the gap's column, renormalised over the 3 real tokens."""
+    class Position(torch.nn.Module):
+        def forward(self, x):
+            B, T = x.shape
+            logits = torch.zeros(B, T, 4)
+            logits[:, torch.arange(T), torch.arange(T) % 3] = 5.0
+            logits[..., 3] = 50.0
+            return logits, None
+
+    windows = torch.tensor([[0, 1, 2, 1], [2, 2, 0, 1]])
+    want = torch.log_softmax(torch.tensor([0.0, 0.0, 5.0]), dim=-1).expand(2, 3)  # column 2's
+    for scorer in (cloze.encoder_both, cloze.encoder_left):
+        torch.testing.assert_close(scorer(Position(), windows, left=2, n_real=3, mask_id=3), want)
+
+
+def test_all_positions_are_every_position_whatever_their_kind():
+    kinds = cloze.position_kinds(torch.tensor([[0, 1], [1, 1], [1, 0], [0, 0]]), 1, lambda ids: " a"[ids[0]])
+    assert kinds["all"].tolist() == [True] * 4
+    assert kinds["word-initial"].tolist() == [True, False, False, False]
+    assert kinds["in-word"].tolist() == [False, True, False, False]
