@@ -178,3 +178,15 @@ def test_the_table_gives_each_layers_mean_and_the_range_of_its_own_heads():
     layers = {0: {"rho": 0.1, "top1": 0.5}, 1: {"rho": 0.8, "top1": 0.25}}
     lines = table({"probe": {"heads": heads, "layers": layers}}).splitlines()
     assert lines[2:] == ["| probe | 0 | 0.10 | -0.30..0.50 | 0.50 |", "| probe | 1 | 0.80 | 0.70..0.90 | 0.25 |"]
+
+
+def test_a_cheater_is_read_as_a_next_token_model_and_a_query_every_of_the_whole_context_is_accepted(tmp_path):
+    """The cheater predicts the next token, as a decoder does; query_every = block_size leaves one query (the last
+    position), one more leaves none."""
+    run = tmp_path / "run"
+    run.mkdir()
+    saved_run(run, data_dir=prepared(tmp_path / "data", 64), objective="cheater")
+    T = tiny_model().config.block_size
+    assert attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run), query_every=T)).step == 3
+    with pytest.raises(ConfigError, match=f"^query_every={T + 1} leaves no query in a window of block_size={T} "):
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run), query_every=T + 1))
