@@ -25,7 +25,7 @@ SCORERS = ("decoder_left", "decoder_both", "encoder_left", "encoder_both")
 def cloze_windows(tokens: np.ndarray, count: int, left: int, right: int, seed: int) -> torch.Tensor:
     """count windows (count, left + 1 + right) around fixed random positions of tokens (the same for every model)."""
     width = left + 1 + right
-    if len(tokens) < width + count:
+    if len(tokens) - width + 1 < count:  # the distinct starts there are
         raise DataError(f"the validation split has {len(tokens)} tokens, too few for {count} cloze windows of "
                          f"{width}; lower --cloze_positions or --cloze_left/--cloze_right")
     rng = np.random.default_rng(seed)

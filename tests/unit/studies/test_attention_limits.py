@@ -188,3 +188,15 @@ def test_a_hugging_face_folder_is_refused_as_having_no_validation_text(tmp_path)
     with pytest.raises(UserError) as e:
         attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(tmp_path)))
     assert "no validation text" in str(e.value) and "import_hf" not in str(e.value)
+
+
+def test_a_cheater_is_read_as_a_next_token_model_and_a_query_every_of_the_whole_context_is_accepted(tmp_path):
+    """The cheater predicts the next token, as a decoder does; query_every = block_size leaves one query (the last
+    position), one more leaves none."""
+    run = tmp_path / "run"
+    run.mkdir()
+    saved_run(run, data_dir=prepared(tmp_path / "data", 64), objective="cheater")
+    T = tiny_model().config.block_size
+    assert attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run), query_every=T)).step == 3
+    with pytest.raises(ConfigError, match=f"^query_every={T + 1} leaves no query in a window of block_size={T} "):
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run), query_every=T + 1))

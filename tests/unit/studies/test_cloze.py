@@ -40,3 +40,40 @@ def test_cloze_windows_are_distinct_slices_of_the_tokens():
     assert all(w.tolist() == list(range(s, s + 6)) for w, s in zip(windows, starts))
     every = cloze.cloze_windows(np.arange(12), count=6, left=3, right=2, seed=0)  # 12 - 6 + 1 = 7 starts, 6 drawn
     assert every[:, 0].max() <= 6
+
+
+def test_a_split_with_exactly_as_many_starts_as_windows_gives_every_start_and_one_fewer_is_refused():
+    """width + count - 1 tokens hold count distinct windows (starts 0..count - 1): all are drawn, the last too;
+    with one token fewer the windows cannot be distinct, said in one line."""
+    import pytest
+
+    from common.errors import DataError
+
+    windows = cloze.cloze_windows(np.arange(11), count=6, left=3, right=2, seed=0)  # 11 - 6 + 1 = 6 starts
+    assert windows[:, 0].tolist() == list(range(6))
+    with pytest.raises(DataError, match="^the validation split has 10 tokens, too few for 6 cloze windows of 6"):
+        cloze.cloze_windows(np.arange(10), count=6, left=3, right=2, seed=0)
+
+
+def test_the_encoder_scorers_read_the_prediction_at_the_gap_over_the_real_tokens():
+    """A toy encoder whose logits at position t are the one-hot of t mod 3 (and a huge [MASK] logit, id 3, which is no
+    answer): both scorers must read the gap's column, renormalised over the 3 real tokens."""
+    class Position(torch.nn.Module):
+        def forward(self, x):
+            B, T = x.shape
+            logits = torch.zeros(B, T, 4)
+            logits[:, torch.arange(T), torch.arange(T) % 3] = 5.0
+            logits[..., 3] = 50.0
+            return logits, None
+
+    windows = torch.tensor([[0, 1, 2, 1], [2, 2, 0, 1]])
+    want = torch.log_softmax(torch.tensor([0.0, 0.0, 5.0]), dim=-1).expand(2, 3)  # column 2's
+    for scorer in (cloze.encoder_both, cloze.encoder_left):
+        torch.testing.assert_close(scorer(Position(), windows, left=2, n_real=3, mask_id=3), want)
+
+
+def test_all_positions_are_every_position_whatever_their_kind():
+    kinds = cloze.position_kinds(torch.tensor([[0, 1], [1, 1], [1, 0], [0, 0]]), 1, lambda ids: " a"[ids[0]])
+    assert kinds["all"].tolist() == [True] * 4
+    assert kinds["word-initial"].tolist() == [True, False, False, False]
+    assert kinds["in-word"].tolist() == [False, True, False, False]

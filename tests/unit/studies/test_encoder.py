@@ -59,3 +59,37 @@ def test_the_next_token_models_samples_never_hold_the_mask_id_they_were_given_fo
     texts = [s["text"] for v in ("decoder", "cheater") for s in samples[v]]
     assert len(texts) == 4 and not any(MASK_TEXT in t for t in texts), texts
     assert all(len(stamps) == 6 for stamps in timing.values())
+    assert sorted(timing) == ["decoder (KV cache)", "decoder (no cache)", "encoder (no cache possible)"]
+
+
+def test_the_cloze_window_must_fit_in_the_context():
+    with pytest.raises(ConfigError, match=r"^cloze_left=8 \+ 1 \+ cloze_right=8 must fit in block_size=16"):
+        EncoderStudyConfig(block_size=16, cloze_left=8, cloze_right=8)
+    assert EncoderStudyConfig(block_size=16, cloze_left=8, cloze_right=7).cloze_right == 7
+
+
+def test_the_three_runs_differ_only_in_their_objective_and_evaluate_evals_times():
+    from studies.encoder import run_settings
+
+    sc = EncoderStudyConfig(max_iters=100, evals=3, mask_rate=0.25, mask_span=3)
+    runs = run_settings(sc)
+    assert runs["encoder"] == dict(model="encoder", pos_emb="rope", eval_interval=33, mask_rate=0.25, mask_span=3)
+    for v in ("decoder", "cheater"):
+        assert runs[v] == dict(model=v, pos_emb="rope", eval_interval=33, mask_token=True)
+
+
+def test_the_next_token_loss_is_the_mean_cross_entropy_over_the_real_tokens_of_every_window():
+    import torch
+    import torch.nn.functional as F
+
+    from conftest import tiny_model
+    from studies.encoder import next_token_nll
+
+    n_real = 5
+    model = tiny_model(seed=3, vocab_size=n_real + 1)  # and [MASK], never an answer
+    with torch.no_grad():
+        model.head.bias = torch.nn.Parameter(torch.tensor([0.0] * n_real + [3.0]))
+    windows = torch.randint(0, n_real, (3, 9), generator=torch.Generator().manual_seed(0))
+    logits, _ = model(windows[:, :-1])
+    want = F.cross_entropy(logits[..., :n_real].reshape(-1, n_real), windows[:, 1:].reshape(-1)).item()
+    assert abs(next_token_nll(model.eval(), windows, n_real, batch=2) - want) < 1e-5

@@ -56,3 +56,84 @@ def test_the_pseudo_perplexity_note_says_below_only_when_the_two_sided_score_is_
     above = below | dict(decoder_left=math.log(3), decoder_both=math.log(8))
     note = pseudo_note(study_results(ACC, above))
     assert "is 8.00, not below its perplexity 3.00 on the same positions." in note and "metric's" not in note
+
+
+def verdicts(res) -> dict:
+    """{the start of an expectation's text: its verdict word} for the lines checked by a number."""
+    out = {}
+    for line in expectations(res):
+        if line.startswith("- **held**: ") or line.startswith("- **did not hold**: "):
+            verdict, text = line[4:].split("**: ", 1)
+            out[text.split(":")[0]] = verdict
+    return out
+
+
+def test_each_expectation_holds_exactly_when_its_own_comparison_does():
+    """Every verdict flips with its own numbers (and only with them), ties counting as not held."""
+    ce = dict(decoder_left=2.0, decoder_both=1.0, encoder_left=2.0, encoder_both=1.0)
+    base = study_results(ACC, ce)
+    assert set(verdicts(base).values()) == {"held"}, verdicts(base)
+
+    def flipped(res, start):
+        got = verdicts(res)
+        assert got.pop(start) == "did not hold", got
+        assert set(got.values()) == {"held"}, got
+
+    flipped(study_results(dict(ACC, encoder_both=0.5), ce), "the encoder wins two-sided cloze")  # a tie
+    flipped(study_results(dict(ACC, encoder_left=0.25), ce), "the decoder wins left-only prediction")  # a tie
+    for worse in (dict(ce, encoder_both=2.0), dict(ce, decoder_both=2.5)):  # either one not below
+        flipped(study_results(ACC, worse), "pseudo-perplexity sits below perplexity for both")
+    slow = dict(base, gen_seconds={"decoder (KV cache)": [0.01, 0.02], "encoder (no cache possible)": [0.001, 0.002]})
+    flipped(slow, "the decoder generates faster (KV cache)")
+    half = dict(base, runs=dict(base["runs"], cheater={"own_val_loss": 1.0}))  # not below half the decoder's 2.0
+    flipped(half, "the cheater's own loss collapses (1.000 vs the decoder's 2.000) while behind a causal mask it is "
+                  "worse than the decoder (3.000 vs 1.500 nats)")
+    better = dict(base, nll={"decoder": 1.5, "cheater (causal mask)": 1.0})
+    flipped(better, "the cheater's own loss collapses (0.500 vs the decoder's 2.000) while behind a causal mask it is "
+                    "worse than the decoder (1.000 vs 1.500 nats)")
+
+
+def test_the_results_table_puts_each_number_in_its_row_and_column():
+    ce = dict(decoder_left=math.log(8), decoder_both=math.log(3), encoder_left=math.log(10), encoder_both=math.log(2))
+    res = study_results(ACC, ce)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in results_table(res).splitlines()[2:]}
+    d, c = res["nll"]["decoder"], res["nll"]["cheater (causal mask)"]
+    assert rows["next-token NLL, 2 validation windows (nats/char)"] == [f"{d:.3f}", "-", f"{c:.3f} behind a causal "
+                                                                                          "mask |"]
+    assert rows["perplexity"] == [f"{math.exp(d):.2f}", "-", f"{math.exp(c):.2f} |"]
+    assert rows["left-only perplexity at the 4 cloze positions"] == ["8.00", "10.00 (masks to the right)", "- |"]
+    assert rows["two-sided pseudo-perplexity at the cloze positions"] == ["3.00 (Bayes rescoring)", "2.00", "- |"]
+    assert rows["pseudo-perplexity, every position of 1 windows in turn"] == ["-", "1.25", "- |"]
+
+
+def test_a_pseudo_perplexity_equal_to_the_perplexity_is_not_below_it():
+    same = dict.fromkeys(SCORER_NAMES, math.log(3))
+    assert "is 3.00, not below its perplexity 3.00" in pseudo_note(study_results(ACC, same))
+
+
+def test_a_kind_with_one_position_has_its_score():
+    from studies.encoder_report import cloze_table
+
+    res = {"cloze": {s: {"all": (0.25, 3.0, 4), "word-initial": (1.0, 0.5, 1), "in-word": (0.5, 2.0, 2)}
+                     for s in SCORER_NAMES}}
+    assert cloze_table(res).splitlines()[2] == "| decoder, left only | 25.0% / 3.000 | 100.0% / 0.500 | 50.0% / 2.000 |"
+
+
+def test_the_next_token_note_finds_the_head_with_the_most_weight_on_key_t_plus_1(monkeypatch):
+    """Weight on key t+1 (the diagonal above the main one) only; layer and head read from a (layers, heads) grid
+    that is not square."""
+    import torch
+
+    from conftest import tiny_model
+    from data.tokenizer import CharTokenizer
+    from studies import encoder_report
+
+    tokenizer = CharTokenizer("abcd")
+    model = tiny_model(seed=0, vocab_size=tokenizer.vocab_size)
+    L, H, T = 2, 3, 4
+    maps = torch.zeros(L, 1, H, T, T)
+    maps[1, 0, 2] = torch.eye(T).roll(1, dims=1)  # layer 1, head 2: all of each row on key t+1 (t < T - 1)
+    maps[0, 0, 1] = torch.eye(T).roll(-1, dims=1)  # layer 0, head 1: all on key t-1, which is not the next one
+    monkeypatch.setattr(encoder_report, "attention_maps", lambda m, ids: maps)
+    note = encoder_report.next_token_note({"decoder": model}, tokenizer, "abcd")
+    assert "decoder 100% (layer 1, head 2)" in note, note

@@ -1,4 +1,6 @@
 """The positional study's pieces (studies/positions.py); the study end to end: tests/e2e/test_studies.py."""
+import pytest
+
 from conftest import tiny_model
 from data.tokenizer import CharTokenizer
 from studies.positions import cached_sample
@@ -119,3 +121,48 @@ def test_each_curve_is_drawn_at_its_contexts_and_the_dashed_line_at_t(tmp_path, 
     np.testing.assert_allclose(y, [np.mean(curve[i:i + smooth]) for i in range(4 * T - smooth + 1)])
     dashed = next(line for line in ax.lines if line.get_linestyle() == "--")
     assert list(dashed.get_xdata()) == [T, T]
+
+
+def test_the_y_range_runs_from_the_lowest_curve_point_to_above_the_highest_median(tmp_path, monkeypatch):
+    """A runaway curve leaves the top edge instead of flattening the rest; every curve's lowest point stays in."""
+    import numpy as np
+
+    from insight import attention_figures
+    from studies import positions
+
+    T, kept = 16, []
+    monkeypatch.setattr(attention_figures, "save_figure", lambda fig, path: kept.append(fig) or path)
+    flat, runaway = [2.0] * (4 * T), [1.0] * T + [1.0 + t for t in range(3 * T)]
+    positions.plot({"pos-rope": {"curve": flat}, "pos-none": {"curve": runaway}}, T, str(tmp_path / "p.png"))
+    smooth = T // 8
+    averaged = np.convolve(runaway, np.ones(smooth) / smooth, mode="valid")
+    low, high = kept[0].axes[0].get_ylim()
+    assert low == pytest.approx(1.0 - 0.1) and high == pytest.approx(max(2.0, np.median(averaged)) + 1.5)
+
+
+def test_only_the_models_that_extrapolate_are_sampled_past_their_context(corpus, tmp_path, monkeypatch):
+    """The 4T sample is drawn for positions with no end; learned positions (ending at T) have none, and every
+    model keeps its checkpoint's validation loss beside the study's."""
+    import train
+    from conftest import tiny_args
+    from studies import positions
+
+    run = tmp_path / "run"
+    train.main(tiny_args(corpus, run, "--max_iters=1", "--eval_interval=1", "--eval_iters=1"))
+    load = positions.load_for_inference
+    monkeypatch.setattr(positions, "cached_sample", lambda model, tokenizer, prompt, n, seed: f"{prompt} +{n}")
+    sc = positions.PositionsConfig(eval_windows=1)
+    got = []
+    for ends_at in (None, 16):
+        def loaded(path, device, e=ends_at):
+            model, tokenizer, ckpt = load(path, device)
+            model.pos.max_len = e
+            return model, tokenizer, ckpt
+
+        monkeypatch.setattr(positions, "load_for_inference", loaded)
+        got.append(positions.evaluate(sc, str(run), sample=True))
+    assert [r["sample"] for r in got] == ["ROMEO: +64", None]
+    from inference.checkpoint import Checkpoint, path_in
+
+    best = Checkpoint.load(path_in(str(run), "last")).best_val_loss
+    assert [r["val_loss_train_eval"] for r in got] == [best, best] and best is not None

@@ -95,3 +95,53 @@ def test_the_data_flags_train_py_errors_name_reach_the_studys_runs(study, tmp_pa
     assert set(given) <= set(runs.run_flags(sc, "decoder"))
     assert not any(f.startswith(("--text_field", "--on_bad", "--archive"))
                    for f in runs.run_flags(runs.study_config([], cls, study), "decoder"))  # train.py's defaults
+
+
+def test_the_training_speed_is_the_median_after_the_first_log_line_and_the_time_spent_training(tmp_path):
+    """The first line's rate holds the warm-up (compilation, first allocations): left out of the median."""
+    import json
+
+    from studies.runs import train_speed
+    from training.metrics import METRICS_FILE
+
+    rows = [{"step": 1, "tok_per_s": 1.0, "elapsed_s": 1.0}, {"step": 2, "tok_per_s": 100.0, "elapsed_s": 2.0},
+            {"step": 3, "tok_per_s": 300.0, "elapsed_s": 3.0},
+            {"step": 4, "tok_per_s": 1000.0, "elapsed_s": 9.0, "train_s": 7.0}]
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert train_speed(str(tmp_path)) == (300.0, 7.0)  # the median of 100, 300, 1000
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
+    assert train_speed(str(tmp_path)) == (200.0, 3.0)  # no train_s: the elapsed time
+
+
+def test_validation_windows_are_the_whole_split_evenly_from_its_first_token_to_its_last(corpus, tmp_path):
+    import numpy as np
+
+    import train
+    from conftest import tiny_args
+    from data.shards import TokenShards
+    from inference.checkpoint import Checkpoint, path_in
+    from studies.runs import val_tokens, val_windows
+
+    run = tmp_path / "run"
+    train.main(tiny_args(corpus, run, "--max_iters=1", "--eval_interval=1", "--eval_iters=1"))
+    ckpt = Checkpoint.load(path_in(str(run), "last"))
+    shards = TokenShards(ckpt.data_dir, "val")
+    tokens = val_tokens(ckpt)
+    assert len(tokens) == shards.n_tokens
+    shards.close()
+    windows = val_windows(ckpt, 16, 5)
+    starts = np.linspace(0, len(tokens) - 17, 5).round().astype(int)
+    assert windows.tolist() == [tokens[s:s + 17].tolist() for s in starts]
+    assert windows[-1].tolist() == tokens[-17:].tolist()
+
+
+def test_a_runs_flags_are_the_shared_settings_with_its_own_winning_and_booleans_as_train_py_reads_them():
+    from types import SimpleNamespace
+
+    from studies.runs import SHARED, run_flags
+
+    sc = SimpleNamespace(out="study", input=None, split=None, data_root=None, **{k: 7 for k in SHARED})
+    flags = run_flags(sc, "decoder", dropout=0.5, mask_token=True)
+    assert "--eval_interval=7" in flags and "--dropout=0.5" in flags and "--dropout=0.0" not in flags
+    assert "--mask_token=true" in flags and "--overwrite=true" in flags and flags[-1] == "--out_dir=study/decoder"
+    assert "--eval_interval=2" in run_flags(sc, "decoder", eval_interval=2)
