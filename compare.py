@@ -27,6 +27,7 @@ def main(argv) -> None:
     # the one flag parser: --study picks the study, the rest are the study's flags; -h asks for help, as in train.py
     raw = flags.split_argv(flags.without_help(argv))
     study = raw.pop("study", "encoder")
+    flags.need_value("study", study)  # a bare --study is no study named 'true'
     asks_help = flags.asks_help(argv) or "h" in raw
     if study not in STUDIES:
         raise FlagError(f"--study={study} is not one of {', '.join(STUDIES)}")

@@ -207,3 +207,27 @@ def test_evaluate_py_on_a_cpu_keeps_freed_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(malloc, "keep_freed_memory", lambda: calls.append(1) or True)
     assert run(f"--init_from=hf:{tmp_path / 'hf'}", f"--text={tmp_path / 'text.txt'}", "--device=cpu") == 0
     assert calls == [1]
+
+
+def test_a_folder_whose_tokenizer_outgrows_its_model_is_refused_in_one_line(tmp_path, capsys):
+    """Ids past the model's embedding table would index out of range: the folder's files do not belong together."""
+    hf_gpt2_folder(tmp_path / "hf")
+    chars = CHARS + "ABC"  # three more tokens than the model's vocabulary
+    (tmp_path / "hf" / "small_gpt_tokenizer.json").write_text(json.dumps(
+        {"tokenizer": "char", "vocab_size": len(chars), "eot_id": None, "chars": chars}))
+    (tmp_path / "text.txt").write_text(TEXT)
+    capsys.readouterr()  # save_pretrained's progress bar
+    err = refused(capsys, f"--init_from=hf:{tmp_path / 'hf'}", f"--text={tmp_path / 'text.txt'}")
+    assert f"tokenizer has {len(chars)} tokens, its model only {len(CHARS)}" in err and "do not belong" in err
+
+
+def test_every_infinite_or_nan_number_of_a_report_becomes_null_at_any_depth():
+    inf, nan = float("inf"), float("nan")
+    report = {"a": inf, "b": [-inf, 1.5, {"c": nan, "d": (2.0, -inf)}], "e": "text", "f": 3}
+    assert evaluate.finite_or_null(report) == {"a": None, "b": [None, 1.5, {"c": None, "d": [2.0, None]}],
+                                               "e": "text", "f": 3}
+
+
+def test_a_limit_of_no_items_is_refused(tmp_path, capsys):
+    tasks = write_jsonl(tmp_path / "t.jsonl", ITEMS)
+    assert "limit=0 must be a positive number of items" in refused(capsys, f"--tasks={tasks}", "--limit=0")

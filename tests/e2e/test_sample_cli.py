@@ -398,10 +398,12 @@ def test_a_decoder_with_a_mask_token_never_writes_it(corpus, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("ckpt, there, named", [("best", "ckpt_last.pt", "ckpt_best.pt"),
-                                                ("last", "ckpt_best.pt", "ckpt_last.pt")])
+                                                ("last", "ckpt_best.pt", "ckpt_last.pt"),
+                                                ("run/model.pt", "ckpt_last.pt", "ckpt_best.pt")])
 def test_a_draft_folder_with_the_other_checkpoint_only_names_it(ckpt, there, named, tmp_path):
     """A draft run stopped before its first evaluation holds ckpt_last.pt only: the refusal names the file to pass,
-    as the other commands do, rather than asking for a trained out_dir."""
+    as the other commands do, rather than asking for a trained out_dir. --ckpt=FILE.pt names the model's file: the
+    draft's folder is read for its best checkpoint."""
     (tmp_path / there).write_bytes(b"")
     sc = sample.SampleConfig(draft=str(tmp_path), ckpt=ckpt)
     with pytest.raises(UserError, match=rf"^--draft={tmp_path}: no checkpoint at {tmp_path / named}; pass "
@@ -481,3 +483,64 @@ def test_a_prompt_starts_a_document_with_the_end_of_text_token_it_spells():
 
     model = tiny_model(vocab_size=tokenizer.vocab_size)
     assert encode_probe(model, tokenizer, EOT + "ab").tolist() == [[tokenizer.eot_id, ord("a"), ord("b")]]
+
+
+def test_the_temperature_table_reads_the_last_window_of_a_long_prompt_and_gives_entropy_in_bits():
+    """--temperatures' table for a prompt longer than the context: softmax(logits / t) after its last block_size
+    tokens, each token's row and the rest, and the entropy in bits, against a reference written out here."""
+    import math
+
+    from conftest import tiny_model
+    from data.tokenizer import CharTokenizer
+
+    tokenizer = CharTokenizer("abcdefghijklmnopqrstuvwxyz0123456789.")
+    model = tiny_model(vocab_size=tokenizer.vocab_size)
+    prompt = [(7 * i + 3) % tokenizer.vocab_size for i in range(40)]  # past block_size=16
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt[-16:]]))[0][0, -1]
+    top = 5
+    for t in (0.5, 2.0):
+        probs = torch.softmax(logits / t, dim=-1).tolist()
+        order = sorted(range(len(probs)), key=lambda i: -probs[i])[:top]
+        table = sample.temperature_table(model, tokenizer, prompt, [t], top).splitlines()
+        assert [line.split()[0] for line in table[1:top + 1]] == [repr(tokenizer.token_text(i)) for i in order]
+        assert [float(line.split()[-1]) for line in table[1:top + 1]] == pytest.approx(
+            [probs[i] for i in order], abs=1e-4)
+        assert float(table[top + 1].split()[-1]) == pytest.approx(1 - sum(probs[i] for i in order), abs=1e-4)
+        bits = -sum(p * math.log2(p) for p in probs if p > 0)
+        assert float(table[-1].split()[-1]) == pytest.approx(bits, abs=1e-3)
+
+
+def test_a_bidirectional_checkpoint_samples_without_the_kv_cache_it_cannot_use():
+    """The cheater (bidirectional, next-token) samples through the decoder's loop: --kv_cache's default (true) must
+    not give it a cache, which a model whose tokens attend to later ones cannot have."""
+    from conftest import tiny_model
+    from data.tokenizer import CharTokenizer
+
+    tokenizer = CharTokenizer("abcdefghijklmnopqrstuvwxyz0123456789.")
+    model = tiny_model(causal=False, vocab_size=tokenizer.vocab_size)
+    decoding = sample.Decoding.for_model(sample.SampleConfig(max_new_tokens=5), model, tokenizer,
+                                         torch.device("cpu"), torch.float32)
+    assert not decoding.use_cache
+    ids = list(sample.sample_stream(decoding, [1, 2, 3], torch.Generator().manual_seed(0)))
+    assert len(ids) == 5 and all(0 <= i < tokenizer.vocab_size for i in ids)
+
+
+def test_samples_drawn_as_one_batch_are_each_cut_at_their_first_end_of_text(capsys):
+    """A batch runs until every row has ended: a row that wrote end-of-text early goes on drawing, and is printed up
+    to that token only, as a sample drawn alone stops there."""
+    from data.tokenizer import CharTokenizer
+
+    tokenizer = CharTokenizer("abcdef")
+    steps = [torch.tensor([1, 2]), torch.tensor([0, 3]), torch.tensor([4, 0]), torch.tensor([5, 0])]  # (B,) each
+    decoding = SimpleNamespace(device=torch.device("cpu"), stop=[0], use_cache=True, compiled={},
+                               new_tokens=lambda idx, generator: iter(steps))
+    sample.print_batch(sample.SampleConfig(num_samples=2), tokenizer, [2], decoding, "")
+    out = capsys.readouterr().out.splitlines()
+    assert out[1::2] == ["c" + "ba", "c" + "cda"]  # the prompt, then each row's tokens up to and with its first 0
+
+
+def test_zero_new_tokens_is_a_sample_of_the_prompt_alone_and_fewer_is_refused():
+    assert sample.SampleConfig(max_new_tokens=0).max_new_tokens == 0
+    with pytest.raises(UserError, match="max_new_tokens=-1 >= 0"):
+        sample.SampleConfig(max_new_tokens=-1)

@@ -136,3 +136,12 @@ def test_probe_py_notes_a_wandb_project_without_wandb_log(tmp_path, capsys, monk
         probe.main([f"--out={tmp_path}", "--tasks=copy", "--pos_embs=rope", "--steps=0", "--wandb_project=mine"])
     assert capsys.readouterr().err == ("note: --wandb_project applies with --wandb_log=true only (this run is "
                                        "--wandb_log=false); ignored\n")
+
+
+@pytest.mark.parametrize("flag", ["eval_batches", "copy_n", "recall_n"])
+def test_probe_py_refuses_a_count_of_zero(flag):
+    from common.errors import ConfigError
+    from probe import ProbeConfig
+
+    with pytest.raises(ConfigError, match=f"^{flag}=0"):
+        ProbeConfig(tasks="copy,recall", **{flag: 0})

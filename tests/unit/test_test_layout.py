@@ -25,7 +25,6 @@ END_TO_END = {
     "sample.py": ("samples from a checkpoint", [E2E + "test_sample_cli.py", E2E + "test_train_then_sample.py"]),
     "evaluate.py": ("scores a checkpoint or a Hugging Face model on tasks", [E2E + "test_evaluate_cli.py"]),
     "visualize.py": ("draws a checkpoint's attention", [E2E + "test_attention_pictures_from_a_run.py"]),
-    "compare.py": ("runs a study's report", [E2E + "test_encoder_study.py", E2E + "test_seq2seq_study.py"]),
     "bench.py": ("runs the benchmarks", [E2E + "test_bench.py"]),
     # the memory of a training process
     "common/malloc.py": ("page faults of a training process", [E2E + "test_malloc.py"]),

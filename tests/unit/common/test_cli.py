@@ -133,3 +133,31 @@ def test_a_ctrl_c_in_a_finalizer_or_at_exit_prints_no_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-c", code.replace("KeyboardInterrupt", "ValueError('a bug')")],
                        capture_output=True, text=True, cwd=Path(__file__).parents[3], timeout=60)
     assert r.stderr.count("ValueError: a bug") == 2, r.stderr  # one from __del__, one at exit
+
+
+def test_a_mistake_whose_message_spans_lines_is_said_in_one(capsys):
+    """A message built from several lines (a library's, a file's) still ends the command in one line."""
+    def main(argv):
+        raise errors.DataError("shard 3\n  is missing;\tprepare   again")
+    assert cli.run(main, []) == 2
+    assert capsys.readouterr().err == "error: shard 3 is missing; prepare again\n"
+
+
+def test_a_stdout_whose_write_fails_is_one_line_as_one_whose_flush_fails(monkeypatch, capsys):
+    """A print larger than stdout's buffer goes to the file at once: its failure comes from write, not flush."""
+    import errno
+    import io
+
+    class Full(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, b):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    stdout = io.TextIOWrapper(io.BufferedWriter(Full(), buffer_size=64), encoding="utf-8", write_through=True)
+    monkeypatch.setattr(sys, "__stdout__", stdout)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    cli.watch_stdout()  # the process's own stdout, as cli.run makes it
+    assert type(sys.stdout) is cli.Stdout
+    assert cli.run(lambda argv: print("a sample " * 100), []) == 2
+    assert capsys.readouterr().err.startswith("error: could not write to stdout: No space left on device")

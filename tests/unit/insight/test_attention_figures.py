@@ -150,3 +150,29 @@ def test_a_causal_models_probe_spells_mask_out_and_an_encoders_reads_the_mask_id
     assert len(page_data(decoder, tokenizer, text)["tokens"]) == len(spelled)
     encoder = tiny_model(vocab_size=tokenizer.vocab_size, causal=False)
     assert encode_probe(encoder, tokenizer, text).tolist()[0][-1] == tokenizer.mask_id
+
+
+def test_each_panel_is_titled_by_its_layer_and_head_and_the_last_as_the_mean():
+    import torch
+
+    from insight.attention_figures import plot_maps
+
+    data = torch.softmax(torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0)), dim=-1)  # 2 heads
+    fig = plot_maps(data, list("abcd"), "title")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == [f"layer {layer}, {head}" for layer in (0, 1) for head in ("head 0", "head 1", "mean of heads")]
+
+
+def test_the_induction_curve_plots_the_evaluations_that_logged_a_score_only():
+    """An evaluation may log a loss without a score (a resumed run that turned --log_induction on): the score's line
+    is drawn over the evaluations with a score."""
+    from insight.attention_figures import induction_curve_figure
+
+    rows = [{"step": 0, "val_loss": 4.0}, {"step": 5, "train_loss": 3.5},
+            {"step": 10, "val_loss": 3.0, "induction_score": 0.25},
+            {"step": 20, "val_loss": 2.0, "induction_score": 0.5}]
+    fig = induction_curve_figure(rows, "run")
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for ax in fig.axes
+             for line in ax.get_lines()}
+    assert lines["best head's prefix-matching score"] == ([10, 20], [0.25, 0.5])
+    assert lines["train loss"] == ([5], [3.5])

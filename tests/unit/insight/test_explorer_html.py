@@ -88,6 +88,8 @@ def test_too_long_a_text_is_refused_with_one_line():
     tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
     with pytest.raises(UserError, match="context is 16"):
         explorer_html(tiny_model(), tokenizer, "a" * 17)
+    meta, _ = page_parts(explorer_html(tiny_model(), tokenizer, "a" * 16))  # a full context is shown
+    assert len(meta["tokens"]) == 16
 
 
 def test_a_token_holding_part_of_a_character_shows_its_bytes():
@@ -131,3 +133,20 @@ def test_a_token_of_several_newlines_breaks_the_line_as_often():
     assert "\n\n" in texts  # the token this test is about
     meta, _ = page_parts(explorer_html(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, text))
     assert meta["newline"] == [t.count("\n") for t in texts]
+
+
+def test_a_cross_attention_page_counts_source_and_target_tokens_and_the_sources_newlines():
+    """The page of an encoder-decoder: S source tokens (the keys) and T target tokens (the queries) in its title,
+    and the line breaks after each source token as after each target token."""
+    from types import SimpleNamespace
+
+    from insight.explorer_html import cross_explorer_html, dequantise
+
+    weights = torch.softmax(torch.randn(1, 2, 3, 5, generator=torch.Generator().manual_seed(0)), dim=-1)  # T=3, S=5
+    view = SimpleNamespace(weights=weights, generated=True, target_texts=["x", "y\n", "[STOP]"],
+                           source_texts=["a", "b\n\n", "c", "d\n", "e"])
+    model = SimpleNamespace(config=SimpleNamespace(n_layer=1, n_head=2))
+    meta, blob = page_parts(cross_explorer_html(model, view))
+    assert "5 source tokens, 3 target tokens (written by greedy decoding)" in meta["title"]
+    assert meta["newline"] == [0, 1, 0] and meta["source_newline"] == [0, 2, 0, 1, 0]
+    torch.testing.assert_close(dequantise(blob, 1, 2, 3, False, S=5), weights, atol=QUANTISATION_ERROR, rtol=0)
