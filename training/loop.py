@@ -453,7 +453,7 @@ def stop_here(run, log, bar, done: int, signum: int, saved: bool = True):
     128 + the signal's number."""
     bar.close()
     if log is not None:
-        log.close()
+        log.close(exit_code=128 + signum)  # the process's status, as train.py ends it: the wandb run did not finish
     if run.dist.master and not saved:
         print(f"stopped after step {done}: weights not finite, no checkpoint saved; {on_disk(run.tc.out_dir)}",
               file=sys.stderr, flush=True)
