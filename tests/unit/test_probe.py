@@ -136,3 +136,29 @@ def test_probe_py_notes_a_wandb_project_without_wandb_log(tmp_path, capsys, monk
         probe.main([f"--out={tmp_path}", "--tasks=copy", "--pos_embs=rope", "--steps=0", "--wandb_project=mine"])
     assert capsys.readouterr().err == ("note: --wandb_project applies with --wandb_log=true only (this run is "
                                        "--wandb_log=false); ignored\n")
+
+
+@pytest.mark.parametrize("raised, code", [(KeyboardInterrupt, 130), ("refusal", 2)])
+def test_probe_py_stopped_after_wandb_started_ends_its_run_with_the_processs_exit_status(tmp_path, monkeypatch,
+                                                                                         capsys, raised, code):
+    """A Ctrl-C or a refusal in a cell: the wandb run was left to wandb's exit hook, which recorded 0 (finished)."""
+    import wandb
+
+    import probe
+    from common import cli
+    from common.errors import SetupError
+    from insight import probe_report
+
+    finished = []
+    run = type("Run", (), {"define_metric": lambda self, *a, **k: None, "log": lambda self, *a, **k: None,
+                           "finish": lambda self, exit_code=None: finished.append(exit_code)})()
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: run)
+
+    def run_cell(*args):
+        raise KeyboardInterrupt if raised is KeyboardInterrupt else SetupError("the disk is full")
+    monkeypatch.setattr(probe_report, "run_cell", run_cell)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    argv = [f"--out={tmp_path / 'p'}", "--tasks=copy", "--pos_embs=rope", "--models=decoder", "--steps=1",
+            "--n_embd=16", "--n_head=2", "--eval_batches=1", "--wandb_log=true"]
+    assert cli.run(probe.main, argv) == code
+    assert finished == [code]
