@@ -38,6 +38,7 @@ TMP_PREFIX, TMP_SUFFIX = ".tmp-", ".jsonl"  # a resume's rewrite of it; a kill i
 
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # the values wandb takes
 ONLINE_MODES = ("online", "shared", "run")  # those that upload as the run goes: they need an API key
+OFFLINE_MODES = ("offline", "dryrun")  # those that write a run for `wandb sync` to upload later
 
 
 def need_wandb_mode(wandb_log: bool) -> None:
@@ -243,7 +244,8 @@ class MetricsLog:
         self.file.close()
         if self.wandb is not None:
             run_dir = os.path.dirname(self.wandb.dir)  # .../wandb/offline-run-DATE-ID (dir is its files/)
-            offline = self.wandb.settings.mode == "offline" if hasattr(self.wandb, "settings") else True
+            # dryrun: wandb's older name for offline, which writes the same offline run
+            offline = self.wandb.settings.mode in OFFLINE_MODES if hasattr(self.wandb, "settings") else True
             self.wandb.finish(exit_code=exit_code)
             if offline:
                 print(f"wandb run saved offline in {run_dir}; upload it with: wandb sync {run_dir}")

@@ -291,3 +291,19 @@ def test_closing_twice_finishes_the_wandb_run_once(tmp_path, capsys):
     log.close()
     assert finished == [1]
     assert capsys.readouterr().out.count("wandb run saved offline") == 1
+
+
+@pytest.mark.parametrize("mode, saved_offline", [("offline", True), ("dryrun", True), ("online", False),
+                                                 ("disabled", False)])
+def test_a_run_wandb_keeps_offline_says_how_to_upload_it(tmp_path, capsys, mode, saved_offline):
+    """WANDB_MODE=dryrun, wandb's older name for offline, writes an offline run too: closing it said nothing of the
+    `wandb sync` line that uploads it."""
+    finished = []
+    log = MetricsLog(str(tmp_path), fresh=True)
+    log.wandb = types.SimpleNamespace(dir=str(tmp_path / "wandb" / "offline-run-1-abc" / "files"),
+                                      settings=types.SimpleNamespace(mode=mode),
+                                      finish=lambda exit_code: finished.append(exit_code))
+    log.close(exit_code=2)
+    out = capsys.readouterr().out
+    assert finished == [2]
+    assert (f"wandb sync {tmp_path / 'wandb' / 'offline-run-1-abc'}\n" in out) == saved_offline, out
