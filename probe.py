@@ -20,7 +20,7 @@ from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
 from common.flags import asks_help, help_text, parse_configs
 from insight.probe_config import CURVE_EVERY, ProbeModel
-from training.metrics import need_wandb_mode
+from training.metrics import ctrl_c_deferred, need_wandb_mode
 
 
 @dataclass
@@ -145,9 +145,17 @@ def start_wandb(pc: ProbeConfig, config: dict):
     import wandb
 
     os.makedirs(pc.out, exist_ok=True)
-    wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config, dir=pc.out)
-    wandb_run.define_metric("probe_step")
-    wandb_run.define_metric("probe_*", step_metric="probe_step")
+    wandb_run = None
+    try:
+        with ctrl_c_deferred():  # raised once the run exists, so that it ends with the process's status, not 0
+            wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config,
+                                   dir=pc.out)
+        wandb_run.define_metric("probe_step")
+        wandb_run.define_metric("probe_*", step_metric="probe_step")
+    except BaseException as e:
+        if wandb_run is not None:
+            wandb_run.finish(exit_code=cli.exit_code(e))
+        raise
     return wandb_run
 
 
