@@ -20,7 +20,7 @@ from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
 from common.flags import asks_help, help_text, parse_configs
 from insight.probe_config import CURVE_EVERY, ProbeModel
-from training.metrics import need_wandb_mode
+from training.metrics import ctrl_c_deferred, need_wandb_mode
 
 
 @dataclass
@@ -82,11 +82,24 @@ def main(argv) -> None:
     config = {**asdict(pc), **asdict(pm)}
     import torch
 
-    from insight.probe_report import cells, run_cell
-
     if pc.threads:
         torch.set_num_threads(pc.threads)
     wandb_run = start_wandb(pc, config) if pc.wandb_log else None
+    try:
+        results = run_cells(pc, pm, wandb_run)
+        png = write_results(pc, config, results)
+    except BaseException as e:  # Ctrl-C, a refusal: the wandb run ends with the process's status, not as finished
+        if wandb_run is not None:
+            wandb_run.finish(exit_code=cli.exit_code(e))
+        raise
+    if wandb_run is not None:
+        finish_wandb(wandb_run, results, png)
+
+
+def run_cells(pc: ProbeConfig, pm: ProbeModel, wandb_run) -> list:
+    """Each (task, pos_emb, model) trained and scored in turn, its line printed; its curve logged to wandb_run."""
+    from insight.probe_report import cells, run_cell
+
     results = []
     for task, pos_emb, model in cells(pc.items("tasks"), pc.items("pos_embs"), pc.items("models")):
         name = f"{task}/{model}/{pos_emb}"
@@ -99,9 +112,7 @@ def main(argv) -> None:
         results.append(r)
         print(f"{name}: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in r["acc"].items())
               + f" ({r['seconds']} s)", flush=True)
-    png = write_results(pc, config, results)
-    if wandb_run is not None:
-        finish_wandb(wandb_run, results, png)
+    return results
 
 
 def checked(argv) -> tuple[ProbeConfig, ProbeModel]:
@@ -134,9 +145,17 @@ def start_wandb(pc: ProbeConfig, config: dict):
     import wandb
 
     os.makedirs(pc.out, exist_ok=True)
-    wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config, dir=pc.out)
-    wandb_run.define_metric("probe_step")
-    wandb_run.define_metric("probe_*", step_metric="probe_step")
+    wandb_run = None
+    try:
+        with ctrl_c_deferred():  # raised once the run exists, so that it ends with the process's status, not 0
+            wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config,
+                                   dir=pc.out)
+        wandb_run.define_metric("probe_step")
+        wandb_run.define_metric("probe_*", step_metric="probe_step")
+    except BaseException as e:
+        if wandb_run is not None:
+            wandb_run.finish(exit_code=cli.exit_code(e))
+        raise
     return wandb_run
 
 

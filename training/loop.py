@@ -371,8 +371,9 @@ def train(run, columns=(), images=()) -> dict:
     """Trains run from run.start_step to max_iters; returns {'steps_run', 'train_s', 'best_val_loss'}. columns:
     functions (model, tokenizer) -> {metric: value} added at each evaluation; images: functions (model, tokenizer) ->
     (wandb key, image, caption) logged to wandb at each evaluation. train.py has printed the banner (announce)."""
-    log = open_log(run)
+    log = None
     try:
+        log = open_log(run)
         return train_steps(run, log, columns, images)
     except BaseException as e:  # a refusal, a crash, a second Ctrl-C: the metrics file closed, the wandb run failed
         if log is not None:
@@ -453,7 +454,7 @@ def stop_here(run, log, bar, done: int, signum: int, saved: bool = True):
     128 + the signal's number."""
     bar.close()
     if log is not None:
-        log.close()
+        log.close(exit_code=128 + signum)  # the process's status, as train.py ends it: the wandb run did not finish
     if run.dist.master and not saved:
         print(f"stopped after step {done}: weights not finite, no checkpoint saved; {on_disk(run.tc.out_dir)}",
               file=sys.stderr, flush=True)

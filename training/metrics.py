@@ -12,11 +12,14 @@ The wandb layout, so that dashboards need no hand-editing:
   in the option under study (pos_emb, attn_impl, causal) share a group; tags and the job type name those options.
 metrics.jsonl keeps the flat names training/loop.py gives (train_loss, val_bpb, ...): scripts read them.
 """
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
 
+from common import cli
 from common.errors import SetupError
 from common.files import disk_errors, why_cannot_write_in, write_all, write_atomic
 
@@ -38,6 +41,7 @@ TMP_PREFIX, TMP_SUFFIX = ".tmp-", ".jsonl"  # a resume's rewrite of it; a kill i
 
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # the values wandb takes
 ONLINE_MODES = ("online", "shared", "run")  # those that upload as the run goes: they need an API key
+OFFLINE_MODES = ("offline", "dryrun")  # those that write a run for `wandb sync` to upload later
 
 
 def need_wandb_mode(wandb_log: bool) -> None:
@@ -163,6 +167,25 @@ def keep_through(path: str, step: int) -> tuple[dict | None, int]:
     return last, nonfinite_evals
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred():
+    """A Ctrl-C in the block is raised as KeyboardInterrupt when it ends: one inside wandb.init left a run this
+    process never got back, which wandb's exit hook then finished as 0 (a finished run) for a process that ended
+    130."""
+    got = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    except ValueError:  # not the main thread: nothing to defer
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if got and previous is not signal.SIG_IGN:
+        raise KeyboardInterrupt
+
+
 class MetricsLog:
     def __init__(self, out_dir: str, fresh: bool, wandb_cfg: dict | None = None, resume_step: int = 0):
         """fresh: start a new file; else append after resume_step. wandb_cfg: {"project", "name" (None: derived
@@ -175,16 +198,24 @@ class MetricsLog:
         self.wandb = None
         self.sample_rows = []  # every sample so far: the table logged at each evaluation holds the whole history
         if wandb_cfg is not None:
-            os.environ.setdefault("WANDB_MODE", "offline")
-            os.environ.setdefault("WANDB_SILENT", "true")
-            import wandb  # imported only when asked for: it is slow to import
+            try:
+                self._start_wandb(out_dir, wandb_cfg)
+            except BaseException as e:  # a Ctrl-C while wandb starts: its run ends with the process's status
+                self.close(exit_code=cli.exit_code(e))
+                raise
 
-            layout, run_id = run_layout(wandb_cfg["config"]), wandb_cfg.get("id")
+    def _start_wandb(self, out_dir: str, wandb_cfg: dict) -> None:
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb  # imported only when asked for: it is slow to import
+
+        layout, run_id = run_layout(wandb_cfg["config"]), wandb_cfg.get("id")
+        with ctrl_c_deferred():
             self.wandb = wandb.init(project=wandb_cfg["project"], name=wandb_cfg.get("name") or layout["name"],
                                     group=layout["group"], job_type=layout["job_type"], tags=layout["tags"],
                                     config=wandb_cfg["config"], dir=out_dir, id=run_id,
                                     resume="allow" if run_id else None)
-            self._define_layout()
+        self._define_layout()
 
     @property
     def wandb_run_id(self) -> str | None:
@@ -243,7 +274,8 @@ class MetricsLog:
         self.file.close()
         if self.wandb is not None:
             run_dir = os.path.dirname(self.wandb.dir)  # .../wandb/offline-run-DATE-ID (dir is its files/)
-            offline = self.wandb.settings.mode == "offline" if hasattr(self.wandb, "settings") else True
+            # dryrun: wandb's older name for offline, which writes the same offline run
+            offline = self.wandb.settings.mode in OFFLINE_MODES if hasattr(self.wandb, "settings") else True
             self.wandb.finish(exit_code=exit_code)
             if offline:
                 print(f"wandb run saved offline in {run_dir}; upload it with: wandb sync {run_dir}")

@@ -280,3 +280,28 @@ def test_the_other_commands_refuse_a_wandb_mode_wandb_does_not_take_before_any_w
     err = capsys.readouterr().err
     assert err.startswith("error: WANDB_MODE=ofline is not a mode wandb takes (") and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_visualize_py_interrupted_while_wandb_starts_ends_its_run_with_the_processs_exit_status(tmp_path,
+                                                                                               monkeypatch):
+    """A Ctrl-C inside wandb.init, once it made the run: the run was left to wandb's exit hook, which recorded 0
+    (finished) for a process that ended 130."""
+    import signal
+    import types
+
+    import visualize
+    import wandb
+    from common import cli
+
+    finished = []
+
+    def init(**kwargs):  # the real one makes its run, then may be interrupted before it returns it
+        signal.raise_signal(signal.SIGINT)
+        return types.SimpleNamespace(log=lambda data: None, dir=str(tmp_path / "files"),
+                                     finish=lambda exit_code=0: finished.append(exit_code))
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    argv = [f"--out_dir={decoder_folder(tmp_path / 'run')}", "--text=ab", f"--html={tmp_path / 'page.html'}",
+            "--wandb_log=true"]
+    assert cli.run(visualize.main, argv) == 130
+    assert finished == [130]

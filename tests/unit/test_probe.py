@@ -145,3 +145,53 @@ def test_probe_py_refuses_a_count_of_zero(flag):
 
     with pytest.raises(ConfigError, match=f"^{flag}=0"):
         ProbeConfig(tasks="copy,recall", **{flag: 0})
+
+
+@pytest.mark.parametrize("raised, code", [(KeyboardInterrupt, 130), ("refusal", 2)])
+def test_probe_py_stopped_after_wandb_started_ends_its_run_with_the_processs_exit_status(tmp_path, monkeypatch,
+                                                                                         capsys, raised, code):
+    """A Ctrl-C or a refusal in a cell: the wandb run was left to wandb's exit hook, which recorded 0 (finished)."""
+    import wandb
+
+    import probe
+    from common import cli
+    from common.errors import SetupError
+    from insight import probe_report
+
+    finished = []
+    run = type("Run", (), {"define_metric": lambda self, *a, **k: None, "log": lambda self, *a, **k: None,
+                           "finish": lambda self, exit_code=None: finished.append(exit_code)})()
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: run)
+
+    def run_cell(*args):
+        raise KeyboardInterrupt if raised is KeyboardInterrupt else SetupError("the disk is full")
+    monkeypatch.setattr(probe_report, "run_cell", run_cell)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    argv = [f"--out={tmp_path / 'p'}", "--tasks=copy", "--pos_embs=rope", "--models=decoder", "--steps=1",
+            "--n_embd=16", "--n_head=2", "--eval_batches=1", "--wandb_log=true"]
+    assert cli.run(probe.main, argv) == code
+    assert finished == [code]
+
+
+def test_probe_py_interrupted_while_wandb_starts_ends_its_run_with_the_processs_exit_status(tmp_path, monkeypatch):
+    """A Ctrl-C inside wandb.init, once it made the run: the run was left to wandb's exit hook, which recorded 0."""
+    import signal
+
+    import wandb
+
+    import probe
+    from common import cli
+
+    finished = []
+    run = type("Run", (), {"define_metric": lambda self, *a, **k: None, "log": lambda self, *a, **k: None,
+                           "finish": lambda self, exit_code=None: finished.append(exit_code)})()
+
+    def init(**kwargs):  # the real one makes its run, then may be interrupted before it returns it
+        signal.raise_signal(signal.SIGINT)
+        return run
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    argv = [f"--out={tmp_path / 'p'}", "--tasks=copy", "--pos_embs=rope", "--models=decoder", "--steps=1",
+            "--n_embd=16", "--n_head=2", "--eval_batches=1", "--wandb_log=true"]
+    assert cli.run(probe.main, argv) == 130
+    assert finished == [130]

@@ -82,6 +82,18 @@ def test_the_resume_command_pastes_into_a_shell_and_keeps_the_launch(capsys):
     assert two == "the same torchrun launch (2 processes) of train.py --out_dir=out --init_from=resume"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_graceful_stop_ends_its_wandb_run_with_the_processs_exit_status(sig, capsys):
+    """Ctrl-C or SIGTERM: the process ends with 128 + the signal's number (train.py), and the wandb run it logs to
+    records the same, not 0 (a finished run on the dashboard)."""
+    closed = []
+    log = SimpleNamespace(close=lambda exit_code=0: closed.append(exit_code))
+    run = SimpleNamespace(tc=SimpleNamespace(out_dir="out"), dist=Dist())
+    with pytest.raises(Stopped) as stopped:
+        stop_here(run, log, SimpleNamespace(close=lambda: None), 7, sig)
+    assert closed == [stopped.value.code] == [128 + sig]
+
+
 def test_a_checkpoint_is_saved_after_its_metrics_row(corpus, tmp_path, monkeypatch):
     """A resumed run reads its tokens, seconds and skipped updates from the row at its checkpoint's step. The row is
     written first, so a process killed between the two leaves a row without a checkpoint (which the resume drops),

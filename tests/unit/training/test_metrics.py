@@ -291,3 +291,47 @@ def test_closing_twice_finishes_the_wandb_run_once(tmp_path, capsys):
     log.close()
     assert finished == [1]
     assert capsys.readouterr().out.count("wandb run saved offline") == 1
+
+
+@pytest.mark.parametrize("mode, saved_offline", [("offline", True), ("dryrun", True), ("online", False),
+                                                 ("disabled", False)])
+def test_a_run_wandb_keeps_offline_says_how_to_upload_it(tmp_path, capsys, mode, saved_offline):
+    """WANDB_MODE=dryrun, wandb's older name for offline, writes an offline run too: closing it said nothing of the
+    `wandb sync` line that uploads it."""
+    finished = []
+    log = MetricsLog(str(tmp_path), fresh=True)
+    log.wandb = types.SimpleNamespace(dir=str(tmp_path / "wandb" / "offline-run-1-abc" / "files"),
+                                      settings=types.SimpleNamespace(mode=mode),
+                                      finish=lambda exit_code: finished.append(exit_code))
+    log.close(exit_code=2)
+    out = capsys.readouterr().out
+    assert finished == [2]
+    assert (f"wandb sync {tmp_path / 'wandb' / 'offline-run-1-abc'}\n" in out) == saved_offline, out
+
+
+@pytest.mark.parametrize("where", ["init", "layout"])
+def test_a_ctrl_c_while_wandb_starts_ends_its_run_with_the_processs_exit_status(tmp_path, monkeypatch, where):
+    """Ctrl-C before the training loop's graceful stop is armed, inside wandb.init or once it made the run: the run
+    was left to wandb's exit hook, which recorded 0 (finished) for a process that ended 130."""
+    import signal
+
+    import wandb
+
+    finished = []
+    run = types.SimpleNamespace(dir=str(tmp_path / "wandb" / "offline-run-1-abc" / "files"),
+                                settings=types.SimpleNamespace(mode="offline"),
+                                finish=lambda exit_code: finished.append(exit_code))
+
+    def init(**kwargs):  # the real one makes its run, then may be interrupted before it returns it
+        if where == "init":
+            signal.raise_signal(signal.SIGINT)
+        return run
+    monkeypatch.setattr(wandb, "init", init)
+    if where == "layout":
+        def interrupted(self):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(MetricsLog, "_define_layout", interrupted)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with pytest.raises(KeyboardInterrupt):
+        MetricsLog(str(tmp_path), fresh=True, wandb_cfg={"project": "p", "config": {"n_layer": 1}})
+    assert finished == [130]
