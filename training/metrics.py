@@ -171,10 +171,16 @@ def keep_through(path: str, step: int) -> tuple[dict | None, int]:
 def ctrl_c_deferred():
     """A Ctrl-C in the block is raised as KeyboardInterrupt when it ends: one inside wandb.init left a run this
     process never got back, which wandb's exit hook then finished as 0 (a finished run) for a process that ended
-    130."""
+    130. A second Ctrl-C is raised at once (an online init may wait on the network)."""
     got = []
+
+    def defer(signum, frame):
+        got.append(signum)
+        signal.signal(signal.SIGINT, previous)
+        print("stopping once wandb has started (Ctrl-C again to stop now)", file=sys.stderr, flush=True)
+
     try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+        previous = signal.signal(signal.SIGINT, defer)
     except ValueError:  # not the main thread: nothing to defer
         previous = None
     try:

@@ -335,3 +335,22 @@ def test_a_ctrl_c_while_wandb_starts_ends_its_run_with_the_processs_exit_status(
     with pytest.raises(KeyboardInterrupt):
         MetricsLog(str(tmp_path), fresh=True, wandb_cfg={"project": "p", "config": {"n_layer": 1}})
     assert finished == [130]
+
+
+def test_a_second_ctrl_c_while_wandb_starts_stops_at_once(capsys):
+    """The first Ctrl-C inside wandb.init waits for the run (so that it can end with the process's status); an
+    online init can wait on the network for a minute, so a second one is raised where it lands."""
+    import signal
+
+    from training.metrics import ctrl_c_deferred
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_deferred():
+            signal.raise_signal(signal.SIGINT)
+            reached.append("after the first")
+            signal.raise_signal(signal.SIGINT)
+            reached.append("after the second")
+    assert reached == ["after the first"]
+    assert "Ctrl-C again to stop now" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
