@@ -41,7 +41,7 @@ from common import flag_scope
 from common.device import autocast, need_dtype, pick_device, pick_dtype
 from common.errors import ConfigError, DataError, FlagError, UserError, need_seed
 from common import flags
-from data.mask_token import MASK_TEXT, as_data
+from data.mask_token import MASK_TEXT, encode_prompt
 import speed
 from speed import SpeedConfig
 from speed import int8_kernel
@@ -245,7 +245,7 @@ def main(argv) -> None:
         print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
         return
     if mode == "attention":  # works for encoders too: it draws, it does not generate
-        draw_attention(model, tokenizer, text, sc.attention)
+        draw_attention(model, tokenizer, text, sc.attention, ckpt.objective)
         return
     if sc.past_context == "extend":  # a decoder's (flag_scope refuses it elsewhere)
         check_past_context(sc.past_context, model)
@@ -259,25 +259,21 @@ def main(argv) -> None:
             generate(sc, model, tokenizer, prompt, ckpt, device, dtype, speed_config)
 
 
-def draw_attention(model, tokenizer, text: str, path: str) -> None:
+def draw_attention(model, tokenizer, text: str, path: str, objective: str) -> None:
     """--attention=FILE.png: the prompt's attention maps (insight/attention_figures.py), written to path."""
     from insight.attention_figures import attention_figure, save_figure  # here: matplotlib is slow to import
 
-    figure = attention_figure(model, tokenizer, text, flags=("--start", None))  # the prompt; no --max_tokens here
+    figure = attention_figure(model, tokenizer, text, flags=("--start", None), objective=objective)  # no --max_tokens
     print(f"wrote {save_figure(figure, path)}")
 
 
 def encoded_prompt(tokenizer, text: str, encoder: bool) -> list[int]:
-    """The prompt's ids. An empty one is a decoder's start token; an encoder has nothing to start from. A decoder
-    reads text as its data did: a [MASK] id it has (--mask_token) was never in it, so `[MASK]` is characters.
-    `<|endoftext|>` is the separator token, as a sample prints it."""
-    if encoder:
-        prompt = tokenizer.encode(text, allow_eot=True)
-        if not prompt:
-            raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
-                            f"prompt to continue")
-        return prompt
-    prompt = as_data(tokenizer).encode(text, allow_eot=True) if text else []
+    """The prompt's ids (read as data/mask_token.py's encode_prompt says). An empty one is a decoder's start token;
+    an encoder has nothing to start from."""
+    prompt = encode_prompt(tokenizer, text, encoder)
+    if encoder and not prompt:
+        raise UserError(f"the prompt is empty; pass --start=\"some text with {MASK_TEXT}\" to fill masks, or a "
+                        f"prompt to continue")
     if not prompt:
         if tokenizer.eot_id is None:
             raise UserError("the prompt is empty and this tokenizer has no start token; pass --start=...")

@@ -90,7 +90,8 @@ def evaluation_hooks(run, tasks: list) -> tuple[list, list]:
         from insight.attention_figures import attention_image  # here: matplotlib is slow to import
 
         probe = tc.wandb_attention_probe
-        images.append(lambda model, tokenizer: ("attention/maps", attention_image(model, tokenizer, probe), probe))
+        images.append(lambda model, tokenizer: ("attention/maps", attention_image(model, tokenizer, probe,
+                                                                                  objective=tc.model), probe))
     return columns, images
 
 

@@ -85,11 +85,13 @@ def drawn(vc: VisualizeConfig, given: set, ckpt: Checkpoint | None) -> list[Call
     if vc.html:
         from insight.explorer_html import explorer_html
 
-        writes.append(html_write(vc, model, explorer_html(model, tokenizer, vc.text, vc.html_max_tokens)))
+        page = explorer_html(model, tokenizer, vc.text, vc.html_max_tokens, ckpt.objective)
+        writes.append(html_write(vc, model, page))
     if vc.induction:
         writes.append(figure_write(induction_heatmap(model, tokenizer), vc.induction))
     if not (vc.html or vc.induction) or "out" in given:
-        writes.append(figure_write(attention_figure(model, tokenizer, vc.text, vc.max_tokens), vc.out))
+        figure = attention_figure(model, tokenizer, vc.text, vc.max_tokens, objective=ckpt.objective)
+        writes.append(figure_write(figure, vc.out))
     return writes
 
 

@@ -65,3 +65,10 @@ def as_data(tokenizer: Tokenizer) -> Tokenizer:
     """The tokenizer that reads text as the prepared data does: a MaskTokenizer's base, which spells a literal
     `[MASK]` out as its characters (a decoder scored on a text never saw the mask id); any other unchanged."""
     return tokenizer.base if isinstance(tokenizer, MaskTokenizer) else tokenizer
+
+
+def encode_prompt(tokenizer: Tokenizer, text: str, encoder: bool) -> list[int]:
+    """A prompt's ids, read as the model's own inputs were: only the encoder trained on the [MASK] id, so `[MASK]` is
+    that id for it and characters for any other (a decoder's or the cheater's data never held the id, which
+    --mask_token only adds to the vocabulary). `<|endoftext|>` is the separator token, as a sample prints it."""
+    return (tokenizer if encoder else as_data(tokenizer)).encode(text, allow_eot=True)

@@ -25,9 +25,9 @@ from matplotlib.colors import PowerNorm  # noqa: E402
 from common.errors import ConfigError, UserError  # noqa: E402
 from common.files import need_file_path, write_atomic  # noqa: E402
 from common.eval_mode import evaluating  # noqa: E402
-from data.mask_token import as_data  # noqa: E402
+from data.mask_token import encode_prompt  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
-from .attention_maps import attention_maps
+from .attention_maps import KINDS, attention_maps, objective_of
 
 MAX_TOKENS = 64  # beyond this the token labels no longer fit
 GAMMA = 0.5  # colour ~ sqrt(weight): small weights stay visible next to a few large ones
@@ -60,13 +60,15 @@ def printable(texts: list[str]) -> list[str]:
 
 
 def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut: bool = False,
-                 flags: tuple[str, str | None] = ("--text", "--max_tokens")) -> torch.Tensor:
-    """(1, T) ids of text. Longer than max_tokens or the model's context: refused, or with cut=True (a logging
-    hook, which must not stop a run) its last tokens, kept, and the characters a char vocabulary lacks dropped.
-    flags: the calling command's flags for the text and for max_tokens (None: it has none), named by refusals."""
+                 flags: tuple[str, str | None] = ("--text", "--max_tokens"), objective: str | None = None
+                 ) -> torch.Tensor:
+    """(1, T) ids of text, read as sample.py reads a prompt. Longer than max_tokens or the model's context: refused,
+    or with cut=True (a logging hook, which must not stop a run) its last tokens, kept, and the characters a char
+    vocabulary lacks dropped. flags: the calling command's flags for the text and for max_tokens (None: it has
+    none), named by refusals. objective: the model's --model (attention_maps.objective_of)."""
     text_flag, limit_flag = flags
-    tokenizer = as_data(tokenizer) if model.config.causal else tokenizer  # a decoder's data never held [MASK]'s id
-    ids = tokenizer.encode(drop_unknown(tokenizer, text) if cut else text, allow_eot=True)  # as sample.py's prompt
+    encoder = objective_of(model, objective) == "encoder"
+    ids = encode_prompt(tokenizer, drop_unknown(tokenizer, text) if cut else text, encoder)
     if not ids:
         raise UserError(f"the text to visualise is empty; pass some text with {text_flag}=...")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further
@@ -121,14 +123,15 @@ def plot_maps(data: torch.Tensor, labels: list[str], title: str, key_labels: lis
 
 
 def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, kind: str | None = None,
-                     cut: bool = False, flags: tuple[str, str | None] = ("--text", "--max_tokens")):
+                     cut: bool = False, flags: tuple[str, str | None] = ("--text", "--max_tokens"),
+                     objective: str | None = None):
     """The attention maps of `text` as a matplotlib Figure (for files and for wandb.Image). kind: the title's name
-    of the model (default: decoder or encoder, from its config). flags: encode_probe's."""
+    of the model (default: its objective's). flags and objective: encode_probe's."""
     with evaluating(model):
-        idx = encode_probe(model, tokenizer, text, max_tokens, cut, flags)
+        idx = encode_probe(model, tokenizer, text, max_tokens, cut, flags, objective)
         data = attention_data(model, idx)
     cfg = model.config
-    kind = kind or ("decoder (causal)" if cfg.causal else "encoder (bidirectional)")
+    kind = kind or KINDS[objective_of(model, objective)]
     title = (f"attention weights: {kind}, {cfg.n_layer} layers x {cfg.n_head} heads, pos_emb={cfg.pos_emb}, "
              f"{idx.size(1)} tokens")
     return plot_maps(data, token_labels(tokenizer, idx[0].tolist()), title)
@@ -147,13 +150,13 @@ def cross_attention_figure(model, view):
                      ("target token written", "source token (attended to)"))
 
 
-def attention_image(model, tokenizer, text: str, dpi: int = 80):
+def attention_image(model, tokenizer, text: str, dpi: int = 80, objective: str | None = None):
     """The attention maps as a PIL image (what train.py logs to wandb at each evaluation); closes the figure.
     A logging hook must not stop a run: characters a char vocabulary lacks are dropped from the probe."""
     from PIL import Image
 
     buf = io.BytesIO()
-    save_figure(attention_figure(model, tokenizer, text, cut=True), buf, dpi=dpi)
+    save_figure(attention_figure(model, tokenizer, text, cut=True, objective=objective), buf, dpi=dpi)
     buf.seek(0)
     return Image.open(buf).convert("RGB")
 

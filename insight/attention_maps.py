@@ -19,6 +19,16 @@ from common.eval_mode import evaluating
 from model.attention import Math, attention_layers
 
 
+KINDS = {"decoder": "decoder (causal)", "encoder": "encoder (bidirectional)",
+         "cheater": "cheater (bidirectional, next token)"}  # a model's name in a title, by its --model
+
+
+def objective_of(model, objective: str | None) -> str:
+    """The model's --model: `objective` where the caller knows it (a checkpoint's), else its attention direction's
+    (a bidirectional model without a name is taken for the encoder, which the cheater is not)."""
+    return objective or ("decoder" if model.config.causal else "encoder")
+
+
 @contextmanager
 def on_math(model):
     """Every attention layer computes on a fresh Math backend while it lasts; yields those backends."""

@@ -25,11 +25,11 @@ import torch
 
 from common.errors import UserError
 from common.eval_mode import evaluating
-from data.mask_token import as_data
+from data.mask_token import encode_prompt
 
 from .explorer_page import PAGE
 from .induction import induction_scores, special_ids
-from .attention_maps import attention_maps
+from .attention_maps import KINDS, attention_maps, objective_of
 
 MAX_TOKENS = 512  # the page stays fast up to here (and far beyond the PNG grid's 64)
 SCALE = 65535  # 16-bit quantisation of weights in [0, 1]
@@ -71,9 +71,11 @@ def shown(text: str) -> str:
     return text.replace("\n", "\u21b5").replace("\t", "\u21e5").translate(CONTROL_PICTURES)
 
 
-def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict:
-    """Everything the page needs, as JSON-able values plus the quantised weights (base64)."""
-    ids = (as_data(tokenizer) if model.config.causal else tokenizer).encode(text)  # a decoder's data: no [MASK] id
+def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, objective: str | None = None) -> dict:
+    """Everything the page needs, as JSON-able values plus the quantised weights (base64). The text is read as
+    sample.py reads a prompt; objective: the model's --model (attention_maps.objective_of)."""
+    objective = objective_of(model, objective)
+    ids = encode_prompt(tokenizer, text, objective == "encoder")
     if not ids:
         raise UserError("the text to explore is empty; pass some text with --text=...")
     limit = min(max_tokens, model.config.block_size)
@@ -89,7 +91,7 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> dict
     texts = [tokenizer.token_text(i) for i in ids]
     return {"tokens": [shown(t) for t in texts], "newline": [t.count("\n") for t in texts],
             "layers": cfg.n_layer, "heads": cfg.n_head, "causal": cfg.causal,
-            "title": (f"{'decoder (causal)' if cfg.causal else 'encoder (bidirectional)'}, {cfg.n_layer} layers x "
+            "title": (f"{KINDS[objective]}, {cfg.n_layer} layers x "
                       f"{cfg.n_head} heads, pos_emb={cfg.pos_emb}, {len(ids)} tokens"),
             "prefix": [[round(float(v), 3) for v in row] for row in scores.prefix],
             "copy": [[round(float(v), 3) for v in row] for row in scores.copy],
@@ -111,9 +113,9 @@ def cross_page_data(model, view) -> dict:
             "weights": base64.b64encode(quantise(view.weights, causal=False)).decode("ascii")}
 
 
-def explorer_html(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> str:
+def explorer_html(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, objective: str | None = None) -> str:
     """The page as one string."""
-    return page_html(page_data(model, tokenizer, text, max_tokens))
+    return page_html(page_data(model, tokenizer, text, max_tokens, objective))
 
 
 def cross_explorer_html(model, view) -> str:

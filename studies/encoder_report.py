@@ -213,10 +213,10 @@ def figures(sc, res, models, tokenizer) -> dict:
     fig.suptitle("Throughput: training, and generation against length", fontsize=10)
     out["throughput"] = save_figure(fig, os.path.join(sc.out, "throughput.png"))
 
-    kinds = {"decoder": "decoder (causal)", "encoder": "encoder (bidirectional, masked LM)",
-             "cheater": "cheater (bidirectional, next token)"}
     for v, m in models.items():
-        out[f"attention_{v}"] = save_figure(attention_figure(m, tokenizer, res["probe"], kind=kinds[v], cut=True),
+        kind = "encoder (bidirectional, masked LM)" if v == "encoder" else None  # the others: their own titles
+        out[f"attention_{v}"] = save_figure(attention_figure(m, tokenizer, res["probe"], kind=kind, cut=True,
+                                                             objective=v),
                                             os.path.join(sc.out, f"attention_{v}.png"), dpi=70)
     return out
 

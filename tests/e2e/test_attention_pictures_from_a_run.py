@@ -152,7 +152,29 @@ def test_sample_attention_refusals_name_sample_py_flags(tmp_path):
 
     model, tokenizer = tiny_model(block_size=128), CharTokenizer("abc")
     with pytest.raises(UserError, match=r"^the text to visualise is empty; pass some text with --start=\.\.\.$"):
-        sample.draw_attention(model, tokenizer, "", str(tmp_path / "a.png"))
+        sample.draw_attention(model, tokenizer, "", str(tmp_path / "a.png"), "decoder")
     with pytest.raises(UserError, match=r"^the text is 70 tokens and a figure shows at most 64; shorten the text$"):
-        sample.draw_attention(model, tokenizer, "a" * 70, str(tmp_path / "a.png"))
+        sample.draw_attention(model, tokenizer, "a" * 70, str(tmp_path / "a.png"), "decoder")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_cheaters_pictures_read_mask_as_its_prompt_does(tmp_path):
+    """A cheater trained with --mask_token=true: visualize.py's page and figure and sample.py --attention read
+    `[MASK]` in the text as characters, as its prompt is read (its data never held the id), and name it a cheater."""
+    import sample
+    import visualize
+    from conftest import tiny_model
+    from inference.checkpoint import Checkpoint
+    from pages import page_parts
+
+    chars = "[MASK] ab"
+    model = tiny_model(vocab_size=len(chars) + 1, causal=False)
+    meta = {"tokenizer": "char", "vocab_size": len(chars), "eot_id": None, "chars": chars}
+    Checkpoint(weights=model.state_dict(), model_config=model.config, step=1, data_meta=meta, objective="cheater",
+               mask_id=len(chars)).save(str(tmp_path / "ckpt_best.pt"))
+    text = "a [MASK]"
+    visualize.main([f"--out_dir={tmp_path}", f"--text={text}", f"--html={tmp_path / 'p.html'}"])
+    meta, _ = page_parts((tmp_path / "p.html").read_text())
+    assert meta["tokens"] == list(text) and meta["title"].startswith("cheater")
+    sample.main([f"--out_dir={tmp_path}", f"--start={text}", f"--attention={tmp_path / 'a.png'}"])
+    assert is_png(tmp_path / "a.png")

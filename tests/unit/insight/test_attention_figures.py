@@ -176,3 +176,40 @@ def test_the_induction_curve_plots_the_evaluations_that_logged_a_score_only():
              for line in ax.get_lines()}
     assert lines["best head's prefix-matching score"] == ([10, 20], [0.25, 0.5])
     assert lines["train loss"] == ([5], [3.5])
+
+
+def test_a_cheaters_probe_spells_mask_out_and_is_titled_a_cheater():
+    """The cheater is bidirectional like the encoder, but its data never held the [MASK] id (--mask_token only sizes
+    its vocabulary): its text is read as sample.py reads its prompt, `[MASK]` as characters."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import CharTokenizer
+    from insight.attention_figures import attention_figure, encode_probe
+    from insight.explorer_html import page_data
+
+    base = CharTokenizer("[MASK] ab")
+    tokenizer = with_mask_token(base)
+    text = "a [MASK]"
+    spelled = [base.chars.index(c) for c in text]
+    cheater = tiny_model(vocab_size=tokenizer.vocab_size, causal=False)
+    assert encode_probe(cheater, tokenizer, text, objective="cheater").tolist() == [spelled]
+    page = page_data(cheater, tokenizer, text, objective="cheater")
+    assert len(page["tokens"]) == len(spelled) and page["title"].startswith("cheater")
+    assert attention_figure(cheater, tokenizer, text, objective="cheater")._suptitle.get_text().startswith(
+        "attention weights: cheater")
+    encoder = tiny_model(vocab_size=tokenizer.vocab_size, causal=False)
+    assert encode_probe(encoder, tokenizer, text, objective="encoder").tolist()[0][-1] == tokenizer.mask_id
+
+
+def test_the_page_reads_end_of_text_as_the_figure_and_the_prompt_do():
+    """`<|endoftext|>` in the text is the separator token in the figure (as in sample.py's prompt); the page read it
+    as 13 characters, so its tokens were not the figure's."""
+    from data.tokenizer import bpe_tokenizer
+    from insight.attention_figures import encode_probe
+    from insight.explorer_html import page_data
+
+    tokenizer = bpe_tokenizer({bytes([i]): i for i in range(256)})  # the 256 bytes and <|endoftext|>
+    text = "a<|endoftext|>b"
+    model = tiny_model(vocab_size=tokenizer.vocab_size)
+    ids = [ord("a"), tokenizer.eot_id, ord("b")]
+    assert encode_probe(model, tokenizer, text).tolist() == [ids]
+    assert page_data(model, tokenizer, text)["tokens"] == [tokenizer.token_text(i) for i in ids]

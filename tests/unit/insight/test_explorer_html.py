@@ -45,7 +45,7 @@ class WordTokenizer:
     words = ["a", "</script>", "b", "</Script/>"]  # the HTML parser ends a script at either
     vocab_size = 4
 
-    def encode(self, text):
+    def encode(self, text, allow_eot=False):
         return [self.words.index(w) for w in text.split(" ")]
 
     def token_text(self, i):
