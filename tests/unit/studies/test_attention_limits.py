@@ -200,3 +200,13 @@ def test_a_cheater_is_read_as_a_next_token_model_and_a_query_every_of_the_whole_
     assert attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run), query_every=T)).step == 3
     with pytest.raises(ConfigError, match=f"^query_every={T + 1} leaves no query in a window of block_size={T} "):
         attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt_dir=str(run), query_every=T + 1))
+
+
+def test_a_ckpt_that_is_a_folder_is_told_to_be_the_studys_ckpt_dir(tmp_path):
+    """The refusal came from Checkpoint.load, which names train.py's and sample.py's --out_dir: this study's flag
+    for a run's folder is --ckpt_dir."""
+    with pytest.raises(ConfigError) as refused:
+        attention_limits.text_checkpoint(AttentionLimitsConfig(ckpt=str(tmp_path)))
+    assert str(refused.value).startswith(f"--ckpt={tmp_path} is a folder, not a checkpoint file; a run's folder is "
+                                         f"passed as --ckpt_dir={tmp_path} (with --ckpt=best or last)")
+    assert "--out_dir" not in str(refused.value)
