@@ -477,8 +477,10 @@ def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, d
     path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):
         other = other_checkpoint(path) if os.path.isdir(sc.draft) else None
+        hf = os.path.isfile(os.path.join(sc.draft, "config.json"))
         fix = (f"pass --draft={os.path.join(sc.draft, other)} to use the one there" if other else
-               "give a trained out_dir or a .pt file")
+               f"it is a Hugging Face model folder: import it first (python -m interop.import_hf --hf_dir={sc.draft} "
+               f"--out_dir=RUN) and pass --draft=RUN" if hf else "give a trained out_dir or a .pt file")
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; {fix}")
     draft, draft_tokenizer, draft_ckpt = load_for_inference(path, device)
     if draft_ckpt.objective != "decoder":

@@ -411,6 +411,17 @@ def test_a_draft_folder_with_the_other_checkpoint_only_names_it(ckpt, there, nam
         sample.load_draft(sc, None, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
 
 
+def test_a_draft_that_is_a_hugging_face_folder_is_told_to_import_it(tmp_path):
+    """It asked for "a trained out_dir or a .pt file", where every other command says what the folder is and how
+    to import it."""
+    (tmp_path / "config.json").write_text("{}")
+    sc = sample.SampleConfig(draft=str(tmp_path))
+    with pytest.raises(UserError, match=rf"^--draft={tmp_path}: no checkpoint at {tmp_path / 'ckpt_best.pt'}; it is a "
+                                        rf"Hugging Face model folder: import it first \(python -m interop.import_hf "
+                                        rf"--hf_dir={tmp_path} --out_dir=RUN\) and pass --draft=RUN$"):
+        sample.load_draft(sc, None, torch.device("cpu"), sample.SpeedConfig(), torch.float32)
+
+
 @pytest.mark.parametrize("given, other", [({"compile": True}, "--kv_cache"), ({"kv_cache": False}, "--compile")])
 def test_a_draft_with_a_compiled_or_uncached_step_names_the_flag_given(given, other):
     """It named both --compile=true and --kv_cache=false, whichever one was given."""
