@@ -7,13 +7,16 @@ data (data/build.py) are written this way.
 
 A write that fails because the disk is full (ENOSPC), a quota is reached (EDQUOT), the disk fails (EIO) or the file
 is too large for the filesystem (EFBIG) becomes one line, `disk_errors`: which file, how much it needed, how much is
-free; the previous complete file is intact, and no temporary file, nor a folder the write made, remains.
+free; the previous complete file is intact, and no temporary file, nor a folder the write made, remains. The same
+holds for a write stopped by Ctrl-C or SIGTERM (unwound_by_sigterm); a kill -9 leaves a temporary file behind.
 """
 import contextlib
 import errno
 import os
 import shutil
+import signal
 import tempfile
+import threading
 
 from common.errors import DiskError, FlagError
 
@@ -194,12 +197,40 @@ def folders_made(folder):
         raise
 
 
+class Terminated(BaseException):
+    """SIGTERM inside unwound_by_sigterm: a BaseException, so that no `except Exception` takes it for a failure."""
+
+
+def _unwind(signum, frame):
+    raise Terminated
+
+
+@contextlib.contextmanager
+def unwound_by_sigterm():
+    """Inside: SIGTERM (`kill PID`) unwinds the block as Ctrl-C does, so the temporary file or folder it makes is
+    removed on the way out; then the process ends by SIGTERM as it would have (exit status 143). Where SIGTERM has a
+    handler already (a training run's graceful stop), or off the main thread, it changes nothing."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _unwind)
+    try:
+        yield
+    except Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        raise  # only where something else ignores SIGTERM meanwhile
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def write_atomic(path, write, prefix: str = ".tmp-", suffix: str = ".tmp", needed: int | None = None) -> None:
-    """write(f) fills a binary file object; path then holds exactly what it wrote. A temporary file left by a kill
-    is named prefix...suffix in path's folder. needed: about how many bytes write() writes (for a full disk's
-    message)."""
+    """write(f) fills a binary file object; path then holds exactly what it wrote. Ctrl-C and SIGTERM remove the
+    temporary file; one left by a kill -9 is named prefix...suffix in path's folder. needed: about how many bytes
+    write() writes (for a full disk's message)."""
     folder = os.path.dirname(os.path.abspath(path))
-    with disk_errors(path, needed), folders_made(folder):
+    with unwound_by_sigterm(), disk_errors(path, needed), folders_made(folder):
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
         try:
             with os.fdopen(fd, "wb", buffering=0) as f:

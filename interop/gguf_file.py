@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from common.errors import UserError
-from common.files import disk_errors, folders_made, need_file_path, write_atomic
+from common.files import disk_errors, folders_made, need_file_path, unwound_by_sigterm, write_atomic
 from interop.mappings import hf_target
 from interop.hf_tokenizer import bpe_vocab_and_merges, mask_token
 from inference.checkpoint import Checkpoint, tensor_bytes
@@ -134,8 +134,9 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
     arch = ARCHS[cfg.pos_emb]
     folder = os.path.dirname(os.path.abspath(path))
     # GGUFWriter writes to a path of its own; the file then goes into place through the project's one atomic writer.
-    # A failure leaves neither the scratch folder nor a folder made on the way to the file.
-    with folders_made(folder), tempfile.TemporaryDirectory(dir=folder, prefix=".tmp-gguf-") as scratch:
+    # A failure (or Ctrl-C, SIGTERM) leaves neither the scratch folder nor a folder made on the way to the file.
+    with unwound_by_sigterm(), folders_made(folder), \
+            tempfile.TemporaryDirectory(dir=folder, prefix=".tmp-gguf-") as scratch:
         draft = os.path.join(scratch, "draft.gguf")
         writer = gguf.GGUFWriter(draft, arch)
         writer.add_name(name)

@@ -5,6 +5,7 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import asdict
@@ -39,19 +40,45 @@ def study_config(argv, cls, study: str):
 
 def train_run(sc, name: str, **settings) -> str:
     """Train one model into sc.out/name with train.py and run_flags(sc, name, **settings); returns the run's out_dir.
-    A run that fails stops the study with its own error, printed above. A Ctrl-C reaches the run too (one process
-    group): it finishes its step and saves its checkpoint, as train.py does, before the study stops."""
+    A run that fails stops the study with its own error, printed above. A Ctrl-C or SIGTERM stops the run too
+    (passed_on): it finishes its step and saves its checkpoint, as train.py does, before the study stops."""
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
-    run = subprocess.Popen([sys.executable, TRAIN, *run_flags(sc, name, **settings)])
-    try:
-        code = run.wait()
-    except KeyboardInterrupt:  # subprocess.run would kill the run 0.25 s later, before its checkpoint is written
-        run.wait()  # a second Ctrl-C stops both at once
-        raise
+    # a process group of its own: a signal reaches the run once, passed on by the study (whether the terminal or
+    # `kill` sent it to the study's group or to the study alone), never twice, which would stop it without saving
+    run = subprocess.Popen([sys.executable, TRAIN, *run_flags(sc, name, **settings)], process_group=0)
+    code = passed_on(run)
     if code:
         raise UserError(f"the study's {name} run stopped with exit code {code} (its error is above); change the "
                         f"study's flags and run it again")
     return os.path.join(sc.out, name)
+
+
+def passed_on(run: subprocess.Popen) -> int:
+    """Waits for run, passing on to it each SIGINT and SIGTERM the study gets (a second one stops it at once, as
+    train.py does) and Ctrl-Z's SIGTSTP and SIGCONT; returns its exit code. A run stopped so ends the study the
+    same way (130, or by SIGTERM)."""
+    got = []
+
+    def pass_on(signum, frame):
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            got.append(signum)
+        run.send_signal(signum)
+        if signum == signal.SIGTSTP:  # Ctrl-Z pauses both; the shell's `fg` (SIGCONT) resumes both
+            os.kill(os.getpid(), signal.SIGSTOP)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGCONT)}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:  # `nohup`, or a background job's ignored Ctrl-C, stays ignored
+            signal.signal(sig, pass_on)
+    try:
+        code = run.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+    if signal.SIGINT in got:
+        raise KeyboardInterrupt
+    if got:
+        signal.raise_signal(signal.SIGTERM)  # the previous handler: by default, the study ends as `kill` asked
+    return code
 
 
 def run_flags(sc, name: str, **settings) -> list[str]:

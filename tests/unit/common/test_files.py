@@ -184,3 +184,58 @@ def test_a_disk_error_says_the_previous_file_is_intact_only_where_there_is_one(t
     path.parent.mkdir(parents=True)
     path.write_bytes(b"old")
     assert "(the previous complete file is intact)" in str(disk_error(str(path), 2000, "no space left on the device"))
+
+
+PAUSED_WRITE = """
+import pathlib, sys, time
+from common.files import write_atomic
+def write(f):
+    f.write(b"half")
+    pathlib.Path(sys.argv[2]).touch()
+    time.sleep(60)
+write_atomic(sys.argv[1], write)
+"""
+
+
+def test_sigterm_during_an_atomic_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
+    """`kill PID` in the middle of a write: the process ends by SIGTERM, as it would have, the previous file is
+    whole and the temporary file is gone, as after Ctrl-C (a kill -9 alone leaves one)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder, mark = tmp_path / "out", tmp_path / "writing"
+    folder.mkdir()
+    (folder / "f.json").write_text("old")
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_WRITE, str(folder / "f.json"), str(mark)], cwd=os.getcwd(),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "the write never started"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in err, err
+    assert os.listdir(folder) == ["f.json"] and (folder / "f.json").read_text() == "old"
+
+
+def test_an_atomic_write_keeps_a_sigterm_handler_it_finds(tmp_path):
+    """A training run's graceful stop handles SIGTERM itself: a write leaves that handler in place."""
+    import signal
+
+    def handler(signum, frame):
+        pass
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        write_atomic(tmp_path / "f", lambda f: f.write(b"x"))
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    write_atomic(tmp_path / "f", lambda f: f.write(b"y"))
+    assert signal.getsignal(signal.SIGTERM) is previous and (tmp_path / "f").read_bytes() == b"y"

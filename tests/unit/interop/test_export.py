@@ -419,3 +419,57 @@ def test_the_commands_the_import_and_the_export_suggest_paste_back_with_a_path_h
         export_main([f"--out_dir={tmp_path / 's2s run'}", f"--to={tmp_path / 'out'}"])
     said = str(refused.value).split("Use it here: ")[1]
     assert shlex.split(said) == ["python", "sample.py", f"--out_dir={tmp_path / 's2s run'}", "--source=..."]
+
+
+# Runs the export command with its write paused: once the temporary folder holds the weights it touches the file
+# `writing` and waits, to be stopped there.
+PAUSED_EXPORT = """
+import pathlib, sys, time
+import interop.gguf_file, interop.safetensors_file
+mark = sys.argv.pop(1)
+def paused(real):
+    def write(*args, **kwargs):
+        real(*args, **kwargs) if real is interop.safetensors_file.save else None
+        pathlib.Path(mark).touch()
+        time.sleep(60)
+    return write
+interop.safetensors_file.save = paused(interop.safetensors_file.save)
+interop.gguf_file.write_atomic = paused(interop.gguf_file.write_atomic)
+from interop import export
+sys.exit(export.entry())
+"""
+
+
+@pytest.mark.parametrize("target", ["to", "to_gguf"])
+def test_sigterm_during_an_export_leaves_no_temporary_folder(tmp_path, target):
+    """`kill PID` while the export writes: the process ends by SIGTERM, as before, and takes its temporary folder
+    (the Hugging Face folder being written, the GGUF draft's) with it, as Ctrl-C does."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if target == "to_gguf":
+        pytest.importorskip("gguf")
+    run = tmp_path / "run"
+    run.mkdir()
+    bpe_run(run)
+    out, mark = tmp_path / "out", tmp_path / "writing"
+    out.mkdir()
+    to = out / ("hf" if target == "to" else "m.gguf")
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_EXPORT, str(mark), f"--out_dir={run}", f"--{target}={to}"],
+                            cwd=os.getcwd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.02)
+        assert os.listdir(out)  # the temporary folder, stopped in the middle of its write
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in err, err[-2000:]
+    assert os.listdir(out) == []

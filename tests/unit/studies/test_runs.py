@@ -60,6 +60,73 @@ def test_a_ctrl_c_lets_the_run_save_its_checkpoint_before_the_study_stops(tmp_pa
     assert (out / "decoder" / "ckpt_last.pt").exists()
 
 
+# Stands in for train.py under any stop signal: the first finishes the step and saves (a while), a second stops at
+# once without saving, as train.py does; it writes its pid into `started`.
+FAKE_TRAIN_STOPPING = """
+import os, signal, sys, time
+out = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--out_dir=")][0]
+os.makedirs(out, exist_ok=True)
+got = []
+def stop(signum, frame):
+    got.append(signum)
+    if len(got) > 1:
+        os._exit(128 + signum)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+with open(os.path.join(out, "started.tmp"), "w") as f:
+    f.write(str(os.getpid()))
+os.replace(os.path.join(out, "started.tmp"), os.path.join(out, "started"))
+deadline = time.monotonic() + 60
+while not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(1.0)
+open(os.path.join(out, "ckpt_last.pt"), "w").close()
+sys.exit(128 + got[0] if got else 0)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True)])
+def test_a_stop_signal_to_the_study_stops_its_run_once_and_the_run_saves(tmp_path, sig, group):
+    """`kill PID` (or kill -INT) to the study alone, or SIGTERM to its whole process group (a container's stop): the
+    run gets the signal once, finishes its step and saves, and the study then ends by the same signal. Sent to the
+    study alone, the run was left training on its own (SIGTERM) or the study waited for the whole run (SIGINT)."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_TRAIN_STOPPING)
+    out = tmp_path / "study"
+    study = subprocess.Popen([sys.executable, "-c", textwrap.dedent(DRIVER), str(fake), str(out)],
+                             cwd=os.getcwd(), start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    started, pid = out / "decoder" / "started", None
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline and study.poll() is None, "the run never started"
+            time.sleep(0.05)
+        pid = int(started.read_text())
+        (os.killpg if group else os.kill)(study.pid, sig)
+        code = study.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while alive(pid):
+            assert time.monotonic() < deadline, "the run goes on after the study stopped"
+            time.sleep(0.05)
+    finally:
+        if study.poll() is None:
+            os.killpg(study.pid, signal.SIGKILL)
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert code in (128 + sig, -sig)
+    assert (out / "decoder" / "ckpt_last.pt").exists()  # one signal reached the run: it saved
+
+
 @pytest.mark.parametrize("study, cls", [("encoder", "studies.encoder.EncoderStudyConfig"),
                                         ("seq2seq", "studies.seq2seq.Seq2SeqStudyConfig")])
 def test_a_studys_wandb_project_without_wandb_log_is_noted_as_ignored(study, cls, capsys):
