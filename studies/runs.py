@@ -55,17 +55,18 @@ def train_run(sc, name: str, **settings) -> str:
 
 def passed_on(run: subprocess.Popen) -> int:
     """Waits for run, passing on to it each SIGINT and SIGTERM the study gets (a second one stops it at once, as
-    train.py does) and Ctrl-Z's SIGTSTP and SIGCONT; returns its exit code. A run stopped so ends the study the
-    same way (130, or by SIGTERM)."""
+    train.py does), a closed terminal's SIGHUP, and Ctrl-Z's SIGTSTP and SIGCONT; returns its exit code. A run
+    stopped so ends the study the same way (130, or by the signal)."""
     got = []
 
     def pass_on(signum, frame):
-        if signum in (signal.SIGINT, signal.SIGTERM):
+        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             got.append(signum)
         run.send_signal(signum)
         if signum == signal.SIGTSTP:  # Ctrl-Z pauses both; the shell's `fg` (SIGCONT) resumes both
             os.kill(os.getpid(), signal.SIGSTOP)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGCONT)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP,
+                                                       signal.SIGCONT)}
     for sig, handler in previous.items():
         if handler is not signal.SIG_IGN:  # `nohup`, or a background job's ignored Ctrl-C, stays ignored
             signal.signal(sig, pass_on)
@@ -77,7 +78,7 @@ def passed_on(run: subprocess.Popen) -> int:
     if signal.SIGINT in got:
         raise KeyboardInterrupt
     if got:
-        signal.raise_signal(signal.SIGTERM)  # the previous handler: by default, the study ends as `kill` asked
+        signal.raise_signal(got[0])  # the previous handler: by default, the study ends as `kill` asked
     return code
 
 

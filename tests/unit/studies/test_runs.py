@@ -94,11 +94,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True)])
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True),
+                                        (signal.SIGHUP, False)])
 def test_a_stop_signal_to_the_study_stops_its_run_once_and_the_run_saves(tmp_path, sig, group):
     """`kill PID` (or kill -INT) to the study alone, or SIGTERM to its whole process group (a container's stop): the
     run gets the signal once, finishes its step and saves, and the study then ends by the same signal. Sent to the
-    study alone, the run was left training on its own (SIGTERM) or the study waited for the whole run (SIGINT)."""
+    study alone, the run was left training on its own (SIGTERM) or the study waited for the whole run (SIGINT). A
+    closed terminal's SIGHUP, which reaches the study alone now that the run has a process group of its own, ends
+    the run as it ends the study (train.py does not catch it: no checkpoint)."""
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_TRAIN_STOPPING)
     out = tmp_path / "study"
@@ -124,7 +127,8 @@ def test_a_stop_signal_to_the_study_stops_its_run_once_and_the_run_saves(tmp_pat
         if pid is not None and alive(pid):
             os.kill(pid, signal.SIGKILL)
     assert code in (128 + sig, -sig)
-    assert (out / "decoder" / "ckpt_last.pt").exists()  # one signal reached the run: it saved
+    # one signal reached the run: it saved (SIGHUP: the run ended by it, as the study did)
+    assert (out / "decoder" / "ckpt_last.pt").exists() == (sig != signal.SIGHUP)
 
 
 @pytest.mark.parametrize("study, cls", [("encoder", "studies.encoder.EncoderStudyConfig"),
