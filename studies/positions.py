@@ -24,7 +24,7 @@ from common.errors import ConfigError
 from data.tokenizer import drop_unknown
 from model.config import ATTN_SCORES, POS_EMBS
 from inference.generate import sample_next
-from studies.runs import start_study, study_config, train_run, train_speed, val_windows
+from studies.runs import start_study, study_config, train_run, train_speed, val_windows, write_text
 from inference.checkpoint import load_for_inference, path_in
 
 EXTRAPOLATION = (1, 2, 4)  # evaluated context lengths, in multiples of the training context T
@@ -179,16 +179,12 @@ def main(argv) -> None:
         results[name] = evaluate(sc, out_dir, sample=name.startswith("pos-"))
     T = sc.block_size
     text = tables(results, T)
-    with open(os.path.join(sc.out, "table.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(sc.out, "results.json"), "w") as f:
-        json.dump({"config": asdict(sc), "results": results}, f)
-    with open(os.path.join(sc.out, "samples.md"), "w") as f:
-        for name, r in results.items():
-            if "sample" in r:
-                body = r["sample"] if r["sample"] is not None else "N/A: learned positions end at T"
-                f.write(f"## {name[4:]}: {max(EXTRAPOLATION) * T} tokens, one KV cache, no sliding\n\n"
-                        f"```\n{body}\n```\n\n")
+    write_text(os.path.join(sc.out, "table.md"), text + "\n")
+    write_text(os.path.join(sc.out, "results.json"), json.dumps({"config": asdict(sc), "results": results}))
+    samples = [f"## {name[4:]}: {max(EXTRAPOLATION) * T} tokens, one KV cache, no sliding\n\n```\n"
+               f"{r['sample'] if r['sample'] is not None else 'N/A: learned positions end at T'}\n```\n\n"
+               for name, r in results.items() if "sample" in r]
+    write_text(os.path.join(sc.out, "samples.md"), "".join(samples))
     print("\n" + text)
     print(f"wrote {plot(results, T, os.path.join(sc.out, 'positions.png'))}, table.md, results.json, samples.md "
           f"in {sc.out}")

@@ -15,7 +15,7 @@ import torch
 
 from common import flag_scope, flags
 from common.errors import DataError, FlagError, UserError
-from common.files import need_folder
+from common.files import need_folder, write_atomic
 from training.metrics import need_wandb_mode, read_metrics
 
 TRAIN = importlib.util.find_spec("train").origin  # train.py, wherever the project is (a checkout, or installed)
@@ -178,11 +178,14 @@ def val_windows(ckpt, length: int, count: int) -> torch.Tensor:
 def write_report(out: str, parts: list[str], res: dict) -> str:
     """out/report.md from its parts (lines), and out/results.json beside it; returns report.md's path."""
     path = os.path.join(out, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(parts))
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    write_text(path, "\n".join(parts))
+    write_text(os.path.join(out, "results.json"), json.dumps(res, indent=1))
     return path
+
+
+def write_text(path: str, text: str) -> None:
+    """path holds text (UTF-8) whole, or its earlier contents: a stop or a full disk leaves no half-written file."""
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def report_run(sc, study: str, res: dict, figs: dict, summary: dict):

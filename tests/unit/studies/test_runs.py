@@ -1,4 +1,5 @@
 """What every study shares (studies/runs.py): how it runs train.py."""
+import json
 import os
 import signal
 import subprocess
@@ -216,3 +217,18 @@ def test_a_runs_flags_are_the_shared_settings_with_its_own_winning_and_booleans_
     assert "--eval_interval=7" in flags and "--dropout=0.5" in flags and "--dropout=0.0" not in flags
     assert "--mask_token=true" in flags and "--overwrite=true" in flags and flags[-1] == "--out_dir=study/decoder"
     assert "--eval_interval=2" in run_flags(sc, "decoder", eval_interval=2)
+
+
+def test_a_report_whose_results_cannot_be_written_leaves_no_half_written_file(tmp_path):
+    """results.json was written as json.dump streamed it: a value it cannot write (or a stop, or a full disk)
+    left the file cut where it stopped, which a later reader takes for the study's results."""
+    from studies.runs import write_report
+
+    (tmp_path / "results.json").write_text('{"earlier": 1}')
+    with pytest.raises(TypeError):
+        write_report(str(tmp_path), ["# report"], {"ok": 1, "bad": object()})
+    assert (tmp_path / "results.json").read_text() == '{"earlier": 1}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]
+    write_report(str(tmp_path), ["# report", "é"], {"ok": 1})
+    assert (tmp_path / "report.md").read_text(encoding="utf-8") == "# report\né"
+    assert json.loads((tmp_path / "results.json").read_text()) == {"ok": 1}
