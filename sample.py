@@ -47,7 +47,8 @@ from speed import SpeedConfig
 from speed import int8_kernel
 from speed.one_token import OneTokenLoops
 from speed.packed import pack_weights
-from inference.checkpoint import Checkpoint, in_folder_or_file, load_for_inference, other_checkpoint, path_in
+from inference.checkpoint import (Checkpoint, import_command, in_folder_or_file, is_hf_folder, load_for_inference,
+                                  other_checkpoint, path_in)
 from inference.decode_step import StaticDecoder, traceable
 from inference.generate import (MIN_TEMPERATURE, NonFiniteLogits, check_past_context, check_sampling,
                                 generate_stream, never_writing, next_token_probs)
@@ -477,10 +478,9 @@ def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, d
     path = in_folder_or_file(sc.draft, which)
     if not os.path.exists(path):
         other = other_checkpoint(path) if os.path.isdir(sc.draft) else None
-        hf = os.path.isfile(os.path.join(sc.draft, "config.json"))
         fix = (f"pass --draft={os.path.join(sc.draft, other)} to use the one there" if other else
-               f"it is a Hugging Face model folder: import it first (python -m interop.import_hf --hf_dir={sc.draft} "
-               f"--out_dir=RUN) and pass --draft=RUN" if hf else "give a trained out_dir or a .pt file")
+               f"it is a Hugging Face model folder: import it first ({import_command(sc.draft)}) and pass --draft=RUN"
+               if is_hf_folder(sc.draft) else "give a trained out_dir or a .pt file")
         raise UserError(f"--draft={sc.draft}: no checkpoint at {path}; {fix}")
     draft, draft_tokenizer, draft_ckpt = load_for_inference(path, device)
     if draft_ckpt.objective != "decoder":

@@ -222,13 +222,23 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
     return f"its data_meta is not valid: {problem}" if problem else None
 
 
+def is_hf_folder(folder: str) -> bool:
+    """Whether folder holds a Hugging Face model (its config.json): a command reads one once interop/import_hf.py
+    has imported it (import_command), train.py also as --init_from=hf:FOLDER."""
+    return os.path.isfile(os.path.join(folder, "config.json"))
+
+
+def import_command(folder: str) -> str:
+    return f"python -m interop.import_hf --hf_dir={folder} --out_dir=RUN"
+
+
 def not_found(path: str) -> str:
     """Why there is no checkpoint file at path, and what to pass instead."""
     folder = os.path.dirname(path)
     hf = path if os.path.isdir(path) else folder if os.path.basename(path) in (LAST, BEST) else None
-    if hf and os.path.isfile(os.path.join(hf, "config.json")):
+    if hf and is_hf_folder(hf):
         return (f"{hf} is a Hugging Face model folder, not a run of this project; import it first: "
-                f"python -m interop.import_hf --hf_dir={hf} --out_dir=RUN (then use RUN)")
+                f"{import_command(hf)} (then use RUN)")
     name = os.path.basename(path)
     if os.path.isdir(path) and name in (LAST, BEST):  # not a run's folder: the run's file is missing
         return f"{path} is a folder where the run's checkpoint file belongs; move it aside, or use another run"

@@ -17,7 +17,7 @@ from common.errors import ConfigError, need, need_seed
 from common.files import need_folder, write_atomic
 from insight.ablation import agreement, key_effects
 from studies.runs import need_val_windows, study_config, val_windows
-from inference.checkpoint import BEST, LAST, Checkpoint, other_checkpoint, path_in
+from inference.checkpoint import BEST, LAST, Checkpoint, is_hf_folder, other_checkpoint, path_in
 
 
 @dataclass
@@ -86,7 +86,7 @@ def text_checkpoint(ac: AttentionLimitsConfig) -> Checkpoint:
     if os.path.isdir(path) and os.path.basename(path) not in (LAST, BEST):  # Checkpoint.load would say --out_dir
         raise ConfigError(f"--ckpt={ac.ckpt} is a folder, not a checkpoint file; a run's folder is passed as "
                           f"--ckpt_dir={path} (with --ckpt=best or last), a checkpoint file as --ckpt=FILE.pt")
-    hf = os.path.isfile(os.path.join(os.path.dirname(path), "config.json"))
+    hf = is_hf_folder(os.path.dirname(path))
     if not (os.path.exists(path) or hf or other_checkpoint(path)):  # Checkpoint.load names the others
         raise ConfigError(f"no checkpoint at {path}; train a run first (python train.py --out_dir=RUN) and pass "
                           f"--ckpt_dir=RUN")
