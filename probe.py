@@ -20,7 +20,7 @@ from common.errors import ConfigError, need, need_seed, need_threads
 from common.files import need_folder, write_atomic
 from common.flags import asks_help, help_text, parse_configs
 from insight.probe_config import CURVE_EVERY, ProbeModel
-from training.metrics import ctrl_c_deferred, need_wandb_mode
+from training.metrics import ends_with_status, init_wandb, need_wandb_mode
 
 
 @dataclass
@@ -85,13 +85,9 @@ def main(argv) -> None:
     if pc.threads:
         torch.set_num_threads(pc.threads)
     wandb_run = start_wandb(pc, config) if pc.wandb_log else None
-    try:
+    with ends_with_status(wandb_run):  # Ctrl-C, a refusal: the wandb run ends with the process's status
         results = run_cells(pc, pm, wandb_run)
         png = write_results(pc, config, results)
-    except BaseException as e:  # Ctrl-C, a refusal: the wandb run ends with the process's status, not as finished
-        if wandb_run is not None:
-            wandb_run.finish(exit_code=cli.exit_code(e))
-        raise
     if wandb_run is not None:
         finish_wandb(wandb_run, results, png)
 
@@ -145,17 +141,11 @@ def start_wandb(pc: ProbeConfig, config: dict):
     import wandb
 
     os.makedirs(pc.out, exist_ok=True)
-    wandb_run = None
-    try:
-        with ctrl_c_deferred():  # raised once the run exists, so that it ends with the process's status, not 0
-            wandb_run = wandb.init(project=pc.wandb_project, name="probes", job_type="probes", config=config,
-                                   dir=pc.out)
+    wandb_run = init_wandb(wandb, project=pc.wandb_project, name="probes", job_type="probes", config=config,
+                           dir=pc.out)
+    with ends_with_status(wandb_run):
         wandb_run.define_metric("probe_step")
         wandb_run.define_metric("probe_*", step_metric="probe_step")
-    except BaseException as e:
-        if wandb_run is not None:
-            wandb_run.finish(exit_code=cli.exit_code(e))
-        raise
     return wandb_run
 
 

@@ -36,7 +36,7 @@ from common.errors import ConfigError, FlagError, UserError, need
 from common.files import need_file_path, write_atomic
 from common.flags import asks_help, help_text, parse_configs
 from inference.checkpoint import Checkpoint, path_in
-from training.metrics import ctrl_c_deferred, need_wandb_mode
+from training.metrics import ends_with_status, init_wandb, need_wandb_mode
 
 
 @dataclass
@@ -160,17 +160,11 @@ def write_html(vc: VisualizeConfig, model, page: str) -> None:
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
-        run = None
-        try:
-            with ctrl_c_deferred():  # raised once the run exists, so that it ends with the process's status, not 0
-                run = wandb.init(project=vc.wandb_project, job_type="visualize", dir=vc.out_dir,
-                                 config={"ckpt": vc.ckpt, "text": vc.text, "source": vc.source, "target": vc.target,
-                                         **model.config.to_dict()})
+        run = init_wandb(wandb, project=vc.wandb_project, job_type="visualize", dir=vc.out_dir,
+                         config={"ckpt": vc.ckpt, "text": vc.text, "source": vc.source, "target": vc.target,
+                                 **model.config.to_dict()})
+        with ends_with_status(run):
             run.log({"attention/explorer": wandb.Html(page, inject=False)})
-        except BaseException as e:
-            if run is not None:
-                run.finish(exit_code=cli.exit_code(e))
-            raise
         where = os.path.dirname(run.dir)
         run.finish()
         print(f"logged the page to wandb as attention/explorer ({where})")

@@ -192,6 +192,32 @@ def ctrl_c_deferred():
         raise KeyboardInterrupt
 
 
+def init_wandb(wandb, **init):
+    """wandb.init(**init), its run returned. A Ctrl-C inside it is raised once the run exists (ctrl_c_deferred),
+    which it then ends with the process's status, 130: left to wandb's exit hook, it would record 0, a finished run."""
+    run = None
+    try:
+        with ctrl_c_deferred():
+            run = wandb.init(**init)
+    except KeyboardInterrupt as e:
+        if run is not None:
+            run.finish(exit_code=cli.exit_code(e))
+        raise
+    return run
+
+
+@contextlib.contextmanager
+def ends_with_status(run):
+    """In the block, a failure or a stop (Ctrl-C, a refusal) ends run with the process's status (common/cli.py's
+    exit_code), not as finished; run None (no wandb): nothing to end."""
+    try:
+        yield run
+    except BaseException as e:
+        if run is not None:
+            run.finish(exit_code=cli.exit_code(e))
+        raise
+
+
 class MetricsLog:
     def __init__(self, out_dir: str, fresh: bool, wandb_cfg: dict | None = None, resume_step: int = 0):
         """fresh: start a new file; else append after resume_step. wandb_cfg: {"project", "name" (None: derived
@@ -216,11 +242,10 @@ class MetricsLog:
         import wandb  # imported only when asked for: it is slow to import
 
         layout, run_id = run_layout(wandb_cfg["config"]), wandb_cfg.get("id")
-        with ctrl_c_deferred():
-            self.wandb = wandb.init(project=wandb_cfg["project"], name=wandb_cfg.get("name") or layout["name"],
-                                    group=layout["group"], job_type=layout["job_type"], tags=layout["tags"],
-                                    config=wandb_cfg["config"], dir=out_dir, id=run_id,
-                                    resume="allow" if run_id else None)
+        self.wandb = init_wandb(wandb, project=wandb_cfg["project"], name=wandb_cfg.get("name") or layout["name"],
+                                group=layout["group"], job_type=layout["job_type"], tags=layout["tags"],
+                                config=wandb_cfg["config"], dir=out_dir, id=run_id,
+                                resume="allow" if run_id else None)
         self._define_layout()
 
     @property
