@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from common.device import autocast
+from common.device import autocast, to_device
 from common.eval_mode import evaluating
 
 LOGITS_BUDGET = 2 ** 26  # logits a forward may hold by default (256 MB in float32)
@@ -56,16 +56,18 @@ def default_batch_tokens(model) -> int:
 
 
 def padded(rows: list[list[int]], n_scored: list[int], chunk: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows of chunk (longest first) as inputs x (B, T), right-padded with 0, and targets y (B, T): a row's
-    last n_scored ids where they are scored, -1 everywhere else."""
+    """The rows of chunk (longest first) as inputs x (B, T), right-padded with 0, and where (3, N): the row, column
+    and target id of each row's last n_scored targets, the positions scored."""
     T = len(rows[chunk[0]]) - 1
     x = torch.zeros(len(chunk), T, dtype=torch.long)  # (B, T); a pad is never seen by a real position
-    y = torch.full((len(chunk), T), -1, dtype=torch.long)  # (B, T)
+    where = [[], [], []]
     for b, i in enumerate(chunk):
-        row, n = rows[i], len(rows[i]) - 1
+        row, n, k = rows[i], len(rows[i]) - 1, n_scored[i]
         x[b, :n] = torch.tensor(row[:-1])
-        y[b, n - n_scored[i]:n] = torch.tensor(row[len(row) - n_scored[i]:])
-    return x, y
+        where[0] += [b] * k
+        where[1] += range(n - k, n)
+        where[2] += row[len(row) - k:]
+    return x, torch.tensor(where, dtype=torch.long)
 
 
 @torch.no_grad()
@@ -74,22 +76,32 @@ def row_logprobs(model, rows: list[list[int]], n_scored: list[int], batch_tokens
     """For each row (at most block_size + 1 ids: the input is row[:-1], the targets row[1:]), the sum of the
     log-probabilities of its last n_scored targets, in float64. Runs in eval mode (no dropout), right-padded, the
     model's own forward (so a model sharded by FSDP or compiled runs as in training), in the caller's autocast, if
-    any."""
+    any. On a GPU the host never waits for a forward: the batches go over asynchronously, and the sums are read
+    once, at the end."""
     device = next(model.parameters()).device
     batch_tokens = batch_tokens or default_batch_tokens(model)
-    sums = [0.0] * len(rows)
+    chunks, chunk_sums = batches([len(r) for r in rows], batch_tokens), []
     with evaluating(model):
-        for chunk in batches([len(r) for r in rows], batch_tokens):
-            x, y = (t.to(device) for t in padded(rows, n_scored, chunk))
+        for chunk in chunks:
+            x, where = (to_device(t, device) for t in padded(rows, n_scored, chunk))
             logits, _ = model(x)  # (B, T, V)
-            scored = y >= 0  # (B, T)
-            picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (B, T)
-            picked[scored] = target_logprobs(logits[scored], y[scored])
-            for i, s in zip(chunk, picked.sum(1).tolist()):  # a sum per row, in a fixed order: deterministic
-                sums[i] = s
+            chunk_sums.append(scored_sums(logits, where))
             if bar is not None:
                 bar.update(len(chunk))
+    sums = [0.0] * len(rows)
+    for i, s in zip((i for chunk in chunks for i in chunk), torch.cat(chunk_sums).tolist() if chunks else []):
+        sums[i] = s
     return sums
+
+
+def scored_sums(logits: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """logits (B, T, V), where (3, N): the rows, columns and target ids of the positions scored, listed on the host
+    (picking them by a boolean mask on the device would be a read back: its count sets a shape) -> (B,) each row's
+    summed log p(target), float64."""
+    rows, cols, targets = where
+    picked = torch.zeros(logits.shape[:2], dtype=torch.float64, device=logits.device)  # (B, T)
+    picked[rows, cols] = target_logprobs(logits[rows, cols], targets)
+    return picked.sum(1)  # a sum per row, in a fixed order: deterministic
 
 
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

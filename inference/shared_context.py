@@ -19,8 +19,9 @@ Shapes: B items in a batch, k choices each, Tc the longest context, Tch the long
 """
 import torch
 
+from common.device import to_device
 from common.eval_mode import evaluating
-from inference.scoring import batches, target_logprobs
+from inference.scoring import batches, scored_sums, target_logprobs
 from inference.tasks import Encoded
 
 
@@ -87,16 +88,16 @@ def group_logprobs(model, items: list[Encoded], batch_tokens: int) -> list[list[
 
 def rest_logprobs(model, choices: list[list[int]], cache) -> torch.Tensor:
     """The summed log-probabilities (N,) of each choice's tokens after its first, on a cache holding each one's
-    context (one row each): the choices' tokens but the last go in, padded on the right."""
+    context (one row each): the choices' tokens but the last go in, padded on the right; the positions scored are
+    listed on the host, and go over with them asynchronously."""
     device = next(model.parameters()).device
     T = max(map(len, choices)) - 1
     x = torch.zeros(len(choices), T, dtype=torch.long)  # (N, T)
-    y = torch.full((len(choices), T), -1, dtype=torch.long)  # (N, T) targets; -1 = not scored
+    where = [[], [], []]  # the rows, columns and target ids scored
     for r, c in enumerate(choices):
-        x[r, :len(c) - 1], y[r, :len(c) - 1] = torch.tensor(c[:-1]), torch.tensor(c[1:])
-    x, y = x.to(device), y.to(device)
-    logits, _ = model(x, cache=cache)  # (N, T, V)
-    scored = y >= 0
-    picked = torch.zeros(y.shape, dtype=torch.float64, device=device)  # (N, T)
-    picked[scored] = target_logprobs(logits[scored], y[scored])
-    return picked.sum(1)
+        x[r, :len(c) - 1] = torch.tensor(c[:-1])
+        where[0] += [r] * (len(c) - 1)
+        where[1] += range(len(c) - 1)
+        where[2] += c[1:]
+    logits, _ = model(to_device(x, device), cache=cache)  # (N, T, V)
+    return scored_sums(logits, to_device(torch.tensor(where, dtype=torch.long), device))

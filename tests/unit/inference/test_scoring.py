@@ -195,3 +195,16 @@ def test_a_diverged_models_perplexity_is_exp_of_its_nll_while_a_float_holds_it()
     assert 100 < got[0]["nll_per_token"] < 700 and got[1]["nll_per_token"] > 710  # the cases this test is about
     assert got[0]["ppl"] == pytest.approx(math.exp(got[0]["nll_per_token"]), rel=1e-9)
     assert math.isfinite(got[1]["ppl"]) and got[1]["ppl"] > got[0]["ppl"]
+
+
+def test_rows_scored_on_a_device_are_read_back_once_when_all_are_scored(monkeypatch):
+    """On a GPU the host waits for the device once: the scored positions are found on the host, where the targets
+    are made (a boolean mask on the device is a read back, its count sets a shape), and the sums read at the end.
+    The meta device raises at a read (tests/pretend_device.py); here each is answered and counted."""
+    import pretend_device
+
+    rows, n = random_rows()
+    model = tiny_model().to("meta")
+    reads = pretend_device.answer_reads(monkeypatch)
+    assert len(batches([len(r) for r in rows], 20)) > 1  # several forwards
+    assert len(row_logprobs(model, rows, n, batch_tokens=20)) == len(rows) and reads == ["tolist"]

@@ -112,3 +112,18 @@ def test_on_a_gpu_the_sums_are_the_cpus():
     want = choice_logprobs(model, items, batch_tokens=40)
     got = choice_logprobs(model.cuda(), items, batch_tokens=40)
     assert sum(got, []) == pytest.approx(sum(want, []), abs=1e-4)
+
+
+def test_choices_scored_on_a_device_are_read_back_once_a_group():
+    """A group's choices after their first token are scored without a read back (their scored positions are found
+    on the host): the group's sums are read once. The meta device raises at a read (tests/pretend_device.py); here
+    each is answered and counted."""
+    import pretend_device
+
+    items = random_items()
+    model = tiny_model().to("meta")
+    with pytest.MonkeyPatch.context() as patch:
+        reads = pretend_device.answer_reads(patch)
+        got = shared_logprobs(model, items, batch_tokens=1000)
+    assert [len(s) for s in got] == [len(it.rows) for it in items]
+    assert reads == ["tolist"] * len(groups(items, 1000, model.config.block_size))
