@@ -97,12 +97,13 @@ def unseeded_generators(monkeypatch, device_type: str) -> None:
 
 
 def present(monkeypatch, kind: str) -> None:
-    """pick_device in train.py's setup and in sample.py takes a device of this kind as one to compute on: CUDA, which
-    this machine may lack, and meta, which pick_device refuses to a user (it holds no values)."""
+    """pick_device in train.py's setup, sample.py and evaluate.py takes a device of this kind as one to compute on:
+    CUDA, which this machine may lack, and meta, which pick_device refuses to a user (it holds no values)."""
+    import evaluate
     import sample
     from training import setup
 
-    for module in (setup, sample):
+    for module in (setup, sample, evaluate):
         pick = module.pick_device
         monkeypatch.setattr(module, "pick_device", lambda name, _pick=pick: torch.device(name) if name.startswith(
             kind) else _pick(name))
@@ -183,7 +184,7 @@ def saves_fakes_as_meta(monkeypatch) -> None:
 @contextlib.contextmanager
 def fake_cuda(monkeypatch):
     """Inside it, tensors put on 'cuda' are fake: torch's FakeTensorMode, with these stand-ins for what it lacks:
-    - CUDA counts as present where the project asks (pick_device in train.py's setup and in sample.py; bf16
+    - CUDA counts as present where the project asks (pick_device in train.py's setup, sample.py, evaluate.py; bf16
       support), and autocast and the float16 scaler do not switch themselves off (torch.cuda.is_available itself
       stays False: FakeTensorMode reads it to keep away from the driver);
     - nn.Module.to is `moved` above;

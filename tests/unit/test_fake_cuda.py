@@ -1,14 +1,17 @@
 """The branches written for CUDA, run on fake CUDA tensors (tests/pretend_device.py): torch's FakeTensorMode with a
 CUDA build of torch and no GPU. train.py's run built for --device=cuda (its speed levers, the fused kernels, the
-float16 scaler, autocast's dtypes), its training step, evaluation, and sample.py's modes with CUDA's defaults. On the
-CPU-only wheel these tests skip: there the first CUDA op would abort the process. The meta tests
-(test_meta_device.py) hold every path to one device and run the real backward.
+float16 scaler, autocast's dtypes), its training step, evaluation, sample.py's modes with CUDA's defaults, and
+evaluate.py's scoring. On the CPU-only wheel these tests skip: there the first CUDA op would abort the process. The
+meta tests (test_meta_device.py) hold every path to one device and run the real backward.
 
 What no tool here runs, and why (a GPU runs them: benchmarks/gpu_check.py, docs/speed.md "On a GPU"):
 """
+import json
+
 import pytest
 import torch
 
+import evaluate
 import pretend_device
 import sample
 import train
@@ -125,3 +128,19 @@ def test_int8_sampling_is_refused_on_cuda_in_one_line(cuda, trained_checkpoints,
     assert cli.run(sample.main, args) == 2
     err = capsys.readouterr().err.strip()
     assert "int8 kernel" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "auto"])
+def test_evaluate_py_scores_choices_and_a_text_on_cuda(cuda, trained_checkpoints, tmp_path, capsys, dtype):
+    """evaluate.py in its default float32 and in auto's bf16: an item whose context is shared by its choices, one cut
+    to the block (scored as whole rows), a text's windows (the sums read back are answered)."""
+    reads = pretend_device.answer_reads(cuda, truth=True)
+    task, text = tmp_path / "task.jsonl", tmp_path / "text.txt"
+    items = [{"context": "the night", "choices": [" love", " moon and star"], "label": 0},
+             {"context": "sweet death fair dear swear moon", "choices": [" star", " light"], "label": 1}]  # cut
+    task.write_text("".join(json.dumps(item) + "\n" for item in items))
+    text.write_text("love night light sweet death fair dear swear moon star " * 3)
+    args = [f"--out_dir={trained_checkpoints['decoder']}", "--device=cuda", f"--dtype={dtype}", f"--tasks={task}",
+            f"--text={text}"]
+    assert cli.run(evaluate.main, args) == 0, capsys.readouterr().err
+    assert f"{'float32' if dtype == 'float32' else 'bfloat16'} on cuda" in capsys.readouterr().out and reads
