@@ -243,7 +243,8 @@ def main(argv) -> None:
     speed_config = speed.for_device(speed_config, explicit, device.type)
     model = for_decoding(model, sc, speed_config, dtype)
     if mode == "translate":
-        print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
+        sampled = "temperature" in explicit and sc.temperature >= MIN_TEMPERATURE  # below it sample_next is greedy
+        print_translations(sc, model, tokenizer, ckpt, device, dtype, sampled)
         return
     if mode == "attention":  # works for encoders too: it draws, it does not generate
         draw_attention(model, tokenizer, text, sc.attention, ckpt.objective)

@@ -171,6 +171,23 @@ def test_a_max_new_tokens_beyond_the_context_is_said_to_be_cut(runs, capsys):
         assert "note:" not in capsys.readouterr().err
 
 
+def test_a_greedy_temperature_is_said_to_be_greedy(runs, capsys):
+    """--temperature=0 (or below sampling's least temperature) translates greedily, as without --temperature: the
+    closing line said 'sampled'."""
+    import sample
+
+    out = runs["whole"]
+    said = {}
+    for given in ([], ["--temperature=0"], ["--temperature=1e-6"], ["--temperature=0.8"]):
+        assert sample.cli.run(sample.main, [f"--out_dir={out}", "--source=abcd", *given]) == 0
+        captured = capsys.readouterr()
+        said[tuple(given)] = (captured.out, "sampled" in captured.err, "greedy" in captured.err)
+    assert said[()][1:] == (False, True)
+    for greedy in (("--temperature=0",), ("--temperature=1e-6",)):
+        assert said[greedy] == said[()], (greedy, said[greedy])
+    assert said[("--temperature=0.8",)][1:] == (True, False)
+
+
 def test_export_refuses_an_encoder_decoder_in_one_line(runs, tmp_path):
     r = run_code("import sys; from interop import export; sys.exit(export.entry())", f"--out_dir={runs['whole']}",
                  f"--to={tmp_path / 'hf'}")
