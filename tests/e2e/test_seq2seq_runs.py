@@ -134,6 +134,24 @@ def test_sample_translates_a_source_and_every_line_of_a_file_in_order(runs, tmp_
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--past_context" in r.stderr and not r.stdout
 
 
+def test_a_source_line_longer_than_learned_positions_reach_is_refused_naming_its_line(tmp_path, capsys):
+    """Learned positions end at block_size: a line of --source=FILE: past it is refused with its line number, as an
+    unknown character is (it named no line), and nothing is printed for the lines before it."""
+    import sample
+
+    out = tmp_path / "learned"
+    assert train.cli.run(train.main, args(out, "--max_iters=1", "--eval_interval=1", "--pos_emb=learned")) == 0
+    capsys.readouterr()
+    (tmp_path / "src.txt").write_text("abcd\n" + "a" * 17 + "\nab\n")
+    assert sample.cli.run(sample.main, [f"--out_dir={out}", f"--source=FILE:{tmp_path / 'src.txt'}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: line 2 of {tmp_path / 'src.txt'}: a source of 17 tokens is longer than "
+                                   "block_size=16"), captured.err
+    assert captured.err.count("\n") == 1 and not captured.out
+    assert sample.cli.run(sample.main, [f"--out_dir={out}", "--source=" + "a" * 17]) == 2
+    assert capsys.readouterr().err.startswith("error: --source: a source of 17 tokens")
+
+
 def test_a_source_file_may_start_with_a_byte_order_mark(runs, tmp_path, capsys):
     """--source=FILE: reads the file as utf-8-sig: its first line translates as it does without the mark."""
     import sample
