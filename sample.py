@@ -39,7 +39,7 @@ import torch
 
 from common import flag_scope
 from common.device import autocast, need_dtype, pick_device, pick_dtype
-from common.errors import ConfigError, DataError, FlagError, UserError, need_seed
+from common.errors import ConfigError, FlagError, UserError, need_seed
 from common import flags
 from data.mask_token import MASK_TEXT, encode_prompt
 import speed
@@ -55,6 +55,7 @@ from inference.generate import (MIN_TEMPERATURE, NonFiniteLogits, check_past_con
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
 from inference.speculative import most_guesses, speculative_stream
+from model.seq2seq import check_length
 
 # what a checkpoint's objective means for its samples (train.py --model=..., training/objectives.py)
 NOTES = {"cheater": "[a bidirectional model trained on next tokens (the cheater): it learned to copy, not to predict; "
@@ -243,7 +244,8 @@ def main(argv) -> None:
     speed_config = speed.for_device(speed_config, explicit, device.type)
     model = for_decoding(model, sc, speed_config, dtype)
     if mode == "translate":
-        print_translations(sc, model, tokenizer, ckpt, device, dtype, "temperature" in explicit)
+        sampled = "temperature" in explicit and sc.temperature >= MIN_TEMPERATURE  # below it sample_next is greedy
+        print_translations(sc, model, tokenizer, ckpt, device, dtype, sampled)
         return
     if mode == "attention":  # works for encoders too: it draws, it does not generate
         draw_attention(model, tokenizer, text, sc.attention, ckpt.objective)
@@ -372,11 +374,12 @@ def print_translations(sc: SampleConfig, model, tokenizer, ckpt, device, dtype, 
         texts = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
     else:
         texts = [sc.source]
-    ids = []  # an unknown character is named with its line
+    ids = []  # an unknown character, or a source past learned positions, is named with its line
     for n, text in enumerate(texts, 1):
         try:
             ids.append(tokenizer.encode(text))
-        except DataError as e:
+            check_length(len(ids[-1]), model.source_pos, "source")
+        except UserError as e:
             where = f"line {n} of {sc.source[len('FILE:'):]}" if sc.source.startswith("FILE:") else "--source"
             raise UserError(f"{where}: {e}") from None
     chosen = sampling(sc) if sampled else dict(temperature=0.0)

@@ -125,7 +125,8 @@ TABLES = {
         rule("kv_cache", "an encoder's and a cheater's tokens attend to later ones, so there is no cache",
              kind=("decoder", "seq2seq")),
         rule("past_context compile step_loops draft", kind=("decoder",)),
-        rule("temperatures", "an encoder predicts masks, so put [MASK] in --start", kind=("decoder", "cheater")),
+        rule("temperatures", "an encoder predicts masks, so put [MASK] in --start; an encoder-decoder samples a "
+             "target with --source and --temperature", kind=("decoder", "cheater")),
         rule("batch", kind=("decoder", "cheater")),
         rule("batch", "speculative decoding draws one sample at a time", draft=(False,)),
         rule("draft_tokens", kind=("decoder",)),

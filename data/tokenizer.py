@@ -85,8 +85,10 @@ class Tokenizer:
 
 
 class CharTokenizer(Tokenizer):
-    def __init__(self, chars: str):
+    def __init__(self, chars: str, unknown_hint: str = "use characters from the training text (or train with "
+                                                      "--tokenizer=gpt2: its bytes spell any text)"):
         self.name, self.eot_id = "char", None
+        self.unknown_hint = unknown_hint  # what to do about a character the vocabulary lacks
         self.chars = "".join(sorted(set(chars)))
         self.vocab_size = len(self.chars)
         self._codepoints = np.array([ord(c) for c in self.chars], dtype=np.uint32)  # sorted, for searchsorted
@@ -102,8 +104,7 @@ class CharTokenizer(Tokenizer):
         if unknown.any():
             c = chr(cps[int(np.argmax(unknown))])
             raise DataError(f"character {c!r} (U+{ord(c):04X}) is not in this char vocabulary of {self.vocab_size} "
-                            f"characters; use characters from the training text (or train with --tokenizer=gpt2: "
-                            f"its bytes spell any text)")
+                            f"characters; {self.unknown_hint}")
         return ids
 
     def encode(self, text: str, allow_eot: bool = False) -> list[int]:
@@ -300,6 +301,9 @@ def load_tokenizer(folder_or_meta, folder=None) -> Tokenizer:
         path = Path(folder_or_meta)
         meta, folder = read_meta(path), path if path.is_dir() else path.parent
     kind = meta["tokenizer"]
+    if kind == "char" and meta.get("kind") == "task":  # a --task's letters: train.py takes no other tokenizer there
+        chars = "".join(sorted(meta["chars"]))
+        return CharTokenizer(chars, f"--task={meta['task']} trained on the letters {chars[0]}-{chars[-1]} only")
     if kind == "char":
         return CharTokenizer(meta["chars"])
     if kind == "gpt2":

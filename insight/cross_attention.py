@@ -79,9 +79,13 @@ def cross_attention_view(model, tokenizer, source_text: str, target_text: str = 
             raise UserError(f"the target is {len(target) - 1} tokens and STOP makes {len(target)}, more than the "
                             f"{limit} that can be shown; shorten --target")
     else:  # a row per written token, as many as sample.py's translation writes: the decoder reads the start token
-        target = translate(model, src, limit, stop, stop)[0].tolist()  # and all written tokens but the last
+        target = translate(model, src, model.config.block_size, stop, stop)[0].tolist()  # and all but the last
         if stop in target:
             target = target[:target.index(stop) + 1]
+        if len(target) > limit:  # the first rows alone would pass for the whole target
+            raise UserError(f"greedy decoding writes a target of {len(target)} tokens (with STOP, if it ends), more "
+                            f"than the {limit} that --{flag}={max_tokens} shows; raise --{flag}, or give a shorter "
+                            f"--target=TEXT")
     target_in = torch.tensor([[stop] + target[:-1]], device=device)  # (1, T): the decoder's input
     with evaluating(model):
         weights = cross_weights(model, src, target_in)  # (L, H, T, S)

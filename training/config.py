@@ -31,7 +31,7 @@ class TrainConfig(PrepareConfig):
     out_dir: str = "out"
     init_from: str = "scratch"  # 'scratch', 'resume' (continue out_dir/ckpt_last.pt), 'auto' (resume when out_dir
     #                             has a checkpoint, else start: the one command line for every restart of an
-    #                             elastic job) or 'hf:FOLDER' (a Hugging Face GPT-2's weights)
+    #                             elastic job) or 'hf:FOLDER' (a Hugging Face GPT-2's or GPT-NeoX's weights)
     overwrite: bool = False  # allow a scratch run to replace the run already in out_dir
     # what is trained (training/objectives.py, compare.py)
     model: str = "decoder"  # 'decoder' = causal attention, next-token objective; 'encoder' = bidirectional
@@ -111,12 +111,13 @@ class TrainConfig(PrepareConfig):
         super().__post_init__()  # the data settings
         need(self.init_from in ("scratch", "resume", "auto") or self.init_from.startswith("hf:"),
              f"init_from={self.init_from!r} must be 'scratch', 'resume', 'auto' or 'hf:FOLDER' (a local Hugging Face "
-             f"GPT-2)")
+             f"GPT-2 or GPT-NeoX)")
         need(self.model in OBJECTIVES, f"model={self.model!r} is not one of {', '.join(OBJECTIVES)}")
         need(0.0 < self.mask_rate < 1.0, f"mask_rate={self.mask_rate} must be in (0, 1); BERT's is 0.15")
         need(self.mask_span >= 1, f"mask_span={self.mask_span} must be >= 1 (1 = single positions)")
         need(self.model == "decoder" or not self.init_from.startswith("hf:"),
-             f"init_from={self.init_from} loads a GPT-2 decoder; it cannot start --model={self.model}")
+             f"init_from={self.init_from} loads a Hugging Face GPT-2 or GPT-NeoX, a decoder; it cannot start "
+             f"--model={self.model}: train that one with --init_from=scratch")
         self.check_training_data()
         for name in ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "eval_iters",
                      "log_interval"):

@@ -134,6 +134,24 @@ def test_sample_translates_a_source_and_every_line_of_a_file_in_order(runs, tmp_
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--past_context" in r.stderr and not r.stdout
 
 
+def test_a_source_line_longer_than_learned_positions_reach_is_refused_naming_its_line(tmp_path, capsys):
+    """Learned positions end at block_size: a line of --source=FILE: past it is refused with its line number, as an
+    unknown character is (it named no line), and nothing is printed for the lines before it."""
+    import sample
+
+    out = tmp_path / "learned"
+    assert train.cli.run(train.main, args(out, "--max_iters=1", "--eval_interval=1", "--pos_emb=learned")) == 0
+    capsys.readouterr()
+    (tmp_path / "src.txt").write_text("abcd\n" + "a" * 17 + "\nab\n")
+    assert sample.cli.run(sample.main, [f"--out_dir={out}", f"--source=FILE:{tmp_path / 'src.txt'}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: line 2 of {tmp_path / 'src.txt'}: a source of 17 tokens is longer than "
+                                   "block_size=16"), captured.err
+    assert captured.err.count("\n") == 1 and not captured.out
+    assert sample.cli.run(sample.main, [f"--out_dir={out}", "--source=" + "a" * 17]) == 2
+    assert capsys.readouterr().err.startswith("error: --source: a source of 17 tokens")
+
+
 def test_a_source_file_may_start_with_a_byte_order_mark(runs, tmp_path, capsys):
     """--source=FILE: reads the file as utf-8-sig: its first line translates as it does without the mark."""
     import sample
@@ -169,6 +187,23 @@ def test_a_max_new_tokens_beyond_the_context_is_said_to_be_cut(runs, capsys):
     for given in (["--max_new_tokens=16"], []):
         assert sample.cli.run(sample.main, [f"--out_dir={out}", "--source=abcd", *given]) == 0
         assert "note:" not in capsys.readouterr().err
+
+
+def test_a_greedy_temperature_is_said_to_be_greedy(runs, capsys):
+    """--temperature=0 (or below sampling's least temperature) translates greedily, as without --temperature: the
+    closing line said 'sampled'."""
+    import sample
+
+    out = runs["whole"]
+    said = {}
+    for given in ([], ["--temperature=0"], ["--temperature=1e-6"], ["--temperature=0.8"]):
+        assert sample.cli.run(sample.main, [f"--out_dir={out}", "--source=abcd", *given]) == 0
+        captured = capsys.readouterr()
+        said[tuple(given)] = (captured.out, "sampled" in captured.err, "greedy" in captured.err)
+    assert said[()][1:] == (False, True)
+    for greedy in (("--temperature=0",), ("--temperature=1e-6",)):
+        assert said[greedy] == said[()], (greedy, said[greedy])
+    assert said[("--temperature=0.8",)][1:] == (True, False)
 
 
 def test_export_refuses_an_encoder_decoder_in_one_line(runs, tmp_path):

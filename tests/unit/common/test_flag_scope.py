@@ -277,3 +277,14 @@ def test_every_hint_reads_after_drop_it():
         for r in t.rules:
             line = flag_scope.refusal(list(r.flags[:1]), r, next(iter(r.when)), {f: vs[0] for f, vs in r.when.items()})
             assert ": or " not in line, (command, line)
+
+
+def test_temperatures_on_a_seq2seq_checkpoint_is_refused_with_a_hint_that_fits_it():
+    """sample.py --temperatures on an encoder-decoder said 'put [MASK] in --start', the encoder's way, which
+    sample.py refuses for a seq2seq checkpoint: the hint names what an encoder-decoder does instead."""
+    with pytest.raises(UserError) as refused:
+        flag_scope.check("sample.py", {"temperatures"}, {"kind": "seq2seq"})
+    line = str(refused.value)
+    assert "--source" in line and "--temperature" in line.replace("--temperatures", ""), line
+    with pytest.raises(UserError, match=r"put \[MASK\] in --start"):  # the encoder's hint is kept
+        flag_scope.check("sample.py", {"temperatures"}, {"kind": "encoder"})

@@ -239,3 +239,19 @@ def test_drop_unknown_keeps_what_a_char_vocabulary_has_leaves_other_tokenizers_t
         assert drop_unknown(tok, "ZZ!") == " " and tok.encode(drop_unknown(tok, "")) == [0]  # never empty
     for tok in (gpt2_tokenizer(), bpe_small()):
         assert drop_unknown(tok, "a Zb!c 🙂") == "a Zb!c 🙂"
+
+
+
+def test_a_task_models_unknown_character_is_refused_without_a_tokenizer_its_task_cannot_take():
+    """A --task checkpoint's tokenizer (its meta: the task's letters) told a user to 'train with --tokenizer=gpt2',
+    which train.py refuses with --task: the hint names the task's letters instead. A text's keeps the gpt2 hint."""
+    from data.pair_batches import task_meta
+
+    task = load_tokenizer(task_meta("reverse", 4, 8))
+    assert task.encode("abz") == [0, 1, 25]
+    with pytest.raises(DataError) as refused:
+        task.encode("Hello")
+    line = str(refused.value)
+    assert "'H'" in line and "--tokenizer" not in line and "--task=reverse" in line and "a-z" in line, line
+    with pytest.raises(DataError, match="--tokenizer=gpt2"):
+        load_tokenizer({"tokenizer": "char", "chars": "abc"}).encode("H")

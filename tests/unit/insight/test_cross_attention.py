@@ -93,6 +93,22 @@ def test_a_generated_target_is_greedy_decoding_and_its_rows_are_the_steps_that_w
     assert stopped == [False, True]
 
 
+def test_a_generated_target_longer_than_max_tokens_is_refused_not_cut():
+    """--max_tokens below block_size: greedy decoding was stopped at max_tokens, and the figure showed the first
+    rows of a longer target as if they were the whole of what the model writes (sample.py --source writes all)."""
+    from common.errors import UserError
+    from inference.translate import translate
+    from insight.cross_attention import cross_attention_view
+
+    model, tokenizer = tiny_seq2seq(seed=5), stop_tokenizer()
+    stop = tokenizer.stop_id
+    written = translate(model, torch.tensor([ids("abcabc")]), model.config.block_size, stop, stop)[0].tolist()
+    assert stop not in written and len(written) == 16  # the whole context, no STOP
+    with pytest.raises(UserError, match=r"16 tokens.*more than the 8 .*--max_tokens=8"):
+        cross_attention_view(model, tokenizer, "abcabc", max_tokens=8)
+    assert cross_attention_view(model, tokenizer, "abcabc", max_tokens=16).target == written
+
+
 def test_figure_panels_hold_each_heads_map_and_the_mean_with_token_labels():
     from insight.attention_figures import cross_attention_figure
     from insight.cross_attention import cross_attention_view

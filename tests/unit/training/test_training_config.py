@@ -202,3 +202,13 @@ def test_a_total_batch_size_the_micro_steps_do_not_divide_names_a_fix_that_is_ac
     if suggested:
         b = int(suggested.group(1))
         assert TrainConfig(total_batch_size=total, batch_size=b).accumulation(T, world) * b * T * world == total
+
+
+@pytest.mark.parametrize("model", ["encoder", "cheater", "seq2seq"])
+def test_a_hugging_face_start_of_another_model_is_refused_naming_both_folders_kinds_and_the_fix(model):
+    """--init_from=hf: takes a GPT-2 or a GPT-NeoX folder (interop/import_hf.py); the refusal of another --model said
+    'a GPT-2 decoder' for either, and named no fix."""
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(model=model, init_from="hf:folder")
+    line = str(refused.value)
+    assert "GPT-2 or GPT-NeoX" in line and f"--model={model}" in line and "--init_from=scratch" in line, line
