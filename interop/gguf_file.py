@@ -49,11 +49,11 @@ NO_GGUF = "GGUF export needs the gguf package: pip install gguf"  # an optional 
 def hf_refusals(cfg) -> None:
     """The Hugging Face export's one-line refusals (interop.mappings.hf_target: positions, window, causal, qk_norm,
     attn_score), less GPT-2's tied head: the head is written as output.weight, which llama.cpp's gpt2 graph reads.
-    Positions come first, named by llama.cpp's graphs: the Hugging Face message names its classes."""
+    Each line names llama.cpp's graph, not the Hugging Face class no one asked for."""
     if cfg.pos_emb not in ARCHS:
         raise UserError(f"pos_emb='{cfg.pos_emb}' cannot be exported to GGUF: llama.cpp's gpt2 graph takes "
                         f"pos_emb='learned' and its gptneox graph pos_emb='rope'")
-    hf_target(replace(cfg, tie_head=True))
+    hf_target(replace(cfg, tie_head=True), to=f"GGUF (llama.cpp's {ARCHS[cfg.pos_emb]} graph)")
 
 
 def gguf_refusal(cfg, tokenizer_name: str, dtype: str) -> str | None:

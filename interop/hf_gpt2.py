@@ -24,26 +24,27 @@ LN_EPS = 1e-5  # nn.LayerNorm's default, which our model uses
 ARCH = "GPT2LMHeadModel"
 
 
-def gpt2_refusal(cfg: GPTConfig) -> str | None:
-    """Why GPT-2 cannot express this config (one line), or None when it can."""
+def gpt2_refusal(cfg: GPTConfig, to: str = "GPT-2") -> str | None:
+    """Why GPT-2 cannot express this config (one line), or None when it can; `to` names the export's target in
+    the line (a GGUF file holds the same graph)."""
     if cfg.pos_emb != "learned":
-        return (f"pos_emb='{cfg.pos_emb}' cannot be exported to GPT-2, which has only learned absolute positions "
+        return (f"pos_emb='{cfg.pos_emb}' cannot be exported to {to}, which has only learned absolute positions "
                 f"(pos_emb='learned')")
     if cfg.window is not None:
-        return (f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-2, which attends to the "
+        return (f"window={cfg.window} (sliding-window attention) cannot be exported to {to}, which attends to the "
                 f"whole context")
     if not cfg.causal:
-        return "causal=false (a bidirectional encoder) cannot be exported to GPT-2, which is a causal decoder"
+        return f"causal=false (a bidirectional encoder) cannot be exported to {to}, which is a causal decoder"
     if getattr(cfg, "qk_norm", False):
-        return "qk_norm=true cannot be exported to GPT-2, which does not normalise q and k; train with qk_norm=false"
+        return f"qk_norm=true cannot be exported to {to}, which does not normalise q and k; train with qk_norm=false"
     if getattr(cfg, "mlp_act", "gelu") != "gelu":
-        return (f"mlp_act='{cfg.mlp_act}' cannot be exported to GPT-2, whose MLP uses the tanh GELU; train with "
+        return (f"mlp_act='{cfg.mlp_act}' cannot be exported to {to}, whose MLP uses the tanh GELU; train with "
                 f"mlp_act='gelu'")
     if not getattr(cfg, "tie_head", True):
-        return ("tie_head=false (an untied output head) cannot be exported to GPT-2, whose head is the token "
+        return (f"tie_head=false (an untied output head) cannot be exported to {to}, whose head is the token "
                 "embedding; train with tie_head=true")
     if getattr(cfg, "attn_score", "dot") != "dot":
-        return (f"attn_score='{cfg.attn_score}' cannot be exported to GPT-2, whose attention is the scaled dot "
+        return (f"attn_score='{cfg.attn_score}' cannot be exported to {to}, whose attention is the scaled dot "
                 f"product (attn_score='dot')")
     return None
 

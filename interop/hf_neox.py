@@ -34,19 +34,20 @@ ARCH = "GPTNeoXForCausalLM"
 HF_BUFFERS = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")  # older saves; not weights
 
 
-def neox_refusal(cfg: GPTConfig) -> str | None:
-    """Why GPT-NeoX cannot express this config (one line), or None when it can."""
+def neox_refusal(cfg: GPTConfig, to: str = "GPT-NeoX") -> str | None:
+    """Why GPT-NeoX cannot express this config (one line), or None when it can; `to` names the export's target in
+    the line (a GGUF file holds the same graph)."""
     if cfg.pos_emb != "rope":
-        return f"pos_emb='{cfg.pos_emb}' cannot be exported to GPT-NeoX, whose positions are RoPE (pos_emb='rope')"
+        return f"pos_emb='{cfg.pos_emb}' cannot be exported to {to}, whose positions are RoPE (pos_emb='rope')"
     if cfg.window is not None:
-        return (f"window={cfg.window} (sliding-window attention) cannot be exported to GPT-NeoX, which attends to "
+        return (f"window={cfg.window} (sliding-window attention) cannot be exported to {to}, which attends to "
                 f"the whole context")
     if not cfg.causal:
-        return "causal=false (a bidirectional encoder) cannot be exported to GPT-NeoX, which is a causal decoder"
+        return f"causal=false (a bidirectional encoder) cannot be exported to {to}, which is a causal decoder"
     if cfg.qk_norm:
-        return "qk_norm=true cannot be exported to GPT-NeoX, which does not normalise q and k; train with qk_norm=false"
+        return f"qk_norm=true cannot be exported to {to}, which does not normalise q and k; train with qk_norm=false"
     if cfg.attn_score != "dot":
-        return (f"attn_score='{cfg.attn_score}' cannot be exported to GPT-NeoX, whose attention is the scaled dot "
+        return (f"attn_score='{cfg.attn_score}' cannot be exported to {to}, whose attention is the scaled dot "
                 f"product (attn_score='dot')")
     if cfg.mlp_act not in ACTS:
         return f"mlp_act='{cfg.mlp_act}' has no Hugging Face activation name; use one of {', '.join(ACTS)}"

@@ -177,6 +177,22 @@ def test_positions_no_llama_cpp_graph_has_are_refused_as_gguf_not_hugging_face(t
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("pos_emb, graph", [("learned", "gpt2"), ("rope", "gptneox")])
+@pytest.mark.parametrize("overrides, blame", [(dict(causal=False), "causal=false"), (dict(window=4), "window=4"),
+                                              (dict(qk_norm=True), "qk_norm=true")])
+def test_a_gguf_refusal_names_gguf_not_the_hugging_face_class(tmp_path, pos_emb, graph, overrides, blame):
+    """The levers no llama.cpp graph expresses are refused naming the graph, not GPT-2 or GPT-NeoX."""
+    tok = small_bpe()
+    model = tiny_model(vocab_size=tok.vocab_size, pos_emb=pos_emb, **overrides)
+    ckpt = as_checkpoint(model, {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
+                                 "bpe_file": "x"})
+    with pytest.raises(ValueError) as e:
+        export_gguf(ckpt, tmp_path / "m.gguf")
+    assert f"{blame} " in str(e.value) and f"cannot be exported to GGUF (llama.cpp's {graph} graph)" in str(e.value)
+    assert "GPT-NeoX" not in str(e.value) and "GPT-2" not in str(e.value)
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_bpe_without_merges_is_refused_before_anything_is_written(tmp_path):
     """--bpe_vocab_size=257 is the 256 bytes and <|endoftext|>: no merge to list, and llama.cpp loads no BPE
     tokenizer without its merges list, which the gguf package leaves out when empty."""
