@@ -378,9 +378,11 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     if "max_iters" in explicit and explicit["max_iters"] < ckpt.step:
         raise SetupError(f"--max_iters={explicit['max_iters']} is below step {ckpt.step}, where the checkpoint in "
                          f"{tc.out_dir} is: there is nothing left to train; pass a --max_iters above {ckpt.step}")
-    if "max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None:
+    if ("max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None
+            and saved["warmup_iters"] < saved["max_iters"]):
         # a longer (or shorter) run keeps the schedule it started with: the cosine still ends where it was
-        # planned to, then min_lr; --lr_decay_iters sets another horizon
+        # planned to, then min_lr; --lr_decay_iters sets another horizon. A run that ended within its warmup
+        # planned no cosine: it decays to the new max_iters, as an uninterrupted run would
         saved["lr_decay_iters"] = saved["max_iters"]
     changed = {k for k in ("warmup_iters", "lr_decay_iters") if k in explicit and explicit[k] != saved[k]}
     saved.update({k: v for k, v in explicit.items() if k in saved})
