@@ -135,6 +135,7 @@ class TrainConfig(PrepareConfig):
         need(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         need(self.muon_lr > 0 and 0 <= self.muon_momentum < 1,
              f"muon_lr={self.muon_lr} must be > 0 and muon_momentum={self.muon_momentum} in [0, 1)")
+        self.check_weight_decay()
         need(1 <= self.muon_ns_steps <= 20, f"muon_ns_steps={self.muon_ns_steps} must be in 1..20 (5 is usual)")
         need(not (self.fsdp and self.optimizer == "muon"),
              "optimizer='muon' is not supported with --fsdp=true (it orthogonalises whole matrices, FSDP shards "
@@ -149,6 +150,18 @@ class TrainConfig(PrepareConfig):
              f"positive number of items or None (all)")
         need(self.eval_tasks is None or self.model == "decoder", f"--eval_tasks scores next-token probabilities; "
              f"--model={self.model} has none to score with: drop the flag")
+
+    def check_weight_decay(self):
+        """Decoupled decay scales the decayed weights by 1 - lr x weight_decay a step (Muon's at muon_lr): at the
+        peak rate that must stay above 0."""
+        rates = ("learning_rate", "muon_lr") if self.optimizer == "muon" else ("learning_rate",)
+        rate = max(rates, key=lambda name: getattr(self, name))
+        lr, decay = getattr(self, rate), self.weight_decay
+        if lr * decay >= 1:  # (the message divides by both)
+            raise ConfigError(f"weight_decay={decay:g} with {rate}={lr:g} multiplies the decayed weights by 1 - "
+                              f"{lr:g} x {decay:g} = {1 - lr * decay:g} at the peak rate: each step would zero them "
+                              f"or flip their sign; lower --weight_decay below {1 / lr:g} (0.1 is usual) or --{rate} "
+                              f"below {1 / decay:g}")
 
     def check_training_data(self):
         """seq2seq trains on pairs (--pairs or a --task), with the settings that suit them; the other models on

@@ -6,12 +6,14 @@ import re
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from common.errors import ConfigError, SetupError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
 from training.config import PRESETS, TrainConfig, configure, other_process_count, resumed_config
 from training.loop import lr_at
+from training.muon import Muon
 
 T = 16  # block_size
 
@@ -72,6 +74,26 @@ def test_a_learning_rate_below_the_presets_min_lr_is_refused_naming_both_and_the
     message = str(refused.value)
     assert "learning_rate=0.0001]" in message and "--min_lr=1e-05" in message, message
     configure(["--learning_rate=1e-4", "--min_lr=1e-05"])  # the fix it names is accepted
+
+
+@pytest.mark.parametrize("optimizer, rate", [("adamw", "learning_rate"), ("muon", "muon_lr")])
+def test_a_weight_decay_that_zeroes_the_weights_at_the_peak_rate_is_refused(optimizer, rate):
+    """Decoupled decay multiplies the decayed weights by 1 - lr x weight_decay each step: at lr x weight_decay = 1 a
+    step zeroes them (a step on a zero gradient shows it here), above 1 it flips their sign. Muon decays at muon_lr;
+    --weight_decay=1e300 ended its first step in a traceback."""
+    weight = torch.nn.Parameter(torch.ones(2, 2))
+    weight.grad = torch.zeros(2, 2)
+    step = torch.optim.AdamW([weight], lr=0.02, weight_decay=50) if optimizer == "adamw" else \
+        Muon([weight], lr=0.02, weight_decay=50)
+    step.step()
+    assert not weight.detach().any()
+    flags = [f"--optimizer={optimizer}", f"--{rate}=0.02"]
+    for decay in ("50", "1e300"):
+        with pytest.raises(ConfigError) as refused:
+            configure([*flags, f"--weight_decay={decay}"])
+        message = str(refused.value)
+        assert f"{rate}=0.02" in message and "lower --weight_decay below 50" in message, message
+    assert configure([*flags, "--weight_decay=49"])[0].weight_decay == 49
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h", "--preset=fast-cpu"], ["--n_layer=3", "--help"]])
