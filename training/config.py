@@ -136,6 +136,7 @@ class TrainConfig(PrepareConfig):
         need(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         need(self.muon_lr > 0 and 0 <= self.muon_momentum < 1,
              f"muon_lr={self.muon_lr} must be > 0 and muon_momentum={self.muon_momentum} in [0, 1)")
+        self.check_weight_decay()
         need(1 <= self.muon_ns_steps <= 20, f"muon_ns_steps={self.muon_ns_steps} must be in 1..20 (5 is usual)")
         need(not (self.fsdp and self.optimizer == "muon"),
              "optimizer='muon' is not supported with --fsdp=true (it orthogonalises whole matrices, FSDP shards "
@@ -150,6 +151,18 @@ class TrainConfig(PrepareConfig):
              f"positive number of items or None (all)")
         need(self.eval_tasks is None or self.model == "decoder", f"--eval_tasks scores next-token probabilities; "
              f"--model={self.model} has none to score with: drop the flag")
+
+    def check_weight_decay(self):
+        """Decoupled decay scales the decayed weights by 1 - lr x weight_decay a step (Muon's at muon_lr): at the
+        peak rate that must stay above 0."""
+        rates = ("learning_rate", "muon_lr") if self.optimizer == "muon" else ("learning_rate",)
+        rate = max(rates, key=lambda name: getattr(self, name))
+        lr, decay = getattr(self, rate), self.weight_decay
+        if lr * decay >= 1:  # (the message divides by both)
+            raise ConfigError(f"weight_decay={decay:g} with {rate}={lr:g} multiplies the decayed weights by 1 - "
+                              f"{lr:g} x {decay:g} = {1 - lr * decay:g} at the peak rate: each step would zero them "
+                              f"or flip their sign; lower --weight_decay below {1 / lr:g} (0.1 is usual) or --{rate} "
+                              f"below {1 / decay:g}")
 
     def check_training_data(self):
         """seq2seq trains on pairs (--pairs or a --task), with the settings that suit them; the other models on
@@ -379,9 +392,11 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     if "max_iters" in explicit and explicit["max_iters"] < ckpt.step:
         raise SetupError(f"--max_iters={explicit['max_iters']} is below step {ckpt.step}, where the checkpoint in "
                          f"{tc.out_dir} is: there is nothing left to train; pass a --max_iters above {ckpt.step}")
-    if "max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None:
+    if ("max_iters" in explicit and "lr_decay_iters" not in explicit and saved.get("lr_decay_iters") is None
+            and saved["warmup_iters"] < saved["max_iters"]):
         # a longer (or shorter) run keeps the schedule it started with: the cosine still ends where it was
-        # planned to, then min_lr; --lr_decay_iters sets another horizon
+        # planned to, then min_lr; --lr_decay_iters sets another horizon. A run that ended within its warmup
+        # planned no cosine: it decays to the new max_iters, as an uninterrupted run would
         saved["lr_decay_iters"] = saved["max_iters"]
     changed = {k for k in ("warmup_iters", "lr_decay_iters") if k in explicit and explicit[k] != saved[k]}
     saved.update({k: v for k, v in explicit.items() if k in saved})

@@ -116,7 +116,8 @@ def test_an_update_that_overflows_the_weights_stops_at_the_evaluation(corpus, tm
     loss not finite and the run stops there (exit 2, one error line) without a checkpoint."""
     out = tmp_path / "run"
     code = train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=3", "--eval_interval=1",
-                                               "--learning_rate=1e300", "--warmup_iters=0"))
+                                               "--learning_rate=1e300", "--warmup_iters=0",
+                                               "--weight_decay=0"))
     errors = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "validation loss not finite at step 1" in errors[0], errors
     assert not (out / "ckpt_last.pt").exists() and not (out / "ckpt_best.pt").exists()
@@ -139,7 +140,8 @@ def test_evaluations_not_finite_count_on_across_a_resume(corpus, tmp_path, capsy
     """At lr 1e30 the weights stay finite but every evaluation's loss is not: a resumed run's count ("so far", and
     the last line's) goes on from the evaluations its first part logged."""
     out = tmp_path / "run"
-    first = ["--eval_interval=2", "--on_nonfinite=skip", "--learning_rate=1e30", "--min_lr=1e30", "--warmup_iters=0"]
+    first = ["--eval_interval=2", "--on_nonfinite=skip", "--learning_rate=1e30", "--min_lr=1e30", "--warmup_iters=0",
+             "--weight_decay=0"]
     assert train.cli.run(train.main, tiny_args(corpus, out, *first, "--max_iters=4")) == 0
     assert train.cli.run(train.main, tiny_args(corpus, out, *first, "--max_iters=8", "--init_from=resume")) == 0
     said = capsys.readouterr()

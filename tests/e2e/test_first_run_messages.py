@@ -15,7 +15,7 @@ from training.distributed import Dist
 def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_go_on(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=6", "--eval_interval=100",
-                                         "--learning_rate=1e6", "--min_lr=0")) == 2
+                                         "--learning_rate=1e6", "--min_lr=0", "--weight_decay=0")) == 2
     err = capsys.readouterr().err
     assert "no checkpoint was written yet" in err and "--overwrite=true" in err and "intact" not in err
     assert cli.run(train.main, tiny_args(corpus, out, "--max_iters=2")) == 2  # a fresh run on top is refused ...

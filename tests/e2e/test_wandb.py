@@ -163,7 +163,7 @@ def test_a_run_refused_in_the_loop_ends_its_wandb_run_as_failed(corpus, tmp_path
     out = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     args = tiny_args(corpus, out, "--max_iters=2", "--eval_interval=1", "--learning_rate=1e30", "--wandb_log=true",
-                     "--wandb_attention_probe=")
+                     "--wandb_attention_probe=", "--weight_decay=0")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
                        timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 2 and "not finite" in r.stderr, r.stderr[-2000:]

@@ -291,7 +291,7 @@ def overflowing_run(corpus, tmp_path, monkeypatch, policy: str):
     checkpoint after every step and its only evaluation at the end: no validation loss sees the weights first."""
     monkeypatch.setattr(loop, "peak_matmul_flops", lambda *args: 1e12)
     run = cpu_run(corpus, tmp_path / "run", "--max_iters=3", "--eval_interval=3", "--learning_rate=1e300",
-                  "--warmup_iters=0", "--checkpoint_every_s=1e-9", f"--on_nonfinite={policy}")
+                  "--weight_decay=0", "--warmup_iters=0", "--checkpoint_every_s=1e-9", f"--on_nonfinite={policy}")
     run_folder.claim_out_dir(run)
     return run
 

@@ -1,15 +1,19 @@
 """training/config.py: the values a refusal names are the ones the run would have used, each with where it came
 from; what a resume by another number of processes says (its flags and config files run end to end in
 tests/e2e/test_every_flag.py)."""
+import math
 import re
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from common.errors import ConfigError, SetupError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
 from training.config import PRESETS, TrainConfig, configure, other_process_count, resumed_config
+from training.loop import lr_at
+from training.muon import Muon
 
 T = 16  # block_size
 
@@ -72,6 +76,26 @@ def test_a_learning_rate_below_the_presets_min_lr_is_refused_naming_both_and_the
     configure(["--learning_rate=1e-4", "--min_lr=1e-05"])  # the fix it names is accepted
 
 
+@pytest.mark.parametrize("optimizer, rate", [("adamw", "learning_rate"), ("muon", "muon_lr")])
+def test_a_weight_decay_that_zeroes_the_weights_at_the_peak_rate_is_refused(optimizer, rate):
+    """Decoupled decay multiplies the decayed weights by 1 - lr x weight_decay each step: at lr x weight_decay = 1 a
+    step zeroes them (a step on a zero gradient shows it here), above 1 it flips their sign. Muon decays at muon_lr;
+    --weight_decay=1e300 ended its first step in a traceback."""
+    weight = torch.nn.Parameter(torch.ones(2, 2))
+    weight.grad = torch.zeros(2, 2)
+    step = torch.optim.AdamW([weight], lr=0.02, weight_decay=50) if optimizer == "adamw" else \
+        Muon([weight], lr=0.02, weight_decay=50)
+    step.step()
+    assert not weight.detach().any()
+    flags = [f"--optimizer={optimizer}", f"--{rate}=0.02"]
+    for decay in ("50", "1e300"):
+        with pytest.raises(ConfigError) as refused:
+            configure([*flags, f"--weight_decay={decay}"])
+        message = str(refused.value)
+        assert f"{rate}=0.02" in message and "lower --weight_decay below 50" in message, message
+    assert configure([*flags, "--weight_decay=49"])[0].weight_decay == 49
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["-h", "--preset=fast-cpu"], ["--n_layer=3", "--help"]])
 def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, capsys):
     """--help prints every flag with the value the rest of the command line gives it, then each preset's note, and
@@ -90,13 +114,13 @@ def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, c
     assert all(line.endswith(note(name)) for line, name in zip(listing, PRESETS))
 
 
-def resumed(tmp_path, **explicit) -> TrainConfig:
-    """The settings a resume with these flags gets from a checkpoint at step 4 of an 8-step run (warmup 2, the cosine
-    ending at max_iters: lr_decay_iters None)."""
+def resumed(tmp_path, warmup: int = 2, **explicit) -> TrainConfig:
+    """The settings a resume with these flags gets from a checkpoint at step 4 of an 8-step run (warmup 2 unless
+    told, the cosine ending at max_iters: lr_decay_iters None)."""
     out = tmp_path / "run"
     if not out.exists():
         out.mkdir()
-        trained = TrainConfig(out_dir=str(out), max_iters=8, warmup_iters=2, lr_decay_iters=None)
+        trained = TrainConfig(out_dir=str(out), max_iters=8, warmup_iters=warmup, lr_decay_iters=None)
         meta = {"tokenizer": "char", "vocab_size": 3, "chars": "abc"}
         Checkpoint(weights={}, model_config=GPTConfig(vocab_size=3, block_size=T), step=4, data_meta=meta,
                    train_config=trained.to_dict()).save(str(out / LAST))
@@ -111,6 +135,18 @@ def test_a_resume_that_trains_longer_keeps_the_schedule_it_started_with(tmp_path
     assert (longer.max_iters, longer.lr_decay_iters, longer.warmup_iters) == (20, 8, 2)
     assert resumed(tmp_path, max_iters=20, lr_decay_iters=20).lr_decay_iters == 20
     assert resumed(tmp_path).lr_decay_iters is None  # no flag: the schedule as saved
+
+
+@pytest.mark.parametrize("warmup", [8, 10])
+def test_a_resume_that_trains_past_a_run_that_only_warmed_up_decays_as_the_longer_run_would(tmp_path, warmup):
+    """An 8-step run with a warmup of 8 or more planned no cosine; resumed for 20 steps it warms up to the peak and
+    decays to min_lr at step 20, as a 20-step run with that warmup does (written out here), not from the peak
+    straight to min_lr at the warmup's end (a fresh run's schedule that check_schedule refuses)."""
+    tc = resumed(tmp_path, warmup=warmup, max_iters=20)
+    lrs = [lr_at(s, 1.0, 0.1, tc.warmup_iters, tc.lr_decay_iters or tc.max_iters) for s in range(4, 20)]
+    cosine = [0.1 + 0.45 * (1 + math.cos(math.pi * (s - warmup) / (20 - warmup))) for s in range(20)]
+    want = [(s + 1) / (warmup + 1) if s < warmup else cosine[s] for s in range(4, 20)]
+    assert lrs == pytest.approx(want)
 
 
 def test_a_resume_at_its_last_step_is_accepted_and_one_below_it_is_refused(tmp_path):
