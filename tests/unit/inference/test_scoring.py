@@ -195,3 +195,21 @@ def test_a_diverged_models_perplexity_is_exp_of_its_nll_while_a_float_holds_it()
     assert 100 < got[0]["nll_per_token"] < 700 and got[1]["nll_per_token"] > 710  # the cases this test is about
     assert got[0]["ppl"] == pytest.approx(math.exp(got[0]["nll_per_token"]), rel=1e-9)
     assert math.isfinite(got[1]["ppl"]) and got[1]["ppl"] > got[0]["ppl"]
+
+
+def test_a_texts_windows_are_sliced_out_a_bounded_number_at_a_time(monkeypatch):
+    """Every window's row was a list of its own, all held at once: (block_size + 1) / stride copies of the text (at
+    --stride=1, 17 times a text's tokens for a block of 16). They are made a slice of the windows at a time, scored
+    as all at once."""
+    from inference import scoring
+
+    model, tok = tiny_model(vocab_size=11), CharTokenizer(" abcdefghij")
+    tokens = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(1)).tolist()
+    want = perplexity(model, tokens, tok, stride=1, batch_tokens=40)
+    calls, score_rows = [], scoring.row_logprobs
+    monkeypatch.setattr(scoring, "row_logprobs", lambda m, rows, *a: calls.append(len(rows)) or score_rows(m, rows, *a))
+    monkeypatch.setattr(scoring, "WINDOW_TOKENS_AT_ONCE", 5 * 17, raising=False)  # 5 windows of 17 tokens
+    got = perplexity(model, tokens, tok, stride=1, batch_tokens=40)
+    assert sum(calls) == len(sliding_windows(200, 16, 1)) == 184 and max(calls) == 5
+    nll, n = hf_guide_nll(model, tokens, 16, 1)
+    assert got["nll_per_token"] == pytest.approx(want["nll_per_token"], abs=1e-7) == pytest.approx(nll / n, abs=1e-5)
