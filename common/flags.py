@@ -280,6 +280,8 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if is_path(key, known[key][0]) and isinstance(text, str):
                 text = os.path.expanduser(text)  # the shell leaves the ~ of `--out_dir=~/runs` (and TOML's) as typed
                 check_path(key, text, is_folder(key, known[key][0]))
+            elif key == "init_from" and isinstance(text, str) and text.startswith("hf:"):  # a folder after hf:
+                text = "hf:" + os.path.expanduser(text[len("hf:"):])
             if source and isinstance(text, float) and text.is_integer() and known[key][1] in (int, int | None):
                 raise FlagError(f"--{key}={text} is a TOML float (as 1e3 and 1000.0 are); it takes an integer: "
                                 f"write {key} = {int(text)}")

@@ -12,18 +12,15 @@ from common.errors import DataError, UserError
 from data.mask_token import as_data
 from inference.choices import METRICS, score_task
 from inference.scoring import perplexity, progress_bar, sliding_windows
-from inference.tasks import Task, encode_task
+from inference.tasks import Task, encode_task, read_utf8
 
 
 def read_text(path: str, tokenizer) -> list[int]:
     """A UTF-8 text file -> its tokens (at least two: the first is only context), or a one-line UserError."""
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:  # its line ends as they are, as data/readers.py
-            text = f.read()
+        text = read_utf8(path, f"--text={path}")  # its line ends as they are, as data/readers.py keeps them
     except FileNotFoundError:
         raise UserError(f"--text={path} does not exist; give a UTF-8 text file") from None
-    except UnicodeDecodeError as e:
-        raise UserError(f"--text={path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except OSError as e:
         raise UserError(f"--text={path} cannot be read ({e.strerror}); give a UTF-8 text file") from None
     try:

@@ -24,6 +24,9 @@ LOGITS_AT_ONCE = 1024  # scored positions whose log-softmax is taken together
 # padding is computed like real tokens: a row joins a forward only if its pads take at most this share of the
 # forward's width, so rows of very different lengths go in forwards of their own
 PAD_SHARE = 0.2
+# a text's window rows are made this many tokens' worth at a time: all at once, a small --stride held
+# (block_size + 1) / stride copies of the text in Python lists
+WINDOW_TOKENS_AT_ONCE = 2 ** 22
 
 
 def progress_bar(total: int, desc: str, enabled: bool = True):
@@ -131,9 +134,12 @@ def perplexity(model, tokens: list[int], tokenizer, stride: int, batch_tokens: i
     mean negative log-likelihood of every token after the first (in nats), its exp, and the same sum in bits over
     the UTF-8 bytes of the tokens scored. The forwards run in autocast to dtype."""
     windows = sliding_windows(len(tokens), model.config.block_size, stride)
+    at_once, sums = max(1, WINDOW_TOKENS_AT_ONCE // (model.config.block_size + 1)), []
     with autocast(next(model.parameters()).device, dtype):
-        sums = row_logprobs(model, [tokens[s:e] for s, e, _ in windows], [new for _, _, new in windows], batch_tokens,
-                            bar)
+        for i in range(0, len(windows), at_once):
+            part = windows[i:i + at_once]
+            sums += row_logprobs(model, [tokens[s:e] for s, e, _ in part], [new for _, _, new in part], batch_tokens,
+                                 bar)
     nll, scored = -sum(sums), len(tokens) - 1
     n_bytes = len(tokenizer.decode_bytes(tokens[1:]))
     return {"tokens": len(tokens), "scored": scored, "nll_per_token": nll / scored,

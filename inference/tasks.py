@@ -16,6 +16,7 @@ A context too long for the model keeps its last tokens, so that context and choi
 (the last token is only a target); the item counts as cut. A choice longer than the block cannot be scored whole
 and is refused. Every mistake in a file is one line naming FILE:LINE.
 """
+import codecs
 import json
 import os
 from dataclasses import dataclass
@@ -77,12 +78,8 @@ def read_task(path: str, flag: str = "tasks") -> list[Item]:
     if not os.path.isfile(path):
         raise UserError(f"--{flag}: {path} does not exist or is not a file; give a .jsonl task file")
     try:
-        # without the byte-order mark an editor may put first; newline="": a line ends at \n only (a \r inside one
-        # is JSON's whitespace, and one before \n too)
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            lines = f.read().split("\n")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+        # a line ends at \n only (a \r inside one is JSON's whitespace, and one before \n too)
+        lines = read_utf8(path, path).split("\n")
     except OSError as e:
         raise UserError(f"{path} cannot be read ({e.strerror}); give a readable .jsonl task file") from None
     items = [parse_item(line, f"{path}:{n}", n) for n, line in enumerate(lines, 1) if line.strip()]
@@ -90,6 +87,19 @@ def read_task(path: str, flag: str = "tasks") -> list[Item]:
         raise UserError(f"{path} holds no items; a task file has one JSON object a line "
                         f'({{"context": ..., "choices": [...], "label": ...}} or HellaSwag\'s ctx/endings/label)')
     return items
+
+
+def read_utf8(path: str, name: str) -> str:
+    """A UTF-8 file's text as stored (its line ends untranslated), without the byte-order mark an editor may put
+    first; one that is not UTF-8 is a UserError naming the byte's offset in the file (the utf-8-sig codec counts
+    from after the mark). name: how the message names the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    mark = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[mark:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name} is not UTF-8 text (byte {mark + e.start}); save it as UTF-8") from None
 
 
 def parse_item(line: str, where: str, n: int) -> Item:

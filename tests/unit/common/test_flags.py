@@ -353,6 +353,15 @@ def test_a_path_flag_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monke
     assert parse(["--out_dir=runs~/a~"], CLASSES, PRESETS)[0] == {"out_dir": "runs~/a~"}  # a ~ elsewhere is a name
 
 
+def test_the_folder_of_init_from_hf_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """--init_from=hf:~/gpt2 (train.py, evaluate.py) was read as a folder named '~' in the working directory, and
+    refused as no Hugging Face folder though it was there."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert parse(["--init_from=hf:~/gpt2"], CLASSES, PRESETS)[0] == {"init_from": "hf:" + str(tmp_path / "gpt2")}
+    assert parse(["--init_from=hf:a~/b"], CLASSES, PRESETS)[0] == {"init_from": "hf:a~/b"}
+    assert parse(["--init_from=resume"], CLASSES, PRESETS)[0] == {"init_from": "resume"}
+
+
 def test_the_edges_of_a_flags_value(tmp_path):
     """A name of NAME_MAX bytes is still a name; an integer may group its digits with _; a TOML boolean is not a
     number for a float field (as it is no integer for an int one)."""

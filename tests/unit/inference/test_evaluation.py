@@ -34,6 +34,15 @@ def test_the_text_keeps_its_line_ends_as_prepare_does(tmp_path):
     assert read_text(str(path), chars) == chars.encode(raw.decode("utf-8").removeprefix("\ufeff"))
 
 
+def test_the_byte_that_is_not_utf8_is_counted_from_the_files_start_also_after_a_byte_order_mark(tmp_path):
+    """The utf-8-sig codec counts from after the mark: the message named byte 10 for the file's byte 13."""
+    for raw in (b"abc" * 4000 + b"\xff", b"\xef\xbb\xbf" + b"a" * 10 + b"\xff"):
+        (tmp_path / "t.txt").write_bytes(raw)
+        bad = raw.index(0xFF)  # where the byte is in the file
+        with pytest.raises(UserError, match=rf"is not UTF-8 text \(byte {bad}\)"):
+            read_text(str(tmp_path / "t.txt"), CharTokenizer("abc"))
+
+
 def test_the_stride_defaults_to_half_the_block_and_may_be_the_whole_block():
     assert check_stride(None, 16) == 8 and check_stride(None, 1) == 1  # Hugging Face's guide's 512 of 1024
     assert check_stride(16, 16) == 16 and check_stride(1, 16) == 1

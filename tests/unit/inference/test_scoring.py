@@ -208,3 +208,21 @@ def test_rows_scored_on_a_device_are_read_back_once_when_all_are_scored(monkeypa
     reads = pretend_device.answer_reads(monkeypatch)
     assert len(batches([len(r) for r in rows], 20)) > 1  # several forwards
     assert len(row_logprobs(model, rows, n, batch_tokens=20)) == len(rows) and reads == ["tolist"]
+
+
+def test_a_texts_windows_are_sliced_out_a_bounded_number_at_a_time(monkeypatch):
+    """Every window's row was a list of its own, all held at once: (block_size + 1) / stride copies of the text (at
+    --stride=1, 17 times a text's tokens for a block of 16). They are made a slice of the windows at a time, scored
+    as all at once."""
+    from inference import scoring
+
+    model, tok = tiny_model(vocab_size=11), CharTokenizer(" abcdefghij")
+    tokens = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(1)).tolist()
+    want = perplexity(model, tokens, tok, stride=1, batch_tokens=40)
+    calls, score_rows = [], scoring.row_logprobs
+    monkeypatch.setattr(scoring, "row_logprobs", lambda m, rows, *a: calls.append(len(rows)) or score_rows(m, rows, *a))
+    monkeypatch.setattr(scoring, "WINDOW_TOKENS_AT_ONCE", 5 * 17, raising=False)  # 5 windows of 17 tokens
+    got = perplexity(model, tokens, tok, stride=1, batch_tokens=40)
+    assert sum(calls) == len(sliding_windows(200, 16, 1)) == 184 and max(calls) == 5
+    nll, n = hf_guide_nll(model, tokens, 16, 1)
+    assert got["nll_per_token"] == pytest.approx(want["nll_per_token"], abs=1e-7) == pytest.approx(nll / n, abs=1e-5)

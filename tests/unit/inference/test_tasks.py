@@ -184,3 +184,13 @@ def test_a_carriage_return_inside_a_line_is_json_whitespace_not_a_line_end(tmp_p
     path.write_bytes(path.read_bytes().replace(b'["y"]', b'["y", "z"]'))
     items = read_task(str(path))
     assert [(i.context, i.choices, i.line) for i in items] == [("café", ["a", "b"], 1), ("x", ["y", "z"], 2)]
+
+
+def test_the_byte_that_is_not_utf8_is_counted_from_the_files_start_also_after_a_byte_order_mark(tmp_path):
+    """The utf-8-sig codec counts from after the mark: the message named byte 10 for the file's byte 13."""
+    line = b'{"context": "a", "choices": ["a", "b"], "label": 0}\n'
+    for raw in (line + b"\xff\n", b"\xef\xbb\xbf" + line + b"\xff\n"):
+        (tmp_path / "t.jsonl").write_bytes(raw)
+        bad = raw.index(0xFF)  # where the byte is in the file
+        with pytest.raises(UserError, match=rf"is not UTF-8 text \(byte {bad}\)"):
+            read_task(str(tmp_path / "t.jsonl"))
