@@ -137,11 +137,17 @@ def claim_out_dir(run) -> None:
         existing = check_out_dir(tc)
         distributed.barrier(d)
         if existing and d.master:
-            for f in existing:
-                os.remove(os.path.join(tc.out_dir, f))
-            shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
+            remove_run(tc.out_dir, existing)
     if d.master:
         remove_stale_temporaries(tc.out_dir)
+
+
+def remove_run(out_dir: str, existing: list[str]) -> None:
+    """The run --overwrite=true replaces, removed under out_dir's lock: its files (existing: those of RUN_FILES there)
+    and its wandb runs, so that no file of it is left beside the new run's."""
+    for f in existing:
+        os.remove(os.path.join(out_dir, f))
+    shutil.rmtree(os.path.join(out_dir, "wandb"), ignore_errors=True)
 
 
 def check_still_resumable(out_dir: str, step: int) -> dict:
