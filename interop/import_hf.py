@@ -26,9 +26,9 @@ from interop.export import MASK_KEY, TOKENIZER_META
 from interop.mappings import BY_MODEL_TYPE
 from data.tokenizer import carry_tokenizer, meta_problem
 from model import GPT
-from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, meta_model
+from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic, meta_model
 from training.distributed import Dist
-from training.out_dir import lock_out_dir, refuse_if_in_use
+from training.out_dir import RUN_FILES, lock_out_dir, refuse_if_in_use, remove_run, remove_stale_temporaries
 
 GPT2_VOCAB, GPT2_EOT_ID = 50257, 50256
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # HF's names, newest format first
@@ -223,10 +223,10 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
     from training.config import TrainConfig
 
     folder, out_dir = os.path.abspath(folder), os.fspath(out_dir)  # plain strings: weights_only loads no Path
-    paths = [os.path.join(out_dir, name) for name in (LAST, BEST)]
+    last, best = os.path.join(out_dir, LAST), os.path.join(out_dir, BEST)
     need_folder(out_dir, "out_dir")
     refuse_if_in_use(out_dir, Dist())  # a training process writes there: refused before the model is read
-    check_free(paths, out_dir, overwrite)
+    check_free(out_dir, overwrite)
     model = load_hf_gpt2(folder, dropout)
     meta, mask_id = folder_tokenizer(folder, model.config.vocab_size)
     ckpt = Checkpoint(weights=clean_state_dict(model), model_config=model.config, step=0,
@@ -237,17 +237,24 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
                       mask_id=mask_id, source=f"hf:{folder}")
     lock = lock_out_dir(out_dir, Dist())  # held while both files are written: no run starts there meanwhile
     try:
-        check_free(paths, out_dir, overwrite)  # again, under the lock: a run may have written there since
-        for path in paths:
-            ckpt.save(path)
+        # again, under the lock: a run may have written there since. The run replaced goes first, whole: a kill
+        # between the two files then leaves none of its files beside the import's
+        remove_run(out_dir, check_free(out_dir, overwrite))
+        remove_stale_temporaries(out_dir)
+        ckpt.save(last)
+        copy_atomic(last, best)
     finally:
         lock.close()
-    return paths[0]
+    return last
 
 
-def check_free(paths: list[str], out_dir: str, overwrite: bool) -> None:
-    if any(os.path.exists(p) for p in paths) and not overwrite:
+def check_free(out_dir: str, overwrite: bool) -> list[str]:
+    """The files of a run out_dir holds (a checkpoint, or the metrics of a run stopped before its first), which only
+    --overwrite=true replaces."""
+    existing = [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+    if existing and not overwrite:
         raise UserError(f"out_dir={out_dir} already holds a run; pass --overwrite=true or another --out_dir")
+    return existing
 
 
 def initializer(folder: str, model_overrides: dict, explicit: dict, tokenizer: str | None = None,

@@ -26,6 +26,7 @@ from training.evaluate import describe, evaluate, log_extras, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
 from training.mfu import matmul_shapes, mfu, peak_matmul_flops
 from training.optim import step_or_skip
+from training.out_dir import check_still_held
 from training.random_state import rng_state
 from training.stopping import StopRequests, Stopped
 
@@ -140,6 +141,7 @@ def save(run, step: int, best: bool, bar) -> bool:
         weights = clean_state_dict(run.model)
     if not run.dist.master:
         return True
+    check_still_held(run, step)
     ckpt = Checkpoint(weights=weights, model_config=run.config, step=step, data_meta=run.data_meta,
                       data_dir=os.path.abspath(run.data_dir) if run.data_dir else None, train_config=run.tc.to_dict(),
                       objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,

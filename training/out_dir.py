@@ -131,17 +131,44 @@ def claim_out_dir(run) -> None:
     best checkpoint a stopped run left undone (training/loop.py's save makes it before it replaces ckpt_last.pt).
     Every process checks before any of them deletes, so they all agree."""
     tc, d = run.tc, run.dist
+    run.lock_id = lock_identity(tc.out_dir) if d.master else None
     if run.resumed and d.master:
         run.best_copy_undone = best_copy_undone(tc.out_dir, check_still_resumable(tc.out_dir, run.start_step))
     if not run.resumed:
         existing = check_out_dir(tc)
         distributed.barrier(d)
         if existing and d.master:
-            for f in existing:
-                os.remove(os.path.join(tc.out_dir, f))
-            shutil.rmtree(os.path.join(tc.out_dir, "wandb"), ignore_errors=True)
+            remove_run(tc.out_dir, existing)
     if d.master:
         remove_stale_temporaries(tc.out_dir)
+
+
+def lock_identity(out_dir: str) -> tuple[int, int] | None:
+    """Which file out_dir/.lock is (device, inode); None where there is none."""
+    try:
+        st = os.stat(os.path.join(out_dir, LOCK_FILE))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_still_held(run, step: int) -> None:
+    """Before rank 0 writes a checkpoint: out_dir's lock file is still the one this run claimed. An out_dir removed
+    under a live run (rm -rf) holds no lock, so another run may have locked it and be training there; the save
+    would make the folder again and replace that run's checkpoints with this one's, a model its metrics do not
+    describe. Refused instead (a run claimed without the lock, as the tests do, has no lock_id: not checked)."""
+    if run.lock_id is not None and lock_identity(run.tc.out_dir) != run.lock_id:
+        raise SetupError(f"out_dir={run.tc.out_dir} was removed or replaced while this run trained (its {LOCK_FILE} "
+                         f"is not the file this run locked), and another run may write there now; this run stops "
+                         f"without saving its checkpoint at step {step}: start it again with another --out_dir")
+
+
+def remove_run(out_dir: str, existing: list[str]) -> None:
+    """The run --overwrite=true replaces, removed under out_dir's lock: its files (existing: those of RUN_FILES there)
+    and its wandb runs, so that no file of it is left beside the new run's."""
+    for f in existing:
+        os.remove(os.path.join(out_dir, f))
+    shutil.rmtree(os.path.join(out_dir, "wandb"), ignore_errors=True)
 
 
 def check_still_resumable(out_dir: str, step: int) -> dict:

@@ -57,6 +57,7 @@ class Run:
     wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
     best_restarts: str = ""  # why a resumed run's best does not go on from its checkpoint's ('' where it does)
     best_copy_undone: bool = False  # ckpt_last.pt is a best a stopped run did not copy to ckpt_best.pt (out_dir.py)
+    lock_id: tuple | None = None  # rank 0: which file out_dir/.lock was when claimed (out_dir.py's check_still_held)
 
     @property
     def compiled(self) -> bool:

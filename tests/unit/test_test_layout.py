@@ -30,9 +30,6 @@ END_TO_END = {
     "common/malloc.py": ("page faults of a training process", [E2E + "test_malloc.py"]),
     # prepare's stream: worker processes, shards on disk, locks between processes, resuming after a kill
     "data/build.py": ("a preparation, resumed after a kill", [E2E + "test_prepare_at_scale.py"]),
-    # a Hugging Face model brought in, then trained or sampled
-    "interop/import_hf.py": ("a Hugging Face folder imported and run (its mappings: tests/unit/interop/test_hf_*.py)",
-                             [E2E + "test_interop_from_a_run.py", E2E + "test_resume_and_import_messages.py"]),
 }
 
 

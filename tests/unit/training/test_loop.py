@@ -3,6 +3,7 @@ here, which evaluation counts as the best, and the command a stopped run prints 
 import json
 import os
 import shlex
+import shutil
 import signal
 from types import SimpleNamespace
 
@@ -469,3 +470,27 @@ def test_a_run_ended_before_its_first_checkpoint_says_what_its_folder_holds(tmp_
     assert loop.on_disk(str(tmp_path)) == (f"no checkpoint was written yet (one is saved at each evaluation whose "
                                            f"weights are finite), so {tmp_path} holds only metrics: start again with "
                                            f"--overwrite=true")
+
+
+def test_a_run_whose_out_dir_was_removed_and_taken_by_another_saves_nothing_there(corpus, tmp_path):
+    """out_dir removed under a live run (rm -rf) has no lock left in it: a second run locks it and trains there. The
+    first run's next save would have made the folder again and replaced the second run's checkpoints with its own
+    (another model under the second run's metrics): it stops instead, and writes nothing there."""
+    out = tmp_path / "run"
+    run = cpu_run(corpus, out)
+    lock = run_folder.lock_out_dir(run.tc.out_dir, Dist())
+    try:
+        run_folder.claim_out_dir(run)
+        assert loop.save(run, 1, True, SimpleNamespace(write=None))  # its own folder: saved
+        shutil.rmtree(out)
+        other = run_folder.lock_out_dir(str(out), Dist())  # the second run's lock, then its checkpoint
+        (out / "ckpt_last.pt").write_bytes(b"the second run's")
+        try:
+            with pytest.raises(SetupError, match=r"^out_dir=.* was removed or replaced while this run .*step 2"):
+                loop.save(run, 2, True, SimpleNamespace(write=None))
+        finally:
+            other.close()
+        assert sorted(os.listdir(out)) == [".lock", "ckpt_last.pt"]
+        assert (out / "ckpt_last.pt").read_bytes() == b"the second run's"
+    finally:
+        lock.close()

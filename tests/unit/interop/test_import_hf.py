@@ -1,0 +1,77 @@
+"""interop/import_hf.py's import into a run's folder: with --overwrite=true it replaces the whole run that was there,
+and a write stopped half-way leaves no file of that run beside the import's. (The import's mappings:
+tests/unit/interop/test_hf_*.py; imported and run: tests/e2e/test_interop_from_a_run.py.)"""
+import os
+
+import pytest
+
+from common.errors import UserError
+from conftest import tiny_model
+from exports import as_checkpoint
+from inference import checkpoint
+from inference.checkpoint import BEST, LAST, Checkpoint
+from interop.export import export
+from interop.import_hf import import_checkpoint
+from training.metrics import METRICS_FILE
+
+
+class Killed(BaseException):
+    """A kill -9 in the middle of a write: nothing after it runs, nothing is cleaned up."""
+
+
+def other_run(folder):
+    """A trained run's files in folder: both checkpoints (another model than the import's), metrics, wandb."""
+    old = as_checkpoint(tiny_model(seed=1, n_layer=2))
+    old.step, old.best_val_loss = 6, 1.5
+    folder.mkdir()
+    old.save(str(folder / LAST))
+    old.save(str(folder / BEST))
+    (folder / METRICS_FILE).write_text('{"step": 6, "train_loss": 1.5}\n')
+    (folder / "wandb").mkdir()
+    (folder / "wandb" / "run.wandb").write_text("x")
+
+
+def checkpoints_held(folder) -> dict:
+    """{file name: where its weights came from (the import's hf:FOLDER, or None: trained here)}."""
+    return {name: Checkpoint.load(str(folder / name)).source for name in (LAST, BEST) if (folder / name).exists()}
+
+
+def test_an_import_with_overwrite_replaces_the_whole_run(tmp_path):
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    other_run(tmp_path / "run")
+    import_checkpoint(tmp_path / "hf", tmp_path / "run", overwrite=True)
+    source = f"hf:{tmp_path / 'hf'}"
+    assert checkpoints_held(tmp_path / "run") == {LAST: source, BEST: source}
+    assert sorted(os.listdir(tmp_path / "run")) == [".lock", BEST, LAST]  # no metrics or wandb run of the old run
+
+
+def test_an_import_killed_between_its_files_leaves_none_of_the_old_run(tmp_path, monkeypatch):
+    """Killed after its first checkpoint file: no checkpoint of the run it replaces is left beside it (sample.py
+    reads ckpt_best.pt by default, and would sample the old run's model)."""
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    other_run(tmp_path / "run")
+    write, writes = checkpoint.write_atomic, []
+
+    def killed_at_the_second(path, *args, **kwargs):
+        writes.append(path)
+        if len(writes) == 2:
+            raise Killed
+        write(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", killed_at_the_second)
+    with pytest.raises(Killed):
+        import_checkpoint(tmp_path / "hf", tmp_path / "run", overwrite=True)
+    held = checkpoints_held(tmp_path / "run")
+    assert held and all(source is not None for source in held.values()), held
+    assert not (tmp_path / "run" / METRICS_FILE).exists()
+
+
+def test_an_import_refuses_a_folder_that_holds_a_run_without_a_checkpoint(tmp_path):
+    """A run stopped before its first checkpoint left metrics.jsonl: imported beside it, they would pass for one
+    run; refused, as train.py refuses to start over it, unless --overwrite=true."""
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / METRICS_FILE).write_text('{"step": 2, "train_loss": 4.0}\n')
+    with pytest.raises(UserError, match="already holds a run; pass --overwrite=true or another --out_dir$"):
+        import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    assert os.listdir(tmp_path / "run") == [METRICS_FILE]
