@@ -12,7 +12,8 @@ What it returns is the model's own text, not the draft's:
 - sampling: the guess d drawn from the draft's q is kept with probability min(1, p(d) / q(d)), and at the first
   rejection the token is drawn from max(0, p - q), renormalised (Leviathan et al. 2023, Chen et al. 2023): each
   token is distributed exactly as the model's p (after the same temperature and top-k/p filters), though the
-  random draws differ from the plain loop's, so a seed gives another text.
+  random draws differ from the plain loop's, so a seed gives another text. Off the CPU a round's tests and draws
+  are made at once and read back once (verify_at_once): the same distribution, other draws than the CPU's.
 
 The context window follows inference/generate.py's schedule (at most block_size tokens; slide by a quarter), so the
 model conditions on exactly the tokens its plain loop would; a round of guesses never crosses a slide. Batch 1.
@@ -22,7 +23,8 @@ import torch
 
 from common.eval_mode import evaluating
 
-from .generate import MIN_TEMPERATURE, check_sampling, checked_greedy, draw, kept_on_slide, next_token_probs
+from .generate import (MIN_TEMPERATURE, check_sampling, checked_greedy, draw, exponential_race, kept_on_slide,
+                       next_token_probs)
 
 
 class Windowed:
@@ -67,12 +69,17 @@ def pick(probs_or_logits: torch.Tensor, greedy: bool, generator) -> int:
     refused as the plain loop's sample_next refuses them."""
     if greedy:
         return int(checked_greedy(probs_or_logits.unsqueeze(0))[0])
+    if probs_or_logits.device.type != "cpu":  # multinomial's checks of probs would be host syncs (sample_next)
+        return int(exponential_race(probs_or_logits.unsqueeze(0), generator)[0])
     return int(draw(probs_or_logits, generator))
 
 
 def verify(p: torch.Tensor, q: list, guesses: list[int], greedy: bool, generator) -> tuple[int, int]:
     """p: (k + 1, V) the model's probabilities (greedy: logits) after the context and after each guess; q: the
-    draft's k rows the guesses were drawn from. Returns (how many guesses are kept, the model's next token)."""
+    draft's k rows the guesses were drawn from. Returns (how many guesses are kept, the model's next token). On the
+    CPU one guess at a time, as the rule reads; elsewhere verify_at_once (the same distribution, other draws)."""
+    if p.device.type != "cpu":
+        return verify_at_once(p, torch.stack(q) if q else p[:0], guesses, greedy, generator)
     n = 0
     for d in guesses:
         if greedy:
@@ -86,6 +93,28 @@ def verify(p: torch.Tensor, q: list, guesses: list[int], greedy: bool, generator
         residual = (p[n] - q[n]).clamp_min(0)  # (V,)
         return n, pick(residual / residual.sum() if residual.sum() > 0 else p[n], False, generator)
     return n, pick(p[n], greedy, generator)  # all kept (or greedy): the model's own next token
+
+
+def verify_at_once(p: torch.Tensor, q: torch.Tensor, guesses: list[int], greedy: bool, generator) -> tuple[int, int]:
+    """verify's rule with one read back to the host, not one per guess (off the CPU each read is a sync): every
+    acceptance test, and a token from each row the round may end at (each guess's residual, and p's last row), are
+    drawn at once; the first rejection picks which token comes out. Drawn independently of the tests, the token
+    has the distribution of the row picked, as in verify. p: (k + 1, V); q: (k, V)."""
+    k = len(guesses)
+    d = torch.tensor(guesses, dtype=torch.long, device=p.device)  # (k,)
+    if greedy:
+        picks = p.argmax(dim=-1)  # (k + 1,)
+        ok = picks[:k] == d
+    else:  # keep d with probability min(1, p(d) / q(d)), as verify
+        rows = torch.arange(k, device=p.device)
+        ok = torch.rand(k, generator=generator, device=p.device) * q[rows, d] < p[rows, d]  # (k,)
+        residual = (p[:k] - q).clamp_min(0)  # (k, V)
+        total = residual.sum(dim=-1, keepdim=True)  # (k, 1)
+        ends = torch.cat([torch.where(total > 0, residual / total, p[:k]), p[k:]])  # (k + 1, V)
+        picks = exponential_race(ends, generator)  # (k + 1,)
+    n = ok.long().cumprod(dim=0).sum(dim=0, keepdim=True)  # (1,) the guesses kept: those before the first rejection
+    n, last = torch.cat([n, picks.gather(0, n)]).tolist()  # the one read
+    return n, last
 
 
 def check_pair(model, draft, k: int, prompt: list[int]) -> None:

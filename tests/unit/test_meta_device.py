@@ -99,6 +99,7 @@ SAMPLING = {  # sample.py's modes: (checkpoint, flags)
     "cached, bf16 weights, a batch": ("decoder", [*DRAWN, "--dtype=bfloat16", "--batch=true", "--num_samples=2"]),
     "the static step (compiled on a GPU)": ("decoder", [*DRAWN, "--compile=true"]),
     "speculative": ("decoder", ["--max_new_tokens=5", "--draft={decoder}", "--temperature=0"]),  # greedy: no seed
+    "speculative sampled": ("decoder", [*DRAWN, "--draft={decoder}", "--top_k=5"]),
     "encoder fill-in": ("encoder", ["--start=the [MASK]ing"]),
     "encoder generation": ("encoder", [*DRAWN, "--start=the night"]),
     "translate": ("seq2seq", ["--max_new_tokens=5", "--source=abc"]),  # greedy: no --seed to take

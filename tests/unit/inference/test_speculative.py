@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from model import GPT, GPTConfig
-from inference.speculative import speculative_stream, verify
+import pretend_device
+from inference.speculative import speculative_stream, verify, verify_at_once
 from inference.generate import generate
 
 
@@ -50,6 +51,52 @@ def test_the_acceptance_rule_keeps_the_models_distribution():
         counts[d if n == 1 else last] += 1
     freq = counts / draws
     assert torch.all((freq - p).abs() < 4 * (p * (1 - p) / draws).sqrt()), (freq, p)
+
+
+def test_the_rule_drawn_at_once_keeps_the_models_distribution():
+    """verify_at_once (off the CPU): two guesses tested and every ending drawn at once, the first rejection picking
+    the token. The first token is distributed as p's first row, and after a kept guess the next one as its second
+    (the rows fixed here, whatever the guesses; 20,000 rounds; 4 standard errors); a guess is kept as often as the
+    rule's sum of min(p, q)."""
+    p = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    q = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.6, 0.1, 0.1, 0.2]])
+    g = torch.Generator().manual_seed(0)
+    rounds = 20_000
+    first, second = torch.zeros(4), torch.zeros(4)
+    guesses = torch.stack([torch.multinomial(row, rounds, replacement=True, generator=g) for row in q], 1)
+    for d in guesses.tolist():
+        n, last = verify_at_once(p, q, d, greedy=False, generator=g)
+        out = d[:n] + [last]
+        first[out[0]] += 1
+        if n >= 1:
+            second[out[1]] += 1
+    kept = second.sum()
+    for counts, row, draws in [(first, p[0], rounds), (second, p[1], kept)]:
+        assert torch.all((counts / draws - row).abs() < 4 * (row * (1 - row) / draws).sqrt()), (counts / draws, row)
+    rate = torch.minimum(p[0], q[0]).sum()
+    assert abs(kept / rounds - rate) < 4 * (rate * (1 - rate) / rounds).sqrt()
+
+
+def test_greedy_drawn_at_once_keeps_what_the_rule_keeps():
+    """Greedy: verify_at_once keeps the guesses verify keeps and gives its next token, each guess the model's argmax
+    or not."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        logits = torch.randn(4, 7, generator=g)
+        guesses = [int(row.argmax()) if torch.rand((), generator=g) < 0.7 else int(torch.randint(7, (), generator=g))
+                   for row in logits[:3]]
+        assert verify_at_once(logits, logits[:3], guesses, True, None) == verify(logits, [], guesses, True, None)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_round_checked_on_a_device_reads_back_once(monkeypatch, greedy):
+    """On a device (meta: a read raises unless answered) a round's guesses are checked and its token drawn with one
+    read back to the host, not one per guess: each read is a sync, which stalls the queue of the next forward."""
+    reads = pretend_device.answer_reads(monkeypatch)
+    p = torch.softmax(torch.randn(5, 11), -1).to("meta")
+    q = [row for row in torch.softmax(torch.randn(4, 11), -1).to("meta")]
+    verify(p, q, [1, 2, 3, 4], greedy, None)
+    assert reads == ["tolist"]
 
 
 def test_a_guess_the_model_gives_no_probability_is_never_kept(monkeypatch):
