@@ -54,7 +54,7 @@ from inference.generate import (MIN_TEMPERATURE, NonFiniteLogits, check_past_con
                                 generate_stream, never_writing, next_token_probs)
 from inference.masked import fill_masks, generate_by_masks
 from inference.quantize import QUANTIZE_CHOICES, quantize
-from inference.speculative import most_guesses, speculative_stream
+from inference.speculative import most_guesses, same_tokens, speculative_stream
 from model.seq2seq import check_length
 
 # what a checkpoint's objective means for its samples (train.py --model=..., training/objectives.py)
@@ -489,9 +489,7 @@ def load_draft(sc: SampleConfig, tokenizer, device, speed_config: SpeedConfig, d
     if draft_ckpt.objective != "decoder":
         raise UserError(f"--draft={sc.draft} is a --model={draft_ckpt.objective} run: the draft must be a decoder "
                         f"(causal) run; train it with --model=decoder on the same data and --tokenizer")
-    # each id's bytes: a token of part of a character decodes to U+FFFD whatever its bytes are
-    if [draft_tokenizer.decode_bytes([i]) for i in range(draft_tokenizer.vocab_size)] != \
-            [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]:
+    if not same_tokens(tokenizer, draft_tokenizer):
         raise UserError(f"--draft={sc.draft} speaks other tokens than this model (another tokenizer or vocabulary); "
                         f"train the draft on the same data and --tokenizer")
     return for_decoding(draft, sc, speed_config, dtype)

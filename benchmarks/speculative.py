@@ -22,7 +22,7 @@ from common.errors import FlagError
 from common.flags import config_from_argv
 from inference.decode_step import StaticDecoder
 from inference.quantize import quantize
-from inference.speculative import speculative_stream
+from inference.speculative import same_tokens, speculative_stream
 from inference.checkpoint import BEST, LAST, in_folder_or_file, load_for_inference, other_checkpoint
 from speed.int8_kernel import for_device
 from speed.one_token import OneTokenLoops
@@ -70,7 +70,10 @@ def main(argv) -> None:
     if bc.threads:
         torch.set_num_threads(bc.threads)
     model, tokenizer, _ = load("model", bc.model)
-    draft, _, _ = load("draft", bc.draft)
+    draft, draft_tokenizer, _ = load("draft", bc.draft)
+    if not same_tokens(tokenizer, draft_tokenizer):  # as sample.py --draft refuses it
+        raise FlagError(f"--draft={bc.draft} speaks other tokens than --model={bc.model} (another tokenizer or "
+                        f"vocabulary); train the draft on the same data and --tokenizer")
     quantize(model, bc.quantize, for_device("cpu"))
     quantize(draft, bc.quantize, for_device("cpu"))
     prompt = tokenizer.encode(bc.prompt)

@@ -130,6 +130,13 @@ def check_pair(model, draft, k: int, prompt: list[int]) -> None:
         raise ValueError("the prompt is empty: give at least one token")
 
 
+def same_tokens(tokenizer, draft_tokenizer) -> bool:
+    """Whether a draft speaks the model's tokens: each id the same bytes (a token of part of a character decodes to
+    U+FFFD whatever its bytes are, so the bytes are compared)."""
+    return [draft_tokenizer.decode_bytes([i]) for i in range(draft_tokenizer.vocab_size)] == \
+        [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]
+
+
 def most_guesses(model, draft, k: int) -> int:
     """The most guesses a round makes: k, as far as both contexts allow (a round's last guess and the token after it
     are predicted inside each model's block)."""

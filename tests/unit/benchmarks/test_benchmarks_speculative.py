@@ -37,3 +37,19 @@ def test_the_hint_for_a_run_without_a_best_checkpoint_is_a_flag_that_runs(tmp_pa
     assert hints == [f"--model={run / LAST}", f"--draft={run / LAST}"]
     rows = [line for line in capsys.readouterr().out.splitlines() if "ms/token" in line]
     assert len(rows) == 2 and all(line.endswith("same text") for line in rows), rows
+
+
+@pytest.mark.parametrize("draft_chars", [CHARS[:-1] + "~", CHARS[:20]])
+def test_a_draft_of_other_tokens_is_refused_in_one_line(tmp_path, draft_chars):
+    """A draft with another vocabulary (or the same size, other characters) is refused as sample.py --draft refuses
+    it, not by a traceback from the decoding."""
+    for name, chars in (("model", CHARS), ("draft", draft_chars)):
+        model = tiny_model(vocab_size=len(chars))
+        save_atomic(Checkpoint(weights=model.state_dict(), model_config=model.config, step=1,
+                               data_meta={"tokenizer": "char", "vocab_size": len(chars), "eot_id": None,
+                                          "chars": chars}).to_dict(), str(tmp_path / f"{name}.pt"))
+    argv = [f"--model={tmp_path / 'model.pt'}", f"--draft={tmp_path / 'draft.pt'}", "--tokens=3", "--guesses=1",
+            "--repeats=1", "--compile=false", "--prompt=ABC"]
+    with pytest.raises(UserError, match=r"^--draft=\S+ speaks other tokens than --model") as e:
+        speculative.main(argv)
+    assert "\n" not in str(e.value)
