@@ -124,7 +124,8 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too
     ckpt = None if curve_only else Checkpoint.load(path)
     grid = not curve_only and (not (vc.html or vc.induction) or "out" in explicit)  # as drawn() decides
-    facts = {"html": bool(vc.html), "wandb_log": vc.wandb_log, "grid": grid, "drawn": grid or bool(vc.html)}
+    facts = {"html": bool(vc.html), "wandb_log": vc.wandb_log, "grid": grid, "drawn": grid or bool(vc.html),
+             "checkpoint": not curve_only}
     if ckpt is not None or os.path.isfile(path):
         facts["kind"] = (ckpt or Checkpoint.load(path)).objective
     elif curve_only and any("val_exact" in r for r in run_metrics(vc.out_dir)):  # exact match: a seq2seq run's

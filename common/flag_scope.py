@@ -147,7 +147,8 @@ TABLES = {
              temperature=(True,)),
         rule("top_k top_p min_p seed", "a greedy temperature always picks the likeliest token", greedy=(False,))),
     "visualize.py": table(
-        "out_dir ckpt out device html",
+        "out_dir out html",
+        rule("ckpt device", "pass --out, --html or --induction to draw from the checkpoint too", checkpoint=(True,)),
         rule("text induction induction_curve", "a seq2seq checkpoint is drawn as its cross-attention, so give "
              "--source=TEXT (and --target=TEXT to choose the target)", kind=TEXT),
         rule("max_tokens", "--html_max_tokens limits the page; pass --out=FILE.png to draw the grid too", grid=(True,)),
@@ -224,6 +225,7 @@ VALUES = {"model": KINDS, "kind": KINDS, "optimizer": ("adamw", "muon"), "data":
           "html": (False, True), "tasks": (False, True), "text": (False, True), "model_from": ("run", "hf"),
           "tokenizer": ("char", "gpt2", "bpe"), "records": (False, True), "split": ("works", "tail", "docs"),
           "mode": tuple(MODES), "temperature": (False, True), "grid": (False, True), "drawn": (False, True),
+          "checkpoint": (False, True),
           "greedy": (False, True), "trains": (False, True), "target": BENCH_TARGETS, "quick": (False, True),
           "quantized": (False, True), "cpu_step": (False, True), "source_file": (False, True),
           "pairs_file": ("tsv", "jsonl"), "probe_tasks": PROBE_TASKS,
@@ -286,6 +288,8 @@ SAY = {  # fact -> (where(values), this run(value), tag(values))
     # visualize.py: whether it draws the PNG grid, and whether it draws --text at all (the grid or the page)
     "grid": (lambda vs: "to the PNG grid", lambda v: "this run draws no grid: --html and --induction draw it only "
              "with --out", lambda vs: "the PNG grid"),
+    "checkpoint": (lambda vs: "to a run that reads a checkpoint", lambda v: "this run draws --induction_curve alone, "
+                   "from metrics.jsonl", lambda vs: "not --induction_curve alone"),
     "drawn": (lambda vs: "to the PNG grid and the --html page", lambda v: "this run draws neither",
               lambda vs: "the grid or page"),
     # sample.py's translations only (a fact the other modes leave out): greedy unless --temperature is given

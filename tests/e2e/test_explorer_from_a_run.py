@@ -89,6 +89,21 @@ def test_the_induction_curve_draws_the_attention_grid_too_when_out_is_given(deco
     assert [p.name for p in alone.iterdir()] == ["curve.png"]  # no --out: the curve alone, as before
 
 
+@pytest.mark.parametrize("flag", ["--ckpt=/no/such/ckpt.pt", "--ckpt=last", "--device=cpu"])
+def test_the_induction_curve_alone_refuses_the_checkpoints_flags(tmp_path, capsys, flag):
+    """The curve alone reads metrics.jsonl and no checkpoint: --ckpt (even a missing file) and --device were taken
+    and did nothing."""
+    import visualize
+    from common.errors import FlagError
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 2, "val_loss": 3.0, "induction_score": 0.1}\n')
+    curve = tmp_path / "curve.png"
+    with pytest.raises(FlagError, match=rf"^--{flag[2:].split('=')[0]} applies to a run that reads a checkpoint only "
+                                        r"\(this run draws --induction_curve alone, from metrics.jsonl\); drop it"):
+        visualize.main([f"--out_dir={tmp_path}", f"--induction_curve={curve}", flag])
+    assert not curve.exists()
+
+
 def test_wandb_gets_the_page_as_an_html_panel(decoder_run, tmp_path, monkeypatch):
     """A stand-in wandb module records what visualize.py logs (the real one is tested in tests/e2e/test_wandb.py)."""
     import sys
