@@ -4,7 +4,7 @@
 
 The page shows the tokens as text; hovering a token (or clicking it, which pins it) shades every token by the
 attention weight the chosen layer and head (or their mean) gives it; a layer x head grid of thumbnails picks the
-map, each captioned with the head's induction scores (insight/induction.py).
+map, each captioned with the head's induction scores (insight/induction.py; none for a context under 4 tokens).
 
 Storage: the weights are quantised to 16 bits (w -> round(w * 65535), error <= 7.7e-6) and, for a decoder, only
 the lower triangle is kept (row t has t + 1 keys): 512 tokens x 16 heads is 4.2 MB before base64. The page decodes
@@ -28,7 +28,7 @@ from common.eval_mode import evaluating
 from data.mask_token import encode_prompt
 
 from .explorer_page import PAGE
-from .induction import induction_scores, special_ids
+from .induction import has_room, induction_scores, special_ids
 from .attention_maps import KINDS, attention_maps, objective_of
 
 MAX_TOKENS = 512  # the page stays fast up to here (and far beyond the PNG grid's 64)
@@ -86,15 +86,15 @@ def page_data(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, objecti
     device = next(model.parameters()).device
     with evaluating(model):
         maps = attention_maps(model, torch.tensor([ids], device=device))[:, 0].float().cpu()  # (L, H, T, T)
-    scores = induction_scores(model, avoid=special_ids(tokenizer))
+    scores = induction_scores(model, avoid=special_ids(tokenizer)) if has_room(model) else None  # captions: none
     cfg = model.config
     texts = [tokenizer.token_text(i) for i in ids]
     return {"tokens": [shown(t) for t in texts], "newline": [t.count("\n") for t in texts],
             "layers": cfg.n_layer, "heads": cfg.n_head, "causal": cfg.causal,
             "title": (f"{KINDS[objective]}, {cfg.n_layer} layers x "
                       f"{cfg.n_head} heads, pos_emb={cfg.pos_emb}, {len(ids)} tokens"),
-            "prefix": [[round(float(v), 3) for v in row] for row in scores.prefix],
-            "copy": [[round(float(v), 3) for v in row] for row in scores.copy],
+            "prefix": None if scores is None else [[round(float(v), 3) for v in row] for row in scores.prefix],
+            "copy": None if scores is None else [[round(float(v), 3) for v in row] for row in scores.copy],
             "weights": base64.b64encode(quantise(maps, cfg.causal)).decode("ascii")}
 
 

@@ -181,8 +181,8 @@ function buildGrid() {
       td.appendChild(thumbnail(l, head));
       const cap = document.createElement("div");
       cap.className = "score"; cap.id = "score-" + l + "-" + head;
-      cap.textContent = h < H && !CROSS ? "P " + META.prefix[l][h].toFixed(2) + " C " + META.copy[l][h].toFixed(2)
-                                        : "";
+      cap.textContent = h < H && !CROSS && META.prefix  // null: a context too short for the probe
+        ? "P " + META.prefix[l][h].toFixed(2) + " C " + META.copy[l][h].toFixed(2) : "";
       td.appendChild(cap);
     }
   }
@@ -205,8 +205,10 @@ function buildControls() {
   head.addEventListener("change", () => select(state.layer, head.value === "mean" ? "mean" : +head.value));
 }
 
-if (CROSS) {  // the induction scores belong to self-attention heads
+if (CROSS || !META.prefix) {  // the induction scores belong to self-attention heads, and need room for the probe
   document.getElementById("scores-note").hidden = true;
+}
+if (CROSS) {
   document.getElementById("hint").textContent = "hover a target token to see which source tokens it reads; " +
     "click to pin (click again to unpin); arrows move";
 }

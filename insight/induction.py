@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
+from common.errors import UserError
 from common.eval_mode import evaluating
 from .attention_maps import attention_maps
 
 DEFAULT_HALF = 32  # tokens per copy: long enough to be unambiguous, short enough to cost nothing at evaluation
+MIN_CONTEXT = 4  # the shortest probe: 2 tokens shown twice
 
 
 def repeated_tokens(vocab_size: int, half: int, seed: int = 0, avoid: tuple = ()) -> torch.Tensor:
@@ -116,7 +118,10 @@ class InductionScores:
 def induction_scores(model, half: int = DEFAULT_HALF, seed: int = 0, avoid: tuple = (),
                      with_copy: bool = True) -> InductionScores:
     """Both scores of every head on a seeded repeated random sequence (at most the model's context); the model's
-    training/eval mode is left as it was."""
+    training/eval mode is left as it was. A context shorter than MIN_CONTEXT is refused (has_room says which)."""
+    if not has_room(model):
+        raise UserError(f"this model's context is {model.config.block_size} tokens: the induction probe shows a "
+                        f"sequence twice, {MIN_CONTEXT} tokens at least, so it has no induction scores")
     half = max(2, min(half, model.config.block_size // 2))
     device = next(model.parameters()).device
     idx = repeated_tokens(model.config.vocab_size, half, seed, avoid).to(device)  # (1, 2 * half)
@@ -127,6 +132,12 @@ def induction_scores(model, half: int = DEFAULT_HALF, seed: int = 0, avoid: tupl
     return InductionScores(prefix, copy)
 
 
+def has_room(model) -> bool:
+    """Whether the model's context holds the shortest probe (a longer one would be scored past what it was trained
+    on, or refused by learned positions)."""
+    return model.config.block_size >= MIN_CONTEXT
+
+
 def special_ids(tokenizer) -> tuple:
     """Ids a probe sequence should not contain: the tokenizer's [MASK] and end-of-text, when it has them."""
     return tuple(i for i in (getattr(tokenizer, "mask_id", None), getattr(tokenizer, "eot_id", None)) if i is not None)
@@ -135,7 +146,7 @@ def special_ids(tokenizer) -> tuple:
 def training_row(model, tokenizer) -> dict:
     """The columns an evaluation adds to metrics.jsonl: the best head's prefix-matching score and which head it is
     ('layer.head'). One forward of 2 * 32 tokens: cheap enough to run at every evaluation."""
-    if model.config.block_size < 4:  # no room for a sequence shown twice
+    if not has_room(model):
         return {}
     score, layer, head = induction_scores(model, avoid=special_ids(tokenizer), with_copy=False).best()
     # every score NaN (a diverged model, --on_nonfinite=skip): no head is the best

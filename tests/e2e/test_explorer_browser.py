@@ -130,6 +130,22 @@ def test_encoder_page_shades_both_sides(browser, tmp_path):
     assert all(w > 0 for w, _ in got[4:])  # bidirectional: the future is shaded too
 
 
+def test_a_page_without_induction_scores_loads_and_shades(browser, tmp_path):
+    """A context too short for the induction probe: the page has no scores to caption its thumbnails with."""
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import explorer_html
+
+    model = tiny_model(block_size=3)
+    page = tmp_path / "short.html"
+    page.write_text(explorer_html(model, CharTokenizer("abc"), "abc"))
+    open_page(browser, page)
+    choose(browser, 1, 0)
+    browser.find_element("id", "tok-2").click()
+    check_row(shading(browser), attention_maps(model, torch.tensor([[0, 1, 2]]))[1, 0, 0, 2], 2)
+    assert browser.find_element("id", "score-1-0").text == ""
+    assert not browser.find_element("id", "scores-note").is_displayed()
+
+
 def test_clicked_target_token_shades_the_source_tokens_it_reads(browser, seq2seq_run, tmp_path):
     import visualize
     from inference.checkpoint import load_for_inference, path_in

@@ -92,6 +92,17 @@ def test_too_long_a_text_is_refused_with_one_line():
     assert len(meta["tokens"]) == 16
 
 
+def test_a_context_too_short_for_the_induction_probe_still_gets_its_page():
+    """A context of 3 tokens has no room for the probe (a sequence shown twice): a 2-token text was refused as 'a
+    sequence of 4 tokens is longer than block_size=3', naming the probe's length as if it were the text's."""
+    from data.tokenizer import CharTokenizer
+    from insight.explorer_html import explorer_html
+
+    model = tiny_model(pos_emb="learned", block_size=3)
+    meta, _ = page_parts(explorer_html(model, CharTokenizer("abc"), "ab"))
+    assert meta["tokens"] == ["a", "b"] and meta["prefix"] is None and meta["copy"] is None
+
+
 def test_a_token_holding_part_of_a_character_shows_its_bytes():
     """GPT-2 splits '😀' into the bytes F0 9F 98 and 80, and Hebrew's final letter into D7 and 9D: each such token
     was labelled U+FFFD, so the page showed a row of identical question marks in place of different tokens."""

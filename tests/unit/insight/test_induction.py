@@ -130,6 +130,18 @@ def test_the_probe_fits_the_models_context_and_a_context_too_short_gives_no_row(
     assert training_row(tiny_model(pos_emb="learned", block_size=3), CharTokenizer("abc")) == {}
 
 
+def test_a_context_too_short_for_the_probe_is_refused_naming_the_context():
+    """visualize.py --induction on a 3-token context said 'sequence of 4 tokens is longer than block_size=3 ... crop
+    the input', an input the user never gave; with RoPE it scored 4 tokens past the context."""
+    from common.errors import UserError
+    from insight.induction import induction_scores
+
+    for pos_emb in ("learned", "rope"):
+        with pytest.raises(UserError, match=r"^this model's context is 3 tokens: the induction probe shows a sequence "
+                                            r"twice, 4 tokens at least"):
+            induction_scores(tiny_model(pos_emb=pos_emb, block_size=3))
+
+
 def test_a_probe_avoids_the_mask_and_end_of_text_ids():
     from types import SimpleNamespace
 
