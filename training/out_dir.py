@@ -17,7 +17,7 @@ import torch
 
 from common import flag_scope
 from common.errors import SetupError
-from common.files import may_write_in, why_no_folder
+from common.files import file_identity, may_write_in, why_no_folder
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training import distributed, metrics
@@ -133,7 +133,8 @@ def claim_out_dir(run) -> None:
     tc, d = run.tc, run.dist
     run.lock_id = lock_identity(tc.out_dir) if d.master else None
     if run.resumed and d.master:
-        run.best_copy_undone = best_copy_undone(tc.out_dir, check_still_resumable(tc.out_dir, run.start_step))
+        last = check_still_resumable(tc.out_dir, run.start_step, run.resumed_from)
+        run.best_copy_undone = best_copy_undone(tc.out_dir, last)
     if not run.resumed:
         existing = check_out_dir(tc)
         distributed.barrier(d)
@@ -171,15 +172,17 @@ def remove_run(out_dir: str, existing: list[str]) -> None:
     shutil.rmtree(os.path.join(out_dir, "wandb"), ignore_errors=True)
 
 
-def check_still_resumable(out_dir: str, step: int) -> dict:
+def check_still_resumable(out_dir: str, step: int, read_from: tuple | None) -> dict:
     """A resumed run read its checkpoint before it took the lock; another run may have trained in out_dir and ended
-    meanwhile. Continuing from the older step would overwrite that run's newer checkpoint: refused instead. Returns
-    ckpt_last.pt's contents, mapped (no weights are read)."""
+    meanwhile, at another step or (an --overwrite=true run, another model) at the same one. Continuing from what it
+    read would overwrite that run's checkpoint: refused instead. read_from: the file read (Checkpoint.read_from;
+    None: the step alone is compared). Returns ckpt_last.pt's contents, mapped (no weights are read)."""
     path = os.path.join(out_dir, LAST)
     if not os.path.isfile(path):
         raise SetupError(f"out_dir={out_dir}: {LAST} was removed after this run read it; nothing is left to resume")
+    now = file_identity(os.stat(path))
     last = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    if last["step"] != step:
+    if last["step"] != step or read_from not in (None, now):
         raise SetupError(f"out_dir={out_dir}: another run saved {LAST} at step {last['step']} after this one read it "
                          f"at step {step}; run the command again to resume from step {last['step']}")
     return last
