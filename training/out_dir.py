@@ -12,6 +12,7 @@ import fcntl
 import math
 import os
 import shutil
+import time
 
 import torch
 
@@ -219,14 +220,24 @@ def remove_stale_temporaries(folder: str) -> None:
 NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP)  # a filesystem (some network and FUSE ones) that cannot lock files
 
 
+WAITS_S = (0.01, 0.05, 0.25)  # a look (refuse_if_in_use) holds the lock for an instant, and a new holder writes
+#                                its pid just after it locks: tried again before a refusal names the pid
+
+
 def _flock(f, mode: int, out_dir: str) -> None:
     try:
+        for wait in WAITS_S:
+            try:
+                fcntl.flock(f, mode | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(wait)
         fcntl.flock(f, mode | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
-        holder = f.read().strip() or "another process"
-        raise SetupError(f"out_dir={out_dir} is in use by a training process (pid {holder}); wait for it to end, "
-                         f"stop it, or choose another --out_dir") from None
+        holder = f.read().strip() or "unknown"
+        raise SetupError(f"out_dir={out_dir} is in use by another process (pid {holder}: a run training there, or an "
+                         f"import writing it); wait for it to end, stop it, or choose another --out_dir") from None
     except OSError as e:
         if e.errno not in NO_LOCKS:
             raise

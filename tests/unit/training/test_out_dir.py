@@ -86,14 +86,30 @@ def test_a_locked_out_dir_is_refused_with_the_holders_pid_and_free_again_when_it
     held = lock_out_dir(out, Dist())
     try:
         # flock belongs to an open file, so this process's second open meets its own lock as another run's would
-        with pytest.raises(SetupError, match=rf"in use by a training process \(pid {os.getpid()}\)"):
+        with pytest.raises(SetupError, match=rf"in use by another process \(pid {os.getpid()}: a run training"):
             refuse_if_in_use(out, Dist())
-        with pytest.raises(SetupError, match="in use by a training process"):
+        with pytest.raises(SetupError, match="in use by another process"):
             lock_out_dir(out, Dist())
     finally:
         held.close()
     refuse_if_in_use(out, Dist())
     lock_out_dir(out, Dist()).close()
+
+
+def test_a_lock_taken_during_another_commands_look_waits_for_the_look(tmp_path, monkeypatch):
+    """refuse_if_in_use holds the lock shared for an instant. A run locking out_dir in that instant was refused as
+    if a training process held it, named by the pid of the run before (dead), while the look's run went on."""
+    import fcntl
+    import time
+
+    out = tmp_path / "run"
+    lock_out_dir(str(out), Dist()).close()  # a run that ended: its pid stays in the file
+    (out / ".lock").write_text("123456789")
+    look = open(out / ".lock")
+    fcntl.flock(look, fcntl.LOCK_SH)  # the other command's look, as refuse_if_in_use takes it
+    monkeypatch.setattr(time, "sleep", lambda s: look.close())  # the look ends while this one waits
+    lock_out_dir(str(out), Dist()).close()
+    assert look.closed
 
 
 def test_only_the_first_process_takes_the_lock(tmp_path):
