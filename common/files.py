@@ -107,6 +107,11 @@ def why_cannot_write_in(folder) -> str | None:
     return problem
 
 
+def file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """Which file a stat describes: an atomic write (a new file renamed over the old) changes it, also at one size."""
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def may_write_in(folder) -> bool:
     """Whether this process may make files in folder, an existing one."""
     return os.access(folder, os.W_OK | os.X_OK)

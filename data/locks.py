@@ -36,11 +36,18 @@ def _locked(path: Path, prepared: Path):
     it: a process that was waiting then holds a removed file, so it locks the one at path."""
     while True:
         folders = [d for d in (prepared, path.parent, *path.parent.parents) if not d.exists()]  # deepest first
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            f, made = open(path, "x"), [path, *folders]
-        except FileExistsError:
-            f, made = open(path, "a"), folders
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                f, made = open(path, "x"), [path, *folders]
+            except FileExistsError:
+                f, made = open(path, "a"), folders
+        except OSError as e:  # a half-built folder under a data root this process may only read
+            if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise DataError(f"{prepared / path.stem} is not completely prepared, and this process may not make its "
+                            f"lock {path} to finish it ({os.strerror(e.errno)}); prepare it as a user who may write "
+                            f"in {path.parent.parent} (same flags), or choose another --data_root") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX)  # blocks while another process builds
         except OSError as e:

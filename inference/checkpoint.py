@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from common.errors import CheckpointError
-from common.files import write_atomic
+from common.files import file_identity, write_atomic
 from model import GPT, GPTConfig, Seq2Seq
 
 FORMAT_VERSION = 2
@@ -60,6 +60,8 @@ class Checkpoint:
     speed_flags: list | None = None  # the levers of speed_config a flag or config file gave (the device's choices
     #                                  leave those alone)
 
+    read_from = None  # not a field, not saved: load()'s file as file_identity (a resume checks it is still there)
+
     # ---- writing ---------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"format_version": FORMAT_VERSION, "model": self.weights, "model_config": self.model_config.to_dict(),
@@ -78,12 +80,15 @@ class Checkpoint:
         if not os.path.isfile(path):
             raise CheckpointError(not_found(path))
         try:
-            with warnings.catch_warnings():  # a pickle of another protocol than torch's warns before it is refused
-                warnings.filterwarnings("ignore", message="Detected pickle protocol")
-                raw = torch.load(path, map_location=map_location, weights_only=True)
+            with open(path, "rb") as f, warnings.catch_warnings():  # a pickle of another protocol than torch's warns
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")  # before it is refused
+                read_from = file_identity(os.fstat(f.fileno()))
+                raw = torch.load(f, map_location=map_location, weights_only=True)
         except Exception as e:  # truncated file, not a checkpoint, or a pickle that would run code
             raise CheckpointError(f"{path} is not a loadable checkpoint: {unreadable(path, e)}") from None
-        return cls.from_dict(raw, path)
+        ckpt = cls.from_dict(raw, path)
+        ckpt.read_from = read_from
+        return ckpt
 
     @classmethod
     def from_dict(cls, raw, path: str = "the checkpoint") -> "Checkpoint":

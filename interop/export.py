@@ -13,6 +13,8 @@ small_gpt_tokenizer.json, the meta.json keys `data.load_tokenizer(path)` reads (
 tokenizer), by which interop/import_hf.py brings the tokenizer back. A model with the [MASK] id (--mask_token=true)
 has it in both tokenizers, so that each has the model's vocabulary size.
 """
+import contextlib
+import errno
 import json
 import os
 import shlex
@@ -129,19 +131,36 @@ def write_folder(ckpt: Checkpoint, model, target, folder: str) -> None:
 
 def replace_folder(new: str, folder: str) -> None:
     """new becomes folder. A folder there already (--overwrite=true) is renamed aside first and deleted after: a
-    process killed on the way leaves the old export whole or the new one, never a half-deleted one at --to."""
-    old = None
-    if os.path.exists(folder):
-        old = tempfile.mkdtemp(dir=os.path.dirname(folder), prefix=".old-export-")
-        os.replace(folder, old)  # onto the empty folder mkdtemp made: a name no other process takes meanwhile
+    failure, Ctrl-C or SIGTERM leaves the old export whole at folder or the new one, never a half-deleted one. Only a
+    kill -9 between the two renames leaves none there: the old export is then the .old-export-NAME-* folder beside
+    it (rename it back), the new one the .tmp-export-* one. Another export's folder, put at folder meanwhile (two
+    --overwrite=true exports at once), goes aside too: the last one renamed in stands."""
+    aside = []  # the folders moved out of the way, oldest first
+    try:
+        while not moved_in(new, folder):
+            aside.append(tempfile.mkdtemp(dir=os.path.dirname(folder),
+                                          prefix=f".old-export-{os.path.basename(folder)}-"))
+            with contextlib.suppress(FileNotFoundError):  # another export moved it aside first
+                os.replace(folder, aside[-1])  # onto the empty folder mkdtemp made: a name no other process takes
+    except BaseException:
+        kept = [old for old in aside if os.listdir(old)]
+        if kept and not os.path.exists(folder):
+            os.replace(kept[-1], folder)  # the export that was there last, back where it was
+        raise
+    finally:
+        for old in aside:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def moved_in(new: str, folder: str) -> bool:
+    """Renames new to folder; False where a folder with files is there (a rename over an empty one succeeds)."""
     try:
         os.replace(new, folder)
-    except BaseException:
-        if old is not None:
-            os.replace(old, folder)  # the old export back where it was
-        raise
-    if old is not None:
-        shutil.rmtree(old)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        return False
+    return True
 
 
 def main(argv) -> None:

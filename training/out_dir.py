@@ -12,12 +12,13 @@ import fcntl
 import math
 import os
 import shutil
+import time
 
 import torch
 
 from common import flag_scope
 from common.errors import SetupError
-from common.files import may_write_in, why_no_folder
+from common.files import file_identity, may_write_in, why_no_folder
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
 from training import distributed, metrics
@@ -133,7 +134,8 @@ def claim_out_dir(run) -> None:
     tc, d = run.tc, run.dist
     run.lock_id = lock_identity(tc.out_dir) if d.master else None
     if run.resumed and d.master:
-        run.best_copy_undone = best_copy_undone(tc.out_dir, check_still_resumable(tc.out_dir, run.start_step))
+        last = check_still_resumable(tc.out_dir, run.start_step, run.resumed_from)
+        run.best_copy_undone = best_copy_undone(tc.out_dir, last)
     if not run.resumed:
         existing = check_out_dir(tc)
         distributed.barrier(d)
@@ -171,15 +173,17 @@ def remove_run(out_dir: str, existing: list[str]) -> None:
     shutil.rmtree(os.path.join(out_dir, "wandb"), ignore_errors=True)
 
 
-def check_still_resumable(out_dir: str, step: int) -> dict:
+def check_still_resumable(out_dir: str, step: int, read_from: tuple | None) -> dict:
     """A resumed run read its checkpoint before it took the lock; another run may have trained in out_dir and ended
-    meanwhile. Continuing from the older step would overwrite that run's newer checkpoint: refused instead. Returns
-    ckpt_last.pt's contents, mapped (no weights are read)."""
+    meanwhile, at another step or (an --overwrite=true run, another model) at the same one. Continuing from what it
+    read would overwrite that run's checkpoint: refused instead. read_from: the file read (Checkpoint.read_from;
+    None: the step alone is compared). Returns ckpt_last.pt's contents, mapped (no weights are read)."""
     path = os.path.join(out_dir, LAST)
     if not os.path.isfile(path):
         raise SetupError(f"out_dir={out_dir}: {LAST} was removed after this run read it; nothing is left to resume")
+    now = file_identity(os.stat(path))
     last = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    if last["step"] != step:
+    if last["step"] != step or read_from not in (None, now):
         raise SetupError(f"out_dir={out_dir}: another run saved {LAST} at step {last['step']} after this one read it "
                          f"at step {step}; run the command again to resume from step {last['step']}")
     return last
@@ -216,14 +220,24 @@ def remove_stale_temporaries(folder: str) -> None:
 NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP)  # a filesystem (some network and FUSE ones) that cannot lock files
 
 
+WAITS_S = (0.01, 0.05, 0.25)  # a look (refuse_if_in_use) holds the lock for an instant, and a new holder writes
+#                                its pid just after it locks: tried again before a refusal names the pid
+
+
 def _flock(f, mode: int, out_dir: str) -> None:
     try:
+        for wait in WAITS_S:
+            try:
+                fcntl.flock(f, mode | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(wait)
         fcntl.flock(f, mode | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
-        holder = f.read().strip() or "another process"
-        raise SetupError(f"out_dir={out_dir} is in use by a training process (pid {holder}); wait for it to end, "
-                         f"stop it, or choose another --out_dir") from None
+        holder = f.read().strip() or "unknown"
+        raise SetupError(f"out_dir={out_dir} is in use by another process (pid {holder}: a run training there, or an "
+                         f"import writing it); wait for it to end, stop it, or choose another --out_dir") from None
     except OSError as e:
         if e.errno not in NO_LOCKS:
             raise

@@ -54,6 +54,7 @@ class Run:
     best_val: float = math.inf
     nonfinite_evals: int = 0  # evaluations whose loss was not finite (--on_nonfinite=skip goes on past them)
     resumed: bool = False  # from out_dir's checkpoint (whose step may be 0: an imported one)
+    resumed_from: tuple | None = None  # which file that checkpoint was (out_dir.py's check_still_resumable)
     wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
     best_restarts: str = ""  # why a resumed run's best does not go on from its checkpoint's ('' where it does)
     best_copy_undone: bool = False  # ckpt_last.pt is a best a stopped run did not copy to ckpt_best.pt (out_dir.py)
@@ -111,7 +112,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                objective=objective, tokenizer=tokenizer, sample_prompt=prompt,
                data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,
                token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
-               best_restarts=best_restarts, wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
+               resumed_from=ckpt.read_from if ckpt is not None else None, best_restarts=best_restarts,
+               wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
 
 
 def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | None, d: distributed.Dist,

@@ -131,7 +131,7 @@ def test_an_import_into_an_out_dir_a_run_holds_is_refused_and_writes_nothing(tmp
     held = lock_out_dir(str(run), Dist())  # flock is per open file: this process's own lock stands for a run's
     try:
         (run / "ckpt_best.pt").write_bytes(b"the run's")
-        with pytest.raises(SetupError, match=r"in use by a training process \(pid \d+\)"):
+        with pytest.raises(SetupError, match=r"in use by another process \(pid \d+: a run training"):
             import_checkpoint(tmp_path / "hf", run, overwrite=True)
         assert sorted(os.listdir(run)) == [".lock", "ckpt_best.pt"]
         assert (run / "ckpt_best.pt").read_bytes() == b"the run's"

@@ -205,6 +205,28 @@ def test_a_second_writer_is_refused_naming_the_holder(corpus, tmp_path):
     assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--overwrite=true")) == 0
 
 
+def test_a_resume_refuses_another_models_checkpoint_saved_at_its_step_before_it_locked(corpus, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """A resume reads ckpt_last.pt, then locks out_dir. An --overwrite=true run of another model that ended in
+    between at the same step was taken for the checkpoint read: the resume went on over it, metrics mixed."""
+    out = tmp_path / "run"
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=2", "--eval_interval=2")) == 0
+    assert train.cli.run(train.main, tiny_args(corpus, tmp_path / "other", "--max_iters=2", "--eval_interval=2",
+                                               "--n_embd=16")) == 0
+    capsys.readouterr()
+    replaced, lock = (tmp_path / "other" / "metrics.jsonl").read_bytes(), out_dir.lock_out_dir
+
+    def another_run_ends_first(folder, d):  # the --overwrite=true run's files, as it leaves them at its end
+        for name in ("ckpt_last.pt", "ckpt_best.pt", "metrics.jsonl"):
+            os.replace(tmp_path / "other" / name, out / name)
+        return lock(folder, d)
+    monkeypatch.setattr(out_dir, "lock_out_dir", another_run_ends_first)
+    assert train.cli.run(train.main, tiny_args(corpus, out, "--max_iters=4", "--init_from=resume")) == 2
+    assert "another run saved ckpt_last.pt at step 2 after this one read it" in capsys.readouterr().err
+    assert Checkpoint.load(str(out / "ckpt_last.pt")).model_config.n_embd == 16
+    assert (out / "metrics.jsonl").read_bytes() == replaced  # the other run's, untouched
+
+
 @pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP])
 def test_a_filesystem_without_file_locks_is_one_line(corpus, tmp_path, capsys, monkeypatch, code):
     def flock(f, operation):

@@ -78,3 +78,29 @@ def test_without_file_locks_one_process_goes_on_and_torchrun_is_refused_leaving_
     with pytest.raises(DataError, match="without file locks"), build_lock(out):
         pass
     assert list(tmp_path.iterdir()) == []  # neither the lock file nor the folders made for it
+
+
+@pytest.mark.parametrize("locks_there", [False, True])
+def test_a_half_built_folder_under_a_data_root_this_process_may_only_read_is_one_line(tmp_path, monkeypatch,
+                                                                                      locks_there):
+    """A prepared folder a killed build left, under a read-only data root: the lock's folder or file could not be
+    made, and the build ended in a PermissionError's traceback."""
+    out = tmp_path / "root" / "prepared" / "corpus-char-tail-12345678"
+    out.mkdir(parents=True)
+    if locks_there:
+        (tmp_path / "root" / "locks").mkdir()
+    real_open = open
+
+    def refused(*args, **kwargs):  # as a read-only folder refuses root's writes (tests run as root)
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    monkeypatch.setattr(os, "mkdir", refused)
+    monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: (
+        refused() if "locks" in str(p) and mode != "r" else real_open(p, mode, *a, **k)))
+    with pytest.raises(DataError) as e, build_lock(out):
+        pass
+    assert str(e.value) == (f"{out} is not completely prepared, and this process may not make its lock "
+                            f"{tmp_path / 'root' / 'locks' / (out.name + '.lock')} to finish it (Permission denied); "
+                            f"prepare it as a user who may write in {tmp_path / 'root'} (same flags), or choose "
+                            f"another --data_root")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == sorted(
+        ["root", "root/prepared", out.relative_to(tmp_path).as_posix()] + ["root/locks"] * locks_there)

@@ -336,6 +336,56 @@ def test_an_overwrite_that_fails_to_move_the_new_export_in_puts_the_old_one_back
     assert {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")} == before
 
 
+def exported(folder) -> dict:
+    return {n: (folder / n).read_bytes() for n in os.listdir(folder)}
+
+
+def test_two_overwrites_of_one_folder_at_once_leave_the_last_export_and_no_hidden_folder(tmp_path, monkeypatch):
+    """The other export renamed its folder in after this one moved the old export aside: this one's rename met a
+    folder with files, putting the old one back met it too, and the command ended in a traceback, the old export
+    left in a hidden folder."""
+    from interop.export import replace_folder
+
+    export(as_checkpoint(tiny_model(seed=0)), tmp_path / "hf")
+    export(as_checkpoint(perturb(tiny_model(seed=1))), tmp_path / "other")
+    export(as_checkpoint(perturb(tiny_model(seed=2))), tmp_path / "new")
+    theirs, ours = exported(tmp_path / "other"), exported(tmp_path / "new")
+    replace = os.replace
+
+    def the_other_export_renames_in_meanwhile(src, dst):
+        replace(src, dst)
+        if src == str(tmp_path / "hf") and os.path.exists(tmp_path / "other"):  # the old export moved aside
+            replace(tmp_path / "other", tmp_path / "hf")
+    monkeypatch.setattr(os, "replace", the_other_export_renames_in_meanwhile)
+    replace_folder(str(tmp_path / "new"), str(tmp_path / "hf"))
+    assert exported(tmp_path / "hf") == ours != theirs
+    assert os.listdir(tmp_path) == ["hf"]
+
+
+KILLED_BETWEEN_THE_RENAMES = """
+import os, sys
+from interop.export import replace_folder
+replace = os.replace
+# killed as the new export is renamed to where the old one was moved away from
+os.replace = lambda src, dst: replace(src, dst) if src == sys.argv[2] or os.path.exists(dst) else os._exit(137)
+replace_folder(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_an_overwrite_killed_between_its_renames_leaves_both_exports_whole_where_its_docstring_says(tmp_path):
+    from conftest import run_code
+
+    export(as_checkpoint(tiny_model(seed=0)), tmp_path / "hf")
+    export(as_checkpoint(perturb(tiny_model(seed=1))), tmp_path / "new")
+    old, new = exported(tmp_path / "hf"), exported(tmp_path / "new")
+    os.replace(tmp_path / "new", tmp_path / ".tmp-export-x")  # as write_folder builds it
+    r = run_code(KILLED_BETWEEN_THE_RENAMES, tmp_path / ".tmp-export-x", tmp_path / "hf")
+    assert r.returncode == 137, r.stderr
+    aside = [n for n in os.listdir(tmp_path) if n != ".tmp-export-x"]
+    assert len(aside) == 1 and aside[0].startswith(".old-export-hf-"), aside
+    assert exported(tmp_path / aside[0]) == old and exported(tmp_path / ".tmp-export-x") == new
+
+
 @pytest.mark.parametrize("before", ["empty", "export"])
 def test_a_full_disk_says_the_previous_export_is_intact_only_where_there_is_one(tmp_path, monkeypatch, before):
     """An empty --to folder was said to hold "the previous complete file", intact."""

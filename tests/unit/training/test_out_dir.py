@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from common.errors import ConfigError, SetupError
+from common.files import file_identity
 from conftest import run_code
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
 from model import GPTConfig
@@ -15,6 +16,9 @@ from training.metrics import METRICS_FILE
 from training import out_dir
 from training.out_dir import (check_out_dir, check_writable, claim_out_dir, lock_out_dir, refuse_if_in_use,
                               start_mode, starting_config)
+
+
+RESUMED = {"resumed": True, "resumed_from": None}  # a resume that noted no file read: its step alone is compared
 
 
 def holding(folder, *files):
@@ -82,14 +86,30 @@ def test_a_locked_out_dir_is_refused_with_the_holders_pid_and_free_again_when_it
     held = lock_out_dir(out, Dist())
     try:
         # flock belongs to an open file, so this process's second open meets its own lock as another run's would
-        with pytest.raises(SetupError, match=rf"in use by a training process \(pid {os.getpid()}\)"):
+        with pytest.raises(SetupError, match=rf"in use by another process \(pid {os.getpid()}: a run training"):
             refuse_if_in_use(out, Dist())
-        with pytest.raises(SetupError, match="in use by a training process"):
+        with pytest.raises(SetupError, match="in use by another process"):
             lock_out_dir(out, Dist())
     finally:
         held.close()
     refuse_if_in_use(out, Dist())
     lock_out_dir(out, Dist()).close()
+
+
+def test_a_lock_taken_during_another_commands_look_waits_for_the_look(tmp_path, monkeypatch):
+    """refuse_if_in_use holds the lock shared for an instant. A run locking out_dir in that instant was refused as
+    if a training process held it, named by the pid of the run before (dead), while the look's run went on."""
+    import fcntl
+    import time
+
+    out = tmp_path / "run"
+    lock_out_dir(str(out), Dist()).close()  # a run that ended: its pid stays in the file
+    (out / ".lock").write_text("123456789")
+    look = open(out / ".lock")
+    fcntl.flock(look, fcntl.LOCK_SH)  # the other command's look, as refuse_if_in_use takes it
+    monkeypatch.setattr(time, "sleep", lambda s: look.close())  # the look ends while this one waits
+    lock_out_dir(str(out), Dist()).close()
+    assert look.closed
 
 
 def test_only_the_first_process_takes_the_lock(tmp_path):
@@ -115,7 +135,7 @@ def test_a_resume_refuses_a_checkpoint_another_run_saved_after_it_read_it(tmp_pa
     out.mkdir()
     saved_at = Checkpoint(weights={}, model_config=GPTConfig(), step=4, data_meta={})
     saved_at.save(str(out / LAST))
-    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True)
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), **RESUMED)
     claim_out_dir(SimpleNamespace(**vars(run), start_step=4))  # the step it read: goes on
     saved_at.step = 6
     saved_at.save(str(out / LAST))  # another run's newer checkpoint
@@ -124,6 +144,21 @@ def test_a_resume_refuses_a_checkpoint_another_run_saved_after_it_read_it(tmp_pa
     os.remove(out / LAST)
     with pytest.raises(SetupError, match="was removed"):
         claim_out_dir(SimpleNamespace(**vars(run), start_step=4))
+
+
+def test_a_resume_refuses_another_models_checkpoint_saved_at_the_step_it_read(tmp_path):
+    """An --overwrite=true run of another model may end at the very step the resume read: the step alone let the
+    resume go on from the old model over the new run's checkpoint."""
+    out = tmp_path / "run"
+    out.mkdir()
+    Checkpoint(weights={}, model_config=GPTConfig(n_head=2, n_embd=32), step=4, data_meta={}).save(str(out / LAST))
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True,
+                          start_step=4, resumed_from=file_identity(os.stat(out / LAST)))  # Checkpoint.load's note
+    claim_out_dir(run)  # the file it read: goes on
+    Checkpoint(weights={}, model_config=GPTConfig(n_head=2, n_embd=16), step=4, data_meta={},
+               train_config={"n_embd": 16}).save(str(out / LAST))  # the other run's, at the same step
+    with pytest.raises(SetupError, match="saved ckpt_last.pt at step 4 after this one read it at step 4"):
+        claim_out_dir(run)
 
 
 @pytest.mark.parametrize("saved, world, total, said", [
@@ -188,9 +223,9 @@ def test_a_resumed_claim_removes_stale_temporaries_on_the_first_process_only(tmp
     stale = out / f"{TMP_PREFIX}x{TMP_SUFFIX}"
     stale.write_text("half a checkpoint")
     tc = TrainConfig(out_dir=str(out), init_from="resume")
-    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(rank=1, world_size=2), resumed=True, start_step=4))
+    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(rank=1, world_size=2), **RESUMED, start_step=4))
     assert stale.exists()  # rank 1 may be on another node: rank 0 cleans
-    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(), resumed=True, start_step=4))
+    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(), **RESUMED, start_step=4))
     assert sorted(os.listdir(out)) == [LAST]
 
 
@@ -216,7 +251,7 @@ def test_a_resumed_claim_removes_the_temporary_of_a_metrics_rewrite_killed_half_
     assert r.returncode == 137, r.stderr
     assert len(os.listdir(out)) == 4  # the killed rewrite's temporary
     tc = TrainConfig(out_dir=str(out), init_from="resume")
-    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(), resumed=True, start_step=1))
+    claim_out_dir(SimpleNamespace(tc=tc, dist=Dist(), **RESUMED, start_step=1))
     assert sorted(os.listdir(out)) == sorted([LAST, METRICS_FILE, other.name])
 
 
@@ -225,7 +260,7 @@ def test_a_resume_refuses_a_checkpoint_replaced_by_an_earlier_step(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     Checkpoint(weights={}, model_config=GPTConfig(), step=2, data_meta={}).save(str(out / LAST))
-    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True)
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), **RESUMED)
     with pytest.raises(SetupError, match="at step 2 after this one read it at step 4"):
         claim_out_dir(SimpleNamespace(**vars(run), start_step=4))
 
@@ -269,7 +304,7 @@ def test_a_resumed_claim_notes_the_best_copy_a_stopped_run_left_undone(tmp_path,
     before = sorted(os.listdir(out))
 
     def claimed(start_step=2, dist=Dist()):
-        run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), resumed=True,
+        run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), **RESUMED,
                               start_step=start_step, dist=dist, best_copy_undone=False)
         claim_out_dir(run)
         return run.best_copy_undone
@@ -284,7 +319,7 @@ def test_a_resumed_claim_without_an_evaluation_yet_notes_no_best(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     Checkpoint(weights={}, model_config=GPTConfig(), step=2, data_meta={}).save(str(out / LAST))
-    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True,
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), **RESUMED,
                           start_step=2, best_copy_undone=False)
     claim_out_dir(run)
     assert not run.best_copy_undone and sorted(os.listdir(out)) == [LAST]
@@ -310,7 +345,7 @@ def test_a_best_copy_left_undone_after_the_best_restarted_is_noted_whatever_the_
                train_config=older).save(str(out / BEST))
     Checkpoint(weights={}, model_config=GPTConfig(), step=6, data_meta={}, best_val_loss=5.0,
                train_config={**older, "eval_iters": 8}).save(str(out / LAST))
-    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), resumed=True,
+    run = SimpleNamespace(tc=TrainConfig(out_dir=str(out), init_from="resume"), dist=Dist(), **RESUMED,
                           start_step=6, best_copy_undone=False)
     claim_out_dir(run)
     assert run.best_copy_undone
