@@ -219,14 +219,15 @@ def say(run, bar, line: str) -> None:
 
 
 def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
-    """At an evaluation: the validation loss into row (and the columns hooks add), wandb's extras, one line on the
-    terminal. Returns whether the model is the best so far (its checkpoint, saved after the row, is the best)."""
+    """At an evaluation: wandb's extras (a sample, the hooks' images), then the validation loss into row (and the
+    columns hooks add), judged (finite, the best so far) and said in one line on the terminal. Returns whether the
+    model is the best so far (its checkpoint, saved after the row, is the best)."""
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
+    log_extras(run, log, row["step"], images)
     row.update(evaluate(run))
     for column in columns:  # e.g. the best head's induction score (train.py: insight/induction.py)
         row.update(column(run.model, run.tokenizer))
-    log_extras(run, log, row["step"], images)
     best = val_is_finite(run, row, bar) and row["val_loss"] < run.best_val
     run.best_val = min(run.best_val, row["val_loss"])
     bar.set_description("")
