@@ -112,10 +112,11 @@ def checkpoint_note(run) -> str:
     return "; " + on_disk(run.tc.out_dir)
 
 
-def weights_finite(run, step: int, bar) -> bool:
+def weights_finite(run, step: int) -> bool:
     """Whether every weight is finite on every process (FSDP: each checks its shards), before a checkpoint. An update
     can overflow the weights from a finite gradient, and a timed or Ctrl-C checkpoint has no validation loss to show
-    it: with --on_nonfinite=stop the run stops here, before saving; with skip that checkpoint is not written."""
+    it: with --on_nonfinite=stop the run stops here, before saving; with skip that checkpoint is not written (save
+    returns False, and the loop says so)."""
     local = [p.to_local() if hasattr(p, "to_local") else p for p in run.model.parameters()]
     bad = torch.stack([~torch.isfinite(t.detach()).all() for t in local]).sum()
     if not distributed.all_sum(bad, run.dist).item():
@@ -124,14 +125,13 @@ def weights_finite(run, step: int, bar) -> bool:
         raise SetupError(f"weights not finite at step {step} (an update overflowed them); the run stopped before "
                          f"saving: lower --learning_rate, or pass --on_nonfinite=skip to go on without saving them"
                          + checkpoint_note(run))
-    say(run, bar, f"step {step}: weights not finite, checkpoint not saved")
     return False
 
 
-def save(run, step: int, best: bool, bar) -> bool:
+def save(run, step: int, best: bool) -> bool:
     """Called by every process (they all hand in their RNG state; FSDP gathers its shards); only rank 0 writes.
     Weights that are not finite are not saved (weights_finite): returns whether the checkpoint was saved."""
-    if not weights_finite(run, step, bar):
+    if not weights_finite(run, step):
         return False
     rng = distributed.gather_objects(rng_state(run.device), run.dist)
     if run.tc.fsdp:
@@ -219,14 +219,15 @@ def say(run, bar, line: str) -> None:
 
 
 def evaluate_row(run, row: dict, log, bar, columns=(), images=()) -> bool:
-    """At an evaluation: the validation loss into row (and the columns hooks add), wandb's extras, one line on the
-    terminal. Returns whether the model is the best so far (its checkpoint, saved after the row, is the best)."""
+    """At an evaluation: wandb's extras (a sample, the hooks' images), then the validation loss into row (and the
+    columns hooks add), judged (finite, the best so far) and said in one line on the terminal. Returns whether the
+    model is the best so far (its checkpoint, saved after the row, is the best)."""
     t_eval = time.perf_counter()
     bar.set_description("evaluating")
+    log_extras(run, log, row["step"], images)
     row.update(evaluate(run))
     for column in columns:  # e.g. the best head's induction score (train.py: insight/induction.py)
         row.update(column(run.model, run.tokenizer))
-    log_extras(run, log, row["step"], images)
     best = val_is_finite(run, row, bar) and row["val_loss"] < run.best_val
     run.best_val = min(run.best_val, row["val_loss"])
     bar.set_description("")
@@ -414,7 +415,9 @@ def train_steps(run, log: MetricsLog | None, columns, images) -> dict:
                     log.log(row)
             saved = False
             if is_eval or signum or timed:  # after its row: a process killed in between leaves no checkpoint
-                saved = save(run, done, best, bar)  # without its row (a resume drops rows past its checkpoint)
+                saved = save(run, done, best)  # without its row (a resume drops rows past its checkpoint)
+                if not saved:
+                    say(run, bar, f"step {done}: weights not finite, checkpoint not saved")
                 book.saved()
                 if not signum:  # one that came during the evaluation or the save: this checkpoint is the stop's
                     signum, _ = book.agree()  # (not a step and a save more; at the last step, not a finished run)

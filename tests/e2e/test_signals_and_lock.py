@@ -127,9 +127,9 @@ def test_a_checkpoint_at_an_evaluation_restarts_the_timed_clock(corpus, tmp_path
         now[0] += 1.0
         return train_step(*args)
 
-    def counted_save(run, step, best, bar):
+    def counted_save(run, step, best):
         saves.append(step)
-        return save(run, step, best, bar)
+        return save(run, step, best)
     monkeypatch.setattr(loop, "train_step", one_second_step)
     monkeypatch.setattr(loop, "save", counted_save)
     monkeypatch.setattr(loop, "time", SimpleNamespace(monotonic=lambda: now[0], perf_counter=time.perf_counter,

@@ -78,7 +78,7 @@ def test_a_checkpoint_saved_on_the_device_resumes_there(meta, corpus, tmp_path, 
     with meta.context() as reading:
         pretend_device.answer_reads(reading)  # the scaler's state is read when saved
         run_folder.claim_out_dir(run)
-        assert loop.save(run, 1, best=False, bar=None)
+        assert loop.save(run, 1, best=False)
     pretend_device.files_load_on_the_cpu(meta)
     resumed = meta_run(corpus, tmp_path / "run", *RUNS[name], "--max_iters=4", "--init_from=resume")
     assert resumed.start_step == 1 and on_meta(*resumed.model.parameters())

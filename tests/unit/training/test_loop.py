@@ -104,10 +104,10 @@ def test_a_checkpoint_is_saved_after_its_metrics_row(corpus, tmp_path, monkeypat
     rows_at_save = []
     real_save = loop.save
 
-    def save(run, step, best, bar):
+    def save(run, step, best):
         metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
         rows_at_save.append((step, [json.loads(line)["step"] for line in metrics][-1]))
-        return real_save(run, step, best, bar)
+        return real_save(run, step, best)
     monkeypatch.setattr(loop, "save", save)
     loop.train(run)
     assert rows_at_save == [(2, 2), (4, 4)]
@@ -349,9 +349,9 @@ def test_a_signal_during_a_checkpoints_save_stops_at_that_checkpoint(corpus, tmp
     run_folder.claim_out_dir(run)
     saves, finished, real_save = [], [], loop.save
 
-    def save(run, step, best, bar):
+    def save(run, step, best):
         saves.append(step)
-        saved = real_save(run, step, best, bar)
+        saved = real_save(run, step, best)
         if step == 2:
             signal.raise_signal(signal.SIGTERM)  # the handler the loop installed takes it
         return saved
@@ -389,20 +389,18 @@ def test_each_micro_batch_draws_with_its_global_index_under_torchrun(corpus, tmp
 @pytest.mark.parametrize("policy", ["skip", "stop"])
 def test_any_weight_not_finite_keeps_its_checkpoint_from_being_saved(corpus, tmp_path, policy):
     run = cpu_run(corpus, tmp_path / "run", f"--on_nonfinite={policy}")
-    lines, bar = [], SimpleNamespace(write=lambda line: lines.append(line))
     params = list(run.model.parameters())
-    assert len(params) > 4 and loop.weights_finite(run, 3, bar)
+    assert len(params) > 4 and loop.weights_finite(run, 3)
     for i, p in enumerate(params):  # one element of one parameter at a time
         with torch.no_grad():
             kept = p.view(-1)[-1].item()
             p.view(-1)[-1] = float("nan") if i % 2 else float("inf")
             if policy == "skip":
-                assert not loop.weights_finite(run, 3, bar), i
+                assert not loop.weights_finite(run, 3), i
             else:
                 with pytest.raises(SetupError, match="weights not finite at step 3"):
-                    loop.weights_finite(run, 3, bar)
+                    loop.weights_finite(run, 3)
             p.view(-1)[-1] = kept
-    assert lines == (["step 3: weights not finite, checkpoint not saved"] * len(params) if policy == "skip" else [])
 
 
 def test_a_process_whose_own_shards_are_finite_skips_the_save_another_ones_are_not(corpus, tmp_path, monkeypatch):
@@ -410,7 +408,7 @@ def test_a_process_whose_own_shards_are_finite_skips_the_save_another_ones_are_n
     run = cpu_run(corpus, tmp_path / "run", "--on_nonfinite=skip")
     run.dist = Dist(rank=0, local_rank=0, world_size=2)
     monkeypatch.setattr(distributed, "all_sum", lambda t, d: t + 1)  # the other process counts one non-finite shard
-    assert not loop.weights_finite(run, 3, SimpleNamespace(write=lambda line: None))
+    assert not loop.weights_finite(run, 3)
 
 
 @pytest.mark.parametrize("saved", [True, False])
@@ -451,7 +449,7 @@ def test_a_checkpoint_names_its_data_folder_from_anywhere(corpus, tmp_path, monk
     run = cpu_run(corpus, tmp_path / "run", "--data_root=here")
     assert not os.path.isabs(run.data_dir)
     run_folder.claim_out_dir(run)
-    assert loop.save(run, 1, False, SimpleNamespace(write=None))
+    assert loop.save(run, 1, False)
     monkeypatch.chdir(corpus.parent)
     saved = Checkpoint.load(str(tmp_path / "run" / "ckpt_last.pt")).data_dir
     assert os.path.isabs(saved) and os.path.samefile(saved, tmp_path / run.data_dir)
@@ -481,13 +479,13 @@ def test_a_run_whose_out_dir_was_removed_and_taken_by_another_saves_nothing_ther
     lock = run_folder.lock_out_dir(run.tc.out_dir, Dist())
     try:
         run_folder.claim_out_dir(run)
-        assert loop.save(run, 1, True, SimpleNamespace(write=None))  # its own folder: saved
+        assert loop.save(run, 1, True)  # its own folder: saved
         shutil.rmtree(out)
         other = run_folder.lock_out_dir(str(out), Dist())  # the second run's lock, then its checkpoint
         (out / "ckpt_last.pt").write_bytes(b"the second run's")
         try:
             with pytest.raises(SetupError, match=r"^out_dir=.* was removed or replaced while this run .*step 2"):
-                loop.save(run, 2, True, SimpleNamespace(write=None))
+                loop.save(run, 2, True)
         finally:
             other.close()
         assert sorted(os.listdir(out)) == [".lock", "ckpt_last.pt"]
