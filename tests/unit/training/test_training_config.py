@@ -258,3 +258,16 @@ def test_other_validation_names_the_validation_settings_that_differ_and_skips_on
     lacking = {k: v for k, v in old.items() if k != "batch_size"}
     assert other_validation(lacking, {**old, "batch_size": 4}) == []
     assert other_validation({**old, "batch_size": 4}, lacking) == []
+
+
+def test_the_weight_decay_refusal_names_the_factor_a_step_applies_and_both_limits():
+    """The factor it names is what one AdamW step on a zero gradient does to a weight of 1; each limit alone would
+    bring lr x weight_decay below 1."""
+    weight = torch.nn.Parameter(torch.ones(1))
+    weight.grad = torch.zeros(1)
+    torch.optim.AdamW([weight], lr=0.5, weight_decay=4).step()
+    with pytest.raises(ConfigError) as refused:
+        configure(["--learning_rate=0.5", "--weight_decay=4", "--min_lr=0.05"])
+    message = str(refused.value)
+    assert f"= {weight.item():g} at the peak rate" in message, message
+    assert f"below {1 / 0.5:g} (0.1 is usual) or --learning_rate below {1 / 4:g}" in message, message
