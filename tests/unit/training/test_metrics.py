@@ -391,3 +391,14 @@ def test_wandb_started_off_the_main_thread_defers_nothing():
     thread.start()
     thread.join()
     assert ran == [1] and not failed
+
+
+def test_a_ctrl_c_that_stops_wandb_init_before_its_run_exists_stays_a_ctrl_c():
+    """A second Ctrl-C lands inside wandb.init, which then returns no run: there is nothing to end, and the stop is
+    raised as itself (exit 130), not as a failure to end a run."""
+    from training.metrics import init_wandb
+
+    def init(**kwargs):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        init_wandb(types.SimpleNamespace(init=init), project="p")
