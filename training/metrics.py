@@ -18,6 +18,7 @@ import math
 import os
 import signal
 import sys
+import threading
 
 from common import cli
 from common.errors import SetupError
@@ -179,16 +180,18 @@ def ctrl_c_deferred():
         signal.signal(signal.SIGINT, previous)
         print("stopping once wandb has started (Ctrl-C again to stop now)", file=sys.stderr, flush=True)
 
-    try:
-        previous = signal.signal(signal.SIGINT, defer)
-    except ValueError:  # not the main thread: nothing to defer
-        previous = None
+    previous = signal.getsignal(signal.SIGINT)
+    previous = signal.SIG_DFL if previous is None else previous  # None: a handler set outside Python
+    # a background job's ignored Ctrl-C stays ignored (and unannounced); off the main thread no handler can be set
+    deferring = previous is not signal.SIG_IGN and threading.current_thread() is threading.main_thread()
+    if deferring:
+        signal.signal(signal.SIGINT, defer)
     try:
         yield
     finally:
-        if previous is not None:
+        if deferring:
             signal.signal(signal.SIGINT, previous)
-    if got and previous is not signal.SIG_IGN:
+    if got:
         raise KeyboardInterrupt
 
 

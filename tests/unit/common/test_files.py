@@ -239,3 +239,31 @@ def test_an_atomic_write_keeps_a_sigterm_handler_it_finds(tmp_path):
         signal.signal(signal.SIGTERM, previous)
     write_atomic(tmp_path / "f", lambda f: f.write(b"y"))
     assert signal.getsignal(signal.SIGTERM) is previous and (tmp_path / "f").read_bytes() == b"y"
+
+
+def test_an_atomic_write_leaves_the_default_sigterm_as_it_found_it(tmp_path):
+    """Its handler lives for the write alone, whether it succeeds or fails: left behind, a later `kill PID` would
+    raise inside whatever runs then, a traceback in place of the process ending by SIGTERM."""
+    import signal
+    import threading
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        write_atomic(tmp_path / "f", lambda f: f.write(b"x"))
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        with pytest.raises(ValueError):
+            write_atomic(tmp_path / "f", lambda f: int("not a number"))
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and (tmp_path / "f").read_bytes() == b"x"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    failed = []  # off the main thread no handler can be set: the write goes on without one
+
+    def write_in_a_thread():
+        try:
+            write_atomic(tmp_path / "g", lambda f: f.write(b"y"))
+        except BaseException as e:
+            failed.append(e)
+    thread = threading.Thread(target=write_in_a_thread)
+    thread.start()
+    thread.join()
+    assert not failed and (tmp_path / "g").read_bytes() == b"y"

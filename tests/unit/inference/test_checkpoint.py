@@ -9,7 +9,7 @@ import torch
 
 from conftest import tiny_model
 from common.errors import CheckpointError
-from inference.checkpoint import FORMAT_VERSION, Checkpoint
+from inference.checkpoint import FORMAT_VERSION, Checkpoint, is_hf_folder, not_found
 
 CHARS = "".join(chr(c) for c in range(ord("!"), ord("!") + 37))  # tiny_model's 37 tokens
 
@@ -228,3 +228,21 @@ def test_weights_that_are_not_finite_are_refused(value):
     raw["model"]["norm.weight"][2] = value
     with pytest.raises(CheckpointError, match="checkpoint weight norm.weight holds NaN or inf"):
         Checkpoint.from_dict(raw).build_model()
+
+
+def test_a_hugging_face_folder_is_one_whose_config_json_is_a_file(tmp_path):
+    assert not is_hf_folder(str(tmp_path))
+    (tmp_path / "config.json").mkdir()
+    assert not is_hf_folder(str(tmp_path))
+    (tmp_path / "config.json").rmdir()
+    (tmp_path / "config.json").write_text("{}")
+    assert is_hf_folder(str(tmp_path))
+
+
+def test_a_missing_file_in_another_folder_is_not_called_the_working_folders_hugging_face_model(tmp_path,
+                                                                                               monkeypatch):
+    """A path whose folder is no run's and no model's is only missing, wherever the command runs from."""
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    said = not_found(str(tmp_path / "elsewhere" / "model.pt"))
+    assert said.startswith(f"no checkpoint at {tmp_path / 'elsewhere' / 'model.pt'}") and "Hugging Face" not in said

@@ -58,8 +58,9 @@ def test_files_that_cannot_be_read_are_refused_in_one_line(tmp_path):
     for path, message in ((tmp_path / "missing.jsonl", "does not exist"), (tmp_path, "is not a file")):
         with pytest.raises(UserError, match=message):
             read_task(str(path))
-    (tmp_path / "latin1.jsonl").write_bytes(b'{"context": "caf\xe9", "choices": ["a", "b"], "label": 0}\n')
-    with pytest.raises(UserError, match="is not UTF-8 text"):
+    latin1 = b'{"context": "caf\xe9", "choices": ["a", "b"], "label": 0}\n'
+    (tmp_path / "latin1.jsonl").write_bytes(latin1)
+    with pytest.raises(UserError, match=rf"is not UTF-8 text \(byte {latin1.index(0xE9)}\)"):  # where it starts
         read_task(str(tmp_path / "latin1.jsonl"))
     with pytest.raises(UserError, match="holds no items"):
         read_task(write(tmp_path / "empty.jsonl", "", "  "))

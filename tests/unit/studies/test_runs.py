@@ -232,3 +232,89 @@ def test_a_report_whose_results_cannot_be_written_leaves_no_half_written_file(tm
     write_report(str(tmp_path), ["# report", "é"], {"ok": 1})
     assert (tmp_path / "report.md").read_text(encoding="utf-8") == "# report\né"
     assert json.loads((tmp_path / "results.json").read_text()) == {"ok": 1}
+
+
+def state(pid: int) -> str:
+    """A process's state letter in /proc (T: stopped, Z: a zombie)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def start_fake_study(tmp_path, ignore=()):
+    """The study (DRIVER) running FAKE_TRAIN_STOPPING, its run started: (the study, the run's pid). ignore: signals
+    the study starts with ignored (as `nohup` ignores SIGHUP)."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_TRAIN_STOPPING)
+    out = tmp_path / "study"
+
+    def preexec():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for sig in ignore:
+            signal.signal(sig, signal.SIG_IGN)
+    study = subprocess.Popen([sys.executable, "-c", textwrap.dedent(DRIVER), str(fake), str(out)],
+                             cwd=os.getcwd(), start_new_session=True, preexec_fn=preexec)
+    started, deadline = out / "decoder" / "started", time.monotonic() + 60
+    while not started.exists():
+        if time.monotonic() > deadline or study.poll() is not None:
+            os.killpg(study.pid, signal.SIGKILL)
+            raise AssertionError("the run never started")
+        time.sleep(0.05)
+    return study, int(started.read_text())
+
+
+def wait_for(check, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def end_study(study, pid: int) -> int:
+    """SIGTERM to the study, which passes it on: the study's exit code, both ended (killed if they would not)."""
+    try:
+        study.send_signal(signal.SIGTERM)
+        code = study.wait(timeout=30)
+        wait_for(lambda: not alive(pid), "the run goes on after the study stopped")
+        return code
+    finally:
+        if study.poll() is None:
+            os.killpg(study.pid, signal.SIGKILL)
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_z_pauses_the_study_and_its_run_and_fg_resumes_both(tmp_path):
+    """The run has a process group of its own, so the terminal's Ctrl-Z and `fg` reach the study alone: it passes
+    each on and pauses itself too; a run left paused (or running) would never end the study's wait as asked."""
+    study, pid = start_fake_study(tmp_path)
+    try:
+        study.send_signal(signal.SIGTSTP)
+        wait_for(lambda: state(study.pid) == "T" and state(pid) == "T", "Ctrl-Z did not pause the study and its run")
+        study.send_signal(signal.SIGCONT)
+        wait_for(lambda: state(study.pid) != "T" and state(pid) != "T", "fg did not resume the study and its run")
+    finally:
+        code = end_study(study, pid)
+    assert code in (128 + signal.SIGTERM, -signal.SIGTERM)
+
+
+def test_a_study_started_with_nohup_leaves_a_closed_terminals_sighup_ignored(tmp_path):
+    """Under `nohup` SIGHUP is ignored: the study must not catch it and stop its run with it."""
+    study, pid = start_fake_study(tmp_path, ignore=(signal.SIGHUP,))
+    try:
+        study.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert study.poll() is None and alive(pid) and state(pid) != "T"
+    finally:
+        code = end_study(study, pid)
+    assert code in (128 + signal.SIGTERM, -signal.SIGTERM)
+    assert (tmp_path / "study" / "decoder" / "ckpt_last.pt").exists()
+
+
+def test_a_report_text_that_cannot_be_encoded_leaves_the_earlier_file(tmp_path):
+    """write_text encodes before it writes: a text UTF-8 cannot hold (a lone surrogate) leaves what was there."""
+    from studies.runs import write_text
+
+    (tmp_path / "report.md").write_text("earlier")
+    with pytest.raises(UnicodeEncodeError):
+        write_text(str(tmp_path / "report.md"), "new \ud800")
+    assert (tmp_path / "report.md").read_text() == "earlier" and os.listdir(tmp_path) == ["report.md"]

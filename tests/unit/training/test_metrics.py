@@ -354,3 +354,51 @@ def test_a_second_ctrl_c_while_wandb_starts_stops_at_once(capsys):
     assert reached == ["after the first"]
     assert "Ctrl-C again to stop now" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_an_ignored_ctrl_c_while_wandb_starts_stays_ignored_and_says_nothing(capsys):
+    """A background job's Ctrl-C (SIGINT ignored, as a non-interactive shell starts `cmd &`) stops nothing: it said
+    'stopping once wandb has started' and then went on."""
+    import signal
+
+    from training.metrics import ctrl_c_deferred
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with ctrl_c_deferred():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert capsys.readouterr().err == ""
+
+
+def test_wandb_started_off_the_main_thread_defers_nothing():
+    """Only the main thread may set a signal handler: elsewhere the block runs as it is."""
+    import threading
+
+    from training.metrics import ctrl_c_deferred
+
+    ran, failed = [], []
+
+    def deferred():
+        try:
+            with ctrl_c_deferred():
+                ran.append(1)
+        except BaseException as e:
+            failed.append(e)
+    thread = threading.Thread(target=deferred)
+    thread.start()
+    thread.join()
+    assert ran == [1] and not failed
+
+
+def test_a_ctrl_c_that_stops_wandb_init_before_its_run_exists_stays_a_ctrl_c():
+    """A second Ctrl-C lands inside wandb.init, which then returns no run: there is nothing to end, and the stop is
+    raised as itself (exit 130), not as a failure to end a run."""
+    from training.metrics import init_wandb
+
+    def init(**kwargs):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        init_wandb(types.SimpleNamespace(init=init), project="p")

@@ -349,3 +349,11 @@ def test_a_best_copy_left_undone_after_the_best_restarted_is_noted_whatever_the_
                           start_step=6, best_copy_undone=False)
     claim_out_dir(run)
     assert run.best_copy_undone
+
+
+def test_an_unreadable_best_checkpoint_is_no_best_copy_left_undone(tmp_path):
+    """A ckpt_best.pt that is not ours (or cut short) is left for the commands that read it to name: the claim does
+    not take it for a best the first save should overwrite."""
+    (tmp_path / BEST).write_bytes(b"not a checkpoint")
+    assert not out_dir.best_copy_undone(str(tmp_path), {"best_val_loss": 2.0, "train_config": {}})
+    assert (tmp_path / BEST).read_bytes() == b"not a checkpoint"

@@ -122,3 +122,29 @@ def test_a_prompt_outside_the_vocabulary_is_refused_only_where_a_sample_is_drawn
         sample_prompt(TrainConfig(sample_prompt="az", sample_tokens=4), tokenizer)
     assert sample_prompt(TrainConfig(sample_prompt="az", sample_tokens=0), tokenizer) == ()
     assert sample_prompt(TrainConfig(sample_prompt="ab", sample_tokens=4), tokenizer) == (1, 2)  # after "\\n"
+
+
+def test_an_encoder_decoder_samples_a_validation_source_so_its_prompt_is_never_encoded():
+    """seq2seq draws its sample from a validation pair: --sample_prompt is unused there, and a character outside the
+    vocabulary is nothing to refuse."""
+    tc = SimpleNamespace(model="seq2seq", sample_prompt="az", sample_tokens=4)
+    assert sample_prompt(tc, CharTokenizer("abc\n")) == ()
+
+
+def test_a_prompts_unknown_characters_are_each_named_once_in_order():
+    with pytest.raises(ConfigError) as e:
+        sample_prompt(TrainConfig(sample_prompt="zaqz", sample_tokens=4), CharTokenizer("abc\n"))
+    assert "lacks: 'z' (U+007A), 'q' (U+0071); choose" in str(e.value)
+
+
+def test_each_process_of_a_fresh_run_draws_its_own_stream():
+    """Without a checkpoint every process seeds seed + rank: the same seed would give every process the same
+    dropout masks."""
+    draws = []
+    for rank in range(2):
+        torch.manual_seed(123)  # whatever came before
+        assert where_to_start(TrainConfig(seed=7), Dist(rank=rank, world_size=2), None, CPU) == (0, math.inf, "")
+        draws.append(torch.rand(8))
+        torch.manual_seed(7 + rank)
+        assert torch.equal(draws[-1], torch.rand(8)), rank
+    assert not torch.equal(draws[0], draws[1])

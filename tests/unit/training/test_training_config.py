@@ -11,7 +11,7 @@ import torch
 from common.errors import ConfigError, SetupError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
-from training.config import PRESETS, TrainConfig, configure, other_process_count, resumed_config
+from training.config import PRESETS, TrainConfig, configure, other_process_count, other_validation, resumed_config
 from training.loop import lr_at
 from training.muon import Muon
 
@@ -248,3 +248,26 @@ def test_a_hugging_face_start_of_another_model_is_refused_naming_both_folders_ki
         TrainConfig(model=model, init_from="hf:folder")
     line = str(refused.value)
     assert "GPT-2 or GPT-NeoX" in line and f"--model={model}" in line and "--init_from=scratch" in line, line
+
+
+def test_other_validation_names_the_validation_settings_that_differ_and_skips_one_a_config_lacks():
+    """An import's or an older run's train_config may lack a setting: that is not a change of validation set."""
+    old = TrainConfig(eval_iters=20, batch_size=12).to_dict()
+    assert other_validation(old, {**old, "eval_iters": 3, "max_iters": 7}) == ["eval_iters"]
+    assert other_validation(old, {**old, "eval_iters": 3, "batch_size": 4}) == ["eval_iters", "batch_size"]
+    lacking = {k: v for k, v in old.items() if k != "batch_size"}
+    assert other_validation(lacking, {**old, "batch_size": 4}) == []
+    assert other_validation({**old, "batch_size": 4}, lacking) == []
+
+
+def test_the_weight_decay_refusal_names_the_factor_a_step_applies_and_both_limits():
+    """The factor it names is what one AdamW step on a zero gradient does to a weight of 1; each limit alone would
+    bring lr x weight_decay below 1."""
+    weight = torch.nn.Parameter(torch.ones(1))
+    weight.grad = torch.zeros(1)
+    torch.optim.AdamW([weight], lr=0.5, weight_decay=4).step()
+    with pytest.raises(ConfigError) as refused:
+        configure(["--learning_rate=0.5", "--weight_decay=4", "--min_lr=0.05"])
+    message = str(refused.value)
+    assert f"= {weight.item():g} at the peak rate" in message, message
+    assert f"below {1 / 0.5:g} (0.1 is usual) or --learning_rate below {1 / 4:g}" in message, message
