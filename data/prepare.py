@@ -45,8 +45,9 @@ FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/to
 # folders are rebuilt, while the built-in corpus, which none of these rules touch, keeps its folders (and the
 # checkpoints trained on them). 2: .txt cuts that keep GPT-2's tokens, a bad .txt left out whole, half a surrogate
 # pair is a bad document, `docs` drops val documents past the cap (before: no key). 3: a byte-order mark that starts
-# a .txt file is left out, `works` keeps validation within VAL_SHARE of a folder's bytes
-INPUT_RULES = 3
+# a .txt file is left out, `works` keeps validation within VAL_SHARE of a folder's bytes. 4: `tail` encodes its
+# joined files as one text (a file's trailing whitespace and the blank line that joins it: GPT-2's tokens)
+INPUT_RULES = 4
 DATA_DIR = Path(__file__).resolve().parent
 
 

@@ -14,6 +14,8 @@
 import hashlib
 from dataclasses import dataclass
 
+import regex  # tiktoken's own dependency: the \s of GPT-2's pattern
+
 from common.errors import DataError
 from data.readers import Source
 
@@ -31,6 +33,7 @@ MIN_FILES_FOR_WORKS = 10
 VAL_SHARE = (0.05, 0.15)
 TAIL_JOIN = "\n\n"  # between documents when `tail` treats several documents as one text
 SPLITS = ("works", "tail", "docs")
+_TRAILING_SPACE = regex.compile(r"(?r)\s+\Z")  # `regex`'s \s is the tokeniser's (readers._cut)
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,20 @@ def check_tail(n_chars: int, skipped: str = "") -> int:
 
 
 def joined(pieces):
-    """The texts of the pieces as one text: documents joined with TAIL_JOIN (`tail` counts and cuts this text)."""
+    """The texts of the pieces as one text: documents joined with TAIL_JOIN (`tail` counts and cuts this text). Each
+    text is encoded on its own, so a text's trailing whitespace goes on with the next text: a cut between a
+    non-space and a space is one GPT-2's pre-tokeniser makes too, while "\n" | "\n\nB" (a file that ends in a
+    newline, then the join) would be encoded as 3 newlines where the joined text has 2 and 1."""
+    carry = ""
     for i, p in enumerate(pieces):
-        yield (TAIL_JOIN + p.text) if p.first and i else p.text
+        text = carry + ((TAIL_JOIN + p.text) if p.first and i else p.text)
+        m = _TRAILING_SPACE.search(text)
+        at = m.start() if m else len(text)
+        if at:
+            yield text[:at]
+        carry = text[at:]
+    if carry:
+        yield carry
 
 
 def assign_docs(pieces):

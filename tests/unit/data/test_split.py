@@ -5,6 +5,7 @@ import itertools
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from common.errors import DataError
@@ -178,3 +179,22 @@ def test_a_work_cut_into_pieces_starts_one_document():
     items = list(assign_works(pieces, ["two.txt"]))
     assert [(i.text, i.first, i.split) for i in items] == [("ab", True, "train"), ("cd", False, "train"),
                                                          ("ef", True, "val"), ("gh", False, "val")]
+
+
+@pytest.mark.parametrize("texts", [["Hello there.\n", "World again.\n"], ["one", "  two\n ", "\n\nthree"],
+                                   ["a\u3000", "\u00a0b", "c\n\n"]])
+def test_the_tail_of_several_files_holds_the_tokens_of_their_joined_text(tmp_path, texts):
+    """`tail` joins the files with a blank line: each split holds gpt2.encode of its part of that text. Each
+    document was encoded on its own, so a file ending in a newline left "\\n" + "\\n\\n" as three 198s where the
+    joined text has 628 and 198, a token sequence the model never sees from a prompt."""
+    from data.tokenizer import gpt2_tokenizer
+    folder = tmp_path / "few"
+    folder.mkdir()
+    for i, text in enumerate(texts):
+        (folder / f"{i}.txt").write_bytes(text.encode())
+    out = prepare(input=folder, tokenizer="gpt2", data_root=tmp_path, workers=1, progress=False)
+    text = "\n\n".join(texts)
+    n = int(0.9 * len(text))
+    tok = gpt2_tokenizer()
+    for split, part in (("train", text[:n]), ("val", text[n:])):
+        assert np.fromfile(out / f"{split}.bin", dtype=np.uint16).tolist() == tok.encode(part), split
