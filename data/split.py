@@ -18,6 +18,7 @@ import regex  # tiktoken's own dependency: the \s of GPT-2's pattern
 
 from common.errors import DataError
 from data.readers import Source
+from data.sources import sha256_file
 
 TRAIN_FRACTION = 0.9  # written as nanoGPT does (int(n * 0.9)) so `tail` reproduces its counts exactly
 VAL_FRACTION = 0.1
@@ -66,6 +67,28 @@ def input_facts(cfg) -> dict:
         kinds, n_files = source.kinds, len(source.files)
     split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
     return {"records": bool(kinds - {"txt"}), "split": split}
+
+
+def val_files(source: Source) -> list[str]:
+    """`works` on a folder: the names of the files that validate (pick_val_documents), where a file and its copies
+    (the same bytes under other names) are one unit of the split: a copy of a validation file would train."""
+    sizes = {source.name_of(f): f.stat().st_size for f in source.files}
+    groups = _copies(source)
+    picked = set(pick_val_documents({g[0]: sum(sizes[n] for n in g) for g in groups}))
+    return sorted(n for g in groups if g[0] in picked for n in g)
+
+
+def _copies(source: Source) -> list[list[str]]:
+    """The folder's file names in groups of equal bytes, each in input order; a file whose size no other file has is
+    not read."""
+    by_size = {}
+    for f in source.files:
+        by_size.setdefault(f.stat().st_size, []).append(f)
+    by_content = {}
+    for f in source.files:
+        key = f if len(by_size[f.stat().st_size]) == 1 else sha256_file(f)
+        by_content.setdefault(key, []).append(source.name_of(f))
+    return list(by_content.values())
 
 
 def pick_val_documents(sizes: dict[str, int]) -> list[str]:

@@ -13,7 +13,7 @@ from data.prepare import prepare
 from data.config import PrepareConfig
 from data.split import (MIN_FILES_FOR_WORKS, VAL_FRACTION, VAL_SHARE, assign_tail, assign_works, check_works,
                         input_facts, pick_val_documents)
-from data.tokenizer import read_meta
+from data.tokenizer import load_tokenizer, read_meta
 
 
 def in_hash_order(names):
@@ -198,3 +198,21 @@ def test_the_tail_of_several_files_holds_the_tokens_of_their_joined_text(tmp_pat
     tok = gpt2_tokenizer()
     for split, part in (("train", text[:n]), ("val", text[n:])):
         assert np.fromfile(out / f"{split}.bin", dtype=np.uint16).tolist() == tok.encode(part), split
+
+
+def test_copies_of_a_file_validate_or_train_together(tmp_path):
+    """`works` on a folder holding copies of files (`cp a.txt 'a copy.txt'`): a copy of a validation file trained, so
+    validation measured recall of text the model had seen. The copies are one unit of the split, on one side."""
+    folder = tmp_path / "dup"
+    folder.mkdir()
+    texts = {f"ch{i:02d}.txt": f"the text of chapter {i}. " * (40 + i) for i in range(12)}
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+        (folder / f"copy of {name}").write_text(text)
+    out = prepare(input=folder, data_root=tmp_path, workers=1, progress=False)
+    meta = read_meta(out)
+    val = set(meta["val_works"])
+    assert val and all((name in val) == (f"copy of {name}" in val) for name in texts)
+    train_text = load_tokenizer(out).decode(np.fromfile(out / "train.bin", dtype=np.uint16))
+    assert not any(texts[name.removeprefix("copy of ")] in train_text for name in val)
+    assert VAL_SHARE[0] <= meta["val_chars"] / (meta["train_chars"] + meta["val_chars"]) <= VAL_SHARE[1]
