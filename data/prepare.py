@@ -36,7 +36,7 @@ from data.pairs import same_prepared_pairs
 from data.readers import Source, name_in_folder, stat_fingerprint
 from data.shards import split_shards
 from data.sources import SHAKESPEARE_SHA256, ShakespeareSource, shakespeare_archive
-from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, input_facts, pick_val_documents
+from data.split import SHAKESPEARE_VAL_WORKS, check_works, default_split, input_facts, val_files
 from data.tokenizer import read_meta
 
 FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/tokenizer rules change:
@@ -45,8 +45,10 @@ FORMAT_VERSION = 2  # 2: shards + manifest. Bump when the layout or the split/to
 # folders are rebuilt, while the built-in corpus, which none of these rules touch, keeps its folders (and the
 # checkpoints trained on them). 2: .txt cuts that keep GPT-2's tokens, a bad .txt left out whole, half a surrogate
 # pair is a bad document, `docs` drops val documents past the cap (before: no key). 3: a byte-order mark that starts
-# a .txt file is left out, `works` keeps validation within VAL_SHARE of a folder's bytes
-INPUT_RULES = 3
+# a .txt file is left out, `works` keeps validation within VAL_SHARE of a folder's bytes. 4: `tail` encodes its
+# joined files as one text (a file's trailing whitespace and the blank line that joins it: GPT-2's tokens). 5:
+# `works` keeps a folder's copies of a file on one side
+INPUT_RULES = 5
 DATA_DIR = Path(__file__).resolve().parent
 
 
@@ -232,8 +234,7 @@ def _val_works(cfg: PrepareConfig, source, split: str) -> list[str] | None:
         if source.kinds != {"txt"}:
             raise DataError(f"--split=works needs whole files as documents (a folder of .txt files), but "
                             f"--input={cfg.input} holds {', '.join(sorted(source.kinds - {'txt'}))}; use --split=docs")
-        sizes = {source.name_of(f): f.stat().st_size for f in source.files}
-        names, val = list(sizes), pick_val_documents(sizes)
+        names, val = [source.name_of(f) for f in source.files], val_files(source)
     check_works(names, val)
     return sorted(val)
 

@@ -14,8 +14,11 @@
 import hashlib
 from dataclasses import dataclass
 
+import regex  # tiktoken's own dependency: the \s of GPT-2's pattern
+
 from common.errors import DataError
 from data.readers import Source
+from data.sources import sha256_file
 
 TRAIN_FRACTION = 0.9  # written as nanoGPT does (int(n * 0.9)) so `tail` reproduces its counts exactly
 VAL_FRACTION = 0.1
@@ -31,6 +34,7 @@ MIN_FILES_FOR_WORKS = 10
 VAL_SHARE = (0.05, 0.15)
 TAIL_JOIN = "\n\n"  # between documents when `tail` treats several documents as one text
 SPLITS = ("works", "tail", "docs")
+_TRAILING_SPACE = regex.compile(r"(?r)\s+\Z")  # `regex`'s \s is the tokeniser's (readers._cut)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,28 @@ def input_facts(cfg) -> dict:
         kinds, n_files = source.kinds, len(source.files)
     split = cfg.split or default_split(n_files, kinds, is_shakespeare=cfg.input is None)
     return {"records": bool(kinds - {"txt"}), "split": split}
+
+
+def val_files(source: Source) -> list[str]:
+    """`works` on a folder: the names of the files that validate (pick_val_documents), where a file and its copies
+    (the same bytes under other names) are one unit of the split: a copy of a validation file would train."""
+    sizes = {source.name_of(f): f.stat().st_size for f in source.files}
+    groups = _copies(source)
+    picked = set(pick_val_documents({g[0]: sum(sizes[n] for n in g) for g in groups}))
+    return sorted(n for g in groups if g[0] in picked for n in g)
+
+
+def _copies(source: Source) -> list[list[str]]:
+    """The folder's file names in groups of equal bytes, each in input order; a file whose size no other file has is
+    not read."""
+    by_size = {}
+    for f in source.files:
+        by_size.setdefault(f.stat().st_size, []).append(f)
+    by_content = {}
+    for f in source.files:
+        key = f if len(by_size[f.stat().st_size]) == 1 else sha256_file(f)
+        by_content.setdefault(key, []).append(source.name_of(f))
+    return list(by_content.values())
 
 
 def pick_val_documents(sizes: dict[str, int]) -> list[str]:
@@ -136,9 +162,20 @@ def check_tail(n_chars: int, skipped: str = "") -> int:
 
 
 def joined(pieces):
-    """The texts of the pieces as one text: documents joined with TAIL_JOIN (`tail` counts and cuts this text)."""
+    """The texts of the pieces as one text: documents joined with TAIL_JOIN (`tail` counts and cuts this text). Each
+    text is encoded on its own, so a text's trailing whitespace goes on with the next text: a cut between a
+    non-space and a space is one GPT-2's pre-tokeniser makes too, while "\n" | "\n\nB" (a file that ends in a
+    newline, then the join) would be encoded as 3 newlines where the joined text has 2 and 1."""
+    carry = ""
     for i, p in enumerate(pieces):
-        yield (TAIL_JOIN + p.text) if p.first and i else p.text
+        text = carry + ((TAIL_JOIN + p.text) if p.first and i else p.text)
+        m = _TRAILING_SPACE.search(text)
+        at = m.start() if m else len(text)
+        if at:
+            yield text[:at]
+        carry = text[at:]
+    if carry:
+        yield carry
 
 
 def assign_docs(pieces):

@@ -5,6 +5,7 @@ import itertools
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from common.errors import DataError
@@ -12,7 +13,7 @@ from data.prepare import prepare
 from data.config import PrepareConfig
 from data.split import (MIN_FILES_FOR_WORKS, VAL_FRACTION, VAL_SHARE, assign_tail, assign_works, check_works,
                         input_facts, pick_val_documents)
-from data.tokenizer import read_meta
+from data.tokenizer import load_tokenizer, read_meta
 
 
 def in_hash_order(names):
@@ -178,3 +179,40 @@ def test_a_work_cut_into_pieces_starts_one_document():
     items = list(assign_works(pieces, ["two.txt"]))
     assert [(i.text, i.first, i.split) for i in items] == [("ab", True, "train"), ("cd", False, "train"),
                                                          ("ef", True, "val"), ("gh", False, "val")]
+
+
+@pytest.mark.parametrize("texts", [["Hello there.\n", "World again.\n"], ["one", "  two\n ", "\n\nthree"],
+                                   ["a\u3000", "\u00a0b", "c\n\n"]])
+def test_the_tail_of_several_files_holds_the_tokens_of_their_joined_text(tmp_path, texts):
+    """`tail` joins the files with a blank line: each split holds gpt2.encode of its part of that text. Each
+    document was encoded on its own, so a file ending in a newline left "\\n" + "\\n\\n" as three 198s where the
+    joined text has 628 and 198, a token sequence the model never sees from a prompt."""
+    from data.tokenizer import gpt2_tokenizer
+    folder = tmp_path / "few"
+    folder.mkdir()
+    for i, text in enumerate(texts):
+        (folder / f"{i}.txt").write_bytes(text.encode())
+    out = prepare(input=folder, tokenizer="gpt2", data_root=tmp_path, workers=1, progress=False)
+    text = "\n\n".join(texts)
+    n = int(0.9 * len(text))
+    tok = gpt2_tokenizer()
+    for split, part in (("train", text[:n]), ("val", text[n:])):
+        assert np.fromfile(out / f"{split}.bin", dtype=np.uint16).tolist() == tok.encode(part), split
+
+
+def test_copies_of_a_file_validate_or_train_together(tmp_path):
+    """`works` on a folder holding copies of files (`cp a.txt 'a copy.txt'`): a copy of a validation file trained, so
+    validation measured recall of text the model had seen. The copies are one unit of the split, on one side."""
+    folder = tmp_path / "dup"
+    folder.mkdir()
+    texts = {f"ch{i:02d}.txt": f"the text of chapter {i}. " * (40 + i) for i in range(12)}
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+        (folder / f"copy of {name}").write_text(text)
+    out = prepare(input=folder, data_root=tmp_path, workers=1, progress=False)
+    meta = read_meta(out)
+    val = set(meta["val_works"])
+    assert val and all((name in val) == (f"copy of {name}" in val) for name in texts)
+    train_text = load_tokenizer(out).decode(np.fromfile(out / "train.bin", dtype=np.uint16))
+    assert not any(texts[name.removeprefix("copy of ")] in train_text for name in val)
+    assert VAL_SHARE[0] <= meta["val_chars"] / (meta["train_chars"] + meta["val_chars"]) <= VAL_SHARE[1]
