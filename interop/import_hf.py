@@ -238,8 +238,10 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
     lock = lock_out_dir(out_dir, Dist())  # held while both files are written: no run starts there meanwhile
     try:
         # again, under the lock: a run may have written there since. The run replaced goes first, whole: a kill
-        # between the two files then leaves none of its files beside the import's
-        remove_run(out_dir, check_free(out_dir, overwrite))
+        # between the two files then leaves none of its files beside the import's (no run: nothing goes, as train.py)
+        existing = check_free(out_dir, overwrite)
+        if existing:
+            remove_run(out_dir, existing)
         remove_stale_temporaries(out_dir)
         ckpt.save(last)
         copy_atomic(last, best)

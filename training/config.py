@@ -159,9 +159,10 @@ class TrainConfig(PrepareConfig):
         rate = max(rates, key=lambda name: getattr(self, name))
         lr, decay = getattr(self, rate), self.weight_decay
         if lr * decay >= 1:  # (the message divides by both)
+            over = " and ".join(f"--{name}" for name in rates if getattr(self, name) * decay >= 1)  # each to lower
             raise ConfigError(f"weight_decay={decay:g} with {rate}={lr:g} multiplies the decayed weights by 1 - "
                               f"{lr:g} x {decay:g} = {1 - lr * decay:g} at the peak rate: each step would zero them "
-                              f"or flip their sign; lower --weight_decay below {1 / lr:g} (0.1 is usual) or --{rate} "
+                              f"or flip their sign; lower --weight_decay below {1 / lr:g} (0.1 is usual) or {over} "
                               f"below {1 / decay:g}")
 
     def check_training_data(self):

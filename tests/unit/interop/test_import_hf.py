@@ -75,3 +75,14 @@ def test_an_import_refuses_a_folder_that_holds_a_run_without_a_checkpoint(tmp_pa
     with pytest.raises(UserError, match="already holds a run; pass --overwrite=true or another --out_dir$"):
         import_checkpoint(tmp_path / "hf", tmp_path / "run")
     assert os.listdir(tmp_path / "run") == [METRICS_FILE]
+
+
+def test_an_import_into_a_folder_without_a_run_keeps_what_it_holds(tmp_path):
+    """A folder with no run's files is not refused and nothing of it is replaced: the wandb runs it holds (a run
+    killed before its first metrics row) were deleted by an import without --overwrite=true, which train.py keeps."""
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    (tmp_path / "run" / "wandb").mkdir(parents=True)
+    (tmp_path / "run" / "wandb" / "run.wandb").write_text("x")
+    import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    assert sorted(os.listdir(tmp_path / "run")) == [".lock", BEST, LAST, "wandb"]
+    assert (tmp_path / "run" / "wandb" / "run.wandb").read_text() == "x"

@@ -96,6 +96,20 @@ def test_a_weight_decay_that_zeroes_the_weights_at_the_peak_rate_is_refused(opti
     assert configure([*flags, "--weight_decay=49"])[0].weight_decay == 49
 
 
+def test_a_weight_decay_too_high_for_both_of_muons_rates_names_both_rates_to_lower():
+    """Under Muon both rates decay (AdamW's at --learning_rate): where both are over the bound, lowering the larger
+    one alone, as the refusal said, was refused again for the other."""
+    flags = ["--optimizer=muon", "--learning_rate=0.5", "--muon_lr=0.6", "--weight_decay=2.5"]
+    with pytest.raises(ConfigError) as refused:
+        configure(flags)
+    fix = re.search(r"or (--\w+(?: and --\w+)?) below ([\d.]+)$", str(refused.value))
+    assert fix, str(refused.value)
+    lowered = [f"{name}={float(fix.group(2)) * 0.99}" for name in fix.group(1).split(" and ")]
+    assert configure([*flags, *lowered])[0].weight_decay == 2.5
+    with pytest.raises(ConfigError, match=r"or --muon_lr below 0\.4$"):  # one rate over: that one alone is named
+        configure(["--optimizer=muon", "--learning_rate=0.1", "--muon_lr=0.6", "--weight_decay=2.5"])
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["-h", "--preset=fast-cpu"], ["--n_layer=3", "--help"]])
 def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, capsys):
     """--help prints every flag with the value the rest of the command line gives it, then each preset's note, and
