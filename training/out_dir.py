@@ -158,7 +158,7 @@ def check_still_held(run, step: int) -> None:
     """Before rank 0 writes a checkpoint: out_dir's lock file is still the one this run claimed. An out_dir removed
     under a live run (rm -rf) holds no lock, so another run may have locked it and be training there; the save
     would make the folder again and replace that run's checkpoints with this one's, a model its metrics do not
-    describe. Refused instead (a run claimed without the lock, as the tests do, has no lock_id: not checked)."""
+    describe. Refused instead (lock_id is None where out_dir held no lock file at the claim: not checked)."""
     if run.lock_id is not None and lock_identity(run.tc.out_dir) != run.lock_id:
         raise SetupError(f"out_dir={run.tc.out_dir} was removed or replaced while this run trained (its {LOCK_FILE} "
                          f"is not the file this run locked), and another run may write there now; this run stops "
