@@ -330,7 +330,7 @@ def main(argv):
     if a is None:  # --help
         return
     need_folder(a.tmp, "tmp")
-    tmp = Path(a.tmp)
+    tmp = Path(a.tmp).absolute()  # the prepare and train.py processes run in ROOT, not in this folder
     made = not tmp.exists()  # a folder of ours, removed whole; in one of the user's, only what this run wrote
     tmp.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="prepare-bench-", dir=tmp))  # the prepared folders and training runs

@@ -84,8 +84,9 @@ def main(argv) -> None:
     if sc is None:
         return
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(sc.out_dir or Path(tmp) / "soak")
-        data = ["--data_root=" + str(Path(tmp) / "data")] + ([f"--input={sc.input}"] if sc.input else [])
+        # train.py runs in ROOT, not in this folder, where relative paths are
+        out = Path(sc.out_dir or Path(tmp) / "soak").absolute()
+        data = [f"--data_root={Path(tmp) / 'data'}"] + ([f"--input={os.path.abspath(sc.input)}"] if sc.input else [])
         base = [*TINY, *data, f"--out_dir={out}", f"--max_iters={sc.steps}", f"--eval_interval={sc.checkpoint_every}"]
         stops = [sc.steps * (i + 1) // (sc.stops + 1) for i in range(sc.stops)]
         samples, t0, first = [], time.time(), True

@@ -23,8 +23,9 @@ WHOLE_SPLIT = 1_000_000  # --eval_iters larger than any split's number of valida
 
 
 def our_command(preset: str, input_path: str, out_dir: str, data_root: str, extra=()) -> list[str]:
-    return [sys.executable, os.path.join(ROOT, "train.py"), f"--preset={preset}", f"--input={input_path}",
-            "--split=tail", "--tokenizer=char", f"--out_dir={out_dir}", f"--data_root={data_root}", "--overwrite=true",
+    text = os.path.abspath(input_path)  # the command runs in ROOT, not in the caller's folder where a relative path is
+    return [sys.executable, os.path.join(ROOT, "train.py"), f"--preset={preset}", f"--input={text}", "--split=tail",
+            "--tokenizer=char", f"--out_dir={out_dir}", f"--data_root={data_root}", "--overwrite=true",
             "--sample_tokens=0", f"--eval_iters={WHOLE_SPLIT}", "--device=cpu", *extra]
 
 

@@ -127,3 +127,23 @@ def test_keep_keeps_each_rows_prepared_folder(tmp_path, monkeypatch):
     prepare.main(["--sizes=1", "--formats=txt", "--tokenizers=char", "--workers=1,1", "--keep=true", f"--tmp={tmp}"])
     assert len([p for p in tmp.glob("prepare-bench-*/root-*/*/*") if (p / "meta.json").is_file()]) == 2
     assert list(tmp.glob("*.txt"))  # the corpus, for the next run
+
+
+def test_a_relative_tmp_names_the_callers_folder_in_the_folder_prepare_runs_in(tmp_path, monkeypatch):
+    """data/prepare.py runs in the repository root (or the installed package): from any other folder a relative
+    --tmp gave it a corpus path that was not there (a RuntimeError: --input=... does not exist)."""
+    import os
+
+    class Started(Exception):
+        pass
+
+    def run_prepare(corpus, tokenizer, workers, root, word_cache=True):
+        for path in (corpus, root):
+            assert os.path.exists(os.path.join(prepare.ROOT, path)), path
+        raise Started
+    nothing_measured(monkeypatch)
+    monkeypatch.setattr(prepare, "run_prepare", run_prepare)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Started):
+        prepare.main(["--sizes=1", "--formats=txt", "--tokenizers=char", "--workers=1", "--tmp=tmp"])
+    assert not list(tmp_path.iterdir())

@@ -37,3 +37,25 @@ def test_slope_is_the_least_squares_fit_and_zero_without_spread():
     xs, ys = rng.normal(size=20), rng.normal(size=20)
     assert soak.slope(list(xs), list(ys)) == pytest.approx(np.polyfit(xs, ys, 1)[0], rel=1e-9)
     assert soak.slope([3.0, 3.0, 3.0], [1.0, 2.0, 5.0]) == 0.0  # one x: no line to fit
+
+
+def test_relative_paths_name_the_callers_files_in_the_folder_train_py_runs_in(tmp_path, monkeypatch):
+    """train.py runs in the repository root (or the installed package): a relative --input was refused as missing
+    there, and a relative --out_dir was written there while the soak read metrics.jsonl here (a traceback)."""
+    import os
+
+    class Started(Exception):
+        pass
+
+    def first(args, out, stop_at, samples):
+        flags = dict(a.removeprefix("--").split("=", 1) for a in args)
+        for name, want in (("input", tmp_path / "text.txt"), ("out_dir", tmp_path / "runs")):
+            assert os.path.join(soak.ROOT, flags[name]) == str(want), (name, flags[name])
+        assert str(out) == str(tmp_path / "runs")
+        raise Started
+
+    monkeypatch.setattr(soak, "segment", first)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "text.txt").write_text("hello there\n")
+    with pytest.raises(Started):
+        soak.main(["--input=text.txt", "--out_dir=runs"])

