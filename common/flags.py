@@ -259,6 +259,8 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
         need_value("preset", preset)
+        if not presets:  # a command other than train.py: "choose one of" would list nothing
+            raise FlagError("unknown flag --preset; this command has no presets (train.py's): drop it")
         if preset not in presets:
             raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
         values.update(presets[preset])

@@ -41,6 +41,14 @@ def test_a_field_named_preset_is_a_flag_not_the_preset_layer(tmp_path):
     assert parse([f"--config={f}"], (Bench,), {}) == ({"preset": "gpt2"}, {"preset"})
 
 
+def test_preset_on_a_command_without_presets_is_an_unknown_flag():
+    """data/prepare.py, sample.py, evaluate.py ... have no presets: --preset=fast-cpu was answered "--preset=fast-cpu
+    is unknown; choose one of" and an empty list."""
+    with pytest.raises(FlagError) as e:
+        parse(["--preset=fast-cpu"], (PrepareConfig,), {})
+    assert str(e.value) == "unknown flag --preset; this command has no presets (train.py's): drop it"
+
+
 def test_toml_config_file_between_preset_and_flags(tmp_path):
     f = tmp_path / "run.toml"
     f.write_text('n_layer = 5\nlearning_rate = 1\ndataset = "shakespeare"\n')
