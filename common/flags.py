@@ -159,6 +159,32 @@ def unknown(key: str, known: dict, names: list, config_file: str | None = None) 
     return f"unknown flag --{key}{suggest(key, names)}"
 
 
+class Named(set):
+    """The names of the flags given, typed or in a --config file; files: {name: the file} of those a file gave and no
+    typed flag replaced, so that a refusal of one names the file (the command line does not show it)."""
+    def __init__(self, names=(), files=None):
+        super().__init__(names)
+        self.files = dict(files or {})
+
+
+class Given(dict):
+    """Named's flags with their values: {name: value}, and the same files."""
+    def __init__(self, values=(), files=None):
+        super().__init__(values)
+        self.files = dict(files or {})
+
+
+def set_in(names, given) -> str:
+    """' (set in --config=FILE)' where a config file, not a typed flag, gave the flags named (given: Named or Given;
+    '' where none came from a file): said after the flags a refusal names."""
+    files = getattr(given, "files", {})
+    in_file = [n for n in names if n in files]
+    if not in_file:
+        return ""
+    which = "" if len(in_file) == len(names) else " and ".join(f"--{n}" for n in in_file) + " "
+    return f" ({which}set in --config={files[in_file[0]]})"
+
+
 def split_argv(argv) -> dict:
     """['--a=1', '--b', '2', '--c'] -> {'a': '1', 'b': '2', 'c': Bare('true')} (a bare flag means true)."""
     out, i = {}, 0
@@ -271,7 +297,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
         check_path("config", config_file)
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([(config_file, load_toml(config_file))] if config_file else []) + [(None, raw)]
-    explicit = set()
+    explicit = Named()
     for source, layer in layers:
         for key, text in layer.items():
             if key in not_flags(*classes):
@@ -291,6 +317,10 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if isinstance(values[key], float) and not math.isfinite(values[key]):  # no flag takes inf or nan
                 raise FlagError(f"--{key}={text} is not a finite number")
             explicit.add(key)
+            if source:
+                explicit.files[key] = source
+            else:  # typed after the file: the command line shows it
+                explicit.files.pop(key, None)
     return values, explicit
 
 
@@ -379,7 +409,7 @@ def parse_configs(argv, classes, presets, default_preset=None):
     values, explicit = parse(argv, classes, presets)
     owners = field_types(*classes)
     per_class = {cls: {k: v for k, v in values.items() if owners[k][0] is cls} for cls in classes}
-    return per_class, {k: values[k] for k in explicit}
+    return per_class, Given({k: values[k] for k in explicit}, explicit.files)
 
 
 def config_from_argv(argv, cls):

@@ -239,7 +239,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
                      "--optimizer=adamw (set --optimizer to choose)")
     notes += explicit_accumulation(train_values, explicit, "the preset's")
     tc = TrainConfig(**train_values)
-    given = set(explicit) | ({"preset"} if preset else set())
+    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files)
     if tc.init_from in ("resume", "auto"):
         # the facts known before the checkpoint is read; --backend's before the checkpoint's moves the run
         notes += flag_scope.check("train.py", given, {"init_from": tc.init_from,
@@ -387,7 +387,8 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     kept = {**ckpt.model_config.to_dict(), "model": ckpt.objective, **{k: saved[k] for k in KEPT_ON_RESUME}}
     for k, v in {**model_overrides, **explicit}.items():
         if k in explicit and k in kept and kept[k] != v:
-            raise SetupError(f"--{k}={flags.typed(v)} differs from the checkpoint's {k}={flags.typed(kept[k])}; a "
+            raise SetupError(f"--{k}={flags.typed(v)}{flags.set_in([k], explicit)} differs from the checkpoint's "
+                             f"{k}={flags.typed(kept[k])}; a "
                              f"resumed run keeps its model and optimizer: drop the flag or start a new --out_dir")
     if "max_iters" in explicit and explicit["max_iters"] < ckpt.step:
         raise SetupError(f"--max_iters={explicit['max_iters']} is below step {ckpt.step}, where the checkpoint in "
