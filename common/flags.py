@@ -365,12 +365,14 @@ def declared_docs(cls) -> dict:
 
 
 def help_text(classes, presets, values: dict | None = None, preset: str | None = None,
-              tags: dict | None = None, preset_notes: dict | None = None) -> str:
-    """Every flag with its value for this run (values: the preset's and the command line's, over the defaults),
-    grouped as the classes' section comments group them, with the field's comment as its description, after its
-    tag (tags: {name: '[encoder]'}, where the flag applies); then each preset's note (preset_notes: {name: note})."""
+              tags: dict | None = None, preset_notes: dict | None = None, config: str | None = None) -> str:
+    """Every flag with its value for this run (values: the preset's, the config file's and the command line's, over
+    the defaults), grouped as the classes' section comments group them, with the field's comment as its
+    description, after its tag (tags: {name: '[encoder]'}, where the flag applies); then each preset's note
+    (preset_notes: {name: note}). config: the --config file the values include."""
     values, tags = values or {}, tags or {}
-    head = "flags (--name=value); the values shown are " + (f"those of --preset={preset} and the flags given"
+    file = f", --config={config}" if config else ""
+    head = "flags (--name=value); the values shown are " + (f"those of --preset={preset}{file} and the flags given"
                                                               if preset else "the defaults")
     if tags:
         head += ("; [...] says where a flag applies (given anywhere else, it is refused; where it says 'else ignored', "

@@ -228,7 +228,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     if flags.asks_help(argv):  # every flag with the value this run would use, and where it applies
         values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
         print(flags.help_text(CLASSES, PRESETS, values, preset or configs.DEFAULT, flag_scope.tags("train.py"),
-                              {name: configs.note(name) for name in PRESETS}))
+                              {name: configs.note(name) for name in PRESETS}, flags.split_argv(args).get("config")))
         return None
     train_values, notes = per_class[TrainConfig], []
     if train_values.get("fsdp") and train_values.get("optimizer") == "muon" and "optimizer" not in explicit:

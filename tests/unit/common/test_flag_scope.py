@@ -306,3 +306,14 @@ def test_a_flag_a_config_file_gave_is_refused_naming_the_file(tmp_path, capsys):
     configure([f"--config={f}", "--wandb_project=p"])
     assert capsys.readouterr().err == (f"note: --wandb_project and --wandb_group (--wandb_group set in --config={f}) "
                                        f"apply with --wandb_log=true only (this run is --wandb_log=false); ignored\n")
+
+
+def test_help_names_the_config_file_whose_values_it_shows(tmp_path, capsys):
+    """--config=FILE --help showed the file's values under 'the values shown are those of --preset=... and the flags
+    given', as if they were the preset's."""
+    f = tmp_path / "run.toml"
+    f.write_text("max_iters = 7\n")
+    train.main([f"--config={f}", "--help"])
+    text = capsys.readouterr().out
+    assert f"the values shown are those of --preset=shakespeare-char, --config={f} and the flags given" in text
+    assert "--max_iters=7" in text
