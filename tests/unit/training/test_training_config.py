@@ -271,3 +271,15 @@ def test_the_weight_decay_refusal_names_the_factor_a_step_applies_and_both_limit
     message = str(refused.value)
     assert f"= {weight.item():g} at the peak rate" in message, message
     assert f"below {1 / 0.5:g} (0.1 is usual) or --learning_rate below {1 / 4:g}" in message, message
+
+
+def test_nanogpt_cpu_computes_in_float32_as_nanogpt_on_a_cpu_does(monkeypatch, capsys):
+    """nanoGPT's CPU run has no autocast: float32. The preset left --dtype=auto, which trains under bf16 autocast on a
+    CPU that multiplies bf16 natively (AMX, AVX-512 BF16), a second difference its notes did not say."""
+    import common.device
+
+    monkeypatch.setattr(common.device, "cpu_native_bf16", lambda: True)
+    tc, *_ = configure(["--preset=nanogpt-cpu"])
+    assert common.device.pick_dtype(tc.dtype, torch.device("cpu")) == torch.float32
+    tc, *_ = configure(["--preset=nanogpt-cpu", "--dtype=auto"])  # a flag still chooses
+    assert common.device.pick_dtype(tc.dtype, torch.device("cpu")) == torch.bfloat16
