@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from common import flags
 from common.errors import ConfigError, SetupError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
@@ -112,6 +113,20 @@ def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, c
     listing = text.split("presets (--preset=NAME; what each costs):\n")[1].splitlines()
     assert [line.split()[0] for line in listing] == list(PRESETS)
     assert all(line.endswith(note(name)) for line, name in zip(listing, PRESETS))
+
+
+@pytest.mark.parametrize("argv", [["--preset=gpt2", "--gradient_accumulation_steps=4"], ["--fsdp=true"],
+                                  ["--max_iters=20"]])
+def test_help_shows_the_values_the_flags_make_the_run_take_over_the_presets(argv, capsys):
+    """--help showed the preset's values that the flags replace beyond their own: gpt2's total_batch_size under an
+    explicit accumulation, the default preset's Muon under --fsdp, a preset's warmup a short run shortens."""
+    assert configure([*argv, "--help"]) is None
+    text = capsys.readouterr().out
+    tc, *_ = configure(argv)  # the run's own settings, notes and all
+    capsys.readouterr()
+    shown = dict(line.split()[0][2:].split("=", 1) for line in text.splitlines() if line.startswith("  --"))
+    for name in ("total_batch_size", "optimizer", "learning_rate", "min_lr", "warmup_iters"):
+        assert shown[name] == flags.typed(getattr(tc, name)), name
 
 
 def resumed(tmp_path, warmup: int = 2, **explicit) -> TrainConfig:
