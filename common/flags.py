@@ -276,6 +276,18 @@ def load_toml(path: str) -> dict:
         raise FlagError(f"--config={path} cannot be read ({e.strerror}); give the path of a TOML file") from None
 
 
+def preset_values(preset: str, presets: dict) -> dict:
+    """The values of --preset=NAME, refused in one line where there is no such preset (naming --config for a file)."""
+    need_value("preset", preset)
+    if not presets:  # a command other than train.py: "choose one of" would list nothing
+        raise FlagError("unknown flag --preset; this command has no presets (train.py's): drop it")
+    if preset not in presets:
+        file = (f" (a file of flags is given as --config={preset})"
+                if preset.endswith(".toml") or os.path.isfile(os.path.expanduser(preset)) else "")
+        raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}{file}")
+    return presets[preset]
+
+
 def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     """Returns ({field name: value} for the fields that the preset, config file or flags set,
     the names that the config file or flags set explicitly: a resumed run honours only those)."""
@@ -284,17 +296,15 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     values = {}
     preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
-        need_value("preset", preset)
-        if not presets:  # a command other than train.py: "choose one of" would list nothing
-            raise FlagError("unknown flag --preset; this command has no presets (train.py's): drop it")
-        if preset not in presets:
-            raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
-        values.update(presets[preset])
+        values.update(preset_values(preset, presets))
     config_file = raw.pop("config", None)
     if config_file is not None:
         need_value("config", config_file)
         config_file = os.path.expanduser(config_file)
         check_path("config", config_file)
+        if config_file in presets and not os.path.exists(config_file):  # --config=fast-cpu
+            raise FlagError(f"--config={config_file} does not exist; a preset's name is given as --preset="
+                            f"{config_file}")
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([(config_file, load_toml(config_file))] if config_file else []) + [(None, raw)]
     explicit = Named()

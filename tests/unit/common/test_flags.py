@@ -49,6 +49,19 @@ def test_preset_on_a_command_without_presets_is_an_unknown_flag():
     assert str(e.value) == "unknown flag --preset; this command has no presets (train.py's): drop it"
 
 
+def test_a_presets_name_given_as_a_config_file_and_a_file_given_as_a_preset_say_which_flag_takes_it(tmp_path):
+    """--config=fast-cpu was 'does not exist' and --preset=run.toml 'is unknown', neither naming the flag meant."""
+    with pytest.raises(FlagError) as e:
+        parse(["--config=fast-cpu"], CLASSES, PRESETS)
+    assert str(e.value) == "--config=fast-cpu does not exist; a preset's name is given as --preset=fast-cpu"
+    f = tmp_path / "run.toml"
+    f.write_text("n_layer = 2\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--preset={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(f"--preset={f} is unknown; choose one of shakespeare-char, ")
+    assert str(e.value).endswith(f" (a file of flags is given as --config={f})")
+
+
 def test_toml_config_file_between_preset_and_flags(tmp_path):
     f = tmp_path / "run.toml"
     f.write_text('n_layer = 5\nlearning_rate = 1\ndataset = "shakespeare"\n')
