@@ -81,7 +81,7 @@ def convert(name: str, text, typ):
             raise FlagError(f"--{name}={text} is a TOML {kind}; a flag takes one value: a string, number or boolean "
                             f"(a list is one comma-separated string)")
         if typ is float and isinstance(text, int) and not isinstance(text, bool):
-            return float(text)
+            return float_of(str(text), f"--{name}=")  # an integer past a float's range: refused, not an OverflowError
         if isinstance(text, typ) and not (typ is int and isinstance(text, bool)):
             return text
         text = typed(text)  # true, as the file has it

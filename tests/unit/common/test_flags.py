@@ -202,6 +202,18 @@ def test_a_float_that_is_not_finite_is_refused_from_the_command_line_and_from_a_
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
+def test_a_toml_integer_past_a_floats_range_for_a_float_flag_is_refused_not_a_traceback(tmp_path):
+    """learning_rate = 1 followed by 400 zeros (a TOML integer) met float() as an OverflowError traceback."""
+    f = tmp_path / "run.toml"
+    big = "1" + "0" * 400
+    f.write_text(f"learning_rate = {big}\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(f"--learning_rate={big} is too large for a float")
+    f.write_text("learning_rate = 3\n")  # one in range is its float
+    assert parse([f"--config={f}"], CLASSES, PRESETS)[0] == dict(learning_rate=3.0)
+
+
 @pytest.mark.parametrize("value, size", [("1e-400", "small"), ("-1e-400", "small"), ("1_0e-400", "small"),
                                          ("1e400", "large"), ("-1E+999", "large")])
 def test_a_number_past_a_floats_range_is_refused_naming_what_was_typed(tmp_path, value, size):
