@@ -272,6 +272,11 @@ def load_toml(path: str) -> dict:
         raise FlagError(f"--config={path} is not valid TOML: {e}") from None
     except UnicodeDecodeError:
         raise FlagError(f"--config={path} is not UTF-8 text; save it as UTF-8 (TOML files are)") from None
+    except FlagError:  # a float past its range (float_of)
+        raise
+    except ValueError as e:  # an integer of more than 4300 digits: Python's limit on reading one
+        raise FlagError(f"--config={path} holds a number too long to read ({str(e).split(';')[0]}); give one of "
+                        f"fewer digits") from None
     except OSError as e:  # a folder, no permission
         raise FlagError(f"--config={path} cannot be read ({e.strerror}); give the path of a TOML file") from None
 

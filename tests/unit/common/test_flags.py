@@ -202,6 +202,17 @@ def test_a_float_that_is_not_finite_is_refused_from_the_command_line_and_from_a_
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
+@pytest.mark.parametrize("line", ["max_iters = 1{zeros}", "out_dir = 1{zeros}"])
+def test_a_toml_integer_longer_than_python_reads_is_refused_not_a_traceback(tmp_path, line):
+    """An integer of more than 4300 digits in a --config file was tomllib's ValueError traceback (Python's limit on
+    reading one)."""
+    f = tmp_path / "run.toml"
+    f.write_text(line.format(zeros="0" * 5000) + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(f"--config={f} holds a number too long to read (") and "\n" not in str(e.value)
+
+
 def test_a_toml_integer_past_a_floats_range_for_a_float_flag_is_refused_not_a_traceback(tmp_path):
     """learning_rate = 1 followed by 400 zeros (a TOML integer) met float() as an OverflowError traceback."""
     f = tmp_path / "run.toml"
