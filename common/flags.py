@@ -272,6 +272,8 @@ def load_toml(path: str) -> dict:
         raise FlagError(f"--config={path} is not valid TOML: {e}") from None
     except UnicodeDecodeError:
         raise FlagError(f"--config={path} is not UTF-8 text; save it as UTF-8 (TOML files are)") from None
+    except RecursionError:  # x = [[[...]]] thousands deep: tomllib reads each level by a call
+        raise FlagError(f"--config={path} nests arrays or tables too deeply to read; a flag takes one value") from None
     except FlagError:  # a float past its range (float_of)
         raise
     except ValueError as e:  # an integer of more than 4300 digits: Python's limit on reading one

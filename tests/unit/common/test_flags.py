@@ -213,6 +213,15 @@ def test_a_toml_integer_longer_than_python_reads_is_refused_not_a_traceback(tmp_
     assert str(e.value).startswith(f"--config={f} holds a number too long to read (") and "\n" not in str(e.value)
 
 
+def test_a_toml_file_nested_past_pythons_recursion_is_refused_not_a_traceback(tmp_path):
+    """x = [[[...]]] 5000 deep was tomllib's RecursionError traceback."""
+    f = tmp_path / "run.toml"
+    f.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value) == f"--config={f} nests arrays or tables too deeply to read; a flag takes one value"
+
+
 def test_a_toml_integer_past_a_floats_range_for_a_float_flag_is_refused_not_a_traceback(tmp_path):
     """learning_rate = 1 followed by 400 zeros (a TOML integer) met float() as an OverflowError traceback."""
     f = tmp_path / "run.toml"
