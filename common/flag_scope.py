@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 
 from common.errors import FlagError
+from common.flags import set_in
 
 KINDS = ("decoder", "encoder", "cheater", "seq2seq")  # train.py --model; a checkpoint's kind
 TEXT = ("decoder", "encoder", "cheater")  # the kinds that read text (seq2seq reads pairs)
@@ -312,11 +313,12 @@ def holds(value, values) -> bool:
     return any(v in values for v in value) if isinstance(value, tuple) else value in values
 
 
-def refusal(names: list[str], r: Rule, fact: str, facts: dict) -> str:
-    """'--mask_rate applies to --model=encoder only (this run is --model=decoder); drop it'"""
+def refusal(names: list[str], r: Rule, fact: str, facts: dict, given=()) -> str:
+    """'--mask_rate applies to --model=encoder only (this run is --model=decoder); drop it', with '(set in
+    --config=FILE)' after the flags a config file gave (given: common/flags.py's Named or Given)."""
     where, this, _ = SAY[fact]
     several = len(names) > 1
-    flags = " and ".join(f"--{n}" for n in names)
+    flags = " and ".join(f"--{n}" for n in names) + set_in(names, given)
     line = f"{flags} appl{'y' if several else 'ies'} {where(r.when[fact])} only ({this(facts[fact])})"
     if r.note:
         return f"{line}; ignored"
@@ -333,8 +335,8 @@ def check(command: str, given, facts: dict) -> list[str]:
         if fact is None:
             continue
         if not r.note:
-            raise FlagError(refusal(names, r, fact, facts))
-        notes.append(f"note: {refusal(names, r, fact, facts)}")
+            raise FlagError(refusal(names, r, fact, facts, given))
+        notes.append(f"note: {refusal(names, r, fact, facts, given)}")
     return notes
 
 

@@ -81,7 +81,7 @@ def convert(name: str, text, typ):
             raise FlagError(f"--{name}={text} is a TOML {kind}; a flag takes one value: a string, number or boolean "
                             f"(a list is one comma-separated string)")
         if typ is float and isinstance(text, int) and not isinstance(text, bool):
-            return float(text)
+            return float_of(str(text), f"--{name}=")  # an integer past a float's range: refused, not an OverflowError
         if isinstance(text, typ) and not (typ is int and isinstance(text, bool)):
             return text
         text = typed(text)  # true, as the file has it
@@ -157,6 +157,32 @@ def unknown(key: str, known: dict, names: list, config_file: str | None = None) 
     if off != key and off in known and takes_bool(known[off][1]):
         return f"unknown flag --{key}; to turn --{off} off, give --{off}=false"
     return f"unknown flag --{key}{suggest(key, names)}"
+
+
+class Named(set):
+    """The names of the flags given, typed or in a --config file; files: {name: the file} of those a file gave and no
+    typed flag replaced, so that a refusal of one names the file (the command line does not show it)."""
+    def __init__(self, names=(), files=None):
+        super().__init__(names)
+        self.files = dict(files or {})
+
+
+class Given(dict):
+    """Named's flags with their values: {name: value}, and the same files."""
+    def __init__(self, values=(), files=None):
+        super().__init__(values)
+        self.files = dict(files or {})
+
+
+def set_in(names, given) -> str:
+    """' (set in --config=FILE)' where a config file, not a typed flag, gave the flags named (given: Named or Given;
+    '' where none came from a file): said after the flags a refusal names."""
+    files = getattr(given, "files", {})
+    in_file = [n for n in names if n in files]
+    if not in_file:
+        return ""
+    which = "" if len(in_file) == len(names) else " and ".join(f"--{n}" for n in in_file) + " "
+    return f" ({which}set in --config={files[in_file[0]]})"
 
 
 def split_argv(argv) -> dict:
@@ -246,8 +272,27 @@ def load_toml(path: str) -> dict:
         raise FlagError(f"--config={path} is not valid TOML: {e}") from None
     except UnicodeDecodeError:
         raise FlagError(f"--config={path} is not UTF-8 text; save it as UTF-8 (TOML files are)") from None
+    except RecursionError:  # x = [[[...]]] thousands deep: tomllib reads each level by a call
+        raise FlagError(f"--config={path} nests arrays or tables too deeply to read; a flag takes one value") from None
+    except FlagError:  # a float past its range (float_of)
+        raise
+    except ValueError as e:  # an integer of more than 4300 digits: Python's limit on reading one
+        raise FlagError(f"--config={path} holds a number too long to read ({str(e).split(';')[0]}); give one of "
+                        f"fewer digits") from None
     except OSError as e:  # a folder, no permission
         raise FlagError(f"--config={path} cannot be read ({e.strerror}); give the path of a TOML file") from None
+
+
+def preset_values(preset: str, presets: dict) -> dict:
+    """The values of --preset=NAME, refused in one line where there is no such preset (naming --config for a file)."""
+    need_value("preset", preset)
+    if not presets:  # a command other than train.py: "choose one of" would list nothing
+        raise FlagError("unknown flag --preset; this command has no presets (train.py's): drop it")
+    if preset not in presets:
+        file = (f" (a file of flags is given as --config={preset})"
+                if preset.endswith(".toml") or os.path.isfile(os.path.expanduser(preset)) else "")
+        raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}{file}")
+    return presets[preset]
 
 
 def parse(argv, classes, presets: dict) -> tuple[dict, set]:
@@ -258,18 +303,18 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     values = {}
     preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
-        need_value("preset", preset)
-        if preset not in presets:
-            raise FlagError(f"--preset={preset} is unknown; choose one of {', '.join(presets)}")
-        values.update(presets[preset])
+        values.update(preset_values(preset, presets))
     config_file = raw.pop("config", None)
     if config_file is not None:
         need_value("config", config_file)
         config_file = os.path.expanduser(config_file)
         check_path("config", config_file)
+        if config_file in presets and not os.path.exists(config_file):  # --config=fast-cpu
+            raise FlagError(f"--config={config_file} does not exist; a preset's name is given as --preset="
+                            f"{config_file}")
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([(config_file, load_toml(config_file))] if config_file else []) + [(None, raw)]
-    explicit = set()
+    explicit = Named()
     for source, layer in layers:
         for key, text in layer.items():
             if key in not_flags(*classes):
@@ -289,6 +334,10 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
             if isinstance(values[key], float) and not math.isfinite(values[key]):  # no flag takes inf or nan
                 raise FlagError(f"--{key}={text} is not a finite number")
             explicit.add(key)
+            if source:
+                explicit.files[key] = source
+            else:  # typed after the file: the command line shows it
+                explicit.files.pop(key, None)
     return values, explicit
 
 
@@ -333,12 +382,14 @@ def declared_docs(cls) -> dict:
 
 
 def help_text(classes, presets, values: dict | None = None, preset: str | None = None,
-              tags: dict | None = None, preset_notes: dict | None = None) -> str:
-    """Every flag with its value for this run (values: the preset's and the command line's, over the defaults),
-    grouped as the classes' section comments group them, with the field's comment as its description, after its
-    tag (tags: {name: '[encoder]'}, where the flag applies); then each preset's note (preset_notes: {name: note})."""
+              tags: dict | None = None, preset_notes: dict | None = None, config: str | None = None) -> str:
+    """Every flag with its value for this run (values: the preset's, the config file's and the command line's, over
+    the defaults), grouped as the classes' section comments group them, with the field's comment as its
+    description, after its tag (tags: {name: '[encoder]'}, where the flag applies); then each preset's note
+    (preset_notes: {name: note}). config: the --config file the values include."""
     values, tags = values or {}, tags or {}
-    head = "flags (--name=value); the values shown are " + (f"those of --preset={preset} and the flags given"
+    file = f", --config={config}" if config else ""
+    head = "flags (--name=value); the values shown are " + (f"those of --preset={preset}{file} and the flags given"
                                                               if preset else "the defaults")
     if tags:
         head += ("; [...] says where a flag applies (given anywhere else, it is refused; where it says 'else ignored', "
@@ -377,7 +428,7 @@ def parse_configs(argv, classes, presets, default_preset=None):
     values, explicit = parse(argv, classes, presets)
     owners = field_types(*classes)
     per_class = {cls: {k: v for k, v in values.items() if owners[k][0] is cls} for cls in classes}
-    return per_class, {k: values[k] for k in explicit}
+    return per_class, Given({k: values[k] for k in explicit}, explicit.files)
 
 
 def config_from_argv(argv, cls):

@@ -20,7 +20,7 @@ import torch
 
 from common.errors import SetupError, UserError
 from common.files import need_folder
-from common.flags import config_from_argv, typed
+from common.flags import config_from_argv, set_in, typed
 from interop import safetensors_file
 from interop.export import MASK_KEY, TOKENIZER_META
 from interop.mappings import BY_MODEL_TYPE
@@ -270,8 +270,8 @@ def initializer(folder: str, model_overrides: dict, explicit: dict, tokenizer: s
     have = read_hf_config(folder, **dropout)[1].to_dict()
     for k, v in model_overrides.items():
         if k in explicit and have[k] != v:
-            raise SetupError(f"--{k}={typed(v)} differs from the Hugging Face model's {k}={typed(have[k])}; the "
-                             f"folder fixes the architecture: drop the flag")
+            raise SetupError(f"--{k}={typed(v)}{set_in([k], explicit)} differs from the Hugging Face model's "
+                             f"{k}={typed(have[k])}; the folder fixes the architecture: drop the flag")
     exported_tokenizer(folder)
     if tokenizer is not None:
         check_tokenizer_kind(folder, have["vocab_size"], tokenizer, mask_token)

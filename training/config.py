@@ -226,21 +226,12 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     args = flags.without_help(argv)
     per_class, explicit = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     preset = flags.split_argv(args).get("preset")  # given by the user: a resumed run has no use for it
-    if flags.asks_help(argv):  # every flag with the value this run would use, and where it applies
-        values = {k: v for cls in CLASSES for k, v in per_class[cls].items()}
-        print(flags.help_text(CLASSES, PRESETS, values, preset or configs.DEFAULT, flag_scope.tags("train.py"),
-                              {name: configs.note(name) for name in PRESETS}))
+    notes = over_the_preset(per_class[TrainConfig], explicit)
+    if flags.asks_help(argv):
+        print_help(per_class, explicit, preset, flags.split_argv(args).get("config"))
         return None
-    train_values, notes = per_class[TrainConfig], []
-    if train_values.get("fsdp") and train_values.get("optimizer") == "muon" and "optimizer" not in explicit:
-        # the preset's Muon orthogonalises whole matrices, which FSDP shards: AdamW at its own default rates
-        defaults = {f: TrainConfig.__dataclass_fields__[f].default for f in ("optimizer", "learning_rate", "min_lr")}
-        train_values.update({f: v for f, v in defaults.items() if f not in explicit})
-        notes.append("note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
-                     "--optimizer=adamw (set --optimizer to choose)")
-    notes += explicit_accumulation(train_values, explicit, "the preset's")
-    tc = TrainConfig(**train_values)
-    given = set(explicit) | ({"preset"} if preset else set())
+    tc = TrainConfig(**per_class[TrainConfig])
+    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files)
     if tc.init_from in ("resume", "auto"):
         # the facts known before the checkpoint is read; --backend's before the checkpoint's moves the run
         notes += flag_scope.check("train.py", given, {"init_from": tc.init_from,
@@ -257,13 +248,44 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     return tc, model_overrides, SpeedConfig(**per_class[SpeedConfig]), explicit
 
 
+def over_the_preset(train_values: dict, explicit: dict) -> list[str]:
+    """The preset's values the explicit flags replace beyond their own (train_values changed in place): under --fsdp
+    its Muon, and an explicit accumulation its total_batch_size. Returns the notes that say so."""
+    notes = []
+    if train_values.get("fsdp") and train_values.get("optimizer") == "muon" and "optimizer" not in explicit:
+        # the preset's Muon orthogonalises whole matrices, which FSDP shards: AdamW at its own default rates
+        defaults = {f: TrainConfig.__dataclass_fields__[f].default for f in ("optimizer", "learning_rate", "min_lr")}
+        train_values.update({f: v for f, v in defaults.items() if f not in explicit})
+        notes.append("note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
+                     "--optimizer=adamw (set --optimizer to choose)")
+    return notes + explicit_accumulation(train_values, explicit, "the preset's")
+
+
+def print_help(per_class: dict, explicit: dict, preset: str | None, config: str | None) -> None:
+    """Every flag with the value this run would use (a fresh run's: over_the_preset's, and a preset's warmup
+    shortened as fresh_checks shortens it), and where it applies."""
+    values = {f.name: f.default for cls in CLASSES for f in fields(cls)}
+    values.update({k: v for cls in CLASSES for k, v in per_class[cls].items()})
+    values["warmup_iters"] = fresh_warmup(values["warmup_iters"], values["max_iters"], explicit)
+    print(flags.help_text(CLASSES, PRESETS, values, preset or configs.DEFAULT, flag_scope.tags("train.py"),
+                          {name: configs.note(name) for name in PRESETS}, config))
+
+
+def fresh_warmup(warmup: int, max_iters: int, explicit: dict) -> int:
+    """The warmup a fresh run takes: one no flag gave (the preset's 50 in a 100-step run) longer than a quarter of
+    max_iters is cut to a tenth of it."""
+    if warmup > max_iters // 4 and "warmup_iters" not in explicit:
+        return max(1, max_iters // 10)
+    return warmup
+
+
 def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list[str]:
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
     check_causal(tc, explicit)
     notes, origins = [], {}
-    if tc.warmup_iters > tc.max_iters // 4 and "warmup_iters" not in explicit:  # the preset's 50 in a 100-step run
-        short = max(1, tc.max_iters // 10)
+    short = fresh_warmup(tc.warmup_iters, tc.max_iters, explicit)
+    if short != tc.warmup_iters:
         notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
                      f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)")
         origins["warmup_iters"] = f"a tenth of max_iters, shortened from the preset's {tc.warmup_iters}"
@@ -388,7 +410,8 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     kept = {**ckpt.model_config.to_dict(), "model": ckpt.objective, **{k: saved[k] for k in KEPT_ON_RESUME}}
     for k, v in {**model_overrides, **explicit}.items():
         if k in explicit and k in kept and kept[k] != v:
-            raise SetupError(f"--{k}={flags.typed(v)} differs from the checkpoint's {k}={flags.typed(kept[k])}; a "
+            raise SetupError(f"--{k}={flags.typed(v)}{flags.set_in([k], explicit)} differs from the checkpoint's "
+                             f"{k}={flags.typed(kept[k])}; a "
                              f"resumed run keeps its model and optimizer: drop the flag or start a new --out_dir")
     if "max_iters" in explicit and explicit["max_iters"] < ckpt.step:
         raise SetupError(f"--max_iters={explicit['max_iters']} is below step {ckpt.step}, where the checkpoint in "

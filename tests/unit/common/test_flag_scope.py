@@ -288,3 +288,32 @@ def test_temperatures_on_a_seq2seq_checkpoint_is_refused_with_a_hint_that_fits_i
     assert "--source" in line and "--temperature" in line.replace("--temperatures", ""), line
     with pytest.raises(UserError, match=r"put \[MASK\] in --start"):  # the encoder's hint is kept
         flag_scope.check("sample.py", {"temperatures"}, {"kind": "encoder"})
+
+
+def test_a_flag_a_config_file_gave_is_refused_naming_the_file(tmp_path, capsys):
+    """A --config file's mask_rate on a decoder was refused as '--mask_rate applies to --model=encoder only ...; drop
+    it', which no command line showed: the line names the file, unless a typed flag replaced the file's value."""
+    f = tmp_path / "run.toml"
+    f.write_text("mask_rate = 0.2\nwandb_group = 'g'\n")
+    with pytest.raises(UserError) as e:
+        configure([f"--config={f}"])
+    assert str(e.value) == (f"--mask_rate (set in --config={f}) applies to --model=encoder only (this run is "
+                            f"--model=decoder); drop it")
+    with pytest.raises(UserError) as e:  # typed after the file: the command line's
+        configure([f"--config={f}", "--mask_rate=0.3"])
+    assert str(e.value).startswith("--mask_rate applies to")
+    f.write_text("wandb_group = 'g'\n")
+    configure([f"--config={f}", "--wandb_project=p"])
+    assert capsys.readouterr().err == (f"note: --wandb_project and --wandb_group (--wandb_group set in --config={f}) "
+                                       f"apply with --wandb_log=true only (this run is --wandb_log=false); ignored\n")
+
+
+def test_help_names_the_config_file_whose_values_it_shows(tmp_path, capsys):
+    """--config=FILE --help showed the file's values under 'the values shown are those of --preset=... and the flags
+    given', as if they were the preset's."""
+    f = tmp_path / "run.toml"
+    f.write_text("max_iters = 7\n")
+    train.main([f"--config={f}", "--help"])
+    text = capsys.readouterr().out
+    assert f"the values shown are those of --preset=shakespeare-char, --config={f} and the flags given" in text
+    assert "--max_iters=7" in text

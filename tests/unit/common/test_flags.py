@@ -41,6 +41,27 @@ def test_a_field_named_preset_is_a_flag_not_the_preset_layer(tmp_path):
     assert parse([f"--config={f}"], (Bench,), {}) == ({"preset": "gpt2"}, {"preset"})
 
 
+def test_preset_on_a_command_without_presets_is_an_unknown_flag():
+    """data/prepare.py, sample.py, evaluate.py ... have no presets: --preset=fast-cpu was answered "--preset=fast-cpu
+    is unknown; choose one of" and an empty list."""
+    with pytest.raises(FlagError) as e:
+        parse(["--preset=fast-cpu"], (PrepareConfig,), {})
+    assert str(e.value) == "unknown flag --preset; this command has no presets (train.py's): drop it"
+
+
+def test_a_presets_name_given_as_a_config_file_and_a_file_given_as_a_preset_say_which_flag_takes_it(tmp_path):
+    """--config=fast-cpu was 'does not exist' and --preset=run.toml 'is unknown', neither naming the flag meant."""
+    with pytest.raises(FlagError) as e:
+        parse(["--config=fast-cpu"], CLASSES, PRESETS)
+    assert str(e.value) == "--config=fast-cpu does not exist; a preset's name is given as --preset=fast-cpu"
+    f = tmp_path / "run.toml"
+    f.write_text("n_layer = 2\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--preset={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(f"--preset={f} is unknown; choose one of shakespeare-char, ")
+    assert str(e.value).endswith(f" (a file of flags is given as --config={f})")
+
+
 def test_toml_config_file_between_preset_and_flags(tmp_path):
     f = tmp_path / "run.toml"
     f.write_text('n_layer = 5\nlearning_rate = 1\ndataset = "shakespeare"\n')
@@ -179,6 +200,38 @@ def test_a_float_that_is_not_finite_is_refused_from_the_command_line_and_from_a_
     f.write_text(f"grad_clip = {value}\n")  # the same words are TOML floats
     with pytest.raises(FlagError, match=r"^--grad_clip=-?(inf|nan) is not a finite number$"):
         parse([f"--config={f}"], CLASSES, PRESETS)
+
+
+@pytest.mark.parametrize("line", ["max_iters = 1{zeros}", "out_dir = 1{zeros}"])
+def test_a_toml_integer_longer_than_python_reads_is_refused_not_a_traceback(tmp_path, line):
+    """An integer of more than 4300 digits in a --config file was tomllib's ValueError traceback (Python's limit on
+    reading one)."""
+    f = tmp_path / "run.toml"
+    f.write_text(line.format(zeros="0" * 5000) + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(f"--config={f} holds a number too long to read (") and "\n" not in str(e.value)
+
+
+def test_a_toml_file_nested_past_pythons_recursion_is_refused_not_a_traceback(tmp_path):
+    """x = [[[...]]] 5000 deep was tomllib's RecursionError traceback."""
+    f = tmp_path / "run.toml"
+    f.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value) == f"--config={f} nests arrays or tables too deeply to read; a flag takes one value"
+
+
+def test_a_toml_integer_past_a_floats_range_for_a_float_flag_is_refused_not_a_traceback(tmp_path):
+    """learning_rate = 1 followed by 400 zeros (a TOML integer) met float() as an OverflowError traceback."""
+    f = tmp_path / "run.toml"
+    big = "1" + "0" * 400
+    f.write_text(f"learning_rate = {big}\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value).startswith(f"--learning_rate={big} is too large for a float")
+    f.write_text("learning_rate = 3\n")  # one in range is its float
+    assert parse([f"--config={f}"], CLASSES, PRESETS)[0] == dict(learning_rate=3.0)
 
 
 @pytest.mark.parametrize("value, size", [("1e-400", "small"), ("-1e-400", "small"), ("1_0e-400", "small"),

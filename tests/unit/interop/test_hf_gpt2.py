@@ -247,6 +247,10 @@ def test_a_run_from_a_folder_may_change_dropout_only(tmp_path):
     # a flag's value as a user types it (Python's True/False is no flag value the docs show)
     with pytest.raises(ValueError, match="^--tie_head=false differs from the Hugging Face model's tie_head=true;"):
         initializer(folder, {"tie_head": False}, {"tie_head": False})(tokenizer)
+    from common.flags import Given  # a --config file's flag: named with the file, which no command line shows
+
+    with pytest.raises(ValueError, match=r"^--n_layer=3 \(set in --config=run.toml\) differs from the Hugging Face"):
+        initializer(folder, {"n_layer": 3}, Given({"n_layer": 3}, {"n_layer": "run.toml"}))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from common import flags
 from common.errors import ConfigError, SetupError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
@@ -126,6 +127,20 @@ def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, c
     listing = text.split("presets (--preset=NAME; what each costs):\n")[1].splitlines()
     assert [line.split()[0] for line in listing] == list(PRESETS)
     assert all(line.endswith(note(name)) for line, name in zip(listing, PRESETS))
+
+
+@pytest.mark.parametrize("argv", [["--preset=gpt2", "--gradient_accumulation_steps=4"], ["--fsdp=true"],
+                                  ["--max_iters=20"]])
+def test_help_shows_the_values_the_flags_make_the_run_take_over_the_presets(argv, capsys):
+    """--help showed the preset's values that the flags replace beyond their own: gpt2's total_batch_size under an
+    explicit accumulation, the default preset's Muon under --fsdp, a preset's warmup a short run shortens."""
+    assert configure([*argv, "--help"]) is None
+    text = capsys.readouterr().out
+    tc, *_ = configure(argv)  # the run's own settings, notes and all
+    capsys.readouterr()
+    shown = dict(line.split()[0][2:].split("=", 1) for line in text.splitlines() if line.startswith("  --"))
+    for name in ("total_batch_size", "optimizer", "learning_rate", "min_lr", "warmup_iters"):
+        assert shown[name] == flags.typed(getattr(tc, name)), name
 
 
 def resumed(tmp_path, warmup: int = 2, **explicit) -> TrainConfig:
@@ -285,3 +300,15 @@ def test_the_weight_decay_refusal_names_the_factor_a_step_applies_and_both_limit
     message = str(refused.value)
     assert f"= {weight.item():g} at the peak rate" in message, message
     assert f"below {1 / 0.5:g} (0.1 is usual) or --learning_rate below {1 / 4:g}" in message, message
+
+
+def test_nanogpt_cpu_computes_in_float32_as_nanogpt_on_a_cpu_does(monkeypatch, capsys):
+    """nanoGPT's CPU run has no autocast: float32. The preset left --dtype=auto, which trains under bf16 autocast on a
+    CPU that multiplies bf16 natively (AMX, AVX-512 BF16), a second difference its notes did not say."""
+    import common.device
+
+    monkeypatch.setattr(common.device, "cpu_native_bf16", lambda: True)
+    tc, *_ = configure(["--preset=nanogpt-cpu"])
+    assert common.device.pick_dtype(tc.dtype, torch.device("cpu")) == torch.float32
+    tc, *_ = configure(["--preset=nanogpt-cpu", "--dtype=auto"])  # a flag still chooses
+    assert common.device.pick_dtype(tc.dtype, torch.device("cpu")) == torch.bfloat16
