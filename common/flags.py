@@ -161,17 +161,25 @@ def unknown(key: str, known: dict, names: list, config_file: str | None = None) 
 
 class Named(set):
     """The names of the flags given, typed or in a --config file; files: {name: the file} of those a file gave and no
-    typed flag replaced, so that a refusal of one names the file (the command line does not show it)."""
-    def __init__(self, names=(), files=None):
+    typed flag replaced, so that a refusal of one names the file (the command line does not show it); preset: the
+    names the --preset set, so that a message of a value no flag gave says whose it is (the preset's, the default)."""
+    def __init__(self, names=(), files=None, preset=()):
         super().__init__(names)
         self.files = dict(files or {})
+        self.preset = frozenset(preset)
 
 
 class Given(dict):
-    """Named's flags with their values: {name: value}, and the same files."""
-    def __init__(self, values=(), files=None):
+    """Named's flags with their values: {name: value}, and the same files and preset."""
+    def __init__(self, values=(), files=None, preset=()):
         super().__init__(values)
         self.files = dict(files or {})
+        self.preset = frozenset(preset)
+
+
+def whose(name: str, given) -> str:
+    """Where the value of a flag not given came from, for messages: "the preset's" or "the default"."""
+    return "the preset's" if name in getattr(given, "preset", ()) else "the default"
 
 
 def set_in(names, given) -> str:
@@ -304,6 +312,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
         values.update(preset_values(preset, presets))
+    explicit = Named(preset=values)
     config_file = raw.pop("config", None)
     if config_file is not None:
         need_value("config", config_file)
@@ -314,7 +323,6 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
                             f"{config_file}")
     names = [*known, "config", *(["preset"] if presets else [])]  # what a typo may have meant
     layers = ([(config_file, load_toml(config_file))] if config_file else []) + [(None, raw)]
-    explicit = Named()
     for source, layer in layers:
         for key, text in layer.items():
             if key in not_flags(*classes):
@@ -428,7 +436,7 @@ def parse_configs(argv, classes, presets, default_preset=None):
     values, explicit = parse(argv, classes, presets)
     owners = field_types(*classes)
     per_class = {cls: {k: v for k, v in values.items() if owners[k][0] is cls} for cls in classes}
-    return per_class, Given({k: values[k] for k in explicit}, explicit.files)
+    return per_class, Given({k: values[k] for k in explicit}, explicit.files, explicit.preset)
 
 
 def config_from_argv(argv, cls):

@@ -231,7 +231,7 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
         print_help(per_class, explicit, preset, flags.split_argv(args).get("config"))
         return None
     tc = TrainConfig(**per_class[TrainConfig])
-    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files)
+    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files, explicit.preset)
     if tc.init_from in ("resume", "auto"):
         # the facts known before the checkpoint is read; --backend's before the checkpoint's moves the run
         notes += flag_scope.check("train.py", given, {"init_from": tc.init_from,
@@ -283,12 +283,14 @@ def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
     a short run, the schedule checked. Returns the notes to print."""
     check_causal(tc, explicit)
-    notes, origins = [], {}
+    notes, origins = [], {k: flags.whose(k, explicit) for k in ("warmup_iters", "lr_decay_iters", "max_iters")}
     short = fresh_warmup(tc.warmup_iters, tc.max_iters, explicit)
     if short != tc.warmup_iters:
-        notes.append(f"note: warmup_iters={tc.warmup_iters} (the preset's) would be more than a quarter of "
-                     f"max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to choose)")
-        origins["warmup_iters"] = f"a tenth of max_iters, shortened from the preset's {tc.warmup_iters}"
+        notes.append(f"note: warmup_iters={tc.warmup_iters} ({origins['warmup_iters']}) would be more than a quarter "
+                     f"of max_iters={tc.max_iters}; using warmup_iters={short} (a tenth; set --warmup_iters to "
+                     f"choose)")
+        origins["warmup_iters"] = (f"a tenth of max_iters, shortened from {origins['warmup_iters']} "
+                                   f"{tc.warmup_iters}")
         tc.warmup_iters = short
     check_schedule(tc, explicit, "the preset's", origins)
     model = None if tc.init_from.startswith("hf:") else GPTConfig(**model_overrides)  # an import's: its folder's

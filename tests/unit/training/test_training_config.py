@@ -66,6 +66,23 @@ def test_a_refused_schedule_names_a_shortened_warmup_as_shortened_not_as_the_pre
     assert "(the preset's)" not in message
 
 
+def test_a_value_the_preset_does_not_set_is_named_as_the_default_not_the_presets(capsys):
+    """shakespeare-gpt2 sets no warmup_iters nor max_iters: the short run's note and the schedule's refusal called
+    the built-in defaults "the preset's"."""
+    preset = PRESETS["shakespeare-gpt2"]
+    assert "warmup_iters" not in preset and "max_iters" not in preset
+    default_warmup, default_max = TrainConfig().warmup_iters, TrainConfig().max_iters
+    configure(["--preset=shakespeare-gpt2", "--max_iters=100"])
+    assert f"note: warmup_iters={default_warmup} (the default) would be more than a quarter" in capsys.readouterr().err
+    with pytest.raises(ConfigError) as refused:
+        configure(["--preset=shakespeare-gpt2", "--warmup_iters=60", "--lr_decay_iters=50"])
+    assert f"until max_iters={default_max} (the default);" in str(refused.value), str(refused.value)
+    with pytest.raises(ConfigError) as refused:  # shortened from the default
+        configure(["--preset=shakespeare-gpt2", "--max_iters=100", "--lr_decay_iters=5"])
+    assert str(refused.value).startswith(f"warmup_iters=10 (a tenth of max_iters, shortened from the default "
+                                         f"{default_warmup}) is not below"), str(refused.value)
+
+
 def test_a_learning_rate_below_the_presets_min_lr_is_refused_naming_both_and_the_fix():
     """--learning_rate=1e-4 alone meets the preset's min_lr=3e-4: the refusal said "min_lr=0.0003 must be in
     [0, learning_rate]", a flag the user never gave, with neither the rate nor what to do."""
