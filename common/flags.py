@@ -291,6 +291,12 @@ def load_toml(path: str) -> dict:
         raise FlagError(f"--config={path} cannot be read ({e.strerror}); give the path of a TOML file") from None
 
 
+def is_table(value) -> bool:
+    """A TOML table ([name] or an inline {...}) or an array of them ([[name]])."""
+    return isinstance(value, dict) or (isinstance(value, list) and bool(value) and
+                                       all(isinstance(v, dict) for v in value))
+
+
 def preset_values(preset: str, presets: dict) -> dict:
     """The values of --preset=NAME, refused in one line where there is no such preset (naming --config for a file)."""
     need_value("preset", preset)
@@ -325,6 +331,9 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     layers = ([(config_file, load_toml(config_file))] if config_file else []) + [(None, raw)]
     for source, layer in layers:
         for key, text in layer.items():
+            if source and is_table(text):  # [model] n_layer = 2: read as one flag named model
+                raise FlagError(f"--config={source} has a table [{key}]; flags are not grouped in tables: put its "
+                                f"settings at the top level of the file, above any [header]")
             if key in not_flags(*classes):
                 raise FlagError(f"--{key} is not a flag: {not_flags(*classes)[key]}")
             if key not in known:
@@ -420,7 +429,8 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
     if presets:
         tag = f"{tags['preset']} " if "preset" in tags else ""
         lines.append(f"\n  --preset=NAME   {tag}one of: {', '.join(presets)}")
-    lines.append("  --config=FILE.toml   the same fields as a TOML table")
+    lines.append("  --config=FILE.toml   the same fields as name = value lines of a TOML file (at its top level, no "
+                 "[table])")
     if preset_notes:
         lines.append("\npresets (--preset=NAME; what each costs):")
         lines += [f"  {name:18s} {note}" for name, note in preset_notes.items()]

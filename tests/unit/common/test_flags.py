@@ -202,6 +202,25 @@ def test_a_float_that_is_not_finite_is_refused_from_the_command_line_and_from_a_
         parse([f"--config={f}"], CLASSES, PRESETS)
 
 
+@pytest.mark.parametrize("text, table", [("[model]\nn_layer = 2", "model"), ("[train]\nmax_iters = 2", "train"),
+                                         ("[dataset]\nname = 'x'", "dataset"), ("sample_prompt = {text = 'x'}",
+                                                                                "sample_prompt"),
+                                         ("[[runs]]\nmax_iters = 2", "runs")])
+def test_a_toml_table_is_refused_saying_the_settings_go_at_the_top_level(tmp_path, text, table):
+    """[model] n_layer = 2 was "--model={'n_layer': 2} is a TOML table" (a field of that name) and [train] "a key
+    train that is no flag": neither said that the settings go at the top level of the file. A table named like a
+    field never became that field's text."""
+    f = tmp_path / "run.toml"
+    f.write_text(text + "\n")
+    with pytest.raises(FlagError) as e:
+        parse([f"--config={f}"], CLASSES, PRESETS)
+    assert str(e.value) == (f"--config={f} has a table [{table}]; flags are not grouped in tables: put its settings at "
+                            f"the top level of the file, above any [header]")
+    f.write_text("n_layer = 2\n[other]\n")  # an empty table too
+    with pytest.raises(FlagError, match=r"has a table \[other\]"):
+        parse([f"--config={f}"], CLASSES, PRESETS)
+
+
 @pytest.mark.parametrize("line", ["max_iters = 1{zeros}", "out_dir = 1{zeros}"])
 def test_a_toml_integer_longer_than_python_reads_is_refused_not_a_traceback(tmp_path, line):
     """An integer of more than 4300 digits in a --config file was tomllib's ValueError traceback (Python's limit on
@@ -308,12 +327,10 @@ def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_
 
 
 @pytest.mark.parametrize("line, shown", [('out_dir = ["a", "b"]', "--out_dir=['a', 'b'] is a TOML array"),
-                                         ('eval_tasks = ["a.jsonl", "b.jsonl"]', "--eval_tasks=['a.jsonl', "),
-                                         ("[dataset]\nname = 'x'", "--dataset={'name': 'x'} is a TOML table"),
-                                         ("sample_prompt = {text = 'x'}", "--sample_prompt={'text': 'x'} is a TOML")])
-def test_a_toml_array_or_table_is_refused_not_turned_into_its_text(tmp_path, line, shown):
+                                         ('eval_tasks = ["a.jsonl", "b.jsonl"]', "--eval_tasks=['a.jsonl', ")])
+def test_a_toml_array_is_refused_not_turned_into_its_text(tmp_path, line, shown):
     """Every field takes one value: an array for a string field became its Python text (out_dir "['a', 'b']", a
-    folder of that name), and a file's [table] named like a field became that field's text."""
+    folder of that name)."""
     f = tmp_path / "run.toml"
     f.write_text(line + "\n")
     with pytest.raises(FlagError) as e:
