@@ -9,6 +9,7 @@ import decimal
 import difflib
 import math
 import os
+import sys
 import tomllib
 import types
 import typing
@@ -95,7 +96,7 @@ def convert(name: str, text, typ):
                 return False
             raise ValueError
         if typ is int:
-            return int(text)  # Python's: 1_000 (an _ between digits), +3, 08
+            return int_of(text, f"--{name}=")
         if typ is float:
             return float_of(text, f"--{name}=")
         return str(text)
@@ -104,6 +105,17 @@ def convert(name: str, text, typ):
     except ValueError:
         kind = {bool: "true or false", int: "an integer", float: "a number"}.get(typ, f"a {typ.__name__}")
         raise FlagError(f"--{name}={text} is not {kind}") from None
+
+
+def int_of(text: str, where: str) -> int:
+    """int(text), as Python spells one (1_000: an _ between digits, +3, 08); an integer of more digits than Python
+    reads (sys.get_int_max_str_digits, 4300) is refused saying so: it was called no integer. where: as float_of's."""
+    limit, digits = sys.get_int_max_str_digits(), sum(c.isdigit() for c in text)
+    if limit and digits > limit and text.strip().lstrip("+-").replace("_", "").isdigit():
+        shown = f"{text.strip()[:20]}...{text.strip()[-5:]}"
+        raise FlagError(f"{where}{shown} has {digits} digits; an integer takes at most {limit}: give one of fewer "
+                        f"digits")
+    return int(text)
 
 
 def float_of(text: str, where: str) -> float:

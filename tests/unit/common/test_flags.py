@@ -1,4 +1,5 @@
 """Flags bound to dataclass fields: types, presets, TOML files and one-line errors."""
+import sys
 from dataclasses import dataclass, fields
 
 import pytest
@@ -219,6 +220,21 @@ def test_a_toml_table_is_refused_saying_the_settings_go_at_the_top_level(tmp_pat
     f.write_text("n_layer = 2\n[other]\n")  # an empty table too
     with pytest.raises(FlagError, match=r"has a table \[other\]"):
         parse([f"--config={f}"], CLASSES, PRESETS)
+
+
+def test_a_typed_integer_longer_than_python_reads_is_refused_as_too_long_not_as_no_integer():
+    """--max_iters=1 and 5000 zeros was "is not an integer" (Python's limit on reading one), which it is; a value that
+    is no integer, however long, is still called none."""
+    limit = sys.get_int_max_str_digits()
+    with pytest.raises(FlagError) as e:
+        parse(["--max_iters=1" + "0" * limit], CLASSES, PRESETS)
+    assert str(e.value) == (f"--max_iters=1{'0' * 19}...00000 has {limit + 1} digits; an integer takes at most "
+                            f"{limit}: give one of fewer digits")
+    with pytest.raises(FlagError, match=r"^--max_iters=1_0{18}\.\.\.00000 has .* digits; an integer takes at most"):
+        parse(["--max_iters=1_" + "0" * limit], CLASSES, PRESETS)  # an integer as Python spells one
+    with pytest.raises(FlagError, match=r"^--max_iters=1x is not an integer$"):
+        parse(["--max_iters=1x"], CLASSES, PRESETS)
+    assert parse(["--max_iters=" + "1" * limit], CLASSES, PRESETS)[0]["max_iters"] == int("1" * limit)
 
 
 @pytest.mark.parametrize("line", ["max_iters = 1{zeros}", "out_dir = 1{zeros}"])
