@@ -83,6 +83,23 @@ def test_a_value_the_preset_does_not_set_is_named_as_the_default_not_the_presets
                                          f"{default_warmup}) is not below"), str(refused.value)
 
 
+def test_a_dataclass_refusal_of_a_config_files_value_names_the_file(tmp_path):
+    """max_iters = 0 in a --config file was refused as "max_iters=0 must be a positive integer", without the file
+    (which the command line does not show), where the flags' other refusals say "(set in --config=FILE)"."""
+    f = tmp_path / "run.toml"
+    f.write_text("max_iters = 0\n")
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}"])
+    assert str(refused.value) == f"max_iters=0 must be a positive integer (set in --config={f})"
+    with pytest.raises(ConfigError) as refused:  # typed: the command line shows it
+        configure([f"--config={f}", "--max_iters=0"])
+    assert str(refused.value) == "max_iters=0 must be a positive integer"
+    f.write_text("n_head = 3\n")  # a model field; the preset's n_embd is not the file's
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}"])
+    assert str(refused.value).endswith(f"(--n_head set in --config={f})"), str(refused.value)
+
+
 def test_a_learning_rate_below_the_presets_min_lr_is_refused_naming_both_and_the_fix():
     """--learning_rate=1e-4 alone meets the preset's min_lr=3e-4: the refusal said "min_lr=0.0003 must be in
     [0, learning_rate]", a flag the user never gave, with neither the rate nor what to do."""
