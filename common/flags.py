@@ -9,12 +9,13 @@ import decimal
 import difflib
 import math
 import os
+import re
 import sys
 import tomllib
 import types
 import typing
 
-from common.errors import FlagError
+from common.errors import FlagError, UserError
 
 # The flags that name a file or folder, in every command that has them (train.py, sample.py, data/prepare.py,
 # visualize.py, probe.py, compare.py's studies, interop/, bench.py and benchmarks/). An empty value names nothing:
@@ -192,6 +193,20 @@ class Given(dict):
 def whose(name: str, given) -> str:
     """Where the value of a flag not given came from, for messages: "the preset's" or "the default"."""
     return "the preset's" if name in getattr(given, "preset", ()) else "the default"
+
+
+def built(cls, values: dict, given):
+    """cls(**values) (a config dataclass); its refusal of a value a --config file gave names the file, as the flags'
+    own refusals do (the command line does not show it), and which of the flags it names (as name= or --name) the
+    file gave."""
+    try:
+        return cls(**values)
+    except UserError as e:
+        named = [k for k in field_types(cls) if re.search(rf"(?<![\w-])(--{k}\b|{k}=)", str(e))]
+        said = set_in(named, given)
+        if not said:
+            raise
+        raise type(e)(f"{e}{said}") from None
 
 
 def set_in(names, given) -> str:

@@ -4,7 +4,6 @@ turns train.py's flags into the configs.
 Model fields (n_layer, pos_emb, ...) live in model/config.py's GPTConfig; train.py accepts both as flags.
 """
 import os
-import re
 from dataclasses import asdict, dataclass, fields
 
 import configs
@@ -224,14 +223,15 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     prepared. The attention direction follows the objective (--model); a --causal that contradicts it is refused.
     A fresh run's flags are checked against where they apply (common/flag_scope.py) here; a resumed one's once
     its checkpoint is read (resumed_config), since the checkpoint says what is trained."""
-    args = flags.without_help(argv)
+    args, wants_help = flags.without_help(argv), flags.asks_help(argv)
     per_class, explicit = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
-    preset = flags.split_argv(args).get("preset")  # given by the user: a resumed run has no use for it
+    given_here = flags.split_argv(args)
+    preset = given_here.get("preset")  # given by the user: a resumed run has no use for it
     notes = over_the_preset(per_class[TrainConfig], explicit)
-    if flags.asks_help(argv):
-        print_help(per_class, explicit, preset, flags.split_argv(args).get("config"))
+    if wants_help:
+        print_help(per_class, explicit, preset, given_here.get("config"))
         return None
-    tc = checked(TrainConfig, per_class[TrainConfig], explicit)
+    tc = flags.built(TrainConfig, per_class[TrainConfig], explicit)
     given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files, explicit.preset)
     if tc.init_from in ("resume", "auto"):
         # the facts known before the checkpoint is read; --backend's before the checkpoint's moves the run
@@ -242,24 +242,12 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
                          f"settings: --preset={preset} applies to a fresh start only")
     model_overrides = per_class[GPTConfig]
     model_overrides["causal"] = objective_class(tc.model).causal
-    checked(GPTConfig, model_overrides, explicit)
+    flags.built(GPTConfig, model_overrides, explicit)
+    sc = flags.built(SpeedConfig, per_class[SpeedConfig], explicit)
     if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/out_dir.py)
         notes += fresh_checks(tc, explicit, model_overrides)
     flag_scope.print_notes(notes)
-    return tc, model_overrides, checked(SpeedConfig, per_class[SpeedConfig], explicit), explicit
-
-
-def checked(cls, values: dict, explicit: dict):
-    """cls(**values), its refusal of a value a --config file gave naming the file, as the flags' own refusals do
-    (the command line does not show it), and which of the flags it names (as name= or --name) the file gave."""
-    try:
-        return cls(**values)
-    except ConfigError as e:
-        named = [k for k in flags.field_types(*CLASSES) if re.search(rf"(?<![\w-])(--{k}\b|{k}=)", str(e))]
-        said = flags.set_in(named, explicit)
-        if not said:
-            raise
-        raise type(e)(f"{e}{said}") from None
+    return tc, model_overrides, sc, explicit
 
 
 def over_the_preset(train_values: dict, explicit: dict) -> list[str]:
