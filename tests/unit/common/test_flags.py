@@ -581,3 +581,31 @@ def test_a_field_that_is_not_a_flag_says_why(tmp_path):
         with pytest.raises(FlagError) as e:
             parse(argv, CLASSES, PRESETS)
         assert str(e.value) == f"--vocab_size is not a flag: {GPTConfig.NOT_FLAGS['vocab_size']}"
+
+
+def test_built_names_the_config_file_only_for_the_fields_the_file_gave(tmp_path):
+    """flags.built: a config class's refusal gets ' (set in --config=FILE)' where the values it names came from the
+    file, naming which flags where only some did; a typed flag's refusal, or one that is no user's mistake, is left
+    as it was."""
+    from common.errors import ConfigError
+
+    @dataclass
+    class Shape:
+        width: int = 4
+        heads: int = 2
+
+        def __post_init__(self):
+            if self.width % self.heads:
+                raise ConfigError(f"width={self.width} is not divisible by heads={self.heads}")
+
+    f = tmp_path / "s.toml"
+    f.write_text("heads = 3\n")
+    _, given = parse_configs([f"--config={f}"], [Shape], {})
+    with pytest.raises(ConfigError) as refused:
+        flags.built(Shape, {"width": 4, "heads": 3}, given)
+    assert str(refused.value) == f"width=4 is not divisible by heads=3 (--heads set in --config={f})"
+    _, typed = parse_configs(["--heads=3"], [Shape], {})
+    with pytest.raises(ConfigError) as refused:
+        flags.built(Shape, {"width": 4, "heads": 3}, typed)
+    assert str(refused.value) == "width=4 is not divisible by heads=3"
+    assert flags.built(Shape, {"width": 6, "heads": 3}, given) == Shape(6, 3)
