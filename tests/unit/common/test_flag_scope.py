@@ -317,3 +317,13 @@ def test_help_names_the_config_file_whose_values_it_shows(tmp_path, capsys):
     text = capsys.readouterr().out
     assert f"the values shown are those of --preset=shakespeare-char, --config={f} and the flags given" in text
     assert "--max_iters=7" in text
+
+
+def test_visualize_refuses_a_checkpoint_flag_where_it_draws_the_logged_curve_alone():
+    """--induction_curve alone reads metrics.jsonl, no checkpoint: --ckpt and --device would be silently unused."""
+    facts = {"html": False, "wandb_log": False, "grid": False, "drawn": False, "checkpoint": False}
+    with pytest.raises(UserError, match=r"^--ckpt and --device apply to a run that reads a checkpoint only \(this run "
+                                        r"draws --induction_curve alone, from metrics.jsonl\); drop them: pass --out"):
+        flag_scope.check("visualize.py", {"ckpt", "device"}, facts)
+    assert flag_scope.check("visualize.py", {"ckpt", "device"}, {**facts, "grid": True, "drawn": True,
+                                                                  "checkpoint": True}) == []

@@ -63,6 +63,22 @@ def test_a_presets_name_given_as_a_config_file_and_a_file_given_as_a_preset_say_
     assert str(e.value).endswith(f" (a file of flags is given as --config={f})")
 
 
+def test_a_config_file_named_as_a_preset_is_read_where_it_exists_and_a_file_given_as_a_preset_is_named(
+        tmp_path, monkeypatch):
+    """A file called fast-cpu in the working folder is a config file; a preset's name is only suggested where no
+    such file is. --preset=FILE names --config for a .toml name that does not exist, a file of another name, and ~."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "fast-cpu").write_text("n_layer = 3\n")
+    values, _ = parse(["--config=fast-cpu"], CLASSES, PRESETS)
+    assert values["n_layer"] == 3
+    (tmp_path / "run-flags").write_text("n_layer = 3\n")
+    for preset, a_file in [("missing.toml", True), ("run-flags", True), ("~/fast-cpu", True), ("fast-gpu", False)]:
+        with pytest.raises(FlagError) as e:
+            parse([f"--preset={preset}"], CLASSES, PRESETS)
+        assert str(e.value).endswith(f" (a file of flags is given as --config={preset})") == a_file, str(e.value)
+
+
 def test_toml_config_file_between_preset_and_flags(tmp_path):
     f = tmp_path / "run.toml"
     f.write_text('n_layer = 5\nlearning_rate = 1\ndataset = "shakespeare"\n')
@@ -246,6 +262,7 @@ def test_a_toml_integer_longer_than_python_reads_is_refused_not_a_traceback(tmp_
     with pytest.raises(FlagError) as e:
         parse([f"--config={f}"], CLASSES, PRESETS)
     assert str(e.value).startswith(f"--config={f} holds a number too long to read (") and "\n" not in str(e.value)
+    assert "set_int_max_str_digits" not in str(e.value)  # Python's advice to a programmer, not to the user
 
 
 def test_a_toml_file_nested_past_pythons_recursion_is_refused_not_a_traceback(tmp_path):

@@ -80,9 +80,9 @@ def test_without_file_locks_one_process_goes_on_and_torchrun_is_refused_leaving_
     assert list(tmp_path.iterdir()) == []  # neither the lock file nor the folders made for it
 
 
-@pytest.mark.parametrize("locks_there", [False, True])
+@pytest.mark.parametrize("locks_there, err", [(False, errno.EACCES), (True, errno.EACCES), (False, errno.EROFS)])
 def test_a_half_built_folder_under_a_data_root_this_process_may_only_read_is_one_line(tmp_path, monkeypatch,
-                                                                                      locks_there):
+                                                                                      locks_there, err):
     """A prepared folder a killed build left, under a read-only data root: the lock's folder or file could not be
     made, and the build ended in a PermissionError's traceback."""
     out = tmp_path / "root" / "prepared" / "corpus-char-tail-12345678"
@@ -92,15 +92,28 @@ def test_a_half_built_folder_under_a_data_root_this_process_may_only_read_is_one
     real_open = open
 
     def refused(*args, **kwargs):  # as a read-only folder refuses root's writes (tests run as root)
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        raise OSError(err, os.strerror(err))
     monkeypatch.setattr(os, "mkdir", refused)
     monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: (
         refused() if "locks" in str(p) and mode != "r" else real_open(p, mode, *a, **k)))
     with pytest.raises(DataError) as e, build_lock(out):
         pass
     assert str(e.value) == (f"{out} is not completely prepared, and this process may not make its lock "
-                            f"{tmp_path / 'root' / 'locks' / (out.name + '.lock')} to finish it (Permission denied); "
+                            f"{tmp_path / 'root' / 'locks' / (out.name + '.lock')} to finish it ({os.strerror(err)}); "
                             f"prepare it as a user who may write in {tmp_path / 'root'} (same flags), or choose "
                             f"another --data_root")
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == sorted(
         ["root", "root/prepared", out.relative_to(tmp_path).as_posix()] + ["root/locks"] * locks_there)
+
+
+def test_a_lock_that_cannot_be_made_for_another_reason_than_permission_is_not_called_a_permission_problem(
+        tmp_path, monkeypatch):
+    """A full disk is no reason to prepare as another user: its own error, not the read-only refusal."""
+    out = tmp_path / "root" / "prepared" / "corpus-char-tail-12345678"
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "mkdir", full)
+    with pytest.raises(OSError) as e, build_lock(out):
+        pass
+    assert e.value.errno == errno.ENOSPC and not isinstance(e.value, DataError)

@@ -216,3 +216,22 @@ def test_copies_of_a_file_validate_or_train_together(tmp_path):
     train_text = load_tokenizer(out).decode(np.fromfile(out / "train.bin", dtype=np.uint16))
     assert not any(texts[name.removeprefix("copy of ")] in train_text for name in val)
     assert VAL_SHARE[0] <= meta["val_chars"] / (meta["train_chars"] + meta["val_chars"]) <= VAL_SHARE[1]
+
+
+def test_a_file_with_many_copies_counts_with_its_copies_toward_the_validation_share(tmp_path):
+    """The copies validate with their file, so a file weighs the bytes of all its copies when the split picks: a
+    file with 8 copies, picked by its own size, put far more than VAL_SHARE[1] of the bytes in validation."""
+    from data.readers import Source
+    from data.split import val_files
+    for copied in range(12):
+        folder = tmp_path / f"copies-of-{copied}"
+        folder.mkdir()
+        for i in range(12):
+            text = f"chapter {i:02d}. " * 40
+            (folder / f"ch{i:02d}.txt").write_text(text)
+            for c in range(8 if i == copied else 0):
+                (folder / f"ch{i:02d} copy {c}.txt").write_text(text)
+        source = Source.open(folder)
+        val = val_files(source)
+        share = sum((folder / n).stat().st_size for n in val) / source.total_bytes
+        assert VAL_SHARE[0] <= share <= VAL_SHARE[1], (copied, val, share)

@@ -171,3 +171,50 @@ def test_a_model_or_draft_that_overflows_is_refused_in_one_line(temperature, whi
     with pytest.raises(NonFiniteLogits, match="not finite .* training diverged"):
         list(speculative_stream(model, draft, [1, 2, 3], 8, k=3, temperature=temperature,
                                 generator=torch.Generator().manual_seed(0)))
+
+
+def test_the_rule_drawn_at_once_draws_from_the_last_row_when_every_guess_is_kept():
+    """Every guess kept (the draft's rows are the model's: p / q = 1): the token after them is the model's last row's,
+    here one certain token that no other row gives."""
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    g = torch.Generator().manual_seed(0)
+    for d in ([0, 1], [1, 0], [1, 1]):
+        assert verify_at_once(p, p[:2], d, greedy=False, generator=g) == (2, 2)
+
+
+def test_a_guess_the_model_gives_no_probability_is_never_kept_at_once(monkeypatch):
+    """verify_at_once as verify: a uniform draw of exactly 0 does not keep a guess of probability 0."""
+    p = torch.tensor([[0.0, 0.6, 0.4], [0.0, 0.6, 0.4]])
+    q = torch.tensor([[0.5, 0.25, 0.25]])
+    rand = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.zeros(args[0]))
+    n, last = verify_at_once(p, q, [0], greedy=False, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(torch, "rand", rand)
+    assert n == 0 and last != 0
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_round_without_guesses_on_a_device_reads_back_once(monkeypatch, greedy):
+    """A stream's last round makes no guess (q is empty): on a device its token is still drawn with one read."""
+    reads = pretend_device.answer_reads(monkeypatch)
+    verify(torch.softmax(torch.randn(1, 11), -1).to("meta"), [], [], greedy, None)
+    assert reads == ["tolist"]
+
+
+class Bytes:
+    """A tokenizer of one byte string per id."""
+    def __init__(self, pieces):
+        self.pieces, self.vocab_size = pieces, len(pieces)
+
+    def decode_bytes(self, ids):
+        return b"".join(self.pieces[i] for i in ids)
+
+
+def test_a_draft_speaks_the_models_tokens_only_with_the_same_bytes_for_every_id():
+    """The same bytes per id: the same tokens. One id of other bytes, or an id more or fewer on either side: not."""
+    from inference.speculative import same_tokens
+    base = [b"a", b"b", b"\xe2", b"\xe3"]
+    assert same_tokens(Bytes(base), Bytes(list(base)))
+    assert not same_tokens(Bytes(base), Bytes(base[:3] + [b"\xe4"]))  # both decode to U+FFFD as text
+    assert not same_tokens(Bytes(base), Bytes(base + [b"c"]))
+    assert not same_tokens(Bytes(base + [b"c"]), Bytes(base))

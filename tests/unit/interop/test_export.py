@@ -523,3 +523,81 @@ def test_sigterm_during_an_export_leaves_no_temporary_folder(tmp_path, target):
             proc.wait()
     assert proc.returncode == -signal.SIGTERM and "Traceback" not in err, err[-2000:]
     assert os.listdir(out) == []
+
+
+def overwrite_failing(tmp_path, monkeypatch, meanwhile):
+    """replace_folder of tmp_path/new over tmp_path/hf (an export there), os.replace's calls scripted: meanwhile(n,
+    src, dst) runs before the n-th call (from 1) and may raise in its place."""
+    from interop.export import replace_folder
+
+    export(as_checkpoint(tiny_model(seed=0)), tmp_path / "hf")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "f").write_text("new")
+    replace, calls = os.replace, []
+
+    def scripted(src, dst):
+        calls.append(src)
+        meanwhile(len(calls), str(src), str(dst))
+        return replace(src, dst)
+    monkeypatch.setattr(os, "replace", scripted)
+    with pytest.raises(OSError) as e:
+        replace_folder(str(tmp_path / "new"), str(tmp_path / "hf"))
+    monkeypatch.setattr(os, "replace", replace)
+    return e.value
+
+
+def another_export(folder):
+    folder.mkdir()
+    (folder / "f").write_text("theirs")
+
+
+def test_a_failed_overwrite_puts_back_the_export_that_was_there_last(tmp_path, monkeypatch):
+    """Another export renamed its folder in after the old one went aside, and went aside in turn; then moving the new
+    one in failed: the other export (there last) is put back, not the older one, nor an empty folder."""
+    def meanwhile(n, src, dst):
+        if n == 3:  # the old export is aside: the other export renames its folder in
+            another_export(tmp_path / "hf")
+        if n == 5:
+            raise OSError("disk gone")
+    assert "disk gone" in str(overwrite_failing(tmp_path, monkeypatch, meanwhile))
+    assert os.listdir(tmp_path / "hf") == ["f"] and (tmp_path / "hf" / "f").read_text() == "theirs"
+    assert sorted(os.listdir(tmp_path)) == ["hf", "new"]
+
+
+def test_a_failed_overwrite_puts_back_the_old_export_not_an_empty_folder_aside(tmp_path, monkeypatch):
+    """A folder that another export moved away before this one could (its folder aside is left empty): what goes
+    back at a failure is the old export this one moved aside."""
+    before = []
+
+    def meanwhile(n, src, dst):
+        if n == 2:
+            before.extend(sorted(os.listdir(tmp_path / "hf")))
+        if n == 3:  # the other export's folder, there for an instant and moved aside by that export
+            raise OSError(errno.ENOTEMPTY, "Directory not empty")
+        if n == 5:
+            raise OSError("disk gone")
+    assert "disk gone" in str(overwrite_failing(tmp_path, monkeypatch, meanwhile))
+    assert sorted(os.listdir(tmp_path / "hf")) == before and "config.json" in before
+    assert sorted(os.listdir(tmp_path)) == ["hf", "new"]
+
+
+def test_a_failed_overwrite_leaves_another_exports_folder_and_says_why_it_failed(tmp_path, monkeypatch):
+    """Another export's folder is at --to when moving the new one in fails: it stays, and the error is the failure's."""
+    def meanwhile(n, src, dst):
+        if n == 3:
+            another_export(tmp_path / "hf")
+            raise OSError("disk gone")
+    assert "disk gone" in str(overwrite_failing(tmp_path, monkeypatch, meanwhile))
+    assert (tmp_path / "hf" / "f").read_text() == "theirs"
+
+
+def test_an_overwrite_that_cannot_move_the_new_export_in_fails_rather_than_trying_again(tmp_path, monkeypatch):
+    """Only a folder with files at --to (ENOTEMPTY) makes the rename try again after moving it aside: any other
+    failure is raised, the old export put back."""
+    def meanwhile(n, src, dst):
+        if n > 8:
+            raise AssertionError("tried again and again")
+        if src == str(tmp_path / "new"):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+    assert overwrite_failing(tmp_path, monkeypatch, meanwhile).errno == errno.EXDEV
+    assert "config.json" in os.listdir(tmp_path / "hf")

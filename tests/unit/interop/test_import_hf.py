@@ -86,3 +86,15 @@ def test_an_import_into_a_folder_without_a_run_keeps_what_it_holds(tmp_path):
     import_checkpoint(tmp_path / "hf", tmp_path / "run")
     assert sorted(os.listdir(tmp_path / "run")) == [".lock", BEST, LAST, "wandb"]
     assert (tmp_path / "run" / "wandb" / "run.wandb").read_text() == "x"
+
+
+def test_an_import_removes_the_half_written_checkpoint_a_killed_run_left(tmp_path):
+    """A run killed in the middle of a save leaves its temporary file; an import into that folder removes it, as a
+    run's start does (nothing else writes it)."""
+    from inference.checkpoint import TMP_PREFIX, TMP_SUFFIX
+
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    other_run(tmp_path / "run")
+    (tmp_path / "run" / f"{TMP_PREFIX}{LAST}{TMP_SUFFIX}").write_bytes(b"half a checkpoint")
+    import_checkpoint(tmp_path / "hf", tmp_path / "run", overwrite=True)
+    assert sorted(os.listdir(tmp_path / "run")) == [".lock", BEST, LAST]

@@ -492,3 +492,17 @@ def test_a_run_whose_out_dir_was_removed_and_taken_by_another_saves_nothing_ther
         assert (out / "ckpt_last.pt").read_bytes() == b"the second run's"
     finally:
         lock.close()
+
+
+def test_a_metrics_log_that_cannot_be_opened_still_closes_the_training_data(monkeypatch):
+    """open_log fails (wandb.init refused, metrics.jsonl unwritable): the shards' open files are closed all the same,
+    and the failure is raised as it came."""
+    closed = []
+
+    def refused(run):
+        raise OSError("metrics.jsonl: Permission denied")
+    monkeypatch.setattr(loop, "open_log", refused)
+    run = SimpleNamespace(train_data=SimpleNamespace(close=lambda: closed.append(True)))
+    with pytest.raises(OSError, match="Permission denied"):
+        loop.train(run)
+    assert closed == [True]

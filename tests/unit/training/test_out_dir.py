@@ -88,8 +88,8 @@ def test_a_locked_out_dir_is_refused_with_the_holders_pid_and_free_again_when_it
         # flock belongs to an open file, so this process's second open meets its own lock as another run's would
         with pytest.raises(SetupError, match=rf"in use by another process \(pid {os.getpid()}: a run training"):
             refuse_if_in_use(out, Dist())
-        with pytest.raises(SetupError, match="in use by another process"):
-            lock_out_dir(out, Dist())
+        with pytest.raises(SetupError, match=rf"in use by another process \(pid {os.getpid()}: "):
+            lock_out_dir(out, Dist())  # its lock file opened to append: the pid read from its start all the same
     finally:
         held.close()
     refuse_if_in_use(out, Dist())
@@ -357,3 +357,32 @@ def test_an_unreadable_best_checkpoint_is_no_best_copy_left_undone(tmp_path):
     (tmp_path / BEST).write_bytes(b"not a checkpoint")
     assert not out_dir.best_copy_undone(str(tmp_path), {"best_val_loss": 2.0, "train_config": {}})
     assert (tmp_path / BEST).read_bytes() == b"not a checkpoint"
+
+
+def test_a_lock_file_replaced_with_the_same_times_is_still_another_file(tmp_path):
+    """The lock is known by which file it is, not by its contents or times: a .lock replaced by a copy that kept
+    the old one's times and pid is not the one this run locked, and the save is refused."""
+    out = tmp_path / "run"
+    held = lock_out_dir(str(out), Dist())
+    try:
+        run = SimpleNamespace(tc=TrainConfig(out_dir=str(out)), dist=Dist(), resumed=False, resumed_from=None)
+        claim_out_dir(run)
+        out_dir.check_still_held(run, 1)  # the file it locked: goes on
+        before = os.stat(out / ".lock")
+        pid = (out / ".lock").read_text()
+        (out / "copy").write_text(pid)  # made while the old one exists: another inode
+        os.utime(out / "copy", ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.replace(out / "copy", out / ".lock")
+        with pytest.raises(SetupError, match="was removed or replaced while this run trained"):
+            out_dir.check_still_held(run, 2)
+    finally:
+        held.close()
+
+
+def test_a_run_that_found_no_lock_file_at_its_claim_is_not_checked_for_one(tmp_path):
+    """lock_id None: out_dir held no lock file when claimed (a filesystem that cannot lock), so a lock file there
+    later is no sign of another run, and the save goes on."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".lock").write_text("123")
+    out_dir.check_still_held(SimpleNamespace(tc=TrainConfig(out_dir=str(out)), lock_id=None), 3)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common import flags
-from common.errors import ConfigError, SetupError
+from common.errors import ConfigError, SetupError, UserError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
 from training.config import PRESETS, TrainConfig, configure, other_process_count, other_validation, resumed_config
@@ -164,10 +164,11 @@ def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, c
 
 
 @pytest.mark.parametrize("argv", [["--preset=gpt2", "--gradient_accumulation_steps=4"], ["--fsdp=true"],
-                                  ["--max_iters=20"]])
+                                  ["--max_iters=20"], ["--preset=shakespeare-bpe"]])
 def test_help_shows_the_values_the_flags_make_the_run_take_over_the_presets(argv, capsys):
     """--help showed the preset's values that the flags replace beyond their own: gpt2's total_batch_size under an
-    explicit accumulation, the default preset's Muon under --fsdp, a preset's warmup a short run shortens."""
+    explicit accumulation, the default preset's Muon under --fsdp, a preset's warmup a short run shortens; and the
+    defaults of what a preset leaves unset (shakespeare-bpe: max_iters, warmup_iters)."""
     assert configure([*argv, "--help"]) is None
     text = capsys.readouterr().out
     tc, *_ = configure(argv)  # the run's own settings, notes and all
@@ -346,3 +347,23 @@ def test_nanogpt_cpu_computes_in_float32_as_nanogpt_on_a_cpu_does(monkeypatch, c
     assert common.device.pick_dtype(tc.dtype, torch.device("cpu")) == torch.float32
     tc, *_ = configure(["--preset=nanogpt-cpu", "--dtype=auto"])  # a flag still chooses
     assert common.device.pick_dtype(tc.dtype, torch.device("cpu")) == torch.bfloat16
+
+
+def test_adamw_is_not_refused_for_a_weight_decay_only_muons_rate_would_make_too_large():
+    """--muon_lr applies to Muon only: AdamW's check is of its own learning rate."""
+    assert TrainConfig(optimizer="adamw", weight_decay=60.0, learning_rate=1e-3, muon_lr=0.02).weight_decay == 60
+    with pytest.raises(ConfigError, match="with muon_lr=0.02 .* or --muon_lr below"):
+        TrainConfig(optimizer="muon", weight_decay=60.0, learning_rate=1e-3, muon_lr=0.02)
+
+
+def test_a_resume_refusal_names_the_config_file_that_gave_the_flag(tmp_path):
+    """A flag from a --config file is not on the command line: the refusals name the file, on a resume too."""
+    resumed(tmp_path)  # the checkpoint
+    out = str(tmp_path / "run")
+    explicit = flags.Given({"init_from": "resume", "out_dir": out, "n_layer": 3}, {"n_layer": "run.toml"})
+    with pytest.raises(SetupError, match=r"^--n_layer=3 \(set in --config=run.toml\) differs from the checkpoint's"):
+        resumed_config(TrainConfig(out_dir=out, init_from="resume"), {}, explicit)
+    f = tmp_path / "run.toml"
+    f.write_text("overwrite = true\n")
+    with pytest.raises(UserError, match=rf"^--overwrite \(set in --config={re.escape(str(f))}\) applies to "):
+        configure(["--init_from=resume", f"--out_dir={out}", f"--config={f}"])
