@@ -262,14 +262,6 @@ def start_fake_study(tmp_path, ignore=()):
     return study, int(started.read_text())
 
 
-def catches(pid: int, sig: int) -> bool:
-    """Whether the process has a handler of its own for sig (/proc's SigCgt mask): the study passes signals on only
-    once its handlers are in place, a moment after its run started (SIGCONT's is the last it sets)."""
-    with open(f"/proc/{pid}/status") as f:
-        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
-    return bool(caught >> (sig - 1) & 1)
-
-
 def wait_for(check, what: str) -> None:
     deadline = time.monotonic() + 30
     while not check():
@@ -289,21 +281,6 @@ def end_study(study, pid: int) -> int:
             os.killpg(study.pid, signal.SIGKILL)
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
-
-
-def test_ctrl_z_pauses_the_study_and_its_run_and_fg_resumes_both(tmp_path):
-    """The run has a process group of its own, so the terminal's Ctrl-Z and `fg` reach the study alone: it passes
-    each on and pauses itself too; a run left paused (or running) would never end the study's wait as asked."""
-    study, pid = start_fake_study(tmp_path)
-    try:
-        wait_for(lambda: catches(study.pid, signal.SIGCONT), "the study never took Ctrl-Z and fg")
-        study.send_signal(signal.SIGTSTP)
-        wait_for(lambda: state(study.pid) == "T" and state(pid) == "T", "Ctrl-Z did not pause the study and its run")
-        study.send_signal(signal.SIGCONT)
-        wait_for(lambda: state(study.pid) != "T" and state(pid) != "T", "fg did not resume the study and its run")
-    finally:
-        code = end_study(study, pid)
-    assert code in (128 + signal.SIGTERM, -signal.SIGTERM)
 
 
 def test_a_study_started_with_nohup_leaves_a_closed_terminals_sighup_ignored(tmp_path):
