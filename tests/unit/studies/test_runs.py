@@ -103,29 +103,16 @@ def test_a_stop_signal_to_the_study_stops_its_run_once_and_the_run_saves(tmp_pat
     study alone, the run was left training on its own (SIGTERM) or the study waited for the whole run (SIGINT). A
     closed terminal's SIGHUP, which reaches the study alone now that the run has a process group of its own, ends
     the run as it ends the study (train.py does not catch it: no checkpoint)."""
-    fake = tmp_path / "fake_train.py"
-    fake.write_text(FAKE_TRAIN_STOPPING)
+    study, pid = start_fake_study(tmp_path)
     out = tmp_path / "study"
-    study = subprocess.Popen([sys.executable, "-c", textwrap.dedent(DRIVER), str(fake), str(out)],
-                             cwd=os.getcwd(), start_new_session=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    started, pid = out / "decoder" / "started", None
     try:
-        deadline = time.monotonic() + 60
-        while not started.exists():
-            assert time.monotonic() < deadline and study.poll() is None, "the run never started"
-            time.sleep(0.05)
-        pid = int(started.read_text())
         (os.killpg if group else os.kill)(study.pid, sig)
         code = study.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while alive(pid):
-            assert time.monotonic() < deadline, "the run goes on after the study stopped"
-            time.sleep(0.05)
+        wait_for(lambda: not alive(pid), "the run goes on after the study stopped")
     finally:
         if study.poll() is None:
             os.killpg(study.pid, signal.SIGKILL)
-        if pid is not None and alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
     assert code in (128 + sig, -sig)
     # one signal reached the run: it saved (SIGHUP: the run ended by it, as the study did)
