@@ -135,9 +135,10 @@ class TiktokenTokenizer(Tokenizer):
         return self.encoding.encode_ordinary(text)
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
-        parts = self.encoding.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
+        # checked here as encode() checks: the batch call would encode U+FFFD for half a surrogate pair
+        parts = self.encoding.encode_ordinary_batch([_unicode(t) for t in texts], num_threads=os.cpu_count() or 1)
         eot = np.array([self.eot_id], dtype=np.int64)
-        pieces = []
+        pieces = [np.zeros(0, dtype=np.int64)]  # no documents: no tokens
         for i, part in enumerate(parts):
             if i:
                 pieces.append(eot)  # between documents, not after the last: one text in, no separator out

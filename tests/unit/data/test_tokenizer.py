@@ -58,6 +58,16 @@ def test_documents_are_encoded_alone_with_a_separator_between_them_not_after_the
     assert tok.encode_documents(docs[:1]).tolist() == tok.encode(docs[0])
 
 
+@pytest.mark.parametrize("make", [lambda: CharTokenizer(TEXT), gpt2_tokenizer, bpe_small], ids=["char", "gpt2", "bpe"])
+def test_encode_documents_refuses_half_a_surrogate_pair_and_takes_no_documents(make):
+    """As encode() does: gpt2 and bpe encoded U+FFFD in its place (the batch call replaces it), and no documents
+    crashed numpy's concatenate where char gave no tokens."""
+    tok = make()
+    with pytest.raises(DataError, match=r"U\+D83D at character \d+, half of a surrogate pair"):
+        tok.encode_documents(["First", "caf\u00e9 \ud83d!"])
+    assert tok.encode_documents([]).tolist() == []
+
+
 @pytest.mark.parametrize("make", [gpt2_tokenizer, bpe_small], ids=["gpt2", "bpe"])
 def test_stream_decoder_holds_back_partial_characters(make):
     tok = make()
