@@ -11,6 +11,8 @@ MASK_TEXT = "[MASK]"
 
 
 class MaskTokenizer(Tokenizer):
+    mask_text = MASK_TEXT  # the text that encodes to mask_id
+
     def __init__(self, base: Tokenizer):
         self.base, self.name, self.eot_id = base, base.name, base.eot_id
         self.mask_id = base.vocab_size  # the last id

@@ -228,10 +228,14 @@ def ranks_from_bytes(data: bytes) -> dict[bytes, int]:
 
 def drop_unknown(tokenizer: Tokenizer, text: str) -> str:
     """text without the characters a char vocabulary lacks (other tokenizers encode anything: text unchanged), for
-    probes and prompts that must not stop a run; never empty."""
+    probes and prompts that must not stop a run; never empty. A tokenizer with a mask text (data/mask_token.py)
+    keeps each `[MASK]` whole: it encodes to the mask id, whatever characters the vocabulary has."""
     if not hasattr(tokenizer, "chars"):
         return text
-    return "".join(c for c in text if c in tokenizer.chars) or tokenizer.chars[0]
+    mask = getattr(tokenizer, "mask_text", None)
+    parts = text.split(mask) if mask else [text]
+    kept = (mask or "").join("".join(c for c in part if c in tokenizer.chars) for part in parts)
+    return kept or tokenizer.chars[0]
 
 
 def meta_problem(meta) -> str | None:

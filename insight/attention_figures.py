@@ -25,7 +25,7 @@ from matplotlib.colors import PowerNorm  # noqa: E402
 from common.errors import ConfigError, UserError  # noqa: E402
 from common.files import need_file_path, write_atomic  # noqa: E402
 from common.eval_mode import evaluating  # noqa: E402
-from data.mask_token import encode_prompt  # noqa: E402
+from data.mask_token import as_data, encode_prompt  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
 from .attention_maps import KINDS, attention_maps, objective_of
 
@@ -68,7 +68,8 @@ def encode_probe(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, cut:
     none), named by refusals. objective: the model's --model (attention_maps.objective_of)."""
     text_flag, limit_flag = flags
     encoder = objective_of(model, objective) == "encoder"
-    ids = encode_prompt(tokenizer, drop_unknown(tokenizer, text) if cut else text, encoder)
+    reader = tokenizer if encoder else as_data(tokenizer)  # only an encoder reads `[MASK]` as its id
+    ids = encode_prompt(tokenizer, drop_unknown(reader, text) if cut else text, encoder)
     if not ids:
         raise UserError(f"the text to visualise is empty; pass some text with {text_flag}=...")
     limit = min(max_tokens, model.config.block_size)  # learned positions cannot go further

@@ -213,3 +213,19 @@ def test_the_page_reads_end_of_text_as_the_figure_and_the_prompt_do():
     ids = [ord("a"), tokenizer.eot_id, ord("b")]
     assert encode_probe(model, tokenizer, text).tolist() == [ids]
     assert page_data(model, tokenizer, text)["tokens"] == [tokenizer.token_text(i) for i in ids]
+
+
+def test_a_cut_probe_keeps_an_encoders_mask_whole_where_the_vocabulary_lacks_its_characters():
+    """A char vocabulary without `[`, `]` or capitals (a lowercase corpus): the cut dropped those characters from the
+    text `[MASK]`, so an encoder's probe lost its mask without a word; a decoder reads `[MASK]` as characters and
+    drops the ones it lacks, as before."""
+    from data.mask_token import with_mask_token
+    from data.tokenizer import CharTokenizer
+    from insight.attention_figures import encode_probe
+
+    tokenizer = with_mask_token(CharTokenizer("abc"))
+    text = "ab[MASK]cZ"
+    encoder = tiny_model(causal=False, vocab_size=tokenizer.vocab_size)
+    assert encode_probe(encoder, tokenizer, text, cut=True).tolist() == [[0, 1, tokenizer.mask_id, 2]]
+    decoder = tiny_model(vocab_size=tokenizer.vocab_size)
+    assert encode_probe(decoder, tokenizer, text, cut=True).tolist() == [[0, 1, 2]]
