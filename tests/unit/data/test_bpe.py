@@ -1,6 +1,7 @@
 """The readable BPE trainer (data/bpe.py) against a naive reference written here."""
 from collections import Counter
 
+import pytest
 import regex
 import tiktoken.load
 
@@ -60,3 +61,12 @@ def test_bpe_is_deterministic_sized_and_stored_in_tiktoken_format(tmp_path):
 def test_bpe_stops_when_the_text_runs_out_of_pairs():
     ranks = train_bpe(["ab ab ab"], 5000, GPT2_PATTERN)
     assert len(ranks) < 5000 and ranks[b"ab"] == 256
+
+
+@pytest.mark.parametrize("text", ["aaaa", "aaaaaaa aaaa aa aaa", "ab" * 30, "abababa bababab", "🙂🙂🙂 👍🏽👍🏽",
+                                  "   \t\t  \n\n\n\n  x  \r\n\r\n", "\n\n\n\n", "\x00\x00\x00", ""])
+@pytest.mark.parametrize("n_tokens", [N_BYTES, N_BYTES + 1, N_BYTES + 4, N_BYTES + 300])
+def test_bpe_training_matches_naive_reference_on_overlapping_pairs_whitespace_and_emoji(text, n_tokens):
+    """A run of one byte overlaps its own pairs ("aaa" holds (a, a) twice, merged once); the text may run out of
+    pairs before n_tokens, or hold none."""
+    assert train_bpe([text], n_tokens, GPT2_PATTERN) == naive_bpe(text, n_tokens)
