@@ -209,6 +209,21 @@ def built(cls, values: dict, given):
         raise type(e)(f"{e}{said}") from None
 
 
+# The flags of the command line this process read last (parse), and {name: the --config file} of those a file gave:
+# a refusal raised later, once the flags are read (a resumed run's step, a schedule, the data a path names), that
+# names one of them says so as cli.run prints it (in_config_file), as the flags' own refusals do.
+PARSED = {"names": (), "files": {}}
+
+
+def in_config_file(message: str) -> str:
+    """message, with ' (set in --config=FILE)' after it where it names (as --name or name=) a flag that the
+    last-read command line's --config file gave, and names no --config file already."""
+    if "--config=" in message or not PARSED["files"]:
+        return message
+    named = [k for k in PARSED["names"] if re.search(rf"(?<![\w-])(--{k}\b|{k}=)", message)]
+    return message + set_in(named, Named(files=PARSED["files"]))
+
+
 def set_in(names, given) -> str:
     """' (set in --config=FILE)' where a config file, not a typed flag, gave the flags named (given: Named or Given;
     '' where none came from a file): said after the flags a refusal names."""
@@ -382,6 +397,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
                 explicit.files[key] = source
             else:  # typed after the file: the command line shows it
                 explicit.files.pop(key, None)
+    PARSED.update(names=tuple(known), files=dict(explicit.files))
     return values, explicit
 
 

@@ -367,3 +367,27 @@ def test_a_resume_refusal_names_the_config_file_that_gave_the_flag(tmp_path):
     f.write_text("overwrite = true\n")
     with pytest.raises(UserError, match=rf"^--overwrite \(set in --config={re.escape(str(f))}\) applies to "):
         configure(["--init_from=resume", f"--out_dir={out}", f"--config={f}"])
+
+
+def test_refusals_after_the_configs_are_built_name_the_config_file_that_gave_the_flag(tmp_path, capsys):
+    """A resume's step, a schedule and a step's batch are refused once the configs are built (not by the dataclass):
+    a value a --config file gave is named with the file there too, as cli.run prints the refusal."""
+    from common import cli
+
+    resumed(tmp_path)  # a checkpoint at step 4
+    out, f = str(tmp_path / "run"), tmp_path / "run.toml"
+
+    def resume(argv):
+        tc, overrides, _, explicit = configure(argv)
+        resumed_config(tc, overrides, explicit)
+    f.write_text("max_iters = 2\n")
+    assert cli.run(resume, ["--init_from=resume", f"--out_dir={out}", f"--config={f}"]) == 2
+    assert capsys.readouterr().err.endswith(f"pass a --max_iters above 4 (set in --config={f})\n")
+    f.write_text("warmup_iters = 10\nlr_decay_iters = 5\nmax_iters = 20\n")
+    assert cli.run(configure, [f"--config={f}"]) == 2
+    assert capsys.readouterr().err.endswith(f"raise --lr_decay_iters (set in --config={f})\n")
+    f.write_text("total_batch_size = 100\n")
+    assert cli.run(lambda argv: configure(argv)[0].accumulation(16, 1), [f"--config={f}", "--batch_size=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: total_batch_size=100 is not a multiple") and err.endswith(f"64 (set in "
+                                                                                          f"--config={f})\n"), err
