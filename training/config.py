@@ -132,7 +132,8 @@ class TrainConfig(PrepareConfig):
              f"{self.learning_rate}] (the rate decays from learning_rate to min_lr); pass a --min_lr in that range, "
              f"e.g. --min_lr={self.learning_rate / 10:g} (a tenth)")
         need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"beta1={self.beta1}, beta2={self.beta2} must be in [0, 1)")
-        need(self.weight_decay >= 0 and self.grad_clip >= 0, "weight_decay and grad_clip must be >= 0")
+        for name in ("weight_decay", "grad_clip"):
+            need(getattr(self, name) >= 0, f"{name}={getattr(self, name)} must be >= 0")
         need(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         need(self.muon_lr > 0 and 0 <= self.muon_momentum < 1,
              f"muon_lr={self.muon_lr} must be > 0 and muon_momentum={self.muon_momentum} in [0, 1)")

@@ -391,3 +391,13 @@ def test_refusals_after_the_configs_are_built_name_the_config_file_that_gave_the
     err = capsys.readouterr().err
     assert err.startswith("error: total_batch_size=100 is not a multiple") and err.endswith(f"64 (set in "
                                                                                           f"--config={f})\n"), err
+
+
+@pytest.mark.parametrize("field", ["weight_decay", "grad_clip"])
+def test_a_negative_weight_decay_or_grad_clip_is_refused_naming_its_value_and_the_file(tmp_path, field):
+    """"weight_decay and grad_clip must be >= 0" named neither value, nor (so) the --config file that gave it."""
+    f = tmp_path / "run.toml"
+    f.write_text(f"{field} = -1.0\n")
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}"])
+    assert str(refused.value) == f"{field}=-1.0 must be >= 0 (set in --config={f})"
