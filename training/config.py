@@ -233,7 +233,8 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
         print_help(per_class, explicit, preset, given_here.get("config"))
         return None
     tc = flags.built(TrainConfig, per_class[TrainConfig], explicit)
-    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files, explicit.preset)
+    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files, explicit.preset,
+                        explicit.preset_name)
     if tc.init_from in ("resume", "auto"):
         # the facts known before the checkpoint is read; --backend's before the checkpoint's moves the run
         notes += flag_scope.check("train.py", given, {"init_from": tc.init_from,
@@ -261,7 +262,7 @@ def over_the_preset(train_values: dict, explicit: dict) -> list[str]:
         train_values.update({f: v for f, v in defaults.items() if f not in explicit})
         notes.append("note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
                      "--optimizer=adamw (set --optimizer to choose)")
-    return notes + explicit_accumulation(train_values, explicit, "the preset's")
+    return notes + explicit_accumulation(train_values, explicit, flags.whose("total_batch_size", explicit))
 
 
 def print_help(per_class: dict, explicit: dict, preset: str | None, config: str | None) -> None:

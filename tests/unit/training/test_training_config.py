@@ -61,7 +61,8 @@ def test_a_refused_schedule_names_a_shortened_warmup_as_shortened_not_as_the_pre
     with pytest.raises(ConfigError) as refused:
         configure(["--max_iters=4", "--lr_decay_iters=1"])
     message = str(refused.value)
-    assert message.startswith(f"warmup_iters=1 (a tenth of max_iters, shortened from the preset's {preset}) is not "
+    assert message.startswith(f"warmup_iters=1 (a tenth of max_iters, shortened from the default shakespeare-char "
+                              f"preset's {preset}) is not "
                               f"below lr_decay_iters=1"), message
     assert "(the preset's)" not in message
 
@@ -401,3 +402,15 @@ def test_a_negative_weight_decay_or_grad_clip_is_refused_naming_its_value_and_th
     with pytest.raises(ConfigError) as refused:
         configure([f"--config={f}"])
     assert str(refused.value) == f"{field}=-1.0 must be >= 0 (set in --config={f})"
+
+
+def test_a_short_runs_warmup_note_names_the_preset_it_came_from_the_default_one_too(capsys):
+    """With no --preset typed, the note called the warmup "the preset's", of a preset the user never named: it now
+    says which, and that it is the default one."""
+    configure(["--max_iters=8"])
+    warmup = PRESETS["shakespeare-char"]["warmup_iters"]
+    assert (f"note: warmup_iters={warmup} (the default shakespeare-char preset's) would be more than a quarter of "
+            f"max_iters=8" in capsys.readouterr().err)
+    configure(["--preset=fast-cpu", "--max_iters=8"])
+    warmup = PRESETS["fast-cpu"]["warmup_iters"]
+    assert f"note: warmup_iters={warmup} (the fast-cpu preset's) would be" in capsys.readouterr().err
