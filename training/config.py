@@ -90,7 +90,7 @@ class TrainConfig(PrepareConfig):
     fsdp: bool = False  # under torchrun: shard weights, gradients and optimizer state instead of replicating (DDP)
     seed: int = 1337
     # samples shown at each evaluation and at the end
-    sample_prompt: str = "\n"
+    sample_prompt: str = "\n"  # as sample.py's --start: <|endoftext|> in it is the gpt2/bpe document separator
     sample_tokens: int = 200
     # what attention learns
     log_induction: bool = True  # at each evaluation, the best head's induction (prefix-matching) score and which
