@@ -213,3 +213,23 @@ def test_the_page_reads_end_of_text_as_the_figure_and_the_prompt_do():
     ids = [ord("a"), tokenizer.eot_id, ord("b")]
     assert encode_probe(model, tokenizer, text).tolist() == [ids]
     assert page_data(model, tokenizer, text)["tokens"] == [tokenizer.token_text(i) for i in ids]
+
+
+@pytest.mark.parametrize("int8,dtype,said", [(False, "float32", None), (True, "float32", "int8 linear layers"),
+                                             (False, "bfloat16", "bfloat16 weights"),
+                                             (True, "bfloat16", "int8 linear layers, bfloat16 weights")])
+def test_the_title_says_the_precision_of_weights_other_than_float32(int8, dtype, said):
+    """sample.py --attention with --quantize=int8 or --dtype=bfloat16 draws the maps of those weights: the title
+    said nothing of it, as if they were the float32 checkpoint's."""
+    import torch
+
+    from data.tokenizer import CharTokenizer
+    from inference.quantize import quantize_int8
+    from insight.attention_figures import attention_figure
+
+    model = tiny_model().to(getattr(torch, dtype))
+    if int8:
+        quantize_int8(model)  # the dequantised product: the same weights as the CPU kernel's
+    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
+    title = attention_figure(model, tokenizer, "abcd")._suptitle.get_text()
+    assert title.endswith("4 tokens" + (f", {said}" if said else "")), title
