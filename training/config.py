@@ -271,6 +271,9 @@ def print_help(per_class: dict, explicit: dict, preset: str | None, config: str 
     values = {f.name: f.default for cls in CLASSES for f in fields(cls)}
     values.update({k: v for cls in CLASSES for k, v in per_class[cls].items()})
     values["warmup_iters"] = fresh_warmup(values["warmup_iters"], values["max_iters"], explicit)
+    if values["init_from"] in ("resume", "auto"):  # the checkpoint is not read for --help
+        print(f"--init_from={values['init_from']}: the values below are a fresh run's; a resumed run continues with "
+              f"its checkpoint's settings (out_dir/{LAST}), and only the flags given change them")
     print(flags.help_text(CLASSES, PRESETS, values, preset or configs.DEFAULT, flag_scope.tags("train.py"),
                           {name: configs.note(name) for name in PRESETS}, config))
 

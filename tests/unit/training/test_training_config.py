@@ -414,3 +414,14 @@ def test_a_short_runs_warmup_note_names_the_preset_it_came_from_the_default_one_
     configure(["--preset=fast-cpu", "--max_iters=8"])
     warmup = PRESETS["fast-cpu"]["warmup_iters"]
     assert f"note: warmup_iters={warmup} (the fast-cpu preset's) would be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("init_from", ["resume", "auto"])
+def test_help_of_a_resume_says_its_values_are_a_fresh_runs_not_the_checkpoints(init_from, capsys):
+    """--init_from=resume --help listed the preset's values as "the values shown", where the resume takes its
+    checkpoint's: the first line now says so."""
+    assert configure([f"--init_from={init_from}", "--help"]) is None
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"--init_from={init_from}: ") and "its checkpoint's settings" in first, first
+    configure(["--help"])
+    assert capsys.readouterr().out.startswith("flags (--name=value)")
