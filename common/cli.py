@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from common import flags
 from common.errors import DiskError, UserError
 
 
@@ -76,6 +77,7 @@ def exit_code(e: BaseException) -> int:
 def run(main, argv) -> int:
     escape_what_stdout_cannot_encode()
     watch_stdout()
+    flags.PARSED.update(names=(), files={})  # another command's, run before in this process (tests), says nothing
     try:
         with stdout_errors():
             main(argv)
@@ -83,7 +85,7 @@ def run(main, argv) -> int:
     except UserError as e:
         if os.environ.get("SMALLGPT_DEBUG"):
             raise
-        message = " ".join(str(e).split())  # one line, whatever the message held
+        message = flags.in_config_file(" ".join(str(e).split()))  # one line, whatever the message held
         rank = os.environ.get("RANK", "0")
         if rank != "0" and "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: rank 0 says it once
             try:

@@ -175,24 +175,31 @@ def unknown(key: str, known: dict, names: list, config_file: str | None = None) 
 class Named(set):
     """The names of the flags given, typed or in a --config file; files: {name: the file} of those a file gave and no
     typed flag replaced, so that a refusal of one names the file (the command line does not show it); preset: the
-    names the --preset set, so that a message of a value no flag gave says whose it is (the preset's, the default)."""
-    def __init__(self, names=(), files=None, preset=()):
+    names the --preset set, so that a message of a value no flag gave says whose it is (the preset's, the default);
+    preset_name: that preset, as messages name it ('fast-cpu', or 'default shakespeare-char' where none was typed)."""
+    def __init__(self, names=(), files=None, preset=(), preset_name=""):
         super().__init__(names)
         self.files = dict(files or {})
         self.preset = frozenset(preset)
+        self.preset_name = preset_name
 
 
 class Given(dict):
     """Named's flags with their values: {name: value}, and the same files and preset."""
-    def __init__(self, values=(), files=None, preset=()):
+    def __init__(self, values=(), files=None, preset=(), preset_name=""):
         super().__init__(values)
         self.files = dict(files or {})
         self.preset = frozenset(preset)
+        self.preset_name = preset_name
 
 
 def whose(name: str, given) -> str:
-    """Where the value of a flag not given came from, for messages: "the preset's" or "the default"."""
-    return "the preset's" if name in getattr(given, "preset", ()) else "the default"
+    """Where the value of a flag not given came from, for messages: "the fast-cpu preset's" (where no --preset was
+    typed: "the default shakespeare-char preset's", which the user may not know applies) or "the default"."""
+    if name not in getattr(given, "preset", ()):
+        return "the default"
+    preset = getattr(given, "preset_name", "")
+    return f"the {preset} preset's" if preset else "the preset's"
 
 
 def built(cls, values: dict, given):
@@ -207,6 +214,21 @@ def built(cls, values: dict, given):
         if not said:
             raise
         raise type(e)(f"{e}{said}") from None
+
+
+# The flags of the command line this process read last (parse), and {name: the --config file} of those a file gave:
+# a refusal raised later, once the flags are read (a resumed run's step, a schedule, the data a path names), that
+# names one of them says so as cli.run prints it (in_config_file), as the flags' own refusals do.
+PARSED = {"names": (), "files": {}}
+
+
+def in_config_file(message: str) -> str:
+    """message, with ' (set in --config=FILE)' after it where it names (as --name or name=) a flag that the
+    last-read command line's --config file gave, and names no --config file already."""
+    if "--config=" in message or not PARSED["files"]:
+        return message
+    named = [k for k in PARSED["names"] if re.search(rf"(?<![\w-])(--{k}\b|{k}=)", message)]
+    return message + set_in(named, Named(files=PARSED["files"]))
 
 
 def set_in(names, given) -> str:
@@ -345,7 +367,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
     preset = None if "preset" in known else raw.pop("preset", None)  # a field of that name (bench.py's) is a flag
     if preset is not None:
         values.update(preset_values(preset, presets))
-    explicit = Named(preset=values)
+    explicit = Named(preset=values, preset_name=preset or "")
     config_file = raw.pop("config", None)
     if config_file is not None:
         need_value("config", config_file)
@@ -382,6 +404,7 @@ def parse(argv, classes, presets: dict) -> tuple[dict, set]:
                 explicit.files[key] = source
             else:  # typed after the file: the command line shows it
                 explicit.files.pop(key, None)
+    PARSED.update(names=tuple(known), files=dict(explicit.files))
     return values, explicit
 
 
@@ -467,13 +490,14 @@ def help_text(classes, presets, values: dict | None = None, preset: str | None =
 def parse_configs(argv, classes, presets, default_preset=None):
     """Flags -> ({dataclass: {field: value}} from the preset, config file and flags,
     {field: value} of what the config file and flags set explicitly). Raises FlagError with one line."""
-    argv = list(argv)
-    if default_preset and not any(a.startswith("--preset") for a in argv):
+    argv, default = list(argv), default_preset and not any(a.startswith("--preset") for a in argv)
+    if default:
         argv = [f"--preset={default_preset}"] + argv
     values, explicit = parse(argv, classes, presets)
     owners = field_types(*classes)
     per_class = {cls: {k: v for k, v in values.items() if owners[k][0] is cls} for cls in classes}
-    return per_class, Given({k: values[k] for k in explicit}, explicit.files, explicit.preset)
+    name = f"default {explicit.preset_name}" if default else explicit.preset_name
+    return per_class, Given({k: values[k] for k in explicit}, explicit.files, explicit.preset, name)
 
 
 def config_from_argv(argv, cls):

@@ -27,6 +27,7 @@ from common.files import need_file_path, write_atomic  # noqa: E402
 from common.eval_mode import evaluating  # noqa: E402
 from data.mask_token import as_data, encode_prompt  # noqa: E402
 from data.tokenizer import drop_unknown  # noqa: E402
+from inference.quantize import Int8Linear  # noqa: E402
 from .attention_maps import KINDS, attention_maps, objective_of
 
 MAX_TOKENS = 64  # beyond this the token labels no longer fit
@@ -134,8 +135,18 @@ def attention_figure(model, tokenizer, text: str, max_tokens: int = MAX_TOKENS, 
     cfg = model.config
     kind = kind or KINDS[objective_of(model, objective)]
     title = (f"attention weights: {kind}, {cfg.n_layer} layers x {cfg.n_head} heads, pos_emb={cfg.pos_emb}, "
-             f"{idx.size(1)} tokens")
+             f"{idx.size(1)} tokens{precision(model)}")
     return plot_maps(data, token_labels(tokenizer, idx[0].tolist()), title)
+
+
+def precision(model) -> str:
+    """', int8 linear layers' and/or ', bfloat16 weights' for the title where the maps come from weights other than
+    float32 (sample.py's --quantize, a half --dtype): they may differ from the trained checkpoint's; '' for float32."""
+    said = ["int8 linear layers"] if any(isinstance(m, Int8Linear) for m in model.modules()) else []
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        said.append(f"{str(dtype).removeprefix('torch.')} weights")
+    return "".join(f", {s}" for s in said)
 
 
 def cross_attention_figure(model, view):

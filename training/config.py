@@ -90,7 +90,7 @@ class TrainConfig(PrepareConfig):
     fsdp: bool = False  # under torchrun: shard weights, gradients and optimizer state instead of replicating (DDP)
     seed: int = 1337
     # samples shown at each evaluation and at the end
-    sample_prompt: str = "\n"
+    sample_prompt: str = "\n"  # as sample.py's --start: <|endoftext|> in it is the gpt2/bpe document separator
     sample_tokens: int = 200
     # what attention learns
     log_induction: bool = True  # at each evaluation, the best head's induction (prefix-matching) score and which
@@ -132,7 +132,8 @@ class TrainConfig(PrepareConfig):
              f"{self.learning_rate}] (the rate decays from learning_rate to min_lr); pass a --min_lr in that range, "
              f"e.g. --min_lr={self.learning_rate / 10:g} (a tenth)")
         need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"beta1={self.beta1}, beta2={self.beta2} must be in [0, 1)")
-        need(self.weight_decay >= 0 and self.grad_clip >= 0, "weight_decay and grad_clip must be >= 0")
+        for name in ("weight_decay", "grad_clip"):
+            need(getattr(self, name) >= 0, f"{name}={getattr(self, name)} must be >= 0")
         need(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         need(self.muon_lr > 0 and 0 <= self.muon_momentum < 1,
              f"muon_lr={self.muon_lr} must be > 0 and muon_momentum={self.muon_momentum} in [0, 1)")
@@ -232,7 +233,8 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
         print_help(per_class, explicit, preset, given_here.get("config"))
         return None
     tc = flags.built(TrainConfig, per_class[TrainConfig], explicit)
-    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files, explicit.preset)
+    given = flags.Named({*explicit, *(["preset"] if preset else [])}, explicit.files, explicit.preset,
+                        explicit.preset_name)
     if tc.init_from in ("resume", "auto"):
         # the facts known before the checkpoint is read; --backend's before the checkpoint's moves the run
         notes += flag_scope.check("train.py", given, {"init_from": tc.init_from,
@@ -260,7 +262,7 @@ def over_the_preset(train_values: dict, explicit: dict) -> list[str]:
         train_values.update({f: v for f, v in defaults.items() if f not in explicit})
         notes.append("note: --fsdp=true shards the matrices the preset's Muon orthogonalises whole; using "
                      "--optimizer=adamw (set --optimizer to choose)")
-    return notes + explicit_accumulation(train_values, explicit, "the preset's")
+    return notes + explicit_accumulation(train_values, explicit, flags.whose("total_batch_size", explicit))
 
 
 def print_help(per_class: dict, explicit: dict, preset: str | None, config: str | None) -> None:
@@ -269,6 +271,9 @@ def print_help(per_class: dict, explicit: dict, preset: str | None, config: str 
     values = {f.name: f.default for cls in CLASSES for f in fields(cls)}
     values.update({k: v for cls in CLASSES for k, v in per_class[cls].items()})
     values["warmup_iters"] = fresh_warmup(values["warmup_iters"], values["max_iters"], explicit)
+    if values["init_from"] in ("resume", "auto"):  # the checkpoint is not read for --help
+        print(f"--init_from={values['init_from']}: the values below are a fresh run's; a resumed run continues with "
+              f"its checkpoint's settings (out_dir/{LAST}), and only the flags given change them")
     print(flags.help_text(CLASSES, PRESETS, values, preset or configs.DEFAULT, flag_scope.tags("train.py"),
                           {name: configs.note(name) for name in PRESETS}, config))
 

@@ -15,7 +15,7 @@ from common import flag_scope, flags, malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
-from data.mask_token import as_data
+from data.mask_token import as_data, encode_prompt
 from model import GPT, GPTConfig, Seq2Seq
 from model.attention import use_backend
 import speed
@@ -151,16 +151,17 @@ def check_backend(kind: str, config: GPTConfig, sc: SpeedConfig) -> None:
 
 
 def sample_prompt(tc: TrainConfig, tokenizer) -> tuple[int, ...]:
-    """The samples' prompt (--sample_prompt), encoded once, as the data was: a [MASK] id the tokenizer has
-    (--mask_token) was never in it, so `[MASK]` is characters. An empty prompt starts a document at the end-of-text
-    token, as sample.py's does, or (char, which has none) at the first id. () where no sample is drawn
+    """The samples' prompt (--sample_prompt), encoded once, as sample.py reads its --start (encode_prompt): as the data
+    was, so a [MASK] id the tokenizer has (--mask_token) was never in it and `[MASK]` is characters; `<|endoftext|>`
+    is the separator token. An empty prompt starts a document at the end-of-text token, as sample.py's does, or
+    (char, which has none) at the first id. () where no sample is drawn
     (--sample_tokens=0; an encoder-decoder samples a validation source). A character the vocabulary lacks is
     refused now, before training, not at the first evaluation."""
     if not tc.sample_tokens or tc.model == "seq2seq":
         return ()
     tokenizer = as_data(tokenizer)
     try:
-        ids = tokenizer.encode(tc.sample_prompt)
+        ids = encode_prompt(tokenizer, tc.sample_prompt, encoder=False)
     except DataError:
         unknown = [c for c in dict.fromkeys(tc.sample_prompt) if not encodes(tokenizer, c)]
         raise ConfigError(f"--sample_prompt={tc.sample_prompt!r} has characters the training text's vocabulary "

@@ -161,3 +161,31 @@ def test_a_stdout_whose_write_fails_is_one_line_as_one_whose_flush_fails(monkeyp
     assert type(sys.stdout) is cli.Stdout
     assert cli.run(lambda argv: print("a sample " * 100), []) == 2
     assert capsys.readouterr().err.startswith("error: could not write to stdout: No space left on device")
+
+
+def test_a_refusal_after_the_flags_names_the_config_file_of_a_flag_it_names(tmp_path, capsys):
+    """A refusal raised once the flags are read (not by the parse) names the --config file that gave a flag it names,
+    as the parse's own refusals do: the command line does not show it. A typed flag's refusal is left as it was."""
+    import dataclasses
+
+    from common import flags
+
+    @dataclasses.dataclass
+    class Settings:
+        steps: int = 1
+        size: int = 2
+
+    f = tmp_path / "run.toml"
+    f.write_text("steps = 5\n")
+
+    def main(argv):
+        per_class, _ = flags.parse_configs(argv, (Settings,), {})
+        s = Settings(**per_class[Settings])
+        raise errors.SetupError(f"--steps={s.steps} is past the end; pass a --size above {s.size}")
+    assert cli.run(main, [f"--config={f}", "--size=3"]) == 2
+    assert capsys.readouterr().err == (f"error: --steps=5 is past the end; pass a --size above 3 (--steps set in "
+                                       f"--config={f})\n")
+    assert cli.run(main, [f"--config={f}", "--steps=6"]) == 2  # typed after the file: the command line shows it
+    assert capsys.readouterr().err == "error: --steps=6 is past the end; pass a --size above 2\n"
+    assert cli.run(main, ["--steps=6"]) == 2
+    assert capsys.readouterr().err == "error: --steps=6 is past the end; pass a --size above 2\n"

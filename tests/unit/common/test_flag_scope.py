@@ -93,7 +93,7 @@ def test_wandb_names_without_wandb_log_are_noted_not_refused(capsys):
 def test_an_explicit_accumulation_beats_the_presets_total_batch_size(capsys):
     tc, *_ = configure(["--preset=gpt2", "--gradient_accumulation_steps=4"])
     assert tc.total_batch_size is None and tc.accumulation(block_size=1024, world_size=1) == 4
-    assert "note: --gradient_accumulation_steps=4 replaces the preset's total_batch_size=524288" in \
+    assert "note: --gradient_accumulation_steps=4 replaces the gpt2 preset's total_batch_size=524288" in \
         capsys.readouterr().err
     tc, *_ = configure(["--preset=gpt2", "--batch_size=8"])  # the preset's tokens per step, more micro-steps
     assert tc.accumulation(block_size=1024, world_size=1) == 64
@@ -107,9 +107,10 @@ def test_two_explicit_flags_that_set_the_accumulation_are_refused_naming_both():
 def test_a_warmup_that_reaches_the_end_of_the_decay_is_refused():
     with pytest.raises(UserError) as e:
         configure(["--lr_decay_iters=8"])  # the default preset's warmup_iters=10 and max_iters=400
-    assert str(e.value) == ("warmup_iters=10 (the preset's) is not below lr_decay_iters=8: the learning rate would "
-                            "fall from its peak straight to min_lr at step 10 and stay there until max_iters=400 (the "
-                            "preset's); lower --warmup_iters or raise --lr_decay_iters")
+    assert str(e.value) == ("warmup_iters=10 (the default shakespeare-char preset's) is not below lr_decay_iters=8: "
+                            "the learning rate would fall from its peak straight to min_lr at step 10 and stay "
+                            "there until max_iters=400 (the default shakespeare-char preset's); lower --warmup_iters "
+                            "or raise --lr_decay_iters")
     with pytest.raises(UserError, match="warmup_iters=50 is not below lr_decay_iters=50"):
         configure(["--warmup_iters=50", "--lr_decay_iters=50", "--max_iters=60"])
 

@@ -412,7 +412,7 @@ def test_help_says_every_flag_on_one_line():
     text = help_text(CLASSES, PRESETS, {"sample_prompt": "\n", "wandb_run_name": "a\tb"})
     for line in text.splitlines()[1:]:
         assert not line or line.startswith("  --") or line.endswith(":"), line
-    assert "  --sample_prompt='\\n'\n" in text and "  --wandb_run_name='a\\tb'   " in text
+    assert "  --sample_prompt='\\n'   " in text and "  --wandb_run_name='a\\tb'   " in text
     assert "  --out_dir=out\n" in text and "  --wandb_project=small-gpt\n" in text  # plain text stays as it is
 
 

@@ -229,3 +229,23 @@ def test_a_cut_probe_keeps_an_encoders_mask_whole_where_the_vocabulary_lacks_its
     assert encode_probe(encoder, tokenizer, text, cut=True).tolist() == [[0, 1, tokenizer.mask_id, 2]]
     decoder = tiny_model(vocab_size=tokenizer.vocab_size)
     assert encode_probe(decoder, tokenizer, text, cut=True).tolist() == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("int8,dtype,said", [(False, "float32", None), (True, "float32", "int8 linear layers"),
+                                             (False, "bfloat16", "bfloat16 weights"),
+                                             (True, "bfloat16", "int8 linear layers, bfloat16 weights")])
+def test_the_title_says_the_precision_of_weights_other_than_float32(int8, dtype, said):
+    """sample.py --attention with --quantize=int8 or --dtype=bfloat16 draws the maps of those weights: the title
+    said nothing of it, as if they were the float32 checkpoint's."""
+    import torch
+
+    from data.tokenizer import CharTokenizer
+    from inference.quantize import quantize_int8
+    from insight.attention_figures import attention_figure
+
+    model = tiny_model().to(getattr(torch, dtype))
+    if int8:
+        quantize_int8(model)  # the dequantised product: the same weights as the CPU kernel's
+    tokenizer = CharTokenizer("".join(chr(97 + i % 26) for i in range(37)))
+    title = attention_figure(model, tokenizer, "abcd")._suptitle.get_text()
+    assert title.endswith("4 tokens" + (f", {said}" if said else "")), title

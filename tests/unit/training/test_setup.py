@@ -148,3 +148,15 @@ def test_each_process_of_a_fresh_run_draws_its_own_stream():
         torch.manual_seed(7 + rank)
         assert torch.equal(draws[-1], torch.rand(8)), rank
     assert not torch.equal(draws[0], draws[1])
+
+
+def test_an_endoftext_in_the_sample_prompt_is_the_separator_token_as_in_sample_py():
+    """--sample_prompt='<|endoftext|>ab' was read as the 13 characters, where sample.py's --start reads the separator
+    token: the run's samples began elsewhere than the same prompt's in sample.py."""
+    from data.mask_token import encode_prompt
+    from data.tokenizer import bpe_tokenizer
+
+    tokenizer = bpe_tokenizer({bytes([i]): i for i in range(256)})  # bytes; <|endoftext|> is id 256
+    tc = TrainConfig(sample_prompt="<|endoftext|>ab", sample_tokens=4)
+    assert sample_prompt(tc, tokenizer) == (tokenizer.eot_id, ord("a"), ord("b"))
+    assert list(sample_prompt(tc, tokenizer)) == encode_prompt(tokenizer, tc.sample_prompt, encoder=False)

@@ -61,7 +61,8 @@ def test_a_refused_schedule_names_a_shortened_warmup_as_shortened_not_as_the_pre
     with pytest.raises(ConfigError) as refused:
         configure(["--max_iters=4", "--lr_decay_iters=1"])
     message = str(refused.value)
-    assert message.startswith(f"warmup_iters=1 (a tenth of max_iters, shortened from the preset's {preset}) is not "
+    assert message.startswith(f"warmup_iters=1 (a tenth of max_iters, shortened from the default shakespeare-char "
+                              f"preset's {preset}) is not "
                               f"below lr_decay_iters=1"), message
     assert "(the preset's)" not in message
 
@@ -367,3 +368,60 @@ def test_a_resume_refusal_names_the_config_file_that_gave_the_flag(tmp_path):
     f.write_text("overwrite = true\n")
     with pytest.raises(UserError, match=rf"^--overwrite \(set in --config={re.escape(str(f))}\) applies to "):
         configure(["--init_from=resume", f"--out_dir={out}", f"--config={f}"])
+
+
+def test_refusals_after_the_configs_are_built_name_the_config_file_that_gave_the_flag(tmp_path, capsys):
+    """A resume's step, a schedule and a step's batch are refused once the configs are built (not by the dataclass):
+    a value a --config file gave is named with the file there too, as cli.run prints the refusal."""
+    from common import cli
+
+    resumed(tmp_path)  # a checkpoint at step 4
+    out, f = str(tmp_path / "run"), tmp_path / "run.toml"
+
+    def resume(argv):
+        tc, overrides, _, explicit = configure(argv)
+        resumed_config(tc, overrides, explicit)
+    f.write_text("max_iters = 2\n")
+    assert cli.run(resume, ["--init_from=resume", f"--out_dir={out}", f"--config={f}"]) == 2
+    assert capsys.readouterr().err.endswith(f"pass a --max_iters above 4 (set in --config={f})\n")
+    f.write_text("warmup_iters = 10\nlr_decay_iters = 5\nmax_iters = 20\n")
+    assert cli.run(configure, [f"--config={f}"]) == 2
+    assert capsys.readouterr().err.endswith(f"raise --lr_decay_iters (set in --config={f})\n")
+    f.write_text("total_batch_size = 100\n")
+    assert cli.run(lambda argv: configure(argv)[0].accumulation(16, 1), [f"--config={f}", "--batch_size=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: total_batch_size=100 is not a multiple") and err.endswith(f"64 (set in "
+                                                                                          f"--config={f})\n"), err
+
+
+@pytest.mark.parametrize("field", ["weight_decay", "grad_clip"])
+def test_a_negative_weight_decay_or_grad_clip_is_refused_naming_its_value_and_the_file(tmp_path, field):
+    """"weight_decay and grad_clip must be >= 0" named neither value, nor (so) the --config file that gave it."""
+    f = tmp_path / "run.toml"
+    f.write_text(f"{field} = -1.0\n")
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}"])
+    assert str(refused.value) == f"{field}=-1.0 must be >= 0 (set in --config={f})"
+
+
+def test_a_short_runs_warmup_note_names_the_preset_it_came_from_the_default_one_too(capsys):
+    """With no --preset typed, the note called the warmup "the preset's", of a preset the user never named: it now
+    says which, and that it is the default one."""
+    configure(["--max_iters=8"])
+    warmup = PRESETS["shakespeare-char"]["warmup_iters"]
+    assert (f"note: warmup_iters={warmup} (the default shakespeare-char preset's) would be more than a quarter of "
+            f"max_iters=8" in capsys.readouterr().err)
+    configure(["--preset=fast-cpu", "--max_iters=8"])
+    warmup = PRESETS["fast-cpu"]["warmup_iters"]
+    assert f"note: warmup_iters={warmup} (the fast-cpu preset's) would be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("init_from", ["resume", "auto"])
+def test_help_of_a_resume_says_its_values_are_a_fresh_runs_not_the_checkpoints(init_from, capsys):
+    """--init_from=resume --help listed the preset's values as "the values shown", where the resume takes its
+    checkpoint's: the first line now says so."""
+    assert configure([f"--init_from={init_from}", "--help"]) is None
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"--init_from={init_from}: ") and "its checkpoint's settings" in first, first
+    configure(["--help"])
+    assert capsys.readouterr().out.startswith("flags (--name=value)")
