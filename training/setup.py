@@ -15,7 +15,7 @@ from common import flag_scope, flags, malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
-from data.mask_token import as_data, encode_prompt
+from data.mask_token import as_data
 from model import GPT, GPTConfig, Seq2Seq
 from model.attention import use_backend
 import speed
@@ -161,7 +161,7 @@ def sample_prompt(tc: TrainConfig, tokenizer) -> tuple[int, ...]:
         return ()
     tokenizer = as_data(tokenizer)
     try:
-        ids = encode_prompt(tokenizer, tc.sample_prompt, encoder=False)
+        ids = tokenizer.encode(tc.sample_prompt, allow_eot=True)  # as encode_prompt reads a decoder's prompt
     except DataError:
         unknown = [c for c in dict.fromkeys(tc.sample_prompt) if not encodes(tokenizer, c)]
         raise ConfigError(f"--sample_prompt={tc.sample_prompt!r} has characters the training text's vocabulary "
