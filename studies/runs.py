@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 
 import numpy as np
@@ -71,7 +72,11 @@ def passed_on(run: subprocess.Popen) -> int:
         if handler is not signal.SIG_IGN:  # `nohup`, or a background job's ignored Ctrl-C, stays ignored
             signal.signal(sig, pass_on)
     try:
-        code = run.wait()
+        # not run.wait(): the kernel may hand a signal to another of the study's threads (numpy's, torch's; after
+        # fg's SIGCONT any of them), whose handler does not end the main thread's waitpid, and pass_on never runs
+        while run.poll() is None:
+            time.sleep(0.05)
+        code = run.returncode
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)

@@ -227,8 +227,8 @@ def state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
-def start_fake_study(tmp_path, ignore=()):
-    """The study (DRIVER) running FAKE_TRAIN_STOPPING, its run started: (the study, the run's pid). ignore: signals
+def start_fake_study(tmp_path, ignore=(), driver=DRIVER):
+    """The study (driver) running FAKE_TRAIN_STOPPING, its run started: (the study, the run's pid). ignore: signals
     the study starts with ignored (as `nohup` ignores SIGHUP)."""
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_TRAIN_STOPPING)
@@ -238,7 +238,7 @@ def start_fake_study(tmp_path, ignore=()):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         for sig in ignore:
             signal.signal(sig, signal.SIG_IGN)
-    study = subprocess.Popen([sys.executable, "-c", textwrap.dedent(DRIVER), str(fake), str(out)],
+    study = subprocess.Popen([sys.executable, "-c", textwrap.dedent(driver), str(fake), str(out)],
                              cwd=os.getcwd(), start_new_session=True, preexec_fn=preexec)
     started, deadline = out / "decoder" / "started", time.monotonic() + 60
     while not started.exists():
@@ -247,6 +247,14 @@ def start_fake_study(tmp_path, ignore=()):
             raise AssertionError("the run never started")
         time.sleep(0.05)
     return study, int(started.read_text())
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler of its own for sig (/proc's SigCgt mask): the study passes signals on only
+    once its handlers are in place, a moment after its run started (SIGCONT's is the last it sets)."""
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(caught >> (sig - 1) & 1)
 
 
 def wait_for(check, what: str) -> None:
@@ -268,6 +276,46 @@ def end_study(study, pid: int) -> int:
             os.killpg(study.pid, signal.SIGKILL)
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_z_pauses_the_study_and_its_run_and_fg_resumes_both(tmp_path):
+    """The run has a process group of its own, so the terminal's Ctrl-Z and `fg` reach the study alone: it passes
+    each on and pauses itself too; a run left paused (or running) would never end the study's wait as asked."""
+    study, pid = start_fake_study(tmp_path)
+    try:
+        wait_for(lambda: catches(study.pid, signal.SIGCONT), "the study never took Ctrl-Z and fg")
+        study.send_signal(signal.SIGTSTP)
+        wait_for(lambda: state(study.pid) == "T" and state(pid) == "T", "Ctrl-Z did not pause the study and its run")
+        study.send_signal(signal.SIGCONT)
+        wait_for(lambda: state(study.pid) != "T" and state(pid) != "T", "fg did not resume the study and its run")
+    finally:
+        code = end_study(study, pid)
+    assert code in (128 + signal.SIGTERM, -signal.SIGTERM)
+
+
+# The study with a thread of its own (numpy's is there too) and SIGCONT blocked in its main thread: a SIGCONT sent
+# to the study goes to the other thread, as fg's may go to whichever of the study's threads it wakes first
+DRIVER_SIGCONT_ELSEWHERE = """
+import signal, threading
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})
+""" + DRIVER
+
+
+def test_a_signal_another_thread_of_the_study_takes_reaches_the_run_too(tmp_path):
+    """The kernel hands a signal sent to the study to any of its threads that does not block it; Python runs the
+    handler in the main thread, which waited in waitpid for the run and never ran it: fg then left the run stopped
+    (in a few tries in a hundred, more with more threads)."""
+    study, pid = start_fake_study(tmp_path, driver=DRIVER_SIGCONT_ELSEWHERE)
+    try:
+        wait_for(lambda: catches(study.pid, signal.SIGCONT), "the study never took fg")
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: state(pid) == "T", "the run did not stop")
+        study.send_signal(signal.SIGCONT)
+        wait_for(lambda: state(pid) != "T", "the study did not pass SIGCONT on to its run")
+    finally:
+        code = end_study(study, pid)
+    assert code in (128 + signal.SIGTERM, -signal.SIGTERM)
 
 
 def test_a_study_started_with_nohup_leaves_a_closed_terminals_sighup_ignored(tmp_path):
