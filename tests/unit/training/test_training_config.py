@@ -105,6 +105,20 @@ def test_a_dataclass_refusal_of_a_config_files_value_names_the_file(tmp_path):
     assert str(refused.value).endswith(f" (set in --config={f})"), str(refused.value)
 
 
+def test_a_dataclass_refusal_names_the_file_for_each_flag_it_names_as_written(tmp_path):
+    """The file is named for a flag the refusal writes as --name as well as name=, and not for a flag whose name
+    only ends another's (batch_size= inside total_batch_size=)."""
+    f = tmp_path / "run.toml"
+    f.write_text('eval_tasks = "tasks.jsonl"\n')
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}", "--model=encoder"])
+    assert str(refused.value).endswith(f"(--eval_tasks set in --config={f})"), str(refused.value)
+    f.write_text("batch_size = 4\n")
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}", "--total_batch_size=-5"])
+    assert str(refused.value).startswith("total_batch_size=-5 ") and "--config" not in str(refused.value)
+
+
 def test_a_learning_rate_below_the_presets_min_lr_is_refused_naming_both_and_the_fix():
     """--learning_rate=1e-4 alone meets the preset's min_lr=3e-4: the refusal said "min_lr=0.0003 must be in
     [0, learning_rate]", a flag the user never gave, with neither the rate nor what to do."""
