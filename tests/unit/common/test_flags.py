@@ -360,7 +360,9 @@ def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_
 
 
 @pytest.mark.parametrize("line, shown", [('out_dir = ["a", "b"]', "--out_dir=['a', 'b'] is a TOML array"),
-                                         ('eval_tasks = ["a.jsonl", "b.jsonl"]', "--eval_tasks=['a.jsonl', ")])
+                                         ('eval_tasks = ["a.jsonl", "b.jsonl"]', "--eval_tasks=['a.jsonl', "),
+                                         ("out_dir = []", "--out_dir=[] is a TOML array"),  # not a table: no [[x]]
+                                         ('out_dir = ["a", {b = 1}]', "--out_dir=['a', {'b': 1}] is a TOML array")])
 def test_a_toml_array_is_refused_not_turned_into_its_text(tmp_path, line, shown):
     """Every field takes one value: an array for a string field became its Python text (out_dir "['a', 'b']", a
     folder of that name)."""

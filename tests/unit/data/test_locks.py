@@ -80,7 +80,8 @@ def test_without_file_locks_one_process_goes_on_and_torchrun_is_refused_leaving_
     assert list(tmp_path.iterdir()) == []  # neither the lock file nor the folders made for it
 
 
-@pytest.mark.parametrize("locks_there, err", [(False, errno.EACCES), (True, errno.EACCES), (False, errno.EROFS)])
+@pytest.mark.parametrize("locks_there, err", [(False, errno.EACCES), (True, errno.EACCES), (False, errno.EROFS),
+                                                 (True, errno.EPERM)])
 def test_a_half_built_folder_under_a_data_root_this_process_may_only_read_is_one_line(tmp_path, monkeypatch,
                                                                                       locks_there, err):
     """A prepared folder a killed build left, under a read-only data root: the lock's folder or file could not be

@@ -317,7 +317,9 @@ def test_an_export_fills_an_empty_folder_readable_as_the_umask_allows(tmp_path):
     assert os.stat(tmp_path / "hf").st_mode & 0o777 == 0o777 & ~current_umask()  # not mkdtemp's 0700
 
 
-def test_an_overwrite_that_fails_to_move_the_new_export_in_puts_the_old_one_back(tmp_path, monkeypatch):
+@pytest.mark.parametrize("failure", [OSError("disk gone"), KeyboardInterrupt()])
+def test_an_overwrite_that_fails_to_move_the_new_export_in_puts_the_old_one_back(tmp_path, monkeypatch, failure):
+    """A failure or a Ctrl-C at the rename that would move the new export in: the old one is back at --to."""
     from interop.export import replace_folder
 
     export(as_checkpoint(tiny_model(seed=0)), tmp_path / "hf")
@@ -325,15 +327,37 @@ def test_an_overwrite_that_fails_to_move_the_new_export_in_puts_the_old_one_back
     (tmp_path / "new").mkdir()
     replace, calls = os.replace, []
 
-    def fails_second(src, dst):
+    def fails_moving_in(src, dst):
         calls.append(src)
-        if len(calls) == 2:  # the first moves the old export aside, the second would move the new one in
-            raise OSError("disk gone")
+        if src == str(tmp_path / "new") and str(tmp_path / "hf") in calls:  # the old export is aside by now
+            raise failure
         return replace(src, dst)
-    monkeypatch.setattr(os, "replace", fails_second)
-    with pytest.raises(OSError, match="disk gone"):
+    monkeypatch.setattr(os, "replace", fails_moving_in)
+    with pytest.raises(type(failure)):
         replace_folder(str(tmp_path / "new"), str(tmp_path / "hf"))
+    assert calls[:3] == [str(tmp_path / n) for n in ("new", "hf", "new")]  # it failed moving the new one in
     assert {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")} == before
+
+
+def test_an_overwrite_where_a_rename_onto_a_folder_with_files_says_eexist_replaces_it(tmp_path, monkeypatch):
+    """POSIX lets rename() onto a folder with files fail with EEXIST as well as ENOTEMPTY (Linux says the latter):
+    either one means the old export is moved aside and the new one moved in."""
+    from interop.export import replace_folder
+
+    export(as_checkpoint(tiny_model(seed=0)), tmp_path / "hf")
+    export(as_checkpoint(tiny_model(seed=1)), tmp_path / "new")
+    want, replace = exported(tmp_path / "new"), os.replace
+
+    def says_eexist(src, dst):
+        try:
+            return replace(src, dst)
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY:
+                raise
+            raise OSError(errno.EEXIST, os.strerror(errno.EEXIST)) from None
+    monkeypatch.setattr(os, "replace", says_eexist)
+    replace_folder(str(tmp_path / "new"), str(tmp_path / "hf"))
+    assert exported(tmp_path / "hf") == want and sorted(os.listdir(tmp_path)) == ["hf"]
 
 
 def exported(folder) -> dict:

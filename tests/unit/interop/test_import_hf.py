@@ -98,3 +98,22 @@ def test_an_import_removes_the_half_written_checkpoint_a_killed_run_left(tmp_pat
     (tmp_path / "run" / f"{TMP_PREFIX}{LAST}{TMP_SUFFIX}").write_bytes(b"half a checkpoint")
     import_checkpoint(tmp_path / "hf", tmp_path / "run", overwrite=True)
     assert sorted(os.listdir(tmp_path / "run")) == [".lock", BEST, LAST]
+
+
+def test_an_import_into_an_out_dir_a_run_holds_is_refused_before_the_weights_are_read(tmp_path, monkeypatch):
+    """A training process holds out_dir's lock: refused at once, not after reading (and holding) the model."""
+    import interop.import_hf as import_hf
+    from common.errors import SetupError
+    from training.distributed import Dist
+    from training.out_dir import lock_out_dir
+
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    read = []
+    monkeypatch.setattr(import_hf, "load_hf_gpt2", lambda *a, **k: read.append(a) or tiny_model())
+    held = lock_out_dir(str(tmp_path / "run"), Dist())  # flock is per open file: this process's stands for a run's
+    try:
+        with pytest.raises(SetupError, match=r"in use by another process"):
+            import_checkpoint(tmp_path / "hf", tmp_path / "run", overwrite=True)
+    finally:
+        held.close()
+    assert read == [] and os.listdir(tmp_path / "run") == [".lock"]

@@ -1,5 +1,6 @@
 """training/out_dir.py: how a run starts from what out_dir holds, and its lock (one writer at a time)."""
 import os
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -386,3 +387,19 @@ def test_a_run_that_found_no_lock_file_at_its_claim_is_not_checked_for_one(tmp_p
     out.mkdir()
     (out / ".lock").write_text("123")
     out_dir.check_still_held(SimpleNamespace(tc=TrainConfig(out_dir=str(out)), lock_id=None), 3)
+
+
+def test_an_out_dir_replaced_by_a_file_under_a_live_run_is_refused_in_one_line(tmp_path):
+    """out_dir removed and a file made at its path: the save is refused as for a removed folder, not a
+    NotADirectoryError's traceback from looking for the lock inside it."""
+    out = tmp_path / "run"
+    held = lock_out_dir(str(out), Dist())
+    try:
+        run = SimpleNamespace(tc=TrainConfig(out_dir=str(out)), dist=Dist(), resumed=False, resumed_from=None)
+        claim_out_dir(run)
+        shutil.rmtree(out)
+        out.write_text("not a folder")
+        with pytest.raises(SetupError, match="was removed or replaced while this run trained"):
+            out_dir.check_still_held(run, 2)
+    finally:
+        held.close()

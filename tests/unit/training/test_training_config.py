@@ -99,6 +99,25 @@ def test_a_dataclass_refusal_of_a_config_files_value_names_the_file(tmp_path):
     with pytest.raises(ConfigError) as refused:
         configure([f"--config={f}"])
     assert str(refused.value).endswith(f"(--n_head set in --config={f})"), str(refused.value)
+    f.write_text('attn_impl = "bogus"\n')  # a speed field: its class refuses it, and the file is named too
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}"])
+    assert str(refused.value).startswith("attn_impl='bogus' is not one of"), str(refused.value)
+    assert str(refused.value).endswith(f" (set in --config={f})"), str(refused.value)
+
+
+def test_a_dataclass_refusal_names_the_file_for_each_flag_it_names_as_written(tmp_path):
+    """The file is named for a flag the refusal writes as --name as well as name=, and not for a flag whose name
+    only ends another's (batch_size= inside total_batch_size=)."""
+    f = tmp_path / "run.toml"
+    f.write_text('eval_tasks = "tasks.jsonl"\n')
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}", "--model=encoder"])
+    assert str(refused.value).endswith(f"(--eval_tasks set in --config={f})"), str(refused.value)
+    f.write_text("batch_size = 4\n")
+    with pytest.raises(ConfigError) as refused:
+        configure([f"--config={f}", "--total_batch_size=-5"])
+    assert str(refused.value).startswith("total_batch_size=-5 ") and "--config" not in str(refused.value)
 
 
 def test_a_learning_rate_below_the_presets_min_lr_is_refused_naming_both_and_the_fix():
@@ -144,6 +163,8 @@ def test_a_weight_decay_too_high_for_both_of_muons_rates_names_both_rates_to_low
     assert configure([*flags, *lowered])[0].weight_decay == 2.5
     with pytest.raises(ConfigError, match=r"or --muon_lr below 0\.4$"):  # one rate over: that one alone is named
         configure(["--optimizer=muon", "--learning_rate=0.1", "--muon_lr=0.6", "--weight_decay=2.5"])
+    with pytest.raises(ConfigError, match=r"or --learning_rate and --muon_lr below 0\.4$"):  # one at the bound: it
+        configure(["--optimizer=muon", "--learning_rate=0.5", "--muon_lr=0.4", "--weight_decay=2.5"])  # zeroes too
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h", "--preset=fast-cpu"], ["--n_layer=3", "--help"]])
