@@ -58,6 +58,7 @@ QUALITY_LOSS = 1.60  # the goal for our best recipe given nanoGPT's CPU recipe's
 MFU_GOAL = 0.80  # of the bf16 peak measured at the model's shapes, train.py's step
 NEAR_PRODUCTS = 0.75  # the step's MFU over its matrix products' alone: the step near what its products take
 EVAL_GOAL = 3.0  # evaluate.py's items/s over transformers scoring one choice at a time
+PREPARE_PARAGRAPHS = 20  # distinct paragraphs of --input for prepare's documents: a hash sends about 1 in 10 to val
 QUICK = dict(  # tiny sizes: every code path, a few seconds, numbers meaningless
     shape=dict(n_layer=2, n_head=2, n_embd=32, block_size=32),
     ttq_flags=["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4", "--max_iters=3",
@@ -390,9 +391,10 @@ def targets(target: str) -> tuple[str, ...]:
     return want
 
 
-def input_paragraphs(path: str) -> list[str]:
+def input_paragraphs(path: str, least: int = 1) -> list[str]:
     """--input's paragraphs (prepare cuts its documents from them; ttq and quality train on the text), refused in one
-    line where there are none to read: a missing file, a folder, an empty or blank file, one not in UTF-8."""
+    line where there are none to read: a missing file, a folder, an empty or blank file, one not in UTF-8; or fewer
+    than `least` distinct ones."""
     where = "is a folder" if os.path.isdir(path) else "does not exist"
     need(os.path.isfile(path), f"--input={path} {where}; give the tiny-shakespeare text file", FlagError)
     try:
@@ -402,6 +404,10 @@ def input_paragraphs(path: str) -> list[str]:
         raise FlagError(f"--input={path} is not UTF-8 text (byte {e.start}); give the tiny-shakespeare text "
                         f"file") from None
     need(bool(paras), f"--input={path} holds no text; give the tiny-shakespeare text file", FlagError)
+    distinct = len({p.strip() for p in paras})
+    need(distinct >= least, f"--input={path} holds {distinct} distinct paragraph(s) (text between blank lines); the "
+         f"prepare target cuts its documents from them and splits them by a hash of their text, which needs "
+         f"{least} or more; give the tiny-shakespeare text file", FlagError)
     return paras
 
 
@@ -420,7 +426,7 @@ def checked(argv) -> tuple[BenchConfig, tuple[str, ...]]:
     if {"ttq", "quality", "prepare"} & set(want):
         need(args.input is not None, f"--target={','.join(t for t in want if t in ('ttq', 'quality', 'prepare'))} "
              f"reads a text: give --input=tinyshakespeare.txt (nanoGPT's data/shakespeare_char/input.txt)", FlagError)
-        input_paragraphs(args.input)
+        input_paragraphs(args.input, PREPARE_PARAGRAPHS if "prepare" in want else 1)
     if args.against_nanogpt and {"ttq", "quality", "throughput", "sampling"} & set(want):
         nanogpt_ref.check_checkout(args.against_nanogpt)
         if {"ttq", "quality"} & set(want):  # its training runs read its own prepared data

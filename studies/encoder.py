@@ -89,7 +89,8 @@ class EncoderStudyConfig:
 
 
 def run_settings(sc: EncoderStudyConfig) -> dict:
-    """The three runs' train.py settings, identical but for --model: {variant: settings}."""
+    """The three runs' train.py settings, identical but for --model and the flags of its objective (the decoder's
+    and the cheater's --mask_token, the encoder's masking): {variant: settings}."""
     shared = dict(pos_emb=sc.pos_emb, eval_interval=max(1, sc.max_iters // sc.evals),
                   **wandb_flags(sc, "compare-encoder"))
     extra = {"decoder": dict(mask_token=True), "cheater": dict(mask_token=True),

@@ -414,6 +414,32 @@ def test_an_input_with_no_text_to_read_is_one_line_before_any_target_runs(target
     assert sorted(tmp_path.iterdir()) == [path]
 
 
+@pytest.mark.parametrize("text", ["one paragraph\nover two lines\n", "the same\n\nthe same\n\nthe same\n"])
+def test_an_input_of_too_few_paragraphs_for_the_prepare_row_is_one_line_before_any_target_runs(text, tmp_path,
+                                                                                                monkeypatch, capsys):
+    """prepare cuts its corpora's documents from --input's paragraphs and splits the .jsonl one by a hash of each
+    document's text: from a text without blank lines every document was the same, none (or all) validated, and
+    data/prepare.py's refusal ended bench.py in a traceback after the targets before it had run. ttq and quality
+    read such a text as it is."""
+    import bench
+    from common import cli
+
+    def began(*args, **kwargs):
+        raise AssertionError("a target ran before --input was checked")
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, began)
+    path = tmp_path / "input.txt"
+    path.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(bench.main, ["--target=memory,prepare", f"--input={path}", "--plot="]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --input={path} holds 1 distinct paragraph") and err.count("\n") == 1, err
+    assert err.endswith("; give the tiny-shakespeare text file\n"), err
+    assert sorted(tmp_path.iterdir()) == [path]
+    checked, _ = bench.checked(["--target=ttq", f"--input={path}"])  # a text to train on: enough for ttq
+    assert checked.input == str(path)
+
+
 def test_a_row_whose_reference_was_not_run_says_so_in_met_instead_of_no(monkeypatch):
     """Without --against_nanogpt (or with --no_hf) rows 1-4 said their goal was not met ("no") where nothing was
     measured to meet it against; a row whose own part misses its goal still says no. The sampling row's reference
@@ -459,7 +485,7 @@ def test_the_tables_last_line_says_what_its_figures_are(target, says, not_said, 
 
     for name in NOT_RUN:
         monkeypatch.setattr(bench, name, lambda args, table, *rest: None)
-    (tmp_path / "input.txt").write_text("some text\n\nmore text\n")
+    (tmp_path / "input.txt").write_text("\n\n".join(f"paragraph {i}" for i in range(bench.PREPARE_PARAGRAPHS)))
     bench.main([f"--target={target}"] + ([f"--input={tmp_path / 'input.txt'}"] if target == "prepare" else
                                          ["--plot=", "--repeats=2"]))
     last = capsys.readouterr().out.strip().splitlines()[-1]
