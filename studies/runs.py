@@ -1,6 +1,7 @@
 """What every study needs: train one model with train.py (a process of its own, as a user would run it), read its
 speed back, and take validation windows from its data."""
 import contextlib
+import ctypes
 import importlib.util
 import io
 import json
@@ -46,12 +47,31 @@ def train_run(sc, name: str, **settings) -> str:
     print(f"\n=== {name}: " + " ".join(f"--{k}={v}" for k, v in settings.items()), flush=True)
     # a process group of its own: a signal reaches the run once, passed on by the study (whether the terminal or
     # `kill` sent it to the study's group or to the study alone), never twice, which would stop it without saving
-    run = subprocess.Popen([sys.executable, TRAIN, *run_flags(sc, name, **settings)], process_group=0)
+    run = subprocess.Popen([sys.executable, TRAIN, *run_flags(sc, name, **settings)], process_group=0,
+                           preexec_fn=stopped_with_study())
     code = passed_on(run)
     if code:
         raise UserError(f"the study's {name} run stopped with exit code {code} (its error is above); change the "
                         f"study's flags and run it again")
     return os.path.join(sc.out, name)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stopped_with_study():
+    """A run's preexec_fn (Linux; elsewhere None): the kernel sends the run SIGTERM when the study dies, so a study
+    killed by SIGKILL, which passes nothing on, leaves no run training alone in its process group; the run saves its
+    step and stops. libc's prctl is looked up here, before the fork: the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, study = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def preexec():
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != study:  # the study died before the call: nothing would tell the run
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec
 
 
 def passed_on(run: subprocess.Popen) -> int:

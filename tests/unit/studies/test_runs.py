@@ -339,3 +339,19 @@ def test_a_report_text_that_cannot_be_encoded_leaves_the_earlier_file(tmp_path):
     with pytest.raises(UnicodeEncodeError):
         write_text(str(tmp_path / "report.md"), "new \ud800")
     assert (tmp_path / "report.md").read_text() == "earlier" and os.listdir(tmp_path) == ["report.md"]
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_a_study_killed_with_sigkill_stops_its_run_which_saves(tmp_path, group):
+    """kill -9 to the study (or its whole process group: the run has one of its own) passes nothing on; the run
+    gets SIGTERM from the kernel as the study dies, so it saves its step and stops instead of training on alone,
+    holding its out_dir, with no study left to read its results."""
+    study, pid = start_fake_study(tmp_path)
+    try:
+        (os.killpg if group else os.kill)(study.pid, signal.SIGKILL)
+        study.wait(timeout=30)
+        wait_for(lambda: not alive(pid), "the run goes on after the study was killed")
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert (tmp_path / "study" / "decoder" / "ckpt_last.pt").exists()
