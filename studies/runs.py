@@ -62,7 +62,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 def stopped_with_study():
     """A run's preexec_fn (Linux; elsewhere None): the kernel sends the run SIGTERM when the study dies, so a study
     killed by SIGKILL, which passes nothing on, leaves no run training alone in its process group; the run saves its
-    step and stops. libc's prctl is looked up here, before the fork: the child only calls it."""
+    step and stops. libc's prctl is looked up here, before the fork: the child only calls it. The kernel sends it when
+    the thread that started the run ends, so runs are started from the study's main thread."""
     if not sys.platform.startswith("linux"):
         return None
     prctl, study = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
