@@ -261,3 +261,36 @@ def test_each_dropout_site_drops_in_training(impl):
         torch.manual_seed(0)
         assert not torch.allclose(run(model, idx), plain), name
         site.p = 0.0
+
+
+def visible_weights(model):
+    """model with its weights drawn large (std 0.3, norms kept): at GPT-2's init attention adds little to the residual
+    stream, so a position that leaks through padding would move the logits less than the tolerance."""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+@pytest.mark.parametrize("pos_emb", POS_EMBS)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_padded_batch_gives_each_row_its_logits_alone_whatever_the_padding_holds(pos_emb, causal, side, window):
+    """Rows of 9, 4 and 1 real tokens padded to 9 (left: generation; right: scoring, an encoder's source): each real
+    position's logits are those of its row run alone (the reference), for two different fillings of the padding."""
+    model = visible_weights(tiny_model(pos_emb=pos_emb, causal=causal, window=window, tie_head=False))
+    g = torch.Generator().manual_seed(0)
+    lengths = [9, 4, 1]
+    rows = [torch.randint(0, 37, (n,), generator=g) for n in lengths]
+    cols, n = torch.arange(9), torch.tensor(lengths).view(3, 1)
+    real = (cols >= 9 - n) if side == "left" else (cols < n)  # (3, 9) True at real tokens
+    for _ in range(2):
+        idx = torch.randint(0, 37, (3, 9), generator=g)  # the padding's ids: random, other ones each time
+        idx[real] = torch.cat(rows)
+        with torch.no_grad():
+            logits = run(model, idx, pad_mask=real)  # (3, 9, V)
+            for b, row in enumerate(rows):
+                torch.testing.assert_close(logits[b][real[b]], run(model, row[None])[0], atol=1e-4, rtol=1e-4)
