@@ -356,11 +356,13 @@ def measure(a: PrepareBenchConfig, tmp: Path, work: Path) -> None:
         bpe_compare(paras, [int(s) for s in a.bpe.split(",")])
     if a.encoder:
         encoder_compare(paras, a.encoder)
-    print(f"{'corpus':>22} {'tok':>5} {'cache':>5} {'workers':>7} {'wall s':>8} {'MB/s':>7} {'tokens':>14} "
-          f"{'shards':>6} {'RSS main MB':>11} {'RSS worker MB':>13} {'CPU s':>7} {'main CPU s':>10} {'tiktoken':>8} "
-          f"{'x tiktoken':>10} {'goal':>7}",
-          flush=True)
-    for size in [int(x) for x in a.sizes.split(",") if x]:
+    sizes = [int(x) for x in a.sizes.split(",") if x]
+    if sizes:  # --sizes= (the encoders or BPE trainers alone): no table
+        print(f"{'corpus':>22} {'tok':>5} {'cache':>5} {'workers':>7} {'wall s':>8} {'MB/s':>7} {'tokens':>14} "
+              f"{'shards':>6} {'RSS main MB':>11} {'RSS worker MB':>13} {'CPU s':>7} {'main CPU s':>10} "
+              f"{'tiktoken':>8} {'x tiktoken':>10} {'goal':>7}",
+              flush=True)
+    for size in sizes:
         for fmt in a.formats.split(","):
             corpus = write_corpus(paras, fmt, size, tmp)
             runs = [(tok, cache, w) for tok in a.tokenizers.split(",")

@@ -8,15 +8,19 @@ data (data/build.py) are written this way.
 A write that fails because the disk is full (ENOSPC), a quota is reached (EDQUOT), the disk fails (EIO) or the file
 is too large for the filesystem (EFBIG) becomes one line, `disk_errors`: which file, how much it needed, how much is
 free; the previous complete file is intact, and no temporary file, nor a folder the write made, remains. The same
-holds for a write stopped by Ctrl-C or SIGTERM (unwound_by_sigterm); a kill -9 leaves a temporary file behind.
+holds for a write stopped by Ctrl-C or SIGTERM (unwound_by_sigterm); a kill -9 leaves a temporary file behind,
+which the next write into that folder removes (its name carries its writer's pid and machine: one a live process is
+writing, or another machine's on a shared filesystem, stays).
 """
 import contextlib
 import errno
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
+import zlib
 
 from common.errors import DiskError, FlagError
 
@@ -230,13 +234,53 @@ def unwound_by_sigterm():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"  # a temporary's machine, in its name without a dash
+
+
+def owned_prefix(prefix: str) -> str:
+    """prefix, then this process's pid and machine: a later writer tells a temporary whose writer was killed from
+    one being written now (remove_dead_temporaries)."""
+    return f"{prefix}{os.getpid()}-{HOST}-"
+
+
+def remove_dead_temporaries(folder, prefix: str, suffix: str = "") -> None:
+    """Removes folder's temporaries (files or folders) named owned_prefix(prefix)...suffix by a process of this
+    machine that has ended (a kill -9 leaves them); a live process's, or another machine's, stay."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid, host, *_ = [*name[len(prefix):].split("-"), "", ""]
+        if name.startswith(prefix) and name.endswith(suffix) and host == HOST and pid.isdigit() and \
+                not alive(int(pid)):
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):  # another writer removed it first
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's; a number no pid has: not ours to judge
+        return True
+    return True
+
+
 def write_atomic(path, write, prefix: str = ".tmp-", suffix: str = ".tmp", needed: int | None = None) -> None:
     """write(f) fills a binary file object; path then holds exactly what it wrote. Ctrl-C and SIGTERM remove the
-    temporary file; one left by a kill -9 is named prefix...suffix in path's folder. needed: about how many bytes
-    write() writes (for a full disk's message)."""
+    temporary file; one left by a kill -9 is named prefix...suffix in path's folder, and the next write there removes
+    it. needed: about how many bytes write() writes (for a full disk's message)."""
     folder = os.path.dirname(os.path.abspath(path))
     with unwound_by_sigterm(), disk_errors(path, needed), folders_made(folder):
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
+        remove_dead_temporaries(folder, prefix, suffix)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=owned_prefix(prefix), suffix=suffix)
         try:
             with os.fdopen(fd, "wb", buffering=0) as f:
                 target = WholeWrites(f)

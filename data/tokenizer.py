@@ -6,6 +6,7 @@ bytes, for printing tokens one at a time as they are sampled, and `token_text()`
 """
 import base64
 import codecs
+import contextlib
 import functools
 import importlib.util
 import io
@@ -37,6 +38,15 @@ CHAR_SEPARATOR = "\n\n"  # `char` has no special token, so documents are separat
 def _not_unicode(text: str, e: UnicodeEncodeError) -> DataError:
     return DataError(f"the text holds U+{ord(text[e.start]):04X} at character {e.start}, half of a surrogate pair, "
                      f"which is not Unicode text; give valid UTF-8 text")
+
+
+@contextlib.contextmanager
+def _document(i: int):
+    """Inside: a DataError about one of encode_documents' texts names it (from 1), its positions being within it."""
+    try:
+        yield
+    except DataError as e:
+        raise DataError(f"document {i + 1}: {e}") from None
 
 
 def _unicode(text: str) -> str:
@@ -111,7 +121,13 @@ class CharTokenizer(Tokenizer):
         return self.encode_array(text).tolist()
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
-        return self.encode_array(CHAR_SEPARATOR.join(texts))
+        try:
+            return self.encode_array(CHAR_SEPARATOR.join(texts))
+        except DataError:  # its position is in the joined text: each document alone names the one and where in it
+            for i, text in enumerate(texts):
+                with _document(i):
+                    self.encode_array(text)
+            raise  # the separator itself
 
     def decode_bytes(self, ids) -> bytes:
         return self.decode(ids).encode("utf-8")
@@ -136,7 +152,10 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
         # checked here as encode() checks: the batch call would encode U+FFFD for half a surrogate pair
-        parts = self.encoding.encode_ordinary_batch([_unicode(t) for t in texts], num_threads=os.cpu_count() or 1)
+        for i, text in enumerate(texts):
+            with _document(i):
+                _unicode(text)
+        parts = self.encoding.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
         eot = np.array([self.eot_id], dtype=np.int64)
         pieces = [np.zeros(0, dtype=np.int64)]  # no documents: no tokens
         for i, part in enumerate(parts):

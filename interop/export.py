@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from common import cli
 from common.errors import CheckpointError, FlagError, UserError
-from common.files import current_umask, disk_errors, folders_made, need_folder, unwound_by_sigterm
+from common.files import (current_umask, disk_errors, folders_made, need_folder, owned_prefix, remove_dead_temporaries,
+                          unwound_by_sigterm)
 from common.flags import asks_help, help_text, parse_configs
 from data.mask_token import with_mask_token
 from data.tokenizer import load_tokenizer
@@ -113,7 +114,8 @@ def write_folder(ckpt: Checkpoint, model, target, folder: str) -> None:
     parent = os.path.dirname(folder)
     # a failed or stopped (Ctrl-C, SIGTERM) export leaves no folder it made on the way to --to
     with unwound_by_sigterm(), folders_made(parent):
-        tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
+        remove_dead_temporaries(parent, ".tmp-export-")  # an export killed (-9) before its rename left it
+        tmp = tempfile.mkdtemp(dir=parent, prefix=owned_prefix(".tmp-export-"))
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would keep teammates out of the folder
         try:
             meta = ckpt.data_meta

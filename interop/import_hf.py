@@ -243,8 +243,8 @@ def import_checkpoint(folder: str, out_dir: str, dropout: float = 0.0, overwrite
         if existing:
             remove_run(out_dir, existing)
         remove_stale_temporaries(out_dir)
-        ckpt.save(last)
-        copy_atomic(last, best)
+        ckpt.save(best)  # first: a kill before the copy leaves the file sample.py and evaluate.py read by default
+        copy_atomic(best, last)
     finally:
         lock.close()
     return last

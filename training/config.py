@@ -248,8 +248,17 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     sc = flags.built(SpeedConfig, per_class[SpeedConfig], explicit)
     if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/out_dir.py)
         notes += fresh_checks(tc, explicit, model_overrides)
+    need_torchrun(tc)  # before the notes: they speak of a run that would not happen
     flag_scope.print_notes(notes)
     return tc, model_overrides, sc, explicit
+
+
+def need_torchrun(tc: TrainConfig) -> None:
+    """--fsdp=true outside torchrun is refused (torchrun's one process is allowed: FSDP over a group of one holds
+    everything and trains as without it)."""
+    if tc.fsdp and not flag_scope.under_torchrun():
+        raise SetupError("--fsdp=true shards the model over torchrun's processes: start it with torchrun "
+                         "(torchrun --standalone --nproc_per_node=2 train.py ...)")
 
 
 def over_the_preset(train_values: dict, explicit: dict) -> list[str]:
@@ -439,6 +448,7 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     notes += flag_scope.check("train.py", explicit, facts)
     if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
         check_schedule(resumed, explicit, "the checkpoint's")
+    need_torchrun(resumed)  # the checkpoint's --fsdp, or the flag's
     flag_scope.print_notes(notes + other_process_count(resumed, ckpt, world_size))
     return resumed, ckpt
 

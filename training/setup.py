@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import flag_scope, flags, malloc
+from common import flags, malloc
 from common.device import pick_device, pick_dtype, use_tf32
 from common.errors import ConfigError, DataError, SetupError
 from data import TrainBatches
@@ -132,10 +132,6 @@ def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | Non
     if tc.dtype == "auto":  # rank 0's pick in every process: another node's CPU or GPU, or a CPU timing probe, may
         dtype = distributed.gather_objects(dtype, d)[0]  # pick another (two dtypes: two models; FSDP's gathers fail)
     use_tf32(device)
-    # torchrun's one process is allowed: FSDP over a group of one holds everything and trains as without it
-    if tc.fsdp and not flag_scope.under_torchrun():
-        raise SetupError("--fsdp=true shards the model over torchrun's processes: start it with torchrun "
-                         "(torchrun --standalone --nproc_per_node=2 train.py ...)")
     return device, dtype, sc
 
 

@@ -147,3 +147,12 @@ def test_a_relative_tmp_names_the_callers_folder_in_the_folder_prepare_runs_in(t
     with pytest.raises(Started):
         prepare.main(["--sizes=1", "--formats=txt", "--tokenizers=char", "--workers=1", "--tmp=tmp"])
     assert not list(tmp_path.iterdir())
+
+
+def test_no_results_table_without_sizes(tmp_path, monkeypatch, capsys):
+    """--sizes= --encoder=N compares the encoders alone: the results table's header was printed with no row under it."""
+    nothing_measured(monkeypatch)
+    monkeypatch.setattr(prepare, "encoder_compare", lambda paras, size_mb: print("encoder rows"))
+    prepare.main(["--sizes=", "--encoder=1", f"--tmp={tmp_path / 'tmp'}"])
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("encoder rows") and "corpus" not in out, out

@@ -267,3 +267,34 @@ def test_an_atomic_write_leaves_the_default_sigterm_as_it_found_it(tmp_path):
     thread.start()
     thread.join()
     assert not failed and (tmp_path / "g").read_bytes() == b"y"
+
+
+def test_the_next_write_removes_the_temporary_a_killed_writer_left_and_not_a_live_ones(tmp_path):
+    """A kill -9 in the middle of a write left its hidden temporary file for good (evaluate.py --out, a figure): the
+    next write into that folder removes it, and leaves alone the one a live process is writing."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder, mark = tmp_path / "out", tmp_path / "writing"
+    folder.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_WRITE, str(folder / "f.json"), str(mark)], cwd=os.getcwd())
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "the write never started"
+            time.sleep(0.02)
+        [writing] = [name for name in os.listdir(folder) if name != "f.json"]
+        write_atomic(str(folder / "f.json"), lambda f: f.write(b"new"))
+        write_atomic(str(folder / "g.json"), lambda f: f.write(b"new"))
+        assert sorted(os.listdir(folder)) == sorted([writing, "f.json", "g.json"])  # its writer is alive
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    write_atomic(str(folder / "f.json"), lambda f: f.write(b"newer"))
+    assert sorted(os.listdir(folder)) == ["f.json", "g.json"]
+    assert (folder / "f.json").read_bytes() == b"newer"

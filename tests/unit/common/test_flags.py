@@ -344,10 +344,11 @@ def test_train_config_validation(bad, msg):
         TrainConfig(**bad)
 
 
-def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_muon_is_refused(capsys):
+def test_fsdp_with_the_default_presets_muon_falls_back_to_adamw_and_an_explicit_muon_is_refused(capsys, monkeypatch):
     from common.errors import ConfigError
     from training.config import configure
 
+    monkeypatch.setenv("RANK", "0")  # torchrun's process (without it --fsdp=true is refused)
     assert PRESETS["shakespeare-char"]["optimizer"] == "muon"  # what this test is about
     tc, *_ = configure(["--fsdp=true"])
     assert (tc.optimizer, tc.learning_rate, tc.min_lr) == ("adamw", 2e-3, 2e-4)  # TrainConfig's own defaults

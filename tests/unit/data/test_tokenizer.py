@@ -68,6 +68,19 @@ def test_encode_documents_refuses_half_a_surrogate_pair_and_takes_no_documents(m
     assert tok.encode_documents([]).tolist() == []
 
 
+@pytest.mark.parametrize("make", [lambda: CharTokenizer(TEXT), gpt2_tokenizer, bpe_small], ids=["char", "gpt2", "bpe"])
+def test_encode_documents_names_the_bad_document_and_the_position_within_it(make):
+    """char named the position in the documents joined by its separator ("character 22"), which is in none of them."""
+    docs = ["First Citizen:", "Speak, speak.", "caf\u00e9 \ud83d!"]
+    with pytest.raises(DataError, match=r"^document 3: the text holds U\+D83D at character 5, half of a surrogate "):
+        make().encode_documents(docs)
+
+
+def test_char_encode_documents_names_the_document_that_holds_a_character_outside_the_vocabulary():
+    with pytest.raises(DataError, match=r"^document 2: character '~' \(U\+007E\) is not in this char vocabulary"):
+        CharTokenizer(TEXT).encode_documents(["First Citizen:", "Speak~"])
+
+
 @pytest.mark.parametrize("make", [gpt2_tokenizer, bpe_small], ids=["gpt2", "bpe"])
 def test_stream_decoder_holds_back_partial_characters(make):
     tok = make()

@@ -625,3 +625,19 @@ def test_an_overwrite_that_cannot_move_the_new_export_in_fails_rather_than_tryin
             raise OSError(errno.EXDEV, "Invalid cross-device link")
     assert overwrite_failing(tmp_path, monkeypatch, meanwhile).errno == errno.EXDEV
     assert "config.json" in os.listdir(tmp_path / "hf")
+
+
+def test_an_export_removes_the_temporary_folder_a_killed_export_left_and_not_a_live_ones(tmp_path):
+    """A kill -9 of an export before its rename left its hidden .tmp-export-* folder beside --to for good."""
+    import subprocess
+    import sys
+
+    from common.files import HOST
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, live = (tmp_path / f".tmp-export-{pid}-{HOST}-abc" for pid in (int(ended.stdout), os.getpid()))
+    for left in (dead, live):
+        left.mkdir()
+        (left / "config.json").write_text("{}")
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    assert sorted(os.listdir(tmp_path)) == sorted([live.name, "hf"])

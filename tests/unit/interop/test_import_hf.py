@@ -66,6 +66,26 @@ def test_an_import_killed_between_its_files_leaves_none_of_the_old_run(tmp_path,
     assert not (tmp_path / "run" / METRICS_FILE).exists()
 
 
+def test_an_import_killed_between_its_files_leaves_the_checkpoint_sample_reads_by_default(tmp_path, monkeypatch):
+    """The first file written is ckpt_best.pt: ckpt_last.pt alone made sample.py's default refuse, saying that a run
+    writes ckpt_best.pt at its first evaluation (an import has none)."""
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    write, writes = checkpoint.write_atomic, []
+
+    def killed_at_the_second(path, *args, **kwargs):
+        writes.append(path)
+        if len(writes) == 2:
+            raise Killed
+        write(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", killed_at_the_second)
+    with pytest.raises(Killed):
+        import_checkpoint(tmp_path / "hf", tmp_path / "run")
+    default = checkpoint.in_folder_or_file(str(tmp_path / "run"))  # sample.py's and evaluate.py's --ckpt=best
+    assert Checkpoint.load(default).source == f"hf:{tmp_path / 'hf'}"
+    assert checkpoint.not_found(str(tmp_path / "run" / LAST)).endswith(f"holds {BEST} only; pass --ckpt=best to use it")
+
+
 def test_an_import_refuses_a_folder_that_holds_a_run_without_a_checkpoint(tmp_path):
     """A run stopped before its first checkpoint left metrics.jsonl: imported beside it, they would pass for one
     run; refused, as train.py refuses to start over it, unless --overwrite=true."""

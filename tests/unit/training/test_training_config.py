@@ -187,10 +187,11 @@ def test_help_shows_the_values_this_run_would_use_and_every_presets_note(argv, c
 
 @pytest.mark.parametrize("argv", [["--preset=gpt2", "--gradient_accumulation_steps=4"], ["--fsdp=true"],
                                   ["--max_iters=20"], ["--preset=shakespeare-bpe"]])
-def test_help_shows_the_values_the_flags_make_the_run_take_over_the_presets(argv, capsys):
+def test_help_shows_the_values_the_flags_make_the_run_take_over_the_presets(argv, capsys, monkeypatch):
     """--help showed the preset's values that the flags replace beyond their own: gpt2's total_batch_size under an
     explicit accumulation, the default preset's Muon under --fsdp, a preset's warmup a short run shortens; and the
     defaults of what a preset leaves unset (shakespeare-bpe: max_iters, warmup_iters)."""
+    monkeypatch.setenv("RANK", "0")  # torchrun's process: --fsdp=true is accepted
     assert configure([*argv, "--help"]) is None
     text = capsys.readouterr().out
     tc, *_ = configure(argv)  # the run's own settings, notes and all
@@ -446,3 +447,16 @@ def test_help_of_a_resume_says_its_values_are_a_fresh_runs_not_the_checkpoints(i
     assert first.startswith(f"--init_from={init_from}: ") and "its checkpoint's settings" in first, first
     configure(["--help"])
     assert capsys.readouterr().out.startswith("flags (--name=value)")
+
+
+@pytest.mark.parametrize("argv", [["--fsdp=true"], ["--fsdp=true", "--max_iters=20"]])
+def test_fsdp_without_torchrun_is_refused_before_any_note(argv, capsys, monkeypatch):
+    """A refusal comes alone: the notes on the preset's Muon and its warmup were printed first, about a run that
+    would not happen."""
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SetupError, match="^--fsdp=true shards the model over torchrun's processes: start it with "):
+        configure(argv)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")  # torchrun's process: the same flags are accepted, with their notes
+    configure(argv)
+    assert "--optimizer=adamw" in capsys.readouterr().err
