@@ -98,6 +98,18 @@ def check_apart(to: str, to_gguf: str) -> None:
                         f"it); give the GGUF file a path of its own, e.g. --to_gguf={os.path.join(to, 'model.gguf')}")
 
 
+def check_not_source(path: str, to: str, to_gguf: str) -> None:
+    """Refuses (one line) a --to that holds the checkpoint being exported (its run's folder, or one above it) or a
+    --to_gguf that is the checkpoint: --overwrite=true would replace the run with its own export."""
+    source = os.path.realpath(path)
+    if to and source.startswith(os.path.join(os.path.realpath(to), "")):
+        raise FlagError(f"--to={to} holds {path}, the checkpoint being exported, which the export would replace; "
+                        f"give the Hugging Face folder a path of its own, e.g. --to={os.path.join(to, 'hf')}")
+    if to_gguf and os.path.realpath(to_gguf) == source:
+        raise FlagError(f"--to_gguf={to_gguf} is the checkpoint being exported; give the GGUF file a path of its "
+                        f"own, e.g. --to_gguf={os.path.join(os.path.dirname(to_gguf), 'model.gguf')}")
+
+
 def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
     """Writes the checkpoint as a Hugging Face folder: in a temporary folder first, renamed into place when complete."""
     model = ckpt.build_model("cpu")
@@ -175,6 +187,7 @@ def main(argv) -> None:
         raise FlagError("--gguf_dtype applies to --to_gguf=FILE only (no GGUF file is written); drop it")
     path = path_in(ec.out_dir, ec.ckpt)
     ckpt = Checkpoint.load(path)
+    check_not_source(path, ec.to, ec.to_gguf)
     if ckpt.objective == "seq2seq":  # before anything is written
         raise UserError(f"{path} is an encoder-decoder (train.py --model=seq2seq); its export is not written: "
                         f"Hugging Face's encoder-decoders (T5, BART, Marian) differ from it in their positions and "

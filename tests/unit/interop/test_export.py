@@ -601,3 +601,20 @@ def test_an_overwrite_that_cannot_move_the_new_export_in_fails_rather_than_tryin
             raise OSError(errno.EXDEV, "Invalid cross-device link")
     assert overwrite_failing(tmp_path, monkeypatch, meanwhile).errno == errno.EXDEV
     assert "config.json" in os.listdir(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("target", ["--to=run", "--to=.", "--to_gguf=run/ckpt_best.pt"])
+def test_the_export_command_refuses_to_write_over_the_checkpoint_it_exports(tmp_path, capsys, target):
+    """--to at the run's folder or one above it, or --to_gguf at the checkpoint itself: --overwrite=true replaced
+    the run with the export (the checkpoint, the metrics, gone); now one line, and the run is as it was."""
+    pytest.importorskip("gguf")
+    (tmp_path / "run").mkdir()
+    bpe_run(tmp_path / "run")
+    before = (tmp_path / "run" / "ckpt_best.pt").read_bytes()
+    flag, where = target.split("=")
+    argv = [f"--out_dir={tmp_path / 'run'}", f"{flag}={tmp_path / where}", "--overwrite=true"]
+    assert cli.run(export_main, argv) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "ckpt_best.pt" in err and len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path / "run")) == ["bpe.tiktoken", "ckpt_best.pt"]
+    assert (tmp_path / "run" / "ckpt_best.pt").read_bytes() == before
