@@ -46,7 +46,7 @@ class ExportConfig:
     to: str = ""  # the Hugging Face folder to write
     to_gguf: str = ""  # the GGUF file to write (llama.cpp)
     gguf_dtype: str = "f32"  # the GGUF weights' type: f32 (exact) or f16 (half the size)
-    overwrite: bool = False  # replace an existing folder at --to or file at --to_gguf
+    overwrite: bool = False  # replace an earlier export at --to or file at --to_gguf
 
 
 def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: int, mask: bool = False) -> None:
@@ -80,12 +80,17 @@ def model_card(ckpt: Checkpoint, arch: str) -> str:
 
 
 def check_folder(folder: str, overwrite: bool = False) -> None:
-    """Refuses (one line) a --to the export would not write: a file, a folder with files in it unless overwrite, or
-    a path that cannot be made a folder."""
+    """Refuses (one line) a --to the export would not write: a file, a folder with files in it unless overwrite and
+    they are an earlier export (as a run's --overwrite=true replaces a run's files only), or a path that cannot be
+    made a folder."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise UserError(f"--to={folder} is a file, not a folder; give the folder to write the Hugging Face model in")
-    if os.path.isdir(folder) and os.listdir(folder) and not overwrite:
-        raise UserError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
+    if os.path.isdir(folder) and os.listdir(folder):
+        if not os.path.isfile(os.path.join(folder, TOKENIZER_META)):  # every export writes it
+            raise UserError(f"{folder} holds files but no export of this project (no {TOKENIZER_META}); "
+                            f"--overwrite=true replaces an earlier export only: give --to a new or empty folder")
+        if not overwrite:
+            raise UserError(f"{folder} already holds an export; pass --overwrite=true or another --to")
     need_folder(folder, "to")  # a file on its way (--to=notes.txt/hf)
 
 

@@ -641,3 +641,18 @@ def test_pipeline_writes_the_end_of_text_sample_py_prints_only_when_asked_to(tmp
     kept = generate_hf(prompt, max_new_tokens=4, do_sample=False, skip_special_tokens=False)[0]["generated_text"]
     assert kept == ours
     assert generate_hf(prompt, max_new_tokens=4, do_sample=False)[0]["generated_text"] == prompt
+
+
+def test_overwrite_replaces_an_earlier_export_only(tmp_path, capsys):
+    """--overwrite=true at a folder of other files (a user's models, the current folder) deleted them all, as a
+    --overwrite=true run replaces only a run's files; now one line, the files kept, and an export is replaced."""
+    as_checkpoint(tiny_model()).save(str(tmp_path / "ckpt_best.pt"))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    argv = [f"--out_dir={tmp_path}", f"--to={tmp_path / 'mine'}", "--overwrite=true"]
+    assert cli.run(export_main, argv) == 2
+    err = capsys.readouterr().err
+    assert "no export of this project" in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", "--overwrite=true"]) == 0
