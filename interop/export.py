@@ -47,7 +47,7 @@ class ExportConfig:
     to: str = ""  # the Hugging Face folder to write
     to_gguf: str = ""  # the GGUF file to write (llama.cpp)
     gguf_dtype: str = "f32"  # the GGUF weights' type: f32 (exact) or f16 (half the size)
-    overwrite: bool = False  # replace an existing folder at --to or file at --to_gguf
+    overwrite: bool = False  # replace an earlier export at --to or file at --to_gguf
 
 
 def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: int, mask: bool = False) -> None:
@@ -81,12 +81,17 @@ def model_card(ckpt: Checkpoint, arch: str) -> str:
 
 
 def check_folder(folder: str, overwrite: bool = False) -> None:
-    """Refuses (one line) a --to the export would not write: a file, a folder with files in it unless overwrite, or
-    a path that cannot be made a folder."""
+    """Refuses (one line) a --to the export would not write: a file, a folder with files in it unless overwrite and
+    they are an earlier export (as a run's --overwrite=true replaces a run's files only), or a path that cannot be
+    made a folder."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise UserError(f"--to={folder} is a file, not a folder; give the folder to write the Hugging Face model in")
-    if os.path.isdir(folder) and os.listdir(folder) and not overwrite:
-        raise UserError(f"{folder} already exists and is not empty; pass --overwrite=true or another --to")
+    if os.path.isdir(folder) and os.listdir(folder):
+        if not os.path.isfile(os.path.join(folder, TOKENIZER_META)):  # every export writes it
+            raise UserError(f"{folder} holds files but no export of this project (no {TOKENIZER_META}); "
+                            f"--overwrite=true replaces an earlier export only: give --to a new or empty folder")
+        if not overwrite:
+            raise UserError(f"{folder} already holds an export; pass --overwrite=true or another --to")
     need_folder(folder, "to")  # a file on its way (--to=notes.txt/hf)
 
 
@@ -97,6 +102,18 @@ def check_apart(to: str, to_gguf: str) -> None:
     if folder == file or folder.startswith(os.path.join(file, "")):
         raise FlagError(f"--to_gguf={to_gguf} is where --to={to} writes the Hugging Face folder (or a folder above "
                         f"it); give the GGUF file a path of its own, e.g. --to_gguf={os.path.join(to, 'model.gguf')}")
+
+
+def check_not_source(path: str, to: str, to_gguf: str) -> None:
+    """Refuses (one line) a --to that holds the checkpoint being exported (its run's folder, or one above it) or a
+    --to_gguf that is the checkpoint: --overwrite=true would replace the run with its own export."""
+    source = os.path.realpath(path)
+    if to and source.startswith(os.path.join(os.path.realpath(to), "")):
+        raise FlagError(f"--to={to} holds {path}, the checkpoint being exported, which the export would replace; "
+                        f"give the Hugging Face folder a path of its own, e.g. --to={os.path.join(to, 'hf')}")
+    if to_gguf and os.path.realpath(to_gguf) == source:
+        raise FlagError(f"--to_gguf={to_gguf} is the checkpoint being exported; give the GGUF file a path of its "
+                        f"own, e.g. --to_gguf={os.path.join(os.path.dirname(to_gguf), 'model.gguf')}")
 
 
 def export(ckpt: Checkpoint, folder: str, overwrite: bool = False) -> None:
@@ -177,6 +194,7 @@ def main(argv) -> None:
         raise FlagError("--gguf_dtype applies to --to_gguf=FILE only (no GGUF file is written); drop it")
     path = path_in(ec.out_dir, ec.ckpt)
     ckpt = Checkpoint.load(path)
+    check_not_source(path, ec.to, ec.to_gguf)
     if ckpt.objective == "seq2seq":  # before anything is written
         raise UserError(f"{path} is an encoder-decoder (train.py --model=seq2seq); its export is not written: "
                         f"Hugging Face's encoder-decoders (T5, BART, Marian) differ from it in their positions and "

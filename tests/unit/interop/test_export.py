@@ -641,3 +641,58 @@ def test_an_export_removes_the_temporary_folder_a_killed_export_left_and_not_a_l
         (left / "config.json").write_text("{}")
     export(as_checkpoint(tiny_model()), tmp_path / "hf")
     assert sorted(os.listdir(tmp_path)) == sorted([live.name, "hf"])
+
+
+@pytest.mark.parametrize("target", ["--to=run", "--to=.", "--to_gguf=run/ckpt_best.pt"])
+def test_the_export_command_refuses_to_write_over_the_checkpoint_it_exports(tmp_path, capsys, target):
+    """--to at the run's folder or one above it, or --to_gguf at the checkpoint itself: --overwrite=true replaced
+    the run with the export (the checkpoint, the metrics, gone); now one line, and the run is as it was."""
+    pytest.importorskip("gguf")
+    (tmp_path / "run").mkdir()
+    bpe_run(tmp_path / "run")
+    before = (tmp_path / "run" / "ckpt_best.pt").read_bytes()
+    flag, where = target.split("=")
+    argv = [f"--out_dir={tmp_path / 'run'}", f"{flag}={tmp_path / where}", "--overwrite=true"]
+    assert cli.run(export_main, argv) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "ckpt_best.pt" in err and len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path / "run")) == ["bpe.tiktoken", "ckpt_best.pt"]
+    assert (tmp_path / "run" / "ckpt_best.pt").read_bytes() == before
+
+
+def test_pipeline_writes_the_end_of_text_sample_py_prints_only_when_asked_to(tmp_path, transformers):
+    """A greedy text that reaches <|endoftext|>: both stop there, sample.py printing it, pipeline leaving it out as
+    a special token unless skip_special_tokens=False (docs/interop.md says which call prints what sample.py does)."""
+    from inference.generate import generate
+
+    tok = small_bpe()
+    meta = {"tokenizer": "bpe", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id, "bpe_file": "bpe.tiktoken",
+            "bpe_ranks": ranks_to_bytes(tok.encoding._mergeable_ranks).decode("ascii")}
+    model = perturb(tiny_model(vocab_size=tok.vocab_size, bias=True))
+    with torch.no_grad():  # every position's likeliest next token is <|endoftext|>, after the prompt's first
+        direction = torch.nn.functional.normalize(torch.randn(model.config.n_embd), dim=0)
+        model.norm.bias.copy_(50 * direction)
+        model.wte.weight[tok.eot_id] = direction
+    export(as_checkpoint(model, meta), tmp_path / "hf")
+    prompt = "the night"
+    ours = tok.decode(generate(model, [tok.encode(prompt)], 4, temperature=0, stop_tokens=[tok.eot_id])[0])
+    assert ours == prompt + "<|endoftext|>"
+    generate_hf = transformers.pipeline("text-generation", model=str(tmp_path / "hf"), device="cpu")
+    kept = generate_hf(prompt, max_new_tokens=4, do_sample=False, skip_special_tokens=False)[0]["generated_text"]
+    assert kept == ours
+    assert generate_hf(prompt, max_new_tokens=4, do_sample=False)[0]["generated_text"] == prompt
+
+
+def test_overwrite_replaces_an_earlier_export_only(tmp_path, capsys):
+    """--overwrite=true at a folder of other files (a user's models, the current folder) deleted them all, as a
+    --overwrite=true run replaces only a run's files; now one line, the files kept, and an export is replaced."""
+    as_checkpoint(tiny_model()).save(str(tmp_path / "ckpt_best.pt"))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    argv = [f"--out_dir={tmp_path}", f"--to={tmp_path / 'mine'}", "--overwrite=true"]
+    assert cli.run(export_main, argv) == 2
+    err = capsys.readouterr().err
+    assert "no export of this project" in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", "--overwrite=true"]) == 0

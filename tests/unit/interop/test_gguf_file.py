@@ -212,3 +212,22 @@ def test_a_bpe_without_merges_is_refused_before_anything_is_written(tmp_path):
         assert "no merges" in str(e.value) and "--bpe_vocab_size" in str(e.value) and "\n" not in str(e.value)
         assert not (tmp_path / "out").exists()  # nothing written, not even the folder
 
+
+
+def test_the_default_preset_exports_to_gguf_with_a_byte_level_tokenizer_only():
+    """docs/interop.md's word on the default preset: its model goes to Hugging Face and to llama.cpp's graph, its
+    char tokenizer not to GGUF (the shakespeare-bpe and shakespeare-gpt2 presets' do)."""
+    import tomllib
+    from dataclasses import fields
+
+    import configs
+    from interop.gguf_file import gguf_refusal, hf_refusals
+    from interop.mappings import hf_target
+    from model import GPTConfig
+
+    preset = tomllib.loads(configs.path(configs.DEFAULT).read_text())
+    cfg = GPTConfig(**{f.name: preset[f.name] for f in fields(GPTConfig) if f.name in preset})
+    hf_target(cfg)
+    hf_refusals(cfg)
+    assert preset.get("tokenizer", "char") == "char" and "char tokenizer" in gguf_refusal(cfg, "char", "f32")
+    assert gguf_refusal(cfg, "bpe", "f32") is None and gguf_refusal(cfg, "gpt2", "f32") is None
