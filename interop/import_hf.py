@@ -267,7 +267,8 @@ def initializer(folder: str, model_overrides: dict, explicit: dict, tokenizer: s
     tokenizer, or (given the run's --tokenizer and --mask_token) another kind of tokenizer, is refused now, before
     any data is prepared."""
     dropout = {k: v for k, v in model_overrides.items() if k == "dropout"}
-    have = read_hf_config(folder, **dropout)[1].to_dict()
+    config = read_hf_config(folder, **dropout)[1]
+    have = config.to_dict()
     for k, v in model_overrides.items():
         if k in explicit and have[k] != v:
             raise SetupError(f"--{k}={typed(v)}{set_in([k], explicit)} differs from the Hugging Face model's "
@@ -280,6 +281,7 @@ def initializer(folder: str, model_overrides: dict, explicit: dict, tokenizer: s
         model = load_hf_gpt2(folder, **dropout)
         check_same_tokenizer(folder, model.config.vocab_size, tokenizer)
         return model
+    init.config = config  # the run's context before any data is prepared (its batches, total_batch_size)
     return init
 
 

@@ -297,8 +297,12 @@ def fresh_warmup(warmup: int, max_iters: int, explicit: dict) -> int:
 
 def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list[str]:
     """A run that starts (not a resumed one): its flags against where they apply, a preset's warmup shortened for
-    a short run, the schedule checked. Returns the notes to print."""
+    a short run, the schedule checked, a --task's longest target against block_size. Returns the notes to print."""
     check_causal(tc, explicit)
+    model = None if tc.init_from.startswith("hf:") else GPTConfig(**model_overrides)  # an import's: its folder's
+    if tc.model == "seq2seq" and tc.pairs is None and tc.task_max_len + 1 > model.block_size:
+        raise ConfigError(f"--task_max_len={tc.task_max_len} needs --block_size of at least {tc.task_max_len + 1} (a "
+                          f"target holds its letters and STOP); block_size is {model.block_size}")
     notes, origins = [], {k: flags.whose(k, explicit) for k in ("warmup_iters", "lr_decay_iters", "max_iters")}
     short = fresh_warmup(tc.warmup_iters, tc.max_iters, explicit)
     if short != tc.warmup_iters:
@@ -309,7 +313,6 @@ def fresh_checks(tc: TrainConfig, explicit: dict, model_overrides: dict) -> list
                                    f"{tc.warmup_iters}")
         tc.warmup_iters = short
     check_schedule(tc, explicit, "the preset's", origins)
-    model = None if tc.init_from.startswith("hf:") else GPTConfig(**model_overrides)  # an import's: its folder's
     facts = scope_facts(tc, model)
     return notes + flag_scope.check("train.py", explicit, facts)
 

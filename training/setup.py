@@ -90,18 +90,19 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
     fresh run), from training/out_dir.py's starting_config. sc: how the model is computed (speed/: applied to the
     built model, whichever way it was made; the device's own choices leave the explicit flags alone; a resumed run
     computes as its checkpoint's run chose to, with its own flags on top). init_model: None (fresh weights, or
-    resume) or a function tokenizer -> GPT that supplies starting weights (train.py's --init_from=hf:FOLDER). The
-    run's checks happen here (the lock's own come after it), and nothing is written to out_dir: training/out_dir.py's
-    claim_out_dir does that, under the lock."""
+    resume) or a function tokenizer -> GPT that supplies starting weights (train.py's --init_from=hf:FOLDER), with
+    the GPTConfig they have as its .config. The run's checks happen here (the lock's own come after it), and nothing
+    is written to out_dir: training/out_dir.py's claim_out_dir does that, under the lock."""
     chosen, speed_flags = run_speed(sc or SpeedConfig(), explicit, ckpt)
-    config = ckpt.model_config if ckpt is not None else GPTConfig(**model_overrides)  # an import's: as the flags say
+    config = (ckpt.model_config if ckpt is not None else init_model.config if init_model is not None
+              else GPTConfig(**model_overrides))
     device, dtype, sc = system(tc, device_name, speed_flags, chosen, d, config)
+    accum = tc.accumulation(config.block_size, d.world_size)  # refused before any data is prepared
     data_dir, meta, tokenizer = run_data.load(tc, d, ckpt)
     objective, tokenizer = objectives.build(tc.model, tokenizer, tc.mask_token, tc.mask_rate, tc.mask_span)
     prompt = sample_prompt(tc, tokenizer)
     model = build_model(tc, model_overrides, ckpt, init_model, tokenizer, device, dtype, sc)
     optimizer, scaler = optim.optimizer_and_scaler(tc, model, device, dtype, ckpt)
-    accum = tc.accumulation(model.config.block_size, d.world_size)
     train_model = training_module(model, tc, device, d)
     start, best_val, best_restarts = where_to_start(tc, d, ckpt, device)
     fixed_by = "the checkpoint" if ckpt is not None else tc.init_from if init_model is not None else None

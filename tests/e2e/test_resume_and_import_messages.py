@@ -65,6 +65,21 @@ def test_an_hf_start_with_a_mask_token_names_that_flag(corpus, tmp_path, hf_fold
     assert not (tmp_path / "run").exists()
 
 
+def test_an_hf_start_with_a_total_batch_size_its_context_does_not_divide_is_refused_before_the_data(
+        corpus, tmp_path, hf_folder, capsys, monkeypatch):
+    """The folder's block_size is known once its config is read, yet total_batch_size was checked against it only
+    after the data was prepared and the weights were read."""
+    import interop.import_hf
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("the weights were read before the refusal")
+    monkeypatch.setattr(interop.import_hf, "load_hf_gpt2", not_reached)
+    err = refused(tiny_args(corpus, tmp_path / "run", "--max_iters=2", f"--init_from=hf:{hf_folder}",
+                            "--total_batch_size=100"), capsys)
+    assert "total_batch_size=100 is not a multiple of" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no data prepared, no run
+
+
 @pytest.mark.parametrize("start", ["hf", "resume"])
 def test_a_corpus_too_small_for_a_step_does_not_advise_a_context_the_model_fixes(corpus, tmp_path, hf_folder, capsys,
                                                                                  start):

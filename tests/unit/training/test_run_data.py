@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.errors import ConfigError, DataError
+from common.errors import DataError
 from data import pair_batches
 from data.pairs import is_val_pair
 from training import objectives, run_data
@@ -116,15 +116,6 @@ def test_a_tasks_validation_pairs_are_the_validation_side_and_never_train():
     assert len(val) == 3 * 8 and len(train) == 3 * 8
     assert all(t == s[::-1] and 2 <= len(s) <= 5 for s, t in val + train)
     assert all(is_val_pair(s, t) for s, t in val) and not any(is_val_pair(s, t) for s, t in train)
-
-
-def test_a_tasks_longest_target_and_its_stop_must_fit_the_context():
-    tc = TrainConfig(model="seq2seq", batch_size=2, eval_iters=1, task="sort", task_min_len=2, task_max_len=5)
-    objective, _ = objectives.build("seq2seq", pair_batches.task_tokenizer())
-    meta = pair_batches.task_meta("sort", 2, 5)
-    seq2seq_batches(tc, Dist(), "", meta, 6, objective, "cpu")  # 5 letters and STOP: fits
-    with pytest.raises(ConfigError, match="--task_max_len=5 needs --block_size of at least 6"):
-        seq2seq_batches(tc, Dist(), "", meta, 5, objective, "cpu")
 
 
 @pytest.mark.parametrize("train_long, val_long", [(2, 1), (0, 1)])

@@ -13,6 +13,8 @@ from common.errors import ConfigError, SetupError, UserError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
 from training.config import PRESETS, TrainConfig, configure, other_process_count, other_validation, resumed_config
+from training.distributed import Dist
+from training.out_dir import starting_config
 from training.loop import lr_at
 from training.muon import Muon
 
@@ -460,3 +462,16 @@ def test_fsdp_without_torchrun_is_refused_before_any_note(argv, capsys, monkeypa
     monkeypatch.setenv("RANK", "0")  # torchrun's process: the same flags are accepted, with their notes
     configure(argv)
     assert "--optimizer=adamw" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("init_from", ["scratch", "auto"])
+def test_a_task_too_long_for_the_context_is_refused_before_any_note(init_from, tmp_path, capsys):
+    """A --task whose longest target and its STOP do not fit block_size was refused once the batches were built,
+    after the warmup note had spoken of the run: it is refused with the flags now, and nothing said before."""
+    argv = ["--model=seq2seq", "--task=reverse", "--block_size=16", "--max_iters=2", f"--init_from={init_from}",
+            f"--out_dir={tmp_path}/out"]
+    with pytest.raises(ConfigError, match="--task_max_len=16 needs --block_size of at least 17"):
+        tc, overrides, _, explicit = configure(argv)  # --init_from=auto: known to start fresh once out_dir is read
+        starting_config(tc, overrides, explicit, Dist())
+    assert capsys.readouterr().err == ""
+    configure([*argv, "--task_max_len=15"])  # 15 letters and STOP: fits
