@@ -9,8 +9,8 @@ A write that fails because the disk is full (ENOSPC), a quota is reached (EDQUOT
 is too large for the filesystem (EFBIG) becomes one line, `disk_errors`: which file, how much it needed, how much is
 free; the previous complete file is intact, and no temporary file, nor a folder the write made, remains. The same
 holds for a write stopped by Ctrl-C or SIGTERM (unwound_by_sigterm); a kill -9 leaves a temporary file behind,
-which the next write into that folder removes (its name carries its writer's pid and machine: one a live process is
-writing, or another machine's on a shared filesystem, stays).
+which the next write into that folder removes (its name carries its writer's pid, machine and pid namespace: one a
+live process is writing, another machine's on a shared filesystem or another container's, stays).
 """
 import contextlib
 import errno
@@ -234,18 +234,35 @@ def unwound_by_sigterm():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"  # a temporary's machine, in its name without a dash
+def process_space() -> str:
+    """Where this process's pid names it, as a temporary's name carries it (8 hex digits, no dash): this boot of this
+    machine (its hostname where the kernel gives no boot id) and its pid namespace, as a container of the same
+    machine has pids of its own: a live writer there may have a pid no process here has."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            machine = f.read().strip()
+    except OSError:
+        machine = socket.gethostname()
+    try:
+        pids = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pids = ""
+    return f"{zlib.crc32(f'{machine}:{pids}'.encode()):08x}"
+
+
+HOST = process_space()
 
 
 def owned_prefix(prefix: str) -> str:
-    """prefix, then this process's pid and machine: a later writer tells a temporary whose writer was killed from
-    one being written now (remove_dead_temporaries)."""
+    """prefix, then this process's pid and where it names it (process_space): a later writer tells a temporary whose
+    writer was killed from one being written now (remove_dead_temporaries)."""
     return f"{prefix}{os.getpid()}-{HOST}-"
 
 
 def remove_dead_temporaries(folder, prefix: str, suffix: str = "") -> None:
     """Removes folder's temporaries (files or folders) named owned_prefix(prefix)...suffix by a process of this
-    machine that has ended (a kill -9 leaves them); a live process's, or another machine's, stay."""
+    machine and pid namespace that has ended (a kill -9 leaves them); a live process's, or another machine's or
+    container's (or one from before the machine restarted), stay."""
     try:
         names = os.listdir(folder)
     except OSError:

@@ -38,8 +38,9 @@ def write_atomic(path: Path, data: bytes):
 
 
 def remove_temporaries(folder: Path):
-    """The temporary files (.NAME.XXXXXXXX.tmp) that write_atomic leaves in folder when its process is killed
-    mid-write. Only for a process that holds the folder's build lock: otherwise another may be writing them now."""
+    """The temporary files (.NAME.PID-MACHINE-XXXXXXXX.tmp) that write_atomic leaves in folder when its process is
+    killed mid-write. Only for a process that holds the folder's build lock: otherwise another may be writing them
+    now."""
     for path in folder.glob(".*.tmp"):
         path.unlink(missing_ok=True)
 

@@ -47,7 +47,7 @@ class ExportConfig:
     to: str = ""  # the Hugging Face folder to write
     to_gguf: str = ""  # the GGUF file to write (llama.cpp)
     gguf_dtype: str = "f32"  # the GGUF weights' type: f32 (exact) or f16 (half the size)
-    overwrite: bool = False  # replace an earlier export at --to or file at --to_gguf
+    overwrite: bool = False  # replace an earlier export at --to or --to_gguf
 
 
 def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: int, mask: bool = False) -> None:

@@ -24,6 +24,7 @@ rows the model does not have, and characters that would stop generation.
 
 Shapes: GGUF lists dimensions innermost first; the writer takes torch's (out, in) arrays and reverses them.
 """
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -167,11 +168,19 @@ def write_gguf(model, tokenizer, path: str, dtype: str = "f32", name: str = "sma
 
 def check_gguf(ckpt: Checkpoint, path: str, dtype: str = "f32", overwrite: bool = False) -> None:
     """Refuses (one line) a GGUF export of the checkpoint to path before anything is written: a folder at path, a
-    file there unless overwrite, a model or tokenizer llama.cpp cannot run, a tokenizer of another size than the
-    model or without merges (a char vocabulary is refused before any tokenizer is loaded)."""
+    file there unless overwrite and it is an earlier GGUF file (or empty), a model or tokenizer llama.cpp cannot run,
+    a tokenizer of another size than the model or without merges (a char vocabulary is refused before any tokenizer
+    is loaded)."""
     need_file_path(path, "to_gguf", ".gguf file")
-    if os.path.exists(path) and not overwrite:
-        raise UserError(f"{path} already exists; pass --overwrite=true or another --to_gguf")
+    if os.path.exists(path):
+        start = b""
+        with contextlib.suppress(OSError), open(path, "rb") as f:  # unreadable: replaced as before, given --overwrite
+            start = f.read(4)
+        if start not in (b"", b"GGUF"):  # a checkpoint, the user's notes: --overwrite=true would replace them
+            raise UserError(f"{path} is not a GGUF file; --overwrite=true replaces an earlier export only: give "
+                            f"--to_gguf a new path")
+        if not overwrite:
+            raise UserError(f"{path} already exists; pass --overwrite=true or another --to_gguf")
     hf_refusals(ckpt.model_config)
     refusal = gguf_refusal(ckpt.model_config, ckpt.data_meta.get("tokenizer"), dtype)
     if refusal:

@@ -298,3 +298,23 @@ def test_the_next_write_removes_the_temporary_a_killed_writer_left_and_not_a_liv
     write_atomic(str(folder / "f.json"), lambda f: f.write(b"newer"))
     assert sorted(os.listdir(folder)) == ["f.json", "g.json"]
     assert (folder / "f.json").read_bytes() == b"newer"
+
+
+def test_a_writer_in_another_pid_namespace_leaves_a_live_writers_temporary(tmp_path):
+    """A container of the same machine (its own pids, the same hostname) saw this process's pid as ended and removed
+    the temporary file this process was writing: the write then failed at its rename."""
+    import shutil
+    import subprocess
+    import sys
+
+    from common.files import owned_prefix
+
+    unshare = shutil.which("unshare")
+    inside = [unshare, "--user", "--map-root-user", "--pid", "--fork"] if unshare else []
+    if not unshare or subprocess.run([*inside, "true"], capture_output=True).returncode:
+        pytest.skip("no pid namespace can be made here (unshare)")
+    writing = tmp_path / (owned_prefix(".tmp-") + "abcdefgh.tmp")  # this process's, alive
+    writing.write_bytes(b"half")
+    code = "import sys; from common.files import write_atomic; write_atomic(sys.argv[1], lambda f: f.write(b'x'))"
+    subprocess.run([*inside, sys.executable, "-c", code, str(tmp_path / "g.json")], cwd=os.getcwd(), check=True)
+    assert sorted(os.listdir(tmp_path)) == sorted([writing.name, "g.json"])

@@ -696,3 +696,25 @@ def test_overwrite_replaces_an_earlier_export_only(tmp_path, capsys):
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
     export(as_checkpoint(tiny_model()), tmp_path / "hf")
     assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", "--overwrite=true"]) == 0
+
+
+@pytest.mark.parametrize("other", ["ckpt_last.pt", "notes.txt"])
+def test_overwrite_replaces_an_earlier_gguf_file_only(tmp_path, capsys, other):
+    """--to_gguf with --overwrite=true replaced any file, the run's other checkpoint among them, as --to replaces an
+    earlier export only; now one line, the file kept, and an earlier GGUF file (or an empty one) is replaced."""
+    pytest.importorskip("gguf")
+    bpe_run(tmp_path)
+    shutil.copy(tmp_path / "ckpt_best.pt", tmp_path / "ckpt_last.pt")
+    (tmp_path / "notes.txt").write_text("kept")
+    before = (tmp_path / other).read_bytes()
+    for overwrite in ("true", "false"):
+        argv = [f"--out_dir={tmp_path}", f"--to_gguf={tmp_path / other}", f"--overwrite={overwrite}"]
+        assert cli.run(export_main, argv) == 2
+        err = capsys.readouterr().err
+        assert "is not a GGUF file" in err and "--overwrite=true" in err and len(err.strip().splitlines()) == 1
+        assert (tmp_path / other).read_bytes() == before
+    (tmp_path / "empty.gguf").touch()
+    argv = [f"--out_dir={tmp_path}", f"--to_gguf={tmp_path / 'empty.gguf'}", "--overwrite=true"]
+    for _ in range(2):  # over an empty file, then over the GGUF file written there
+        assert cli.run(export_main, argv) == 0
+        assert (tmp_path / "empty.gguf").read_bytes()[:4] == b"GGUF"
