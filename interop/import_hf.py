@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from common import cli  # first: a Ctrl-C while torch imports prints one line (common/cli.py)
 import torch
 
-from common.errors import SetupError, UserError
+from common.errors import ConfigError, SetupError, UserError
 from common.files import need_folder
 from common.flags import config_from_argv, set_in, typed
 from interop import safetensors_file
@@ -97,6 +97,8 @@ def read_hf_config(folder: str, dropout: float = 0.0) -> tuple:
                         f"{' and '.join(repr(k) for k in BY_MODEL_TYPE)} are supported")
     try:
         return mapping, mapping.config_from_hf(hf, dropout)
+    except ConfigError as e:  # our GPTConfig refused the values config.json gave: name the file, not our flags
+        raise UserError(f"{path} describes a model this code cannot build: {str(e).split(';')[0]}") from None
     except UserError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a field missing or of the wrong type

@@ -137,3 +137,23 @@ def test_an_import_into_an_out_dir_a_run_holds_is_refused_before_the_weights_are
     finally:
         held.close()
     assert read == [] and os.listdir(tmp_path / "run") == [".lock"]
+
+
+@pytest.mark.parametrize("pos_emb", ["learned", "rope"])  # exported as GPT-2, as GPT-NeoX
+def test_a_config_json_our_model_cannot_build_is_refused_naming_the_file(tmp_path, pos_emb):
+    """A config.json whose width its head count does not divide: our GPTConfig's refusal told the user to pick
+    --n_embd, a flag an import does not take; the refusal names the folder's config.json."""
+    import json
+
+    from interop.import_hf import read_hf_config
+
+    export(as_checkpoint(tiny_model(pos_emb=pos_emb)), tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    config = json.loads(path.read_text())
+    heads = "n_head" if config["model_type"] == "gpt2" else "num_attention_heads"
+    config[heads] = 5  # the tiny model is 16 or 32 wide
+    path.write_text(json.dumps(config))
+    with pytest.raises(UserError) as e:
+        read_hf_config(str(tmp_path / "hf"))
+    assert str(e.value).startswith(f"{path} describes a model this code cannot build: n_embd=")
+    assert "pick" not in str(e.value)
