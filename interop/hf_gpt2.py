@@ -34,7 +34,8 @@ def gpt2_refusal(cfg: GPTConfig, to: str = "GPT-2") -> str | None:
         return (f"window={cfg.window} (sliding-window attention) cannot be exported to {to}, which attends to the "
                 f"whole context")
     if not cfg.causal:
-        return f"causal=false (a bidirectional encoder) cannot be exported to {to}, which is a causal decoder"
+        return (f"causal=false (a bidirectional model: train.py --model=encoder or --model=cheater) cannot be exported "
+                f"to {to}, which is a causal decoder")
     if getattr(cfg, "qk_norm", False):
         return f"qk_norm=true cannot be exported to {to}, which does not normalise q and k; train with qk_norm=false"
     if getattr(cfg, "mlp_act", "gelu") != "gelu":

@@ -43,7 +43,8 @@ def neox_refusal(cfg: GPTConfig, to: str = "GPT-NeoX") -> str | None:
         return (f"window={cfg.window} (sliding-window attention) cannot be exported to {to}, which attends to "
                 f"the whole context")
     if not cfg.causal:
-        return f"causal=false (a bidirectional encoder) cannot be exported to {to}, which is a causal decoder"
+        return (f"causal=false (a bidirectional model: train.py --model=encoder or --model=cheater) cannot be exported "
+                f"to {to}, which is a causal decoder")
     if cfg.qk_norm:
         return f"qk_norm=true cannot be exported to {to}, which does not normalise q and k; train with qk_norm=false"
     if cfg.attn_score != "dot":

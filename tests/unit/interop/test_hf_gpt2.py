@@ -81,7 +81,8 @@ def test_gpt2_tokenizer_is_exported_for_autotokenizer(tmp_path):
 @pytest.mark.parametrize("overrides, blame", [
     (dict(pos_emb="alibi"), "pos_emb='alibi'"),
     (dict(pos_emb="learned", window=4), "window=4"),
-    (dict(pos_emb="learned", causal=False), "causal=false"),
+    (dict(pos_emb="learned", causal=False),
+     "causal=false (a bidirectional model: train.py --model=encoder or --model=cheater)"),
     (dict(pos_emb="learned", attn_score="bilinear"), "attn_score='bilinear'"),
     (dict(pos_emb="learned", qk_norm=True), "qk_norm=true"),
     (dict(pos_emb="learned", mlp_act="relu2"), "mlp_act='relu2'"),

@@ -86,7 +86,7 @@ def test_gpt_neox_round_trip_hf_to_ours_to_hf_is_lossless(tmp_path, tie):
 @pytest.mark.parametrize("overrides, blame", [
     (dict(qk_norm=True), "qk_norm=true"),
     (dict(window=4), "window=4"),
-    (dict(causal=False), "causal=false"),
+    (dict(causal=False), "causal=false (a bidirectional model: train.py --model=encoder or --model=cheater)"),
     (dict(attn_score="bilinear"), "attn_score='bilinear'"),
     (dict(pos_emb="alibi"), "pos_emb='alibi'"),
     (dict(pos_emb="sinusoidal"), "pos_emb='sinusoidal'"),
