@@ -82,8 +82,8 @@ def model_card(ckpt: Checkpoint, arch: str) -> str:
 
 def check_folder(folder: str, overwrite: bool = False) -> None:
     """Refuses (one line) a --to the export would not write: a file, a folder with files in it unless overwrite and
-    they are an earlier export (as a run's --overwrite=true replaces a run's files only), or a path that cannot be
-    made a folder."""
+    they are an earlier export (as a run's --overwrite=true replaces a run's files only) with no hidden file beside it
+    (a git clone's .git: the whole folder is replaced), or a path that cannot be made a folder."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise UserError(f"--to={folder} is a file, not a folder; give the folder to write the Hugging Face model in")
     if os.path.isdir(folder) and os.listdir(folder):
@@ -92,6 +92,10 @@ def check_folder(folder: str, overwrite: bool = False) -> None:
                             f"--overwrite=true replaces an earlier export only: give --to a new or empty folder")
         if not overwrite:
             raise UserError(f"{folder} already holds an export; pass --overwrite=true or another --to")
+        hidden = sorted(name for name in os.listdir(folder) if name.startswith("."))  # a Hub clone's .git, say
+        if hidden:
+            raise UserError(f"{folder} holds {', '.join(hidden)} beside an earlier export, which no export writes and "
+                            f"--overwrite=true would delete with it; export to a new folder and copy its files in")
     need_folder(folder, "to")  # a file on its way (--to=notes.txt/hf)
 
 

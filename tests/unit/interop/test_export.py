@@ -698,6 +698,21 @@ def test_overwrite_replaces_an_earlier_export_only(tmp_path, capsys):
     assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", "--overwrite=true"]) == 0
 
 
+def test_overwrite_keeps_an_earlier_export_whose_folder_holds_a_git_clone(tmp_path, capsys):
+    """An earlier export cloned from the Hub (its .git beside the exported files): --overwrite=true replaced the
+    whole folder, .git with it; now one line, everything kept."""
+    as_checkpoint(tiny_model()).save(str(tmp_path / "ckpt_best.pt"))
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    (tmp_path / "hf" / ".git").mkdir()
+    (tmp_path / "hf" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    before = sorted(os.listdir(tmp_path / "hf"))
+    assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}", "--overwrite=true"]) == 2
+    err = capsys.readouterr().err
+    assert ".git" in err and "new folder" in err and len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path / "hf")) == before
+    assert (tmp_path / "hf" / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+
+
 @pytest.mark.parametrize("other", ["ckpt_last.pt", "notes.txt"])
 def test_overwrite_replaces_an_earlier_gguf_file_only(tmp_path, capsys, other):
     """--to_gguf with --overwrite=true replaced any file, the run's other checkpoint among them, as --to replaces an
