@@ -246,3 +246,52 @@ def test_a_missing_file_in_another_folder_is_not_called_the_working_folders_hugg
     monkeypatch.chdir(tmp_path)
     said = not_found(str(tmp_path / "elsewhere" / "model.pt"))
     assert said.startswith(f"no checkpoint at {tmp_path / 'elsewhere' / 'model.pt'}") and "Hugging Face" not in said
+
+
+def weights_with(key, value) -> dict:
+    return {**saved_dict()["model"], key: value}
+
+
+@pytest.mark.parametrize("changes, said", [
+    (dict(step=-1), "step=-1 is not a step count"),
+    (dict(step=True), "step=True is not a step count"),
+    (dict(model=weights_with(0, torch.zeros(1))), "a weight's name is not a string"),
+    (dict(model=weights_with("extra", 1.0)), "a weight is not a tensor"),
+    (dict(variant="gpt"), "variant='gpt' is not decoder, encoder, cheater or seq2seq"),
+    (dict(best_val_loss="1.2"), "best_val_loss='1.2' is not a number"),
+    (dict(best_val_loss=True), "best_val_loss=True is not a number"),
+    (dict(data_dir=3), "data_dir or train_config has the wrong type"),
+    (dict(train_config=["lr"]), "data_dir or train_config has the wrong type"),
+    (dict(rng=[{"cuda": torch.zeros(2)}]), "rng is not a list of random states"),
+    (dict(rng=[{"torch": 5}]), "rng is not a list of random states"),
+    (dict(wandb_run_id=5), "wandb_run_id=5 is not a run id"),
+    (dict(speed_config={"attn_impl": 1}), "speed_config={'attn_impl': 1} is not a dict of speed levers"),
+    (dict(speed_flags=["attn_impl", 2]), "speed_flags=['attn_impl', 2] is not a list of lever names"),
+    (dict(data_meta={"tokenizer": "char", "vocab_size": 37}), "its data_meta is not valid: chars"),
+])
+def test_a_field_of_the_wrong_type_or_range_is_refused_as_a_corrupt_file(changes, said):
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.from_dict(saved_dict(**changes), "ckpt.pt")
+    assert str(e.value).startswith(f"ckpt.pt is corrupt or not ours: {said}"), str(e.value)
+
+
+def test_a_checkpoint_of_step_0_with_every_optional_field_empty_loads():
+    """The lowest values each check allows: step 0 (an import), no rng, speed levers or run id."""
+    raw = saved_dict(step=0, rng=[{"torch": torch.zeros(2, dtype=torch.uint8)}], best_val_loss=0)
+    assert Checkpoint.from_dict(raw).step == 0
+
+
+def test_a_weight_of_another_shape_is_refused_in_one_line():
+    """Every name there, one of another shape: load_state_dict's size mismatch was a traceback."""
+    raw = saved_dict()
+    raw["model"]["norm.weight"] = torch.ones(5)
+    with pytest.raises(CheckpointError, match=r"checkpoint weights do not fit its own config \(1 tensor\(s\) "
+                                              r"missing, extra or of another shape, e.g. norm.weight\)"):
+        Checkpoint.from_dict(raw).build_model()
+
+
+def test_an_extra_weight_is_refused_in_one_line_naming_it():
+    raw = saved_dict()
+    raw["model"]["lm_bias"] = torch.zeros(37)
+    with pytest.raises(CheckpointError, match=r"\(1 tensor\(s\) missing, extra or of another shape, e.g. lm_bias\)"):
+        Checkpoint.from_dict(raw).build_model()
