@@ -295,3 +295,42 @@ def test_an_extra_weight_is_refused_in_one_line_naming_it():
     raw["model"]["lm_bias"] = torch.zeros(37)
     with pytest.raises(CheckpointError, match=r"\(1 tensor\(s\) missing, extra or of another shape, e.g. lm_bias\)"):
         Checkpoint.from_dict(raw).build_model()
+
+
+def test_a_runs_folder_names_its_last_or_best_file_and_a_file_names_itself(tmp_path):
+    from inference.checkpoint import in_folder_or_file, path_in
+
+    run, file = tmp_path / "run", tmp_path / "draft.pt"
+    run.mkdir()
+    file.write_bytes(b"")
+    assert path_in(str(run), "last") == str(run / "ckpt_last.pt") and path_in(str(run)) == str(run / "ckpt_last.pt")
+    assert path_in(str(run), "best") == str(run / "ckpt_best.pt") and path_in(str(run), str(file)) == str(file)
+    assert in_folder_or_file(str(run)) == str(run / "ckpt_best.pt")
+    assert in_folder_or_file(str(run), "last") == str(run / "ckpt_last.pt")
+    assert in_folder_or_file(str(file), "last") == str(file)
+
+
+def test_the_saved_weights_lose_every_compile_and_ddp_prefix_in_either_order():
+    import torch.nn as nn
+
+    from inference.checkpoint import clean_state_dict
+
+    class Wrapped(nn.Module):  # how torch.compile (_orig_mod) and DDP (module) hold the model
+        def __init__(self, inner, name):
+            super().__init__()
+            setattr(self, name, inner)
+
+    model = tiny_model()
+    for wrapped in (Wrapped(Wrapped(model, "_orig_mod"), "module"), Wrapped(Wrapped(model, "module"), "_orig_mod"),
+                    Wrapped(model, "module")):
+        clean = clean_state_dict(wrapped)
+        assert list(clean) == list(model.state_dict())
+        assert all(torch.equal(clean[k], v) for k, v in model.state_dict().items())
+
+
+def test_the_bytes_of_a_checkpoint_count_every_tensor_at_its_element_size():
+    from inference.checkpoint import tensor_bytes
+
+    nest = {"a": torch.zeros(3, 4), "b": [torch.zeros(5, dtype=torch.bfloat16), (torch.zeros(2, dtype=torch.int8),)],
+            "c": {"d": torch.zeros(1, dtype=torch.float64), "e": 7, "f": "text"}}
+    assert tensor_bytes(nest) == 3 * 4 * 4 + 5 * 2 + 2 * 1 + 8
