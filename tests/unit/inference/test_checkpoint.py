@@ -334,3 +334,18 @@ def test_the_bytes_of_a_checkpoint_count_every_tensor_at_its_element_size():
     nest = {"a": torch.zeros(3, 4), "b": [torch.zeros(5, dtype=torch.bfloat16), (torch.zeros(2, dtype=torch.int8),)],
             "c": {"d": torch.zeros(1, dtype=torch.float64), "e": 7, "f": "text"}}
     assert tensor_bytes(nest) == 3 * 4 * 4 + 5 * 2 + 2 * 1 + 8
+
+
+def test_a_loaded_checkpoint_knows_which_file_it_was_and_a_rewrite_is_another(tmp_path):
+    """A resume checks that the file it read is still the run's ckpt_last.pt (training/out_dir.py): an atomic save of
+    the same step in between is a new file."""
+    import os
+
+    from common.files import file_identity
+
+    path = str(tmp_path / "ckpt_last.pt")
+    Checkpoint.from_dict(saved_dict()).save(path)
+    read_from = Checkpoint.load(path).read_from
+    assert read_from == file_identity(os.stat(path))
+    Checkpoint.from_dict(saved_dict()).save(path)
+    assert Checkpoint.load(path).read_from != read_from
