@@ -70,6 +70,7 @@ NOT_CHECKPOINTS = [  # (what a user hands over as a checkpoint, its path in make
     ("empty", "empty.pt", "the file is empty"),
     ("text", "text.pt", "it is a text file"),
     ("JSON lines (a run's metrics.jsonl)", "json.pt", "it is a text file"),
+    ("text with a { where safetensors has its header", "brace.pt", "it is a text file"),
     ("bytes that are not a pickle", "bytes.pt", "it is corrupt or not a checkpoint"),
     ("gguf", "gguf.pt", "it is a GGUF file"),
     ("cut", "cut.pt", "the file is cut short"),
@@ -93,6 +94,7 @@ def make_not_checkpoints(folder) -> None:
     torch.save(saved_dict(), good)
     whole = good.read_bytes()
     files = {"empty": b"", "text": b"step: 5\nloss: 1.2\n", "json": b'{"step": 5, "loss": 1.2}\n',
+             "brace": b'settings{"lr": 0.1}\n',
              "bytes": bytes([0xF0, 0x01, 0x02, 0xFF] * 8), "gguf": b"GGUF\x03\x00\x00\x00" + bytes(64),
              "cut": whole[: len(whole) // 2], "cut_at_the_end": whole[:-1]}
     for name, data in files.items():
