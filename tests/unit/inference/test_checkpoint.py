@@ -351,3 +351,18 @@ def test_a_loaded_checkpoint_knows_which_file_it_was_and_a_rewrite_is_another(tm
     assert read_from == file_identity(os.stat(path))
     Checkpoint.from_dict(saved_dict()).save(path)
     assert Checkpoint.load(path).read_from != read_from
+
+
+@pytest.mark.parametrize("raw, said", [
+    (torch.zeros(3), "ckpt.pt is not a checkpoint of this project (missing everything)"),
+    ("model model_config step data_meta", "ckpt.pt is not a checkpoint of this project (missing everything)"),
+    (saved_dict(model_config="gpt2"), "ckpt.pt is not a checkpoint of this project (its weights or config are not "
+                                      "dicts)"),
+    (saved_dict(model=[torch.zeros(2)]), "ckpt.pt is not a checkpoint of this project (its weights or config are not "
+                                         "dicts)"),
+])
+def test_what_torch_load_gives_that_is_not_our_dict_is_refused_in_one_line(raw, said):
+    """A file of one tensor, of a string, a config given as a preset's name, weights as a list."""
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.from_dict(raw, "ckpt.pt")
+    assert str(e.value) == said
