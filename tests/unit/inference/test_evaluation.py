@@ -113,6 +113,8 @@ def test_the_table_shows_every_standard_error_there_is_and_the_tokens_scored():
     table = report_table({"tasks": {"t": task}, "text": text})
     row = table.splitlines()[1]
     assert row.count("±") == 2 and "± 0.0000" in row and "± 0.2500" in row  # a zero error is an error too
+    assert row.split()[:4] == ["t", "3", "0", "0.5000"]  # the task, its items, those cut, chance
+    assert report_table({"tasks": {}, "text": text}).splitlines() == table.splitlines()[2:]  # no task: no header
     assert table.splitlines()[2].startswith("text: 1,234 tokens scored (stride 8)")
 
 
