@@ -366,3 +366,18 @@ def test_what_torch_load_gives_that_is_not_our_dict_is_refused_in_one_line(raw, 
     with pytest.raises(CheckpointError) as e:
         Checkpoint.from_dict(raw, "ckpt.pt")
     assert str(e.value) == said
+
+
+def test_a_model_config_this_code_refuses_is_refused_as_the_checkpoints_in_one_line():
+    config = saved_dict()["model_config"] | {"n_embd": 30, "n_head": 4}
+    with pytest.raises(CheckpointError, match=r"^ckpt.pt holds a model config this code refuses: .*n_embd=30"):
+        Checkpoint.from_dict(saved_dict(model_config=config), "ckpt.pt")
+
+
+def test_the_training_settings_of_a_file_that_is_no_checkpoint_are_empty(tmp_path):
+    """{} (the full load then says what the file is), not None: a resume reads keys from it."""
+    from inference.checkpoint import read_train_config
+
+    (tmp_path / "notes.pt").write_text("step: 5\n")
+    assert read_train_config(str(tmp_path / "notes.pt")) == {}
+    assert read_train_config(str(tmp_path / "missing.pt")) == {}
