@@ -381,3 +381,15 @@ def test_the_training_settings_of_a_file_that_is_no_checkpoint_are_empty(tmp_pat
     (tmp_path / "notes.pt").write_text("step: 5\n")
     assert read_train_config(str(tmp_path / "notes.pt")) == {}
     assert read_train_config(str(tmp_path / "missing.pt")) == {}
+
+
+def test_a_bpe_checkpoint_that_carries_its_merges_needs_no_data_folder():
+    """An import or a copy of a run names no data folder: the merges it carries are its tokenizer."""
+    from data.tokenizer import ranks_to_bytes
+
+    ranks = {bytes([b]): b for b in range(256)}  # the bytes alone, no merge: 256 tokens and the separator
+    meta = {"tokenizer": "bpe", "vocab_size": 257, "eot_id": 256, "bpe_file": "bpe.tiktoken",
+            "bpe_ranks": ranks_to_bytes(ranks).decode("ascii")}
+    model = tiny_model(vocab_size=257)
+    tokenizer = Checkpoint(weights=model.state_dict(), model_config=model.config, step=1, data_meta=meta).tokenizer()
+    assert tokenizer.vocab_size == 257 and tokenizer.decode(tokenizer.encode("héllo")) == "héllo"
