@@ -70,6 +70,7 @@ NOT_CHECKPOINTS = [  # (what a user hands over as a checkpoint, its path in make
     ("empty", "empty.pt", "the file is empty"),
     ("text", "text.pt", "it is a text file"),
     ("JSON lines (a run's metrics.jsonl)", "json.pt", "it is a text file"),
+    ("text with a { where safetensors has its header", "brace.pt", "it is a text file"),
     ("bytes that are not a pickle", "bytes.pt", "it is corrupt or not a checkpoint"),
     ("gguf", "gguf.pt", "it is a GGUF file"),
     ("cut", "cut.pt", "the file is cut short"),
@@ -93,6 +94,7 @@ def make_not_checkpoints(folder) -> None:
     torch.save(saved_dict(), good)
     whole = good.read_bytes()
     files = {"empty": b"", "text": b"step: 5\nloss: 1.2\n", "json": b'{"step": 5, "loss": 1.2}\n',
+             "brace": b'settings{"lr": 0.1}\n',
              "bytes": bytes([0xF0, 0x01, 0x02, 0xFF] * 8), "gguf": b"GGUF\x03\x00\x00\x00" + bytes(64),
              "cut": whole[: len(whole) // 2], "cut_at_the_end": whole[:-1]}
     for name, data in files.items():
@@ -246,3 +248,148 @@ def test_a_missing_file_in_another_folder_is_not_called_the_working_folders_hugg
     monkeypatch.chdir(tmp_path)
     said = not_found(str(tmp_path / "elsewhere" / "model.pt"))
     assert said.startswith(f"no checkpoint at {tmp_path / 'elsewhere' / 'model.pt'}") and "Hugging Face" not in said
+
+
+def weights_with(key, value) -> dict:
+    return {**saved_dict()["model"], key: value}
+
+
+@pytest.mark.parametrize("changes, said", [
+    (dict(step=-1), "step=-1 is not a step count"),
+    (dict(step=True), "step=True is not a step count"),
+    (dict(model=weights_with(0, torch.zeros(1))), "a weight's name is not a string"),
+    (dict(model=weights_with("extra", 1.0)), "a weight is not a tensor"),
+    (dict(variant="gpt"), "variant='gpt' is not decoder, encoder, cheater or seq2seq"),
+    (dict(best_val_loss="1.2"), "best_val_loss='1.2' is not a number"),
+    (dict(best_val_loss=True), "best_val_loss=True is not a number"),
+    (dict(data_dir=3), "data_dir or train_config has the wrong type"),
+    (dict(train_config=["lr"]), "data_dir or train_config has the wrong type"),
+    (dict(rng=[{"cuda": torch.zeros(2)}]), "rng is not a list of random states"),
+    (dict(rng=[{"torch": 5}]), "rng is not a list of random states"),
+    (dict(wandb_run_id=5), "wandb_run_id=5 is not a run id"),
+    (dict(speed_config={"attn_impl": 1}), "speed_config={'attn_impl': 1} is not a dict of speed levers"),
+    (dict(speed_flags=["attn_impl", 2]), "speed_flags=['attn_impl', 2] is not a list of lever names"),
+    (dict(data_meta={"tokenizer": "char", "vocab_size": 37}), "its data_meta is not valid: chars"),
+])
+def test_a_field_of_the_wrong_type_or_range_is_refused_as_a_corrupt_file(changes, said):
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.from_dict(saved_dict(**changes), "ckpt.pt")
+    assert str(e.value).startswith(f"ckpt.pt is corrupt or not ours: {said}"), str(e.value)
+
+
+def test_a_checkpoint_of_step_0_with_every_optional_field_empty_loads():
+    """The lowest values each check allows: step 0 (an import), no rng, speed levers or run id."""
+    raw = saved_dict(step=0, rng=[{"torch": torch.zeros(2, dtype=torch.uint8)}], best_val_loss=0)
+    assert Checkpoint.from_dict(raw).step == 0
+
+
+def test_a_weight_of_another_shape_is_refused_in_one_line():
+    """Every name there, one of another shape: load_state_dict's size mismatch was a traceback."""
+    raw = saved_dict()
+    raw["model"]["norm.weight"] = torch.ones(5)
+    with pytest.raises(CheckpointError, match=r"checkpoint weights do not fit its own config \(1 tensor\(s\) "
+                                              r"missing, extra or of another shape, e.g. norm.weight\)"):
+        Checkpoint.from_dict(raw).build_model()
+
+
+def test_an_extra_weight_is_refused_in_one_line_naming_it():
+    raw = saved_dict()
+    raw["model"]["lm_bias"] = torch.zeros(37)
+    with pytest.raises(CheckpointError, match=r"\(1 tensor\(s\) missing, extra or of another shape, e.g. lm_bias\)"):
+        Checkpoint.from_dict(raw).build_model()
+
+
+def test_a_runs_folder_names_its_last_or_best_file_and_a_file_names_itself(tmp_path):
+    from inference.checkpoint import in_folder_or_file, path_in
+
+    run, file = tmp_path / "run", tmp_path / "draft.pt"
+    run.mkdir()
+    file.write_bytes(b"")
+    assert path_in(str(run), "last") == str(run / "ckpt_last.pt") and path_in(str(run)) == str(run / "ckpt_last.pt")
+    assert path_in(str(run), "best") == str(run / "ckpt_best.pt") and path_in(str(run), str(file)) == str(file)
+    assert in_folder_or_file(str(run)) == str(run / "ckpt_best.pt")
+    assert in_folder_or_file(str(run), "last") == str(run / "ckpt_last.pt")
+    assert in_folder_or_file(str(file), "last") == str(file)
+
+
+def test_the_saved_weights_lose_every_compile_and_ddp_prefix_in_either_order():
+    import torch.nn as nn
+
+    from inference.checkpoint import clean_state_dict
+
+    class Wrapped(nn.Module):  # how torch.compile (_orig_mod) and DDP (module) hold the model
+        def __init__(self, inner, name):
+            super().__init__()
+            setattr(self, name, inner)
+
+    model = tiny_model()
+    for wrapped in (Wrapped(Wrapped(model, "_orig_mod"), "module"), Wrapped(Wrapped(model, "module"), "_orig_mod"),
+                    Wrapped(model, "module")):
+        clean = clean_state_dict(wrapped)
+        assert list(clean) == list(model.state_dict())
+        assert all(torch.equal(clean[k], v) for k, v in model.state_dict().items())
+
+
+def test_the_bytes_of_a_checkpoint_count_every_tensor_at_its_element_size():
+    from inference.checkpoint import tensor_bytes
+
+    nest = {"a": torch.zeros(3, 4), "b": [torch.zeros(5, dtype=torch.bfloat16), (torch.zeros(2, dtype=torch.int8),)],
+            "c": {"d": torch.zeros(1, dtype=torch.float64), "e": 7, "f": "text"}}
+    assert tensor_bytes(nest) == 3 * 4 * 4 + 5 * 2 + 2 * 1 + 8
+
+
+def test_a_loaded_checkpoint_knows_which_file_it_was_and_a_rewrite_is_another(tmp_path):
+    """A resume checks that the file it read is still the run's ckpt_last.pt (training/out_dir.py): an atomic save of
+    the same step in between is a new file."""
+    import os
+
+    from common.files import file_identity
+
+    path = str(tmp_path / "ckpt_last.pt")
+    Checkpoint.from_dict(saved_dict()).save(path)
+    read_from = Checkpoint.load(path).read_from
+    assert read_from == file_identity(os.stat(path))
+    Checkpoint.from_dict(saved_dict()).save(path)
+    assert Checkpoint.load(path).read_from != read_from
+
+
+@pytest.mark.parametrize("raw, said", [
+    (torch.zeros(3), "ckpt.pt is not a checkpoint of this project (missing everything)"),
+    ("model model_config step data_meta", "ckpt.pt is not a checkpoint of this project (missing everything)"),
+    (saved_dict(model_config="gpt2"), "ckpt.pt is not a checkpoint of this project (its weights or config are not "
+                                      "dicts)"),
+    (saved_dict(model=[torch.zeros(2)]), "ckpt.pt is not a checkpoint of this project (its weights or config are not "
+                                         "dicts)"),
+])
+def test_what_torch_load_gives_that_is_not_our_dict_is_refused_in_one_line(raw, said):
+    """A file of one tensor, of a string, a config given as a preset's name, weights as a list."""
+    with pytest.raises(CheckpointError) as e:
+        Checkpoint.from_dict(raw, "ckpt.pt")
+    assert str(e.value) == said
+
+
+def test_a_model_config_this_code_refuses_is_refused_as_the_checkpoints_in_one_line():
+    config = saved_dict()["model_config"] | {"n_embd": 30, "n_head": 4}
+    with pytest.raises(CheckpointError, match=r"^ckpt.pt holds a model config this code refuses: .*n_embd=30"):
+        Checkpoint.from_dict(saved_dict(model_config=config), "ckpt.pt")
+
+
+def test_the_training_settings_of_a_file_that_is_no_checkpoint_are_empty(tmp_path):
+    """{} (the full load then says what the file is), not None: a resume reads keys from it."""
+    from inference.checkpoint import read_train_config
+
+    (tmp_path / "notes.pt").write_text("step: 5\n")
+    assert read_train_config(str(tmp_path / "notes.pt")) == {}
+    assert read_train_config(str(tmp_path / "missing.pt")) == {}
+
+
+def test_a_bpe_checkpoint_that_carries_its_merges_needs_no_data_folder():
+    """An import or a copy of a run names no data folder: the merges it carries are its tokenizer."""
+    from data.tokenizer import ranks_to_bytes
+
+    ranks = {bytes([b]): b for b in range(256)}  # the bytes alone, no merge: 256 tokens and the separator
+    meta = {"tokenizer": "bpe", "vocab_size": 257, "eot_id": 256, "bpe_file": "bpe.tiktoken",
+            "bpe_ranks": ranks_to_bytes(ranks).decode("ascii")}
+    model = tiny_model(vocab_size=257)
+    tokenizer = Checkpoint(weights=model.state_dict(), model_config=model.config, step=1, data_meta=meta).tokenizer()
+    assert tokenizer.vocab_size == 257 and tokenizer.decode(tokenizer.encode("héllo")) == "héllo"

@@ -128,3 +128,29 @@ def test_one_item_with_nan_scores_makes_each_metric_nan_though_the_others_are_fi
         assert all((it[k] is not None) == ok for k in ("pred", "pred_norm", "pred_token"))
     for metric in METRICS:
         assert math.isnan(report[metric]) and report[f"{metric}_stderr"] is None
+
+
+def test_acc_token_divides_by_the_choices_tokens_not_its_characters():
+    """Choices of 1 and 3 tokens whose characters are set so that the mean per character picks the other choice
+    than the mean per token: pred_token follows the tokens (llm.c's acc_token), pred_norm the characters."""
+    model = tiny_model(vocab_size=37)
+    rows, n_tokens = [[5, 6, 7, 8], [5, 6, 9, 10, 11, 12]], [1, 3]
+
+    def scored(n_chars):
+        return score_task(model, [Encoded(rows, n_tokens, n_chars, label=0, cut=False)])["items"][0]
+
+    sums = scored([1, 1])["logprobs"]
+    per_token = max(range(2), key=lambda j: sums[j] / n_tokens[j])
+    n_chars = [1, 1000] if per_token == 0 else [1000, 1]  # the long one's mean per character is near 0: it wins
+    it = scored(n_chars)
+    assert it["pred_token"] == per_token and it["pred_norm"] == 1 - per_token
+
+
+def test_one_item_is_a_whole_accuracy_and_its_chance_is_one_over_its_choices():
+    model = tiny_model(vocab_size=37)
+    item = Encoded([[5, 6, 7], [5, 6, 8], [5, 6, 9]], [1, 1, 1], [1, 1, 1], label=0, cut=False)
+    pred = score_task(model, [item])["items"][0]["pred"]
+    item.label = pred
+    report = score_task(model, [item])
+    assert report["n"] == 1 and report["acc"] == 1.0 and report["acc_stderr"] is None
+    assert report["chance"] == pytest.approx(1 / 3)

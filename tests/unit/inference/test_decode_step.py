@@ -269,7 +269,8 @@ def test_compiled_step_of_a_model_with_the_cpu_levers_applied():
     assert torch.equal(got, want)
 
 
-def test_a_step_after_the_cache_advanced_without_the_decoder_writes_the_caches_column():
+@pytest.mark.parametrize("outside", [1, 3])  # columns the decoder did not write
+def test_a_step_after_the_cache_advanced_without_the_decoder_writes_the_caches_column(outside):
     """The decoder counts its column up on the device; a cache that moved on meanwhile (tokens run through the
     model's own forward) must be read at its own position, not at one past the decoder's last step."""
     model = tiny_model()
@@ -279,8 +280,8 @@ def test_a_step_after_the_cache_advanced_without_the_decoder_writes_the_caches_c
         cache = model.new_cache(2)
         model(idx[:, :4], cache=cache)
         decoder(idx[:, 4:5], cache)
-        model(idx[:, 5:8], cache=cache)  # three columns the decoder did not write
-        got = decoder(idx[:, 8:9], cache)  # (B, V)
-        want, _ = model(idx[:, :9], last_only=True)  # (B, 1, V)
-    assert cache.pos == 9
+        model(idx[:, 5:5 + outside], cache=cache)
+        got = decoder(idx[:, 5 + outside:6 + outside], cache)  # (B, V)
+        want, _ = model(idx[:, :6 + outside], last_only=True)  # (B, 1, V)
+    assert cache.pos == 6 + outside
     assert torch.allclose(got, want[:, -1], atol=1e-5)

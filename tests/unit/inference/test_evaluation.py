@@ -101,8 +101,9 @@ def test_training_logs_each_task_metric_as_scored_to_five_places():
     encoded = encode_task(Task("t", "t.jsonl", items), tok, 16)
     scores = score_task(model, encoded)
     assert scores["acc"] == pytest.approx(1 / 3)  # the case this test is about: a metric with many decimals
-    assert task_columns(model, {"t": encoded}) == {f"tasks/t/{m}": pytest.approx(scores[m], abs=1e-5)
-                                                   for m in METRICS}
+    columns = task_columns(model, {"t": encoded})
+    assert columns == {f"tasks/t/{m}": pytest.approx(scores[m], abs=1e-5) for m in METRICS}
+    assert columns["tasks/t/acc"] == 0.33333  # five places, not 0.3333333333333333
 
 
 def test_the_table_shows_every_standard_error_there_is_and_the_tokens_scored():
@@ -112,4 +113,27 @@ def test_the_table_shows_every_standard_error_there_is_and_the_tokens_scored():
     table = report_table({"tasks": {"t": task}, "text": text})
     row = table.splitlines()[1]
     assert row.count("±") == 2 and "± 0.0000" in row and "± 0.2500" in row  # a zero error is an error too
+    assert row.split()[:4] == ["t", "3", "0", "0.5000"]  # the task, its items, those cut, chance
+    assert report_table({"tasks": {}, "text": text}).splitlines() == table.splitlines()[2:]  # no task: no header
     assert table.splitlines()[2].startswith("text: 1,234 tokens scored (stride 8)")
+
+
+def test_a_text_of_one_token_is_refused_in_one_line(tmp_path):
+    """The first token is only context: one token leaves nothing to score."""
+    (tmp_path / "t.txt").write_text("a")
+    with pytest.raises(UserError, match=r"is 1 token\(s\) long; perplexity needs at least 2"):
+        read_text(str(tmp_path / "t.txt"), CharTokenizer("ab"))
+    (tmp_path / "t.txt").write_text("ab")
+    assert read_text(str(tmp_path / "t.txt"), CharTokenizer("ab")) == [0, 1]
+
+
+def test_the_tasks_and_the_text_are_scored_in_the_dtype_asked_for():
+    """dtype=bfloat16: the report's numbers are score_task's and perplexity's in bf16 autocast, not float32's."""
+    model, tok = tiny_model(vocab_size=11), CharTokenizer(" abcdefghij")
+    tasks = [Task("t", "t.jsonl", [Item("abc", ["ab", "c", "ba"], 0, 1)])]
+    text = tok.encode("abc fed jihg abcd ef ghij")
+    report = evaluate(model, tok, tasks, text, stride=5, dtype=torch.bfloat16, progress=False)
+    bf16 = score_task(model, encode_task(tasks[0], tok, 16), dtype=torch.bfloat16)
+    assert report["tasks"]["t"] == bf16 and bf16 != score_task(model, encode_task(tasks[0], tok, 16))
+    nll = perplexity(model, text, tok, 5, dtype=torch.bfloat16)["nll_per_token"]
+    assert report["text"]["nll_per_token"] == nll != perplexity(model, text, tok, 5)["nll_per_token"]

@@ -46,6 +46,8 @@ def test_hellaswag_lines_and_plain_lines_read_alike(tmp_path):
     ({"context": "x", "choices": ["a", "b"], "label": True}, "label must be the index of the right choice"),
     ({"context": "x", "choices": ["a", "b"], "label": "\u00b2"}, "label must be the index of the right choice"),
     ({**HELLASWAG, "label": ""}, "HellaSwag's test split has no labels"),
+    ({"context": "x", "choices": "one long string, not a list of the choices", "label": 0},
+     'choices must be a list of at least two strings; it is "one long string, not a list of the c...'),  # 40 characters
 ])
 def test_a_mistake_is_one_line_naming_the_file_and_line(tmp_path, line, message):
     path = write(tmp_path / "mistakes.jsonl", {"context": "fine", "choices": ["a", "b"], "label": 1}, line)

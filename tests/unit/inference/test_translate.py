@@ -107,3 +107,12 @@ def test_greedy_decoding_is_the_argmax_of_the_whole_forward_after_the_start_toke
         for use_cache in (True, False):
             got = translate(model, source, 8, start_id=start, source_valid=valid, use_cache=use_cache)
             assert torch.equal(got, want[start]), (start, use_cache)
+
+
+def test_a_sampling_setting_out_of_range_is_refused_before_decoding():
+    from common.errors import ConfigError
+
+    source, _, valid = seq2seq_batch()
+    for bad in (dict(temperature=-1.0), dict(temperature=1.0, top_k=0), dict(temperature=1.0, top_p=0.0)):
+        with pytest.raises(ConfigError, match="must be"):
+            translate(tiny_seq2seq(), source, 4, start_id=0, source_valid=valid, **bad)

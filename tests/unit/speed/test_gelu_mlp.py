@@ -103,3 +103,16 @@ def test_the_fused_path_drops_its_output_in_training_mode():
         got = fused(x)
     assert (want == 0).any()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_up_projection_quantized_to_int8_computes_as_the_plain_mlp():
+    """An int8 up projection (inference/quantize.py) has no float weight to hand oneDNN: the MLP computes as before."""
+    from inference.quantize import Int8Linear
+
+    plain, fused = mlp(), use_fused_gelu_mlp(mlp())
+    plain.up = Int8Linear(plain.up)
+    fused.up = Int8Linear(fused.up)
+    x = torch.randn(2, MIN_ROWS, 32)
+    with torch.no_grad():
+        assert not fuses(x, fused.up)
+        assert torch.equal(fused(x), plain(x))

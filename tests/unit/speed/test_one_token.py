@@ -172,3 +172,22 @@ def test_a_vocabulary_sized_float32_weight_keeps_mkls_product_on_an_intel_cpu_on
 def test_a_vector_weight_is_left_to_f_linear():
     """F.linear also takes a 1-D weight (one output per row); the loop is written for a (N, K) matrix."""
     assert not one_token.as_loop(torch.randn(48)) and one_token.as_loop(torch.randn(80, 48))
+
+
+@pytest.mark.parametrize("kwargs", [dict(is_causal=True), dict(scale=0.3), dict(float_mask=True),
+                                    dict(dropout_p=0.5)])
+def test_one_query_attention_that_is_not_the_formula_keeps_sdpa(kwargs):
+    """A causal call (one query sees the first key only), another scale, an additive float mask or dropout: the loop
+    computes none of these, so SDPA is traced as it is and gives its own answer."""
+    q, k, v = data((1, 2, 1, 8), (1, 2, 6, 8), (1, 2, 6, 8), dtype=torch.float32)
+    kwargs = dict(kwargs)
+    if kwargs.pop("float_mask", False):
+        kwargs["attn_mask"] = torch.tensor([0.0, -1.0, 2.0, 0.5, -3.0, 1.0]).view(1, 1, 1, 6)
+
+    def step(q, k, v):
+        with OneTokenLoops():
+            return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    gm, out = traced_graph(step, q, k, v)
+    assert F.scaled_dot_product_attention in calls(gm)
+    if "dropout_p" not in kwargs:
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, **kwargs), rtol=1e-6, atol=1e-6)

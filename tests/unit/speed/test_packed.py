@@ -167,3 +167,41 @@ def test_a_packed_model_compiles_to_the_eager_tokens():
     decoder = StaticDecoder(model, compile=True, mode=OneTokenLoops)
     want = generate(model, prompt, 20, temperature=0.0)
     assert torch.equal(generate(model, prompt, 20, temperature=0.0, decoder=decoder), want)
+
+
+@needs_onednn
+def test_an_input_of_another_dtype_computes_as_before():
+    """bf16 weights, a float32 row inside bf16 autocast (float32 is packed here too): autocast's product, not the
+    bf16 copy multiplied by float32 numbers."""
+    layer = packed_layer(48, 80, True, torch.bfloat16)
+    x = torch.randn(1, 48)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+        want = F.linear(x, layer.weight, layer.bias)
+    assert getattr(layer, "_packed_for", None) is None
+    assert torch.equal(y, want)
+
+
+@needs_onednn
+def test_a_replaced_weight_is_packed_again():
+    """Another weight tensor (assigned, not updated in place), here at the old one's version: it is packed anew."""
+    layer = packed_layer(32, 16, True, torch.float32)
+    other = nn.Linear(32, 16)  # built as the first: its weight has been through the same updates
+    assert other.weight._version == layer.weight._version
+    x = torch.randn(1, 32)
+    with torch.no_grad():
+        layer(x)
+        layer.weight = other.weight
+        y = layer(x)
+    torch.testing.assert_close(y, F.linear(x, other.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_with_onednn_turned_off_nothing_is_packed(monkeypatch):
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    layer = packed_layer(32, 16, True, torch.float32)
+    x = torch.randn(1, 32)
+    with torch.no_grad():
+        y = layer(x)
+    assert getattr(layer, "_packed_for", None) is None
+    assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
