@@ -185,12 +185,15 @@ class Named(set):
 
 
 class Given(dict):
-    """Named's flags with their values: {name: value}, and the same files and preset."""
+    """Named's flags with their values: {name: value}, and the same files and preset. notes: what checking them
+    found to say (a flag that does not apply, a preset's value replaced), kept for the command to say once all its
+    checks have passed: a refusal after them would leave notes about a run that does not happen."""
     def __init__(self, values=(), files=None, preset=(), preset_name=""):
         super().__init__(values)
         self.files = dict(files or {})
         self.preset = frozenset(preset)
         self.preset_name = preset_name
+        self.notes = []
 
 
 def whose(name: str, given) -> str:

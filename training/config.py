@@ -223,7 +223,8 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     Model fields are checked here too, with a placeholder vocabulary, so a bad --n_head fails before any data is
     prepared. The attention direction follows the objective (--model); a --causal that contradicts it is refused.
     A fresh run's flags are checked against where they apply (common/flag_scope.py) here; a resumed one's once
-    its checkpoint is read (resumed_config), since the checkpoint says what is trained."""
+    its checkpoint is read (resumed_config), since the checkpoint says what is trained. The notes the checks make
+    are kept in explicit.notes, said by training/loop.py's announce once every check of the run has passed."""
     args, wants_help = flags.without_help(argv), flags.asks_help(argv)
     per_class, explicit = parse_configs(args, CLASSES, PRESETS, default_preset=configs.DEFAULT)
     given_here = flags.split_argv(args)
@@ -248,8 +249,8 @@ def configure(argv) -> tuple[TrainConfig, dict, SpeedConfig, dict] | None:
     sc = flags.built(SpeedConfig, per_class[SpeedConfig], explicit)
     if tc.init_from not in ("resume", "auto"):  # auto: once the run knows it starts fresh (training/out_dir.py)
         notes += fresh_checks(tc, explicit, model_overrides)
-    need_torchrun(tc)  # before the notes: they speak of a run that would not happen
-    flag_scope.print_notes(notes)
+    need_torchrun(tc)
+    explicit.notes += notes
     return tc, model_overrides, sc, explicit
 
 
@@ -365,15 +366,14 @@ def check_schedule(tc: TrainConfig, explicit: dict, whose: str, origins: dict | 
                       f"{said['max_iters']}; lower --warmup_iters or raise --lr_decay_iters")
 
 
-def saved_settings(saved: dict) -> dict:
+def saved_settings(saved: dict, notes: list) -> dict:
     """A checkpoint's train_config -> a value for every TrainConfig field: the saved ones converted to their field's
     type (a FlagError names one that cannot be), the defaults for fields the checkpoint predates. A setting this
-    version no longer has is dropped, with a note."""
+    version no longer has is dropped, with a note (added to notes)."""
     known = flags.field_types(TrainConfig)
     gone = sorted(set(saved) - set(known))
     if gone:
-        flag_scope.print_notes([f"note: the checkpoint's training settings {', '.join(gone)} are not this version's; "
-                                f"ignored"])
+        notes.append(f"note: the checkpoint's training settings {', '.join(gone)} are not this version's; ignored")
     return {**{f.name: f.default for f in fields(TrainConfig)},
             **{k: flags.convert(k, v, known[k][1]) for k, v in saved.items() if k in known}}
 
@@ -410,7 +410,7 @@ def checkpoint_system(tc: TrainConfig, explicit: dict) -> TrainConfig:
         elif explicit[name] != old:
             notes.append(f"note: resuming with --{name}={explicit[name]}; the checkpoint was trained with "
                          f"--{name}={old}")
-    flag_scope.print_notes(notes)
+    explicit.notes += notes
     return tc
 
 
@@ -420,11 +420,11 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     --max_iters) applied on top, and those flags checked against where they apply to this checkpoint's run. The
     model's shape cannot change under a checkpoint; out_dir is always the command line's (the folder may have
     moved). world_size: this run's processes (another number than the checkpoint's run had may change a step's
-    batch: said)."""
+    batch: said). Its notes are added to explicit.notes (said once the run's checks have passed)."""
     path = os.path.join(tc.out_dir, LAST)
-    ckpt = checkpoint_to_resume(tc.out_dir)
+    ckpt, notes = checkpoint_to_resume(tc.out_dir), []
     try:
-        saved = saved_settings(ckpt.train_config)
+        saved = saved_settings(ckpt.train_config, notes)
     except FlagError as e:
         raise CheckpointError(f"{path} holds a training setting this code cannot read ({e}); the file is corrupt "
                               f"or not ours") from None
@@ -445,14 +445,14 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
         saved["lr_decay_iters"] = saved["max_iters"]
     changed = {k for k in ("warmup_iters", "lr_decay_iters") if k in explicit and explicit[k] != saved[k]}
     saved.update({k: v for k, v in explicit.items() if k in saved})
-    notes = explicit_accumulation(saved, explicit, "the checkpoint's")
+    notes += explicit_accumulation(saved, explicit, "the checkpoint's")
     resumed = TrainConfig(**{**saved, "out_dir": tc.out_dir})
     facts = scope_facts(resumed, ckpt.model_config)
     notes += flag_scope.check("train.py", explicit, facts)
     if changed:  # the schedule it trained with stands; one the flags change is checked as a fresh run's
         check_schedule(resumed, explicit, "the checkpoint's")
     need_torchrun(resumed)  # the checkpoint's --fsdp, or the flag's
-    flag_scope.print_notes(notes + other_process_count(resumed, ckpt, world_size))
+    explicit.notes += notes + other_process_count(resumed, ckpt, world_size)
     return resumed, ckpt
 
 
@@ -515,15 +515,16 @@ def keeping_flags(tc: TrainConfig, rows: int, world_size: int, block_size: int) 
 def run_speed(sc: SpeedConfig, explicit: dict, ckpt: Checkpoint | None) -> tuple[SpeedConfig, list[str]]:
     """(how the run computes, as chosen before the device's own choices; the levers a flag or config file gave,
     which speed.for_device leaves alone). A resumed run computes as the run it continues chose to, with the levers
-    its flags give explicitly on top; a checkpoint without them (older, or an import) takes the command line's."""
+    its flags give explicitly on top; a checkpoint without them (older, or an import) takes the command line's.
+    A lever the checkpoint has and this version not is dropped, noted in explicit.notes."""
     given = [f.name for f in fields(SpeedConfig) if f.name in explicit]
     if ckpt is None or ckpt.speed_config is None:
         return sc, given
     known = {f.name for f in fields(SpeedConfig)}
     gone = sorted(set(ckpt.speed_config) - known)
     if gone:
-        flag_scope.print_notes([f"note: the checkpoint's speed levers {', '.join(gone)} are not this version's; "
-                                f"ignored"])
+        explicit.notes.append(f"note: the checkpoint's speed levers {', '.join(gone)} are not this version's; "
+                              f"ignored")
     chosen = {k: v for k, v in ckpt.speed_config.items() if k in known}
     try:
         sc = SpeedConfig(**{**chosen, **{k: explicit[k] for k in given}})

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
-from common import cli
+from common import cli, flag_scope
 from common.device import autocast, synchronize
 from common.errors import SetupError
 from training import distributed, fsdp
@@ -175,10 +175,11 @@ def open_log(run) -> MetricsLog | None:
 
 
 def announce(run) -> None:
-    """The run's banner, from rank 0, before out_dir is locked: a stdout that cannot be written stops the run there,
-    with nothing written."""
+    """The notes of the flags' checks (run.notes: on stderr, here where every check has passed) and the run's banner,
+    from rank 0, before out_dir is locked: a stdout that cannot be written stops the run there, with nothing written."""
     if not run.dist.master:
         return
+    flag_scope.print_notes(run.notes)
     tc, cfg = run.tc, run.config
     print(f"{tc.model}: {run.model.num_params() / 1e6:.2f}M parameters, {cfg.n_layer} layers x {cfg.n_head} heads x "
           f"{cfg.n_embd} wide, context {cfg.block_size}, pos_emb={cfg.pos_emb}, attn={run.speed.attn_impl}"

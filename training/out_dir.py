@@ -16,7 +16,6 @@ import time
 
 import torch
 
-from common import flag_scope
 from common.errors import SetupError
 from common.files import file_identity, may_write_in, why_no_folder
 from inference.checkpoint import BEST, LAST, TMP_PREFIX, TMP_SUFFIX, Checkpoint
@@ -58,7 +57,7 @@ def starting_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
         tc.accumulation(block_size, d.world_size)  # a total_batch_size it does not divide: refused before any data
     if ckpt is None:
         if tc.init_from == "auto":  # a fresh start, known only now: checked as train.py checks a scratch run
-            flag_scope.print_notes(fresh_checks(tc, explicit, model_overrides))
+            explicit.notes += fresh_checks(tc, explicit, model_overrides)
         check_out_dir(tc)
     return tc, ckpt
 

@@ -59,6 +59,8 @@ class Run:
     best_restarts: str = ""  # why a resumed run's best does not go on from its checkpoint's ('' where it does)
     best_copy_undone: bool = False  # ckpt_last.pt is a best a stopped run did not copy to ckpt_best.pt (out_dir.py)
     lock_id: tuple | None = None  # rank 0: which file out_dir/.lock was when claimed (out_dir.py's check_still_held)
+    notes: tuple = ()  # what checking the flags found to say (explicit.notes), said by loop.announce: only once every
+    #                    check has passed, so that none speaks of a run a later refusal stops
 
     @property
     def compiled(self) -> bool:
@@ -114,7 +116,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,
                token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
                resumed_from=ckpt.read_from if ckpt is not None else None, best_restarts=best_restarts,
-               wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None)
+               wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None, notes=tuple(explicit.notes))
 
 
 def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | None, d: distributed.Dist,

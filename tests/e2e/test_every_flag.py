@@ -61,7 +61,8 @@ def ckpts(tmp_path_factory):
 def train_record(argv, ckpts):
     from training.config import configure, scope_facts
 
-    tc, model, speed, _ = configure(argv)
+    tc, model, speed, explicit = configure(argv)
+    flag_scope.print_notes(explicit.notes)  # as train.py says them, once the run's checks have passed
     return {**tc.to_dict(), **GPTConfig(**model).to_dict(), **vars(speed)}, scope_facts(tc, GPTConfig(**model))
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import train
 from common import cli
-from conftest import ROOT, metrics, run_script, tiny_args
+from conftest import ROOT, TINY_TRAIN_FLAGS, metrics, run_script, tiny_args
 from training.config import PRESETS, configure
 from training.distributed import Dist
 
@@ -66,12 +66,12 @@ def test_flags_a_command_cannot_honour_are_refused(capsys):
     assert "--bpe_vocab_size" in capsys.readouterr().err
 
 
-def test_warmup_longer_than_the_run_is_shortened_and_said(capsys):
+def test_warmup_longer_than_the_run_is_shortened_and_said():
     assert PRESETS["shakespeare-char"]["warmup_iters"] == 10  # more than a quarter of 20 steps
-    tc, *_ = configure(["--max_iters=20"])
-    assert tc.warmup_iters == 2 and "using warmup_iters=2" in capsys.readouterr().err
-    tc, *_ = configure(["--max_iters=20", "--warmup_iters=12"])  # given by hand: kept as given
-    assert tc.warmup_iters == 12 and capsys.readouterr().err == ""
+    tc, *_, explicit = configure(["--max_iters=20"])  # the notes train.py says once the run's checks have passed
+    assert tc.warmup_iters == 2 and any("using warmup_iters=2" in note for note in explicit.notes)
+    tc, *_, explicit = configure(["--max_iters=20", "--warmup_iters=12"])  # given by hand: kept as given
+    assert tc.warmup_iters == 12 and explicit.notes == []
 
 
 def test_help_shows_the_values_of_the_chosen_preset_with_descriptions(capsys):
@@ -145,3 +145,47 @@ def test_auto_dtype_times_a_probe_only_where_the_cpu_flags_cannot_be_read(monkey
     for speedup, dtype in ((2.5, torch.bfloat16), (1.0, torch.float32)):
         monkeypatch.setattr(device, "cpu_bf16_speedup", lambda: speedup)
         assert device.pick_dtype("auto", torch.device("cpu")) == dtype
+
+
+def notes_and_refusal_flags(tmp_path, *extra) -> list[str]:
+    """A tiny run of 3 steps that takes the default preset's warmup (10 steps), which train.py shortens with a note."""
+    flags = [f for f in TINY_TRAIN_FLAGS if not f.startswith(("--warmup_iters", "--attn_impl", "--split"))]
+    return [*flags, "--max_iters=3", f"--out_dir={tmp_path / 'run'}", f"--data_root={tmp_path / 'data'}", *extra]
+
+
+@pytest.mark.parametrize("extra", [["--input={tmp}/none.txt"], ["--model=seq2seq", "--pairs={tmp}/none.tsv"],
+                                   ["--eval_tasks={tmp}/none.jsonl"], ["--init_from=hf:{tmp}/none"],
+                                   ["--attn_impl=tiled", "--dropout=0.1"],
+                                   ["--attn_score=additive", "--attn_impl=sdpa"], ["--total_batch_size=100"]])
+def test_a_refused_run_says_its_refusal_alone_not_the_notes_of_a_run_that_does_not_happen(corpus, tmp_path, capsys,
+                                                                                            extra):
+    """The notes (here the preset's warmup shortened) are said once every check has passed: a refusal that came
+    after them used to follow notes about a run that then did not happen."""
+    data = [] if extra[0].startswith(("--input", "--model")) else [f"--input={corpus}"]  # seq2seq reads --pairs
+    argv = notes_and_refusal_flags(tmp_path, *data, *(f.format(tmp=tmp_path) for f in extra))
+    assert cli.run(train.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_notes_are_said_once_by_a_run_that_goes_on_fresh_resumed_or_auto(corpus, tmp_path, capsys):
+    warmup = "note: warmup_iters=10 (the default shakespeare-char preset's) would be more than a quarter"
+    ignored = "note: --wandb_project applies with --wandb_log=true only"
+    for init_from, said in (("scratch", warmup), ("resume", ignored), ("auto", ignored)):
+        steps = {"scratch": 3, "resume": 5, "auto": 6}[init_from]  # each a longer run than the one it resumes
+        argv = notes_and_refusal_flags(tmp_path, f"--input={corpus}", f"--init_from={init_from}", "--wandb_project=p",
+                                       f"--max_iters={steps}")
+        assert cli.run(train.main, argv) == 0
+        err = capsys.readouterr().err
+        assert err.count(said) == 1 and err.count(ignored) == 1, (init_from, err)
+    other = tmp_path / "other"  # auto in an empty folder: a fresh start, checked as one
+    argv = notes_and_refusal_flags(other, f"--input={corpus}", "--init_from=auto", "--wandb_project=p")
+    assert cli.run(train.main, argv) == 0
+    err = capsys.readouterr().err
+    assert err.count(warmup) == 1 and err.count(ignored) == 1, err
+    argv = notes_and_refusal_flags(tmp_path, f"--input={corpus}", "--init_from=resume", "--wandb_project=p",
+                                   f"--eval_tasks={tmp_path / 'none.jsonl'}", "--max_iters=9")
+    assert cli.run(train.main, argv) == 2  # a resume refused after its notes were made: the refusal alone
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err

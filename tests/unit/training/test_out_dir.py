@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from common import flags
 from common.errors import ConfigError, SetupError
 from common.files import file_identity
 from conftest import run_code
@@ -167,7 +168,7 @@ def test_a_resume_refuses_another_models_checkpoint_saved_at_the_step_it_read(tm
                  "(--total_batch_size=64 keeps"),
     (1, 2, None, "had 1 process(es) and this one has 2: a step now trains on 4 sequences, not 2"),
     (2, 2, None, None), (2, 1, 64, None)])
-def test_a_resume_by_another_number_of_processes_says_how_the_batch_changes(tmp_path, capsys, saved, world, total,
+def test_a_resume_by_another_number_of_processes_says_how_the_batch_changes(tmp_path, saved, world, total,
                                                                            said):
     """A checkpoint holds one random state per process of its run: resumed by another number of processes without
     --total_batch_size, a step's batch follows the processes, and the run says so (with it, the batch stays)."""
@@ -179,9 +180,10 @@ def test_a_resume_by_another_number_of_processes_says_how_the_batch_changes(tmp_
     Checkpoint(weights={}, model_config=GPTConfig(vocab_size=3, block_size=16), step=4, data_meta=meta,
                train_config=trained.to_dict(), rng=rng).save(str(out / LAST))
     tc = TrainConfig(out_dir=str(out), init_from="resume")
-    resumed, _ = starting_config(tc, {}, {"init_from": "resume", "out_dir": str(out)}, Dist(world_size=world))
+    explicit = flags.Given({"init_from": "resume", "out_dir": str(out)})
+    resumed, _ = starting_config(tc, {}, explicit, Dist(world_size=world))
     assert resumed.total_batch_size == total
-    err = capsys.readouterr().err
+    err = "".join(f"{note}\n" for note in explicit.notes)  # said once the run's checks have passed
     assert (said in err and err.count("\n") == 1) if said else "process" not in err, err
 
 
@@ -273,7 +275,7 @@ def test_starting_config_checks_a_fresh_run_only_where_the_flags_could_not(tmp_p
     calls = []
     monkeypatch.setattr(out_dir, "fresh_checks", lambda tc, explicit, model_overrides: calls.append(tc) or [])
     tc = TrainConfig(out_dir=str(tmp_path / "run"), init_from=init_from)
-    assert starting_config(tc, {}, {}, Dist())[1] is None
+    assert starting_config(tc, {}, flags.Given(), Dist())[1] is None
     assert len(calls) == int(checked)
 
 
