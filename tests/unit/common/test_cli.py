@@ -189,3 +189,38 @@ def test_a_refusal_after_the_flags_names_the_config_file_of_a_flag_it_names(tmp_
     assert capsys.readouterr().err == "error: --steps=6 is past the end; pass a --size above 2\n"
     assert cli.run(main, ["--steps=6"]) == 2
     assert capsys.readouterr().err == "error: --steps=6 is past the end; pass a --size above 2\n"
+
+
+def test_a_refusal_after_the_flags_names_the_config_file_only_for_the_flags_it_names_and_once(tmp_path, capsys):
+    """in_config_file: a flag is named as --name or name=, whole (--size is not --size_max, size= is not
+    step_size=); a message that names the file already gets no second note; a command that read no flags (a main
+    that refuses before its parse) gets none from the command line read before it in this process."""
+    import dataclasses
+
+    from common import flags
+
+    @dataclasses.dataclass
+    class Settings:
+        size: int = 1
+        size_max: int = 2
+        step_size: int = 3
+
+    f = tmp_path / "run.toml"
+    f.write_text("size = 5\n")
+    note = f" (set in --config={f})"
+
+    def refusing(message):
+        def main(argv):
+            flags.parse_configs(argv, (Settings,), {})
+            raise errors.SetupError(message)
+        return main
+    for message, said in [("size=5 is too big", note), ("--size is too big", note),
+                          ("--size_max=2 is too small", ""), ("step_size=3 is too small", ""),
+                          (f"--size=5 is too big{note}", "")]:
+        assert cli.run(refusing(message), [f"--config={f}"]) == 2
+        assert capsys.readouterr().err == f"error: {message}{said}\n"
+
+    def unparsed(argv):
+        raise errors.SetupError("--size is too big")
+    assert cli.run(unparsed, []) == 2
+    assert capsys.readouterr().err == "error: --size is too big\n"

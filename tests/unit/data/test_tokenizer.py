@@ -282,6 +282,17 @@ def test_drop_unknown_keeps_what_a_char_vocabulary_has_leaves_other_tokenizers_t
         assert drop_unknown(tok, "a Zb!c 🙂") == "a Zb!c 🙂"
 
 
+def test_drop_unknown_keeps_each_mask_text_whole_where_the_tokenizer_has_a_mask_id():
+    """A probe's [MASK] lost its letters to a char vocabulary without them, and with them its mask id."""
+    char = CharTokenizer("ab c")
+    masked = with_mask_token(char)
+    kept = drop_unknown(masked, "a [MASK] Zb![MASK]")
+    assert kept == "a [MASK] b[MASK]"
+    assert masked.encode(kept) == char.encode("a ") + [masked.mask_id] + char.encode(" b") + [masked.mask_id]
+    assert drop_unknown(masked, "[MASK]") == "[MASK]"  # not empty, so not the first character in its place
+    assert drop_unknown(char, "a [MASK] b") == "a  b"  # no mask id: its letters are text like any other
+
+
 
 def test_a_task_models_unknown_character_is_refused_without_a_tokenizer_its_task_cannot_take():
     """A --task checkpoint's tokenizer (its meta: the task's letters) told a user to 'train with --tokenizer=gpt2',

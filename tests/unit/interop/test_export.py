@@ -733,3 +733,32 @@ def test_overwrite_replaces_an_earlier_gguf_file_only(tmp_path, capsys, other):
     for _ in range(2):  # over an empty file, then over the GGUF file written there
         assert cli.run(export_main, argv) == 0
         assert (tmp_path / "empty.gguf").read_bytes()[:4] == b"GGUF"
+
+
+def test_an_earlier_export_is_replaced_only_given_overwrite(tmp_path, capsys):
+    """Without --overwrite=true an earlier export at --to stays as it was, and the refusal says how to replace it."""
+    as_checkpoint(tiny_model()).save(str(tmp_path / "ckpt_best.pt"))
+    export(as_checkpoint(tiny_model()), tmp_path / "hf")
+    before = {name: (tmp_path / "hf" / name).read_bytes() for name in os.listdir(tmp_path / "hf")}
+    assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds an export; pass --overwrite=true" in err and len(err.strip().splitlines()) == 1
+    assert {name: (tmp_path / "hf" / name).read_bytes() for name in os.listdir(tmp_path / "hf")} == before
+
+
+def test_the_checkpoint_is_told_from_a_target_by_where_it_lies_not_by_its_path_text(tmp_path):
+    """check_not_source: a --to whose name begins the run folder's (run, of run2/ckpt_best.pt) is a folder of its
+    own; a --to or --to_gguf reached through a symbolic link is the run folder or the checkpoint all the same."""
+    from common.errors import FlagError
+    from interop.export import check_not_source
+
+    (tmp_path / "run2").mkdir()
+    ckpt = tmp_path / "run2" / "ckpt_best.pt"
+    ckpt.write_bytes(b"")
+    (tmp_path / "link").symlink_to(tmp_path / "run2")
+    (tmp_path / "ckpt.pt").symlink_to(ckpt)
+    check_not_source(str(ckpt), str(tmp_path / "run"), str(tmp_path / "run.gguf"))  # apart: no refusal
+    with pytest.raises(FlagError, match="^--to=.*holds .*, the checkpoint being exported"):
+        check_not_source(str(ckpt), str(tmp_path / "link"), "")
+    with pytest.raises(FlagError, match="^--to_gguf=.* is the checkpoint being exported"):
+        check_not_source(str(ckpt), "", str(tmp_path / "ckpt.pt"))

@@ -355,3 +355,26 @@ def test_a_study_killed_with_sigkill_stops_its_run_which_saves(tmp_path, group):
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
     assert (tmp_path / "study" / "decoder" / "ckpt_last.pt").exists()
+
+
+# A run started by a process that is not (or no longer) the study that looked prctl up: as when the study died
+# between the fork and the prctl call, after which no death of its would signal the run
+ORPHANED_START = """
+import os, subprocess, sys
+from studies.runs import stopped_with_study
+preexec = stopped_with_study()
+child = os.fork()
+if child == 0:
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"], preexec_fn=preexec)
+    code = run.wait()
+    os._exit(-code if code < 0 else 100 + code)  # the signal that ended the run, or 100 and up
+os._exit(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent's death signal is Linux's")
+def test_a_run_whose_study_is_gone_before_it_starts_stops_at_once():
+    """A run's parent is not the study any more when it starts (the study died after the fork): it stops itself
+    with SIGTERM, as nothing would tell it the study is gone, instead of training on alone."""
+    done = subprocess.run([sys.executable, "-c", ORPHANED_START], cwd=os.getcwd(), timeout=60)
+    assert done.returncode == signal.SIGTERM
