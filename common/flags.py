@@ -212,8 +212,7 @@ def built(cls, values: dict, given):
     try:
         return cls(**values)
     except UserError as e:
-        named = [k for k in field_types(cls) if re.search(rf"(?<![\w-])(--{k}\b|{k}=)", str(e))]
-        said = set_in(named, given)
+        said = set_in(named_in(str(e), field_types(cls)), given)
         if not said:
             raise
         raise type(e)(f"{e}{said}") from None
@@ -230,8 +229,13 @@ def in_config_file(message: str) -> str:
     last-read command line's --config file gave, and names no --config file already."""
     if "--config=" in message or not PARSED["files"]:
         return message
-    named = [k for k in PARSED["names"] if re.search(rf"(?<![\w-])(--{k}\b|{k}=)", message)]
-    return message + set_in(named, Named(files=PARSED["files"]))
+    return message + set_in(named_in(message, PARSED["names"]), Named(files=PARSED["files"]))
+
+
+def named_in(message: str, names) -> list[str]:
+    """The flags of names that message names, as --name or name= (whole names: not batch_size in total_batch_size=,
+    nor lr in min_lr=)."""
+    return [k for k in names if re.search(rf"(?<![\w-])(--{k}\b|{k}=)", message)]
 
 
 def set_in(names, given) -> str:
