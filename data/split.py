@@ -12,6 +12,7 @@
   workers.
 """
 import hashlib
+from collections import Counter
 from dataclasses import dataclass
 
 import regex  # tiktoken's own dependency: the \s of GPT-2's pattern
@@ -73,20 +74,18 @@ def val_files(source: Source) -> list[str]:
     """`works` on a folder: the names of the files that validate (pick_val_documents), where a file and its copies
     (the same bytes under other names) are one unit of the split: a copy of a validation file would train."""
     sizes = {source.name_of(f): f.stat().st_size for f in source.files}
-    groups = _copies(source)
+    groups = _copies(source, sizes)
     picked = set(pick_val_documents({g[0]: sum(sizes[n] for n in g) for g in groups}))
     return sorted(n for g in groups if g[0] in picked for n in g)
 
 
-def _copies(source: Source) -> list[list[str]]:
-    """The folder's file names in groups of equal bytes, each in input order; a file whose size no other file has is
-    not read."""
-    by_size = {}
-    for f in source.files:
-        by_size.setdefault(f.stat().st_size, []).append(f)
+def _copies(source: Source, sizes: dict[str, int]) -> list[list[str]]:
+    """The folder's file names in groups of equal bytes, each in input order; a file whose size (sizes: by name) no
+    other file has is not read."""
+    shared = Counter(sizes.values())  # how many files have each size
     by_content = {}
     for f in source.files:
-        key = f if len(by_size[f.stat().st_size]) == 1 else sha256_file(f)
+        key = f if shared[sizes[source.name_of(f)]] == 1 else sha256_file(f)
         by_content.setdefault(key, []).append(source.name_of(f))
     return list(by_content.values())
 
