@@ -86,13 +86,14 @@ def check_folder(folder: str, overwrite: bool = False) -> None:
     (a git clone's .git: the whole folder is replaced), or a path that cannot be made a folder."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise UserError(f"--to={folder} is a file, not a folder; give the folder to write the Hugging Face model in")
-    if os.path.isdir(folder) and os.listdir(folder):
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    if names:
         if not os.path.isfile(os.path.join(folder, TOKENIZER_META)):  # every export writes it
             raise UserError(f"{folder} holds files but no export of this project (no {TOKENIZER_META}); "
                             f"--overwrite=true replaces an earlier export only: give --to a new or empty folder")
         if not overwrite:
             raise UserError(f"{folder} already holds an export; pass --overwrite=true or another --to")
-        hidden = sorted(name for name in os.listdir(folder) if name.startswith("."))  # a Hub clone's .git, say
+        hidden = sorted(name for name in names if name.startswith("."))  # a Hub clone's .git, say
         if hidden:
             raise UserError(f"{folder} holds {', '.join(hidden)} beside an earlier export, which no export writes and "
                             f"--overwrite=true would delete with it; export to a new folder and copy its files in")
