@@ -36,6 +36,19 @@ def checkpoints_held(folder) -> dict:
     return {name: Checkpoint.load(str(folder / name)).source for name in (LAST, BEST) if (folder / name).exists()}
 
 
+def killed_at_the_second_write(monkeypatch):
+    """The import is killed as it starts its second checkpoint file: the first is whole, nothing after it runs."""
+    write, writes = checkpoint.write_atomic, []
+
+    def killed_at_the_second(path, *args, **kwargs):
+        writes.append(path)
+        if len(writes) == 2:
+            raise Killed
+        write(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", killed_at_the_second)
+
+
 def test_an_import_with_overwrite_replaces_the_whole_run(tmp_path):
     export(as_checkpoint(tiny_model()), tmp_path / "hf")
     other_run(tmp_path / "run")
@@ -50,15 +63,7 @@ def test_an_import_killed_between_its_files_leaves_none_of_the_old_run(tmp_path,
     reads ckpt_best.pt by default, and would sample the old run's model)."""
     export(as_checkpoint(tiny_model()), tmp_path / "hf")
     other_run(tmp_path / "run")
-    write, writes = checkpoint.write_atomic, []
-
-    def killed_at_the_second(path, *args, **kwargs):
-        writes.append(path)
-        if len(writes) == 2:
-            raise Killed
-        write(path, *args, **kwargs)
-
-    monkeypatch.setattr(checkpoint, "write_atomic", killed_at_the_second)
+    killed_at_the_second_write(monkeypatch)
     with pytest.raises(Killed):
         import_checkpoint(tmp_path / "hf", tmp_path / "run", overwrite=True)
     held = checkpoints_held(tmp_path / "run")
@@ -70,15 +75,7 @@ def test_an_import_killed_between_its_files_leaves_the_checkpoint_sample_reads_b
     """The first file written is ckpt_best.pt: ckpt_last.pt alone made sample.py's default refuse, saying that a run
     writes ckpt_best.pt at its first evaluation (an import has none)."""
     export(as_checkpoint(tiny_model()), tmp_path / "hf")
-    write, writes = checkpoint.write_atomic, []
-
-    def killed_at_the_second(path, *args, **kwargs):
-        writes.append(path)
-        if len(writes) == 2:
-            raise Killed
-        write(path, *args, **kwargs)
-
-    monkeypatch.setattr(checkpoint, "write_atomic", killed_at_the_second)
+    killed_at_the_second_write(monkeypatch)
     with pytest.raises(Killed):
         import_checkpoint(tmp_path / "hf", tmp_path / "run")
     default = checkpoint.in_folder_or_file(str(tmp_path / "run"))  # sample.py's and evaluate.py's --ckpt=best
