@@ -31,6 +31,16 @@ def test_bench_names_an_unknown_target(tmp_path):
 
 
 NOT_RUN = ("run_ttq", "run_throughput", "run_sampling", "run_llama_cpp", "run_prepare", "run_evaluate", "run_memory")
+
+
+def no_target_runs(monkeypatch, bench, why: str):
+    """Every target of bench.py fails the test, saying why, if it starts: a refusal must come before all of them."""
+    def began(*args, **kwargs):
+        raise AssertionError(why)
+    for name in NOT_RUN:
+        monkeypatch.setattr(bench, name, began)
+
+
 TARGETS_OF_ROUNDS = "--target=ttq, quality, throughput, mfu, sampling, llama_cpp, evaluate or memory only"
 REFUSED = [
     (["--target=prepare", "--repeats=3"], f"--repeats applies to {TARGETS_OF_ROUNDS} (this run is --target=prepare)"),
@@ -65,10 +75,7 @@ def test_a_flag_no_target_reads_or_a_bad_value_is_one_line_before_any_target_run
     import bench
     from common import cli
 
-    def began(*args, **kwargs):
-        raise AssertionError("a target ran before the flags were checked")
-    for name in NOT_RUN:
-        monkeypatch.setattr(bench, name, began)
+    no_target_runs(monkeypatch, bench, "a target ran before the flags were checked")
     monkeypatch.chdir(tmp_path)  # a plot or run folder would land here
     (tmp_path / "x").write_text("some text\n\nmore text\n")
     before = sorted(tmp_path.iterdir())
@@ -400,10 +407,7 @@ def test_an_input_with_no_text_to_read_is_one_line_before_any_target_runs(target
     import bench
     from common import cli
 
-    def began(*args, **kwargs):
-        raise AssertionError("a target ran before --input was checked")
-    for name in NOT_RUN:
-        monkeypatch.setattr(bench, name, began)
+    no_target_runs(monkeypatch, bench, "a target ran before --input was checked")
     path = tmp_path / "input"
     path.mkdir() if content is None else path.write_bytes(content)
     monkeypatch.chdir(tmp_path)
@@ -424,10 +428,7 @@ def test_an_input_of_too_few_paragraphs_for_the_prepare_row_is_one_line_before_a
     import bench
     from common import cli
 
-    def began(*args, **kwargs):
-        raise AssertionError("a target ran before --input was checked")
-    for name in NOT_RUN:
-        monkeypatch.setattr(bench, name, began)
+    no_target_runs(monkeypatch, bench, "a target ran before --input was checked")
     path = tmp_path / "input.txt"
     path.write_text(text)
     monkeypatch.chdir(tmp_path)
