@@ -29,6 +29,15 @@ def packed_layer(i, o, bias, dtype):
     return pack_weights(nn.Sequential(nn.Linear(i, o, bias=bias))).to(dtype)[0]
 
 
+def computes_unpacked(layer):
+    """A row through layer without autograd: nothing is packed, and the result is torch's own product."""
+    x = torch.randn(1, layer.in_features)
+    with torch.no_grad():
+        y = layer(x)
+    assert getattr(layer, "_packed_for", None) is None
+    assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
+
+
 @needs_onednn
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias", [True, False])
@@ -141,12 +150,7 @@ def test_an_intel_cpu_leaves_float32_weights_to_mkl():
 @needs_onednn
 def test_where_float32_is_not_packed_a_layer_computes_as_before(monkeypatch):
     monkeypatch.setattr(speed.packed, "PACKED_DTYPES", packed_dtypes(intel=True))
-    layer = packed_layer(32, 16, True, torch.float32)
-    x = torch.randn(1, 32)
-    with torch.no_grad():
-        y = layer(x)
-    assert getattr(layer, "_packed_for", None) is None
-    assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
+    computes_unpacked(packed_layer(32, 16, True, torch.float32))
 
 
 @needs_onednn
@@ -199,9 +203,4 @@ def test_a_replaced_weight_is_packed_again():
 @needs_onednn
 def test_with_onednn_turned_off_nothing_is_packed(monkeypatch):
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
-    layer = packed_layer(32, 16, True, torch.float32)
-    x = torch.randn(1, 32)
-    with torch.no_grad():
-        y = layer(x)
-    assert getattr(layer, "_packed_for", None) is None
-    assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
+    computes_unpacked(packed_layer(32, 16, True, torch.float32))
