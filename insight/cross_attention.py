@@ -55,21 +55,30 @@ def encoded(tokenizer, text: str, flag: str) -> list[int]:
         raise DataError(f"--{flag}: {e}") from None
 
 
+def need_source_length(n: int, positions_max: int | None, max_tokens: int | None, flag: str) -> None:
+    """A source as long as sample.py translates: learned positions end at block_size, the others at no length."""
+    if positions_max is not None and n > positions_max and not (max_tokens and max_tokens < n):
+        raise UserError(f"the source is {n} tokens and at most {positions_max} can be shown (block_size="
+                        f"{positions_max}, the most these learned positions encode); shorten it")
+    if max_tokens and n > max_tokens:
+        raise UserError(f"the source is {n} tokens and at most {max_tokens} can be shown (--{flag}={max_tokens}); "
+                        f"shorten it")
+
+
 def cross_attention_view(model, tokenizer, source_text: str, target_text: str = "",
                          max_tokens: int | None = None, flag: str = "max_tokens") -> CrossAttentionView:
     """The cross-attention of source_text, for target_text or (when empty) the target greedy decoding writes.
-    max_tokens: the longest source or target shown (the model's block_size at most), the value of --flag."""
+    max_tokens: the longest source or target shown, the value of --flag; a target is block_size at most (what a
+    translation writes), a source too where its positions are learned (as sample.py --source translates it)."""
     if model.config.cross_attn == "mean":
         raise UserError("this checkpoint was trained with cross_attn='mean': the decoder reads one fixed summary of "
                         "the source, not its tokens, so there is no target x source map to draw; visualise a "
                         "checkpoint trained with the default cross-attention")
-    limit = min(max_tokens or model.config.block_size, model.config.block_size)
+    limit = min(max_tokens or model.config.block_size, model.config.block_size)  # a target: what translate writes
     source = encoded(tokenizer, source_text, "source")
     if not source:
         raise UserError("the source to visualise is empty; pass some text with --source=...")
-    if len(source) > limit:
-        raise UserError(f"the source is {len(source)} tokens and at most {limit} can be shown "
-                        f"(block_size={model.config.block_size}, --{flag}={max_tokens}); shorten it")
+    need_source_length(len(source), model.source_pos.max_len, max_tokens, flag)
     device = next(model.parameters()).device
     src = torch.tensor([source], device=device)  # (1, S)
     stop = tokenizer.stop_id

@@ -206,7 +206,7 @@ def test_the_pages_limit_is_named_as_its_own_flag(seq2seq_run, decoder_run, tmp_
     import visualize
 
     cases = [(decoder_run, "--text=ROMEO:", "the page shows at most --html_max_tokens=4"),
-             (seq2seq_run, "--source=abcdefg", "(block_size=16, --html_max_tokens=4)")]
+             (seq2seq_run, "--source=abcdefg", "at most 4 can be shown (--html_max_tokens=4)")]
     for run, text, said in cases:
         flags = [f"--out_dir={run}", text, "--html_max_tokens=4", f"--html={tmp_path / 'x.html'}"]
         assert cli.run(visualize.main, flags) == 2

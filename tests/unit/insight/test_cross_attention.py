@@ -109,6 +109,25 @@ def test_a_generated_target_longer_than_max_tokens_is_refused_not_cut():
     assert cross_attention_view(model, tokenizer, "abcabc", max_tokens=16).target == written
 
 
+def test_a_source_past_block_size_is_drawn_where_the_positions_allow_as_sample_py_translates_it():
+    """RoPE (or sinusoidal, ALiBi, none) encodes a source of any length and sample.py --source translates one longer
+    than block_size; the map of that translation was refused as if block_size capped the source."""
+    from common.errors import UserError
+    from inference.translate import translate
+    from insight.cross_attention import cross_attention_view
+
+    model, tokenizer = tiny_seq2seq(seed=5), stop_tokenizer()
+    stop, source = tokenizer.stop_id, LETTERS[:20]  # 20 tokens, block_size 16
+    view = cross_attention_view(model, tokenizer, source, max_tokens=64)
+    written = translate(model, torch.tensor([ids(source)]), model.config.block_size, stop, stop)[0].tolist()
+    assert view.target == written[:written.index(stop) + 1 if stop in written else len(written)]
+    want = cross_attention_maps(model, torch.tensor([ids(source)]), torch.tensor([[stop] + view.target[:-1]]))
+    torch.testing.assert_close(view.weights, want[:, 0])
+    assert view.weights.shape[-1] == 20
+    with pytest.raises(UserError, match=r"^the source is 20 tokens and at most 19 can be shown \(--max_tokens=19\)"):
+        cross_attention_view(model, tokenizer, source, max_tokens=19)
+
+
 def test_figure_panels_hold_each_heads_map_and_the_mean_with_token_labels():
     from insight.attention_figures import cross_attention_figure
     from insight.cross_attention import cross_attention_view
@@ -134,11 +153,12 @@ def test_what_cannot_be_drawn_is_refused_with_one_line():
     tokenizer = stop_tokenizer()
     with pytest.raises(UserError, match="cross_attn='mean'"):
         cross_attention_view(tiny_seq2seq(cross_attn="mean"), tokenizer, "abc")
-    model = tiny_seq2seq()
-    with pytest.raises(UserError, match="source is 17 tokens"):
-        cross_attention_view(model, tokenizer, "a" * 17)
-    with pytest.raises(UserError, match=r"source is 17 tokens and at most 16 can be shown \(block_size=16"):
-        cross_attention_view(model, tokenizer, "a" * 17, max_tokens=64)  # a flag above block_size: the block caps it
+    model, learned = tiny_seq2seq(), tiny_seq2seq(pos_emb="learned")
+    for max_tokens in (None, 64):  # learned positions end at block_size: a flag above it is capped there
+        with pytest.raises(UserError, match=r"source is 17 tokens and at most 16 can be shown \(block_size=16"):
+            cross_attention_view(learned, tokenizer, "a" * 17, max_tokens=max_tokens)
+    with pytest.raises(UserError, match=r"source is 17 tokens and at most 8 can be shown \(--max_tokens=8\)"):
+        cross_attention_view(learned, tokenizer, "a" * 17, max_tokens=8)
     with pytest.raises(UserError, match="shorten --target"):
         cross_attention_view(model, tokenizer, "abc", "a" * 16)  # with STOP, 17 rows
     with pytest.raises(UserError, match="empty"):
