@@ -28,6 +28,7 @@ from common.errors import CheckpointError, FlagError, UserError
 from common.files import (current_umask, disk_errors, folders_made, need_folder, owned_prefix, remove_dead_temporaries,
                           unwound_by_sigterm)
 from common.flags import asks_help, help_text, parse_configs
+from data.build import BPE_FILE
 from data.mask_token import with_mask_token
 from data.tokenizer import load_tokenizer
 from interop import safetensors_file
@@ -56,6 +57,8 @@ def write_tokenizer(meta: dict, data_dir: str | None, folder: str, block_size: i
     carried, meta = meta, {k: meta[k] for k in META_KEYS if k in meta}
     if meta.get("tokenizer") not in ("char", "gpt2", "bpe"):
         raise CheckpointError(f"unknown tokenizer {meta.get('tokenizer')!r} in the checkpoint")
+    if meta["tokenizer"] == "bpe" and "bpe_ranks" in carried:  # the merges alone are the tokenizer: any name will do
+        meta.setdefault("bpe_file", BPE_FILE)
     with open(os.path.join(folder, TOKENIZER_META), "w") as f:
         json.dump({**meta, MASK_KEY: True} if mask else meta, f, indent=1)
     if meta["tokenizer"] == "bpe":  # the merges the checkpoint carries; an older one's are in its data folder

@@ -152,6 +152,24 @@ def test_a_bpe_checkpoint_exports_the_merges_it_carries_after_its_data_folder_is
     assert Checkpoint.load(imported).tokenizer().encode(TEXTS["bpe"]) == ids
 
 
+def test_a_checkpoint_carrying_bpe_merges_without_a_file_name_exports_them(tmp_path, capsys):
+    """data_meta with bpe_ranks and no bpe_file: the merges are all the tokenizer needs (data.load_tokenizer reads
+    them alone), and the export ended in a KeyError on the missing name."""
+    from data.tokenizer import carry_tokenizer, load_tokenizer
+
+    bpe_run(tmp_path)
+    ckpt = Checkpoint.load(str(tmp_path / "ckpt_best.pt"))
+    ckpt.data_meta = {k: v for k, v in carry_tokenizer(ckpt.data_meta, tmp_path).items() if k != "bpe_file"}
+    (tmp_path / "bpe.tiktoken").unlink()
+    ckpt.save(str(tmp_path / "ckpt_best.pt"))
+    assert cli.run(export_main, [f"--out_dir={tmp_path}", f"--to={tmp_path / 'hf'}"]) == 0, capsys.readouterr().err
+    meta = json.loads((tmp_path / "hf" / TOKENIZER_META).read_text())
+    want = small_bpe().encode(TEXTS["bpe"].replace("[MASK]", ""))
+    assert load_tokenizer(meta, folder=tmp_path / "hf").encode(TEXTS["bpe"].replace("[MASK]", "")) == want
+    imported = import_checkpoint(tmp_path / "hf", tmp_path / "run")  # the folder reads back as a checkpoint
+    assert Checkpoint.load(imported).tokenizer().encode(TEXTS["bpe"].replace("[MASK]", "")) == want
+
+
 def test_the_export_command_checks_every_target_before_it_writes_one(tmp_path, capsys):
     """--to and --to_gguf together: a GGUF refusal (here a char tokenizer) comes before the Hugging Face folder is
     written, so a refused command leaves nothing behind."""
