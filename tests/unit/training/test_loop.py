@@ -455,6 +455,23 @@ def test_a_checkpoint_names_its_data_folder_from_anywhere(corpus, tmp_path, monk
     assert os.path.isabs(saved) and os.path.samefile(saved, tmp_path / run.data_dir)
 
 
+def test_a_float16_runs_loss_scale_outlives_a_resume_in_another_dtype(corpus, tmp_path):
+    """float16 -> float32 (or bfloat16, no scaler) -> float16: the float32 run's checkpoints saved no scaler, and the
+    float16 resume after it started at the initial scale, overflowing and skipping steps to find the scale again."""
+    folder = tmp_path / "run"
+    scales = []
+    for step, dtype in enumerate(("float16", "float32", "float16"), start=1):
+        resumed = ["--init_from=resume"] if step > 1 else []
+        run = cpu_run(corpus, folder, f"--dtype={dtype}", f"--max_iters={step + 1}", *resumed)
+        run_folder.claim_out_dir(run)
+        if step == 1:
+            run.scaler.load_state_dict({**run.scaler.state_dict(), "scale": 2.0 ** 9})  # lowered by overflows
+        scales.append(run.scaler.get_scale() if run.scaler.is_enabled() else None)
+        assert loop.save(run, step, False)
+    assert scales == [2.0 ** 9, None, 2.0 ** 9]
+    assert Checkpoint.load(str(folder / "ckpt_last.pt")).scaler["scale"] == 2.0 ** 9
+
+
 def test_a_resumed_run_continues_the_seconds_of_its_checkpoints_row_alone():
     log = SimpleNamespace(resumed_row={"step": 4, "train_s": 1.5, "elapsed_s": 9.25})
     assert loop.resumed_seconds(SimpleNamespace(start_step=4), log) == (1.5, 9.25)
