@@ -20,7 +20,7 @@ from tqdm import tqdm
 from common import cli, flag_scope
 from common.device import autocast, synchronize
 from common.errors import SetupError
-from training import distributed, fsdp, optim
+from training import distributed, fsdp
 from inference.checkpoint import BEST, LAST, Checkpoint, clean_state_dict, copy_atomic
 from training.evaluate import describe, evaluate, log_extras, sample_text
 from training.metrics import METRICS_FILE, MetricsLog
@@ -142,10 +142,12 @@ def save(run, step: int, best: bool) -> bool:
     if not run.dist.master:
         return True
     check_still_held(run, step)
+    # float16's loss scaler; in another dtype, the float16 state it resumed from (Run.kept_scaler)
+    scaler = run.scaler.state_dict() if run.scaler.is_enabled() else run.kept_scaler
     ckpt = Checkpoint(weights=weights, model_config=run.config, step=step, data_meta=run.data_meta,
                       data_dir=os.path.abspath(run.data_dir) if run.data_dir else None, train_config=run.tc.to_dict(),
                       objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,
-                      optimizer=optim_state, scaler=optim.scaler_state(run.scaler),
+                      optimizer=optim_state, scaler=scaler,
                       rng=rng, wandb_run_id=run.wandb_run_id, speed_config=asdict(run.chosen_speed),
                       speed_flags=list(run.speed_flags))
     last, best_file = os.path.join(run.tc.out_dir, LAST), os.path.join(run.tc.out_dir, BEST)

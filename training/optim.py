@@ -199,12 +199,4 @@ def resume(optimizer, scaler, ckpt, model, sharded: bool = False) -> None:
                (lambda state: fsdp.load_optimizer(model, optimizer, state)) if sharded else None)
     if ckpt.scaler and scaler.is_enabled():
         scaler.load_state_dict(ckpt.scaler)
-    elif ckpt.scaler:  # a bfloat16 or float32 stretch keeps float16's scale for a later float16 resume (scaler_state)
-        scaler.kept_state = ckpt.scaler
 
-
-def scaler_state(scaler) -> dict | None:
-    """The loss scaler's state a checkpoint saves: float16's own, or (another dtype: a disabled scaler) the float16
-    state it resumed from, so that float16 after a bfloat16 stretch resumes at its last scale, not the initial one
-    (which overflows and skips steps to find it again)."""
-    return scaler.state_dict() if scaler.is_enabled() else getattr(scaler, "kept_state", None)

@@ -57,6 +57,9 @@ class Run:
     resumed_from: tuple | None = None  # which file that checkpoint was (out_dir.py's check_still_resumable)
     wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
     best_restarts: str = ""  # why a resumed run's best does not go on from its checkpoint's ('' where it does)
+    # float16's scaler state a bfloat16 or float32 stretch resumed from: saved on, for a later float16 resume to
+    # start at its last scale, not the initial one (which overflows and skips steps to find it again)
+    kept_scaler: dict | None = None
     best_copy_undone: bool = False  # ckpt_last.pt is a best a stopped run did not copy to ckpt_best.pt (out_dir.py)
     lock_id: tuple | None = None  # rank 0: which file out_dir/.lock was when claimed (out_dir.py's check_still_held)
     notes: tuple = ()  # what checking the flags found to say (explicit.notes), said by loop.announce: only once every
@@ -116,7 +119,8 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                data_dir=str(data_dir), data_meta=meta, train_data=train_data, val_set=val_set, accum=accum,
                token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
                resumed_from=ckpt.read_from if ckpt is not None else None, best_restarts=best_restarts,
-               wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None, notes=tuple(explicit.notes))
+               wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None, notes=tuple(explicit.notes),
+               kept_scaler=ckpt.scaler if ckpt is not None and not scaler.is_enabled() else None)
 
 
 def system(tc: TrainConfig, device_name: str, speed_flags, sc: SpeedConfig | None, d: distributed.Dist,
