@@ -112,18 +112,18 @@ def checked(argv) -> tuple[VisualizeConfig, set, Checkpoint | None]:
     per_class, explicit = parse_configs(argv, (VisualizeConfig,), {})
     vc = VisualizeConfig(**per_class[VisualizeConfig])
     need_wandb_mode(vc.wandb_log)  # wandb.init would fail on a bad one after the page is written
+    curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too
+    grid = not curve_only and (not (vc.html or vc.induction) or "out" in explicit)  # as drawn() decides
     from insight.attention_figures import need_figure_file  # every figure's type and place, before any is written
 
     for flag in ("out", "induction", "induction_curve"):
-        if getattr(vc, flag):
+        if getattr(vc, flag) and (grid or flag != "out"):  # the default --out where no grid is drawn: no file
             need_figure_file(getattr(vc, flag), flag)
     if vc.html:  # a folder there: the rename onto it would fail, after drawing
         need_file_path(vc.html, "html", "HTML page")
     pick_device(vc.device)  # an unknown or absent device: one line, before the checkpoint is read
     path = path_in(vc.out_dir, vc.ckpt)
-    curve_only = vc.induction_curve and not (vc.html or vc.induction or "out" in explicit)  # --out: the grid too
     ckpt = None if curve_only else Checkpoint.load(path)
-    grid = not curve_only and (not (vc.html or vc.induction) or "out" in explicit)  # as drawn() decides
     facts = {"html": bool(vc.html), "wandb_log": vc.wandb_log, "grid": grid, "drawn": grid or bool(vc.html),
              "checkpoint": not curve_only}
     if ckpt is not None or os.path.isfile(path):

@@ -11,6 +11,7 @@ still imports torch, before cli.run (quiet_interrupt_hook); one that comes as th
 (quiet_unraisable_interrupt).
 """
 import atexit
+import codecs
 import contextlib
 import io
 import os
@@ -156,9 +157,23 @@ def watch_stdout() -> None:
 def escape_what_stdout_cannot_encode() -> None:
     """A stdout whose encoding lacks some characters (PYTHONIOENCODING=ascii, a Latin-1 locale) prints them as
     escapes (caf\\xe9), as Python's stderr does, instead of failing with UnicodeEncodeError halfway through a sample
-    or a finished run's report."""
-    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.errors == "strict":
-        sys.stdout.reconfigure(errors="backslashreplace")
+    or a finished run's report. Under LC_ALL=C Python's own choice, surrogateescape, fails on them too; it keeps
+    giving a path's undecodable bytes back as those bytes (surrogate_or_backslash)."""
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.errors in ("strict", "surrogateescape"):
+        sys.stdout.reconfigure(errors="backslashreplace" if sys.stdout.errors == "strict" else SURROGATE_OR_BACKSLASH)
+
+
+def surrogate_or_backslash(error: UnicodeError):
+    """An encoding error handler: a path's undecodable bytes (Python's surrogates) as those bytes, else escapes."""
+    one = UnicodeEncodeError(error.encoding, error.object, error.start, error.start + 1, error.reason)
+    try:  # character by character: a run of them can mix both kinds
+        return codecs.lookup_error("surrogateescape")(one)
+    except UnicodeError:
+        return codecs.backslashreplace_errors(one)
+
+
+SURROGATE_OR_BACKSLASH = "smallgpt-surrogateescape-or-backslashreplace"
+codecs.register_error(SURROGATE_OR_BACKSLASH, surrogate_or_backslash)
 
 
 # A torchrun worker other than rank 0 that meets a mistake must not exit at once: torchrun stops every worker as soon

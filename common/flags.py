@@ -289,17 +289,25 @@ def asks_help(argv) -> bool:
 
 def check_utf8(key: str, value: str) -> None:
     """Refuses a flag whose bytes are not UTF-8. Python hands such bytes over as lone surrogates (surrogateescape),
-    which a tokenizer, the data's fingerprint or wandb cannot encode: a traceback later, once out_dir was claimed."""
+    which a tokenizer, the data's fingerprint or wandb cannot encode: a traceback later, once out_dir was claimed.
+    UTF-8 bytes arrive so too where the locale reads ASCII (LC_ALL=C with PYTHONUTF8=0): that refusal names it."""
     flag = f"--{key}={value}"
     try:
         flag.encode("utf-8")
     except UnicodeEncodeError:
         try:  # the bytes as typed: \xff, not the surrogate \udcff that stands for it
-            shown = flag.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            typed = flag.encode("utf-8", "surrogateescape")
+            text = typed.decode("utf-8")  # UTF-8 after all: an ASCII locale (LC_ALL=C, PYTHONUTF8=0) misread it
         except UnicodeEncodeError:  # a surrogate no byte stands for (from Python code, not a command line)
-            shown = flag.encode("utf-8", "backslashreplace").decode()
-        fix = "rename it to a UTF-8 name" if key in PATHS or key == "config" else "pass it as UTF-8"
-        raise FlagError(f"{shown} is not valid UTF-8 text; {fix}") from None
+            shown, text = flag.encode("utf-8", "backslashreplace").decode(), None
+        except UnicodeDecodeError:
+            shown, text = typed.decode("utf-8", "backslashreplace"), None
+        if text is None:
+            fix = "rename it to a UTF-8 name" if key in PATHS or key == "config" else "pass it as UTF-8"
+            raise FlagError(f"{shown} is not valid UTF-8 text; {fix}") from None
+        raise FlagError(f"{text} is UTF-8 text, which this process's locale does not read "
+                        f"({sys.getfilesystemencoding()}); run it in a UTF-8 locale (LC_ALL=C.UTF-8) or with "
+                        f"PYTHONUTF8=1") from None
 
 
 def check_path(key: str, text: str, folder: bool = False) -> None:

@@ -72,12 +72,15 @@ def need_wandb_folders() -> None:
     """wandb keeps its cache and its service's logs (WANDB_CACHE_DIR, else ~/.cache) and its staging files
     (WANDB_DATA_DIR, else ~/.local/share/wandb) outside out_dir: one it may not write in (a read-only HOME) is
     refused now, not by wandb's traceback at the first evaluation. Without HOME (a service, `env -i`), wandb's
-    service finds no folder for its log and prints it on the terminal: HOME is then the user's, from the passwd file."""
+    service finds no folder for its log and prints it on the terminal: HOME is then the user's, from the passwd file.
+    So with a relative XDG_CACHE_HOME, which platformdirs ignores (the XDG spec's rule): it is dropped."""
     import platformdirs  # what wandb asks for its folders
 
     home = os.path.expanduser("~")
     if "HOME" not in os.environ and os.path.isabs(home):
         os.environ["HOME"] = home
+    if not os.path.isabs(os.environ.get("XDG_CACHE_HOME", "/")):
+        del os.environ["XDG_CACHE_HOME"]
     for name, folder in (("WANDB_CACHE_DIR", os.environ.get("WANDB_CACHE_DIR") or platformdirs.user_cache_dir("wandb")),
                          ("WANDB_DATA_DIR", os.environ.get("WANDB_DATA_DIR") or platformdirs.user_data_dir("wandb"))):
         problem = why_cannot_write_in(folder) if os.path.isabs(folder) else "it is not a whole path (HOME is not set)"

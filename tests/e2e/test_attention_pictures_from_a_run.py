@@ -108,6 +108,19 @@ def test_visualize_refuses_a_folder_for_a_file_before_drawing(checkpoints, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["maps"] and not list(folder.iterdir())
 
 
+def test_visualize_checks_the_default_out_only_where_it_draws_the_grid(checkpoints, tmp_path, monkeypatch):
+    """--html, --induction or --induction_curve alone draw no grid: a working folder where attention.png cannot be
+    written (read-only, or a folder of that name) refused them as --out=attention.png, a file they never write."""
+    import visualize
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "attention.png").mkdir()
+    visualize.main([f"--out_dir={checkpoints[0]}", "--text=ROMEO", "--html=page.html",
+                    f"--induction={tmp_path / 'heads.png'}"])
+    assert (tmp_path / "page.html").is_file() and is_png(tmp_path / "heads.png")
+    assert not list((tmp_path / "attention.png").iterdir())
+
+
 @pytest.mark.parametrize("where, said", [("maps", "is a folder; give the path of the image file to write"),
                                          ("notes.txt/maps.png", "is a file, not a folder")])
 def test_sample_refuses_an_attention_path_it_cannot_write_before_the_model_runs(checkpoints, tmp_path, where, said,

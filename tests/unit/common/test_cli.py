@@ -63,6 +63,19 @@ def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
         assert raw.getvalue() == shown
 
 
+def test_c_locale_stdout_prints_escapes_and_keeps_undecodable_path_bytes(monkeypatch):
+    """LC_ALL=C with UTF-8 mode off: Python gives stdout ascii with surrogateescape, which fails on a sample's é as
+    strict does; a path's undecodable byte (a surrogate in Python) still goes out as that byte."""
+    import io
+    raw = io.BytesIO()
+    stdout = io.TextIOWrapper(raw, encoding="ascii", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    path = b"out-\xff".decode("ascii", errors="surrogateescape")
+    assert cli.run(lambda argv: print("café 日", path + "é"), []) == 0
+    stdout.flush()
+    assert raw.getvalue() == b"caf\\xe9 \\u65e5 out-\xff\\xe9\n"
+
+
 def test_closed_standard_streams_are_reopened_on_devnull(tmp_path):
     """`train.py >&- 2>&-`: the next file the command opens must not become fd 1 or 2 (the lock file received
     whatever was printed), and printing, the bar and exit_process's flush need streams to write to."""

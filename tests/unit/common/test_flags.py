@@ -205,6 +205,20 @@ def test_bytes_that_are_not_utf8_are_refused_naming_the_flag(argv, said):
     assert parse(["--sample_prompt=caf\u00e9"], CLASSES, PRESETS)[0] == dict(sample_prompt="caf\u00e9")
 
 
+@pytest.mark.parametrize("argv", [["--sample_prompt=caf\udcc3\udca9"], ["--out_dir=/runs/caf\udcc3\udca9"]])
+def test_utf8_bytes_a_locale_cannot_read_are_refused_as_such(argv):
+    """An ASCII locale (LC_ALL=C with PYTHONUTF8=0) hands é's two UTF-8 bytes over as two surrogates: the refusal
+    called such a flag not UTF-8 and said to pass it as UTF-8, as it was; it names the locale and the fix."""
+    with pytest.raises(FlagError) as e:
+        parse(argv, CLASSES, PRESETS)
+    typed = argv[0].encode("utf-8", "surrogateescape").decode("utf-8")
+    assert str(e.value) == (f"{typed} is UTF-8 text, which this process's locale does not read "
+                            f"({sys.getfilesystemencoding()}); run it in a UTF-8 locale (LC_ALL=C.UTF-8) or with "
+                            f"PYTHONUTF8=1")
+    with pytest.raises(FlagError, match=r"^--sample_prompt=\\ud83d is not valid UTF-8 text"):
+        parse(["--sample_prompt=\ud83d"], CLASSES, PRESETS)  # half a pair, from Python code: no bytes at all
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
 def test_a_float_that_is_not_finite_is_refused_from_the_command_line_and_from_a_file(tmp_path, value):
     """No flag takes inf or nan: --learning_rate=inf and --weight_decay=inf passed the configs' range checks and

@@ -153,6 +153,24 @@ def test_a_wandb_run_needs_folders_wandb_may_write_in_and_finds_home_without_hom
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # checked, nothing made
 
 
+def test_a_relative_xdg_cache_home_is_dropped_as_the_folder_checked_ignores_it(tmp_path, monkeypatch):
+    """XDG_CACHE_HOME=rel: the folder checked (platformdirs, wandb's own choice) is HOME's .cache, as the XDG spec has
+    it, but wandb's service took a relative one for no folder and printed its log on the terminal."""
+    import platformdirs
+
+    for name in ("WANDB_MODE", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "rel")
+    checked = platformdirs.user_cache_dir("wandb")
+    assert checked == str(tmp_path / ".cache" / "wandb")
+    need_wandb_mode(True)
+    assert "XDG_CACHE_HOME" not in os.environ and platformdirs.user_cache_dir("wandb") == checked
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a whole path stays
+    need_wandb_mode(True)
+    assert os.environ["XDG_CACHE_HOME"] == str(tmp_path / "cache")
+
+
 @pytest.mark.parametrize("mode", ["online", "shared", "run"])
 def test_an_online_wandb_mode_without_a_login_is_refused_and_wandb_is_asked_without_a_prompt(mode, monkeypatch):
     asked, logged_in = [], [False]
