@@ -172,7 +172,7 @@ def temperature_table(model, tokenizer, prompt: list[int], temperatures: list[fl
 
 def read_prompt(start: str, flag: str = "start") -> str:
     if start.startswith("FILE:"):
-        path = start[len("FILE:"):]
+        path = os.path.expanduser(start[len("FILE:"):])  # as a path flag's: the shell leaves the ~ of FILE:~/p.txt
         try:
             # Without the byte-order mark an editor may put first; newline="": the line ends as stored (\r\n stays
             # \r\n, as prepare keeps it in the training text, and a lone \r ends no --source line)

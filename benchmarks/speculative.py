@@ -34,6 +34,7 @@ from inference.generate import check_sampling, generate_stream
 
 @dataclass
 class SpeculativeBench:
+    PATH_FLAGS = ("model",)  # a run's folder or a .pt file here (~ expanded); train.py's --model is the objective
     model: str = "out"  # the model's out_dir (its best checkpoint) or a .pt file
     draft: str = "out-small"  # the draft's, trained on the same tokens
     tokens: int = 500  # new tokens per sample

@@ -156,6 +156,9 @@ def stat_fingerprint(path: Path, files: list[Path]) -> str:
     time), so a changed file is never taken for the one prepared before. Touching, moving or chmod-ing a file
     therefore counts as a new input, prepared again; a resumed run then compares the content before it refuses
     (training/run_data.py)."""
+    if not path.is_dir():  # one file, also through a link: its own folder and name (prepare names its folder so)
+        path = path.resolve()
+        files = [path]
     root = path if path.is_dir() else path.parent
     lines = [f"{root.resolve().as_posix()}\0\n"]  # no path holds \0: this line is no file's
     for f in files:

@@ -472,13 +472,18 @@ def stop_here(run, log, bar, done: int, signum: int, saved: bool = True):
     raise Stopped(128 + signum)
 
 
+SCRIPTS = ("train.py", "small-gpt-train")  # how a training process is started: the script, or the installed command
+
+
 def resume_command(run) -> str:
-    """What continues a stopped run, ready to paste: under torchrun the same launch (one process refuses an FSDP
-    checkpoint, and trains a DDP run's later steps on a smaller batch)."""
-    args = f"train.py --out_dir={shlex.quote(run.tc.out_dir)} --init_from=resume"
+    """What continues a stopped run, ready to paste in the folder it was started in: the script as it was given
+    (`python ../train.py`: a relative --out_dir is relative to that folder too); under torchrun the same launch (one
+    process refuses an FSDP checkpoint, and trains a DDP run's later steps on a smaller batch)."""
+    script = sys.argv[0] if os.path.basename(sys.argv[0]) in SCRIPTS else "train.py"  # else: called from Python
+    args = f"{shlex.quote(script)} --out_dir={shlex.quote(run.tc.out_dir)} --init_from=resume"
     if run.dist.enabled:
         return f"the same torchrun launch ({run.dist.world_size} processes) of {args}"
-    return f"python {args}"
+    return f"python {args}" if script.endswith(".py") else args
 
 
 def finish(run, log, book: Bookkeeping) -> dict:

@@ -279,6 +279,18 @@ def test_a_prompt_file_keeps_its_line_ends(tmp_path):
     assert sample.read_prompt(f"FILE:{tmp_path / 'p.txt'}") == "a\r\nb\rc\n"
 
 
+def test_a_prompt_file_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """--start=FILE:~/p.txt (and --source=FILE:~/...): the shell expands no ~ inside a word, and the path was read as
+    a folder named '~' in the working directory (cannot be read), where every path flag's ~ is the home folder."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.txt").write_text("ROMEO:")
+    assert sample.read_prompt("FILE:~/p.txt") == "ROMEO:"
+    assert sample.read_prompt("FILE:~/p.txt", "source") == "ROMEO:"
+    with pytest.raises(UserError, match="cannot be read"):  # a ~ elsewhere is part of a name
+        sample.read_prompt("FILE:a~/p.txt")
+
+
 class Favouring(torch.nn.Module):
     """A stand-in model whose logits at every position rank `favourite` first, in that order."""
 

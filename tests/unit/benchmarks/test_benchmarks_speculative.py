@@ -53,3 +53,15 @@ def test_a_draft_of_other_tokens_is_refused_in_one_line(tmp_path, draft_chars):
     with pytest.raises(UserError, match=r"^--draft=\S+ speaks other tokens than --model") as e:
         speculative.main(argv)
     assert "\n" not in str(e.value)
+
+
+def test_the_models_folder_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """--model=~/run, as --draft=~/small: the shell leaves the ~ of --model=~/run as typed, and --model (not a path
+    flag by its name: train.py's --model is the objective) was looked for in a folder named '~'."""
+    from common.flags import config_from_argv
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    bc = config_from_argv(["--model=~/run", "--draft=~/small"], speculative.SpeculativeBench)
+    assert (bc.model, bc.draft) == (str(tmp_path / "run"), str(tmp_path / "small"))
+    with pytest.raises(UserError, match="--model is empty"):
+        config_from_argv(["--model="], speculative.SpeculativeBench)

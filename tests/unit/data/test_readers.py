@@ -354,6 +354,20 @@ def test_a_file_reached_twice_through_links_is_read_once_under_its_first_name(tm
     assert readers.stat_fingerprint(tmp_path / "in", readers.input_files(tmp_path / "in")) == before
 
 
+def test_a_link_to_the_input_file_is_the_same_input(tmp_path):
+    """--input=LINK and --input=FILE (the link's target) name one corpus: the input's quick identity held the name as
+    given, so the same file through a link was prepared again into a folder of its own (hours for a large corpus),
+    though prepare names the folder after the file the link leads to. A change to the file still changes it."""
+    (tmp_path / "corpora").mkdir()
+    (tmp_path / "corpora/corpus.txt").write_text("alpha\n")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "corpora/corpus.txt")
+    identity = [readers.stat_fingerprint(p, readers.input_files(p))
+                for p in (tmp_path / "corpora/corpus.txt", tmp_path / "link.txt")]
+    assert identity[0] == identity[1]
+    (tmp_path / "corpora/corpus.txt").write_text("beta\n")
+    assert readers.stat_fingerprint(tmp_path / "link.txt", readers.input_files(tmp_path / "link.txt")) != identity[0]
+
+
 def test_a_hard_link_is_the_same_file_and_read_once(tmp_path):
     """Two names of one file (a hard link: no symbolic link to resolve) are the same text: read twice, `works` could
     put it in train and in validation."""

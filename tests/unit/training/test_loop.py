@@ -5,6 +5,7 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -74,13 +75,27 @@ def resume_line(out_dir: str, dist: Dist, capsys) -> str:
     return err.split("; continue with ")[1].strip()
 
 
-def test_the_resume_command_pastes_into_a_shell_and_keeps_the_launch(capsys):
+def test_the_resume_command_pastes_into_a_shell_and_keeps_the_launch(capsys, monkeypatch):
     out_dir = "/tmp/my runs/it's"
+    monkeypatch.setattr(sys, "argv", ["train.py", "--max_iters=9"])
     one = resume_line(out_dir, Dist(), capsys)
     assert shlex.split(one) == ["python", "train.py", f"--out_dir={out_dir}", "--init_from=resume"]
     # under torchrun (rank 0 says it): the same launch, as one process would refuse an FSDP checkpoint
     two = resume_line("out", Dist(world_size=2), capsys)
     assert two == "the same torchrun launch (2 processes) of train.py --out_dir=out --init_from=resume"
+
+
+@pytest.mark.parametrize("script", ["../src/train.py", "/opt/small gpt/train.py", "/venv/bin/small-gpt-train"])
+def test_the_resume_command_runs_the_script_as_this_run_was_started(script, capsys, monkeypatch):
+    """A run started from another folder (python ../src/train.py, or the installed command) printed `python train.py`,
+    a file the folder it was started in does not hold; pasted there, the resume failed. The command names the script
+    as it was given, relative to the same folder as a relative --out_dir."""
+    monkeypatch.setattr(sys, "argv", [script, "--out_dir=runs/a"])
+    launch = [] if script.endswith("small-gpt-train") else ["python"]
+    assert shlex.split(resume_line("runs/a", Dist(), capsys)) == [*launch, script, "--out_dir=runs/a",
+                                                                  "--init_from=resume"]
+    monkeypatch.setattr(sys, "argv", ["/venv/lib/python3.11/site-packages/pytest/__main__.py"])  # not train.py
+    assert shlex.split(resume_line("runs/a", Dist(), capsys))[:2] == ["python", "train.py"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
