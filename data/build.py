@@ -10,6 +10,7 @@ counters, the scan's results): a killed run continues from there and writes the 
 Skipped items are still read (the input is a stream), but not encoded; reading them reports their bad documents
 again, so those are counted afresh rather than saved.
 """
+import contextlib
 import itertools
 import json
 import sys
@@ -141,15 +142,27 @@ class Build:
     def encode(self, spec: tuple, tok, dtype) -> dict:
         """Writes every split's shards; returns {split: (manifest entries, Counters)}. tok: the tokenizer that
         `spec` makes, built once by the caller."""
+        # the shard files and the input are closed however the pass ends (a refusal, a Ctrl-C), not when its frame
+        # is collected
+        with contextlib.ExitStack() as opened:
+            return self._encode(spec, tok, dtype, self.open_writers(dtype, opened), opened)
+
+    def open_writers(self, dtype, opened: contextlib.ExitStack) -> dict:
+        """{split: ShardWriter}, continuing the saved progress, each closed by `opened`."""
         st = self.state
         fresh = "writers" not in st
         try:
-            writers = {s: ShardWriter(self.out, s, dtype, self.cfg.shard_tokens, None if fresh else st["writers"][s])
-                       for s in ("train", "val")}
+            return {s: opened.enter_context(contextlib.closing(
+                ShardWriter(self.out, s, dtype, self.cfg.shard_tokens, None if fresh else st["writers"][s])))
+                for s in ("train", "val")}
         except StateMismatch:  # the files do not match the saved progress: start this pass over
+            opened.close()  # a split's writer opened before another's files mismatched
             for key in ("writers", "items_done", "current", "counters", "dropped"):
                 st.pop(key, None)
-            return self.encode(spec, tok, dtype)
+            return self.open_writers(dtype, opened)
+
+    def _encode(self, spec: tuple, tok, dtype, writers: dict, opened: contextlib.ExitStack) -> dict:
+        st = self.state
         counters = {s: Counters(**st.get("counters", {}).get(s, {})) for s in writers}
         dropped = Counters(**st.get("dropped", {}))  # `docs`: val documents past --val_tokens
         done, current = st.get("items_done", 0), st.get("current")
@@ -158,7 +171,8 @@ class Build:
         # Not restored from the progress: the items done are read again (not encoded), which reports their bad
         # documents again, so counting from zero gives an uninterrupted run's count and examples
         bad = BadDocuments(self.cfg.on_bad)
-        items = itertools.islice(self.items(bad), done, None)
+        # closed with the writers: a stop in the loop below (a Ctrl-C, a full disk) leaves the input's reader waiting
+        items = itertools.islice(opened.enter_context(contextlib.closing(self.items(bad))), done, None)
         want_hash = (lambda i: i.first) if self.split == "docs" else (lambda i: False)
         self.peak = {}
         for batch, results in encode_stream(items, spec, tok, dtype.name, self.cfg.n_workers, want_hash, self.peak,

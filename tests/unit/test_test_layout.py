@@ -28,8 +28,6 @@ END_TO_END = {
     "bench.py": ("runs the benchmarks", [E2E + "test_bench.py"]),
     # the memory of a training process
     "common/malloc.py": ("page faults of a training process", [E2E + "test_malloc.py"]),
-    # prepare's stream: worker processes, shards on disk, locks between processes, resuming after a kill
-    "data/build.py": ("a preparation, resumed after a kill", [E2E + "test_prepare_at_scale.py"]),
 }
 
 
