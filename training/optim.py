@@ -199,4 +199,3 @@ def resume(optimizer, scaler, ckpt, model, sharded: bool = False) -> None:
                (lambda state: fsdp.load_optimizer(model, optimizer, state)) if sharded else None)
     if ckpt.scaler and scaler.is_enabled():
         scaler.load_state_dict(ckpt.scaler)
-
