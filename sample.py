@@ -131,7 +131,10 @@ class SampleConfig:
         if self.top_tokens < 1:
             raise ConfigError(f"top_tokens={self.top_tokens} must be >= 1")
         for t in parse_temperatures(self.temperatures):
-            check_sampling(t)
+            try:
+                check_sampling(t)
+            except ConfigError as e:  # named as typed: --temperature is another flag
+                raise ConfigError(f"--temperatures={self.temperatures}: {e}") from None
 
 
 def parse_temperatures(text: str | None) -> list[float]:

@@ -335,6 +335,14 @@ def test_a_temperature_past_a_floats_range_or_in_other_digits_is_refused_as_type
     assert sample.parse_temperatures("0, 0.5,2e0") == [0.0, 0.5, 2.0]
 
 
+def test_a_temperature_out_of_range_in_the_list_is_refused_naming_the_list():
+    """--temperatures' numbers are checked as --temperature's, and the refusal names the flag typed."""
+    with pytest.raises(UserError) as e:
+        sample.SampleConfig(temperatures="0,1,1e308")
+    said = str(e.value)
+    assert said.startswith("--temperatures=0,1,1e308: temperature=1e+308 must be >= 0") and "\n" not in said
+
+
 def test_a_draft_whose_tokens_decode_to_the_same_text_but_differ_in_bytes_is_refused(tmp_path, monkeypatch):
     """A token of part of a character decodes to U+FFFD whatever its bytes: two byte-level vocabularies that differ
     only in such a token passed the draft's check of one decoded text per id."""
