@@ -121,6 +121,20 @@ def test_visualize_checks_the_default_out_only_where_it_draws_the_grid(checkpoin
     assert not list((tmp_path / "attention.png").iterdir())
 
 
+@pytest.mark.parametrize("beside", ["--html", "--induction"])
+def test_visualize_checks_an_out_given_with_the_page_or_the_induction_figure(checkpoints, tmp_path, beside):
+    """--out given beside --html or --induction draws the grid too: a folder there is refused before anything is
+    written, as --out alone is, not after the other file was written."""
+    import visualize
+    from common.errors import FlagError
+
+    folder, other = tmp_path / "maps", tmp_path / ("page.html" if beside == "--html" else "heads.png")
+    folder.mkdir()
+    with pytest.raises(FlagError, match=rf"^--out={folder} is a folder; give the path of the image file to write$"):
+        visualize.main([f"--out_dir={checkpoints[0]}", "--text=ROMEO", f"{beside}={other}", f"--out={folder}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["maps"] and not list(folder.iterdir())
+
+
 @pytest.mark.parametrize("where, said", [("maps", "is a folder; give the path of the image file to write"),
                                          ("notes.txt/maps.png", "is a file, not a folder")])
 def test_sample_refuses_an_attention_path_it_cannot_write_before_the_model_runs(checkpoints, tmp_path, where, said,

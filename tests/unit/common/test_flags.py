@@ -206,14 +206,15 @@ def test_bytes_that_are_not_utf8_are_refused_naming_the_flag(argv, said):
 
 
 @pytest.mark.parametrize("argv", [["--sample_prompt=caf\udcc3\udca9"], ["--out_dir=/runs/caf\udcc3\udca9"]])
-def test_utf8_bytes_a_locale_cannot_read_are_refused_as_such(argv):
+def test_utf8_bytes_a_locale_cannot_read_are_refused_as_such(argv, monkeypatch):
     """An ASCII locale (LC_ALL=C with PYTHONUTF8=0) hands é's two UTF-8 bytes over as two surrogates: the refusal
     called such a flag not UTF-8 and said to pass it as UTF-8, as it was; it names the locale and the fix."""
+    monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "ascii")  # what such a process reads its argv with
     with pytest.raises(FlagError) as e:
         parse(argv, CLASSES, PRESETS)
     typed = argv[0].encode("utf-8", "surrogateescape").decode("utf-8")
     assert str(e.value) == (f"{typed} is UTF-8 text, which this process's locale does not read "
-                            f"({sys.getfilesystemencoding()}); run it in a UTF-8 locale (LC_ALL=C.UTF-8) or with "
+                            f"(ascii); run it in a UTF-8 locale (LC_ALL=C.UTF-8) or with "
                             f"PYTHONUTF8=1")
     with pytest.raises(FlagError, match=r"^--sample_prompt=\\ud83d is not valid UTF-8 text"):
         parse(["--sample_prompt=\ud83d"], CLASSES, PRESETS)  # half a pair, from Python code: no bytes at all

@@ -10,6 +10,7 @@ import data.encode as encode
 from common.errors import DataError
 from data.build import PROGRESS, Build
 from data.prepare import prepare
+from data.shard_writer import ShardWriter
 
 needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads this process's open files in /proc")
 
@@ -39,6 +40,9 @@ def files_open_under(folder) -> list[str]:
     return found
 
 
+writer_init = ShardWriter.__init__
+
+
 def interrupted(*args, **kwargs):
     raise KeyboardInterrupt
 
@@ -62,30 +66,43 @@ def test_a_pass_that_stops_midway_leaves_no_file_open(tmp_path, monkeypatch, how
 
 def test_progress_that_the_val_files_do_not_match_starts_over_with_no_file_left_behind(tmp_path, monkeypatch):
     """The train writer was opened before the val writer found its files shorter than the saved progress; the pass
-    started over and left that train writer's file for the garbage collector to close (a ResourceWarning)."""
+    started over and left that train writer's file for the garbage collector to close (a ResourceWarning). The pass
+    started over holds no writer but its own, and counts from zero: its shards and meta.json are a fresh run's."""
     src = write_docs(tmp_path / "docs.jsonl", 300)
-    fresh = prepare(input=src, data_root=tmp_path / "fresh", tokenizer="gpt2", shard_tokens=1024, workers=1,
-                    progress=False)
+    # val_tokens: some val documents are dropped, counted as the train and val ones are
+    fresh = prepare(input=src, data_root=tmp_path / "fresh", tokenizer="gpt2", shard_tokens=1024, val_tokens=100,
+                    workers=1, progress=False)
     monkeypatch.setattr(encode, "BATCH_CHARS", 2_000)  # many batches: progress is saved as shards complete
     save = Build.save_progress
 
     def killed_after_a_save(self):
         save(self)
-        if self.state["writers"]["val"]["partial"]:
+        if self.state["writers"]["val"]["partial"] and self.state["dropped"]["docs"]:
             raise KeyboardInterrupt
     monkeypatch.setattr(Build, "save_progress", killed_after_a_save)
-    settings = dict(input=src, data_root=tmp_path / "root", tokenizer="gpt2", shard_tokens=1024, workers=1,
-                    progress=False)
+    settings = dict(input=src, data_root=tmp_path / "root", tokenizer="gpt2", shard_tokens=1024, val_tokens=100,
+                    workers=1, progress=False)
     with pytest.raises(KeyboardInterrupt):
         prepare(**settings)
     out = tmp_path / "root" / "prepared" / fresh.name
     saved = json.loads((out / PROGRESS).read_text())["writers"]["val"]
     os.truncate(out / f".val_{len(saved['shards']):05d}.partial", 0)  # shorter than the saved progress
     monkeypatch.setattr(Build, "save_progress", save)
+    made, encode_pass, held = [], Build._encode, []
+    monkeypatch.setattr(ShardWriter, "__init__", lambda self, *a, **k: writer_init(self, *a, **k) or made.append(self))
+
+    def noting_the_open_writers(self, spec, tok, dtype, writers, opened):
+        held.extend(w for w in made if not w._file.closed and w not in writers.values())
+        return encode_pass(self, spec, tok, dtype, writers, opened)
+    monkeypatch.setattr(Build, "_encode", noting_the_open_writers)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         assert prepare(**settings) == out
+    assert len(made) == 3 and held == []  # the mismatched attempt's train writer, closed before the pass started
     assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in fresh.iterdir())
     for shard in fresh.glob("*.bin"):
         assert (out / shard.name).read_bytes() == shard.read_bytes()
+    meta, fresh_meta = (json.loads((folder / "meta.json").read_text()) for folder in (out, fresh))
+    assert fresh_meta["val_dropped"]["docs"] > 0
+    assert {**meta, "timing": None} == {**fresh_meta, "timing": None}  # the counts too: the stale ones were dropped

@@ -128,6 +128,22 @@ def test_a_source_past_block_size_is_drawn_where_the_positions_allow_as_sample_p
         cross_attention_view(model, tokenizer, source, max_tokens=19)
 
 
+def test_a_source_as_long_as_the_limit_is_drawn_and_one_token_more_is_refused():
+    """The limits are the longest source shown, not one past it: block_size for learned positions, --max_tokens."""
+    from common.errors import UserError
+    from insight.cross_attention import cross_attention_view
+
+    tokenizer, learned, rope = stop_tokenizer(), tiny_seq2seq(pos_emb="learned"), tiny_seq2seq()
+    block = learned.config.block_size
+    for model, source, max_tokens in ((learned, LETTERS[:block], None), (learned, LETTERS[:block], block),
+                                      (rope, LETTERS[:20], 20)):
+        assert cross_attention_view(model, tokenizer, source, max_tokens=max_tokens).weights.shape[-1] == len(source)
+    # a flag one above block_size still stops at block_size, in the picture's own words (not the model's)
+    with pytest.raises(UserError, match=rf"^the source is {block + 1} tokens and at most {block} can be shown "
+                                        rf"\(block_size={block}"):
+        cross_attention_view(learned, tokenizer, LETTERS[:block + 1], max_tokens=block + 1)
+
+
 def test_figure_panels_hold_each_heads_map_and_the_mean_with_token_labels():
     from insight.attention_figures import cross_attention_figure
     from insight.cross_attention import cross_attention_view
