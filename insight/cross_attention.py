@@ -56,8 +56,9 @@ def encoded(tokenizer, text: str, flag: str) -> list[int]:
 
 
 def need_source_length(n: int, positions_max: int | None, max_tokens: int | None, flag: str) -> None:
-    """A source as long as sample.py translates: learned positions end at block_size, the others at no length."""
-    if positions_max is not None and n > positions_max and not (max_tokens and max_tokens < n):
+    """A source as long as sample.py translates: learned positions end at block_size, the others at no length. The
+    smaller limit is named: the other cannot be reached."""
+    if positions_max is not None and n > positions_max and not (max_tokens and max_tokens < positions_max):
         raise UserError(f"the source is {n} tokens and at most {positions_max} can be shown (block_size="
                         f"{positions_max}, the most these learned positions encode); shorten it")
     if max_tokens and n > max_tokens:

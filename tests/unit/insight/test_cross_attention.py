@@ -144,6 +144,17 @@ def test_a_source_as_long_as_the_limit_is_drawn_and_one_token_more_is_refused():
         cross_attention_view(learned, tokenizer, LETTERS[:block + 1], max_tokens=block + 1)
 
 
+def test_a_source_past_both_limits_names_the_smaller_one():
+    """Learned positions stop at block_size=16 whatever --max_tokens allows: a 40-token source under --max_tokens=32
+    is told 16, not 32 (shortened to 32 it would be refused again)."""
+    from common.errors import UserError
+    from insight.cross_attention import cross_attention_view
+
+    learned = tiny_seq2seq(pos_emb="learned")
+    with pytest.raises(UserError, match=r"^the source is 40 tokens and at most 16 can be shown \(block_size=16"):
+        cross_attention_view(learned, stop_tokenizer(), "a" * 40, max_tokens=32)
+
+
 def test_figure_panels_hold_each_heads_map_and_the_mean_with_token_labels():
     from insight.attention_figures import cross_attention_figure
     from insight.cross_attention import cross_attention_view
