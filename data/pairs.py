@@ -184,7 +184,8 @@ def prepare_pairs(pairs: str, tokenizer: str = "char", bpe_vocab_size: int = 204
     fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     tok_name = f"bpe{bpe_vocab_size}" if tokenizer == "bpe" else tokenizer
     root = Path(data_root) if data_root else Path(__file__).resolve().parent
-    out = root / "prepared" / f"pairs-{name_in_folder(path.stem)}-{tok_name}-{fingerprint[:8]}"
+    # named after the file a link leads to, as its identity is (stat_fingerprint): one folder for both names
+    out = root / "prepared" / f"pairs-{name_in_folder(path.resolve().stem)}-{tok_name}-{fingerprint[:8]}"
     if _prepared(out, fingerprint):
         return out
     with build_lock(out) as alone:  # several processes on one folder (torchrun's nodes): one builds, the others wait

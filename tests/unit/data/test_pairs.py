@@ -125,6 +125,16 @@ def test_a_pairs_file_with_the_longest_name_gets_a_folder_and_a_lock_that_fit(tm
     assert prepare_pairs(str(path), data_root=tmp_path, progress=False) == folder
 
 
+def test_a_link_to_a_pairs_file_is_that_file_and_its_prepared_folder(tmp_path):
+    """--pairs=LINK and --pairs=FILE (the link's target) are one input, as prepare's --input: the same identity, and
+    the folder named after the file, not the link (which prepared the same pairs again beside it)."""
+    path, _ = pairs_file(tmp_path)
+    (tmp_path / "link.tsv").symlink_to(path)
+    folder = prepare_pairs(str(path), data_root=tmp_path, progress=False)
+    assert prepare_pairs(str(tmp_path / "link.tsv"), data_root=tmp_path, progress=False) == folder
+    assert [p.name for p in (tmp_path / "prepared").iterdir()] == [folder.name]
+
+
 def test_a_refused_file_leaves_no_folder(tmp_path):
     """Nor prepared/, locks/, the lock file or the data root: the refused call made them."""
     path = write(tmp_path / "p.tsv", b"a\tb\nbroken\n")
