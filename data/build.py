@@ -123,7 +123,8 @@ class Build:
             if self.cfg.progress:  # seconds to minutes with no bar of its own: say what is happening
                 print(f"training a {self.cfg.bpe_vocab_size}-token BPE on the training text ...", file=sys.stderr,
                       flush=True)
-            ranks = train_bpe_vocab(self._bpe_sample(), self.cfg.bpe_vocab_size)
+            with contextlib.closing(self._bpe_sample()) as sample:  # the input closed however the training ends
+                ranks = train_bpe_vocab(sample, self.cfg.bpe_vocab_size)
             write_atomic(path, ranks_to_bytes(ranks))
             self.state["bpe_trained"] = True
         return ("bpe", path.read_bytes())

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
+import data.build as build
 import data.encode as encode
 from common.errors import DataError
 from data.build import PROGRESS, Build
@@ -60,6 +61,23 @@ def test_a_pass_that_stops_midway_leaves_no_file_open(tmp_path, monkeypatch, how
     error = DataError if how == "refused" else KeyboardInterrupt
     with pytest.raises(error) as stopped:  # gpt2: no scan pass, so the bad line is met while encoding
         prepare(input=src, data_root=tmp_path / "root", tokenizer="gpt2", workers=1, progress=False)
+    assert stopped.traceback  # the error, and the frames it holds, still alive
+    assert files_open_under(tmp_path) == []
+
+
+@needs_proc
+def test_a_bpe_training_that_stops_midway_leaves_the_input_closed(tmp_path, monkeypatch):
+    """The BPE trainer stopped (a Ctrl-C) while it read its sample left the sample's reader, and so the input file,
+    open for as long as the error lived, as the encode pass did."""
+    src = write_docs(tmp_path / "docs.jsonl", 60)
+
+    def stopped_after_one_text(texts, vocab_size):
+        next(iter(texts))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build, "train_bpe_vocab", stopped_after_one_text)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        prepare(input=src, data_root=tmp_path / "root", tokenizer="bpe", bpe_vocab_size=300, workers=1,
+                progress=False)
     assert stopped.traceback  # the error, and the frames it holds, still alive
     assert files_open_under(tmp_path) == []
 
