@@ -81,7 +81,29 @@ def _cpu_s() -> float:
 
 
 class OtherData(DataError):
-    """prepare(like=...) refused: these settings make other data than that fingerprint's, whatever the input holds."""
+    """prepare(like=...) refused: these settings make other data than that fingerprint's, whatever the input holds.
+    other_version: that data was prepared by another version's rules (VERSION_KEYS), which no setting gives."""
+
+    def __init__(self, message: str, other_version: bool = False):
+        super().__init__(message)
+        self.other_version = other_version
+
+
+VERSION_KEYS = ("format_version", "input_rules")  # how this code prepares a folder: no flag sets them
+
+
+def refuse_other_data(like: dict, fingerprint: dict) -> None:
+    """OtherData where these settings' fingerprint makes other data than like's (a resumed run's)."""
+    changed = settings_changed(like, fingerprint)
+
+    def said(f, keys):
+        return ", ".join(f"{k}={f.get(k)}" for k in keys)
+    rules = [k for k in VERSION_KEYS if k in changed and None not in (like.get(k), fingerprint.get(k))]
+    if rules:  # an older (or newer) version's: its other keys may differ too, but no flag would help
+        raise OtherData(f"it was prepared by another version's rules, {said(like, rules)}; this version's are "
+                        f"{said(fingerprint, rules)}", other_version=True)
+    if changed:
+        raise OtherData(f"its {said(like, changed)}; now {said(fingerprint, changed)}")
 
 
 def prepare(like: dict | None = None, **settings) -> Path:
@@ -98,11 +120,8 @@ def prepared_folder(like: dict | None = None, **settings) -> tuple[Path, bool]:
     cfg = PrepareConfig(**settings)
     root = Path(cfg.data_root) if cfg.data_root is not None else DATA_DIR
     source, split, fingerprint, identity = _plan(cfg)
-    changed = settings_changed(like, fingerprint) if like is not None else []
-    if changed:
-        def said(f):
-            return ", ".join(f"{k}={f.get(k)}" for k in changed)
-        raise OtherData(f"its {said(like)}; now {said(fingerprint)}")
+    if like is not None:
+        refuse_other_data(like, fingerprint)
     out = root / "prepared" / folder_name(cfg, split, fingerprint)
     if _is_prepared(out, fingerprint):
         return out, False

@@ -10,13 +10,14 @@ Atomic (common/files.py): the dict is written to a temporary file in the same fo
 renamed over the old file, and the folder is fsynced so the rename itself is durable. A crash or kill at any
 moment leaves either the old checkpoint or the new one, never half of one.
 
-Versions: 1 (no "format_version" key, written before the format had an owner) and 2 (adds the version and the
-float16 loss scaler's state). Both load. Keys added since, optional in every version: "wandb_run_id"; "speed_config"
-and "speed_flags": the speed levers (speed.SpeedConfig) the run's flags and preset chose and which of them a flag
-gave, which a resumed run computes with (without them it takes the command line's); and in data_meta, "bpe_ranks": a
-bpe tokenizer's merges, which training puts there (data/tokenizer.py's carry_tokenizer) so that the checkpoint
-decodes without its data folder, which may be removed or rebuilt. A bpe checkpoint without them (older, or imported)
-reads them from data_dir.
+Versions: 1 (no "format_version" key, written before the format had an owner) and 2 (adds the version and the float16
+loss scaler's state). Both load; a bidirectional (causal=False) checkpoint that says it is a decoder, or says nothing,
+is from before the objectives had names and loads as the cheater it trained as. Keys added since, optional in every
+version: "wandb_run_id"; "speed_config" and "speed_flags": the speed levers (speed.SpeedConfig) the run's flags and
+preset chose and which of them a flag gave, which a resumed run computes with (without them it takes the command
+line's); and in data_meta, "bpe_ranks": a bpe tokenizer's merges, which training puts there (data/tokenizer.py's
+carry_tokenizer) so that the checkpoint decodes without its data folder, which may be removed or rebuilt. A bpe
+checkpoint without them (older, or imported) reads them from data_dir.
 """
 import math
 import os
@@ -113,7 +114,7 @@ class Checkpoint:
             raise CheckpointError(f"{path} is corrupt or not ours: {problem}")
         return cls(weights=raw["model"], model_config=config, step=raw["step"], data_meta=raw["data_meta"],
                    data_dir=raw.get("data_dir"), train_config=raw.get("train_config") or {},
-                   objective=raw.get("variant") or "decoder", mask_id=raw.get("mask_id"),
+                   objective=objective(raw.get("variant"), config), mask_id=raw.get("mask_id"),
                    best_val_loss=raw.get("best_val_loss", math.inf), optimizer=raw.get("optimizer"),
                    scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"),
                    wandb_run_id=raw.get("wandb_run_id"), speed_config=raw.get("speed_config"),
@@ -187,6 +188,13 @@ def meta_model(config: GPTConfig, cls: type = GPT) -> GPT:
 def model_shapes(config: GPTConfig, cls: type = GPT) -> dict[str, tuple]:
     """{state_dict key: shape} of cls(config) (GPT or Seq2Seq)."""
     return {k: tuple(v.shape) for k, v in meta_model(config, cls).state_dict().items()}
+
+
+def objective(variant: str | None, config: GPTConfig) -> str:
+    """A checkpoint's objective. The first versions wrote 'decoder' (or nothing) for every run, and one of causal=False
+    trained the next-token loss with bidirectional attention: what --model=cheater names now."""
+    variant = variant or "decoder"
+    return "cheater" if variant == "decoder" and not config.causal else variant
 
 
 def field_problem(raw: dict, vocab_size: int) -> str | None:

@@ -73,9 +73,11 @@ def prepared_data(tc: TrainConfig, d: distributed.Dist, ckpt: Checkpoint | None 
             data_dir = data_dir or prepare(like=old if isinstance(old, dict) else None,
                                            **{f.name: getattr(tc, f.name) for f in fields(PrepareConfig)})
         except OtherData as e:
+            fix = ("no flag prepares it that way again: finish the run with the version of small-gpt that started "
+                   "it, or start a new --out_dir" if e.other_version else "resume with the same --dataset/--input/"
+                   "--split/--tokenizer and their settings, or start a new --out_dir")
             raise SetupError(f"the data these flags prepare is not the data this checkpoint was trained on ({e}); "
-                             f"resume with the same --dataset/--input/--split/--tokenizer and their settings, or start "
-                             f"a new --out_dir") from None
+                             f"{fix}") from None
         meta = carry_tokenizer(read_meta(data_dir), data_dir)
         tokenizer = load_tokenizer(meta)
         if tokenizer.vocab_size != meta["vocab_size"]:  # the shards' ids are checked against meta's vocab_size

@@ -37,6 +37,17 @@ def test_a_version_1_checkpoint_loads_with_the_defaults_of_what_it_lacks():
     torch.testing.assert_close(ckpt.build_model()(x)[0], tiny_model()(x)[0], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("variant", [None, "decoder"])
+def test_a_bidirectional_checkpoint_from_before_the_objectives_had_names_is_a_cheater(variant):
+    """The first versions wrote variant='decoder' (or none) for every run; causal=false there trained the next-token
+    loss with bidirectional attention: what --model=cheater is now (a decoder's KV cache or draft would be wrong)."""
+    config = {**tiny_model().config.to_dict(), "causal": False}
+    old = {k: v for k, v in saved_dict(variant=variant, model_config=config).items()
+           if k in ("model", "model_config", "step", "data_meta", "variant")}
+    assert Checkpoint.from_dict(old).objective == "cheater"
+    assert Checkpoint.from_dict(saved_dict(variant=variant)).objective == "decoder"  # a causal one stays a decoder
+
+
 @pytest.mark.parametrize("version, said", [(FORMAT_VERSION + 1, "newer than this code's"),
                                            ("2", "not a version number")])
 def test_a_newer_or_unreadable_format_version_is_refused_in_one_line(version, said):

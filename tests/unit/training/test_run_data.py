@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.errors import DataError
+from common.errors import DataError, SetupError
 from data import pair_batches
 from data.pairs import is_val_pair
+from data.tokenizer import read_meta
 from training import objectives, run_data
 from training.config import TrainConfig
 from training.distributed import Dist
@@ -96,6 +97,30 @@ def test_a_folder_whose_meta_json_miscounts_its_tokenizer_is_refused(tmp_path):
     with pytest.raises(DataError, match=f"meta.json says vocab_size={meta['vocab_size']} but its tokenizer has "
                                         f"{tokenizer.vocab_size} tokens"):
         prepared_data(tc, Dist())
+
+
+def test_a_checkpoint_on_data_prepared_by_older_rules_says_that_no_flag_makes_it_again(tmp_path):
+    """The fingerprint the first versions kept (format_version=1), or one of an --input read by older rules
+    (input_rules=3): no flag of today's makes their bytes again, so the refusal names the rules, not the flags, and
+    prepares nothing; a setting that differs still names the flags."""
+    (tmp_path / "cat.txt").write_text("the cat sat on the mat. " * 50)
+    tc = TrainConfig(input=str(tmp_path / "cat.txt"), data_root=str(tmp_path / "root"), tokenizer="char")
+
+    def refusal(fingerprint):
+        with pytest.raises(SetupError) as e:
+            prepared_data(tc, Dist(), ckpt=SimpleNamespace(data_meta={"fingerprint": fingerprint}))
+        return str(e.value)
+    said = refusal({"format_version": 1, "source_sha256": "0" * 64, "split": "tail", "tokenizer": "char",
+                    "bpe_vocab_size": None})
+    assert "prepared by another version's rules, format_version=1; this version's are format_version=" in said
+    assert "no flag prepares it that way again" in said and "resume with the same" not in said
+    assert not (tmp_path / "root").exists()
+    today = read_meta(prepared_data(tc, Dist())[0])["fingerprint"]
+    said = refusal(dict(today, input_rules=3))
+    assert f"rules, input_rules=3; this version's are input_rules={today['input_rules']})" in said
+    assert "no flag prepares it that way again" in said
+    said = refusal(dict(today, tokenizer="gpt2"))
+    assert "(its tokenizer=gpt2; now tokenizer=char); resume with the same --dataset" in said
 
 
 def decoded_pairs(batch, tokenizer, stop_id):
