@@ -49,7 +49,7 @@ def main(argv) -> None:
             from interop.import_hf import initializer
 
             init_model = initializer(tc.init_from[len("hf:"):], model_overrides, explicit, tc.tokenizer,
-                                     tc.mask_token)
+                                     tc.mask_token, tc.bpe_vocab_size)
         run = setup.build(tc, model_overrides, explicit, d, device_name, init_model, sc, ckpt)  # 4
         hooks = evaluation_hooks(run, tasks)  # the tasks tokenized: refused here, before out_dir is touched
         loop.announce(run)  # the banner: a stdout that cannot be written stops the run here, too

@@ -186,14 +186,19 @@ def check_mask_token(folder: str, ours: bool, theirs: bool) -> None:
                         f"--mask_token=true); pass --mask_token=true")
 
 
-def check_tokenizer_kind(folder: str, vocab_size: int, name: str, mask_token: bool) -> None:
-    """The run's --tokenizer and --mask_token against the folder's metadata, before any data is prepared (a BPE
-    trained and a corpus encoded for nothing); check_same_tokenizer compares every id once the data is ready."""
+def check_tokenizer_kind(folder: str, vocab_size: int, name: str, mask_token: bool,
+                         bpe_vocab_size: int | None = None) -> None:
+    """The run's --tokenizer (and a bpe's --bpe_vocab_size) and --mask_token against the folder's metadata, before
+    any data is prepared (a BPE trained and a corpus encoded for nothing); check_same_tokenizer compares every id once
+    the data is ready."""
     meta, mask_id = folder_tokenizer(folder, vocab_size)
     check_mask_token(folder, mask_token, mask_id is not None)
     if meta["tokenizer"] != name:
         raise UserError(f"{folder} was trained with the {meta['tokenizer']} tokenizer, not --tokenizer={name}; "
                         f"prepare the data with the model's tokenizer, --tokenizer={meta['tokenizer']}")
+    if name == "bpe" and bpe_vocab_size is not None and meta["vocab_size"] != bpe_vocab_size:
+        raise UserError(f"{folder} was trained with a {meta['vocab_size']}-token bpe tokenizer, not "
+                        f"--bpe_vocab_size={bpe_vocab_size}; pass --bpe_vocab_size={meta['vocab_size']}")
 
 
 def check_same_tokenizer(folder: str, vocab_size: int, tokenizer) -> None:
@@ -262,12 +267,12 @@ def check_free(out_dir: str, overwrite: bool) -> list[str]:
 
 
 def initializer(folder: str, model_overrides: dict, explicit: dict, tokenizer: str | None = None,
-                mask_token: bool = False):
+                mask_token: bool = False, bpe_vocab_size: int | None = None):
     """For train.py --init_from=hf:FOLDER: a function tokenizer -> our GPT with the folder's weights, for a fresh
     run (step 0, new optimizer). The folder fixes the architecture; --dropout is free. A folder without a model
     config this code can run, a model flag that contradicts it, a folder without the merges file of its bpe
-    tokenizer, or (given the run's --tokenizer and --mask_token) another kind of tokenizer, is refused now, before
-    any data is prepared."""
+    tokenizer, or (given the run's --tokenizer, --bpe_vocab_size and --mask_token) another tokenizer, is refused
+    now, before any data is prepared."""
     dropout = {k: v for k, v in model_overrides.items() if k == "dropout"}
     config = read_hf_config(folder, **dropout)[1]
     have = config.to_dict()
@@ -277,7 +282,7 @@ def initializer(folder: str, model_overrides: dict, explicit: dict, tokenizer: s
                              f"{k}={typed(have[k])}; the folder fixes the architecture: drop the flag")
     exported_tokenizer(folder)
     if tokenizer is not None:
-        check_tokenizer_kind(folder, have["vocab_size"], tokenizer, mask_token)
+        check_tokenizer_kind(folder, have["vocab_size"], tokenizer, mask_token, bpe_vocab_size)
 
     def init(tokenizer) -> GPT:
         model = load_hf_gpt2(folder, **dropout)

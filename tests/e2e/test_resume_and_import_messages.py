@@ -308,3 +308,25 @@ def test_an_hf_start_without_a_folder_is_refused_naming_the_flag(corpus, tmp_pat
         err = capsys.readouterr().err
     assert err.startswith("error: --init_from=hf: names no folder") and err.count("\n") == 1, err
     assert not list(tmp_path.iterdir())  # no run folder, no report
+
+
+def test_an_hf_start_with_another_bpe_vocabulary_size_is_refused_before_a_bpe_is_trained(corpus, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """A folder of a 260-token BPE model, started with the default --bpe_vocab_size=2048: a 2048-token BPE was trained
+    and the corpus encoded into a folder of its own before the vocabularies were found to differ."""
+    import data.build
+    from interop.export import export
+
+    assert cli.run(train.main, tiny_args(corpus, tmp_path / "bpe", "--max_iters=2", "--pos_emb=learned",
+                                         "--tokenizer=bpe", "--bpe_vocab_size=260")) == 0
+    export(Checkpoint.load(str(tmp_path / "bpe" / "ckpt_last.pt")), tmp_path / "hf")
+    prepared = sorted(p.name for p in (tmp_path / "data" / "prepared").iterdir())
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("a BPE was trained before the refusal")
+    monkeypatch.setattr(data.build, "train_bpe_vocab", not_reached)
+    err = refused(tiny_args(corpus, tmp_path / "run", "--max_iters=2", f"--init_from=hf:{tmp_path / 'hf'}",
+                            "--tokenizer=bpe"), capsys)
+    assert "260-token bpe tokenizer" in err and "--bpe_vocab_size=260" in err
+    assert sorted(p.name for p in (tmp_path / "data" / "prepared").iterdir()) == prepared
+    assert not (tmp_path / "run").exists()
