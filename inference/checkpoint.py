@@ -15,9 +15,11 @@ loss scaler's state). Both load; a bidirectional (causal=False) checkpoint that 
 is from before the objectives had names and loads as the cheater it trained as. Keys added since, optional in every
 version: "wandb_run_id"; "speed_config" and "speed_flags": the speed levers (speed.SpeedConfig) the run's flags and
 preset chose and which of them a flag gave, which a resumed run computes with (without them it takes the command
-line's); and in data_meta, "bpe_ranks": a bpe tokenizer's merges, which training puts there (data/tokenizer.py's
-carry_tokenizer) so that the checkpoint decodes without its data folder, which may be removed or rebuilt. A bpe
-checkpoint without them (older, or imported) reads them from data_dir.
+line's); "started_in": the folder (absolute) the run was started in, kept by its resumes, from which a resumed
+run reads the relative paths its train_config keeps (--input, --data_root, ...; without it, or where that folder is
+gone, from the current one); and in data_meta, "bpe_ranks": a bpe tokenizer's merges, which training puts there
+(data/tokenizer.py's carry_tokenizer) so that the checkpoint decodes without its data folder, which may be removed
+or rebuilt. A bpe checkpoint without them (older, or imported) reads them from data_dir.
 """
 import math
 import os
@@ -60,6 +62,8 @@ class Checkpoint:
     #                                   chose it (before speed.for_device's choices for the device)
     speed_flags: list | None = None  # the levers of speed_config a flag or config file gave (the device's choices
     #                                  leave those alone)
+    started_in: str | None = None  # the folder (absolute) the run was started in: train_config's relative paths
+    #                                are relative to it
 
     read_from = None  # not a field, not saved: load()'s file as file_identity (a resume checks it is still there)
 
@@ -70,7 +74,8 @@ class Checkpoint:
                 "train_config": self.train_config, "variant": self.objective, "mask_id": self.mask_id,
                 "best_val_loss": self.best_val_loss, "optimizer": self.optimizer, "scaler": self.scaler,
                 "rng": self.rng, "source": self.source, "wandb_run_id": self.wandb_run_id,
-                "speed_config": self.speed_config, "speed_flags": self.speed_flags}
+                "speed_config": self.speed_config, "speed_flags": self.speed_flags,
+                "started_in": self.started_in}
 
     def save(self, path: str) -> None:
         save_atomic(self.to_dict(), path)
@@ -118,7 +123,7 @@ class Checkpoint:
                    best_val_loss=raw.get("best_val_loss", math.inf), optimizer=raw.get("optimizer"),
                    scaler=raw.get("scaler"), rng=raw.get("rng"), source=raw.get("source"),
                    wandb_run_id=raw.get("wandb_run_id"), speed_config=raw.get("speed_config"),
-                   speed_flags=raw.get("speed_flags"))
+                   speed_flags=raw.get("speed_flags"), started_in=raw.get("started_in"))
 
     @property
     def model_class(self) -> type:
@@ -217,8 +222,9 @@ def field_problem(raw: dict, vocab_size: int) -> str | None:
         return f"mask_id={mask_id!r} is not an id of its vocabulary"
     if not number(raw.get("best_val_loss", 0.0)):
         return f"best_val_loss={raw.get('best_val_loss')!r} is not a number"
-    if not isinstance(raw.get("data_dir") or "", str) or not isinstance(raw.get("train_config") or {}, dict):
-        return "data_dir or train_config has the wrong type"
+    if not all(isinstance(raw.get(k) or "", str) for k in ("data_dir", "started_in")) or not isinstance(
+            raw.get("train_config") or {}, dict):
+        return "data_dir, started_in or train_config has the wrong type"
     rng = raw.get("rng")
     if rng is not None and not (isinstance(rng, list) and rng and all(
             isinstance(s, dict) and all(isinstance(v, torch.Tensor) for v in s.values()) and "torch" in s

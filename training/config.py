@@ -446,6 +446,7 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     changed = {k for k in ("warmup_iters", "lr_decay_iters") if k in explicit and explicit[k] != saved[k]}
     saved.update({k: v for k, v in explicit.items() if k in saved})
     notes += explicit_accumulation(saved, explicit, "the checkpoint's")
+    notes += from_start_folder(saved, explicit, ckpt.started_in, path)
     resumed = TrainConfig(**{**saved, "out_dir": tc.out_dir})
     facts = scope_facts(resumed, ckpt.model_config)
     notes += flag_scope.check("train.py", explicit, facts)
@@ -454,6 +455,43 @@ def resumed_config(tc: TrainConfig, model_overrides: dict, explicit: dict,
     need_torchrun(resumed)  # the checkpoint's --fsdp, or the flag's
     explicit.notes += notes + other_process_count(resumed, ckpt, world_size)
     return resumed, ckpt
+
+
+# TrainConfig's settings that name files or folders a run reads (eval_tasks: comma-separated files); out_dir is the
+# command line's
+PATH_SETTINGS = tuple(f.name for f in fields(TrainConfig) if flags.is_path(f.name, TrainConfig) and f.name != "out_dir")
+MADE_OR_SPARE = ("data_root", "archive")  # a folder made where it is missing; the sdist read only to prepare again
+
+
+def from_start_folder(saved: dict, explicit: dict, started_in: str | None, path: str) -> list[str]:
+    """A resumed run's relative paths (saved: its settings, the flags' applied; changed in place) are read from the
+    folder they were given in: the checkpoint's from the one its run was started in (started_in), the flags' from
+    this one. Away from that folder all are made absolute: the same corpus is read and the same prepared data
+    reused, and the run's checkpoints (which keep started_in, not this folder) read them right. Without started_in
+    (an older checkpoint) they are read from here, as where that folder is gone (the tree moved): then a checkpoint's
+    file that is not here either is refused, naming where it was relative to; a data_root or archive is read from
+    here, said. Returns the notes."""
+    here = os.getcwd()
+    if started_in is None or os.path.isdir(started_in) and os.path.samefile(started_in, here):
+        return []
+    gone, notes = not os.path.isdir(started_in), []
+    for name in PATH_SETTINGS:
+        if saved[name] is None or gone and name in explicit:
+            continue
+        # (eval_tasks: comma-separated files, each ~ expanded, as inference/tasks.py reads them)
+        files = ([os.path.expanduser(f.strip()) for f in saved[name].split(",") if f.strip()]
+                 if name == "eval_tasks" else [saved[name]])
+        if not gone:
+            saved[name] = ",".join(os.path.join(here if name in explicit else started_in, f) for f in files)
+            continue
+        missing = next((f for f in files if not (os.path.isabs(f) or os.path.exists(f))), None)  # (from here)
+        where = f"relative to {started_in}, where its run was started, which no longer exists"
+        if missing is not None and name in MADE_OR_SPARE:
+            notes.append(f"note: the checkpoint's --{name}={saved[name]} was {where}; reading it from this folder")
+        elif missing is not None:
+            raise SetupError(f"--{name}={missing} comes from the checkpoint {path}, {where}, and is not in this "
+                             f"folder either; run train.py from where that folder is now, or pass --{name}")
+    return notes
 
 
 def checkpoint_to_resume(out_dir: str) -> Checkpoint:

@@ -147,7 +147,7 @@ def save(run, step: int, best: bool) -> bool:
     ckpt = Checkpoint(weights=weights, model_config=run.config, step=step, data_meta=run.data_meta,
                       data_dir=os.path.abspath(run.data_dir) if run.data_dir else None, train_config=run.tc.to_dict(),
                       objective=run.objective.name, mask_id=run.objective.mask_id, best_val_loss=run.best_val,
-                      optimizer=optim_state, scaler=scaler,
+                      optimizer=optim_state, scaler=scaler, started_in=run.started_in,
                       rng=rng, wandb_run_id=run.wandb_run_id, speed_config=asdict(run.chosen_speed),
                       speed_flags=list(run.speed_flags))
     last, best_file = os.path.join(run.tc.out_dir, LAST), os.path.join(run.tc.out_dir, BEST)

@@ -6,6 +6,7 @@ the speed levers applied, the optimizer and its loss scaler, the distributed wra
 and training/loop.py trains the Run. Nothing here runs a training step.
 """
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +57,8 @@ class Run:
     resumed: bool = False  # from out_dir's checkpoint (whose step may be 0: an imported one)
     resumed_from: tuple | None = None  # which file that checkpoint was (out_dir.py's check_still_resumable)
     wandb_run_id: str | None = None  # the checkpoint's wandb run, continued; else set when wandb starts one
+    started_in: str | None = None  # the folder the run was started in (a resumed run's: its checkpoint's, None where
+    #                                that predates the key): its checkpoints keep it, a resume reads their paths from it
     best_restarts: str = ""  # why a resumed run's best does not go on from its checkpoint's ('' where it does)
     # float16's scaler state a bfloat16 or float32 stretch resumed from: saved on, for a later float16 resume to
     # start at its last scale, not the initial one (which overflows and skips steps to find it again)
@@ -120,6 +123,7 @@ def build(tc: TrainConfig, model_overrides: dict, explicit: dict, d: distributed
                token_bytes=token_byte_lengths(tokenizer), start_step=start, best_val=best_val, resumed=ckpt is not None,
                resumed_from=ckpt.read_from if ckpt is not None else None, best_restarts=best_restarts,
                wandb_run_id=ckpt.wandb_run_id if ckpt is not None else None, notes=tuple(explicit.notes),
+               started_in=ckpt.started_in if ckpt is not None else os.getcwd(),
                kept_scaler=ckpt.scaler if ckpt is not None and not scaler.is_enabled() else None)
 
 

@@ -4,8 +4,11 @@ import json
 import os
 import shutil
 
+import pytest
+import torch
+
 import train
-from conftest import SEQ2SEQ_TRAIN_FLAGS, tiny_args
+from conftest import SEQ2SEQ_TRAIN_FLAGS, TINY_TRAIN_FLAGS, tiny_args
 from data.prepare import prepare
 from data.tokenizer import load_tokenizer
 from inference.checkpoint import Checkpoint
@@ -96,3 +99,36 @@ def test_other_data_settings_on_resume_are_refused_before_any_data_is_prepared(c
     assert REFUSED in err and err.count("\n") == 1, err
     assert "(its bpe_vocab_size=None, tokenizer=char; now bpe_vocab_size=300, tokenizer=bpe)" in err
     assert sorted(p.name for p in prepared.iterdir()) == before
+
+
+@pytest.mark.parametrize("init_from", ["resume", "auto"])
+def test_a_resume_from_another_folder_reads_the_checkpoints_relative_paths_from_where_the_run_started(
+        init_from, corpus, tmp_path, monkeypatch, capsys):
+    """A run started in A with relative paths, resumed from a sibling folder B (--out_dir=../A/run): the same corpus
+    and the same prepared folder as the run's own, nothing prepared in B, and the weights of an uninterrupted run
+    started in A (whose own relative paths a later resume reads from A, which holds them now absolute). Once the tree
+    is moved, a resume of the run never resumed elsewhere, from where ../play.txt is not, is refused, naming the
+    folder the path was relative to."""
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    shutil.copyfile(corpus, tmp_path / "play.txt")
+    args = [*TINY_TRAIN_FLAGS, "--input=../play.txt", "--data_root=rdata", "--eval_interval=2"]
+    monkeypatch.chdir(tmp_path / "A")
+    assert train.cli.run(train.main, [*args, "--out_dir=run", "--max_iters=2"]) == 0
+    assert train.cli.run(train.main, [*args, "--out_dir=whole", "--max_iters=4"]) == 0
+    monkeypatch.chdir(tmp_path / "B")
+    assert train.cli.run(train.main, ["--out_dir=../A/run", f"--init_from={init_from}", "--max_iters=4"]) == 0
+    assert os.listdir(tmp_path / "B") == []
+    assert len(os.listdir(tmp_path / "A" / "rdata" / "prepared")) == 1
+    resumed, whole = (Checkpoint.load(str(tmp_path / "A" / run / "ckpt_last.pt")) for run in ("run", "whole"))
+    assert resumed.step == 4 and resumed.data_dir == whole.data_dir
+    assert all(torch.equal(resumed.weights[k], v) for k, v in whole.weights.items())
+    os.rename(tmp_path / "A", tmp_path / "moved")
+    (tmp_path / "B" / "C").mkdir()
+    monkeypatch.chdir(tmp_path / "B" / "C")
+    capsys.readouterr()
+    assert train.cli.run(train.main, ["--out_dir=../../moved/whole", f"--init_from={init_from}", "--max_iters=6"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --input=../play.txt comes from the checkpoint ../../moved/whole/ckpt_last.pt, "
+                          f"relative to {tmp_path / 'A'}, where its run was started, which no longer exists"), err
+    assert os.listdir(tmp_path / "B" / "C") == []

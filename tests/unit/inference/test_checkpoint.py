@@ -218,7 +218,7 @@ def test_every_field_survives_a_save_and_a_load(tmp_path):
                  optimizer={"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": [{"lr": 0.1}]},
                  scaler={"scale": 1024.0, "_growth_tracker": 3}, rng=[{"torch": torch.arange(4, dtype=torch.uint8)}],
                  source="hf:gpt2", wandb_run_id="abc123", speed_config={"attn_impl": "math"},
-                 speed_flags=["attn_impl"])
+                 speed_flags=["attn_impl"], started_in="/runs/first")
     assert set(given) == {f.name for f in dataclasses.fields(Checkpoint)}  # every field, including new ones
     Checkpoint(**given).save(str(tmp_path / "ckpt.pt"))
     back = Checkpoint.load(str(tmp_path / "ckpt.pt"))
@@ -273,8 +273,9 @@ def weights_with(key, value) -> dict:
     (dict(variant="gpt"), "variant='gpt' is not decoder, encoder, cheater or seq2seq"),
     (dict(best_val_loss="1.2"), "best_val_loss='1.2' is not a number"),
     (dict(best_val_loss=True), "best_val_loss=True is not a number"),
-    (dict(data_dir=3), "data_dir or train_config has the wrong type"),
-    (dict(train_config=["lr"]), "data_dir or train_config has the wrong type"),
+    (dict(data_dir=3), "data_dir, started_in or train_config has the wrong type"),
+    (dict(train_config=["lr"]), "data_dir, started_in or train_config has the wrong type"),
+    (dict(started_in=["/runs"]), "data_dir, started_in or train_config has the wrong type"),
     (dict(rng=[{"cuda": torch.zeros(2)}]), "rng is not a list of random states"),
     (dict(rng=[{"torch": 5}]), "rng is not a list of random states"),
     (dict(wandb_run_id=5), "wandb_run_id=5 is not a run id"),

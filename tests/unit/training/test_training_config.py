@@ -2,6 +2,7 @@
 from; what a resume by another number of processes says (its flags and config files run end to end in
 tests/e2e/test_every_flag.py)."""
 import math
+import os
 import re
 from types import SimpleNamespace
 
@@ -12,7 +13,8 @@ from common import flags
 from common.errors import ConfigError, SetupError, UserError
 from inference.checkpoint import LAST, Checkpoint
 from model import GPTConfig
-from training.config import PRESETS, TrainConfig, configure, other_process_count, other_validation, resumed_config
+from training.config import (PATH_SETTINGS, PRESETS, TrainConfig, configure, from_start_folder, other_process_count,
+                             other_validation, resumed_config)
 from training.distributed import Dist
 from training.out_dir import starting_config
 from training.loop import lr_at
@@ -474,3 +476,59 @@ def test_a_task_too_long_for_the_context_is_refused_before_any_note(init_from, t
         starting_config(tc, overrides, explicit, Dist())
     assert capsys.readouterr().err == ""
     configure([*argv, "--task_max_len=15"])  # 15 letters and STOP: fits
+
+
+
+def test_a_resume_from_another_folder_reads_the_checkpoints_relative_paths_from_where_its_run_started(
+        tmp_path, monkeypatch):
+    """A run started in A with --input=../play.txt --data_root=rdata, resumed from B: the corpus and the prepared
+    data are A's (a resume from B read B's parent's play.txt and prepared a second copy in B/rdata)."""
+    start, here, out = tmp_path / "A", tmp_path / "B", tmp_path / "A" / "run"
+    out.mkdir(parents=True)
+    here.mkdir()
+    trained = TrainConfig(out_dir="run", input="../play.txt", data_root="rdata", max_iters=8)
+    meta = {"tokenizer": "char", "vocab_size": 3, "chars": "abc"}
+    raw = Checkpoint(weights={}, model_config=GPTConfig(vocab_size=3, block_size=T), step=4, data_meta=meta,
+                     train_config=trained.to_dict()).to_dict()
+    torch.save({**raw, "started_in": str(start)}, out / LAST)
+    monkeypatch.chdir(here)
+    explicit = flags.Given({"init_from": "resume", "out_dir": "../A/run"})
+    tc = resumed_config(TrainConfig(out_dir="../A/run", init_from="resume"), {}, explicit)[0]
+    assert (tc.input, tc.data_root) == (os.path.join(start, "../play.txt"), os.path.join(start, "rdata"))
+
+
+def saved_paths() -> dict:
+    """A checkpoint's path settings: relative ones (eval_tasks: two files, one under ~) and an absolute one."""
+    return {**{k: None for k in PATH_SETTINGS}, "input": "../play.txt", "data_root": "rdata",
+            "eval_tasks": "a.jsonl, ~/b.jsonl", "archive": "/abs/shakespeare.tar.gz"}
+
+
+def test_a_resumes_relative_paths_are_read_from_the_folder_each_was_given_in(tmp_path, monkeypatch):
+    """The checkpoint's relative paths from the folder its run was started in, the flags' from this one: both made
+    absolute away from that folder (the next checkpoint keeps it), left alone in it; without it (an older checkpoint)
+    or where it is gone, read from here, and a checkpoint's file missing here too refused, naming that folder."""
+    start, here, gone = tmp_path / "A", tmp_path / "B", str(tmp_path / "moved")
+    start.mkdir()
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("HOME", "/home/me")
+    values, given = {**saved_paths(), "data_root": "mine"}, {"data_root": "mine"}
+    assert from_start_folder(values, given, str(start), "run/ckpt_last.pt") == []
+    assert values == {**saved_paths(), "input": os.path.join(start, "../play.txt"),
+                      "data_root": os.path.join(here, "mine"),
+                      "eval_tasks": f"{os.path.join(start, 'a.jsonl')},/home/me/b.jsonl"}
+    for started_in in (str(here), None):  # where the run started; a checkpoint older than the record
+        values = saved_paths()
+        assert from_start_folder(values, {}, started_in, "run/ckpt_last.pt") == [] and values == saved_paths()
+    with pytest.raises(SetupError) as refused:
+        from_start_folder(saved_paths(), {}, gone, "run/ckpt_last.pt")
+    assert str(refused.value) == (f"--input=../play.txt comes from the checkpoint run/ckpt_last.pt, relative to "
+                                  f"{gone}, where its run was started, which no longer exists, and is not in this "
+                                  f"folder either; run train.py from where that folder is now, or pass --input")
+    (tmp_path / "play.txt").write_text("text")
+    (here / "a.jsonl").write_text("{}")
+    values = saved_paths()
+    assert from_start_folder(values, {}, gone, "run/ckpt_last.pt") == [
+        f"note: the checkpoint's --data_root=rdata was relative to {gone}, where its run was started, which no longer "
+        f"exists; reading it from this folder"]
+    assert values == saved_paths()
