@@ -152,9 +152,14 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
         # checked here as encode() checks: the batch call would encode U+FFFD for half a surrogate pair
-        for i, text in enumerate(texts):
-            with _document(i):
+        try:
+            for text in texts:
                 _unicode(text)
+        except DataError:  # said again naming the document: only then, as the char tokenizer does
+            for i, text in enumerate(texts):
+                with _document(i):
+                    _unicode(text)
+            raise
         parts = self.encoding.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
         eot = np.array([self.eot_id], dtype=np.int64)
         pieces = [np.zeros(0, dtype=np.int64)]  # no documents: no tokens
