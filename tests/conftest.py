@@ -172,6 +172,17 @@ def workers_said(stderr: str, chars: int = 3000) -> str:
     return stderr[:max(cut, 0)][-chars:]
 
 
+def open_files() -> list[str]:
+    """The paths of the files this process holds open (Linux: /proc/self/fd; a deleted one ends in ' (deleted)')."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            pass
+    return out
+
+
 def children(pid: int) -> list[int]:
     """The processes whose parent is pid (from /proc)."""
     out = []

@@ -9,6 +9,7 @@ import pytest
 import data.build as build
 import data.encode as encode
 from common.errors import DataError
+from conftest import open_files
 from data.build import PROGRESS, Build
 from data.prepare import prepare
 from data.shard_writer import ShardWriter
@@ -30,15 +31,7 @@ def write_docs(path, n_docs: int, bad_after: int | None = None):
 
 def files_open_under(folder) -> list[str]:
     """The files this process holds open whose path is under folder (deleted ones too)."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the listing's own descriptor, closed by now
-            continue
-        if target.startswith(str(folder)):
-            found.append(target)
-    return found
+    return [path for path in open_files() if path.startswith(str(folder))]
 
 
 writer_init = ShardWriter.__init__

@@ -13,6 +13,7 @@ import torch
 
 from common import cli
 from common.errors import SetupError
+from conftest import open_files
 from inference.checkpoint import Checkpoint
 from training import distributed, loop, setup
 from training import out_dir as run_folder
@@ -265,17 +266,6 @@ def test_the_float16_scalers_overflow_is_skipped_even_where_non_finite_stops(cor
     book.check(4)
     assert lines == ["steps 2-4: gradient overflow (float16 scaler), 2 update(s) skipped (2 so far)"]
     assert run.scaler.get_scale() == 2.0 ** 8  # halved at each overflow
-
-
-def open_files() -> set[str]:
-    """The paths of the files this process holds open (Linux)."""
-    out = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            out.add(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:  # closed meanwhile (the listing's own descriptor)
-            pass
-    return out
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
